@@ -1,0 +1,3 @@
+from zkcoord.cli.main import main
+
+main()

@@ -1,0 +1,99 @@
+"""``zkcoord local``: the local ZooKeeper + Kafka sandbox (up, status, down,
+env, fetch)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from zkcoord.local import jars
+from zkcoord.local.sandbox import MAX_BROKERS, Sandbox
+
+console = Console(highlight=False)
+
+state_dir_option = click.option(
+    "--state-dir", type=click.Path(file_okay=False, path_type=Path), envvar="ZKCOORD_STATE_DIR",
+    default=None, show_envvar=True,
+    help="Where the sandbox keeps data, logs and pids [default: ~/.local/state/zkcoord/sandbox].",
+)
+
+
+def _log(msg: str) -> None:
+    console.print(f"[dim]{msg}[/]", markup=True)
+
+
+@click.group()
+def local() -> None:
+    """A real ZooKeeper 3.8 and Kafka 3.9 (ZooKeeper mode) on loopback."""
+
+
+@local.command()
+@click.option("--brokers", type=click.IntRange(1, MAX_BROKERS), default=1, show_default=True,
+              help="Number of Kafka brokers.")
+@state_dir_option
+def up(brokers: int, state_dir: Path | None) -> None:
+    """Start the sandbox (fetching the jars with Maven the first time)."""
+    sandbox = Sandbox(state_dir, log=_log)
+    state, started = sandbox.up(brokers)
+    if started:
+        console.print(f"sandbox up in {sandbox.state_dir} (started: {', '.join(started)})")
+    else:
+        console.print(f"sandbox already up in {sandbox.state_dir}; nothing changed")
+    console.print(f"zookeeper:         {sandbox.zookeeper_address(state)}")
+    console.print(f"bootstrap servers: {sandbox.bootstrap_servers(state)}")
+
+
+@local.command()
+@state_dir_option
+def status(state_dir: Path | None) -> None:
+    """Show each server, its pid and whether it answers. Exit 1 if any is down."""
+    sandbox = Sandbox(state_dir)
+    rows = sandbox.status()
+    if not rows:
+        console.print(f"no sandbox in {sandbox.state_dir} (run `zkcoord local up`)")
+        sys.exit(3)
+    table = Table(title=f"sandbox {sandbox.state_dir}")
+    for column in ("SERVER", "ADDRESS", "PID", "STATE", "LOG"):
+        table.add_column(column)
+    colours = {"up": "green", "down": "red", "unresponsive": "yellow"}
+    for row in rows:
+        table.add_row(row.name, row.address, str(row.pid or "-"),
+                      f"[{colours[row.state]}]{row.state}[/]", row.log_file)
+    console.print(table)
+    if any(row.state != "up" for row in rows):
+        sys.exit(1)
+
+
+@local.command()
+@state_dir_option
+def down(state_dir: Path | None) -> None:
+    """Stop every sandbox server and delete its data and logs."""
+    sandbox = Sandbox(state_dir)
+    stopped = sandbox.down()
+    console.print(f"sandbox down; stopped: {', '.join(stopped) or 'nothing was running'}; "
+                  f"removed {sandbox.state_dir}")
+
+
+@local.command()
+@state_dir_option
+def env(state_dir: Path | None) -> None:
+    """Print export lines for the sandbox addresses (eval "$(zkcoord local env)")."""
+    sandbox = Sandbox(state_dir)
+    state = sandbox.load()
+    if state is None:
+        click.echo(f"no sandbox in {sandbox.state_dir} (run `zkcoord local up`)", err=True)
+        sys.exit(3)
+    click.echo(f"export ZKCOORD_ZOOKEEPER={sandbox.zookeeper_address(state)}")
+    click.echo(f"export ZKCOORD_BOOTSTRAP_SERVERS={sandbox.bootstrap_servers(state)}")
+
+
+@local.command()
+def fetch() -> None:
+    """Fetch the ZooKeeper and Kafka jars into the cache (done by `up` too)."""
+    for dist in jars.fetch_all(log=_log):
+        console.print(f"{dist.name} {dist.version}: {dist.classpath} ({dist.source})")
+    console.print(f"jar cache: {jars.cache_dir() / 'jars'} ({jars.cache_size_bytes() / 2**20:.0f} MiB)")

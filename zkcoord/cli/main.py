@@ -1,0 +1,58 @@
+"""The ``zkcoord`` command line: one click group, one module per command
+family (``local``, and later ``run``, ``migrate``, ``describe`` ...).
+
+Owns turning a :class:`~zkcoord.errors.ZkcoordError` into one red line on
+stderr and the error's exit code: users never see a traceback for an error
+we expected. Rendering with rich lives only in ``zkcoord.cli``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from zkcoord import __version__
+from zkcoord.errors import ZkcoordError
+
+err_console = Console(stderr=True, highlight=False)
+
+
+class ZkcoordGroup(click.Group):
+    """A click group that reports ZkcoordError as a message and exit code."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ZkcoordError as exc:
+            err_console.print(Text.assemble(("error: ", "bold red"), str(exc)), soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            sys.exit(130)
+
+
+@click.group(cls=ZkcoordGroup)
+@click.version_option(__version__, prog_name="zkcoord")
+def cli() -> None:
+    """zkcoord: Kafka consumer-group coordinators that keep their state in
+    ZooKeeper, and the toolkit to move ZooKeeper offsets into Kafka."""
+
+
+def _register() -> None:
+    from zkcoord.cli import local_cmd
+
+    cli.add_command(local_cmd.local)
+
+
+_register()
+
+
+def main() -> None:
+    cli(prog_name="zkcoord")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The one exception tree of zkcoord.
+
+Every error zkcoord raises on purpose derives from :class:`ZkcoordError`.
+Adapters translate the exceptions of kazoo, kafka-python, PySpark and the OS
+into these at their boundary, so the CLI can print one clear line and exit
+with the error's ``exit_code`` instead of a traceback::
+
+    ZkcoordError                 exit 1  (generic)
+    ├── ConfigError              exit 2  a flag, variable or config key is wrong
+    ├── UsageError               exit 2  bad input named by the message
+    ├── ServiceUnavailableError  exit 2  ZooKeeper / Kafka cannot be reached
+    ├── SandboxError             exit 1  the local sandbox could not do its job
+    │   └── MissingToolError     exit 3  Java / Maven / an install is missing
+    ├── NotFoundError            exit 1  a named group, topic or znode is absent
+    └── StateError               exit 1  stored state is corrupt or too large
+
+Each message says what was wrong and, where there is one, what to do.
+"""
+
+from __future__ import annotations
+
+
+class ZkcoordError(Exception):
+    """Base of every error zkcoord raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(ZkcoordError):
+    exit_code = 2
+
+
+class UsageError(ZkcoordError):
+    exit_code = 2
+
+
+class ServiceUnavailableError(ZkcoordError):
+    exit_code = 2
+
+
+class SandboxError(ZkcoordError):
+    exit_code = 1
+
+
+class MissingToolError(SandboxError):
+    exit_code = 3
+
+
+class NotFoundError(ZkcoordError):
+    exit_code = 1
+
+
+class StateError(ZkcoordError):
+    exit_code = 1

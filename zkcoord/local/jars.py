@@ -1,0 +1,185 @@
+"""Where the sandbox's Java programs come from.
+
+Owns finding ``java``, and the classpaths of ZooKeeper and Kafka: an existing
+install (``ZOOKEEPER_HOME`` / ``KAFKA_HOME``) wins; otherwise Maven fetches
+the jars and their runtime dependencies from Maven Central, once, into a
+cache outside the repository (``$ZKCOORD_CACHE_DIR`` or
+``~/.cache/zkcoord``). A finished fetch leaves a ``.complete`` marker, so an
+interrupted one is redone rather than trusted. Concurrent fetches (parallel
+test runs) serialise on a lock file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from zkcoord.errors import MissingToolError, SandboxError
+
+ZOOKEEPER_VERSION = "3.8.6"
+KAFKA_VERSION = "3.9.2"
+SCALA_VERSION = "2.13"
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
+
+# Each bundle: artifacts (group:artifact:version) resolved with their runtime
+# dependencies into one directory.
+BUNDLES: dict[str, tuple[str, ...]] = {
+    f"zookeeper-{ZOOKEEPER_VERSION}": (
+        f"org.apache.zookeeper:zookeeper:{ZOOKEEPER_VERSION}",
+        # "provided" in ZooKeeper's pom, shipped in its distribution's lib/.
+        "io.dropwizard.metrics:metrics-core:4.1.12.1",
+        "org.xerial.snappy:snappy-java:1.1.10.5",
+    ),
+    f"kafka-{KAFKA_VERSION}": (
+        f"org.apache.kafka:kafka_{SCALA_VERSION}:{KAFKA_VERSION}",
+        # kafka-consumer-groups and friends live in kafka-tools since 3.7.
+        f"org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
+        "org.slf4j:slf4j-reload4j:1.7.36",
+    ),
+}
+
+INSTALL_HINT = (
+    "Install a JDK (17 or newer) and Maven, e.g. `apt-get install "
+    "openjdk-17-jdk-headless maven`, or point KAFKA_HOME (and optionally "
+    "ZOOKEEPER_HOME) at an unpacked Apache Kafka 3.9 / ZooKeeper 3.8 "
+    "distribution."
+)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A Java program: what it is and where its jars are."""
+
+    name: str
+    version: str
+    classpath: str
+    source: str  # "maven cache", "KAFKA_HOME", ...
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("ZKCOORD_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return Path(base).expanduser() / "zkcoord"
+
+
+def find_java() -> str:
+    """Path of the ``java`` to run servers with (``JAVA_HOME`` first)."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    java = shutil.which("java")
+    if not java:
+        raise MissingToolError(f"No `java` on PATH and JAVA_HOME is not set. {INSTALL_HINT}")
+    return java
+
+
+def _pom(bundle: str, artifacts: tuple[str, ...]) -> str:
+    deps = []
+    for coordinate in artifacts:
+        group, artifact, version = coordinate.split(":")
+        deps.append(
+            f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+            f"<version>{version}</version></dependency>"
+        )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        f"<groupId>zkcoord.sandbox</groupId><artifactId>{bundle}</artifactId>"
+        "<version>1</version><packaging>pom</packaging>"
+        f"<dependencies>{''.join(deps)}</dependencies></project>"
+    )
+
+
+def _maven_fetch(bundle: str, target: Path, log) -> None:
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise MissingToolError(
+            f"Cannot fetch the {bundle} jars: no `mvn` on PATH and no install given. {INSTALL_HINT}"
+        )
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="zkcoord-mvn-") as work:
+        Path(work, "pom.xml").write_text(_pom(bundle, BUNDLES[bundle]))
+        log(f"fetching {bundle} jars with Maven into {target} (once)")
+        cmd = [mvn, "-B", "-q", "-U", f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+               f"-DoutputDirectory={partial}", "-DincludeScope=runtime"]
+        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise SandboxError(f"Maven could not fetch the {bundle} jars (exit {proc.returncode}):\n{tail}")
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    (target / ".complete").write_text("\n".join(BUNDLES[bundle]) + "\n")
+
+
+def fetch_bundle(bundle: str, log=lambda msg: None) -> Path:
+    """Directory holding the bundle's jars, fetching them if not cached yet."""
+    root = cache_dir() / "jars"
+    target = root / bundle
+    if _complete(target, bundle):
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _complete(target, bundle):
+            _maven_fetch(bundle, target, log)
+    return target
+
+
+def _complete(target: Path, bundle: str) -> bool:
+    """The cache holds exactly this bundle's artifact list, fully fetched."""
+    try:
+        return (target / ".complete").read_text().split() == list(BUNDLES[bundle])
+    except OSError:
+        return False
+
+
+def _home_classpath(env: str, subdirs: tuple[str, ...]) -> str | None:
+    home = os.environ.get(env)
+    if not home:
+        return None
+    home_path = Path(home).expanduser()
+    dirs = [home_path / sub for sub in subdirs if (home_path / sub).is_dir()]
+    if not dirs or not any(d.glob("*.jar") for d in dirs):
+        raise MissingToolError(
+            f"{env}={home} has no jars under {' or '.join(subdirs)}; "
+            f"point it at an unpacked distribution or unset it to let Maven fetch the jars."
+        )
+    return os.pathsep.join(f"{d}/*" for d in dirs)
+
+
+def kafka_distribution(log=lambda msg: None) -> Distribution:
+    classpath = _home_classpath("KAFKA_HOME", ("libs",))
+    if classpath:
+        return Distribution("kafka", "KAFKA_HOME", classpath, "KAFKA_HOME")
+    bundle = f"kafka-{KAFKA_VERSION}"
+    return Distribution("kafka", KAFKA_VERSION, f"{fetch_bundle(bundle, log)}/*", "maven cache")
+
+
+def zookeeper_distribution(log=lambda msg: None) -> Distribution:
+    classpath = _home_classpath("ZOOKEEPER_HOME", ("lib", "."))
+    if classpath:
+        return Distribution("zookeeper", "ZOOKEEPER_HOME", classpath, "ZOOKEEPER_HOME")
+    if os.environ.get("KAFKA_HOME"):
+        # A Kafka 3.9 distribution ships ZooKeeper 3.8's server classes.
+        kafka = kafka_distribution(log)
+        return Distribution("zookeeper", "from KAFKA_HOME", kafka.classpath, "KAFKA_HOME")
+    bundle = f"zookeeper-{ZOOKEEPER_VERSION}"
+    return Distribution("zookeeper", ZOOKEEPER_VERSION, f"{fetch_bundle(bundle, log)}/*", "maven cache")
+
+
+def fetch_all(log=lambda msg: None) -> list[Distribution]:
+    """Resolve (and fetch when needed) every distribution the sandbox runs."""
+    find_java()
+    return [zookeeper_distribution(log), kafka_distribution(log)]
+
+
+def cache_size_bytes() -> int:
+    root = cache_dir() / "jars"
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0

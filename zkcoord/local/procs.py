@@ -1,0 +1,125 @@
+"""Process and port plumbing shared by the sandbox, the tests and the demo.
+
+Owns: picking free loopback ports, starting a detached process with its
+output in a log file, telling whether a recorded pid is still *our* process
+(pids are reused), stopping by pid with a grace period, and reading a log's
+last lines for error messages.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections import deque
+from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout_s: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def spawn(cmd: list[str], log_file: Path, cwd: Path | None = None, env: dict | None = None) -> int:
+    """Start ``cmd`` in its own session (it outlives the caller); return its pid."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=cwd, env=env, start_new_session=True,
+        )
+    return proc.pid
+
+
+def _cmdline(pid: int) -> str | None:
+    proc_file = Path(f"/proc/{pid}/cmdline")
+    if proc_file.exists():
+        try:
+            return proc_file.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return None
+    try:
+        out = subprocess.run(["ps", "-p", str(pid), "-o", "command="], capture_output=True, text=True)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
+def _is_zombie(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def alive(pid: int | None, marker: str | None = None) -> bool:
+    """True when ``pid`` runs and, given a marker, its command line holds it."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if _is_zombie(pid):
+        _reap(pid)
+        return False
+    if marker is None:
+        return True
+    cmdline = _cmdline(pid)
+    return cmdline is not None and marker in cmdline
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def stop(pid: int | None, marker: str | None = None, grace_s: float = 30.0, sig=signal.SIGTERM) -> bool:
+    """Signal ``pid`` (if it is still ours), wait ``grace_s``, then SIGKILL.
+
+    Returns True when a process was stopped, False when none was running.
+    """
+    if not alive(pid, marker):
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return True
+    for _ in range(100):
+        if not alive(pid):
+            break
+        time.sleep(0.05)
+    return True
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        with open(path, errors="replace") as handle:
+            return "".join(deque(handle, maxlen=lines)).rstrip()
+    except OSError:
+        return f"(no log at {path})"

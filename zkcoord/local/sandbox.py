@@ -1,0 +1,341 @@
+"""The local sandbox: a real ZooKeeper 3.8 and 1-3 Kafka 3.9 brokers in
+ZooKeeper mode, as processes on loopback.
+
+Owns the sandbox's state directory::
+
+    <state-dir>/sandbox.json      pids, ports and directories of every server
+    <state-dir>/zookeeper/        zoo.cfg, data/, logback.xml
+    <state-dir>/kafka-<id>/       server.properties, data/, log4j.properties
+    <state-dir>/logs/<server>.log each server's output
+
+``up`` starts what is not running (and only that), waits until ZooKeeper
+answers ``ruok`` and each broker answers a metadata request, and records the
+result; ``down`` stops by pid (checking the pid is still ours) and removes
+the state directory. Fault tests use :meth:`Sandbox.stop_server` /
+:meth:`Sandbox.start_server` to kill and restart single servers.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from zkcoord.errors import SandboxError, UsageError
+from zkcoord.local import config_files, jars, procs
+
+MAX_BROKERS = 3
+START_TIMEOUT_S = 120.0
+
+
+def default_state_dir() -> Path:
+    explicit = os.environ.get("ZKCOORD_STATE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or "~/.local/state"
+    return Path(base).expanduser() / "zkcoord" / "sandbox"
+
+
+@dataclass
+class Server:
+    name: str  # "zookeeper" or "kafka-<broker id>"
+    port: int
+    pid: int | None = None
+
+    @property
+    def broker_id(self) -> int | None:
+        return int(self.name.split("-", 1)[1]) if self.name.startswith("kafka-") else None
+
+
+@dataclass
+class ServerStatus:
+    name: str
+    address: str
+    pid: int | None
+    state: str  # "up", "down", "unresponsive"
+    log_file: str
+
+
+@dataclass
+class SandboxState:
+    zookeeper: Server
+    brokers: list[Server] = field(default_factory=list)
+    started_at: float = 0.0
+
+    @property
+    def servers(self) -> list[Server]:
+        return [self.zookeeper, *self.brokers]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "SandboxState":
+        raw = json.loads(text)
+        return cls(Server(**raw["zookeeper"]), [Server(**b) for b in raw["brokers"]], raw["started_at"])
+
+
+def zk_four_letter(port: int, word: str = "ruok", timeout_s: float = 2.0, host: str = "127.0.0.1") -> str:
+    """Send a ZooKeeper four-letter word; '' when nothing answers."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(word.encode())
+            chunks = []
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                chunks.append(data)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def broker_answers_metadata(port: int, expected_brokers: int, timeout_s: float = 5.0) -> bool:
+    """True when the broker on ``port`` answers a metadata request listing
+    ``expected_brokers`` live brokers."""
+    from kafka import KafkaAdminClient  # imported late: the CLI starts faster
+    from kafka.errors import KafkaError
+
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=int(timeout_s * 1000),
+            client_id="zkcoord-sandbox-probe",
+        )
+    except (KafkaError, OSError, ValueError):
+        return False
+    try:
+        return len(admin.describe_cluster().get("brokers", [])) >= expected_brokers
+    except (KafkaError, OSError, ValueError):
+        return False
+    finally:
+        admin.close()
+
+
+class Sandbox:
+    """A sandbox rooted at ``state_dir``; no I/O until a method is called."""
+
+    def __init__(self, state_dir: Path | None = None, log=lambda msg: None):
+        self.state_dir = Path(state_dir) if state_dir else default_state_dir()
+        self.log = log
+
+    # -- state file ------------------------------------------------------
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "sandbox.json"
+
+    def load(self) -> SandboxState | None:
+        try:
+            return SandboxState.from_json(self.state_file.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SandboxError(
+                f"{self.state_file} is corrupt ({exc}); stop any servers left by hand and delete {self.state_dir}."
+            ) from exc
+
+    def _save(self, state: SandboxState) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(state.to_json())
+        tmp.replace(self.state_file)
+
+    @contextmanager
+    def _locked(self):
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    # -- addresses -------------------------------------------------------
+    @staticmethod
+    def zookeeper_address(state: SandboxState) -> str:
+        return f"127.0.0.1:{state.zookeeper.port}"
+
+    @staticmethod
+    def bootstrap_servers(state: SandboxState) -> str:
+        return ",".join(f"127.0.0.1:{b.port}" for b in state.brokers)
+
+    def log_file(self, name: str) -> Path:
+        return self.state_dir / "logs" / f"{name}.log"
+
+    def _marker(self, name: str) -> str:
+        return f"-Dzkcoord.sandbox={self.state_dir / name}"
+
+    # -- lifecycle -------------------------------------------------------
+    def up(self, brokers: int = 1) -> tuple[SandboxState, list[str]]:
+        """Start whatever is not running. Returns the state and the names of
+        the servers started by this call (empty: it was already up)."""
+        if not 1 <= brokers <= MAX_BROKERS:
+            raise UsageError(f"--brokers {brokers}: the sandbox runs 1 to {MAX_BROKERS} brokers.")
+        jars.find_java()
+        with self._locked():
+            state = self.load()
+            if state is None:
+                state = self._fresh_state(brokers)
+            elif len(state.brokers) != brokers:
+                raise UsageError(
+                    f"The sandbox in {self.state_dir} runs {len(state.brokers)} broker(s), not {brokers}; "
+                    "run `zkcoord local down` first to change --brokers."
+                )
+            started = self._start_missing(state)
+            return state, started
+
+    def _fresh_state(self, brokers: int) -> SandboxState:
+        for sub in ["zookeeper", "logs", *(f"kafka-{i}" for i in range(MAX_BROKERS))]:
+            shutil.rmtree(self.state_dir / sub, ignore_errors=True)
+        return SandboxState(
+            zookeeper=Server("zookeeper", procs.free_port()),
+            brokers=[Server(f"kafka-{i}", procs.free_port()) for i in range(brokers)],
+            started_at=time.time(),
+        )
+
+    def _start_missing(self, state: SandboxState) -> list[str]:
+        started: list[str] = []
+        try:
+            if not procs.alive(state.zookeeper.pid, self._marker("zookeeper")):
+                self._start_zookeeper(state)
+                started.append("zookeeper")
+            self._wait_zookeeper(state)
+            for broker in state.brokers:
+                if not procs.alive(broker.pid, self._marker(broker.name)):
+                    self._start_broker(state, broker)
+                    started.append(broker.name)
+            self._save(state)
+            for broker in state.brokers:
+                self._wait_broker(state, broker)
+        except BaseException:
+            for name in reversed(started):
+                server = next(s for s in state.servers if s.name == name)
+                procs.stop(server.pid, self._marker(name), grace_s=10)
+                server.pid = None
+            if self.state_file.exists():
+                self._save(state)
+            raise
+        self._save(state)
+        return started
+
+    def _java(self, name: str, heap, classpath: str, main: str, *args: str, props=()) -> int:
+        cmd = [jars.find_java(), *heap, *config_files.JVM_COMMON, self._marker(name), *props,
+               "-cp", classpath, main, *args]
+        return procs.spawn(cmd, self.log_file(name), cwd=self.state_dir)
+
+    def _start_zookeeper(self, state: SandboxState) -> None:
+        dist = jars.zookeeper_distribution(self.log)
+        home = self.state_dir / "zookeeper"
+        (home / "data").mkdir(parents=True, exist_ok=True)
+        (home / "zoo.cfg").write_text(config_files.zoo_cfg(home / "data", state.zookeeper.port))
+        (home / "logback.xml").write_text(config_files.LOGBACK_XML)
+        self.log(f"starting ZooKeeper {dist.version} on 127.0.0.1:{state.zookeeper.port}")
+        state.zookeeper.pid = self._java(
+            "zookeeper", config_files.ZOOKEEPER_HEAP, dist.classpath,
+            "org.apache.zookeeper.server.ZooKeeperServerMain", str(home / "zoo.cfg"),
+            props=(f"-Dlogback.configurationFile={home / 'logback.xml'}",
+                   "-Dzookeeper.admin.enableServer=false"),
+        )
+
+    def _start_broker(self, state: SandboxState, broker: Server) -> None:
+        dist = jars.kafka_distribution(self.log)
+        home = self.state_dir / broker.name
+        (home / "data").mkdir(parents=True, exist_ok=True)
+        (home / "server.properties").write_text(config_files.server_properties(
+            broker.broker_id, broker.port, self.zookeeper_address(state), home / "data", len(state.brokers)))
+        (home / "log4j.properties").write_text(config_files.LOG4J_PROPERTIES)
+        self.log(f"starting Kafka {dist.version} broker {broker.broker_id} on 127.0.0.1:{broker.port}")
+        broker.pid = self._java(
+            broker.name, config_files.KAFKA_HEAP, dist.classpath, "kafka.Kafka",
+            str(home / "server.properties"),
+            props=(f"-Dlog4j.configuration=file:{home / 'log4j.properties'}",
+                   f"-Dkafka.logs.dir={self.state_dir / 'logs'}"),
+        )
+
+    def _wait(self, server: Server, ready, what: str) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            if not procs.alive(server.pid, self._marker(server.name)):
+                raise SandboxError(
+                    f"{server.name} exited while starting; last lines of {self.log_file(server.name)}:\n"
+                    f"{procs.tail(self.log_file(server.name))}"
+                )
+            time.sleep(0.25)
+        raise SandboxError(
+            f"{server.name} did not {what} within {START_TIMEOUT_S:.0f} s; last lines of "
+            f"{self.log_file(server.name)}:\n{procs.tail(self.log_file(server.name))}"
+        )
+
+    def _wait_zookeeper(self, state: SandboxState) -> None:
+        self._wait(state.zookeeper, lambda: zk_four_letter(state.zookeeper.port) == "imok", "answer ruok")
+
+    def _wait_broker(self, state: SandboxState, broker: Server) -> None:
+        self._wait(broker, lambda: broker_answers_metadata(broker.port, len(state.brokers)),
+                   "answer a metadata request")
+
+    def status(self) -> list[ServerStatus]:
+        state = self.load()
+        if state is None:
+            return []
+        result = []
+        for server in state.servers:
+            if not procs.alive(server.pid, self._marker(server.name)):
+                condition = "down"
+            elif server.name == "zookeeper":
+                condition = "up" if zk_four_letter(server.port) == "imok" else "unresponsive"
+            else:
+                condition = "up" if procs.port_open(server.port) else "unresponsive"
+            result.append(ServerStatus(server.name, f"127.0.0.1:{server.port}", server.pid,
+                                       condition, str(self.log_file(server.name))))
+        return result
+
+    def down(self) -> list[str]:
+        """Stop every server (brokers first) and remove the state directory."""
+        with self._locked():
+            state = self.load()
+            stopped = []
+            if state is not None:
+                for server in [*reversed(state.brokers), state.zookeeper]:
+                    if procs.stop(server.pid, self._marker(server.name), grace_s=30):
+                        stopped.append(server.name)
+            for child in self.state_dir.iterdir():
+                if child.name != ".lock":
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+        return stopped
+
+    # -- single servers, for fault tests -----------------------------------
+    def _server(self, state: SandboxState, name: str) -> Server:
+        for server in state.servers:
+            if server.name == name:
+                return server
+        raise UsageError(f"No server {name!r} in the sandbox; it has {[s.name for s in state.servers]}.")
+
+    def stop_server(self, name: str, kill: bool = False) -> None:
+        with self._locked():
+            state = self._require_state()
+            server = self._server(state, name)
+            procs.stop(server.pid, self._marker(name), grace_s=30, sig=signal.SIGKILL if kill else signal.SIGTERM)
+            server.pid = None
+            self._save(state)
+
+    def start_server(self, name: str) -> None:
+        with self._locked():
+            state = self._require_state()
+            self._server(state, name)
+            self._start_missing(state)
+
+    def restart_server(self, name: str, kill: bool = False) -> None:
+        self.stop_server(name, kill=kill)
+        self.start_server(name)
+
+    def _require_state(self) -> SandboxState:
+        state = self.load()
+        if state is None:
+            raise SandboxError(f"No sandbox in {self.state_dir}; run `zkcoord local up` first.")
+        return state
