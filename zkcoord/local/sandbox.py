@@ -240,7 +240,27 @@ class Sandbox:
                    "-Dzookeeper.admin.enableServer=false"),
         )
 
+    def _wait_registration_gone(self, state: SandboxState, broker: Server) -> None:
+        """A broker killed with -9 leaves its ephemeral ``/brokers/ids/<id>``
+        until its ZooKeeper session times out; a new broker with that id would
+        fail to register, so wait for it to go."""
+        from kazoo.client import KazooClient
+        from kazoo.exceptions import KazooException
+
+        client = KazooClient(hosts=self.zookeeper_address(state), timeout=10)
+        try:
+            client.start(timeout=30)
+            deadline = time.monotonic() + 60
+            while client.exists(f"/brokers/ids/{broker.broker_id}") and time.monotonic() < deadline:
+                time.sleep(0.25)
+        except (KazooException, OSError) as exc:
+            raise SandboxError(f"cannot reach the sandbox ZooKeeper at {self.zookeeper_address(state)}: {exc}")
+        finally:
+            client.stop()
+            client.close()
+
     def _start_broker(self, state: SandboxState, broker: Server) -> None:
+        self._wait_registration_gone(state, broker)
         dist = jars.kafka_distribution(self.log)
         home = self.state_dir / broker.name
         (home / "data").mkdir(parents=True, exist_ok=True)

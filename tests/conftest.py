@@ -1,0 +1,207 @@
+"""Fixtures giving tests real ZooKeeper and Kafka servers.
+
+Where the services come from, in order:
+
+1. ``ZKCOORD_TEST_ZOOKEEPER`` and ``ZKCOORD_TEST_BOOTSTRAP_SERVERS`` set: use
+   those servers as they are (restart fixtures are then unavailable).
+2. A Docker engine answers and testcontainers is installed: ZooKeeper 3.8
+   and Kafka 3.9 (ZooKeeper mode) containers.
+3. Otherwise the local sandbox (``zkcoord local``), started once per test run
+   in ``ZKCOORD_TEST_STATE_DIR`` (default: a fresh temporary directory) and
+   always stopped at the end of the run, also when tests fail.
+
+Each test gets its own ZooKeeper chroot (``zk_chroot`` / ``zk_hosts`` /
+``zk``) and its own topic names (``unique_name``). ``expire_session`` makes
+ZooKeeper itself expire a kazoo session; ``sandbox`` restarts servers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from zkcoord.local.sandbox import Sandbox
+
+
+@dataclass
+class Services:
+    zookeeper: str
+    bootstrap_servers: str
+    kind: str  # "external", "testcontainers" or "sandbox"
+    sandbox: Sandbox | None = None
+
+
+def _docker_engine_answers() -> bool:
+    try:
+        import docker  # installed with testcontainers
+        import testcontainers  # noqa: F401
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:  # any failure means: no usable engine here
+        return False
+
+
+def _start_containers():
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.network import Network
+
+    from zkcoord.local.procs import free_port
+    from zkcoord.local.sandbox import broker_answers_metadata, zk_four_letter
+
+    network = Network().create()
+    zk_port, kafka_port = free_port(), free_port()
+    zookeeper = (DockerContainer("zookeeper:3.8").with_network(network).with_network_aliases("zookeeper")
+                 .with_env("ZOO_4LW_COMMANDS_WHITELIST", "*").with_env("ZOO_ADMINSERVER_ENABLED", "false")
+                 .with_bind_ports(2181, zk_port))
+    kafka = (DockerContainer("confluentinc/cp-kafka:7.9.0").with_network(network).with_network_aliases("kafka")
+             .with_bind_ports(kafka_port, kafka_port)
+             .with_env("KAFKA_BROKER_ID", "0").with_env("KAFKA_ZOOKEEPER_CONNECT", "zookeeper:2181")
+             .with_env("KAFKA_LISTENERS", f"INTERNAL://0.0.0.0:29092,EXTERNAL://0.0.0.0:{kafka_port}")
+             .with_env("KAFKA_ADVERTISED_LISTENERS",
+                       f"INTERNAL://kafka:29092,EXTERNAL://127.0.0.1:{kafka_port}")
+             .with_env("KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT")
+             .with_env("KAFKA_INTER_BROKER_LISTENER_NAME", "INTERNAL")
+             .with_env("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "1")
+             .with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0"))
+    zookeeper.start()
+    kafka.start()
+    import time
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if zk_four_letter(zk_port) == "imok" and broker_answers_metadata(kafka_port, 1):
+            break
+        time.sleep(1)
+    else:
+        raise RuntimeError("the ZooKeeper/Kafka containers did not become ready within 120 s")
+
+    def stop():
+        kafka.stop()
+        zookeeper.stop()
+        network.remove()
+
+    return Services(f"127.0.0.1:{zk_port}", f"127.0.0.1:{kafka_port}", "testcontainers"), stop
+
+
+@pytest.fixture(scope="session")
+def services():
+    zk, bootstrap = os.environ.get("ZKCOORD_TEST_ZOOKEEPER"), os.environ.get("ZKCOORD_TEST_BOOTSTRAP_SERVERS")
+    if zk and bootstrap:
+        yield Services(zk, bootstrap, "external")
+        return
+    if os.environ.get("ZKCOORD_TEST_DOCKER", "auto") != "no" and _docker_engine_answers():
+        found, stop = _start_containers()
+        try:
+            yield found
+        finally:
+            stop()
+        return
+    state_dir = Path(os.environ.get("ZKCOORD_TEST_STATE_DIR") or tempfile.mkdtemp(prefix="zkcoord-test-"))
+    sandbox = Sandbox(state_dir, log=print)
+    brokers = int(os.environ.get("ZKCOORD_TEST_BROKERS", "1"))
+    try:
+        state, _ = sandbox.up(brokers=brokers)
+        yield Services(sandbox.zookeeper_address(state), sandbox.bootstrap_servers(state), "sandbox", sandbox)
+    finally:
+        sandbox.down()
+
+
+@pytest.fixture
+def sandbox(services) -> Sandbox:
+    """The sandbox, for tests that stop and restart servers."""
+    if services.sandbox is None:
+        pytest.skip(f"restarting servers needs the local sandbox; services are {services.kind}")
+    return services.sandbox
+
+
+def _test_slug(request) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name)[:60].strip("-")
+
+
+@pytest.fixture
+def unique_name(request):
+    """Factory of names unique to this test: ``unique_name("t")`` -> ``t-<test>-<hex>``."""
+    slug = _test_slug(request)
+
+    def make(prefix: str = "t") -> str:
+        return f"{prefix}-{slug}-{uuid.uuid4().hex[:8]}"
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def zk_root(services):
+    """A kazoo client on ZooKeeper's root, shared by the fixtures."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=services.zookeeper, timeout=10)
+    client.start(timeout=30)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def zk_chroot(zk_root, request) -> str:
+    """A ZooKeeper chroot path of this test's own, created empty."""
+    path = f"/zkcoord-tests/{_test_slug(request)}-{uuid.uuid4().hex[:8]}"
+    zk_root.ensure_path(path)
+    return path
+
+
+@pytest.fixture
+def zk_hosts(services, zk_chroot) -> str:
+    """Connection string with this test's chroot, for daemons and CLIs."""
+    return f"{services.zookeeper}{zk_chroot}"
+
+
+@pytest.fixture
+def zk(zk_hosts):
+    """A started kazoo client inside this test's chroot."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zk_hosts, timeout=10)
+    client.start(timeout=30)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def expire_session(services):
+    """Make ZooKeeper expire a kazoo client's session, for real.
+
+    A second connection takes over the session with its id and password and
+    closes it; the server then ends the session, and the first client sees
+    it expired (LOST) when it reconnects. Waits until that happened.
+    """
+    from kazoo.client import KazooClient
+    from kazoo.protocol.states import KazooState
+
+    def expire(client, timeout_s: float = 30.0) -> None:
+        lost = threading.Event()
+
+        def listener(state):
+            if state == KazooState.LOST:
+                lost.set()
+                return True  # remove the listener
+            return False
+
+        client.add_listener(listener)
+        session_id, password = client.client_id
+        intruder = KazooClient(hosts=services.zookeeper, client_id=(session_id, password), timeout=10)
+        intruder.start(timeout=30)
+        intruder.stop()
+        intruder.close()
+        if not lost.wait(timeout_s):
+            raise AssertionError(f"session 0x{session_id:x} was not reported expired within {timeout_s} s")
+
+    return expire
