@@ -1,0 +1,446 @@
+"""Kafka wire codec for the coordinator daemon, built on kafka-python's classes.
+
+This module owns the bytes of the Kafka protocol as the daemon sees them:
+which APIs and versions the daemon serves (`COORDINATOR_APIS`), how a request
+frame becomes a `DecodedRequest`, and how a response message becomes a frame.
+It never parses or writes a protocol field by hand: headers and bodies go
+through kafka-python 3.0.12's generated message classes (`RequestHeader`,
+`JoinGroupRequest`, ...). The socket side lives in `transport.py`.
+
+Rules:
+
+1. We advertise exactly what we decode. An `ApiSpec` may only claim versions
+   that the kafka-python schema declares valid (`validVersions`), so
+   OffsetCommit starts at v2 and OffsetFetch at v1 although Kafka 3.9 still
+   accepted OffsetCommit v0-1 and OffsetFetch v0.
+2. A request we cannot serve is an error carrying api key, version and
+   correlation id (`UnsupportedRequestError`), except an ApiVersions request
+   of a version we do not serve: like a Kafka broker (KIP-511) we answer it
+   with an ApiVersions v0 response, error UNSUPPORTED_VERSION (35), listing
+   the supported APIs, so the client can retry with a version we know.
+3. A frame is malformed when the header or body does not decode, when the
+   body is shorter or longer than the schema says, or when a field the schema
+   declares non-nullable arrives as null. A Java broker rejects truncated
+   bodies and such nulls too; trailing bytes we reject because only a
+   client/schema mismatch produces them, and then the decoded values are
+   wrong anyway.
+4. Responses use response header v1 (tagged fields) for flexible versions and
+   v0 otherwise; ApiVersions responses always use header v0.
+
+Exceptions (all raised from this module; `transport.py` reacts to them)::
+
+    WireProtocolError            base class
+    ├── FrameSizeError           size prefix negative or above the limit
+    ├── MalformedFrameError      header or body does not decode
+    ├── UnsupportedRequestError  api key not served, or version out of range
+    └── MessageBuildError        a message cannot be built or encoded
+        └── ResponseEncodingError  the response does not fit the request
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.admin.groups import (
+    DeleteGroupsRequest, DeleteGroupsResponse,
+    DescribeGroupsRequest, DescribeGroupsResponse,
+    ListGroupsRequest, ListGroupsResponse,
+)
+from kafka.protocol.api_header import RequestHeader
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest, HeartbeatResponse,
+    JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse,
+    OffsetCommitRequest, OffsetCommitResponse,
+    OffsetFetchRequest, OffsetFetchResponse,
+    SyncGroupRequest, SyncGroupResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest, ApiVersionsResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse,
+)
+from kafka.protocol.schemas.fields.codecs import Int32
+
+UNSUPPORTED_VERSION = 35
+FRAME_SIZE_PREFIX_BYTES = 4
+_NULL_CHECKED_TYPES = frozenset({"string", "bytes", "records"})
+
+
+class WireProtocolError(Exception):
+    """Base class of every error raised by the wire codec."""
+
+
+class FrameSizeError(WireProtocolError):
+    """The 4-byte size prefix is negative or larger than allowed."""
+
+    def __init__(self, size: int, max_frame_bytes: int) -> None:
+        super().__init__(
+            f"frame size {size} is outside 0..{max_frame_bytes} bytes; the peer is "
+            "not speaking the Kafka protocol or sent a request larger than "
+            "max_frame_bytes")
+        self.size = size
+        self.max_frame_bytes = max_frame_bytes
+
+
+class MalformedFrameError(WireProtocolError):
+    """The request header or body does not decode with the kafka-python schema.
+
+    The header fields are None when the header itself could not be read.
+    """
+
+    def __init__(self, message: str, *, api_key: int | None = None,
+                 api_version: int | None = None,
+                 correlation_id: int | None = None) -> None:
+        super().__init__(message)
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+class UnsupportedRequestError(WireProtocolError):
+    """The api key is not served, or its version is outside the served range."""
+
+    def __init__(self, message: str, *, api_key: int, api_version: int,
+                 correlation_id: int, client_id: str | None) -> None:
+        super().__init__(message)
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+
+
+class MessageBuildError(WireProtocolError):
+    """Plain values do not fit the message schema (unknown field, bad value)."""
+
+
+class ResponseEncodingError(MessageBuildError):
+    """A handler's response does not match its request or cannot be encoded."""
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    """One API the daemon serves: its generated classes and served versions."""
+
+    request_class: type[ApiMessage]
+    response_class: type[ApiMessage]
+    min_version: int
+    max_version: int
+
+    def __post_init__(self) -> None:
+        key = self.request_class.API_KEY
+        if self.response_class.API_KEY != key:
+            raise ValueError(
+                f"{self.request_class.__name__} (key {key}) and "
+                f"{self.response_class.__name__} (key {self.response_class.API_KEY}) "
+                "belong to different APIs; pair a request with its own response")
+        low = max(self.request_class.valid_versions[0], self.response_class.valid_versions[0])
+        high = min(self.request_class.max_version, self.response_class.max_version)
+        if not low <= self.min_version <= self.max_version <= high:
+            raise ValueError(
+                f"{self.name} versions {self.min_version}-{self.max_version} are not "
+                f"within {low}-{high}, the versions kafka-python's schema declares; "
+                "advertise only versions the generated classes can decode")
+
+    @property
+    def api_key(self) -> int:
+        return self.request_class.API_KEY
+
+    @property
+    def name(self) -> str:
+        return ApiKey(self.api_key).name
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+class ApiRegistry:
+    """The APIs a server serves, by api key. Immutable once built."""
+
+    def __init__(self, specs: Iterable[ApiSpec]) -> None:
+        by_key: dict[int, ApiSpec] = {}
+        for spec in specs:
+            if spec.api_key in by_key:
+                raise ValueError(f"{spec.name} (key {spec.api_key}) is listed twice")
+            by_key[spec.api_key] = spec
+        if ApiKey.ApiVersions not in by_key:
+            raise ValueError("every Kafka server must serve ApiVersions; add its ApiSpec")
+        self._by_key = dict(sorted(by_key.items()))
+
+    def get(self, api_key: int) -> ApiSpec | None:
+        return self._by_key.get(api_key)
+
+    def __getitem__(self, api_key: int) -> ApiSpec:
+        return self._by_key[api_key]
+
+    def __contains__(self, api_key: object) -> bool:
+        return api_key in self._by_key
+
+    def __iter__(self) -> Iterator[ApiSpec]:
+        return iter(self._by_key.values())
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def extended(self, *specs: ApiSpec) -> ApiRegistry:
+        """A new registry with `specs` added (replacing same-key entries)."""
+        replaced = {spec.api_key for spec in specs}
+        return ApiRegistry([s for s in self if s.api_key not in replaced] + list(specs))
+
+    def version_table(self) -> dict[int, tuple[int, int]]:
+        """{api_key: (min_version, max_version)}, as advertised."""
+        return {s.api_key: (s.min_version, s.max_version) for s in self}
+
+
+# Kafka 3.9 ranges intersected with the versions kafka-python 3.0.12 declares.
+# FindCoordinator stops at v4 (v5+ add transaction/share-group semantics) and
+# ApiVersions at v3: a v4 ApiVersions request gets the KIP-511 reply and the
+# client retries at v3.
+COORDINATOR_APIS = ApiRegistry([
+    ApiSpec(OffsetCommitRequest, OffsetCommitResponse, 2, 9),
+    ApiSpec(OffsetFetchRequest, OffsetFetchResponse, 1, 9),
+    ApiSpec(FindCoordinatorRequest, FindCoordinatorResponse, 0, 4),
+    ApiSpec(JoinGroupRequest, JoinGroupResponse, 0, 9),
+    ApiSpec(HeartbeatRequest, HeartbeatResponse, 0, 4),
+    ApiSpec(LeaveGroupRequest, LeaveGroupResponse, 0, 5),
+    ApiSpec(SyncGroupRequest, SyncGroupResponse, 0, 5),
+    ApiSpec(DescribeGroupsRequest, DescribeGroupsResponse, 0, 5),
+    ApiSpec(ListGroupsRequest, ListGroupsResponse, 0, 5),
+    ApiSpec(ApiVersionsRequest, ApiVersionsResponse, 0, 3),
+    ApiSpec(DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
+])
+
+
+@dataclass(frozen=True)
+class DecodedRequest:
+    """A request as read off the wire.
+
+    `request` is the generated message (e.g. `JoinGroupRequest`) decoded at
+    `api_version`. It is None only when the codec answered the request itself:
+    then `immediate_response` holds that answer (the KIP-511 ApiVersions reply)
+    and the handler is not consulted.
+    """
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    header: RequestHeader
+    request: ApiMessage | None
+    spec: ApiSpec
+    immediate_response: ApiMessage | None = None
+
+    @property
+    def api_name(self) -> str:
+        return self.spec.name
+
+    @property
+    def response_version(self) -> int:
+        """The version the response is encoded at (0 for the KIP-511 reply)."""
+        return 0 if self.immediate_response is not None else self.api_version
+
+
+def frame_size(prefix: bytes, max_frame_bytes: int) -> int:
+    """The payload size announced by a 4-byte size prefix, checked against the limit."""
+    size, _ = Int32.decode_from(prefix, 0)
+    if size < 0 or size > max_frame_bytes:
+        raise FrameSizeError(size, max_frame_bytes)
+    return size
+
+
+def decode_request(frame: bytes, apis: ApiRegistry = COORDINATOR_APIS) -> DecodedRequest:
+    """Decode one request; `frame` is the payload after the 4-byte size prefix."""
+    header, offset = _decode_header(frame, flexible=False)
+    spec = apis.get(header.request_api_key)
+    if spec is None:
+        raise _unsupported(header, "api key is not served by this server")
+    version = header.request_api_version
+    if not spec.supports(version):
+        if spec.api_key == ApiKey.ApiVersions:
+            return _kip511_request(header, spec, apis)
+        raise _unsupported(
+            header, f"version is outside the served range {spec.min_version}-{spec.max_version}")
+    if spec.request_class.flexible_version_q(version):
+        header, offset = _decode_header(frame, flexible=True)
+    request = _decode_body(spec, header, frame, offset)
+    return DecodedRequest(
+        api_key=spec.api_key, api_version=version, correlation_id=header.correlation_id,
+        client_id=header.client_id, header=header, request=request, spec=spec)
+
+
+def encode_response(decoded: DecodedRequest, response: ApiMessage) -> bytes:
+    """The full response frame (size prefix, response header, body) for `decoded`.
+
+    Sets `response`'s version and header as a side effect.
+    """
+    expected = decoded.spec.response_class
+    version = decoded.response_version
+    if not isinstance(response, expected):
+        raise ResponseEncodingError(
+            f"{decoded.api_name} v{decoded.api_version} (correlation id "
+            f"{decoded.correlation_id}) needs a {expected.__name__}, got "
+            f"{type(response).__name__}; return the response class of the request's API")
+    if response.version is not None and response.version != version:
+        raise ResponseEncodingError(
+            f"{expected.__name__} was built at v{response.version} but the request "
+            f"needs v{version}; build it with decoded.response_version")
+    try:
+        # The API_VERSION setter assumes a *request* header, so the version is
+        # set before with_header() and encode() is called without version=.
+        if response.version is None:
+            response.API_VERSION = version
+        response.with_header(correlation_id=decoded.correlation_id)
+        return bytes(response.encode(header=True, framed=True))
+    except Exception as exc:  # generated encoders raise struct.error, TypeError, ...
+        raise ResponseEncodingError(
+            f"cannot encode {expected.__name__} v{version} (correlation id "
+            f"{decoded.correlation_id}): {exc!r}; check the field types") from exc
+
+
+def api_versions_response(version: int, apis: ApiRegistry = COORDINATOR_APIS, *,
+                          error_code: int = 0, throttle_time_ms: int = 0) -> ApiMessage:
+    """An ApiVersionsResponse at `version` listing every API in `apis`."""
+    entries = [{"api_key": s.api_key, "min_version": s.min_version, "max_version": s.max_version}
+               for s in apis]
+    return build_message(ApiVersionsResponse, version, error_code=error_code,
+                         api_keys=entries, throttle_time_ms=throttle_time_ms)
+
+
+def build_response(api_key: int, version: int, /, *, apis: ApiRegistry = COORDINATOR_APIS,
+                   **fields: Any) -> ApiMessage:
+    """The response message of `api_key` at `version`, built from plain values."""
+    spec = apis.get(api_key)
+    if spec is None or not spec.supports(version):
+        raise MessageBuildError(f"api key {api_key} v{version} is not served by this registry")
+    return build_message(spec.response_class, version, **fields)
+
+
+def response_for(decoded: DecodedRequest, **fields: Any) -> ApiMessage:
+    """The response message answering `decoded`, built from plain values."""
+    return build_message(decoded.spec.response_class, decoded.response_version, **fields)
+
+
+def build_message(message_class: type[ApiMessage], version: int, **fields: Any) -> ApiMessage:
+    """Build a generated message at `version` from plain Python values.
+
+    Nested structs may be given as mappings (converted to the generated nested
+    classes) or as instances of those classes. Fields the schema knows but
+    `version` does not carry are dropped, so one set of values can serve every
+    version; names the schema does not know raise `MessageBuildError`.
+    Unset fields take the schema default.
+    """
+    if not 0 <= version <= message_class.max_version:
+        raise MessageBuildError(
+            f"{message_class.__name__} has no v{version} (max v{message_class.max_version})")
+    kwargs = _struct_kwargs(message_class.fields, fields, version, message_class.__name__)
+    return message_class(version=version, **kwargs)
+
+
+def _struct_kwargs(schema: Mapping[str, Any], values: Mapping[str, Any], version: int,
+                   where: str) -> dict[str, Any]:
+    kwargs = {}
+    for name, value in values.items():
+        field = schema.get(name)
+        if field is None:
+            raise MessageBuildError(
+                f"{where} has no field {name!r}; known fields: {', '.join(schema)}")
+        if field.for_version_q(version):
+            kwargs[name] = _field_value(field, value, version, f"{where}.{name}")
+    return kwargs
+
+
+def _field_value(field: Any, value: Any, version: int, where: str) -> Any:
+    if value is None or not (field.is_struct() or field.is_struct_array()):
+        return value
+    if field.is_struct():
+        return _nested(field, value, version, where)
+    return [_nested(field, item, version, f"{where}[{i}]") for i, item in enumerate(value)]
+
+
+def _nested(field: Any, value: Any, version: int, where: str) -> Any:
+    if not isinstance(value, Mapping):
+        return value
+    return field.data_class(version=version, **_struct_kwargs(field.fields, value, version, where))
+
+
+def _decode_header(frame: bytes, *, flexible: bool) -> tuple[RequestHeader, int]:
+    buffer = io.BytesIO(frame)
+    try:
+        header = RequestHeader.decode(buffer, flexible=flexible)
+    except Exception as exc:  # struct.error, ValueError, UnicodeDecodeError, ...
+        raise MalformedFrameError(
+            f"request header v{2 if flexible else 1} does not decode from a "
+            f"{len(frame)}-byte frame: {exc!r}") from exc
+    return header, buffer.tell()
+
+
+def _decode_body(spec: ApiSpec, header: RequestHeader, frame: bytes, offset: int) -> ApiMessage:
+    version = header.request_api_version
+    where = (f"{spec.name} v{version} body (correlation id {header.correlation_id}, "
+             f"{len(frame) - offset} bytes)")
+    ids = {"api_key": spec.api_key, "api_version": version,
+           "correlation_id": header.correlation_id}
+    flexible = spec.request_class.flexible_version_q(version)
+    # ApiMessage.decode discards where decoding stopped, and the generated
+    # decoders slice past the end of a truncated buffer without complaint, so
+    # we call the same compiled decoder it uses and check the end offset.
+    decoder = spec.request_class._struct.compiled_decode_from(
+        version, compact=flexible, tagged=flexible, data_class=spec.request_class[None])
+    try:
+        request, end = decoder(memoryview(frame), offset)
+    except Exception as exc:  # struct.error, IndexError, UnicodeDecodeError, ...
+        raise MalformedFrameError(f"{where} does not decode: {exc!r}", **ids) from exc
+    if end != len(frame):
+        state = "is truncated" if end > len(frame) else f"has {len(frame) - end} trailing bytes"
+        raise MalformedFrameError(f"{where} {state}", **ids)
+    null_path = _unexpected_null(spec.request_class.fields, request, version, "")
+    if null_path is not None:
+        raise MalformedFrameError(f"{where}: non-nullable field {null_path} is null", **ids)
+    return request
+
+
+def _unexpected_null(schema: Mapping[str, Any], obj: Any, version: int, path: str) -> str | None:
+    for field in schema.values():
+        if not field.for_version_q(version) or field.tagged_field_q(version):
+            continue
+        value = getattr(obj, field.name)
+        if value is None:
+            nullable_kind = (field.is_array() or field.is_struct()
+                             or field.type_str in _NULL_CHECKED_TYPES)
+            if nullable_kind and not field.nullable_for_version_q(version):
+                return path + field.name
+            continue
+        children = value if field.is_struct_array() else [value] if field.is_struct() else []
+        for i, child in enumerate(children):
+            label = f"{path}{field.name}[{i}]." if field.is_struct_array() else f"{path}{field.name}."
+            found = _unexpected_null(field.fields, child, version, label)
+            if found is not None:
+                return found
+    return None
+
+
+def _unsupported(header: RequestHeader, reason: str) -> UnsupportedRequestError:
+    key, version = header.request_api_key, header.request_api_version
+    try:
+        name = ApiKey(key).name
+    except ValueError:
+        name = "unknown API"
+    return UnsupportedRequestError(
+        f"{name} (key {key}) v{version} from client {header.client_id!r} "
+        f"(correlation id {header.correlation_id}): {reason}",
+        api_key=key, api_version=version, correlation_id=header.correlation_id,
+        client_id=header.client_id)
+
+
+def _kip511_request(header: RequestHeader, spec: ApiSpec, apis: ApiRegistry) -> DecodedRequest:
+    # The body of an unknown ApiVersions version is not read: its layout is
+    # unknown to us, and the v0 reply tells the client which version to retry.
+    reply = api_versions_response(0, apis, error_code=UNSUPPORTED_VERSION)
+    return DecodedRequest(
+        api_key=spec.api_key, api_version=header.request_api_version,
+        correlation_id=header.correlation_id, client_id=header.client_id,
+        header=header, request=None, spec=spec, immediate_response=reply)
