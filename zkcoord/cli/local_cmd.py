@@ -13,7 +13,7 @@ from rich.table import Table
 from zkcoord.local import jars
 from zkcoord.local.sandbox import MAX_BROKERS, Sandbox
 
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 
 state_dir_option = click.option(
     "--state-dir", type=click.Path(file_okay=False, path_type=Path), envvar="ZKCOORD_STATE_DIR",

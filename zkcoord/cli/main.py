@@ -8,6 +8,7 @@ we expected. Rendering with rich lives only in ``zkcoord.cli``.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import click
@@ -36,9 +37,21 @@ class ZkcoordGroup(click.Group):
 
 @click.group(cls=ZkcoordGroup)
 @click.version_option(__version__, prog_name="zkcoord")
-def cli() -> None:
+@click.option("-v", "--verbose", count=True, help="More log output (-v: info, -vv: debug, libraries too).")
+def cli(verbose: int) -> None:
     """zkcoord: Kafka consumer-group coordinators that keep their state in
     ZooKeeper, and the toolkit to move ZooKeeper offsets into Kafka."""
+    setup_logging(verbose)
+
+
+def setup_logging(verbose: int) -> None:
+    """Our logs at WARNING (INFO, DEBUG with -v, -vv); kazoo's and
+    kafka-python's chatter about connections only with -vv."""
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet = logging.DEBUG if verbose >= 2 else logging.CRITICAL
+    for noisy in ("kazoo", "kafka"):
+        logging.getLogger(noisy).setLevel(quiet)
 
 
 def _register() -> None:

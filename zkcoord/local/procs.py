@@ -9,6 +9,7 @@ last lines for error messages.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,10 +18,24 @@ from collections import deque
 from pathlib import Path
 
 
+# Listening ports are picked below Linux's ephemeral range (32768-60999), so
+# an outgoing connection cannot take a port between our pick and the
+# server's bind.
+PORT_RANGE = (20000, 32000)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port nobody listens on, outside the ephemeral range."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(*PORT_RANGE)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port on {host} in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout_s: float = 0.5) -> bool:

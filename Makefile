@@ -1,0 +1,42 @@
+# zkcoord developer and user commands. `make demo` and `make test` are the
+# two set-up commands of the README; both install what they need.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+ZKC    := $(VENV)/bin/zkcoord
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: venv jars test unit integration demo down faults bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "zkcoord needs Python 3.11+, found " + sys.version.split()[0]'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+jars: venv
+	$(ZKC) local fetch
+
+# Unit and integration tests; the fixtures start a private sandbox and stop it.
+test: jars
+	$(PY) -m pytest tests/unit tests/integration -ra $(PYTEST_ARGS)
+
+unit: venv
+	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+
+integration: jars
+	$(PY) -m pytest tests/integration -ra $(PYTEST_ARGS)
+
+# The main job on the local sandbox (left running; `make down` stops it).
+demo: jars
+	bash scripts/demo.sh
+
+down: venv
+	$(ZKC) local down
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

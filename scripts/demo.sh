@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# `make demo`: the main job on the local sandbox. Each capability of zkcoord
+# extends this script as it lands.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ZKC=.venv/bin/zkcoord
+
+echo "== 1. the sandbox: real ZooKeeper 3.8 and Kafka 3.9 (ZooKeeper mode) on loopback"
+$ZKC local up
+$ZKC local status
+eval "$($ZKC local env)"
+echo "ZKCOORD_ZOOKEEPER=$ZKCOORD_ZOOKEEPER ZKCOORD_BOOTSTRAP_SERVERS=$ZKCOORD_BOOTSTRAP_SERVERS"
+echo
+echo "The sandbox keeps running; stop it with: make down"
