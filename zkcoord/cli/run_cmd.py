@@ -1,0 +1,51 @@
+"""``zkcoord run``: a coordinator daemon, configured by flags, ``ZKCOORD_...``
+environment variables or a TOML config file (see :mod:`zkcoord.config`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from zkcoord.config import DaemonConfig, build_config
+
+
+def _options(func):
+    """One click option per DaemonConfig field with a flag of its own."""
+    specs = [
+        ("--zookeeper", str, "ZooKeeper connection string HOST:PORT[,HOST:PORT...][/chroot]."),
+        ("--listen", str, "HOST:PORT the Kafka-protocol server binds [default: 127.0.0.1:9300]."),
+        ("--advertised", str, "HOST:PORT returned to clients by FindCoordinator [default: the bound address]."),
+        ("--node-id", int, "This daemon's id, unique among daemons [default: allocate one]."),
+        ("--bootstrap-servers", str, "Kafka brokers, for topic metadata without ZooKeeper and the kafka/dual offset modes."),
+        ("--zk-session-timeout-ms", int, "ZooKeeper session timeout [default: 10000]."),
+        ("--group-min-session-timeout-ms", int, "Smallest session timeout a member may ask [default: 6000]."),
+        ("--group-max-session-timeout-ms", int, "Largest session timeout a member may ask [default: 1800000]."),
+        ("--group-initial-rebalance-delay-ms", int, "Wait for more members before the first rebalance of an empty group [default: 3000]."),
+        ("--group-max-size", int, "Most members a group may have [default: unlimited]."),
+        ("--offsets-zk-root", str, "Root of the legacy offsets layout [default: /consumers]."),
+        ("--max-frame-bytes", int, "Largest request frame accepted [default: 104857600]."),
+        ("--max-state-bytes", int, "Largest group state znode written [default: 1000000]."),
+        ("--metrics-listen", str, "HOST:PORT of the Prometheus metrics and health endpoint [default: off]."),
+        ("--shutdown-timeout-ms", int, "How long SIGTERM may take before connections are cut [default: 5000]."),
+    ]
+    for flag, kind, help_text in reversed(specs):
+        func = click.option(flag, type=kind, default=None, help=help_text)(func)
+    return func
+
+
+@click.command()
+@_options
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="TOML file whose keys are the settings' names (ZKCOORD_CONFIG).")
+def run(config_file: Path | None, **flags) -> None:
+    """Run a coordinator daemon beside ZooKeeper.
+
+    Every option is also an environment variable (--node-id is
+    ZKCOORD_NODE_ID) and a config-file key (node_id). SIGTERM or Ctrl-C stops
+    it gracefully: owned groups are persisted and released at once.
+    """
+    config: DaemonConfig = build_config(flags, config_file)
+    from zkcoord.server.daemon import run_daemon
+
+    run_daemon(config)

@@ -1,0 +1,163 @@
+"""Typed configuration of the daemon, and how flags, ``ZKCOORD_...``
+environment variables and a config file map onto it.
+
+Every setting is a field of a frozen dataclass, validated on construction,
+with its unit in its name. One field has three spellings:
+
+* flag ``--session-timeout-ms`` (click),
+* environment variable ``ZKCOORD_SESSION_TIMEOUT_MS``,
+* config-file key ``session_timeout_ms`` (TOML; ``session-timeout-ms`` too).
+
+Precedence: flag, then environment, then file, then the default. A value of
+the wrong type, an unknown file key or an out-of-range number is a
+:class:`~zkcoord.errors.ConfigError` naming the setting and where it came
+from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from zkcoord.errors import ConfigError
+
+ENV_PREFIX = "ZKCOORD_"
+
+
+def parse_host_port(value: str, setting: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) -> (host, port), or ConfigError."""
+    host, sep, port_text = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError(f"{setting}={value!r} is not HOST:PORT with a port from 0 to 65535")
+    return host, int(port_text)
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Settings of one ``zkcoord run`` daemon."""
+
+    zookeeper: str = ""
+    listen: str = "127.0.0.1:9300"
+    advertised: str = ""
+    node_id: int = -1  # -1: allocate the next free id in ZooKeeper
+    bootstrap_servers: str = ""
+    zk_session_timeout_ms: int = 10_000
+    zk_connect_timeout_ms: int = 15_000
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_max_size: int = 2**31 - 1
+    offsets_zk_root: str = "/consumers"
+    max_frame_bytes: int = 100 * 1024 * 1024
+    max_state_bytes: int = 1_000_000
+    metrics_listen: str = ""  # host:port of the Prometheus/health endpoint; "" = off
+    shutdown_timeout_ms: int = 5_000
+
+    def __post_init__(self) -> None:
+        if not self.zookeeper:
+            raise ConfigError("--zookeeper (ZKCOORD_ZOOKEEPER) is required: HOST:PORT[,HOST:PORT...][/chroot]")
+        for host_port in self.zookeeper.split("/", 1)[0].split(","):
+            parse_host_port(host_port, "zookeeper")
+        parse_host_port(self.listen, "listen")
+        if self.advertised:
+            parse_host_port(self.advertised, "advertised")
+        if self.metrics_listen:
+            parse_host_port(self.metrics_listen, "metrics_listen")
+        _check_range("node_id", self.node_id, -1, 2**31 - 1)
+        _check_range("zk_session_timeout_ms", self.zk_session_timeout_ms, 1_000, 600_000)
+        _check_range("group_min_session_timeout_ms", self.group_min_session_timeout_ms, 1, 2**31 - 1)
+        _check_range("group_max_session_timeout_ms", self.group_max_session_timeout_ms,
+                     self.group_min_session_timeout_ms, 2**31 - 1)
+        _check_range("group_initial_rebalance_delay_ms", self.group_initial_rebalance_delay_ms, 0, 2**31 - 1)
+        _check_range("max_frame_bytes", self.max_frame_bytes, 1024, 2**31 - 1)
+        _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)
+        if not self.offsets_zk_root.startswith("/") or self.offsets_zk_root.endswith("/"):
+            raise ConfigError(f"offsets_zk_root={self.offsets_zk_root!r} must start with '/' and not end with one")
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_host_port(self.listen, "listen")
+
+    def advertised_address(self, bound_port: int) -> tuple[str, int]:
+        """What FindCoordinator tells clients: --advertised, else the
+        listen host (0.0.0.0 becomes this host's name) and bound port."""
+        if self.advertised:
+            return parse_host_port(self.advertised, "advertised")
+        import socket
+
+        host, _ = self.listen_address
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.getfqdn()
+        return host, bound_port
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise ConfigError(f"{name}={value} is out of range: {low} to {high}")
+
+
+def _coerce(name: str, kind: Any, raw: Any, source: str) -> Any:
+    if kind in (int, "int"):
+        if isinstance(raw, bool):
+            raise ConfigError(f"{name} from {source} must be a whole number, got {raw!r}")
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} from {source} must be a whole number, got {raw!r}") from None
+    if not isinstance(raw, str):
+        raise ConfigError(f"{name} from {source} must be a string, got {raw!r}")
+    return raw
+
+
+def read_config_file(path: Path, cls=DaemonConfig) -> dict[str, Any]:
+    """The TOML file's keys (``a-b`` or ``a_b``), checked against ``cls``."""
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from None
+    known = {f.name: f for f in fields(cls)}
+    values = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise ConfigError(f"config file {path}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
+        values[name] = _coerce(name, known[name].type, value, f"config file {path}")
+    return values
+
+
+def build_config(flags: dict[str, Any], config_file: Path | None = None, cls=DaemonConfig,
+                 environ: dict[str, str] | None = None):
+    """Merge defaults < file < environment < flags into ``cls``."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    if config_file is None and environ.get(f"{ENV_PREFIX}CONFIG"):
+        config_file = Path(environ[f"{ENV_PREFIX}CONFIG"])
+    if config_file is not None:
+        values.update(read_config_file(config_file, cls))
+    for field in fields(cls):
+        env_name = ENV_PREFIX + field.name.upper()
+        if env_name in environ:
+            values[field.name] = _coerce(field.name, field.type, environ[env_name], f"${env_name}")
+    for name, value in flags.items():
+        if value is not None:
+            values[name] = value
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def describe_settings(cls=DaemonConfig) -> list[tuple[str, str, str, str]]:
+    """(flag, environment variable, file key, default) of every setting, for docs."""
+    rows = []
+    for field in fields(cls):
+        default = field.default if field.default is not dataclasses.MISSING else ""
+        rows.append((f"--{field.name.replace('_', '-')}", ENV_PREFIX + field.name.upper(), field.name, repr(default)))
+    return rows

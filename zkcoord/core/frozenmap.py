@@ -1,0 +1,64 @@
+"""FrozenMap: the immutable, hashable mapping the frozen core model is built of.
+
+Frozen dataclasses in :mod:`zkcoord.core` cannot hold a ``dict`` (mutable,
+unhashable). ``FrozenMap`` is a read-only :class:`~collections.abc.Mapping`
+that keeps insertion order (the group coordinator relies on member order for
+leader election and protocol tie-breaks), compares equal to any mapping with
+the same items, and hashes by its items (so its values must be hashable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+__all__ = ["FrozenMap"]
+
+
+class FrozenMap(Mapping[K, V]):
+    """A read-only, insertion-ordered, hashable mapping.
+
+    >>> m = FrozenMap({"b": 1, "a": 2})
+    >>> list(m), m["a"], m == {"a": 2, "b": 1}
+    (['b', 'a'], 2, True)
+    """
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
+        self._data: dict[K, V] = dict(items)
+        self._hash: int | None = None
+
+    def __getitem__(self, key: K) -> V:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, FrozenMap):
+            return self._data == other._data
+        if isinstance(other, Mapping):
+            return self._data == dict(other.items())
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._data.items()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+    def thaw(self) -> dict[K, V]:
+        """A new mutable ``dict`` copy, in the same order."""
+        return dict(self._data)

@@ -1,0 +1,180 @@
+"""The persisted form of a group, and taking a group over after fail-over.
+
+This module owns the record a daemon writes to ZooKeeper for a group
+(:func:`to_record` / :func:`from_record`) and :func:`load_group`, which turns
+a record read by a new owner into a live group with fresh timers.
+
+Record format (version 1), JSON with short keys, bytes in base64::
+
+    {"v": 1, "s": "Stable", "g": 7, "pt": "consumer", "pn": "range",
+     "l": "<leader id>", "os": "zookeeper",
+     "m": [{"id": "<member id>", "i": "<instance id>", "c": "<client id>",
+            "h": "<client host>", "st": 10000, "rt": 300000,
+            "p": [["range", "<b64 metadata>"]], "a": "<b64 assignment>"}]}
+
+Absent / empty values are left out. Like Kafka's group metadata record, a
+member keeps only the metadata of the selected protocol (all its protocols
+only if it does not support the selected one, or none is selected yet), and
+assignments are written only for a Stable group: in CompletingRebalance they
+are the previous generation's and would be thrown away on load anyway. The
+record never holds in-memory state (parked requests, deadlines).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+from zkcoord.core.membership import Group, GroupConfig, GroupState, Member
+from zkcoord.core.messages import JOIN_KEY, Outcome
+from zkcoord.core.rebalance import Draft, prepare_rebalance, schedule_session, try_complete_join
+from zkcoord.errors import StateError
+
+__all__ = ["RECORD_VERSION", "to_record", "from_record", "load_group"]
+
+RECORD_VERSION = 1
+S = GroupState
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def _member_record(member: Member, protocol_name: str | None, stable: bool) -> dict[str, Any]:
+    protocols = member.protocols
+    if protocol_name is not None and protocol_name in member.protocol_names():
+        protocols = ((protocol_name, member.metadata(protocol_name)),)
+    rec: dict[str, Any] = {
+        "id": member.member_id,
+        "c": member.client_id,
+        "h": member.client_host,
+        "st": member.session_timeout_ms,
+        "rt": member.rebalance_timeout_ms,
+        "p": [[name, _b64(meta)] for name, meta in protocols],
+    }
+    if member.group_instance_id is not None:
+        rec["i"] = member.group_instance_id
+    if stable and member.assignment:
+        rec["a"] = _b64(member.assignment)
+    return rec
+
+
+def to_record(group: Group) -> dict[str, Any]:
+    """The persisted part of ``group`` as a compact JSON-ready dict."""
+    stable = group.state is S.STABLE
+    rec: dict[str, Any] = {
+        "v": RECORD_VERSION,
+        "s": group.state.value,
+        "g": group.generation_id,
+        "os": group.offset_storage,
+    }
+    if group.protocol_type is not None:
+        rec["pt"] = group.protocol_type
+    if group.protocol_name is not None:
+        rec["pn"] = group.protocol_name
+    if group.leader_id is not None:
+        rec["l"] = group.leader_id
+    if group.members:
+        rec["m"] = [_member_record(m, group.protocol_name, stable) for m in group.members.values()]
+    return rec
+
+
+def _member_from_record(rec: Mapping[str, Any], protocol_type: str) -> Member:
+    return Member(
+        member_id=str(rec["id"]),
+        group_instance_id=rec.get("i"),
+        client_id=str(rec.get("c", "")),
+        client_host=str(rec.get("h", "")),
+        session_timeout_ms=int(rec["st"]),
+        rebalance_timeout_ms=int(rec["rt"]),
+        protocol_type=protocol_type,
+        protocols=tuple((str(name), _unb64(meta)) for name, meta in rec.get("p", ())),
+        assignment=_unb64(rec["a"]) if "a" in rec else b"",
+    )
+
+
+def from_record(group_id: str, record: Mapping[str, Any]) -> Group:
+    """Rebuild the persisted part of a group; in-memory state starts empty.
+
+    Raises :class:`StateError` if the record is not a version-1 group record.
+    """
+    try:
+        if record.get("v") != RECORD_VERSION:
+            raise ValueError(f"unsupported record version {record.get('v')!r}")
+        protocol_type = record.get("pt")
+        members = [_member_from_record(m, protocol_type or "") for m in record.get("m", ())]
+        return Group(
+            group_id=group_id,
+            state=GroupState(record["s"]),
+            protocol_type=protocol_type,
+            protocol_name=record.get("pn"),
+            generation_id=int(record["g"]),
+            leader_id=record.get("l"),
+            members={m.member_id: m for m in members},
+            static_members={m.group_instance_id: m.member_id
+                            for m in members if m.group_instance_id is not None},
+            offset_storage=record.get("os", "zookeeper"),
+        )
+    except (KeyError, TypeError, ValueError, binascii.Error, AttributeError) as exc:
+        raise StateError(
+            f"stored record of group {group_id!r} is not a valid group record ({exc}); "
+            "inspect the group's znode, then repair or delete it"
+        ) from exc
+    except StateError as exc:
+        raise StateError(
+            f"stored record of group {group_id!r} is inconsistent ({exc}); "
+            "inspect the group's znode, then repair or delete it"
+        ) from exc
+
+
+def _persisted_only(group: Group) -> Group:
+    return Group(
+        group_id=group.group_id, state=group.state, protocol_type=group.protocol_type,
+        protocol_name=group.protocol_name, generation_id=group.generation_id,
+        leader_id=group.leader_id, members=group.members, static_members=group.static_members,
+        offset_storage=group.offset_storage,
+    )
+
+
+def load_group(record_group: Group, now_ms: int, config: GroupConfig) -> Outcome:
+    """Take over a group read from ZooKeeper after its previous owner died
+    (Kafka's ``onGroupLoaded``, extended to the states our records can hold).
+
+    Every member gets a fresh session deadline: members that are alive keep
+    heartbeating to the new owner; the others expire as usual. By loaded state:
+
+    * Empty (or Dead): nothing to arm; it stays as it is.
+    * Stable (the last assignment was stored): stays Stable, so the members
+      carry on with their generation; heartbeats succeed. If the group is
+      larger than ``max_group_size`` it rebalances, as Kafka does.
+    * CompletingRebalance (the previous owner created the generation but died
+      before the leader's assignment was stored): the assignment is lost, so
+      the members must rejoin: -> PreparingRebalance with the join deadline
+      one rebalance timeout away. Heartbeats and SyncGroups of the new
+      generation get REBALANCE_IN_PROGRESS, those of older generations
+      ILLEGAL_GENERATION; both make the client rejoin, and the next
+      generation number is never reused.
+    * PreparingRebalance (never written by this module, accepted anyway):
+      stays, with a fresh join deadline.
+
+    Persist: no; the stored record stays valid for a further fail-over (only
+    if nobody is left to rejoin does the join phase end at once and persist).
+    """
+    w = Draft.of(_persisted_only(record_group), now_ms, config)
+    if w.state in (S.EMPTY, S.DEAD):
+        return w.outcome()
+    if w.state is S.COMPLETING_REBALANCE or len(w.members) > config.max_group_size:
+        prepare_rebalance(w)
+    elif w.state is S.PREPARING_REBALANCE:
+        w.join_deadline_ms = now_ms + w.rebalance_timeout_ms
+        w.schedule(JOIN_KEY, w.join_deadline_ms)
+        try_complete_join(w)
+    for mid in w.members:
+        schedule_session(w, mid)
+    return w.outcome()

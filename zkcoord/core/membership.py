@@ -1,0 +1,410 @@
+"""The classic-group model: states, transition table, config, members, Group.
+
+This module owns the *values* of the group state machine and the pure queries
+on them that Kafka's ``GroupMetadata`` / ``MemberMetadata`` answer (protocol
+selection, protocol support, member validation). It changes nothing: handlers
+in :mod:`zkcoord.core.group` decide, :mod:`zkcoord.core.rebalance` builds the
+next :class:`Group`.
+
+Rules kept here:
+
+* A state change is legal only if the current state is in
+  ``VALID_PREVIOUS[target]`` (Kafka's ``validPreviousStates``);
+  :func:`check_transition` enforces it and every transition goes through it.
+* A :class:`Group` is an immutable value. Its fields split in two: the
+  *persisted* part (what :mod:`zkcoord.core.group_record` writes to ZooKeeper)
+  and the *in-memory* part (parked requests, deadlines, pending ids) that a
+  daemon rebuilds after fail-over and never writes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from zkcoord.core.errors import ErrorCode
+from zkcoord.core.frozenmap import FrozenMap
+from zkcoord.errors import ConfigError, StateError
+
+__all__ = [
+    "GroupState",
+    "VALID_PREVIOUS",
+    "check_transition",
+    "GroupConfig",
+    "Member",
+    "InitialDelay",
+    "Group",
+    "new_group",
+    "NEW_MEMBER_JOIN_TIMEOUT_MS",
+    "OFFSET_STORAGES",
+    "ProtocolList",
+    "Token",
+    "select_protocol",
+    "supports_protocols",
+    "validate_current_member",
+]
+
+Token = Hashable
+"""Opaque handle of a request the runtime is waiting to answer."""
+
+ProtocolList = tuple[tuple[str, bytes], ...]
+"""``((protocol name, metadata), ...)`` in the member's order of preference."""
+
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+"""Kafka's ``NewMemberJoinTimeoutMs``: a new member's parked JoinGroup is
+dropped after this long (its client has most likely given up and retried)."""
+
+OFFSET_STORAGES = ("zookeeper", "dual", "kafka")
+
+
+class GroupState(Enum):
+    """The five states of a classic group; the value is Kafka's printed name.
+
+    Each state's ``action`` says how it answers requests (from Kafka's
+    ``GroupMetadata.scala``); allowed predecessors are in ``VALID_PREVIOUS``.
+    """
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+    @property
+    def action(self) -> str:
+        """What the coordinator does in this state, and how it leaves it."""
+        return _ACTIONS[self]
+
+
+_ACTIONS = {
+    GroupState.EMPTY: (
+        "No members (offsets may remain). Join from a new member starts a "
+        "rebalance (-> PreparingRebalance, after the initial rebalance delay); "
+        "sync, heartbeat, leave and member offset commits get "
+        "UNKNOWN_MEMBER_ID; standalone commits (generation -1) are allowed; "
+        "DeleteGroups -> Dead."
+    ),
+    GroupState.PREPARING_REBALANCE: (
+        "Park JoinGroup requests until every known member has rejoined or the "
+        "rebalance timeout passes; heartbeats and SyncGroup get "
+        "REBALANCE_IN_PROGRESS; leave removes the member; commits of the "
+        "previous generation are allowed. Join phase complete -> "
+        "CompletingRebalance (new generation), or Empty if nobody is left."
+    ),
+    GroupState.COMPLETING_REBALANCE: (
+        "Waiting for the leader's assignment: park followers' SyncGroup; "
+        "heartbeats answer NONE; offset commits get REBALANCE_IN_PROGRESS. "
+        "Leader SyncGroup -> Stable; new member, changed metadata, leave or "
+        "failure -> PreparingRebalance."
+    ),
+    GroupState.STABLE: (
+        "Normal operation: heartbeats answered NONE, SyncGroup answered with "
+        "the stored assignment, followers' unchanged JoinGroup answered with "
+        "the current generation, commits of the current generation allowed. "
+        "Failure, leave, leader join or changed metadata -> PreparingRebalance."
+    ),
+    GroupState.DEAD: (
+        "Final: the group was deleted or unloaded. Every request gets "
+        "COORDINATOR_NOT_AVAILABLE so clients rediscover the coordinator."
+    ),
+}
+
+_S = GroupState
+VALID_PREVIOUS: FrozenMap[GroupState, frozenset[GroupState]] = FrozenMap(
+    {
+        _S.EMPTY: frozenset({_S.PREPARING_REBALANCE}),
+        _S.PREPARING_REBALANCE: frozenset(
+            {_S.STABLE, _S.COMPLETING_REBALANCE, _S.EMPTY}
+        ),
+        _S.COMPLETING_REBALANCE: frozenset({_S.PREPARING_REBALANCE}),
+        _S.STABLE: frozenset({_S.COMPLETING_REBALANCE}),
+        _S.DEAD: frozenset(
+            {_S.STABLE, _S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE, _S.EMPTY, _S.DEAD}
+        ),
+    }
+)
+
+
+def check_transition(group_id: str, current: GroupState, target: GroupState) -> None:
+    """Raise :class:`StateError` unless ``current -> target`` is in the table."""
+    if current not in VALID_PREVIOUS[target]:
+        allowed = ", ".join(sorted(s.value for s in VALID_PREVIOUS[target]))
+        raise StateError(
+            f"group {group_id!r} cannot move from {current.value} to "
+            f"{target.value}; {target.value} may only follow: {allowed}. "
+            "This is a bug in the group state machine."
+        )
+
+
+def can_rebalance(state: GroupState) -> bool:
+    """Kafka's ``canRebalance``: may this state move to PreparingRebalance?"""
+    return state in VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """Broker-side limits of classic groups (Kafka's ``group.*`` settings)."""
+
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3000
+    max_group_size: int = 2**31 - 1
+
+    def __post_init__(self) -> None:
+        if self.min_session_timeout_ms < 0:
+            raise ConfigError(
+                f"min_session_timeout_ms={self.min_session_timeout_ms} is negative; "
+                "use 0 or more (Kafka's default is 6000)"
+            )
+        if self.max_session_timeout_ms < self.min_session_timeout_ms:
+            raise ConfigError(
+                f"max_session_timeout_ms={self.max_session_timeout_ms} is below "
+                f"min_session_timeout_ms={self.min_session_timeout_ms}; raise the max "
+                "or lower the min"
+            )
+        if self.initial_rebalance_delay_ms < 0:
+            raise ConfigError(
+                f"initial_rebalance_delay_ms={self.initial_rebalance_delay_ms} is "
+                "negative; use 0 to disable the delay"
+            )
+        if self.max_group_size < 1:
+            raise ConfigError(
+                f"max_group_size={self.max_group_size} must be at least 1 "
+                "(as Kafka's group.max.size)"
+            )
+
+
+def _freeze_protocols(protocols: Iterable[tuple[str, bytes]]) -> ProtocolList:
+    return tuple((str(name), bytes(meta)) for name, meta in protocols)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One group member as Kafka's ``MemberMetadata`` holds it (persisted)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: ProtocolList
+    assignment: bytes = b""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "protocols", _freeze_protocols(self.protocols))
+        object.__setattr__(self, "assignment", bytes(self.assignment))
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+    def protocol_names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.protocols)
+
+    def metadata(self, protocol: str) -> bytes:
+        """The metadata this member sent for ``protocol``."""
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        raise StateError(
+            f"member {self.member_id!r} does not support protocol {protocol!r}; "
+            "the group selected a protocol not all members support (bug)"
+        )
+
+    def matches(self, protocols: ProtocolList) -> bool:
+        """Same protocols, in the same order, with the same metadata."""
+        return self.protocols == _freeze_protocols(protocols)
+
+    def vote(self, candidates: frozenset[str]) -> str:
+        """The member's most preferred protocol among ``candidates``."""
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise StateError(f"member {self.member_id!r} supports none of {sorted(candidates)}")
+
+
+@dataclass(frozen=True)
+class InitialDelay:
+    """State of Kafka's ``InitialDelayedJoin``: the delay now running and the
+    time left (of the rebalance timeout) for further extensions."""
+
+    delay_ms: int
+    remaining_ms: int
+
+
+_NO_MAP: FrozenMap = FrozenMap()
+
+
+@dataclass(frozen=True)
+class Group:
+    """An immutable snapshot of one classic group.
+
+    Persisted part: ``state``, ``protocol_type``, ``protocol_name``,
+    ``generation_id``, ``leader_id``, ``members``, ``offset_storage``
+    (``static_members`` is derived from ``members``).
+
+    In-memory part (rebuilt after fail-over, never written):
+
+    * ``awaiting_join`` / ``awaiting_sync``: member id -> token of the parked
+      JoinGroup / SyncGroup request that has not been answered yet;
+    * ``pending_members``: member ids handed out with MEMBER_ID_REQUIRED ->
+      the deadline by which they must rejoin;
+    * ``pending_sync``: members of the new generation that have not sent
+      SyncGroup yet;
+    * ``new_members``: members added in this rebalance (they expire after
+      ``NEW_MEMBER_JOIN_TIMEOUT_MS`` even while their join is parked);
+    * ``session_deadlines``: member id -> deadline of its ``session:`` timer;
+    * ``new_member_added``, ``join_deadline_ms``, ``initial_delay``: the join
+      phase timer (Kafka's ``DelayedJoin`` / ``InitialDelayedJoin``);
+    * ``sync_deadline_ms`` / ``sync_generation``: the pending-sync timer.
+    """
+
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    generation_id: int = 0
+    leader_id: str | None = None
+    members: FrozenMap[str, Member] = _NO_MAP
+    static_members: FrozenMap[str, str] = _NO_MAP
+    offset_storage: str = "zookeeper"
+    awaiting_join: FrozenMap[str, Token] = _NO_MAP
+    awaiting_sync: FrozenMap[str, Token] = _NO_MAP
+    pending_members: FrozenMap[str, int] = _NO_MAP
+    pending_sync: frozenset[str] = frozenset()
+    new_members: frozenset[str] = frozenset()
+    session_deadlines: FrozenMap[str, int] = _NO_MAP
+    new_member_added: bool = False
+    join_deadline_ms: int | None = None
+    initial_delay: InitialDelay | None = None
+    sync_deadline_ms: int | None = None
+    sync_generation: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("members", "static_members", "awaiting_join", "awaiting_sync",
+                     "pending_members", "session_deadlines"):
+            value = getattr(self, name)
+            if not isinstance(value, FrozenMap):
+                object.__setattr__(self, name, FrozenMap(value))
+        for name in ("pending_sync", "new_members"):
+            object.__setattr__(self, name, frozenset(getattr(self, name)))
+        self._check_invariants()
+
+    def _check_invariants(self) -> None:
+        if self.offset_storage not in OFFSET_STORAGES:
+            raise StateError(
+                f"group {self.group_id!r}: offset_storage={self.offset_storage!r} is "
+                f"not one of {', '.join(OFFSET_STORAGES)}"
+            )
+        instance_ids = [m.group_instance_id for m in self.members.values()
+                        if m.group_instance_id is not None]
+        if len(set(instance_ids)) != len(instance_ids):
+            raise StateError(f"group {self.group_id!r}: two members share an instance id")
+        statics = {m.group_instance_id: m.member_id
+                   for m in self.members.values() if m.group_instance_id is not None}
+        if statics != dict(self.static_members):
+            raise StateError(
+                f"group {self.group_id!r}: static_members {dict(self.static_members)} "
+                f"disagree with the members' instance ids {statics}"
+            )
+        if self.leader_id is not None and self.leader_id not in self.members:
+            raise StateError(f"group {self.group_id!r}: leader {self.leader_id!r} is not a member")
+        for name in ("awaiting_join", "awaiting_sync", "session_deadlines"):
+            stray = set(getattr(self, name)) - set(self.members)
+            if stray:
+                raise StateError(f"group {self.group_id!r}: {name} names non-members {sorted(stray)}")
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id is not None and self.leader_id == member_id
+
+    @property
+    def rebalance_timeout_ms(self) -> int:
+        """The largest rebalance timeout among members (0 when empty)."""
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    @property
+    def has_all_members_joined(self) -> bool:
+        return len(self.members) == len(self.awaiting_join) and not self.pending_members
+
+
+def new_group(group_id: str, offset_storage: str = "zookeeper") -> Group:
+    """A group that has never had members: Empty, generation 0."""
+    return Group(group_id=group_id, offset_storage=offset_storage)
+
+
+class MembershipView(Protocol):
+    """What the queries below read; both Group and the rebalance Draft have it."""
+
+    state: GroupState
+    protocol_type: str | None
+    members: Mapping[str, Member]
+    static_members: Mapping[str, str]
+
+
+def _protocol_counts(members: Mapping[str, Member]) -> Counter[str]:
+    # Counted per listed entry, as Kafka's incSupportedProtocols does.
+    return Counter(name for m in members.values() for name, _ in m.protocols)
+
+
+def _candidate_protocols(members: Mapping[str, Member]) -> frozenset[str]:
+    counts = _protocol_counts(members)
+    return frozenset(name for name, n in counts.items() if n == len(members))
+
+
+def select_protocol(members: Mapping[str, Member]) -> str:
+    """Kafka's ``selectProtocol``: among protocols every member supports, each
+    member votes for its most preferred; the most votes wins. Ties go to the
+    protocol whose first vote came earliest in member order (Kafka breaks ties
+    by hash-map order, i.e. arbitrarily).
+
+    >>> a = Member("a", None, "c", "h", 1, 1, "consumer", (("rr", b""), ("range", b"")))
+    >>> b = Member("b", None, "c", "h", 1, 1, "consumer", (("range", b""), ("rr", b"")))
+    >>> c = Member("c", None, "c", "h", 1, 1, "consumer", (("range", b""),))
+    >>> select_protocol({"a": a, "b": b, "c": c})
+    'range'
+    """
+    if not members:
+        raise StateError("cannot select a protocol for a group without members")
+    candidates = _candidate_protocols(members)
+    votes = Counter(m.vote(candidates) for m in members.values())
+    best = max(votes.values())
+    return next(name for name, n in votes.items() if n == best)
+
+
+def supports_protocols(view: MembershipView, protocol_type: str, names: frozenset[str]) -> bool:
+    """Kafka's ``supportsProtocols``: may a member with this protocol type and
+    these protocol names join? An Empty group takes any non-empty proposal;
+    otherwise the type must match and one protocol must be supported by all
+    current members."""
+    if view.state is GroupState.EMPTY:
+        return bool(protocol_type) and bool(names)
+    if view.protocol_type != protocol_type:
+        return False
+    counts = _protocol_counts(view.members)
+    return any(counts.get(name, 0) == len(view.members) for name in names)
+
+
+def validate_current_member(
+    view: MembershipView, member_id: str, group_instance_id: str | None
+) -> ErrorCode | None:
+    """Kafka's ``validateCurrentMember``: a given instance id must map to
+    ``member_id`` (else FENCED_INSTANCE_ID, or UNKNOWN_MEMBER_ID if unmapped),
+    and ``member_id`` must be a member (else UNKNOWN_MEMBER_ID)."""
+    if group_instance_id is not None:
+        current = view.static_members.get(group_instance_id)
+        if current is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if current != member_id:
+            return ErrorCode.FENCED_INSTANCE_ID
+    if member_id not in view.members:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    return None

@@ -1,0 +1,470 @@
+"""The rebalance machinery shared by all handlers: Draft and its operations.
+
+A handler starts a :class:`Draft` (a private, mutable working copy of one
+immutable :class:`~zkcoord.core.membership.Group`), applies the operations
+below in the order Kafka's ``GroupCoordinator`` does, and ends with
+:meth:`Draft.outcome`, which freezes the next Group and collects the replies,
+timer operations and the persist flag. Nothing outside a handler call ever
+sees a Draft, so the core stays pure.
+
+This module owns the coordinator's internal steps: adding, removing and
+replacing members, preparing a rebalance (with the initial delay), completing
+the join phase into a new generation, propagating the leader's assignment,
+and session / pending-sync bookkeeping. Each function names the Kafka method
+it mirrors.
+
+Persist rule: only :func:`complete_join` (new generation, or the group became
+Empty) and the callers documented in ``group.py`` set ``persist``; nothing in
+the join phase itself does, so a rebalance costs at most two writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from zkcoord.core.errors import ErrorCode
+from zkcoord.core.membership import (
+    NEW_MEMBER_JOIN_TIMEOUT_MS,
+    Group,
+    GroupConfig,
+    GroupState,
+    InitialDelay,
+    Member,
+    ProtocolList,
+    can_rebalance,
+    check_transition,
+    select_protocol,
+)
+from zkcoord.core.messages import (
+    JOIN,
+    JOIN_KEY,
+    SYNC,
+    SYNC_KEY,
+    Cancel,
+    JoinMember,
+    JoinResult,
+    Outcome,
+    Reply,
+    Schedule,
+    SyncResult,
+    TimerOp,
+    pending_key,
+    session_key,
+)
+
+S = GroupState
+
+
+@dataclass
+class Draft:
+    """Mutable working copy of a Group inside one handler call."""
+
+    base: Group
+    now_ms: int
+    config: GroupConfig
+    state: GroupState
+    protocol_type: str | None
+    protocol_name: str | None
+    generation_id: int
+    leader_id: str | None
+    members: dict[str, Member]
+    static_members: dict[str, str]
+    awaiting_join: dict[str, Hashable]
+    awaiting_sync: dict[str, Hashable]
+    pending_members: dict[str, int]
+    pending_sync: set[str]
+    new_members: set[str]
+    session_deadlines: dict[str, int]
+    new_member_added: bool
+    join_deadline_ms: int | None
+    initial_delay: InitialDelay | None
+    sync_deadline_ms: int | None
+    sync_generation: int | None
+    replies: list[Reply] = field(default_factory=list)
+    timers: dict[str, TimerOp] = field(default_factory=dict)
+    persist: bool = False
+
+    @classmethod
+    def of(cls, group: Group, now_ms: int, config: GroupConfig | None = None) -> Draft:
+        """Start a draft; ``config`` only matters to handlers that rebalance."""
+        return cls(
+            config=config if config is not None else GroupConfig(),
+            base=group, now_ms=now_ms, state=group.state,
+            protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+            generation_id=group.generation_id, leader_id=group.leader_id,
+            members=group.members.thaw(), static_members=group.static_members.thaw(),
+            awaiting_join=group.awaiting_join.thaw(), awaiting_sync=group.awaiting_sync.thaw(),
+            pending_members=group.pending_members.thaw(), pending_sync=set(group.pending_sync),
+            new_members=set(group.new_members), session_deadlines=group.session_deadlines.thaw(),
+            new_member_added=group.new_member_added, join_deadline_ms=group.join_deadline_ms,
+            initial_delay=group.initial_delay, sync_deadline_ms=group.sync_deadline_ms,
+            sync_generation=group.sync_generation,
+        )
+
+    def freeze(self) -> Group:
+        return Group(
+            group_id=self.base.group_id, state=self.state, protocol_type=self.protocol_type,
+            protocol_name=self.protocol_name, generation_id=self.generation_id,
+            leader_id=self.leader_id, members=self.members, static_members=self.static_members,
+            offset_storage=self.base.offset_storage, awaiting_join=self.awaiting_join,
+            awaiting_sync=self.awaiting_sync, pending_members=self.pending_members,
+            pending_sync=self.pending_sync, new_members=self.new_members,
+            session_deadlines=self.session_deadlines, new_member_added=self.new_member_added,
+            join_deadline_ms=self.join_deadline_ms, initial_delay=self.initial_delay,
+            sync_deadline_ms=self.sync_deadline_ms, sync_generation=self.sync_generation,
+        )
+
+    def outcome(self) -> Outcome:
+        group = self.freeze()
+        if group == self.base:
+            group = self.base
+        return Outcome(group, self.persist, tuple(self.replies), tuple(self.timers.values()))
+
+    # -- effects -----------------------------------------------------------
+    def reply(self, token: Hashable, kind: str, payload: object) -> None:
+        self.replies.append(Reply(token, kind, payload))  # type: ignore[arg-type]
+
+    def schedule(self, key: str, deadline_ms: int) -> None:
+        self.timers.pop(key, None)
+        self.timers[key] = Schedule(key, deadline_ms)
+
+    def cancel(self, key: str) -> None:
+        self.timers.pop(key, None)
+        self.timers[key] = Cancel(key)
+
+    def transition(self, target: GroupState) -> None:
+        check_transition(self.base.group_id, self.state, target)
+        self.state = target
+
+    # -- queries -----------------------------------------------------------
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id is not None and self.leader_id == member_id
+
+    @property
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def has_all_members_joined(self) -> bool:
+        return len(self.members) == len(self.awaiting_join) and not self.pending_members
+
+    def set_assignment(self, member_id: str, assignment: bytes) -> None:
+        member = self.members[member_id]
+        if member.assignment != assignment:
+            self.members[member_id] = _replace_member(member, assignment=assignment)
+
+
+def _replace_member(member: Member, **changes: object) -> Member:
+    fields = dict(member.__dict__)
+    fields.update(changes)
+    return Member(**fields)  # type: ignore[arg-type]
+
+
+# -- sessions ------------------------------------------------------------------
+
+def schedule_session(w: Draft, member_id: str, timeout_ms: int | None = None) -> None:
+    """Kafka's ``completeAndScheduleNextExpiration``: the member proved it is
+    alive; its session now ends ``timeout_ms`` (default: its session timeout)
+    from now."""
+    if timeout_ms is None:
+        timeout_ms = w.members[member_id].session_timeout_ms
+    deadline = w.now_ms + timeout_ms
+    w.session_deadlines[member_id] = deadline
+    w.schedule(session_key(member_id), deadline)
+
+
+def has_satisfied_heartbeat(w: Draft, member_id: str) -> bool:
+    """Kafka's ``MemberMetadata.hasSatisfiedHeartbeat`` at session expiry: new
+    members expire even while parked; members with a parked JoinGroup or
+    SyncGroup are excused; anyone else missed its heartbeat."""
+    if member_id in w.new_members:
+        return False
+    return member_id in w.awaiting_join or member_id in w.awaiting_sync
+
+
+# -- membership changes --------------------------------------------------------
+
+def add_member(w: Draft, member: Member, token: Hashable | None) -> None:
+    """Kafka's ``GroupMetadata.add``."""
+    if member.group_instance_id is not None:
+        w.static_members[member.group_instance_id] = member.member_id
+    if not w.members:
+        w.protocol_type = member.protocol_type
+    if w.leader_id is None:
+        w.leader_id = member.member_id
+    w.members[member.member_id] = member
+    if token is not None:
+        w.awaiting_join[member.member_id] = token
+    if w.pending_members.pop(member.member_id, None) is not None:
+        w.cancel(pending_key(member.member_id))
+
+
+def remove_member(w: Draft, member_id: str) -> None:
+    """Kafka's ``GroupMetadata.remove`` (member or pending id), plus: its
+    session timer is cancelled and any request it still has parked is
+    answered UNKNOWN_MEMBER_ID so no token is left waiting."""
+    member = w.members.pop(member_id, None)
+    if member is not None:
+        if member.group_instance_id is not None:
+            w.static_members.pop(member.group_instance_id, None)
+        join_token = w.awaiting_join.pop(member_id, None)
+        if join_token is not None:
+            w.reply(join_token, JOIN, JoinResult.failed("", ErrorCode.UNKNOWN_MEMBER_ID))
+        sync_token = w.awaiting_sync.pop(member_id, None)
+        if sync_token is not None:
+            w.reply(sync_token, SYNC, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
+        w.new_members.discard(member_id)
+        w.session_deadlines.pop(member_id, None)
+        w.cancel(session_key(member_id))
+    if w.is_leader(member_id):
+        w.leader_id = next(iter(w.members), None)
+    if w.pending_members.pop(member_id, None) is not None:
+        w.cancel(pending_key(member_id))
+    w.pending_sync.discard(member_id)
+
+
+def update_member(
+    w: Draft, member_id: str, protocols: ProtocolList, rebalance_timeout_ms: int,
+    session_timeout_ms: int, token: Hashable | None,
+) -> None:
+    """Kafka's ``GroupMetadata.updateMember``. A JoinGroup that replaces one
+    still parked for the same member answers the old one REBALANCE_IN_PROGRESS
+    (Kafka silently drops it; the client has already given up on it)."""
+    w.members[member_id] = _replace_member(
+        w.members[member_id], protocols=protocols,
+        rebalance_timeout_ms=rebalance_timeout_ms, session_timeout_ms=session_timeout_ms,
+    )
+    old = w.awaiting_join.pop(member_id, None)
+    if old is not None and old != token:
+        w.reply(old, JOIN, JoinResult.failed(member_id, ErrorCode.REBALANCE_IN_PROGRESS))
+    if token is not None:
+        w.awaiting_join[member_id] = token
+
+
+def replace_static_member(w: Draft, instance_id: str, old_id: str, new_id: str) -> None:
+    """Kafka's ``replaceStaticMember``: the instance keeps its place, metadata
+    and assignment under ``new_id``; requests parked by ``old_id`` are fenced.
+    Unlike Kafka, a pending SyncGroup obligation moves to ``new_id`` (Kafka
+    leaves ``old_id`` in the set, so the sync timeout later forces a needless
+    rebalance)."""
+    join_token = w.awaiting_join.pop(old_id, None)
+    if join_token is not None:
+        w.reply(join_token, JOIN, JoinResult.failed(old_id, ErrorCode.FENCED_INSTANCE_ID))
+    sync_token = w.awaiting_sync.pop(old_id, None)
+    if sync_token is not None:
+        w.reply(sync_token, SYNC, SyncResult(ErrorCode.FENCED_INSTANCE_ID))
+    w.members = {
+        (new_id if mid == old_id else mid): (_replace_member(m, member_id=new_id) if mid == old_id else m)
+        for mid, m in w.members.items()
+    }
+    if w.is_leader(old_id):
+        w.leader_id = new_id
+    w.static_members[instance_id] = new_id
+    if old_id in w.new_members:
+        w.new_members.discard(old_id)
+        w.new_members.add(new_id)
+    if old_id in w.pending_sync:
+        w.pending_sync.discard(old_id)
+        w.pending_sync.add(new_id)
+    w.session_deadlines.pop(old_id, None)
+    w.cancel(session_key(old_id))
+
+
+def add_member_and_rebalance(
+    w: Draft, member: Member, token: Hashable,
+) -> None:
+    """Kafka's ``addMemberAndRebalance``: a new member joins, its parked join
+    expires after ``NEW_MEMBER_JOIN_TIMEOUT_MS``, and a rebalance starts if
+    one is not running. A member added during the initial delay of a brand-new
+    group (generation 0) lets that delay be extended."""
+    w.new_members.add(member.member_id)
+    if w.state is S.PREPARING_REBALANCE and w.generation_id == 0:
+        w.new_member_added = True
+    add_member(w, member, token)
+    schedule_session(w, member.member_id, NEW_MEMBER_JOIN_TIMEOUT_MS)
+    maybe_prepare_rebalance(w)
+
+
+def remove_member_and_update_group(w: Draft, member_id: str) -> None:
+    """Kafka's ``removeMemberAndUpdateGroup``: a parked join is answered
+    UNKNOWN_MEMBER_ID, the member goes, and the group rebalances (Stable,
+    CompletingRebalance) or re-checks the join phase (PreparingRebalance)."""
+    remove_member(w, member_id)
+    if w.state in (S.STABLE, S.COMPLETING_REBALANCE):
+        maybe_prepare_rebalance(w)
+    elif w.state is S.PREPARING_REBALANCE:
+        try_complete_join(w)
+
+
+def remove_pending_member_and_update_group(w: Draft, member_id: str) -> None:
+    """Kafka's ``removePendingMemberAndUpdateGroup``."""
+    remove_member(w, member_id)
+    if w.state is S.PREPARING_REBALANCE:
+        try_complete_join(w)
+
+
+# -- the join phase ------------------------------------------------------------
+
+def maybe_prepare_rebalance(w: Draft) -> None:
+    if can_rebalance(w.state):
+        prepare_rebalance(w)
+
+
+def prepare_rebalance(w: Draft) -> None:
+    """Kafka's ``prepareRebalance``: fail parked SyncGroups with
+    REBALANCE_IN_PROGRESS, drop the pending-sync timer, arm the join timer
+    (the initial delay when coming from Empty, else the group's rebalance
+    timeout) and enter PreparingRebalance."""
+    if w.state is S.COMPLETING_REBALANCE:
+        reset_and_propagate_assignment_error(w, ErrorCode.REBALANCE_IN_PROGRESS)
+    remove_sync_expiration(w)
+    if w.state is S.EMPTY:
+        delay = w.config.initial_rebalance_delay_ms
+        w.initial_delay = InitialDelay(delay, max(w.rebalance_timeout_ms - delay, 0))
+        w.join_deadline_ms = w.now_ms + delay
+    else:
+        w.initial_delay = None
+        w.join_deadline_ms = w.now_ms + w.rebalance_timeout_ms
+    w.transition(S.PREPARING_REBALANCE)
+    w.schedule(JOIN_KEY, w.join_deadline_ms)
+    try_complete_join(w)
+
+
+def try_complete_join(w: Draft) -> None:
+    """Kafka's ``tryCompleteJoin``: end the join phase as soon as every known
+    member has rejoined and no MEMBER_ID_REQUIRED id is outstanding. During
+    the initial delay nothing ends it early (``InitialDelayedJoin``)."""
+    if w.state is not S.PREPARING_REBALANCE or w.initial_delay is not None:
+        return
+    if w.has_all_members_joined():
+        complete_join(w)
+
+
+def _maybe_elect_new_joined_leader(w: Draft) -> bool:
+    """Kafka's ``maybeElectNewJoinedLeader``."""
+    if w.leader_id is None:
+        return False
+    if w.leader_id in w.awaiting_join:
+        return True
+    joined = next((mid for mid in w.members if mid in w.awaiting_join), None)
+    if joined is None:
+        return False
+    w.leader_id = joined
+    return True
+
+
+def complete_join(w: Draft) -> None:
+    """Kafka's ``onCompleteJoin``: drop dynamic members that did not rejoin,
+    then either wait another rebalance timeout (nobody rejoined but static
+    members remain) or start the next generation.
+
+    Persist: yes, whether the new generation has members (CompletingRebalance
+    with the chosen protocol, leader and members) or none (Empty with a
+    bumped generation, as Kafka writes it)."""
+    w.cancel(JOIN_KEY)
+    w.join_deadline_ms = None
+    w.initial_delay = None
+    for mid in [m for m, mem in w.members.items() if m not in w.awaiting_join and not mem.is_static]:
+        remove_member(w, mid)
+    if not _maybe_elect_new_joined_leader(w) and w.members:
+        w.join_deadline_ms = w.now_ms + w.rebalance_timeout_ms
+        w.schedule(JOIN_KEY, w.join_deadline_ms)
+        return
+    _init_next_generation(w)
+    w.persist = True
+    if w.state is S.EMPTY:
+        return
+    for mid in list(w.members):
+        token = w.awaiting_join.pop(mid, None)
+        if token is not None:
+            w.reply(token, JOIN, join_result(w, mid))
+        schedule_session(w, mid)
+        w.new_members.discard(mid)
+        w.pending_sync.add(mid)
+    w.sync_generation = w.generation_id
+    w.sync_deadline_ms = w.now_ms + w.rebalance_timeout_ms
+    w.schedule(SYNC_KEY, w.sync_deadline_ms)
+
+
+def _init_next_generation(w: Draft) -> None:
+    """Kafka's ``initNextGeneration``."""
+    w.generation_id += 1
+    if w.members:
+        w.protocol_name = select_protocol(w.members)
+        w.transition(S.COMPLETING_REBALANCE)
+    else:
+        w.protocol_name = None
+        w.transition(S.EMPTY)
+    w.pending_sync.clear()
+
+
+def current_member_metadata(w: Draft) -> tuple[JoinMember, ...]:
+    """The member list the leader gets (metadata of the selected protocol)."""
+    assert w.protocol_name is not None
+    return tuple(
+        JoinMember(m.member_id, m.group_instance_id, m.metadata(w.protocol_name))
+        for m in w.members.values()
+    )
+
+
+def join_result(w: Draft, member_id: str, leader_id: str | None = None,
+                skip_assignment: bool = False, with_members: bool | None = None) -> JoinResult:
+    """A successful JoinGroup answer for the current generation; the leader
+    (unless told otherwise) also gets the member list."""
+    if with_members is None:
+        with_members = w.is_leader(member_id)
+    return JoinResult(
+        error=ErrorCode.NONE, generation_id=w.generation_id,
+        protocol_type=w.protocol_type, protocol_name=w.protocol_name,
+        leader_id=(w.leader_id if leader_id is None else leader_id) or "",
+        member_id=member_id, skip_assignment=skip_assignment,
+        members=current_member_metadata(w) if with_members else (),
+    )
+
+
+# -- the sync phase ------------------------------------------------------------
+
+def remove_sync_expiration(w: Draft) -> None:
+    """Kafka's ``removeSyncExpiration``: forget who still owes a SyncGroup."""
+    w.pending_sync.clear()
+    _complete_sync_expiration(w)
+
+
+def remove_pending_sync_member(w: Draft, member_id: str) -> None:
+    w.pending_sync.discard(member_id)
+    if not w.pending_sync:
+        _complete_sync_expiration(w)
+
+
+def _complete_sync_expiration(w: Draft) -> None:
+    if w.sync_deadline_ms is not None:
+        w.cancel(SYNC_KEY)
+    w.sync_deadline_ms = None
+    w.sync_generation = None
+
+
+def propagate_assignment(w: Draft, error: ErrorCode) -> None:
+    """Kafka's ``propagateAssignment``: answer every parked SyncGroup and
+    restart the session of each member answered."""
+    ok = error is ErrorCode.NONE
+    for mid, member in w.members.items():
+        token = w.awaiting_sync.pop(mid, None)
+        if token is None:
+            continue
+        w.reply(token, SYNC, SyncResult(
+            error, w.protocol_type if ok else None, w.protocol_name if ok else None,
+            member.assignment,
+        ))
+        schedule_session(w, mid)
+
+
+def reset_and_propagate_assignment_error(w: Draft, error: ErrorCode) -> None:
+    for mid in w.members:
+        w.set_assignment(mid, b"")
+    propagate_assignment(w, error)
+
+
+def set_and_propagate_assignment(w: Draft, assignment: dict[str, bytes]) -> None:
+    for mid in w.members:
+        w.set_assignment(mid, assignment[mid])
+    propagate_assignment(w, ErrorCode.NONE)
