@@ -52,3 +52,22 @@ class NotFoundError(ZkcoordError):
 
 class StateError(ZkcoordError):
     exit_code = 1
+
+
+class NotOwnerError(ZkcoordError):
+    """This daemon no longer owns the group (deposed, expired, or someone else
+    wrote its state); nothing was written. Retriable: the client should look
+    the coordinator up again (Kafka's NOT_COORDINATOR)."""
+
+    exit_code = 1
+    retriable = True
+
+    def __init__(self, message: str, group: str | None = None) -> None:
+        super().__init__(message)
+        self.group = group
+
+
+class NodeIdInUseError(ConfigError):
+    """Another live daemon is registered with this node id."""
+
+    exit_code = 2

@@ -1,0 +1,279 @@
+"""Kafka API handlers: wire messages in, core requests through the group
+manager, wire messages out.
+
+Owns the translation between kafka-python's generated request/response
+messages and zkcoord's core values, per API and version, and nothing else:
+ownership, persistence and group rules live in :mod:`.manager` and
+:mod:`zkcoord.core`. Every response is built with
+:func:`~zkcoord.server.codec.response_for`, which drops the fields a version
+does not have. Group-level failures (:class:`GroupUnavailableError`) become
+the error code of the API's response; nothing a client sends can make a
+handler raise anything else but a bug.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from zkcoord.core import group as core
+from zkcoord.core.errors import ErrorCode, validate_group_id
+from zkcoord.errors import StateError
+from zkcoord.server.codec import (
+    COORDINATOR_APIS,
+    DecodedRequest,
+    api_versions_response,
+    response_for,
+)
+from zkcoord.server.group_runtime import GroupUnavailableError
+from zkcoord.server.transport import ConnectionInfo
+
+if TYPE_CHECKING:
+    from zkcoord.server.manager import GroupManager
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+API_VERSIONS, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 18, 10, 11, 12, 13, 14
+OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 8, 9, 15, 16, 42
+TRANSACTION_KEY_TYPE = 1
+
+
+class ApiHandler:
+    """The transport's handler: ``await handler(decoded, connection)``."""
+
+    def __init__(self, manager: "GroupManager", metrics=None):
+        self.manager = manager
+        self.metrics = metrics
+        self._routes = {
+            API_VERSIONS: self.api_versions, FIND_COORDINATOR: self.find_coordinator,
+            JOIN_GROUP: self.join_group, SYNC_GROUP: self.sync_group, HEARTBEAT: self.heartbeat,
+            LEAVE_GROUP: self.leave_group, OFFSET_COMMIT: self.offset_commit,
+            OFFSET_FETCH: self.offset_fetch, DESCRIBE_GROUPS: self.describe_groups,
+            LIST_GROUPS: self.list_groups, DELETE_GROUPS: self.delete_groups,
+        }
+
+    async def __call__(self, decoded: DecodedRequest, connection: ConnectionInfo):
+        response = await self._routes[decoded.api_key](decoded, connection)
+        if self.metrics is not None:
+            self.metrics.observe_request(decoded.api_name, response)
+        return response
+
+    # -- ApiVersions, FindCoordinator --------------------------------------------
+    async def api_versions(self, decoded, connection):
+        return api_versions_response(decoded.api_version, COORDINATOR_APIS)
+
+    async def find_coordinator(self, decoded, connection):
+        request = decoded.request
+        key_type = getattr(request, "key_type", 0) or 0
+        if decoded.api_version >= 4:
+            results = [await self._find_one(key, key_type) for key in request.coordinator_keys]
+            return response_for(decoded, throttle_time_ms=0, coordinators=[
+                {"key": key, "node_id": node, "host": host, "port": port, "error_code": int(code),
+                 "error_message": message}
+                for key, (code, message, node, host, port) in zip(request.coordinator_keys, results)])
+        code, message, node, host, port = await self._find_one(request.key, key_type)
+        return response_for(decoded, throttle_time_ms=0, error_code=int(code), error_message=message,
+                            node_id=node, host=host, port=port)
+
+    async def _find_one(self, key: str, key_type: int):
+        if key_type == TRANSACTION_KEY_TYPE:
+            return (E.INVALID_REQUEST, "zkcoord coordinates consumer groups only; find transaction "
+                    "coordinators on the Kafka brokers", -1, "", -1)
+        if key_type != 0:
+            return E.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
+        code = validate_group_id(key)
+        if code is not E.NONE:
+            return code, f"invalid group id {key!r}", -1, "", -1
+        try:
+            node_id, host, port = await self.manager.find_coordinator(key)
+        except GroupUnavailableError as exc:
+            return exc.code, str(exc), -1, "", -1
+        return E.NONE, None, node_id, host, port
+
+    # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -------------------------------
+    async def join_group(self, decoded, connection):
+        r = decoded.request
+        version = decoded.api_version
+
+        def failed(code: ErrorCode):
+            return response_for(decoded, throttle_time_ms=0, error_code=int(code), generation_id=-1,
+                                protocol_type=None, protocol_name=None if version >= 7 else "",
+                                leader="", skip_assignment=False, member_id=r.member_id, members=[])
+
+        instance = getattr(r, "group_instance_id", None) if version >= 5 else None
+        prefix = instance if instance else (decoded.client_id or "")
+        try:
+            runtime = await self.manager.runtime(r.group_id)
+            token = runtime.next_token()
+            request = core.JoinRequest(
+                token=token, group_id=r.group_id, member_id=r.member_id, group_instance_id=instance,
+                client_id=decoded.client_id or "", client_host=connection.client_host,
+                session_timeout_ms=r.session_timeout_ms,
+                rebalance_timeout_ms=r.rebalance_timeout_ms if version >= 1 else r.session_timeout_ms,
+                protocol_type=r.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in r.protocols],
+                require_known_member_id=version >= 4, new_member_id=f"{prefix}-{uuid.uuid4()}",
+                reason=getattr(r, "reason", None) if version >= 8 else None,
+                support_skipping_assignment=version >= 9,
+            )
+            result = await runtime.call(token, lambda g, now: core.handle_join(g, request, now, runtime.config))
+        except GroupUnavailableError as exc:
+            return failed(exc.code)
+        except StateError as exc:
+            log.error("JoinGroup %s: %s", r.group_id, exc)
+            return failed(E.GROUP_MAX_SIZE_REACHED if "exceeds" in str(exc) else E.UNKNOWN_SERVER_ERROR)
+        return response_for(
+            decoded, throttle_time_ms=0, error_code=int(result.error), generation_id=result.generation_id,
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name if (version >= 7 or result.protocol_name) else "",
+            leader=result.leader_id, skip_assignment=result.skip_assignment, member_id=result.member_id,
+            members=[{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
+                     for m in result.members])
+
+    async def sync_group(self, decoded, connection):
+        r = decoded.request
+        version = decoded.api_version
+
+        def answer(code, protocol_type=None, protocol_name=None, assignment=b""):
+            return response_for(decoded, throttle_time_ms=0, error_code=int(code), protocol_type=protocol_type,
+                                protocol_name=protocol_name, assignment=assignment)
+
+        try:
+            runtime = await self.manager.runtime(r.group_id, loading_code=E.REBALANCE_IN_PROGRESS)
+            token = runtime.next_token()
+            request = core.SyncRequest(
+                token=token, member_id=r.member_id, generation_id=r.generation_id,
+                group_instance_id=getattr(r, "group_instance_id", None) if version >= 3 else None,
+                protocol_type=getattr(r, "protocol_type", None) if version >= 5 else None,
+                protocol_name=getattr(r, "protocol_name", None) if version >= 5 else None,
+                assignments={a.member_id: bytes(a.assignment) for a in (r.assignments or [])},
+            )
+            result = await runtime.call(token, lambda g, now: core.handle_sync(g, request, now, runtime.config))
+        except GroupUnavailableError as exc:
+            return answer(exc.code)
+        except StateError as exc:
+            log.error("SyncGroup %s: %s", r.group_id, exc)
+            return answer(E.UNKNOWN_SERVER_ERROR)
+        return answer(result.error, result.protocol_type, result.protocol_name, result.assignment)
+
+    async def heartbeat(self, decoded, connection):
+        r = decoded.request
+        try:
+            runtime = await self.manager.runtime(r.group_id, loading_code=E.NONE)
+            if runtime is None:  # loading: Kafka answers NONE
+                return response_for(decoded, throttle_time_ms=0, error_code=0)
+            token = runtime.next_token()
+            request = core.HeartbeatRequest(
+                token, r.member_id, r.generation_id,
+                getattr(r, "group_instance_id", None) if decoded.api_version >= 3 else None)
+            result = await runtime.call(token, lambda g, now: core.handle_heartbeat(g, request, now, runtime.config))
+        except GroupUnavailableError as exc:
+            return response_for(decoded, throttle_time_ms=0, error_code=int(exc.code))
+        return response_for(decoded, throttle_time_ms=0, error_code=int(result.error))
+
+    async def leave_group(self, decoded, connection):
+        r = decoded.request
+        version = decoded.api_version
+        if version >= 3:
+            members = tuple((m.member_id, m.group_instance_id) for m in r.members)
+        else:
+            members = ((r.member_id, None),)
+
+        def answer(code, results=()):
+            return response_for(decoded, throttle_time_ms=0, error_code=int(code), members=[
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "error_code": int(m.error)}
+                for m in results])
+
+        try:
+            runtime = await self.manager.runtime(r.group_id)
+            token = runtime.next_token()
+            request = core.LeaveRequest(token, members)
+            result = await runtime.call(token, lambda g, now: core.handle_leave(g, request, now, runtime.config))
+        except GroupUnavailableError as exc:
+            return answer(exc.code)
+        except StateError as exc:
+            log.error("LeaveGroup %s: %s", r.group_id, exc)
+            return answer(E.UNKNOWN_SERVER_ERROR)
+        if version < 3:
+            single = result.members[0].error if result.members and result.error is E.NONE else result.error
+            return answer(single)
+        return answer(result.error, result.members)
+
+    # -- offsets -------------------------------------------------------------------
+    async def offset_commit(self, decoded, connection):
+        r = decoded.request
+        version = decoded.api_version
+        wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata)
+                  for t in r.topics for p in t.partitions]
+        errors = await self.manager.commit_offsets(
+            r.group_id, r.member_id, r.generation_id_or_member_epoch,
+            getattr(r, "group_instance_id", None) if version >= 7 else None, wanted)
+        topics: dict[str, list] = {}
+        for (topic, partition, _, _), code in zip(wanted, errors):
+            topics.setdefault(topic, []).append({"partition_index": partition, "error_code": int(code)})
+        return response_for(decoded, throttle_time_ms=0, topics=[
+            {"name": name, "partitions": parts} for name, parts in topics.items()])
+
+    async def offset_fetch(self, decoded, connection):
+        r = decoded.request
+        if decoded.api_version >= 8:
+            groups = []
+            for g in r.groups:
+                wanted = None if g.topics is None else [(t.name, p) for t in g.topics for p in t.partition_indexes]
+                code, rows = await self.manager.fetch_offsets(g.group_id, wanted)
+                groups.append({"group_id": g.group_id, "error_code": int(code), "topics": _fetch_topics(rows)})
+            return response_for(decoded, throttle_time_ms=0, groups=groups)
+        wanted = None if r.topics is None else [(t.name, p) for t in r.topics for p in t.partition_indexes]
+        code, rows = await self.manager.fetch_offsets(r.group_id, wanted)
+        if decoded.api_version < 2 and code is not E.NONE:
+            rows = [(t, p, -1, "", code) for t, p in (wanted or [])]
+        return response_for(decoded, throttle_time_ms=0, error_code=int(code), topics=_fetch_topics(rows))
+
+    # -- DescribeGroups, ListGroups, DeleteGroups ------------------------------------
+    async def describe_groups(self, decoded, connection):
+        groups = []
+        for group_id in decoded.request.groups:
+            code, description = await self.manager.describe(group_id)
+            groups.append({
+                "error_code": int(code), "group_id": group_id,
+                "group_state": description.state if description else "",
+                "protocol_type": description.protocol_type if description else "",
+                "protocol_data": description.protocol if description else "",
+                "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                             "client_id": m.client_id, "client_host": m.client_host,
+                             "member_metadata": m.metadata, "member_assignment": m.assignment}
+                            for m in (description.members if description else ())],
+            })
+        return response_for(decoded, throttle_time_ms=0, groups=groups)
+
+    async def list_groups(self, decoded, connection):
+        r = decoded.request
+        states = set(getattr(r, "states_filter", None) or []) if decoded.api_version >= 4 else set()
+        types = set(getattr(r, "types_filter", None) or []) if decoded.api_version >= 5 else set()
+        listed = []
+        for group_id, state, protocol_type in await self.manager.list_groups():
+            if states and state.lower() not in {s.lower() for s in states}:
+                continue
+            if types and "classic" not in {t.lower() for t in types}:
+                continue
+            listed.append({"group_id": group_id, "protocol_type": protocol_type, "group_state": state,
+                           "group_type": "classic"})
+        return response_for(decoded, throttle_time_ms=0, error_code=0, groups=listed)
+
+    async def delete_groups(self, decoded, connection):
+        results = []
+        for group_id in decoded.request.groups_names:
+            code = await self.manager.delete_group(group_id)
+            results.append({"group_id": group_id, "error_code": int(code)})
+        return response_for(decoded, throttle_time_ms=0, results=results)
+
+
+def _fetch_topics(rows):
+    """[(topic, partition, offset, metadata, error)] -> OffsetFetch topics."""
+    topics: dict[str, list] = {}
+    for topic, partition, offset, metadata, code in rows:
+        topics.setdefault(topic, []).append({
+            "partition_index": partition, "committed_offset": offset, "committed_leader_epoch": -1,
+            "metadata": metadata, "error_code": int(code)})
+    return [{"name": name, "partitions": parts} for name, parts in topics.items()]

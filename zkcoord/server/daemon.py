@@ -1,0 +1,142 @@
+"""The ``zkcoord run`` daemon: wires ZooKeeper, ownership, the group manager
+and the Kafka-protocol server together, and stops them in order.
+
+Start: connect to ZooKeeper (a clear error naming the address when it does
+not answer), bind the listener, register ``/zkcoord/nodes/<id>`` with the
+advertised address (a node id in use is an error), then serve.
+
+Stop (SIGTERM / SIGINT): unload every owned group and delete its election
+node, so another daemon wins it on the clients' next FindCoordinator, close
+the listener and every connection, unregister, close the ZooKeeper session,
+exit 0, all within ``shutdown_timeout_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from contextlib import suppress
+from dataclasses import dataclass
+
+from zkcoord.config import DaemonConfig
+from zkcoord.core.group import GroupConfig
+from zkcoord.server.apis import ApiHandler
+from zkcoord.server.manager import GroupManager
+from zkcoord.server.transport import KafkaProtocolServer
+from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.nodes import NodeRegistry
+from zkcoord.zk.offsets import OffsetStore
+from zkcoord.zk.ownership import GroupOwnership
+from zkcoord.zk.state_store import GroupStateStore
+
+log = logging.getLogger("zkcoord.daemon")
+
+
+@dataclass
+class RunningDaemon:
+    node_id: int
+    advertised: tuple[str, int]
+    bound_port: int
+    manager: GroupManager
+
+
+class Daemon:
+    """One coordinator daemon; ``await start()``, ``await stop()``."""
+
+    def __init__(self, config: DaemonConfig):
+        self.config = config
+        self.conn = ZkConnection(config.zookeeper, session_timeout_ms=config.zk_session_timeout_ms,
+                                 connect_timeout_ms=config.zk_connect_timeout_ms)
+        self.server: KafkaProtocolServer | None = None
+        self.nodes: NodeRegistry | None = None
+        self.ownership: GroupOwnership | None = None
+        self.offsets: OffsetStore | None = None
+        self.manager: GroupManager | None = None
+
+    async def start(self) -> RunningDaemon:
+        config = self.config
+        await asyncio.to_thread(self.conn.start)
+        host, port = config.listen_address
+        handler = _LateHandler()
+        self.server = KafkaProtocolServer(handler, host, port, max_frame_bytes=config.max_frame_bytes)
+        await self.server.start()
+        adv_host, adv_port = config.advertised_address(self.server.bound_port)
+        self.nodes = NodeRegistry(self.conn, host=adv_host, port=adv_port, node_id=config.node_id)
+        try:
+            node_id = await self.nodes.register()
+        except BaseException:
+            await self.server.stop()
+            self.conn.stop()
+            raise
+        self.offsets = OffsetStore(self.conn, offsets_root=config.offsets_zk_root)
+        group_config = GroupConfig(
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            max_group_size=config.group_max_size)
+        self.ownership = GroupOwnership(self.conn, node_id, on_change=lambda c: self.manager.on_ownership_change(c))
+        await self.ownership.start()
+        store = GroupStateStore(self.conn, self.ownership, max_state_bytes=config.max_state_bytes)
+        self.manager = GroupManager(node_id, group_config, self.ownership, store, self.offsets, self.nodes)
+        handler.target = ApiHandler(self.manager)
+        log.info("zkcoord node %d serving on %s:%d (advertised %s:%d), ZooKeeper %s", node_id, host,
+                 self.server.bound_port, adv_host, adv_port, config.zookeeper)
+        return RunningDaemon(node_id, (adv_host, adv_port), self.server.bound_port, self.manager)
+
+    async def stop(self) -> None:
+        """Graceful: persist nothing pending, release groups, close, unregister."""
+        timeout_s = self.config.shutdown_timeout_ms / 1000
+        steps = [
+            ("release groups", self.manager.release_all() if self.manager else None),
+            ("close the listener", self.server.stop() if self.server else None),
+            ("stop offset batching", self.offsets.stop() if self.offsets else None),
+            ("unregister", self.nodes.unregister() if self.nodes else None),
+        ]
+        for what, step in steps:
+            if step is None:
+                continue
+            try:
+                await asyncio.wait_for(step, timeout_s)
+            except Exception as exc:  # keep stopping: the session close removes what is left
+                log.warning("shutdown: could not %s: %s", what, exc)
+        await asyncio.to_thread(self.conn.stop)
+        log.info("zkcoord daemon stopped")
+
+
+class _LateHandler:
+    """The server starts before the manager exists (its bound port is part of
+    the registration); until then, requests are refused by closing."""
+
+    target = None
+
+    async def __call__(self, decoded, connection):
+        if self.target is None:
+            raise RuntimeError("daemon still starting")
+        return await self.target(decoded, connection)
+
+
+async def serve(config: DaemonConfig) -> None:
+    daemon = Daemon(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await daemon.start()
+    try:
+        await stop.wait()
+        log.info("signal received, stopping")
+    finally:
+        await daemon.stop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with suppress(Exception):
+                loop.remove_signal_handler(sig)
+
+
+def run_daemon(config: DaemonConfig) -> None:
+    """Blocking entry point of ``zkcoord run``."""
+    root = logging.getLogger()
+    if root.level > logging.INFO:
+        root.setLevel(logging.INFO)
+        logging.getLogger("zkcoord").setLevel(logging.INFO)
+    asyncio.run(serve(config))

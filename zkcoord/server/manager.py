@@ -1,0 +1,208 @@
+"""The group manager: which groups this daemon serves, and how.
+
+Owns the map group id -> :class:`GroupRuntime` of the groups this daemon
+owns, their loading after an election win, and the reaction to ZooKeeper's
+connection state:
+
+* FindCoordinator: the group's elected owner; with none, this daemon
+  contends, and if it wins loads the group before answering, so the client's
+  next request finds it ready.
+* A request for a group this daemon does not own: NOT_COORDINATOR. For one
+  still loading, or while the ZooKeeper connection is SUSPENDED:
+  COORDINATOR_LOAD_IN_PROGRESS (SyncGroup gets REBALANCE_IN_PROGRESS and
+  Heartbeat NONE while loading, as Kafka does).
+* Ownership lost (our contender node vanished, a fenced write refused, the
+  session LOST): the runtime is unloaded at once; parked requests get
+  NOT_COORDINATOR.
+
+Offsets go to the legacy ZooKeeper layout through :mod:`zkcoord.zk.offsets`,
+fenced by the group's election node so a deposed owner cannot commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from zkcoord.core import group as core
+from zkcoord.core.errors import ErrorCode, validate_group_id
+from zkcoord.errors import NotOwnerError, StateError, ZkcoordError
+from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
+
+log = logging.getLogger(__name__)
+E = ErrorCode
+
+
+class GroupManager:
+    def __init__(self, node_id: int, group_config: core.GroupConfig, ownership, store, offsets, nodes):
+        self.node_id = node_id
+        self.group_config = group_config
+        self.ownership = ownership
+        self.store = store
+        self.offsets = offsets
+        self.nodes = nodes
+        self.runtimes: dict[str, GroupRuntime] = {}
+        self._loading: dict[str, asyncio.Task] = {}
+        self._broken: dict[str, str] = {}  # group -> why its state cannot be loaded
+
+    # -- ownership ---------------------------------------------------------------
+    async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
+        try:
+            owner = await self.ownership.current_owner(group_id)
+            if owner is None or (owner == self.node_id and not self.ownership.is_owned(group_id)):
+                owner = await self.ownership.contend(group_id)
+            if owner == self.node_id:
+                if self.ownership.is_suspended(group_id):
+                    raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, "ZooKeeper suspended")
+                await self._ensure_loaded(group_id)
+            address = await self.nodes.address(owner)
+        except GroupUnavailableError:
+            raise
+        except ZkcoordError as exc:
+            raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
+        if address is None:
+            raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, f"owner {owner} not registered")
+        host, port = address
+        return owner, host, port
+
+    async def _ensure_loaded(self, group_id: str) -> GroupRuntime:
+        runtime = self.runtimes.get(group_id)
+        if runtime is not None and runtime.active:
+            return runtime
+        task = self._loading.get(group_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._load(group_id))
+            self._loading[group_id] = task
+            task.add_done_callback(lambda _t, g=group_id: self._loading.pop(g, None))
+        return await asyncio.shield(task)
+
+    async def _load(self, group_id: str) -> GroupRuntime:
+        try:
+            record, version = await self.store.load(group_id)
+            runtime = GroupRuntime(group_id, self.group_config, self._persist, self._stepped_down)
+            await runtime.load(record, None if version is None or version < 0 else version)
+        except StateError as exc:
+            self._broken[group_id] = str(exc)
+            log.error("group %s cannot be served: %s", group_id, exc)
+            raise GroupUnavailableError(group_id, E.UNKNOWN_SERVER_ERROR, str(exc)) from exc
+        except ZkcoordError as exc:
+            raise GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS, str(exc)) from exc
+        self._broken.pop(group_id, None)
+        self.runtimes[group_id] = runtime
+        return runtime
+
+    async def runtime(self, group_id: str, loading_code: ErrorCode = E.COORDINATOR_LOAD_IN_PROGRESS):
+        """The runtime of an owned, loaded group, or GroupUnavailableError.
+        Returns None only when ``loading_code`` is NONE and the group loads."""
+        code = validate_group_id(group_id)
+        if code is not E.NONE:
+            raise GroupUnavailableError(group_id, code, "invalid group id")
+        if group_id in self._broken:
+            raise GroupUnavailableError(group_id, E.UNKNOWN_SERVER_ERROR, self._broken[group_id])
+        if group_id in self._loading or (self.ownership.is_owned(group_id)
+                                         and self.ownership.is_suspended(group_id)):
+            if loading_code is E.NONE:
+                return None
+            raise GroupUnavailableError(group_id, loading_code, "loading or ZooKeeper suspended")
+        if not self.ownership.is_owned(group_id):
+            raise GroupUnavailableError(group_id, E.NOT_COORDINATOR, "not the owner")
+        runtime = self.runtimes.get(group_id)
+        if runtime is not None and runtime.active:
+            return runtime
+        return await self._ensure_loaded(group_id)
+
+    async def _persist(self, group_id: str, record: dict | None, version: int | None) -> int | None:
+        """The runtime's write: fenced by the store through the ownership."""
+        if record is None:
+            await self.store.delete(group_id, version)
+            return None
+        return await self.store.write(group_id, record, version)
+
+    def _stepped_down(self, group_id: str) -> None:
+        self.runtimes.pop(group_id, None)
+
+    def on_ownership_change(self, change) -> None:
+        """GroupOwnership's callback (on the loop thread; must not block)."""
+        from zkcoord.zk.ownership import ChangeKind
+
+        if change.kind is ChangeKind.LOST:
+            for group_id in change.groups:
+                runtime = self.runtimes.pop(group_id, None)
+                if runtime is not None:
+                    asyncio.get_running_loop().create_task(runtime.unload(change.reason))
+
+    async def release_all(self) -> None:
+        """Graceful stop: unload every group and give up its election node."""
+        runtimes, self.runtimes = self.runtimes, {}
+        for runtime in runtimes.values():
+            await runtime.unload("daemon stopping")
+        await self.ownership.release_all()
+
+    # -- offsets -------------------------------------------------------------------
+    async def commit_offsets(self, group_id, member_id, generation_id, instance_id, wanted):
+        """OffsetCommit: one error per ``(topic, partition, offset, metadata)``."""
+        try:
+            runtime = await self.runtime(group_id)
+            code = await runtime.read(lambda g, now: core.validate_offset_commit(
+                g, member_id, generation_id, instance_id))
+            if code is E.NONE:
+                await self.offsets.commit(group_id, {(t, p): (o, m or "") for t, p, o, m in wanted},
+                                          fence=self.ownership.fence(group_id))
+                if member_id:
+                    await runtime.apply(lambda g, now: core.touch_member(g, member_id, now))
+        except GroupUnavailableError as exc:
+            code = exc.code
+        except NotOwnerError:
+            code = E.NOT_COORDINATOR
+        except ZkcoordError as exc:
+            log.warning("OffsetCommit %s failed: %s", group_id, exc)
+            code = E.COORDINATOR_LOAD_IN_PROGRESS if self.ownership.is_suspended(group_id) else E.UNKNOWN_SERVER_ERROR
+        return [code] * len(wanted)
+
+    async def fetch_offsets(self, group_id, wanted):
+        """OffsetFetch: (group error, [(topic, partition, offset, metadata, error)])."""
+        try:
+            await self.runtime(group_id)
+            stored = await self.offsets.fetch(group_id, wanted)
+        except GroupUnavailableError as exc:
+            return exc.code, []
+        except ZkcoordError as exc:
+            log.warning("OffsetFetch %s failed: %s", group_id, exc)
+            return E.COORDINATOR_LOAD_IN_PROGRESS, []
+        keys = wanted if wanted is not None else sorted(stored)
+        rows = []
+        for topic, partition in keys:
+            offset, metadata = stored.get((topic, partition), (-1, ""))
+            rows.append((topic, partition, offset, metadata, E.NONE))
+        return E.NONE, rows
+
+    # -- describe, list, delete ------------------------------------------------------
+    async def describe(self, group_id):
+        try:
+            runtime = await self.runtime(group_id)
+        except GroupUnavailableError as exc:
+            return exc.code, None
+        return E.NONE, await runtime.read(lambda g, now: core.describe(g))
+
+    async def list_groups(self):
+        listed = []
+        for group_id, runtime in list(self.runtimes.items()):
+            if runtime.active:
+                g = runtime.group
+                listed.append((group_id, g.state.value, g.protocol_type or ""))
+        return listed
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        try:
+            runtime = await self.runtime(group_id)
+            token = runtime.next_token()
+            exists = runtime.version is not None or runtime.group.size > 0
+            result = await runtime.call(token, lambda g, now: core.handle_delete(g, token, exists=exists))
+            if result.error is E.NONE:
+                self.runtimes.pop(group_id, None)
+            return result.error
+        except GroupUnavailableError as exc:
+            return exc.code
+        except ZkcoordError as exc:
+            log.warning("DeleteGroups %s failed: %s", group_id, exc)
+            return E.UNKNOWN_SERVER_ERROR

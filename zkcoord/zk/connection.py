@@ -1,0 +1,199 @@
+"""One ZooKeeper session per daemon, and what happens to it.
+
+This module owns the :class:`~kazoo.client.KazooClient` of a daemon: parsing
+the ``host:port[,host:port][/chroot]`` string, connecting within a time-out,
+stopping, and reporting session changes as :class:`SessionEvent`:
+
+=============  ==========================================================
+CONNECTED      a new session is live (first start, or after LOST);
+               ephemeral znodes and watches of an earlier session are gone
+SUSPENDED      the connection dropped; the session may still be alive
+RECONNECTED    the connection is back with the *same* session
+LOST           the session expired: every ephemeral znode of it is gone
+=============  ==========================================================
+
+Rules:
+
+1. Listeners never block. kazoo calls ours on its connection thread; we only
+   forward the event, either straight to a listener (which must itself not
+   block) or, when it was added with a loop, via ``call_soon_threadsafe``, so
+   it runs on that loop's thread in the order the events happened.
+2. A new session without a LOST in between (kazoo does not always say) is
+   still reported as LOST then CONNECTED, so listeners can rely on LOST.
+3. No events after :meth:`ZkConnection.stop` starts: whoever stops the
+   connection cleans up itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import warnings
+from collections.abc import Callable
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+
+from zkcoord.errors import ConfigError, ServiceUnavailableError
+from zkcoord.zk import aio
+from zkcoord.zk.paths import check_absolute
+
+__all__ = ["SessionEvent", "ZkConnection", "parse_hosts"]
+
+log = logging.getLogger(__name__)
+
+
+class SessionEvent(enum.Enum):
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"
+    RECONNECTED = "reconnected"
+    LOST = "lost"
+
+
+Listener = Callable[[SessionEvent], None]
+
+
+def parse_hosts(hosts: str) -> tuple[list[tuple[str, int]], str | None]:
+    """``"a:2181,b:2181/kafka"`` -> ``([("a", 2181), ("b", 2181)], "/kafka")``."""
+    if not isinstance(hosts, str) or not hosts.strip():
+        raise ConfigError("the ZooKeeper connection string is empty; expected HOST:PORT[,HOST:PORT...][/chroot]")
+    servers, slash, chroot = hosts.strip().partition("/")
+    chroot_path = None
+    if slash and chroot:
+        chroot_path = check_absolute("/" + chroot, f"chroot of ZooKeeper connection string {hosts!r}")
+    found = []
+    for item in servers.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ConfigError(f"ZooKeeper connection string {hosts!r}: {item!r} is not HOST:PORT "
+                              "(expected HOST:PORT[,HOST:PORT...][/chroot])")
+        found.append((host, int(port)))
+    return found, chroot_path
+
+
+class ZkConnection:
+    """A started KazooClient plus session events. No I/O until :meth:`start`.
+
+    ``request_timeout_ms`` bounds every awaited ZooKeeper step of the zk
+    adapters (retries included); it defaults to the session time-out.
+    """
+
+    def __init__(self, hosts: str, *, session_timeout_ms: int = 10_000, connect_timeout_ms: int = 15_000,
+                 request_timeout_ms: int | None = None, require_chroot: bool = True) -> None:
+        self.servers, self.chroot = parse_hosts(hosts)
+        self.hosts = hosts.strip()
+        self.session_timeout_ms = session_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self.request_timeout_ms = request_timeout_ms or session_timeout_ms
+        self.require_chroot = require_chroot
+        self.retry = aio.AsyncRetry(self.hosts, self.request_timeout_ms / 1000)
+        self._client: KazooClient | None = None
+        self._listeners: dict[Listener, asyncio.AbstractEventLoop | None] = {}
+        self._session_id: int | None = None
+        self._suspended = False
+        self._stopping = False
+
+    @property
+    def client(self) -> KazooClient:
+        if self._client is None:
+            raise RuntimeError("ZkConnection.start() has not been called")
+        return self._client
+
+    @property
+    def session_id(self) -> int | None:
+        """The current session's id, None while disconnected."""
+        client_id = self._client.client_id if self._client is not None else None
+        return client_id[0] if client_id else None
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and self._client.connected and not self._stopping
+
+    def start(self) -> None:
+        """Connect, or raise ServiceUnavailableError naming address and time-out.
+
+        Blocks up to ``connect_timeout_ms``: call it before serving, or with
+        ``await asyncio.to_thread(conn.start)`` (``async with conn`` does).
+        """
+        client = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000,
+                             connection_retry={"max_tries": -1, "max_delay": 1.0})
+        client.add_listener(self._on_kazoo_state)
+        self._stopping = False
+        self._client = client  # before start: the first CONNECTED reads its session id
+        try:
+            with warnings.catch_warnings():  # kazoo warns of a missing chroot; we check it below
+                warnings.filterwarnings("ignore", "No chroot path exists", UserWarning)
+                client.start(timeout=self.connect_timeout_ms / 1000)
+        except KazooTimeoutError:  # kazoo has stopped and closed the client already
+            self._client = None
+            raise ServiceUnavailableError(
+                f"cannot connect to ZooKeeper at {self.hosts}: no answer within "
+                f"{self.connect_timeout_ms / 1000:g} s; check the address and that ZooKeeper is up") from None
+        if self.chroot and self.require_chroot and client.exists("/") is None:
+            self.stop()
+            raise ConfigError(f"the chroot {self.chroot} of {self.hosts} does not exist in ZooKeeper; "
+                              "create it (zkCli.sh create " + self.chroot + ") or fix the connection string")
+
+    def stop(self) -> None:
+        """End the session (its ephemeral znodes go at once) and free the client."""
+        self._stopping = True
+        client, self._client = self._client, None
+        if client is not None:
+            client.remove_listener(self._on_kazoo_state)
+            try:
+                client.stop()
+            finally:
+                client.close()
+
+    async def __aenter__(self) -> ZkConnection:
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await asyncio.to_thread(self.stop)
+
+    def add_listener(self, listener: Listener, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Call ``listener(event)`` on each session change: on ``loop``'s thread
+        if given, else on kazoo's connection thread (then it must not block)."""
+        self._listeners[listener] = loop
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.pop(listener, None)
+
+    def _on_kazoo_state(self, state: str) -> None:  # kazoo's connection thread: never block
+        if self._stopping:
+            return
+        if state == KazooState.SUSPENDED:
+            self._suspended = True
+            self._emit(SessionEvent.SUSPENDED)
+        elif state == KazooState.LOST:
+            self._suspended = False
+            if self._session_id is not None:
+                self._session_id = None
+                self._emit(SessionEvent.LOST)
+        elif state == KazooState.CONNECTED:
+            client_id = self._client.client_id if self._client is not None else None
+            new_id = client_id[0] if client_id else None
+            same = self._suspended and new_id is not None and new_id == self._session_id
+            self._suspended = False
+            if same:
+                self._emit(SessionEvent.RECONNECTED)
+                return
+            if self._session_id is not None:  # a new session without a LOST first
+                self._emit(SessionEvent.LOST)
+            self._session_id = new_id
+            self._emit(SessionEvent.CONNECTED)
+
+    def _emit(self, event: SessionEvent) -> None:
+        log.info("ZooKeeper session %s (%s)", event.value, self.hosts)
+        for listener, loop in list(self._listeners.items()):
+            if loop is not None:
+                aio.post(loop, listener, event)
+                continue
+            try:
+                listener(event)
+            except Exception:  # a listener's bug must not stop the others
+                log.exception("ZooKeeper session listener %r failed", listener)

@@ -1,0 +1,260 @@
+"""Which daemons are alive, and where clients reach them.
+
+This module owns ``/zkcoord/nodes/<node-id>``: one ephemeral znode per
+running daemon, like Kafka's ``/brokers/ids/<id>``, holding
+``{"host":"coord-1.example","port":9300,"version":"0.1.0",
+"start_time_ms":1700000000000,"pid":4242}``, and ``/zkcoord/node-id-seq``,
+whose version hands out node ids to daemons configured with ``-1``.
+
+Rules:
+
+1. A node id held by another live daemon is a NodeIdInUseError naming the id
+   and the holder's host:port. A ``NodeExistsError`` whose znode belongs to
+   our own session is a create of ours that landed: success.
+2. Allocated ids start at 1001 and are never reused (Kafka's
+   ``reserved.broker.max.id`` + ``/brokers/seqid``), so they cannot collide
+   with configured ids 0..1000 of daemons that are down for a moment.
+3. After a session is LOST our znode is gone: on the next CONNECTED we
+   register again with the same id. A failure there cannot be raised to a
+   caller; it is passed to ``on_error`` and raised by :meth:`check`.
+4. Lookups of one node are cached while a watch on its znode holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.retry import ForceRetryError
+
+import zkcoord
+from zkcoord.errors import NodeIdInUseError, StateError, ZkcoordError
+from zkcoord.zk import aio, paths
+from zkcoord.zk.connection import SessionEvent, ZkConnection
+
+__all__ = ["NodeInfo", "NodeRegistry", "ALLOCATED_ID_BASE"]
+
+log = logging.getLogger(__name__)
+
+ALLOCATED_ID_BASE = 1000
+_MAX_ALLOCATIONS = 20
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: int
+    host: str
+    port: int
+    version: str
+    start_time_ms: int
+    pid: int
+
+    def to_json(self) -> bytes:
+        fields = asdict(self)
+        del fields["node_id"]  # it is the znode's name
+        return json.dumps(fields, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, node_id: int, data: bytes) -> NodeInfo:
+        try:
+            raw = json.loads(data.decode())
+            return cls(node_id, str(raw["host"]), int(raw["port"]), str(raw.get("version", "")),
+                       int(raw.get("start_time_ms", 0)), int(raw.get("pid", 0)))
+        except (UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise StateError(f"node znode {paths.node(node_id)} holds {data[:80]!r}, not a node registration "
+                             f"({type(exc).__name__}: {exc})") from None
+
+
+class NodeRegistry:
+    """Registers this daemon and looks others up."""
+
+    def __init__(self, conn: ZkConnection, *, host: str, port: int, node_id: int = -1,
+                 version: str = zkcoord.__version__, on_error: Callable[[ZkcoordError], None] | None = None,
+                 start_time_ms: int | None = None, pid: int | None = None) -> None:
+        if node_id != -1:
+            paths.node(node_id)  # validates
+        self._conn = conn
+        self._wanted_id = node_id
+        self._host, self._port, self._version = host, port, version
+        self._start_time_ms = int(time.time() * 1000) if start_time_ms is None else start_time_ms
+        self._pid = os.getpid() if pid is None else pid
+        self._on_error = on_error
+        self.node_id: int | None = None  # set by register()
+        self._failure: ZkcoordError | None = None
+        self._cache: dict[int, NodeInfo | None] = {}
+        self._cache_epoch: dict[int, int] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._background: set[asyncio.Task] = set()
+
+    def info(self, node_id: int) -> NodeInfo:
+        return NodeInfo(node_id, self._host, self._port, self._version, self._start_time_ms, self._pid)
+
+    # -------------------------------------------------------- registration
+    async def register(self) -> int:
+        """Create our ephemeral node znode; return our node id.
+
+        NodeIdInUseError if another live daemon holds the id;
+        ServiceUnavailableError if ZooKeeper does not answer in time.
+        """
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._conn.add_listener(self._on_session, self._loop)
+        if self.node_id is None and self._wanted_id == -1:
+            self.node_id = await self._allocate()
+        else:
+            node_id = self._wanted_id if self.node_id is None else self.node_id
+            await self._conn.retry(f"register node {node_id}", self._inner_register, node_id)
+            self.node_id = node_id
+        self._failure = None
+        return self.node_id
+
+    async def _inner_register(self, node_id: int) -> None:
+        client, path = self._conn.client, paths.node(node_id)
+        try:
+            await aio.call(client.create_async, path, self.info(node_id).to_json(), ephemeral=True, makepath=True)
+            return
+        except NodeExistsError:
+            pass
+        try:
+            data, stat = await aio.call(client.get_async, path)
+        except NoNodeError:
+            raise ForceRetryError() from None  # the holder just left: create again
+        if stat.ephemeralOwner == self._conn.session_id:
+            return  # our own create, whose answer was lost
+        try:
+            holder = NodeInfo.from_json(node_id, data)
+            extra = ", ".join(x for x in (holder.pid and f"pid {holder.pid}",
+                                           holder.version and f"version {holder.version}") if x)
+            who = f"the daemon at {holder.host}:{holder.port}" + (f" ({extra})" if extra else "")
+        except StateError:
+            who = f"a process that wrote {data[:40]!r}"
+        raise NodeIdInUseError(f"node id {node_id} is in use by {who} ({path}); give this daemon another "
+                               "--node-id (or -1 to allocate one), or stop the other daemon")
+
+    async def _allocate(self) -> int:
+        for _ in range(_MAX_ALLOCATIONS):
+            sequence = await self._conn.retry("allocate a node id", self._inner_next_sequence)
+            node_id = ALLOCATED_ID_BASE + sequence
+            try:
+                await self._conn.retry(f"register node {node_id}", self._inner_register, node_id)
+                return node_id
+            except NodeIdInUseError:
+                log.info("allocated node id %s is taken by a configured daemon; trying the next", node_id)
+        raise ZkcoordError(f"could not allocate a free node id in {_MAX_ALLOCATIONS} tries")
+
+    async def _inner_next_sequence(self) -> int:
+        client = self._conn.client
+        try:
+            stat = await aio.call(client.set_async, paths.NODE_ID_SEQUENCE, b"", -1)
+        except NoNodeError:
+            try:
+                await aio.call(client.create_async, paths.NODE_ID_SEQUENCE, b"", makepath=True)
+            except NodeExistsError:
+                pass  # another daemon (or our lost answer) created it
+            raise ForceRetryError() from None
+        return stat.version
+
+    async def unregister(self) -> None:
+        """Delete our znode (stop() of the connection would do it too)."""
+        if self._loop is not None:
+            self._conn.remove_listener(self._on_session)
+            self._loop = None
+        if self.node_id is not None:
+            await self._conn.retry(f"unregister node {self.node_id}", self._inner_unregister, self.node_id)
+
+    async def _inner_unregister(self, node_id: int) -> None:
+        try:
+            data, stat = await aio.call(self._conn.client.get_async, paths.node(node_id))
+        except NoNodeError:
+            return
+        if stat.ephemeralOwner == self._conn.session_id:
+            try:
+                await aio.call(self._conn.client.delete_async, paths.node(node_id), stat.version)
+            except NoNodeError:
+                pass
+
+    def check(self) -> None:
+        """Raise the failure of a background re-registration, if any."""
+        if self._failure is not None:
+            raise self._failure
+
+    def _on_session(self, event: SessionEvent) -> None:  # on the loop thread
+        for node_id in list(self._cache):
+            self._invalidate(node_id)
+        if event is SessionEvent.CONNECTED and self.node_id is not None:
+            task = asyncio.get_running_loop().create_task(self._reregister())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _reregister(self) -> None:
+        try:
+            await self._conn.retry(f"register node {self.node_id} again", self._inner_register, self.node_id)
+            log.info("node %s registered again after the ZooKeeper session was lost", self.node_id)
+        except ZkcoordError as exc:
+            log.error("could not register node %s again: %s", self.node_id, exc)
+            self._failure = exc
+            if self._on_error is not None:
+                try:
+                    self._on_error(exc)
+                except Exception:
+                    log.exception("node registration error callback failed")
+
+    # -------------------------------------------------------------- lookups
+    async def nodes(self) -> dict[int, NodeInfo]:
+        """Every registered daemon (unreadable registrations are skipped)."""
+        return await self._conn.retry("list the zkcoord nodes", self._inner_nodes)
+
+    async def _inner_nodes(self) -> dict[int, NodeInfo]:
+        client = self._conn.client
+        try:
+            children = await aio.call(client.get_children_async, paths.NODES)
+        except NoNodeError:
+            return {}
+        ids = sorted(int(c) for c in children if c.isdigit())
+        outcomes = await aio.gather(asyncio.get_running_loop(), [client.get_async(paths.node(i)) for i in ids])
+        found = {}
+        for node_id, outcome in zip(ids, outcomes):
+            if isinstance(outcome, NoNodeError):
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome
+            try:
+                found[node_id] = NodeInfo.from_json(node_id, outcome[0])
+            except StateError as exc:
+                log.warning("%s", exc)
+        return found
+
+    async def node(self, node_id: int) -> NodeInfo | None:
+        """One daemon's registration, None if it is not running."""
+        paths.node(node_id)
+        if node_id in self._cache:
+            return self._cache[node_id]
+        return await self._conn.retry(f"look up node {node_id}", self._inner_node, node_id)
+
+    async def _inner_node(self, node_id: int) -> NodeInfo | None:
+        epoch = self._cache_epoch.get(node_id, 0)
+        loop = asyncio.get_running_loop()
+        watch = lambda event: aio.post(loop, self._invalidate, node_id)  # noqa: E731
+        try:
+            data, _ = await aio.call(self._conn.client.get_async, paths.node(node_id), watch)
+            found = NodeInfo.from_json(node_id, data)
+        except NoNodeError:
+            return None  # not cached: no watch is set on an absent znode
+        if self._cache_epoch.get(node_id, 0) == epoch:
+            self._cache[node_id] = found
+        return found
+
+    async def address(self, node_id: int) -> tuple[str, int] | None:
+        """``(host, port)`` a daemon advertises, None if it is not running."""
+        found = await self.node(node_id)
+        return None if found is None else (found.host, found.port)
+
+    def _invalidate(self, node_id: int) -> None:
+        self._cache_epoch[node_id] = self._cache_epoch.get(node_id, 0) + 1
+        self._cache.pop(node_id, None)

@@ -1,0 +1,489 @@
+"""Consumer offsets in the legacy ZooKeeper layout, committed in batches.
+
+This module owns ``<root>/<group>/offsets/<topic>/<partition>`` (a plain
+decimal string such as ``42``: what Kafka's old ZooKeeper consumer writes and
+legacy tools read) and, beside it, ``<root>/<group>/offsets-metadata/<topic>/
+<partition>`` holding ``{"o":42,"m":"<metadata>"}``.
+
+Rules:
+
+1. One commit request is one multi-op, so it lands whole or not at all: per
+   partition one op (``create`` if absent, else ``set_data``), plus a
+   metadata op only when the metadata is not empty or stale metadata must go.
+   With a fence (:meth:`GroupOwnership.fence`) the multi also checks it.
+2. Metadata counts only while its ``"o"`` equals the offset znode's value: a
+   legacy consumer committing straight to ZooKeeper leaves our metadata
+   behind, and fetch then reports ``""`` for it.
+3. One multi is in flight at a time. Requests arriving meanwhile queue and go
+   together in the next multi (at most ``max_ops_per_multi`` ops and
+   ``max_multi_bytes`` bytes; a request too big for one multi by itself is
+   split). A failed merged multi names its culprit op: that request gets its
+   own error, the others are sent again; a failure nobody can be blamed for
+   sends each request alone. A failed fence fails every request holding it.
+4. What exists is known per (group, topic) directory from one
+   ``get_children`` (not one read per partition), parents are ensured once,
+   and both are corrected when a multi proves them wrong.
+5. Fetch issues every read at once and reports unparsable values instead of
+   failing. Everything runs on the event loop; kazoo results hop onto it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kazoo.exceptions import (
+    ConnectionClosedError, KazooException, NodeExistsError, NoNodeError, NotEmptyError, SessionExpiredError,
+)
+
+from zkcoord.errors import NotOwnerError, ServiceUnavailableError, UsageError, ZkcoordError
+from zkcoord.zk import aio, paths
+from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.ownership import Fence
+
+__all__ = ["OffsetStore", "FetchedOffsets", "OffsetStats", "TopicPartition"]
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+_OP_OVERHEAD_BYTES = 64  # multi header, op header, ACL of a create
+_MAX_ATTEMPTS = 5  # a request re-sent this often because the cache was wrong fails
+_DECIMAL = re.compile(rb"\s*(-?\d+)\s*")
+
+
+@dataclass
+class OffsetStats:
+    """Counters since start, for tests and metrics."""
+
+    multis: int = 0  # multi-ops sent
+    failed_multis: int = 0  # of which failed (or lost their answer)
+    ops: int = 0  # ops in those multis
+    commits: int = 0  # commit requests that succeeded
+
+
+class FetchedOffsets(dict):
+    """``{(topic, partition): (offset, metadata)}`` of the committed offsets;
+    ``unparsable`` holds partitions whose znode is not a decimal (raw bytes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unparsable: dict[TopicPartition, bytes] = {}
+
+
+@dataclass
+class _Entry:
+    topic: str
+    partition: int
+    name: str  # the partition's znode name
+    odir: str  # offsets/<topic>
+    mdir: str  # offsets-metadata/<topic>
+    value: bytes
+    meta: bytes | None  # None: empty metadata
+
+
+@dataclass(eq=False)
+class _Request:
+    group: str
+    entries: list[_Entry]
+    fence: Fence | None
+    future: asyncio.Future
+    nbytes: int
+    nops: int
+    attempts: int = 0
+    solo: bool = False
+
+
+@dataclass
+class _Batch:
+    requests: list[_Request]
+    blame: list[object] = field(default_factory=list)  # per op: its _Request, or the Fence it checks
+    dirs: set[str] = field(default_factory=set)
+
+
+class OffsetStore:
+    """Commits and fetches legacy ZooKeeper offsets for many groups."""
+
+    def __init__(self, conn: ZkConnection, *, offsets_root: str = paths.DEFAULT_CONSUMERS_ROOT,
+                 max_ops_per_multi: int = 1000, max_multi_bytes: int = 900_000) -> None:
+        self._conn = conn
+        self.paths = paths.OffsetPaths(offsets_root)
+        self.max_ops_per_multi = max_ops_per_multi
+        self.max_multi_bytes = max_multi_bytes
+        self.stats = OffsetStats()
+        self._queue: collections.deque[_Request] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._worker: asyncio.Task | None = None
+        self._children: dict[str, set[str] | None] = {}  # dir -> children; None: dir absent
+        self._dirs: dict[tuple[str, str], tuple[str, str]] = {}
+        self._dead_fences: set[str] = set()
+        self._in_flight: _Batch | None = None
+
+    # ------------------------------------------------------------ commits
+    async def commit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]],
+                     fence: Fence | None = None) -> None:
+        """Commit ``{(topic, partition): (offset, metadata)}`` atomically.
+
+        Raises NotOwnerError (the fence is gone; nothing written),
+        ServiceUnavailableError (no answer within the request time-out: the
+        commit may still land), UsageError (bad names or values).
+        """
+        entries = [self._entry(group, tp, om) for tp, om in offsets.items()]
+        if not entries:
+            return
+        if fence is not None and fence.group != group:
+            raise UsageError(f"the fence of group {fence.group!r} cannot guard a commit of group {group!r}")
+        if fence is not None and fence.path in self._dead_fences:
+            raise self._not_owner(fence)
+        loop = asyncio.get_running_loop()
+        futures = [self._enqueue(loop, group, chunk, fence) for chunk in self._chunks(entries, fence)]
+        self._wakeup.set()
+        if self._worker is None or self._worker.done():
+            self._worker = loop.create_task(self._run())
+        try:
+            async with asyncio.timeout(self._conn.request_timeout_ms / 1000):
+                for fut in futures:
+                    await fut
+        except TimeoutError:
+            raise ServiceUnavailableError(
+                f"ZooKeeper at {self._conn.hosts} did not confirm the offset commit of group {group!r} within "
+                f"{self._conn.request_timeout_ms / 1000:g} s; it may still be applied") from None
+
+    def _entry(self, group: str, tp: TopicPartition, om: tuple[int, str]) -> _Entry:
+        try:
+            (topic, partition), (offset, metadata) = tp, om
+        except (TypeError, ValueError):
+            raise UsageError(f"offsets must map (topic, partition) to (offset, metadata), got {tp!r}: {om!r}") from None
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise UsageError(f"offset of {topic}-{partition} must be a whole number, got {offset!r}")
+        if metadata is not None and not isinstance(metadata, str):
+            raise UsageError(f"metadata of {topic}-{partition} must be a string, got {metadata!r}")
+        odir, mdir = self._topic_dirs(group, topic)
+        name = paths.partition_name(partition)
+        meta = json.dumps({"o": offset, "m": metadata}, separators=(",", ":")).encode() if metadata else None
+        return _Entry(topic, partition, name, odir, mdir, str(offset).encode(), meta)
+
+    def _topic_dirs(self, group: str, topic: str) -> tuple[str, str]:
+        found = self._dirs.get((group, topic))
+        if found is None:
+            found = (self.paths.topic_dir(group, topic), self.paths.metadata_topic_dir(group, topic))
+            if len(self._dirs) > 100_000:
+                self._dirs.clear()
+            self._dirs[(group, topic)] = found
+        return found
+
+    @staticmethod
+    def _cost(entry: _Entry) -> tuple[int, int]:
+        nbytes = len(entry.odir) + len(entry.name) + len(entry.value) + _OP_OVERHEAD_BYTES
+        if entry.meta is None:
+            return nbytes, 1
+        return nbytes + len(entry.mdir) + len(entry.name) + len(entry.meta) + _OP_OVERHEAD_BYTES, 2
+
+    def _chunks(self, entries: list[_Entry], fence: Fence | None) -> Iterable[tuple[list[_Entry], int, int]]:
+        """The request as one chunk, or several if it cannot fit one multi."""
+        base = (len(fence.path) + _OP_OVERHEAD_BYTES, 1) if fence else (0, 0)
+        chunk, nbytes, nops = [], *base
+        for entry in entries:
+            b, n = self._cost(entry)
+            if chunk and nbytes + b > self.max_multi_bytes:
+                yield chunk, nbytes, nops
+                chunk, nbytes, nops = [], *base
+            chunk.append(entry)
+            nbytes, nops = nbytes + b, nops + n
+        yield chunk, nbytes, nops
+
+    def _enqueue(self, loop, group: str, chunk: tuple[list[_Entry], int, int], fence: Fence | None):
+        entries, nbytes, nops = chunk
+        fut = loop.create_future()
+        self._queue.append(_Request(group, entries, fence, fut, nbytes, nops))
+        return fut
+
+    async def stop(self) -> None:
+        """Stop the batching task; queued commits fail with ServiceUnavailableError."""
+        in_flight = self._in_flight.requests if self._in_flight else []
+        if self._worker is not None:
+            self._worker.cancel()
+            try:
+                await self._worker
+            except asyncio.CancelledError:
+                pass
+            self._worker = None
+        stopped = ServiceUnavailableError("the offset store was stopped; the commit may or may not have landed")
+        for request in in_flight:
+            self._fail(request, stopped)
+        while self._queue:
+            self._fail(self._queue.popleft(), stopped)
+
+    def forget(self, group: str) -> None:
+        """Drop what is cached about ``group`` (e.g. when we stop owning it)."""
+        prefix = self.paths.group(group) + "/"
+        for path in [p for p in self._children if p.startswith(prefix)]:
+            del self._children[path]
+
+    # ------------------------------------------------------- the batcher
+    async def _run(self) -> None:
+        delay = 0.02
+        while True:
+            if not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            batch = self._take()
+            if not batch.requests:
+                continue
+            self._in_flight = batch
+            try:
+                connection_trouble = await self._send(batch)
+            except Exception as exc:  # a bug: fail this batch, keep serving
+                log.exception("offset commit batch failed")
+                for request in batch.requests:
+                    self._fail(request, exc)
+                connection_trouble = False
+            finally:
+                self._in_flight = None
+            if connection_trouble:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            else:
+                delay = 0.02
+
+    def _take(self) -> _Batch:
+        taken: list[_Request] = []
+        nbytes = nops = 0
+        while self._queue:
+            request = self._queue[0]
+            if request.future.done():  # its caller timed out
+                self._queue.popleft()
+                continue
+            if request.fence is not None and request.fence.path in self._dead_fences:
+                self._fail(self._queue.popleft(), self._not_owner(request.fence))
+                continue
+            if taken and (request.solo or taken[0].solo or nops + request.nops > self.max_ops_per_multi
+                          or nbytes + request.nbytes > self.max_multi_bytes):
+                break
+            taken.append(self._queue.popleft())
+            nbytes, nops = nbytes + request.nbytes, nops + request.nops
+        return _Batch(taken)
+
+    async def _send(self, batch: _Batch) -> bool:
+        """Send one batch as one multi; True if the connection was the trouble."""
+        sent = False
+        try:
+            await self._prepare(batch)
+            txn = self._build(batch)
+            self.stats.multis += 1
+            self.stats.ops += len(txn.operations)
+            sent = True
+            results = await aio.future_of(asyncio.get_running_loop(), txn.commit_async())
+        except ConnectionClosedError as exc:
+            self._forget_dirs(batch)
+            for request in batch.requests:
+                self._fail(request, aio.translate(exc, "commit offsets", self._conn.hosts))
+            return False
+        except (*aio.RETRYABLE, SessionExpiredError) as exc:
+            self.stats.failed_multis += sent  # its answer was lost: it may have landed
+            self._forget_dirs(batch)
+            expired = isinstance(exc, SessionExpiredError)
+            for request in batch.requests:
+                if expired and request.fence is not None:
+                    self._dead_fences.add(request.fence.path)
+                    self._fail(request, self._not_owner(request.fence))
+            self._requeue([r for r in batch.requests if not r.future.done()])
+            return True
+        except KazooException as exc:
+            self._forget_dirs(batch)
+            for request in batch.requests:
+                self._fail(request, aio.translate(exc, "commit offsets", self._conn.hosts))
+            return False
+        failure = aio.transaction_failure(results)
+        if failure is None:
+            for request in batch.requests:
+                self.stats.commits += 1
+                if not request.future.done():
+                    request.future.set_result(None)
+            return False
+        self.stats.failed_multis += 1
+        self._forget_dirs(batch)
+        self._blame(batch, *failure)
+        return False
+
+    def _blame(self, batch: _Batch, index: int, exc: BaseException) -> None:
+        culprit = batch.blame[index] if 0 <= index < len(batch.blame) else None
+        if isinstance(culprit, Fence):
+            self._dead_fences.add(culprit.path)
+            for request in batch.requests:
+                if request.fence is not None and request.fence.path == culprit.path:
+                    self._fail(request, self._not_owner(culprit))
+        elif isinstance(culprit, _Request) and isinstance(exc, (NoNodeError, NodeExistsError, NotEmptyError)):
+            culprit.attempts += 1  # what we knew about existing znodes was wrong: re-read and resend
+            if culprit.attempts >= _MAX_ATTEMPTS:
+                self._fail(culprit, ZkcoordError(
+                    f"offset commit of group {culprit.group!r} kept failing ({type(exc).__name__}); "
+                    "is another process deleting its znodes?"))
+        elif isinstance(culprit, _Request):
+            self._fail(culprit, aio.translate(exc, f"commit offsets of group {culprit.group!r}", self._conn.hosts))
+        elif len(batch.requests) > 1:
+            for request in batch.requests:
+                request.solo = True  # nobody to blame: send each alone
+        else:
+            self._fail(batch.requests[0], aio.translate(exc, "commit offsets", self._conn.hosts))
+        self._requeue([r for r in batch.requests if not r.future.done()])
+
+    def _requeue(self, requests: list[_Request]) -> None:
+        self._queue.extendleft(reversed(requests))  # first again, in their order
+
+    def _fail(self, request: _Request, exc: BaseException) -> None:
+        if not request.future.done():
+            request.future.set_exception(exc)
+
+    def _not_owner(self, fence: Fence) -> NotOwnerError:
+        return NotOwnerError(f"offsets of group {fence.group!r} not committed: this daemon no longer owns "
+                             f"the group (contender {fence.path} is gone); look the coordinator up again",
+                             fence.group)
+
+    def _forget_dirs(self, batch: _Batch) -> None:
+        for path in batch.dirs:
+            self._children.pop(path, None)
+
+    # --------------------------------------------- what exists, and the multi
+    async def _prepare(self, batch: _Batch) -> None:
+        """Learn the children of every directory the batch touches; create
+        the offset directories (and metadata ones it writes to) if absent."""
+        need: dict[str, bool] = {}  # dir -> must exist
+        for request in batch.requests:
+            for e in request.entries:
+                need[e.odir] = True
+                need[e.mdir] = need.get(e.mdir, False) or e.meta is not None
+        client = self._conn.client
+        loop = asyncio.get_running_loop()
+        unknown = [d for d in need if d not in self._children]
+        listed = await aio.gather(loop, [client.get_children_async(d) for d in unknown])
+        for path, outcome in zip(unknown, listed):
+            if isinstance(outcome, NoNodeError):
+                self._children[path] = None
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                self._children[path] = set(outcome)
+        missing = [d for d, must in need.items() if must and self._children.get(d) is None]
+        for path, outcome in zip(missing, await aio.gather(loop, [client.ensure_path_async(d) for d in missing])):
+            if isinstance(outcome, BaseException):
+                raise outcome
+            self._children[path] = set()
+
+    def _build(self, batch: _Batch):
+        txn = self._conn.client.transaction()
+        checked: set[str] = set()
+        for request in batch.requests:
+            fence = request.fence
+            if fence is not None and fence.path not in checked:
+                checked.add(fence.path)
+                fence.add_check(txn)
+                batch.blame.append(fence)
+            for e in request.entries:
+                self._put(txn, batch, request, e.odir, e.name, e.value)
+                if e.meta is not None:
+                    self._put(txn, batch, request, e.mdir, e.name, e.meta)
+                elif self._children.get(e.mdir) and e.name in self._children[e.mdir]:
+                    txn.delete(f"{e.mdir}/{e.name}")  # stale metadata of an earlier commit
+                    self._children[e.mdir].discard(e.name)
+                    batch.blame.append(request)
+                    batch.dirs.add(e.mdir)
+        return txn
+
+    def _put(self, txn, batch: _Batch, request: _Request, directory: str, name: str, value: bytes) -> None:
+        children = self._children.get(directory)  # None only if forget() ran meanwhile
+        if children is not None and name in children:
+            txn.set_data(f"{directory}/{name}", value)
+        else:
+            txn.create(f"{directory}/{name}", value)
+            if children is not None:
+                children.add(name)  # optimistic: forgotten if the multi fails
+        batch.dirs.add(directory)  # a failed multi re-reads every directory it touched
+        batch.blame.append(request)
+
+    # -------------------------------------------------------------- reads
+    async def fetch(self, group: str, partitions: Iterable[TopicPartition] | None = None) -> FetchedOffsets:
+        """Committed offsets of ``partitions`` (all of the group's if None).
+
+        Partitions without a committed offset are left out; values that are
+        not decimals are in ``.unparsable``.
+        """
+        wanted = None
+        if partitions is not None:
+            wanted = [(t, p) for t, p in partitions]
+            for topic, partition in wanted:
+                self.paths.partition(group, topic, partition)  # validates
+        else:
+            self.paths.group(group)
+        return await self._conn.retry(f"fetch the offsets of group {group!r}", self._inner_fetch, group, wanted)
+
+    async def _inner_fetch(self, group: str, wanted: list[TopicPartition] | None) -> FetchedOffsets:
+        if wanted is None:
+            wanted = await self._list_partitions(group)
+        client = self._conn.client
+        loop = asyncio.get_running_loop()
+        reads = [client.get_async(self.paths.partition(group, t, p)) for t, p in wanted]
+        reads += [client.get_async(self.paths.metadata(group, t, p)) for t, p in wanted]
+        outcomes = await aio.gather(loop, reads)
+        found = FetchedOffsets()
+        for i, tp in enumerate(wanted):
+            value, meta = outcomes[i], outcomes[len(wanted) + i]
+            for outcome in (value, meta):
+                if isinstance(outcome, BaseException) and not isinstance(outcome, NoNodeError):
+                    raise outcome
+            if isinstance(value, NoNodeError):
+                continue
+            match = _DECIMAL.fullmatch(value[0])
+            if match is None:
+                found.unparsable[tp] = value[0]
+                log.warning("offset znode %s holds %r, not a decimal", self.paths.partition(group, *tp), value[0])
+                continue
+            offset = int(match.group(1))
+            found[tp] = (offset, "" if isinstance(meta, NoNodeError) else self._metadata(meta[0], offset))
+        return found
+
+    async def _list_partitions(self, group: str) -> list[TopicPartition]:
+        client = self._conn.client
+        try:
+            topics = await aio.call(client.get_children_async, self.paths.offsets_dir(group))
+        except NoNodeError:
+            return []
+        listed = await aio.gather(asyncio.get_running_loop(),
+                                  [client.get_children_async(self.paths.topic_dir(group, t)) for t in topics])
+        wanted = []
+        for topic, outcome in zip(topics, listed):
+            if isinstance(outcome, NoNodeError):
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome
+            for name in outcome:
+                if name.isdigit():
+                    wanted.append((topic, int(name)))
+                else:
+                    log.warning("ignoring %s/%s: not a partition number", self.paths.topic_dir(group, topic), name)
+        return sorted(wanted)
+
+    @staticmethod
+    def _metadata(data: bytes, offset: int) -> str:
+        try:
+            record = json.loads(data)
+            if record.get("o") == offset and isinstance(record.get("m"), str):
+                return record["m"]
+        except (ValueError, AttributeError):
+            log.warning("ignoring unreadable offset metadata %r", data[:80])
+        return ""  # absent, stale (the offset moved on without us) or unreadable
+
+    async def list_groups(self) -> list[str]:
+        """Every group under the offsets root, sorted."""
+        return await self._conn.retry("list the consumer groups", self._inner_list_groups)
+
+    async def _inner_list_groups(self) -> list[str]:
+        try:
+            return sorted(await aio.call(self._conn.client.get_children_async, self.paths.root))
+        except NoNodeError:
+            return []

@@ -1,0 +1,440 @@
+"""Which daemon coordinates which group: per-group owner election.
+
+This module owns the contender znodes under ``/coordinators/<group>/owner``
+and this daemon's view of the groups it owns. It is kazoo's ``Lock`` recipe
+without the queue:
+
+1. :meth:`GroupOwnership.contend` creates an ephemeral sequential contender
+   ``<uuid>__lock__<seq>`` holding our node id. The uuid prefix lets a retry
+   after a connection loss find a create that succeeded.
+2. The lowest sequence owns the group. If that is ours, we own it and an
+   exists-watch on our contender tells us when it vanishes. If not, we delete
+   ours at once (we never queue) and return the winner's node id.
+3. The owner's contender znode is the group's *fence*: every write that
+   matters is a multi-op that first checks it (:class:`Fence`), so a deposed
+   owner's write cannot land.
+
+kazoo's ``Election`` ignores connection trouble; we react to it. An owned
+group moves through this table (``OwnershipChange`` kinds in capitals are
+reported to ``on_change``):
+
+==================  ===========  ==============================================
+event               group        effect
+==================  ===========  ==============================================
+session SUSPENDED   owned        suspended: the runtime answers
+                                 COORDINATOR_LOAD_IN_PROGRESS (SUSPENDED)
+session RECONNECTED suspended    re-check our contender exists and is lowest:
+                                 keep (RESUMED) or drop (LOST)
+session LOST        any          every group dropped at once (LOST)
+contender deleted   any          dropped (LOST)
+:meth:`drop`        any          dropped (LOST): the state store's fenced
+                                 write failed
+:meth:`release`     any          contender deleted, dropped (no report)
+==================  ===========  ==============================================
+
+Threading: all state lives on the event loop thread. kazoo's watch and
+session callbacks only hop onto the loop (``aio.post``); ``on_change`` runs
+there and must not block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kazoo.exceptions import ConnectionLoss, NoNodeError
+from kazoo.protocol.states import EventType
+from kazoo.retry import ForceRetryError
+
+from zkcoord.errors import NotOwnerError, ServiceUnavailableError, StateError
+from zkcoord.zk import aio, paths
+from zkcoord.zk.connection import SessionEvent, ZkConnection
+
+__all__ = ["Fence", "ChangeKind", "OwnershipChange", "GroupOwnership"]
+
+log = logging.getLogger(__name__)
+
+_MAX_ROUNDS = 5  # contention rounds before giving up (winners that vanish as we look)
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Proof of ownership for a multi-op: our contender znode at ``version``."""
+
+    group: str
+    path: str
+    version: int = 0  # contenders are never modified
+
+    def add_check(self, txn) -> None:
+        """Add the fencing ``check`` op to a kazoo transaction."""
+        txn.check(self.path, self.version)
+
+
+class ChangeKind(enum.Enum):
+    SUSPENDED = "suspended"
+    RESUMED = "resumed"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class OwnershipChange:
+    kind: ChangeKind
+    groups: frozenset[str]
+    reason: str
+
+
+@dataclass
+class _Owned:
+    path: str
+    suspended: bool
+
+
+@dataclass
+class _Attempt:
+    """One contention round; ``tried`` means a create may have landed."""
+
+    prefix: str
+    tried: bool = False
+
+
+def _sorted_contenders(children: list[str]) -> list[str]:
+    found = [(seq, name) for name in children if (seq := paths.contender_sequence(name)) is not None]
+    return [name for _, name in sorted(found)]
+
+
+class GroupOwnership:
+    """Owner election for every group, for the daemon ``node_id``."""
+
+    def __init__(self, conn: ZkConnection, node_id: int,
+                 on_change: Callable[[OwnershipChange], None] | None = None) -> None:
+        paths.node(node_id)  # validates the id
+        self._conn = conn
+        self.node_id = node_id
+        self._data = str(node_id).encode()
+        self._on_change = on_change
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._owned: dict[str, _Owned] = {}
+        self._contending: dict[str, asyncio.Task] = {}
+        self._owner_cache: dict[str, int | None] = {}
+        self._cache_epoch: dict[str, int] = {}
+        self._generation = 0  # +1 per lost session: its contenders are gone
+        self._session_epoch = 0  # +1 per session event: stale re-checks are ignored
+        self._connected = True
+        self._background: set[asyncio.Task] = set()
+
+    # ----------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._conn.add_listener(self._on_session, self._loop)
+
+    async def stop(self) -> None:
+        """Release every group (best effort) and stop listening."""
+        self._conn.remove_listener(self._on_session)
+        try:
+            await self.release_all()
+        except ServiceUnavailableError as exc:
+            log.warning("could not release every group on stop: %s", exc)
+
+    # ------------------------------------------------------------- queries
+    def owned(self) -> frozenset[str]:
+        """Groups we own, suspended ones included."""
+        return frozenset(self._owned)
+
+    def is_owned(self, group: str) -> bool:
+        return group in self._owned
+
+    def is_suspended(self, group: str) -> bool:
+        owned = self._owned.get(group)
+        return owned is not None and owned.suspended
+
+    def fence(self, group: str) -> Fence:
+        """The fencing handle of a group we own, else NotOwnerError."""
+        owned = self._owned.get(group)
+        if owned is None:
+            raise NotOwnerError(f"node {self.node_id} does not own group {group!r}; "
+                                "look the coordinator up again", group)
+        return Fence(group, owned.path)
+
+    async def current_owner(self, group: str) -> int | None:
+        """The owner's node id, or None if nobody owns ``group``.
+
+        Cached per group while a children watch on its contenders holds.
+        """
+        if group in self._owned:
+            return self.node_id
+        if group in self._owner_cache:
+            return self._owner_cache[group]
+        return await self._conn.retry(f"look up the owner of group {group!r}", self._inner_owner, group)
+
+    async def _inner_owner(self, group: str) -> int | None:
+        epoch = self._cache_epoch.get(group, 0)
+        loop = asyncio.get_running_loop()
+        watch = lambda event: aio.post(loop, self._invalidate, group)  # noqa: E731
+        try:
+            children = await aio.call(self._conn.client.get_children_async, paths.owner_dir(group), watch)
+        except NoNodeError:
+            return None
+        contenders = _sorted_contenders(children)
+        owner = None
+        if contenders:
+            found = await self._read_contender(group, contenders[0])
+            if found is None:
+                raise ForceRetryError()  # the owner left while we looked
+            owner = found[0]
+        if self._cache_epoch.get(group, 0) == epoch:
+            self._owner_cache[group] = owner
+        return owner
+
+    def _invalidate(self, group: str) -> None:
+        self._cache_epoch[group] = self._cache_epoch.get(group, 0) + 1
+        self._owner_cache.pop(group, None)
+
+    async def _read_contender(self, group: str, name: str) -> tuple[int, int] | None:
+        """(node id, session id that owns the znode) of a contender, None if gone."""
+        path = paths.contender(group, name)
+        try:
+            data, stat = await aio.call(self._conn.client.get_async, path)
+        except NoNodeError:
+            return None
+        try:
+            return int(data.decode()), stat.ephemeralOwner
+        except (UnicodeDecodeError, ValueError):
+            raise StateError(f"contender znode {path} of group {group!r} holds {data[:40]!r}, not a node id; "
+                             "delete it if no daemon wrote it") from None
+
+    # ----------------------------------------------------------- contending
+    async def contend(self, group: str) -> int:
+        """Try to become the owner; return the winner's node id (ours if we won).
+
+        Never queues: a losing contender is withdrawn before returning. Raises
+        ServiceUnavailableError if ZooKeeper does not answer in time.
+        Cancelling the caller does not abandon the attempt half-way.
+        """
+        paths.owner_dir(group)  # validates the group id
+        if self._loop is None:
+            raise RuntimeError("GroupOwnership.start() must be awaited before contend()")
+        if group in self._owned:
+            return self.node_id
+        task = self._contending.get(group)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._contend(group))
+            self._contending[group] = task
+            task.add_done_callback(lambda t: self._contended(group, t))
+        return await asyncio.shield(task)
+
+    def _contended(self, group: str, task: asyncio.Task) -> None:
+        self._contending.pop(group, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here: callers that gave up waiting do not see it
+
+    async def _contend(self, group: str) -> int:
+        for _ in range(_MAX_ROUNDS):
+            generation = self._generation
+            attempt = _Attempt(uuid.uuid4().hex + paths.CONTENDER_MARKER)
+            try:
+                ours, contenders = await self._conn.retry(
+                    f"contend for group {group!r}", self._inner_contend, group, attempt)
+                if generation != self._generation:
+                    continue  # the session was lost meanwhile: our contender went with it
+                if contenders[0] == ours:
+                    self._adopt(group, ours)
+                    return self.node_id
+                await self._conn.retry(f"withdraw from group {group!r}", self._inner_delete,
+                                       paths.contender(group, ours))
+            except Exception:
+                if attempt.tried:  # a create may have landed: do not leave it queued
+                    self._spawn(self._cleanup(group, attempt.prefix))
+                raise
+            winner = await self._conn.retry(f"read the owner of group {group!r}", self._read_contender,
+                                            group, contenders[0])
+            if winner is None:
+                continue  # the winner left while we looked: contend again
+            node_id, session_id = winner
+            if node_id == self.node_id and session_id == self._conn.session_id:
+                self._adopt(group, contenders[0])  # ours from an abandoned attempt
+                return self.node_id
+            return node_id
+        raise ServiceUnavailableError(f"contention for group {group!r} did not settle after {_MAX_ROUNDS} rounds")
+
+    async def _cleanup(self, group: str, prefix: str) -> None:
+        async def inner() -> None:
+            try:
+                children = await aio.call(self._conn.client.get_children_async, paths.owner_dir(group))
+            except NoNodeError:
+                return
+            for name in children:
+                if name.startswith(prefix):
+                    await self._inner_delete(paths.contender(group, name))
+        try:
+            await self._conn.retry(f"clean up a contender of group {group!r}", inner)
+        except Exception as exc:  # best effort: the session's end removes it anyway
+            log.warning("could not clean up our contender for group %r: %s", group, exc)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("ownership background task failed: %r", task.exception())
+
+    async def _inner_contend(self, group: str, attempt: _Attempt) -> tuple[str, list[str]]:
+        client = self._conn.client
+        owner_dir = paths.owner_dir(group)
+        ours = None
+        if attempt.tried:
+            try:
+                children = await aio.call(client.get_children_async, owner_dir)
+            except NoNodeError:
+                children = []
+            ours = next((c for c in children if c.startswith(attempt.prefix)), None)
+        if ours is None:
+            attempt.tried = True
+            created = await aio.call(client.create_async, f"{owner_dir}/{attempt.prefix}", self._data,
+                                     ephemeral=True, sequence=True, makepath=True)
+            ours = created.rsplit("/", 1)[1]
+        contenders = _sorted_contenders(await aio.call(client.get_children_async, owner_dir))
+        if ours not in contenders:
+            attempt.tried = False  # it vanished (session lost?): create anew
+            raise ForceRetryError()
+        return ours, contenders
+
+    async def _inner_delete(self, path: str) -> None:
+        try:
+            await aio.call(self._conn.client.delete_async, path)
+        except NoNodeError:
+            pass  # already gone: what we wanted
+
+    def _adopt(self, group: str, name: str) -> None:
+        owned = _Owned(paths.contender(group, name), suspended=not self._connected)
+        self._owned[group] = owned
+        self._invalidate(group)
+        log.info("node %s now owns group %r (%s)", self.node_id, group, owned.path)
+        if not owned.suspended:
+            self._watch(group, owned)
+
+    def _watch(self, group: str, owned: _Owned) -> None:
+        loop = self._loop
+        result = self._conn.client.exists_async(
+            owned.path, watch=lambda event: aio.post(loop, self._on_contender_event, group, owned, event))
+        result.rawlink(lambda r: aio.post(loop, self._on_watch_armed, group, owned,
+                                          r.value if r.successful() else r.exception))
+
+    def _on_watch_armed(self, group: str, owned: _Owned, outcome: object) -> None:
+        if outcome is None and self._owned.get(group) is owned:
+            self._lose({group}, f"contender znode {owned.path} is gone")
+        # An error here is connection trouble: the session events take over.
+
+    def _on_contender_event(self, group: str, owned: _Owned, event) -> None:
+        if self._owned.get(group) is not owned:
+            return
+        if event.type == EventType.DELETED:
+            self._lose({group}, f"contender znode {owned.path} was deleted")
+        elif event.type != EventType.NONE:  # NONE: connection trouble, re-armed on RECONNECTED
+            self._watch(group, owned)
+
+    # ------------------------------------------------------------ releasing
+    async def release(self, group: str) -> None:
+        """Stop owning ``group``: delete our contender so another daemon can win."""
+        owned = self._owned.pop(group, None)
+        if owned is None:
+            return
+        self._invalidate(group)
+        await self._conn.retry(f"release group {group!r}", self._inner_delete, owned.path)
+
+    async def release_all(self) -> None:
+        """Release every group; raises the first failure after trying all."""
+        results = await asyncio.gather(*(self.release(g) for g in list(self._owned)), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+
+    def drop(self, group: str, reason: str, fence: Fence | None = None) -> None:
+        """Forget ``group`` because a fenced write showed we lost it; report LOST.
+
+        Only the ownership ``fence`` belongs to is dropped. Our contender is
+        deleted in the background in case it still exists (e.g. the state
+        was changed by someone else), so another daemon can take over.
+        """
+        owned = self._owned.get(group)
+        if owned is None or (fence is not None and fence.path != owned.path):
+            return
+        self._lose({group}, reason)
+        self._spawn(self._quiet_delete(owned.path))
+
+    async def _quiet_delete(self, path: str) -> None:
+        try:
+            await self._conn.retry(f"delete contender {path}", self._inner_delete, path)
+        except Exception as exc:  # best effort: the session's end removes it anyway
+            log.warning("could not delete contender %s: %s", path, exc)
+
+    def _lose(self, groups: set[str], reason: str) -> None:
+        lost = frozenset(g for g in groups if self._owned.pop(g, None) is not None)
+        for group in lost:
+            self._invalidate(group)
+        if lost:
+            log.warning("node %s lost groups %s: %s", self.node_id, sorted(lost), reason)
+            self._report(ChangeKind.LOST, lost, reason)
+
+    def _report(self, kind: ChangeKind, groups: frozenset[str], reason: str) -> None:
+        if self._on_change is None or not groups:
+            return
+        try:
+            self._on_change(OwnershipChange(kind, groups, reason))
+        except Exception:
+            log.exception("ownership listener failed on %s", kind.value)
+
+    # ------------------------------------------------------ session events
+    def _on_session(self, event: SessionEvent) -> None:  # on the loop thread
+        self._session_epoch += 1
+        for group in list(self._owner_cache):
+            self._invalidate(group)
+        if event is SessionEvent.SUSPENDED:
+            self._connected = False
+            fresh = [g for g, o in self._owned.items() if not o.suspended]
+            for group in fresh:
+                self._owned[group].suspended = True
+            self._report(ChangeKind.SUSPENDED, frozenset(fresh), "ZooKeeper connection lost")
+        elif event is SessionEvent.LOST:
+            self._connected = False
+            self._generation += 1
+            self._lose(set(self._owned), "ZooKeeper session expired")
+        elif event is SessionEvent.RECONNECTED:
+            self._connected = True
+            self._spawn(self._recheck(self._session_epoch))
+        else:  # CONNECTED: a new session owns nothing yet
+            self._connected = True
+
+    async def _recheck(self, epoch: int) -> None:
+        """After a reconnect: keep each group whose contender is still lowest."""
+        snapshot = dict(self._owned)
+        loop = asyncio.get_running_loop()
+        outcomes = await aio.gather(loop, [self._conn.client.get_children_async(paths.owner_dir(g))
+                                           for g in snapshot])
+        if epoch != self._session_epoch:
+            return  # another session event came first; it decides
+        kept, dropped = set(), set()
+        for (group, owned), outcome in zip(snapshot.items(), outcomes):
+            if self._owned.get(group) is not owned:
+                continue
+            if isinstance(outcome, ConnectionLoss):
+                continue  # still suspended; the next RECONNECTED re-checks
+            name = owned.path.rsplit("/", 1)[1]
+            if isinstance(outcome, list) and _sorted_contenders(outcome)[:1] == [name]:
+                kept.add(group)
+            else:
+                dropped.add(group)
+        for group in kept:
+            self._owned[group].suspended = False
+            self._watch(group, self._owned[group])
+        if kept:
+            self._report(ChangeKind.RESUMED, frozenset(kept), "ZooKeeper connection back, same session")
+        for group in dropped:
+            self._spawn(self._quiet_delete(snapshot[group].path))
+        self._lose(dropped, "after reconnecting, our contender is no longer the lowest")

@@ -1,0 +1,221 @@
+"""The fenced, versioned JSON state of every group.
+
+This module owns the znodes ``/coordinators/<group>/state``: one compact JSON
+object per group (the record of :mod:`zkcoord.core.group_record`), whose
+znode version is the optimistic-concurrency token the runtime passes back.
+
+Rules:
+
+1. Every write is ONE multi-op: ``check`` our contender znode (the
+   :class:`~zkcoord.zk.ownership.Fence`) + ``set_data`` at the version we
+   read (``create`` when the group has no state yet). It lands only if we
+   still own the group and nobody wrote since we read.
+2. A failed fence or version is :class:`~zkcoord.errors.NotOwnerError`, and
+   the ownership module drops the group (reported LOST): the runtime stops
+   serving it; a later contend + load starts it afresh.
+3. Compact JSON (no spaces). A record over ``max_state_bytes`` (default
+   1,000,000: under ZooKeeper's 1 MiB ``jute.maxbuffer`` with room for the
+   multi's other bytes) is a StateError before anything is written.
+4. A write whose answer was lost with the connection is resolved after the
+   reconnect by reading the state back: our bytes at the next version mean
+   it landed (kazoo's "NodeExistsError may mean we did it" habit).
+5. A corrupt state znode is a StateError for that group alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.exceptions import (
+    BadVersionError, ConnectionClosedError, NodeExistsError, NoNodeError, SessionExpiredError,
+)
+from kazoo.protocol.states import ZnodeStat
+
+from zkcoord.errors import NotOwnerError, StateError, UsageError
+from zkcoord.zk import aio, paths
+from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.ownership import Fence, GroupOwnership
+
+__all__ = ["ABSENT", "DEFAULT_MAX_STATE_BYTES", "GroupStateStore", "encode_state", "decode_state"]
+
+ABSENT = -1  # the version of a group without a state znode
+DEFAULT_MAX_STATE_BYTES = 1_000_000
+
+
+def encode_state(group: str, record: dict[str, Any], max_bytes: int = DEFAULT_MAX_STATE_BYTES) -> bytes:
+    """Compact UTF-8 JSON of ``record``; StateError if it is over ``max_bytes``."""
+    if not isinstance(record, dict):
+        raise StateError(f"the state of group {group!r} must be a JSON object, got {type(record).__name__}")
+    try:
+        data = json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise StateError(f"the state of group {group!r} cannot be written as JSON: {exc}") from None
+    if len(data) > max_bytes:
+        raise StateError(f"the state of group {group!r} is {len(data)} bytes, over the limit of {max_bytes} "
+                         "bytes; the group has too many members or too much metadata (nothing was written)")
+    return data
+
+
+def decode_state(group: str, path: str, data: bytes) -> dict[str, Any]:
+    """The record in a state znode; StateError saying what is wrong with it."""
+    fix = f"; repair it, or delete {path} to start the group afresh"
+    if not data:
+        raise StateError(f"state znode {path} of group {group!r} is empty{fix}")
+    try:
+        record = json.loads(data.decode())
+    except UnicodeDecodeError as exc:
+        raise StateError(f"state znode {path} of group {group!r} is not UTF-8 ({exc}){fix}") from None
+    except ValueError as exc:
+        raise StateError(f"state znode {path} of group {group!r} is not valid JSON ({exc}){fix}") from None
+    if not isinstance(record, dict):
+        raise StateError(f"state znode {path} of group {group!r} holds a JSON {type(record).__name__} "
+                         f"where an object was expected{fix}")
+    return record
+
+
+@dataclass
+class _Attempt:
+    tried: bool = False  # a multi was sent and its answer may have been lost
+
+
+class GroupStateStore:
+    """Loads and writes group states, fenced by ``ownership``."""
+
+    def __init__(self, conn: ZkConnection, ownership: GroupOwnership, *,
+                 max_state_bytes: int = DEFAULT_MAX_STATE_BYTES) -> None:
+        self._conn = conn
+        self._ownership = ownership
+        self.max_state_bytes = max_state_bytes
+
+    async def load(self, group: str) -> tuple[dict[str, Any] | None, int]:
+        """``(record, version)``, or ``(None, ABSENT)`` if the group has no state.
+
+        StateError if the znode is corrupt; ServiceUnavailableError if
+        ZooKeeper does not answer in time.
+        """
+        paths.state(group)  # validates before any I/O
+        return await self._conn.retry(f"load the state of group {group!r}", self._inner_load, group)
+
+    async def _inner_load(self, group: str) -> tuple[dict[str, Any] | None, int]:
+        path = paths.state(group)
+        try:
+            data, stat = await aio.call(self._conn.client.get_async, path)
+        except NoNodeError:
+            return None, ABSENT
+        return decode_state(group, path, data), stat.version
+
+    async def write(self, group: str, record: dict[str, Any], expected_version: int | None) -> int:
+        """Write ``record`` if we own ``group`` and its state is still at
+        ``expected_version`` (None or ABSENT: the group has no state yet).
+
+        Returns the new version. Raises NotOwnerError (nothing written, or, if
+        the session ended mid-write, unknowable: the next owner's load
+        decides), StateError (too large; nothing written),
+        ServiceUnavailableError (no answer in time: reload before writing).
+        """
+        fence = self._ownership.fence(group)
+        data = encode_state(group, record, self.max_state_bytes)
+        expected = ABSENT if expected_version is None else expected_version
+        if expected < ABSENT:
+            raise UsageError(f"expected_version must be >= {ABSENT} or None, got {expected_version}")
+        return await self._conn.retry(f"write the state of group {group!r}", self._inner_write,
+                                      fence, data, expected, _Attempt())
+
+    async def _inner_write(self, fence: Fence, data: bytes, expected: int, attempt: _Attempt) -> int:
+        group, path = fence.group, paths.state(fence.group)
+        client = self._conn.client
+        try:
+            if attempt.tried:
+                landed = await self._landed(path, data, expected)
+                if landed is not None:
+                    return landed
+            attempt.tried = True
+            txn = client.transaction()
+            fence.add_check(txn)
+            if expected == ABSENT:
+                txn.create(path, data)
+            else:
+                txn.set_data(path, data, expected)
+            results = await aio.future_of(asyncio.get_running_loop(), txn.commit_async())
+        except SessionExpiredError as exc:
+            if isinstance(exc, ConnectionClosedError):
+                raise
+            self._deposed(fence, f"the ZooKeeper session that owned group {group!r} expired")
+        failure = aio.transaction_failure(results)
+        if failure is None:
+            return 0 if expected == ABSENT else results[1].version
+        index, exc = failure
+        if index == 0:
+            self._deposed(fence, f"node {self._ownership.node_id} was deposed as owner of group {group!r} "
+                                 f"(its contender {fence.path} is gone)")
+        if index == 1 and isinstance(exc, (BadVersionError, NoNodeError, NodeExistsError)):
+            found = "exists" if isinstance(exc, NodeExistsError) else "is at another version"
+            if isinstance(exc, NoNodeError):
+                found = "was deleted"
+            self._deposed(fence, f"the state of group {group!r} changed under node {self._ownership.node_id}: "
+                                 f"expected version {expected}, but it {found}")
+        raise aio.translate(exc, f"write the state of group {group!r}", self._conn.hosts)
+
+    async def _landed(self, path: str, data: bytes, expected: int) -> int | None:
+        """After a lost answer: the version our write produced, or None to send again."""
+        try:
+            current, stat = await aio.call(self._conn.client.get_async, path)
+        except NoNodeError:
+            return None  # nothing there: a create did not land; a set_data will fail its version
+        mine = 0 if expected == ABSENT else expected + 1
+        if stat.version == mine and current == data:
+            return mine
+        return None
+
+    def _deposed(self, fence: Fence, reason: str) -> None:
+        self._ownership.drop(fence.group, reason, fence)
+        raise NotOwnerError(reason + "; look the coordinator up again", fence.group)
+
+    async def delete(self, group: str, expected_version: int | None = None) -> None:
+        """Delete the group's state (fenced; at ``expected_version`` if given).
+
+        Deleting a state that is already gone is not an error.
+        """
+        fence = self._ownership.fence(group)
+        version = -1 if expected_version is None else expected_version
+        await self._conn.retry(f"delete the state of group {group!r}", self._inner_delete, fence, version)
+
+    async def _inner_delete(self, fence: Fence, version: int) -> None:
+        txn = self._conn.client.transaction()
+        fence.add_check(txn)
+        txn.delete(paths.state(fence.group), version)
+        try:
+            results = await aio.future_of(asyncio.get_running_loop(), txn.commit_async())
+        except SessionExpiredError as exc:
+            if isinstance(exc, ConnectionClosedError):
+                raise
+            self._deposed(fence, f"the ZooKeeper session that owned group {fence.group!r} expired")
+        failure = aio.transaction_failure(results)
+        if failure is None or (failure[0] == 1 and isinstance(failure[1], NoNodeError)):
+            return
+        if failure[0] == 0:
+            self._deposed(fence, f"node {self._ownership.node_id} was deposed as owner of group {fence.group!r}")
+        if isinstance(failure[1], BadVersionError):
+            self._deposed(fence, f"the state of group {fence.group!r} changed under node "
+                                 f"{self._ownership.node_id}: it is no longer at version {version}")
+        raise aio.translate(failure[1], f"delete the state of group {fence.group!r}", self._conn.hosts)
+
+    async def list_groups(self) -> list[str]:
+        """Every group that has a state znode, sorted."""
+        return await self._conn.retry("list the groups with state", self._inner_list)
+
+    async def _inner_list(self) -> list[str]:
+        client = self._conn.client
+        try:
+            children = await aio.call(client.get_children_async, paths.COORDINATORS)
+        except NoNodeError:
+            return []
+        loop = asyncio.get_running_loop()
+        outcomes = await aio.gather(loop, [client.exists_async(paths.state(g)) for g in children])
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return sorted(g for g, stat in zip(children, outcomes) if isinstance(stat, ZnodeStat))

@@ -1,0 +1,124 @@
+"""Partition counts of Kafka topics, from Kafka's own registration.
+
+This module owns reading ``/brokers/topics/<topic>``, which Kafka (ZooKeeper
+mode) writes as ``{"version":2,"partitions":{"0":[1,2],"1":[2,3]},...}``:
+the number of keys of ``"partitions"`` is the partition count. Nothing here
+writes.
+
+Rules:
+
+1. ``None`` means the topic does not exist (no znode).
+2. A registration that is not such JSON is a StateError naming the znode
+   for :meth:`TopicRegistry.partition_count`; a watch logs it and keeps the
+   last good count.
+3. :meth:`TopicRegistry.watch` uses kazoo's ``DataWatch`` (which survives
+   reconnects and session loss). Its callback runs on the event loop
+   thread, first with the current count, then on every change of the count.
+   ``DataWatch`` reads synchronously when created, so it is created on a
+   worker thread, never on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+
+from kazoo.exceptions import NoNodeError
+from kazoo.recipe.watchers import DataWatch
+
+from zkcoord.errors import ServiceUnavailableError, StateError
+from zkcoord.zk import aio, paths
+from zkcoord.zk.connection import ZkConnection
+
+__all__ = ["TopicRegistry", "TopicWatch", "parse_partition_count"]
+
+log = logging.getLogger(__name__)
+
+
+def parse_partition_count(topic: str, data: bytes) -> int:
+    """The partition count in a ``/brokers/topics/<topic>`` znode's data."""
+    path = paths.broker_topic(topic)
+    try:
+        registration = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StateError(f"topic registration {path} is not valid JSON ({exc})") from None
+    partitions = registration.get("partitions") if isinstance(registration, dict) else None
+    if not isinstance(partitions, dict) or not all(isinstance(k, str) and k.isdigit() for k in partitions):
+        raise StateError(f"topic registration {path} has no \"partitions\" object keyed by partition number")
+    return len(partitions)
+
+
+class TopicWatch:
+    """A running watch; :meth:`stop` ends it (kazoo drops it on the next event)."""
+
+    def __init__(self, topic: str, callback: Callable[[int | None], None]) -> None:
+        self.topic = topic
+        self._callback = callback
+        self._stopped = False
+        self._delivered = False
+        self.last: int | None = None
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def _deliver(self, count: int | None) -> None:  # on the loop thread
+        if self._stopped or (self._delivered and count == self.last):
+            return
+        self._delivered, self.last = True, count
+        try:
+            self._callback(count)
+        except Exception:
+            log.exception("partition-count callback for topic %r failed", self.topic)
+
+
+class TopicRegistry:
+    def __init__(self, conn: ZkConnection) -> None:
+        self._conn = conn
+
+    async def partition_count(self, topic: str) -> int | None:
+        """The topic's partition count, None if it does not exist."""
+        paths.broker_topic(topic)  # validates
+        return await self._conn.retry(f"read the registration of topic {topic!r}", self._inner_count, topic)
+
+    async def _inner_count(self, topic: str) -> int | None:
+        try:
+            data, _ = await aio.call(self._conn.client.get_async, paths.broker_topic(topic))
+        except NoNodeError:
+            return None
+        return parse_partition_count(topic, data)
+
+    async def watch(self, topic: str, callback: Callable[[int | None], None]) -> TopicWatch:
+        """Call ``callback(count | None)`` on the loop now and whenever the
+        topic's partition count changes; returns the handle to stop it."""
+        path = paths.broker_topic(topic)
+        loop = asyncio.get_running_loop()
+        handle = TopicWatch(topic, callback)
+
+        def changed(data: bytes | None, stat) -> bool | None:  # a kazoo thread
+            if handle.stopped:
+                return False  # tells DataWatch to stop
+            if data is None or stat is None:
+                count = None
+            else:
+                try:
+                    count = parse_partition_count(topic, data)
+                except StateError as exc:
+                    log.warning("%s; keeping the last partition count of %r", exc, topic)
+                    return None
+            aio.post(loop, handle._deliver, count)
+            return None
+
+        timeout_s = self._conn.request_timeout_ms / 1000
+        try:
+            await asyncio.wait_for(asyncio.to_thread(DataWatch, self._conn.client, path, changed), timeout_s)
+        except TimeoutError:
+            handle.stop()  # the DataWatch may still come up later: keep it silent
+            raise ServiceUnavailableError(f"ZooKeeper at {self._conn.hosts} did not let us watch {path} "
+                                          f"within {timeout_s:g} s") from None
+        return handle
