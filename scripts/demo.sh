@@ -5,10 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ZKC=.venv/bin/zkcoord
 
-echo "== 1. the sandbox: real ZooKeeper 3.8 and Kafka 3.9 (ZooKeeper mode) on loopback"
-$ZKC local up
+echo "== 1. the sandbox: real ZooKeeper 3.8, Kafka 3.9 (ZooKeeper mode) and two zkcoord daemons on loopback"
+$ZKC local up --daemons 2
 $ZKC local status
 eval "$($ZKC local env)"
-echo "ZKCOORD_ZOOKEEPER=$ZKCOORD_ZOOKEEPER ZKCOORD_BOOTSTRAP_SERVERS=$ZKCOORD_BOOTSTRAP_SERVERS"
+echo "ZKCOORD_ZOOKEEPER=$ZKCOORD_ZOOKEEPER ZKCOORD_BOOTSTRAP_SERVERS=$ZKCOORD_BOOTSTRAP_SERVERS ZKCOORD_COORDINATORS=$ZKCOORD_COORDINATORS"
 echo
 echo "The sandbox keeps running; stop it with: make down"

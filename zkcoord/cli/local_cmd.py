@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from zkcoord.local import jars
-from zkcoord.local.sandbox import MAX_BROKERS, Sandbox
+from zkcoord.local.sandbox import MAX_BROKERS, MAX_DAEMONS, Sandbox
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -34,17 +34,21 @@ def local() -> None:
 @local.command()
 @click.option("--brokers", type=click.IntRange(1, MAX_BROKERS), default=1, show_default=True,
               help="Number of Kafka brokers.")
+@click.option("--daemons", type=click.IntRange(0, MAX_DAEMONS), default=0, show_default=True,
+              help="Also run this many zkcoord coordinator daemons (node ids 1..N).")
 @state_dir_option
-def up(brokers: int, state_dir: Path | None) -> None:
+def up(brokers: int, daemons: int, state_dir: Path | None) -> None:
     """Start the sandbox (fetching the jars with Maven the first time)."""
     sandbox = Sandbox(state_dir, log=_log)
-    state, started = sandbox.up(brokers)
+    state, started = sandbox.up(brokers, daemons)
     if started:
         console.print(f"sandbox up in {sandbox.state_dir} (started: {', '.join(started)})")
     else:
         console.print(f"sandbox already up in {sandbox.state_dir}; nothing changed")
     console.print(f"zookeeper:         {sandbox.zookeeper_address(state)}")
     console.print(f"bootstrap servers: {sandbox.bootstrap_servers(state)}")
+    if state.daemons:
+        console.print(f"zkcoord daemons:   {sandbox.daemon_addresses(state)}")
 
 
 @local.command()
@@ -89,6 +93,8 @@ def env(state_dir: Path | None) -> None:
         sys.exit(3)
     click.echo(f"export ZKCOORD_ZOOKEEPER={sandbox.zookeeper_address(state)}")
     click.echo(f"export ZKCOORD_BOOTSTRAP_SERVERS={sandbox.bootstrap_servers(state)}")
+    if state.daemons:
+        click.echo(f"export ZKCOORD_COORDINATORS={sandbox.daemon_addresses(state)}")
 
 
 @local.command()

@@ -19,6 +19,7 @@ def _options(func):
         ("--node-id", int, "This daemon's id, unique among daemons [default: allocate one]."),
         ("--bootstrap-servers", str, "Kafka brokers, for topic metadata without ZooKeeper and the kafka/dual offset modes."),
         ("--zk-session-timeout-ms", int, "ZooKeeper session timeout [default: 10000]."),
+        ("--zk-connect-timeout-ms", int, "How long to wait for ZooKeeper at start [default: 15000]."),
         ("--group-min-session-timeout-ms", int, "Smallest session timeout a member may ask [default: 6000]."),
         ("--group-max-session-timeout-ms", int, "Largest session timeout a member may ask [default: 1800000]."),
         ("--group-initial-rebalance-delay-ms", int, "Wait for more members before the first rebalance of an empty group [default: 3000]."),

@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,7 @@ from zkcoord.errors import SandboxError, UsageError
 from zkcoord.local import config_files, jars, procs
 
 MAX_BROKERS = 3
+MAX_DAEMONS = 5
 START_TIMEOUT_S = 120.0
 
 
@@ -68,10 +70,11 @@ class SandboxState:
     zookeeper: Server
     brokers: list[Server] = field(default_factory=list)
     started_at: float = 0.0
+    daemons: list[Server] = field(default_factory=list)  # "zkcoord-<node id>"
 
     @property
     def servers(self) -> list[Server]:
-        return [self.zookeeper, *self.brokers]
+        return [self.zookeeper, *self.brokers, *self.daemons]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -79,7 +82,8 @@ class SandboxState:
     @classmethod
     def from_json(cls, text: str) -> "SandboxState":
         raw = json.loads(text)
-        return cls(Server(**raw["zookeeper"]), [Server(**b) for b in raw["brokers"]], raw["started_at"])
+        return cls(Server(**raw["zookeeper"]), [Server(**b) for b in raw["brokers"]], raw["started_at"],
+                   [Server(**d) for d in raw.get("daemons", [])])
 
 
 def zk_four_letter(port: int, word: str = "ruok", timeout_s: float = 2.0, host: str = "127.0.0.1") -> str:
@@ -168,12 +172,19 @@ class Sandbox:
     def _marker(self, name: str) -> str:
         return f"-Dzkcoord.sandbox={self.state_dir / name}"
 
+    def _match(self, name: str) -> str:
+        """What a server's command line holds, JVM (-D) or Python (-X)."""
+        return f"zkcoord.sandbox={self.state_dir / name}"
+
     # -- lifecycle -------------------------------------------------------
-    def up(self, brokers: int = 1) -> tuple[SandboxState, list[str]]:
+    def up(self, brokers: int = 1, daemons: int = 0) -> tuple[SandboxState, list[str]]:
         """Start whatever is not running. Returns the state and the names of
-        the servers started by this call (empty: it was already up)."""
+        the servers started by this call (empty: it was already up).
+        ``daemons`` zkcoord coordinator daemons are added to the servers."""
         if not 1 <= brokers <= MAX_BROKERS:
             raise UsageError(f"--brokers {brokers}: the sandbox runs 1 to {MAX_BROKERS} brokers.")
+        if not 0 <= daemons <= MAX_DAEMONS:
+            raise UsageError(f"--daemons {daemons}: the sandbox runs 0 to {MAX_DAEMONS} zkcoord daemons.")
         jars.find_java()
         with self._locked():
             state = self.load()
@@ -184,6 +195,8 @@ class Sandbox:
                     f"The sandbox in {self.state_dir} runs {len(state.brokers)} broker(s), not {brokers}; "
                     "run `zkcoord local down` first to change --brokers."
                 )
+            for node_id in range(len(state.daemons) + 1, daemons + 1):
+                state.daemons.append(Server(f"zkcoord-{node_id}", procs.free_port()))
             started = self._start_missing(state)
             return state, started
 
@@ -199,21 +212,28 @@ class Sandbox:
     def _start_missing(self, state: SandboxState) -> list[str]:
         started: list[str] = []
         try:
-            if not procs.alive(state.zookeeper.pid, self._marker("zookeeper")):
+            if not procs.alive(state.zookeeper.pid, self._match("zookeeper")):
                 self._start_zookeeper(state)
                 started.append("zookeeper")
             self._wait_zookeeper(state)
             for broker in state.brokers:
-                if not procs.alive(broker.pid, self._marker(broker.name)):
+                if not procs.alive(broker.pid, self._match(broker.name)):
                     self._start_broker(state, broker)
                     started.append(broker.name)
             self._save(state)
             for broker in state.brokers:
                 self._wait_broker(state, broker)
+            for daemon in state.daemons:
+                if not procs.alive(daemon.pid, self._match(daemon.name)):
+                    self._start_daemon(state, daemon)
+                    started.append(daemon.name)
+            self._save(state)
+            for daemon in state.daemons:
+                self._wait(daemon, lambda d=daemon: procs.port_open(d.port), "accept connections")
         except BaseException:
             for name in reversed(started):
                 server = next(s for s in state.servers if s.name == name)
-                procs.stop(server.pid, self._marker(name), grace_s=10)
+                procs.stop(server.pid, self._match(name), grace_s=10)
                 server.pid = None
             if self.state_file.exists():
                 self._save(state)
@@ -259,6 +279,20 @@ class Sandbox:
             client.stop()
             client.close()
 
+    def _start_daemon(self, state: SandboxState, daemon: Server) -> None:
+        """A ``zkcoord run`` daemon; ``-X`` carries the pid marker (Python
+        keeps unknown -X options without acting on them)."""
+        node_id = daemon.name.split("-", 1)[1]
+        cmd = [sys.executable, "-X", self._match(daemon.name), "-m", "zkcoord", "run",
+               "--zookeeper", self.zookeeper_address(state), "--listen", f"127.0.0.1:{daemon.port}",
+               "--node-id", node_id, "--bootstrap-servers", self.bootstrap_servers(state)]
+        self.log(f"starting zkcoord daemon {node_id} on 127.0.0.1:{daemon.port}")
+        daemon.pid = procs.spawn(cmd, self.log_file(daemon.name), cwd=self.state_dir)
+
+    @staticmethod
+    def daemon_addresses(state: SandboxState) -> str:
+        return ",".join(f"127.0.0.1:{d.port}" for d in state.daemons)
+
     def _start_broker(self, state: SandboxState, broker: Server) -> None:
         self._wait_registration_gone(state, broker)
         dist = jars.kafka_distribution(self.log)
@@ -280,7 +314,7 @@ class Sandbox:
         while time.monotonic() < deadline:
             if ready():
                 return
-            if not procs.alive(server.pid, self._marker(server.name)):
+            if not procs.alive(server.pid, self._match(server.name)):
                 raise SandboxError(
                     f"{server.name} exited while starting; last lines of {self.log_file(server.name)}:\n"
                     f"{procs.tail(self.log_file(server.name))}"
@@ -304,7 +338,7 @@ class Sandbox:
             return []
         result = []
         for server in state.servers:
-            if not procs.alive(server.pid, self._marker(server.name)):
+            if not procs.alive(server.pid, self._match(server.name)):
                 condition = "down"
             elif server.name == "zookeeper":
                 condition = "up" if zk_four_letter(server.port) == "imok" else "unresponsive"
@@ -320,8 +354,8 @@ class Sandbox:
             state = self.load()
             stopped = []
             if state is not None:
-                for server in [*reversed(state.brokers), state.zookeeper]:
-                    if procs.stop(server.pid, self._marker(server.name), grace_s=30):
+                for server in [*state.daemons, *reversed(state.brokers), state.zookeeper]:
+                    if procs.stop(server.pid, self._match(server.name), grace_s=30):
                         stopped.append(server.name)
             for child in self.state_dir.iterdir():
                 if child.name != ".lock":
@@ -340,7 +374,7 @@ class Sandbox:
         with self._locked():
             state = self._require_state()
             server = self._server(state, name)
-            procs.stop(server.pid, self._marker(name), grace_s=30, sig=signal.SIGKILL if kill else signal.SIGTERM)
+            procs.stop(server.pid, self._match(name), grace_s=30, sig=signal.SIGKILL if kill else signal.SIGTERM)
             server.pid = None
             self._save(state)
 
