@@ -55,7 +55,6 @@ class DaemonConfig:
     offsets_zk_root: str = "/consumers"
     max_frame_bytes: int = 100 * 1024 * 1024
     max_state_bytes: int = 1_000_000
-    metrics_listen: str = ""  # host:port of the Prometheus/health endpoint; "" = off
     shutdown_timeout_ms: int = 5_000
 
     def __post_init__(self) -> None:
@@ -66,8 +65,6 @@ class DaemonConfig:
         parse_host_port(self.listen, "listen")
         if self.advertised:
             parse_host_port(self.advertised, "advertised")
-        if self.metrics_listen:
-            parse_host_port(self.metrics_listen, "metrics_listen")
         _check_range("node_id", self.node_id, -1, 2**31 - 1)
         _check_range("zk_session_timeout_ms", self.zk_session_timeout_ms, 1_000, 600_000)
         _check_range("group_min_session_timeout_ms", self.group_min_session_timeout_ms, 1, 2**31 - 1)
