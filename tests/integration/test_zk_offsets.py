@@ -137,6 +137,22 @@ def test_a_dead_fence_fails_only_its_own_requests_in_a_merged_multi(zk_hosts, zk
     asyncio.run(scenario())
 
 
+def test_a_refused_fence_is_reported_once_to_on_deposed(zk_hosts, zk):
+    async def scenario():
+        async with connection(zk_hosts) as conn:
+            deposed = []
+            store = OffsetStore(conn, on_deposed=lambda fence, why: deposed.append((fence, why)))
+            dead = Fence("gone", "/coordinators/gone/owner/00__lock__0000000000")
+            for offset in (1, 2):
+                with pytest.raises(NotOwnerError):
+                    await store.commit("gone", {("t", 0): (offset, "")}, fence=dead)
+            assert deposed == [(dead, "an offset commit of group 'gone' was refused: "
+                                      f"its contender {dead.path} is gone")]
+            assert zk.exists("/consumers/gone/offsets/t/0") is None
+            await store.stop()
+    asyncio.run(scenario())
+
+
 def test_commit_with_the_fence_of_an_expired_owner_fails(zk_hosts, zk, expire_session):
     async def scenario():
         async with connection(zk_hosts) as conn:

@@ -95,6 +95,15 @@ def alive(pid: int | None, marker: str | None = None) -> bool:
     if marker is None:
         return True
     cmdline = _cmdline(pid)
+    # Right after spawn() returns, the child may be inside execve: the kernel
+    # has closed its close-on-exec fds (which is what Popen waits for) but not
+    # yet published the new argv, so /proc/<pid>/cmdline reads empty for a
+    # moment. That is our process starting, not a stranger: look again.
+    for _ in range(50):
+        if cmdline != "":
+            break
+        time.sleep(0.01)
+        cmdline = _cmdline(pid)
     return cmdline is not None and marker in cmdline
 
 

@@ -26,6 +26,11 @@ Rules:
    wrong anyway.
 4. Responses use response header v1 (tagged fields) for flexible versions and
    v0 otherwise; ApiVersions responses always use header v0.
+5. The per-request path is the daemon's hottest code, so everything that
+   depends only on (message class, version) is worked out once and cached:
+   kafka-python's compiled decoders and encoders (headers included; its
+   generic header path costs several times more), the list of fields that
+   must not be null, and which fields a version carries.
 
 Exceptions (all raised from this module; `transport.py` reacts to them)::
 
@@ -39,8 +44,7 @@ Exceptions (all raised from this module; `transport.py` reacts to them)::
 
 from __future__ import annotations
 
-import io
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +53,7 @@ from kafka.protocol.admin.groups import (
     DescribeGroupsRequest, DescribeGroupsResponse,
     ListGroupsRequest, ListGroupsResponse,
 )
-from kafka.protocol.api_header import RequestHeader
+from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer.group import (
@@ -65,6 +69,7 @@ from kafka.protocol.metadata import (
     FindCoordinatorRequest, FindCoordinatorResponse,
 )
 from kafka.protocol.schemas.fields.codecs import Int32
+from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 
 UNSUPPORTED_VERSION = 35
 FRAME_SIZE_PREFIX_BYTES = 4
@@ -275,7 +280,7 @@ def decode_request(frame: bytes, apis: ApiRegistry = COORDINATOR_APIS) -> Decode
 def encode_response(decoded: DecodedRequest, response: ApiMessage) -> bytes:
     """The full response frame (size prefix, response header, body) for `decoded`.
 
-    Sets `response`'s version and header as a side effect.
+    Sets `response`'s version as a side effect when it has none.
     """
     expected = decoded.spec.response_class
     version = decoded.response_version
@@ -290,15 +295,52 @@ def encode_response(decoded: DecodedRequest, response: ApiMessage) -> bytes:
             f"needs v{version}; build it with decoded.response_version")
     try:
         # The API_VERSION setter assumes a *request* header, so the version is
-        # set before with_header() and encode() is called without version=.
+        # set before any header exists.
         if response.version is None:
             response.API_VERSION = version
-        response.with_header(correlation_id=decoded.correlation_id)
-        return bytes(response.encode(header=True, framed=True))
+        encoders = _response_encoders(type(response), version)
+        if encoders is None:  # the class chooses its own header (ApiVersions): kafka-python's path
+            response.with_header(correlation_id=decoded.correlation_id)
+            return bytes(response.encode(header=True, framed=True))
+        return _encode_frame(encoders, ResponseHeader(correlation_id=decoded.correlation_id), response)
     except Exception as exc:  # generated encoders raise struct.error, TypeError, ...
         raise ResponseEncodingError(
             f"cannot encode {expected.__name__} v{version} (correlation id "
             f"{decoded.correlation_id}): {exc!r}; check the field types") from exc
+
+
+_Encoder = Callable[[Any, Any], None]
+_RESPONSE_ENCODERS: dict[tuple[type, int], tuple[_Encoder, _Encoder] | None] = {}
+
+
+def _response_encoders(response_class: type[ApiMessage], version: int) -> tuple[_Encoder, _Encoder] | None:
+    """kafka-python's compiled (header, body) encoders of a response at `version`,
+    as ApiMessage.encode picks them; None when the class overrides encode_header."""
+    key = (response_class, version)
+    if key not in _RESPONSE_ENCODERS:
+        encoders = None
+        if (response_class.encode_header is ApiMessage.encode_header
+                and response_class.encode_header_into is ApiMessage.encode_header_into):
+            flexible = response_class.flexible_version_q(version)
+            header_version = ResponseHeader._flexible_versions[0] if flexible else ResponseHeader._valid_versions[0]
+            encoders = (ResponseHeader._struct.compiled_encode_into(header_version, compact=False, tagged=flexible),
+                        response_class._struct.compiled_encode_into(version, compact=flexible, tagged=flexible))
+        _RESPONSE_ENCODERS[key] = encoders
+    return _RESPONSE_ENCODERS[key]
+
+
+def _encode_frame(encoders: tuple[_Encoder, _Encoder], header: ResponseHeader, body: ApiMessage) -> bytes:
+    """What ApiMessage.encode(header=True, framed=True) writes, without its generic header path."""
+    encode_header, encode_body = encoders
+    with EncodeBufferPool.acquire() as out:
+        out.pos = FRAME_SIZE_PREFIX_BYTES
+        encode_header(header, out)
+        encode_body(body, out)
+        end = out.pos
+        out.pos = 0
+        Int32.encode_into(out, end - FRAME_SIZE_PREFIX_BYTES)
+        out.pos = end
+        return bytes(out.result())
 
 
 def api_versions_response(version: int, apis: ApiRegistry = COORDINATOR_APIS, *,
@@ -340,25 +382,46 @@ def build_message(message_class: type[ApiMessage], version: int, **fields: Any) 
     return message_class(version=version, **kwargs)
 
 
+# (kind, field) per field name, per (schema, version); kind: None when the
+# version lacks the field, else _PLAIN, _STRUCT or _STRUCT_ARRAY.
+_PLAIN, _STRUCT, _STRUCT_ARRAY = 0, 1, 2
+_FIELD_TABLES: dict[tuple[int, int], tuple[Mapping[str, Any], dict[str, tuple[int | None, Any]]]] = {}
+
+
+def _field_table(schema: Mapping[str, Any], version: int) -> dict[str, tuple[int | None, Any]]:
+    key = (id(schema), version)
+    found = _FIELD_TABLES.get(key)
+    if found is None or found[0] is not schema:
+        table = {}
+        for name, field in schema.items():
+            kind = None
+            if field.for_version_q(version):
+                kind = _STRUCT if field.is_struct() else _STRUCT_ARRAY if field.is_struct_array() else _PLAIN
+            table[name] = (kind, field)
+        found = _FIELD_TABLES[key] = (schema, table)  # the schema is kept so its id is not reused
+    return found[1]
+
+
 def _struct_kwargs(schema: Mapping[str, Any], values: Mapping[str, Any], version: int,
                    where: str) -> dict[str, Any]:
+    table = _field_table(schema, version)
     kwargs = {}
     for name, value in values.items():
-        field = schema.get(name)
-        if field is None:
+        entry = table.get(name)
+        if entry is None:
             raise MessageBuildError(
                 f"{where} has no field {name!r}; known fields: {', '.join(schema)}")
-        if field.for_version_q(version):
-            kwargs[name] = _field_value(field, value, version, f"{where}.{name}")
+        kind, field = entry
+        if kind is None:
+            continue
+        if value is None or kind == _PLAIN:
+            kwargs[name] = value
+        elif kind == _STRUCT:
+            kwargs[name] = _nested(field, value, version, f"{where}.{name}")
+        else:
+            kwargs[name] = [_nested(field, item, version, f"{where}.{name}[{i}]")
+                            for i, item in enumerate(value)]
     return kwargs
-
-
-def _field_value(field: Any, value: Any, version: int, where: str) -> Any:
-    if value is None or not (field.is_struct() or field.is_struct_array()):
-        return value
-    if field.is_struct():
-        return _nested(field, value, version, where)
-    return [_nested(field, item, version, f"{where}[{i}]") for i, item in enumerate(value)]
 
 
 def _nested(field: Any, value: Any, version: int, where: str) -> Any:
@@ -367,57 +430,115 @@ def _nested(field: Any, value: Any, version: int, where: str) -> Any:
     return field.data_class(version=version, **_struct_kwargs(field.fields, value, version, where))
 
 
+# RequestHeader.decode goes through kafka-python's generic (slow) struct
+# decoder; the compiled one of the same schema and header version is the one
+# ApiMessage bodies use. Header v1 (non-flexible) and v2 (flexible) both keep
+# client_id non-compact, as RequestHeader.decode does.
+_HEADER_DECODERS = {
+    flexible: (RequestHeader._flexible_versions[0] if flexible else RequestHeader._valid_versions[0],
+               RequestHeader._struct.compiled_decode_from(
+                   RequestHeader._flexible_versions[0] if flexible else RequestHeader._valid_versions[0],
+                   compact=False, tagged=flexible, data_class=RequestHeader))
+    for flexible in (False, True)
+}
+
+
 def _decode_header(frame: bytes, *, flexible: bool) -> tuple[RequestHeader, int]:
-    buffer = io.BytesIO(frame)
+    version, decoder = _HEADER_DECODERS[flexible]
     try:
-        header = RequestHeader.decode(buffer, flexible=flexible)
+        header, end = decoder(memoryview(frame), 0)
+        if end > len(frame):  # compiled decoders slice past the end without complaint
+            raise ValueError(f"the header needs {end} bytes")
     except Exception as exc:  # struct.error, ValueError, UnicodeDecodeError, ...
         raise MalformedFrameError(
-            f"request header v{2 if flexible else 1} does not decode from a "
+            f"request header v{version} does not decode from a "
             f"{len(frame)}-byte frame: {exc!r}") from exc
-    return header, buffer.tell()
+    return header, end
+
+
+# A null check: (field name, null forbidden, struct array?, checks of its children).
+_NullCheck = tuple[str, bool, bool, tuple]
+_BODY_DECODERS: dict[tuple[type, int], tuple[Callable[..., Any], tuple[_NullCheck, ...]]] = {}
+
+
+def _body_decoder(spec: ApiSpec, version: int) -> tuple[Callable[..., Any], tuple[_NullCheck, ...]]:
+    """The compiled body decoder of (request class, version) and its null checks, cached."""
+    key = (spec.request_class, version)
+    found = _BODY_DECODERS.get(key)
+    if found is None:
+        flexible = spec.request_class.flexible_version_q(version)
+        # ApiMessage.decode discards where decoding stopped, and the generated
+        # decoders slice past the end of a truncated buffer without complaint,
+        # so we call the same compiled decoder it uses and check the end offset.
+        decoder = spec.request_class._struct.compiled_decode_from(
+            version, compact=flexible, tagged=flexible, data_class=spec.request_class[None])
+        found = _BODY_DECODERS[key] = (decoder, _null_checks(spec.request_class.fields, version))
+    return found
 
 
 def _decode_body(spec: ApiSpec, header: RequestHeader, frame: bytes, offset: int) -> ApiMessage:
     version = header.request_api_version
-    where = (f"{spec.name} v{version} body (correlation id {header.correlation_id}, "
-             f"{len(frame) - offset} bytes)")
-    ids = {"api_key": spec.api_key, "api_version": version,
-           "correlation_id": header.correlation_id}
-    flexible = spec.request_class.flexible_version_q(version)
-    # ApiMessage.decode discards where decoding stopped, and the generated
-    # decoders slice past the end of a truncated buffer without complaint, so
-    # we call the same compiled decoder it uses and check the end offset.
-    decoder = spec.request_class._struct.compiled_decode_from(
-        version, compact=flexible, tagged=flexible, data_class=spec.request_class[None])
+    decoder, null_checks = _body_decoder(spec, version)
     try:
         request, end = decoder(memoryview(frame), offset)
     except Exception as exc:  # struct.error, IndexError, UnicodeDecodeError, ...
-        raise MalformedFrameError(f"{where} does not decode: {exc!r}", **ids) from exc
+        raise _malformed_body(spec, header, frame, offset, f"does not decode: {exc!r}") from exc
     if end != len(frame):
         state = "is truncated" if end > len(frame) else f"has {len(frame) - end} trailing bytes"
-        raise MalformedFrameError(f"{where} {state}", **ids)
-    null_path = _unexpected_null(spec.request_class.fields, request, version, "")
+        raise _malformed_body(spec, header, frame, offset, state)
+    null_path = _first_null(null_checks, request, "") if null_checks else None
     if null_path is not None:
-        raise MalformedFrameError(f"{where}: non-nullable field {null_path} is null", **ids)
+        raise _malformed_body(spec, header, frame, offset, f"non-nullable field {null_path} is null",
+                              separator=": ")
     return request
 
 
-def _unexpected_null(schema: Mapping[str, Any], obj: Any, version: int, path: str) -> str | None:
+def _malformed_body(spec: ApiSpec, header: RequestHeader, frame: bytes, offset: int, what: str,
+                    separator: str = " ") -> MalformedFrameError:
+    version = header.request_api_version
+    where = (f"{spec.name} v{version} body (correlation id {header.correlation_id}, "
+             f"{len(frame) - offset} bytes)")
+    return MalformedFrameError(where + separator + what, api_key=spec.api_key, api_version=version,
+                               correlation_id=header.correlation_id)
+
+
+def _null_checks(schema: Mapping[str, Any], version: int) -> tuple[_NullCheck, ...]:
+    """What `_first_null` must look at in a message of `schema` at `version`.
+
+    A Java broker rejects null in a non-nullable string, bytes, records,
+    array or struct field; fields the version lacks and tagged fields are
+    not checked. Structs are descended only if something inside is checked.
+    """
+    checks = []
     for field in schema.values():
         if not field.for_version_q(version) or field.tagged_field_q(version):
             continue
-        value = getattr(obj, field.name)
+        nullable_kind = field.is_array() or field.is_struct() or field.type_str in _NULL_CHECKED_TYPES
+        forbidden = nullable_kind and not field.nullable_for_version_q(version)
+        nested = field.is_struct() or field.is_struct_array()
+        children = _null_checks(field.fields, version) if nested else ()
+        if forbidden or children:
+            checks.append((field.name, forbidden, field.is_struct_array(), children))
+    return tuple(checks)
+
+
+def _first_null(checks: tuple[_NullCheck, ...], obj: Any, path: str) -> str | None:
+    """The path of the first forbidden null in `obj` (`members[1].member_id`), or None."""
+    for name, forbidden, is_array, children in checks:
+        value = getattr(obj, name)
         if value is None:
-            nullable_kind = (field.is_array() or field.is_struct()
-                             or field.type_str in _NULL_CHECKED_TYPES)
-            if nullable_kind and not field.nullable_for_version_q(version):
-                return path + field.name
+            if forbidden:
+                return path + name
             continue
-        children = value if field.is_struct_array() else [value] if field.is_struct() else []
-        for i, child in enumerate(children):
-            label = f"{path}{field.name}[{i}]." if field.is_struct_array() else f"{path}{field.name}."
-            found = _unexpected_null(field.fields, child, version, label)
+        if not children:
+            continue
+        if is_array:
+            for i, child in enumerate(value):
+                found = _first_null(children, child, f"{path}{name}[{i}].")
+                if found is not None:
+                    return found
+        else:
+            found = _first_null(children, value, f"{path}{name}.")
             if found is not None:
                 return found
     return None

@@ -69,7 +69,6 @@ class Daemon:
             await self.server.stop()
             self.conn.stop()
             raise
-        self.offsets = OffsetStore(self.conn, offsets_root=config.offsets_zk_root)
         group_config = GroupConfig(
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
@@ -77,9 +76,15 @@ class Daemon:
             max_group_size=config.group_max_size)
         self.ownership = GroupOwnership(self.conn, node_id, on_change=lambda c: self.manager.on_ownership_change(c))
         await self.ownership.start()
+        ownership = self.ownership
+        # A refused fenced offset commit proves we were deposed: drop the group
+        # at once, as a refused state write does, rather than serving it from
+        # memory until ZooKeeper's watch or session event arrives.
+        self.offsets = OffsetStore(self.conn, offsets_root=config.offsets_zk_root,
+                                   on_deposed=lambda fence, why: ownership.drop(fence.group, why, fence))
         store = GroupStateStore(self.conn, self.ownership, max_state_bytes=config.max_state_bytes)
         self.manager = GroupManager(node_id, group_config, self.ownership, store, self.offsets, self.nodes)
-        handler.target = ApiHandler(self.manager)
+        handler.ready(ApiHandler(self.manager))
         log.info("zkcoord node %d serving on %s:%d (advertised %s:%d), ZooKeeper %s", node_id, host,
                  self.server.bound_port, adv_host, adv_port, config.zookeeper)
         return RunningDaemon(node_id, (adv_host, adv_port), self.server.bound_port, self.manager)
@@ -106,13 +111,20 @@ class Daemon:
 
 class _LateHandler:
     """The server starts before the manager exists (its bound port is part of
-    the registration); until then, requests are refused by closing."""
+    the registration). A request that arrives meanwhile (a client may see the
+    registration a moment before the manager is set) waits for it; if the
+    start fails, stopping the server cancels it."""
 
-    target = None
+    def __init__(self) -> None:
+        self.target = None
+        self._ready = asyncio.Event()
+
+    def ready(self, target) -> None:
+        self.target = target
+        self._ready.set()
 
     async def __call__(self, decoded, connection):
-        if self.target is None:
-            raise RuntimeError("daemon still starting")
+        await self._ready.wait()
         return await self.target(decoded, connection)
 
 

@@ -19,7 +19,9 @@ Rules:
    ``max_multi_bytes`` bytes; a request too big for one multi by itself is
    split). A failed merged multi names its culprit op: that request gets its
    own error, the others are sent again; a failure nobody can be blamed for
-   sends each request alone. A failed fence fails every request holding it.
+   sends each request alone. A failed fence fails every request holding it,
+   and is reported once to ``on_deposed(fence, reason)`` (the daemon drops
+   the group there, as it does when a fenced state write fails).
 4. What exists is known per (group, topic) directory from one
    ``get_children`` (not one read per partition), parents are ensured once,
    and both are corrected when a multi proves them wrong.
@@ -34,7 +36,7 @@ import collections
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kazoo.exceptions import (
@@ -109,8 +111,10 @@ class OffsetStore:
     """Commits and fetches legacy ZooKeeper offsets for many groups."""
 
     def __init__(self, conn: ZkConnection, *, offsets_root: str = paths.DEFAULT_CONSUMERS_ROOT,
-                 max_ops_per_multi: int = 1000, max_multi_bytes: int = 900_000) -> None:
+                 max_ops_per_multi: int = 1000, max_multi_bytes: int = 900_000,
+                 on_deposed: Callable[[Fence, str], None] | None = None) -> None:
         self._conn = conn
+        self._on_deposed = on_deposed
         self.paths = paths.OffsetPaths(offsets_root)
         self.max_ops_per_multi = max_ops_per_multi
         self.max_multi_bytes = max_multi_bytes
@@ -290,7 +294,7 @@ class OffsetStore:
             expired = isinstance(exc, SessionExpiredError)
             for request in batch.requests:
                 if expired and request.fence is not None:
-                    self._dead_fences.add(request.fence.path)
+                    self._fence_failed(request.fence, "the ZooKeeper session that held it expired")
                     self._fail(request, self._not_owner(request.fence))
             self._requeue([r for r in batch.requests if not r.future.done()])
             return True
@@ -314,7 +318,7 @@ class OffsetStore:
     def _blame(self, batch: _Batch, index: int, exc: BaseException) -> None:
         culprit = batch.blame[index] if 0 <= index < len(batch.blame) else None
         if isinstance(culprit, Fence):
-            self._dead_fences.add(culprit.path)
+            self._fence_failed(culprit, f"its contender {culprit.path} is gone")
             for request in batch.requests:
                 if request.fence is not None and request.fence.path == culprit.path:
                     self._fail(request, self._not_owner(culprit))
@@ -339,6 +343,16 @@ class OffsetStore:
     def _fail(self, request: _Request, exc: BaseException) -> None:
         if not request.future.done():
             request.future.set_exception(exc)
+
+    def _fence_failed(self, fence: Fence, why: str) -> None:
+        if fence.path in self._dead_fences:
+            return
+        self._dead_fences.add(fence.path)
+        if self._on_deposed is not None:
+            try:
+                self._on_deposed(fence, f"an offset commit of group {fence.group!r} was refused: {why}")
+            except Exception:  # the listener's bug must not fail the batch
+                log.exception("on_deposed listener failed for %s", fence.path)
 
     def _not_owner(self, fence: Fence) -> NotOwnerError:
         return NotOwnerError(f"offsets of group {fence.group!r} not committed: this daemon no longer owns "

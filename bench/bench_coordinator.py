@@ -1,0 +1,674 @@
+"""Benchmark: one zkcoord daemon beside the Kafka 3.9 broker's own group coordinator.
+
+Run by hand, never by the test suite; it prints a table and ratios and never
+asserts on time (see ``bench/README.md``)::
+
+    .venv/bin/python bench/bench_coordinator.py            # everything, ~3 minutes
+    .venv/bin/python bench/bench_coordinator.py --only heartbeat --duration-s 5
+
+The script owns its whole environment: it starts a sandbox (``zkcoord local
+up``) in a state directory of its own, one ``zkcoord run`` daemon in a fresh
+ZooKeeper chroot, and stops both at the end, on error and on Ctrl-C too.
+Each scenario runs on zkcoord, then on the Kafka broker, with the same client
+(``group_client.py``), the same API versions and the same settings:
+
+1. heartbeat: members of Stable groups send heartbeats back to back (closed
+   loop: the maximum rate), then paced at ``--paced-rate`` in total (the
+   latency at that load).
+2. commit: the same members commit their partitions' offsets with their
+   generation, back to back.
+3. rebalance: a Stable group of ``--rebalance-members`` members sharing
+   ``--partitions`` partitions (range-assigned by the leader), then one more
+   member joins; the time until every member has its new assignment. Members
+   notice through heartbeats every ``--heartbeat-interval-ms``.
+4. ZooKeeper writes per rebalance (zkcoord): ZooKeeper's own counters
+   around each rebalance: transactions (``srvr`` Zxid), znode writes in our
+   chroot (``mntr`` per-namespace write count), and the state znode's version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from group_client import (  # noqa: E402  (after the path tweak)
+    NONE, BenchError, KafkaConnection, Member, common_versions, find_coordinator, leave_all, served_versions,
+)
+from zkcoord.local.procs import free_port  # noqa: E402
+from zkcoord.local.sandbox import zk_four_letter  # noqa: E402
+
+COMMIT_TOPIC = "bench-commits"
+REBALANCE_TOPIC = "bench-rebalance"
+OFFSET_SENTINEL = 0x0123_4567_89AB_0000  # + partition number; patched per commit
+
+
+@dataclass(frozen=True)
+class Settings:
+    members: int = 100
+    groups: int = 10
+    duration_s: float = 10.0
+    warmup_s: float = 1.0
+    paced_rate: int = 10_000
+    commit_partitions: int = 1
+    rebalance_members: int = 100
+    partitions: int = 1000
+    rebalance_rounds: int = 3
+    heartbeat_interval_ms: int = 100
+    session_timeout_ms: int = 30_000
+    rebalance_timeout_ms: int = 60_000
+    only: tuple[str, ...] = ("heartbeat", "commit", "rebalance")
+    targets: tuple[str, ...] = ("zkcoord", "kafka")
+    profile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.members < self.groups or self.members % self.groups:
+            raise SystemExit(f"--members {self.members} must be a multiple of --groups {self.groups}")
+        unknown = set(self.only) - {"heartbeat", "commit", "rebalance"} | set(self.targets) - {"zkcoord", "kafka"}
+        if unknown:
+            raise SystemExit(f"unknown scenario or target: {', '.join(sorted(unknown))}")
+
+    @property
+    def interval_s(self) -> float:
+        return self.heartbeat_interval_ms / 1000
+
+
+# -- measurements ------------------------------------------------------------------
+
+def _proc_cpu_s(pid: int | None) -> float:
+    """CPU seconds (all threads) of a process; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_busy_s() -> float:
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(values[:8]) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class CpuSnapshot:
+    wall: float
+    client: float
+    machine: float
+    procs: dict[str, float]
+
+
+def cpu_snapshot(pids: dict[str, int]) -> CpuSnapshot:
+    return CpuSnapshot(time.perf_counter(), time.process_time(), _machine_busy_s(),
+                       {name: _proc_cpu_s(pid) for name, pid in pids.items()})
+
+
+def cpu_cores(a: CpuSnapshot, b: CpuSnapshot) -> dict[str, float]:
+    """Cores used between two snapshots: per process, the client, the rest of the machine."""
+    wall = max(b.wall - a.wall, 1e-9)
+    used = {name: (b.procs[name] - a.procs[name]) / wall for name in a.procs}
+    used["client"] = (b.client - a.client) / wall
+    used["other"] = max(0.0, (b.machine - a.machine) / wall - sum(used.values()))
+    return used
+
+
+def zk_counters(port: int, namespace: str) -> tuple[int, int]:
+    """(last zxid, znode writes under /<namespace>) from ZooKeeper's four-letter words."""
+    zxid = re.search(r"Zxid: (0x[0-9a-f]+)", zk_four_letter(port, "srvr"))
+    writes = re.search(rf"zk_cnt_{re.escape(namespace)}_write_per_namespace\s+(\d+)",
+                       zk_four_letter(port, "mntr"))
+    if zxid is None:
+        raise BenchError(f"ZooKeeper on port {port} did not answer srvr")
+    return int(zxid.group(1), 16), int(writes.group(1)) if writes else 0
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+@dataclass
+class LoadResult:
+    scenario: str
+    target: str
+    requests: int
+    duration_s: float
+    p50_ms: float
+    p99_ms: float
+    errors: dict[int, int]
+    cpu: dict[str, float]
+    zk_txns: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.duration_s
+
+    @property
+    def server_us_per_request(self) -> float:
+        """Server CPU per request: less disturbed by other work than the rate."""
+        return self.cpu.get(self.target, 0.0) * self.duration_s / max(self.requests, 1) * 1e6
+
+
+@dataclass
+class RebalanceRound:
+    target: str
+    members_before: int
+    total_ms: float
+    noticed_ms: float  # the last old member got REBALANCE_IN_PROGRESS
+    joined_ms: float  # the last JoinGroup response of the new generation
+    zk_txns: int
+    znode_writes: int
+    state_versions: int | None
+    cpu: dict[str, float] = field(default_factory=dict)
+
+
+# -- the environment ------------------------------------------------------------------
+
+class Environment:
+    """The sandbox, the bench chroot, the commit topic and the zkcoord daemon.
+
+    ``start()`` brings them up; ``stop()`` always takes everything down that
+    ``start()`` got to, and may be called after a partial start.
+    """
+
+    def __init__(self, settings: Settings, workdir: Path) -> None:
+        self.settings = settings
+        self.workdir = workdir
+        self.state_dir = workdir / "sandbox"
+        self.namespace = f"zkcoord-bench-{os.getpid()}"
+        self.chroot = "/" + self.namespace
+        self.profile_path = workdir / "zkcoord.prof" if settings.profile else None
+        self.daemon: subprocess.Popen | None = None
+        self.daemon_address: tuple[str, int] | None = None
+        self.zk_port = 0
+        self.kafka_address: tuple[str, int] | None = None
+        self.pids: dict[str, int] = {}
+        self._zk = None
+        self._sandbox_started = False
+
+    def _cli(self, *args: str, check: bool = True) -> str:
+        done = subprocess.run([sys.executable, "-m", "zkcoord", *args], capture_output=True, text=True)
+        if check and done.returncode != 0:
+            raise BenchError(f"zkcoord {' '.join(args)} failed ({done.returncode}):\n{done.stderr or done.stdout}")
+        return done.stdout
+
+    def start(self) -> None:
+        if (self.state_dir / "sandbox.json").exists():
+            raise BenchError(f"{self.state_dir} already holds a sandbox; the benchmark starts its own")
+        print(f"starting the sandbox in {self.state_dir} ...", flush=True)
+        self._sandbox_started = True
+        self._cli("local", "up", "--state-dir", str(self.state_dir))
+        env = dict(re.findall(r"export (\w+)=(\S+)", self._cli("local", "env", "--state-dir", str(self.state_dir))))
+        zookeeper, bootstrap = env["ZKCOORD_ZOOKEEPER"], env["ZKCOORD_BOOTSTRAP_SERVERS"].split(",")[0]
+        self.zk_port = int(zookeeper.rsplit(":", 1)[1])
+        host, port = bootstrap.rsplit(":", 1)
+        self.kafka_address = (host, int(port))
+        state = json.loads((self.state_dir / "sandbox.json").read_text())
+        self.pids = {"kafka": state["brokers"][0]["pid"], "zookeeper": state["zookeeper"]["pid"]}
+        self._prepare_zookeeper(zookeeper)
+        self._create_topics(bootstrap)
+        self._start_daemon(zookeeper)
+
+    def _prepare_zookeeper(self, zookeeper: str) -> None:
+        from kazoo.client import KazooClient
+
+        self._zk = KazooClient(hosts=zookeeper)
+        self._zk.start(timeout=15)
+        self._zk.ensure_path(self.chroot)
+
+    def _create_topics(self, bootstrap: str) -> None:
+        """Kafka refuses commits to unknown topics; zkcoord does not check (the rebalance topic is never used)."""
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        partitions = self.settings.members // self.settings.groups * self.settings.commit_partitions
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="zkcoord-bench")
+        try:
+            admin.create_topics([NewTopic(COMMIT_TOPIC, num_partitions=partitions, replication_factor=1)],
+                                wait_for_metadata=True)
+        finally:
+            admin.close()
+
+    def _start_daemon(self, zookeeper: str) -> None:
+        port = free_port()
+        command = [sys.executable]
+        if self.profile_path is not None:
+            command += ["-m", "cProfile", "-o", str(self.profile_path)]
+        command += ["-m", "zkcoord", "run", "--zookeeper", zookeeper + self.chroot, "--listen", f"127.0.0.1:{port}",
+                    "--node-id", "1", "--group-initial-rebalance-delay-ms", "0"]
+        log = open(self.workdir / "zkcoord.log", "ab")
+        # Its own session: Ctrl-C reaches only us, and we stop it in order.
+        self.daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.pids["zkcoord"] = self.daemon.pid
+        self.daemon_address = ("127.0.0.1", port)
+        asyncio.run(self._wait_daemon())
+
+    async def _wait_daemon(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.daemon.poll() is not None:
+                raise BenchError(f"zkcoord run exited with {self.daemon.returncode}; see {self.workdir / 'zkcoord.log'}")
+            try:
+                conn = await KafkaConnection.open(*self.daemon_address, "zkcoord-bench")
+                try:
+                    await asyncio.wait_for(served_versions(conn), 2)
+                    return
+                finally:
+                    conn.close()
+            except (OSError, ConnectionError, asyncio.TimeoutError):
+                await asyncio.sleep(0.2)
+        raise BenchError(f"zkcoord run did not answer on {self.daemon_address} within {timeout_s:g} s")
+
+    def state_version(self, group: str) -> int | None:
+        stat = self._zk.exists(f"{self.chroot}/coordinators/{group}/state")
+        return None if stat is None else stat.version
+
+    def stop(self) -> None:
+        if self.daemon is not None and self.daemon.poll() is None:
+            self.daemon.send_signal(signal.SIGTERM)
+            try:
+                self.daemon.wait(20)
+            except subprocess.TimeoutExpired:
+                self.daemon.kill()
+                self.daemon.wait()
+        if self._zk is not None:
+            try:
+                self._zk.stop()
+                self._zk.close()
+            except Exception as exc:  # keep cleaning up
+                print(f"warning: closing the ZooKeeper client: {exc!r}", file=sys.stderr)
+        if self._sandbox_started:
+            print("stopping the sandbox ...", flush=True)
+            self._cli("local", "down", "--state-dir", str(self.state_dir), check=False)
+
+
+# -- members -----------------------------------------------------------------------------
+
+@dataclass
+class Target:
+    name: str
+    address: tuple[str, int]
+
+
+async def open_members(target: Target, groups: list[str], per_group: int, topic: str, partitions: int,
+                       versions: dict[str, int], settings: Settings) -> list[Member]:
+    finder = await KafkaConnection.open(*target.address, "zkcoord-bench")
+    try:
+        coordinators = {g: await find_coordinator(finder, g, versions["FindCoordinator"]) for g in groups}
+    finally:
+        finder.close()
+    members = []
+    for group in groups:
+        for i in range(per_group):
+            conn = await KafkaConnection.open(*coordinators[group], f"bench-{i}")
+            members.append(Member(conn, group, topic, partitions, versions, settings.session_timeout_ms,
+                                  settings.rebalance_timeout_ms))
+    return members
+
+
+def _stable(members: list[Member], quiet_s: float, newer_than: int = -1) -> bool:
+    by_group = collections.defaultdict(list)
+    for member in members:
+        by_group[member.group].append(member)
+    now = time.perf_counter()
+    for group_members in by_group.values():
+        since = [m.stable_since for m in group_members]
+        generations = {m.synced_generation for m in group_members}
+        if None in since or len(generations) != 1 or generations.pop() <= newer_than:
+            return False
+        if now - max(since) < quiet_s:
+            return False
+    return True
+
+
+async def wait_stable(members: list[Member], tasks: list[asyncio.Task], quiet_s: float,
+                      newer_than: int = -1, timeout_s: float = 180.0) -> None:
+    """Until every group is Stable at one generation (> ``newer_than``) for ``quiet_s``."""
+    deadline = time.perf_counter() + timeout_s
+    while not _stable(members, quiet_s, newer_than):
+        for task in tasks:
+            if task.done():
+                task.result()  # raises the member's error
+                raise BenchError("a member stopped maintaining its membership")
+        if time.perf_counter() > deadline:
+            waiting = sum(m.stable_since is None for m in members)
+            raise BenchError(f"groups not Stable after {timeout_s:g} s ({waiting} members rejoining)")
+        await asyncio.sleep(0.02)
+
+
+def maintain(members: list[Member], stop: asyncio.Event, settings: Settings) -> list[asyncio.Task]:
+    return [asyncio.get_running_loop().create_task(m.maintain(stop, settings.interval_s)) for m in members]
+
+
+async def close_members(members: list[Member]) -> None:
+    try:
+        await asyncio.wait_for(leave_all(members), 30)
+    finally:
+        for member in members:
+            member.conn.close()
+
+
+# -- scenarios -------------------------------------------------------------------------------
+
+def _heartbeat_errors(response) -> list[int]:
+    return [response.error_code]
+
+
+def _commit_errors(response) -> list[int]:
+    return [p.error_code for t in response.topics for p in t.partitions]
+
+
+async def _sample(env: Environment, start: float, end: float, counters: bool) -> tuple[dict, int]:
+    """CPU use (and ZooKeeper transactions) between two perf_counter instants."""
+    await asyncio.sleep(max(0.0, start - time.perf_counter()))
+    a, zk_a = cpu_snapshot(env.pids), (await asyncio.to_thread(zk_counters, env.zk_port, env.namespace)
+                                       if counters else (0, 0))
+    await asyncio.sleep(max(0.0, end - time.perf_counter()))
+    b, zk_b = cpu_snapshot(env.pids), (await asyncio.to_thread(zk_counters, env.zk_port, env.namespace)
+                                       if counters else (0, 0))
+    return cpu_cores(a, b), zk_b[0] - zk_a[0]
+
+
+async def load(scenario: str, target: Target, members: list[Member], env: Environment, settings: Settings,
+               paced_rate: int | None = None) -> LoadResult:
+    """Every member sends its request over its own connection, one at a time:
+    back to back, or (``paced_rate``) at ``members / paced_rate`` s intervals."""
+    committing = scenario.startswith("commit")
+    sentinels = [OFFSET_SENTINEL + i for i in range(settings.commit_partitions)]
+    templates = [m.commit_template(sentinels) if committing else m.heartbeat_template() for m in members]
+    errors_of = _commit_errors if committing else _heartbeat_errors
+    start = time.perf_counter() + 0.05
+    measure_from = start + settings.warmup_s
+    end = measure_from + settings.duration_s
+    interval = len(members) / paced_rate if paced_rate else 0.0
+    errors: collections.Counter = collections.Counter()
+
+    async def one(index: int, member: Member) -> list[float]:
+        latencies, template, offset = [], templates[index], 0
+        due = start + interval * index / len(members)
+        while True:
+            now = time.perf_counter()
+            if due > now:
+                await asyncio.sleep(due - now)
+                now = time.perf_counter()
+            if now >= end:
+                return latencies
+            offset += 1
+            response = await member.conn.call_template(template, [offset] * len(sentinels))
+            done = time.perf_counter()
+            if now >= measure_from:
+                latencies.append(done - now)
+                for code in errors_of(response):
+                    if code != NONE:
+                        errors[code] += 1
+            due = max(due + interval, done) if interval else 0.0
+
+    sampler = asyncio.get_running_loop().create_task(_sample(env, measure_from, end, committing))
+    per_member = await asyncio.gather(*(one(i, m) for i, m in enumerate(members)))
+    cpu, zk_txns = await sampler
+    latencies = sorted(x for member_latencies in per_member for x in member_latencies)
+    return LoadResult(scenario, target.name, len(latencies), settings.duration_s, percentile(latencies, 0.5) * 1e3,
+                      percentile(latencies, 0.99) * 1e3, dict(errors), cpu, zk_txns)
+
+
+async def steady_state(target: Target, versions: dict[str, int], env: Environment,
+                       settings: Settings) -> list[LoadResult]:
+    """Heartbeats and commits from members of ``--groups`` Stable groups."""
+    groups = [f"bench-{target.name}-{i}" for i in range(settings.groups)]
+    per_group = settings.members // settings.groups
+    members = await open_members(target, groups, per_group, COMMIT_TOPIC, per_group * settings.commit_partitions,
+                                 versions, settings)
+    results = []
+    try:
+        stop = asyncio.Event()
+        tasks = maintain(members, stop, settings)
+        await wait_stable(members, tasks, quiet_s=5 * settings.interval_s)
+        stop.set()
+        await asyncio.gather(*tasks)
+        print(f"  {target.name}: {len(groups)} groups of {per_group} Stable", flush=True)
+        if "heartbeat" in settings.only:
+            results.append(await load("heartbeat max", target, members, env, settings))
+            _progress(results[-1])
+            results.append(await load(f"heartbeat @{settings.paced_rate}/s", target, members, env, settings,
+                                      paced_rate=settings.paced_rate))
+            _progress(results[-1])
+        if "commit" in settings.only:
+            results.append(await load("commit max", target, members, env, settings))
+            _progress(results[-1])
+    finally:
+        await close_members(members)
+    return results
+
+
+def _progress(result: LoadResult) -> None:
+    print(f"  {result.target}: {result.scenario}: {result.rate:,.0f}/s, p99 {result.p99_ms:.1f} ms", flush=True)
+
+
+def _last(member: Member, what: str, since: float, generation: int | None = None) -> float | None:
+    times = [t for w, t, g in member.events if w == what and t >= since and (generation is None or g == generation)]
+    return max(times) if times else None
+
+
+async def rebalance(target: Target, versions: dict[str, int], env: Environment,
+                    settings: Settings) -> list[RebalanceRound]:
+    group = f"bench-rebalance-{target.name}"
+    members = await open_members(target, [group], settings.rebalance_members, REBALANCE_TOPIC,
+                                 settings.partitions, versions, settings)
+    stop = asyncio.Event()
+    tasks = maintain(members, stop, settings)
+    rounds = []
+    try:
+        await wait_stable(members, tasks, quiet_s=1.0)
+        for _ in range(settings.rebalance_rounds):
+            rounds.append(await _one_rebalance(target, group, members, tasks, stop, versions, env, settings))
+            r = rounds[-1]
+            print(f"  {target.name}: rebalance {r.members_before} -> {r.members_before + 1}: {r.total_ms:.0f} ms, "
+                  f"{r.zk_txns} ZooKeeper transactions", flush=True)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+        await close_members(members)
+    return rounds
+
+
+async def _one_rebalance(target, group, members, tasks, stop, versions, env, settings) -> RebalanceRound:
+    await wait_stable(members, tasks, quiet_s=1.0)
+    (newcomer,) = await open_members(target, [group], 1, REBALANCE_TOPIC, settings.partitions, versions, settings)
+    before_generation = members[0].synced_generation
+    zk_before = await asyncio.to_thread(zk_counters, env.zk_port, env.namespace)
+    version_before = await asyncio.to_thread(env.state_version, group)
+    cpu_before = cpu_snapshot(env.pids)
+    t0 = time.perf_counter()
+    old = list(members)
+    members.append(newcomer)
+    tasks.append(asyncio.get_running_loop().create_task(newcomer.maintain(stop, settings.interval_s)))
+    await wait_stable(members, tasks, quiet_s=0.0, newer_than=before_generation)
+    generation = members[0].synced_generation
+    done = max(_last(m, "synced", t0, generation) for m in members)
+    cpu = cpu_cores(cpu_before, cpu_snapshot(env.pids))
+    await wait_stable(members, tasks, quiet_s=1.0, newer_than=before_generation)  # no second rebalance
+    if members[0].synced_generation != generation:
+        generation = members[0].synced_generation
+        done = max(_last(m, "synced", t0, generation) for m in members)
+    noticed = [_last(m, "noticed", t0) for m in old]
+    joined = max(_last(m, "joined", t0, generation) for m in members)
+    zk_after = await asyncio.to_thread(zk_counters, env.zk_port, env.namespace)
+    version_after = await asyncio.to_thread(env.state_version, group)
+    versions_written = None if version_after is None or version_before is None else version_after - version_before
+    return RebalanceRound(target.name, len(old), (done - t0) * 1e3,
+                          (max(t for t in noticed if t is not None) - t0) * 1e3 if any(noticed) else float("nan"),
+                          (joined - t0) * 1e3, zk_after[0] - zk_before[0], zk_after[1] - zk_before[1],
+                          versions_written, cpu)
+
+
+# -- the run and the report ----------------------------------------------------------------
+
+async def run(env: Environment, settings: Settings) -> tuple[list[LoadResult], list[RebalanceRound], dict]:
+    addresses = {"zkcoord": env.daemon_address, "kafka": env.kafka_address}
+    targets = [Target(name, addresses[name]) for name in settings.targets]
+    served = []
+    for target in targets:
+        conn = await KafkaConnection.open(*target.address, "zkcoord-bench")
+        served.append(await served_versions(conn))
+        conn.close()
+    versions = common_versions(*served)
+    print("API versions used for both: " + ", ".join(f"{k} v{v}" for k, v in versions.items()), flush=True)
+    loads, rounds = [], []
+    for target in targets:
+        if {"heartbeat", "commit"} & set(settings.only):
+            loads += await steady_state(target, versions, env, settings)
+    if "rebalance" in settings.only:
+        for target in targets:
+            rounds += await rebalance(target, versions, env, settings)
+    return loads, rounds, versions
+
+
+def _fmt_cpu(cpu: dict[str, float], server: str) -> str:
+    return (f"{cpu.get(server, 0):5.2f} {cpu.get('zookeeper', 0):5.2f} {cpu.get('client', 0):5.2f} "
+            f"{cpu.get('other', 0):5.2f}")
+
+
+def _goal(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def report(loads: list[LoadResult], rounds: list[RebalanceRound], settings: Settings) -> None:
+    print("\n== load (closed loop: every connection has one request in flight) ==")
+    print(f"{'scenario':<22} {'target':<8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} "
+          f"{'zk txn/s':>9} {'server us/req':>14}   cores: server    zk client other")
+    for r in loads:
+        errors = sum(r.errors.values())
+        print(f"{r.scenario:<22} {r.target:<8} {r.rate:>9,.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {errors:>7} "
+              f"{r.zk_txns / r.duration_s:>9,.0f} {r.server_us_per_request:>14.0f}   {'':>6}{_fmt_cpu(r.cpu, r.target)}")
+        if r.errors:
+            print(f"{'':<31}error codes: {r.errors}")
+    if rounds:
+        print(f"\n== rebalance: {settings.rebalance_members} members + 1 joining, {settings.partitions} partitions, "
+              f"heartbeat every {settings.heartbeat_interval_ms} ms (both) ==")
+        print(f"{'target':<8} {'members':>9} {'total ms':>9} {'noticed ms':>11} {'joined ms':>10} "
+              f"{'zk txns':>8} {'znode writes':>13} {'state versions':>15}")
+        for r in rounds:
+            print(f"{r.target:<8} {f'{r.members_before}->{r.members_before + 1}':>9} {r.total_ms:>9.0f} "
+                  f"{r.noticed_ms:>11.0f} {r.joined_ms:>10.0f} {r.zk_txns:>8} {r.znode_writes:>13} "
+                  f"{'-' if r.state_versions is None else r.state_versions:>15}")
+    _ratios(loads, rounds, settings)
+
+
+def _ratios(loads: list[LoadResult], rounds: list[RebalanceRound], settings: Settings) -> None:
+    print("\n== ratios zkcoord / kafka, and goals ==")
+    by = {(r.scenario, r.target): r for r in loads}
+    for scenario in dict.fromkeys(r.scenario for r in loads):
+        z, k = by.get((scenario, "zkcoord")), by.get((scenario, "kafka"))
+        if z and k:
+            print(f"{scenario:<22} rate {z.rate / k.rate:5.2f}x   p50 {z.p50_ms / k.p50_ms:5.2f}x   "
+                  f"p99 {z.p99_ms / k.p99_ms:5.2f}x")
+    z_max, z_paced = by.get(("heartbeat max", "zkcoord")), by.get((f"heartbeat @{settings.paced_rate}/s", "zkcoord"))
+    if z_max:
+        print(f"goal heartbeats >= 10,000/s: {z_max.rate:,.0f}/s, {_goal(z_max.rate >= 10_000)} "
+              f"(one core at {z_max.server_us_per_request:.0f} us/heartbeat would give "
+              f"{1e6 / max(z_max.server_us_per_request, 1):,.0f}/s)")
+    if z_paced:
+        ok = z_paced.rate >= 0.95 * settings.paced_rate and z_paced.p99_ms < 10
+        print(f"goal p99 < 10 ms at {settings.paced_rate:,}/s: achieved {z_paced.rate:,.0f}/s with p99 "
+              f"{z_paced.p99_ms:.1f} ms, {_goal(ok)}")
+    z_commit = by.get(("commit max", "zkcoord"))
+    if z_commit:
+        print(f"goal commits >= 5,000/s: {z_commit.rate:,.0f}/s, {_goal(z_commit.rate >= 5_000)} "
+              f"({z_commit.rate / max(z_commit.zk_txns / z_commit.duration_s, 1e-9):.0f} commits per "
+              f"ZooKeeper multi)")
+    z_rounds = [r.total_ms for r in rounds if r.target == "zkcoord"]
+    k_rounds = [r.total_ms for r in rounds if r.target == "kafka"]
+    if z_rounds and k_rounds:
+        ratio = statistics.median(z_rounds) / statistics.median(k_rounds)
+        print(f"goal rebalance latency ratio <= 1.0: median {statistics.median(z_rounds):.0f} ms / "
+              f"{statistics.median(k_rounds):.0f} ms = {ratio:.2f}, {_goal(ratio <= 1.0)}")
+    z_txns = [r.zk_txns for r in rounds if r.target == "zkcoord"]
+    if z_txns:
+        print(f"goal ZooKeeper writes per rebalance <= 2: max {max(z_txns)} transactions, {_goal(max(z_txns) <= 2)}")
+    print("numbers are preliminary on a shared 2-core machine: see the 'other' cores column")
+
+
+def print_profile(path: Path, top: int = 30) -> None:
+    import pstats
+
+    if not path.exists():
+        print(f"no profile at {path} (the daemon did not exit cleanly)")
+        return
+    print(f"\n== zkcoord daemon profile ({path}; top {top} by own time) ==")
+    pstats.Stats(str(path)).sort_stats("tottime").print_stats(top)
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None, Path | None]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = Settings()
+    for name in ("members", "groups", "paced_rate", "commit_partitions", "rebalance_members", "partitions",
+                 "rebalance_rounds", "heartbeat_interval_ms", "session_timeout_ms", "rebalance_timeout_ms"):
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
+    parser.add_argument("--duration-s", type=float, default=defaults.duration_s)
+    parser.add_argument("--warmup-s", type=float, default=defaults.warmup_s)
+    parser.add_argument("--only", default=",".join(defaults.only), help="heartbeat,commit,rebalance")
+    parser.add_argument("--targets", default=",".join(defaults.targets), help="zkcoord,kafka")
+    parser.add_argument("--profile", action="store_true", help="run the daemon under cProfile and print hot spots")
+    parser.add_argument("--workdir", type=Path, help="where logs, the sandbox and the profile go [a new temp dir]")
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    args = vars(parser.parse_args(argv))
+    workdir, json_path = args.pop("workdir"), args.pop("json")
+    args["only"] = tuple(s for s in args["only"].split(",") if s)
+    args["targets"] = tuple(s for s in args["targets"].split(",") if s)
+    return Settings(**args), workdir, json_path
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings, workdir, json_path = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM cleans up as Ctrl-C does
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="zkcoord-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"zkcoord benchmark; workdir {workdir}; {os.cpu_count()} cores, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    env = Environment(settings, workdir)
+    code = 1
+    try:
+        env.start()
+        loads, rounds, versions = asyncio.run(run(env, settings))
+        report(loads, rounds, settings)
+        if json_path:
+            json_path.write_text(json.dumps({"settings": asdict(settings), "versions": versions,
+                                             "load": [asdict(r) for r in loads],
+                                             "rebalance": [asdict(r) for r in rounds]}, indent=2))
+        code = 0
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("\ninterrupted", file=sys.stderr)
+        code = 130
+    except BenchError as exc:
+        print(f"benchmark failed: {exc}", file=sys.stderr)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # let the cleanup finish
+            signal.signal(sig, signal.SIG_IGN)
+        env.stop()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if env.profile_path is not None and code == 0:
+        print_profile(env.profile_path)
+    print(f"logs in {workdir}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""What the thin consumer raises, and the translation of kafka-python's
+exceptions into it (done once, at the :class:`~zkcoord.client.Consumer`
+boundary)::
+
+    ZkcoordError (zkcoord.errors)
+    ├── ConfigError               a setting is wrong (also kafka-python's KafkaConfigurationError)
+    ├── UsageError                a call the consumer's state does not allow
+    ├── ServiceUnavailableError   no Kafka broker answered in bootstrap_timeout_ms
+    └── ConsumerError             anything else Kafka or zkcoord reported; ``retriable``
+        ├── CommitFailedError     the group rebalanced or dropped this member; poll() rejoins
+        ├── FencedInstanceError   another consumer runs with this group_instance_id
+        ├── RebalanceListenerError  the rebalance listener raised (the cause is chained)
+        └── ConsumerTimeoutError  a blocking call ran out of its timeout_ms
+"""
+
+from __future__ import annotations
+
+import kafka.errors as kerr
+
+from zkcoord.errors import ConfigError, ServiceUnavailableError, UsageError, ZkcoordError
+
+
+class ConsumerError(ZkcoordError):
+    """A failure reported by Kafka or zkcoord; ``retriable`` as Kafka says."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+class CommitFailedError(ConsumerError):
+    pass
+
+
+class FencedInstanceError(ConsumerError):
+    pass
+
+
+class RebalanceListenerError(ConsumerError):
+    pass
+
+
+class ConsumerTimeoutError(ConsumerError):
+    pass
+
+
+def translate(exc: BaseException, doing: str) -> ZkcoordError | None:
+    """The zkcoord error for a kafka-python (or argument) error raised while
+    ``doing``, or None when ``exc`` is not ours to translate."""
+    if isinstance(exc, ZkcoordError):
+        return exc
+    if isinstance(exc, kerr.KafkaConfigurationError):
+        return ConfigError(f"{doing}: {exc}")
+    if isinstance(exc, kerr.NoBrokersAvailable):
+        return ServiceUnavailableError(f"{doing}: no Kafka broker answered; check bootstrap_servers")
+    if isinstance(exc, kerr.IllegalStateError):
+        return UsageError(f"{doing}: {exc}")
+    if isinstance(exc, ValueError):
+        return UsageError(f"{doing}: {exc}")
+    if isinstance(exc, (kerr.CommitFailedError, kerr.RebalanceInProgressError,
+                        kerr.UnknownMemberIdError, kerr.IllegalGenerationError)):
+        return CommitFailedError(
+            f"{doing}: the group rebalanced or no longer counts this consumer as a member ({_name(exc)}); "
+            "call poll() to rejoin, then commit what you consume next", retriable=True)
+    if isinstance(exc, kerr.FencedInstanceIdError):
+        return FencedInstanceError(f"{doing}: another consumer uses this group_instance_id; give each "
+                                   "running consumer its own")
+    if isinstance(exc, kerr.KafkaTimeoutError):
+        return ConsumerTimeoutError(f"{doing}: timed out ({exc}); is a zkcoord daemon or Kafka broker "
+                                    "reachable?", retriable=True)
+    if isinstance(exc, kerr.KafkaError):
+        cause = exc.__cause__
+        if cause is not None and "rebalance callback" in str(exc):
+            return RebalanceListenerError(f"{doing}: the rebalance listener raised {cause!r}")
+        return ConsumerError(f"{doing}: {_name(exc)}", retriable=bool(getattr(exc, "retriable", False)))
+    return None
+
+
+def _name(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,132 @@
+"""The one place where the thin consumer differs from kafka-python's own:
+where group requests go.
+
+kafka-python 3.x keeps one cluster view per client (``ClusterMetadata``) and
+one connection manager (``KafkaConnectionManager``) that opens a connection
+per node id. Its ``ConsumerCoordinator`` finds the group coordinator by
+sending FindCoordinator to the least loaded *broker*, registers the answer
+(node id, host, port) as the extra node ``coordinator-<id>`` and sends
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch to
+that node. Metadata, Fetch and ListOffsets go only to brokers learnt from
+Metadata responses.
+
+So one change is enough: :class:`ZkcoordConnectionManager` sends every
+FindCoordinator to a zkcoord daemon (``zkcoord-0``, ``zkcoord-1``, ... from
+the configured addresses) instead of a broker. The daemon answers with the
+daemon that owns the group, kafka-python connects to it as
+``coordinator-<daemon node id>``, and every group request follows. The
+daemons never see Metadata or Fetch (they are not in the broker list), and
+the brokers never see a group request. Re-discovery is kafka-python's own:
+NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a dropped coordinator
+connection mark the coordinator dead, the next lookup sends FindCoordinator
+again, and this manager sends it to the next daemon that is not backing off.
+
+The manager also stamps the configured rebalance timeout on JoinGroup
+(kafka-python always sends ``max_poll_interval_ms`` there, as the Java
+consumer does) and waits for the JoinGroup answer that long.
+
+It is handed to ``KafkaConsumer`` through its documented ``kafka_client``
+option (see :func:`client_factory`); nothing of kafka-python is patched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+from kafka.cluster import ClusterMetadata
+from kafka.net.compat import KafkaNetClient
+from kafka.net.manager import KafkaConnectionManager
+from kafka.net.selector import NetworkSelector
+from kafka.protocol.consumer import JoinGroupRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataResponse
+
+log = logging.getLogger(__name__)
+
+DAEMON_NODE_PREFIX = "zkcoord-"
+# kafka-python waits this much longer than the rebalance timeout for a
+# JoinGroup answer, as the Java consumer does.
+JOIN_GRACE_MS = 5_000
+
+
+def daemon_nodes(addresses: tuple[tuple[str, int], ...]) -> dict[str, MetadataResponse.MetadataResponseBroker]:
+    """``((host, port), ...)`` -> ``{"zkcoord-0": node, ...}`` in the given order."""
+    return {f"{DAEMON_NODE_PREFIX}{i}": MetadataResponse.MetadataResponseBroker(
+                f"{DAEMON_NODE_PREFIX}{i}", host, port, None)
+            for i, (host, port) in enumerate(addresses)}
+
+
+class _ClusterWithDaemons(ClusterMetadata):
+    """The broker cluster view, which can also resolve the daemon seed nodes
+    (connections are opened by node id, looked up here)."""
+
+    def __init__(self, daemons: dict, **configs):
+        super().__init__(**configs)
+        self.daemons = daemons
+
+    def broker_metadata(self, broker_id):
+        return super().broker_metadata(broker_id) or self.daemons.get(broker_id)
+
+
+class ZkcoordConnectionManager(KafkaConnectionManager):
+    """kafka-python's connection manager, with FindCoordinator routed to the
+    zkcoord daemons and JoinGroup carrying our rebalance timeout."""
+
+    def __init__(self, net, *, zkcoord_daemons: tuple[tuple[str, int], ...],
+                 rebalance_timeout_ms: int | None = None, **configs):
+        super().__init__(net, **configs)
+        if not zkcoord_daemons:
+            raise ValueError("at least one zkcoord daemon address is required")
+        # Same arguments as KafkaConnectionManager gives its ClusterMetadata;
+        # nothing has used the first one yet (no I/O before start()).
+        self.cluster = _ClusterWithDaemons(
+            daemon_nodes(zkcoord_daemons),
+            bootstrap_servers=self.config["bootstrap_servers"],
+            metadata_max_age_ms=self.config["metadata_max_age_ms"],
+            client_dns_lookup=self.config["client_dns_lookup"],
+        )
+        self.cluster.attach(self)
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self._daemon_ids = list(self.cluster.daemons)
+        self._rotation = itertools.cycle(range(len(self._daemon_ids)))
+
+    def send(self, request, node_id=None, request_timeout_ms=None):
+        if request.API_KEY == FindCoordinatorRequest.API_KEY:
+            node_id = self.pick_daemon()
+            log.debug("FindCoordinator for %s goes to daemon %s", getattr(request, "key", None), node_id)
+        elif request.API_KEY == JoinGroupRequest.API_KEY and self.rebalance_timeout_ms is not None:
+            request.rebalance_timeout_ms = self.rebalance_timeout_ms
+            request_timeout_ms = max(request_timeout_ms or 0, self.config["request_timeout_ms"],
+                                     self.rebalance_timeout_ms + JOIN_GRACE_MS)
+        return super().send(request, node_id=node_id, request_timeout_ms=request_timeout_ms)
+
+    def pick_daemon(self) -> str:
+        """A connected, idle daemon if there is one; else the next one in
+        turn that is not backing off after a failed connection; else the one
+        whose back-off ends first (its send then fails as not ready, and the
+        coordinator lookup retries)."""
+        for node_id in self._daemon_ids:
+            conn = self._conns.get(node_id)
+            if conn is not None and conn.connected and not conn.paused and not conn.in_flight_requests:
+                return node_id
+        for _ in range(len(self._daemon_ids)):
+            node_id = self._daemon_ids[next(self._rotation)]
+            if self.connection_delay(node_id) == 0:
+                return node_id
+        return min(self._daemon_ids, key=self.connection_delay)
+
+    def is_daemon(self, node_id) -> bool:
+        return isinstance(node_id, str) and node_id.startswith(DAEMON_NODE_PREFIX)
+
+
+def client_factory(zkcoord_daemons: tuple[tuple[str, int], ...], rebalance_timeout_ms: int | None = None):
+    """A ``kafka_client`` callable for ``KafkaConsumer``: kafka-python's own
+    ``KafkaNetClient`` on a :class:`ZkcoordConnectionManager`."""
+
+    def make(**configs) -> KafkaNetClient:
+        net = NetworkSelector(**configs)
+        manager = ZkcoordConnectionManager(net, zkcoord_daemons=zkcoord_daemons,
+                                           rebalance_timeout_ms=rebalance_timeout_ms, **configs)
+        return KafkaNetClient(net=net, manager=manager, **configs)
+
+    return make
