@@ -24,6 +24,9 @@ Each scenario runs on zkcoord, then on the Kafka broker, with the same client
 4. ZooKeeper writes per rebalance (zkcoord): ZooKeeper's own counters
    around each rebalance: transactions (``srvr`` Zxid), znode writes in our
    chroot (``mntr`` per-namespace write count), and the state znode's version.
+
+Files: this one (settings, scenarios, report), ``group_client.py`` (the
+Kafka client and group member), ``bench_env.py`` (sandbox, daemon, meters).
 """
 
 from __future__ import annotations
@@ -33,10 +36,8 @@ import asyncio
 import collections
 import json
 import os
-import re
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,11 +46,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from group_client import (  # noqa: E402  (after the path tweak)
+from bench_env import Environment, cpu_cores, cpu_snapshot, zk_counters  # noqa: E402  (after the path tweak)
+from group_client import (  # noqa: E402
     NONE, BenchError, KafkaConnection, Member, common_versions, find_coordinator, leave_all, served_versions,
 )
-from zkcoord.local.procs import free_port  # noqa: E402
-from zkcoord.local.sandbox import zk_four_letter  # noqa: E402
 
 COMMIT_TOPIC = "bench-commits"
 REBALANCE_TOPIC = "bench-rebalance"
@@ -72,7 +72,7 @@ class Settings:
     rebalance_timeout_ms: int = 60_000
     only: tuple[str, ...] = ("heartbeat", "commit", "rebalance")
     targets: tuple[str, ...] = ("zkcoord", "kafka")
-    profile: bool = False
+    profile: str = ""  # "", "cprofile" or "pyinstrument": run the daemon under that profiler
 
     def __post_init__(self) -> None:
         if self.members < self.groups or self.members % self.groups:
@@ -84,54 +84,6 @@ class Settings:
     @property
     def interval_s(self) -> float:
         return self.heartbeat_interval_ms / 1000
-
-
-# -- measurements ------------------------------------------------------------------
-
-def _proc_cpu_s(pid: int | None) -> float:
-    """CPU seconds (all threads) of a process; 0 when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, TypeError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _machine_busy_s() -> float:
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(values[:8]) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
-
-
-@dataclass
-class CpuSnapshot:
-    wall: float
-    client: float
-    machine: float
-    procs: dict[str, float]
-
-
-def cpu_snapshot(pids: dict[str, int]) -> CpuSnapshot:
-    return CpuSnapshot(time.perf_counter(), time.process_time(), _machine_busy_s(),
-                       {name: _proc_cpu_s(pid) for name, pid in pids.items()})
-
-
-def cpu_cores(a: CpuSnapshot, b: CpuSnapshot) -> dict[str, float]:
-    """Cores used between two snapshots: per process, the client, the rest of the machine."""
-    wall = max(b.wall - a.wall, 1e-9)
-    used = {name: (b.procs[name] - a.procs[name]) / wall for name in a.procs}
-    used["client"] = (b.client - a.client) / wall
-    used["other"] = max(0.0, (b.machine - a.machine) / wall - sum(used.values()))
-    return used
-
-
-def zk_counters(port: int, namespace: str) -> tuple[int, int]:
-    """(last zxid, znode writes under /<namespace>) from ZooKeeper's four-letter words."""
-    zxid = re.search(r"Zxid: (0x[0-9a-f]+)", zk_four_letter(port, "srvr"))
-    writes = re.search(rf"zk_cnt_{re.escape(namespace)}_write_per_namespace\s+(\d+)",
-                       zk_four_letter(port, "mntr"))
-    if zxid is None:
-        raise BenchError(f"ZooKeeper on port {port} did not answer srvr")
-    return int(zxid.group(1), 16), int(writes.group(1)) if writes else 0
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -173,126 +125,6 @@ class RebalanceRound:
     znode_writes: int
     state_versions: int | None
     cpu: dict[str, float] = field(default_factory=dict)
-
-
-# -- the environment ------------------------------------------------------------------
-
-class Environment:
-    """The sandbox, the bench chroot, the commit topic and the zkcoord daemon.
-
-    ``start()`` brings them up; ``stop()`` always takes everything down that
-    ``start()`` got to, and may be called after a partial start.
-    """
-
-    def __init__(self, settings: Settings, workdir: Path) -> None:
-        self.settings = settings
-        self.workdir = workdir
-        self.state_dir = workdir / "sandbox"
-        self.namespace = f"zkcoord-bench-{os.getpid()}"
-        self.chroot = "/" + self.namespace
-        self.profile_path = workdir / "zkcoord.prof" if settings.profile else None
-        self.daemon: subprocess.Popen | None = None
-        self.daemon_address: tuple[str, int] | None = None
-        self.zk_port = 0
-        self.kafka_address: tuple[str, int] | None = None
-        self.pids: dict[str, int] = {}
-        self._zk = None
-        self._sandbox_started = False
-
-    def _cli(self, *args: str, check: bool = True) -> str:
-        done = subprocess.run([sys.executable, "-m", "zkcoord", *args], capture_output=True, text=True)
-        if check and done.returncode != 0:
-            raise BenchError(f"zkcoord {' '.join(args)} failed ({done.returncode}):\n{done.stderr or done.stdout}")
-        return done.stdout
-
-    def start(self) -> None:
-        if (self.state_dir / "sandbox.json").exists():
-            raise BenchError(f"{self.state_dir} already holds a sandbox; the benchmark starts its own")
-        print(f"starting the sandbox in {self.state_dir} ...", flush=True)
-        self._sandbox_started = True
-        self._cli("local", "up", "--state-dir", str(self.state_dir))
-        env = dict(re.findall(r"export (\w+)=(\S+)", self._cli("local", "env", "--state-dir", str(self.state_dir))))
-        zookeeper, bootstrap = env["ZKCOORD_ZOOKEEPER"], env["ZKCOORD_BOOTSTRAP_SERVERS"].split(",")[0]
-        self.zk_port = int(zookeeper.rsplit(":", 1)[1])
-        host, port = bootstrap.rsplit(":", 1)
-        self.kafka_address = (host, int(port))
-        state = json.loads((self.state_dir / "sandbox.json").read_text())
-        self.pids = {"kafka": state["brokers"][0]["pid"], "zookeeper": state["zookeeper"]["pid"]}
-        self._prepare_zookeeper(zookeeper)
-        self._create_topics(bootstrap)
-        self._start_daemon(zookeeper)
-
-    def _prepare_zookeeper(self, zookeeper: str) -> None:
-        from kazoo.client import KazooClient
-
-        self._zk = KazooClient(hosts=zookeeper)
-        self._zk.start(timeout=15)
-        self._zk.ensure_path(self.chroot)
-
-    def _create_topics(self, bootstrap: str) -> None:
-        """Kafka refuses commits to unknown topics; zkcoord does not check (the rebalance topic is never used)."""
-        from kafka.admin import KafkaAdminClient, NewTopic
-
-        partitions = self.settings.members // self.settings.groups * self.settings.commit_partitions
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="zkcoord-bench")
-        try:
-            admin.create_topics([NewTopic(COMMIT_TOPIC, num_partitions=partitions, replication_factor=1)],
-                                wait_for_metadata=True)
-        finally:
-            admin.close()
-
-    def _start_daemon(self, zookeeper: str) -> None:
-        port = free_port()
-        command = [sys.executable]
-        if self.profile_path is not None:
-            command += ["-m", "cProfile", "-o", str(self.profile_path)]
-        command += ["-m", "zkcoord", "run", "--zookeeper", zookeeper + self.chroot, "--listen", f"127.0.0.1:{port}",
-                    "--node-id", "1", "--group-initial-rebalance-delay-ms", "0"]
-        log = open(self.workdir / "zkcoord.log", "ab")
-        # Its own session: Ctrl-C reaches only us, and we stop it in order.
-        self.daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        self.pids["zkcoord"] = self.daemon.pid
-        self.daemon_address = ("127.0.0.1", port)
-        asyncio.run(self._wait_daemon())
-
-    async def _wait_daemon(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.daemon.poll() is not None:
-                raise BenchError(f"zkcoord run exited with {self.daemon.returncode}; see {self.workdir / 'zkcoord.log'}")
-            try:
-                conn = await KafkaConnection.open(*self.daemon_address, "zkcoord-bench")
-                try:
-                    await asyncio.wait_for(served_versions(conn), 2)
-                    return
-                finally:
-                    conn.close()
-            except (OSError, ConnectionError, asyncio.TimeoutError):
-                await asyncio.sleep(0.2)
-        raise BenchError(f"zkcoord run did not answer on {self.daemon_address} within {timeout_s:g} s")
-
-    def state_version(self, group: str) -> int | None:
-        stat = self._zk.exists(f"{self.chroot}/coordinators/{group}/state")
-        return None if stat is None else stat.version
-
-    def stop(self) -> None:
-        if self.daemon is not None and self.daemon.poll() is None:
-            self.daemon.send_signal(signal.SIGTERM)
-            try:
-                self.daemon.wait(20)
-            except subprocess.TimeoutExpired:
-                self.daemon.kill()
-                self.daemon.wait()
-        if self._zk is not None:
-            try:
-                self._zk.stop()
-                self._zk.close()
-            except Exception as exc:  # keep cleaning up
-                print(f"warning: closing the ZooKeeper client: {exc!r}", file=sys.stderr)
-        if self._sandbox_started:
-            print("stopping the sandbox ...", flush=True)
-            self._cli("local", "down", "--state-dir", str(self.state_dir), check=False)
 
 
 # -- members -----------------------------------------------------------------------------
@@ -602,13 +434,20 @@ def _ratios(loads: list[LoadResult], rounds: list[RebalanceRound], settings: Set
 
 
 def print_profile(path: Path, top: int = 30) -> None:
-    import pstats
-
     if not path.exists():
         print(f"no profile at {path} (the daemon did not exit cleanly)")
         return
-    print(f"\n== zkcoord daemon profile ({path}; top {top} by own time) ==")
-    pstats.Stats(str(path)).sort_stats("tottime").print_stats(top)
+    if path.suffix == ".txt":  # pyinstrument's text report: a call tree with time per frame
+        lines = path.read_text().splitlines()
+        print(f"\n== zkcoord daemon profile ({path}; first {4 * top} lines) ==")
+        print("\n".join(lines[:4 * top]))
+        return
+    import pstats
+
+    print(f"\n== zkcoord daemon profile ({path}; top {top} by own time, then cumulative) ==")
+    stats = pstats.Stats(str(path))
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(r"zkcoord", top)
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None, Path | None]:
@@ -622,7 +461,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None, Pa
     parser.add_argument("--warmup-s", type=float, default=defaults.warmup_s)
     parser.add_argument("--only", default=",".join(defaults.only), help="heartbeat,commit,rebalance")
     parser.add_argument("--targets", default=",".join(defaults.targets), help="zkcoord,kafka")
-    parser.add_argument("--profile", action="store_true", help="run the daemon under cProfile and print hot spots")
+    parser.add_argument("--profile", choices=["cprofile", "pyinstrument"], default="",
+                        help="run the daemon under this profiler and print its hot spots "
+                             "(pyinstrument: pip install pyinstrument into the venv)")
     parser.add_argument("--workdir", type=Path, help="where logs, the sandbox and the profile go [a new temp dir]")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = vars(parser.parse_args(argv))
@@ -643,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"zkcoord benchmark; workdir {workdir}; {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    env = Environment(settings, workdir)
+    env = Environment(workdir, topic=COMMIT_TOPIC, profiler=settings.profile,
+                      topic_partitions=settings.members // settings.groups * settings.commit_partitions)
     code = 1
     try:
         env.start()

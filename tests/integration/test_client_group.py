@@ -19,7 +19,7 @@ from tests.integration.test_client_support import (
     stable_split,
     start_member,
 )
-from zkcoord.client import TopicPartition
+from zkcoord.client import CommitFailedError, TopicPartition
 
 pytestmark = pytest.mark.integration
 
@@ -59,3 +59,153 @@ def test_three_members_share_six_partitions(services, zk_hosts, zk, unique_name)
             for m in members:
                 m.consumer.close()
         assert read_group_state(zk, group)[0] == "Empty"
+
+
+def assert_one_owner_per_generation(members) -> None:
+    """No partition assigned to, or committed by, two members of one generation."""
+    for generation, owned in assignments_by_generation(members).items():
+        seen = [tp for parts in owned.values() for tp in parts]
+        assert len(seen) == len(set(seen)), f"generation {generation}: a partition has two owners: {owned}"
+    for generation, committed in commits_by_generation(members).items():
+        twice = {tp: who for tp, who in committed.items() if len(who) > 1}
+        assert not twice, f"generation {generation}: committed by two members: {twice}"
+
+
+def test_members_join_and_leave_nothing_left_unconsumed(services, zk_hosts, zk, unique_name):
+    topic, group = unique_name("t"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 6)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(6))
+    with ThreadDaemons(zk_hosts, 2) as daemons:
+        cfg = config(daemons.addresses, bootstrap, group)
+        members = [start_member(f"m{i}", cfg, [topic]) for i in range(2)]
+        everyone = list(members)
+        try:
+            produced = produce(bootstrap, topic, range(6), 10, tag="a")
+            consumed = lambda: {k for m in everyone for k in m.keys()}  # noqa: E731
+            eventually(lambda: stable_split(members, partitions) and produced <= consumed(),
+                       "2 members consumed batch a", step=poll_all(members))
+
+            members.append(start_member("m2", cfg, [topic]))
+            everyone.append(members[-1])
+            produced |= produce(bootstrap, topic, range(6), 10, tag="b")
+            eventually(lambda: stable_split(members, partitions) and produced <= consumed()
+                       and all(m.consumer.assignment() for m in members),
+                       "3 members after a join consumed batch b", step=poll_all(members))
+
+            leaving = members.pop(0)
+            leaving.consumer.close()  # on_revoked commits, then LeaveGroup
+            produced |= produce(bootstrap, topic, range(6), 10, tag="c")
+            eventually(lambda: stable_split(members, partitions) and produced <= consumed(),
+                       "2 members after a leave consumed batch c", step=poll_all(members))
+
+            all_keys = [k for m in everyone for k in m.keys()]
+            assert sorted(all_keys) == sorted(produced)  # nothing lost, nothing twice
+            assert_one_owner_per_generation(everyone)
+            assert not [f for m in everyone for f in m.failed_commits]
+            committed = {tp: o.offset for tp, o in members[0].consumer.committed(partitions).items()}
+            assert committed == members[0].consumer.end_offsets(partitions) == {tp: 30 for tp in partitions}
+            assert read_group_state(zk, group)[2] == sorted(m.consumer.membership().member_id for m in members)
+        finally:
+            for m in members:
+                m.consumer.close()
+
+
+@pytest.mark.parametrize("strategy", ["roundrobin", "sticky", "cooperative-sticky"])
+def test_assignment_strategies(services, zk_hosts, unique_name, strategy):
+    topic, group = unique_name("t"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 6)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(6))
+    produced = produce(bootstrap, topic, range(6), 5)
+    with ThreadDaemons(zk_hosts, 1) as daemons:
+        cfg = config(daemons.addresses, bootstrap, group, assignment_strategy=strategy)
+        members = [start_member("m0", cfg, [topic]), start_member("m1", cfg, [topic])]
+        try:
+            eventually(lambda: stable_split(members, partitions), "2 members split 6 partitions",
+                       step=poll_all(members))
+            members.append(start_member("m2", cfg, [topic]))
+            eventually(lambda: stable_split(members, partitions) and all(len(m.consumer.assignment()) == 2
+                                                                        for m in members),
+                       "3 members own 2 partitions each", step=poll_all(members))
+            assert {m.consumer.membership().state for m in members} == {"stable"}
+            eventually(lambda: {k for m in members for k in m.keys()} >= produced, "all consumed",
+                       step=poll_all(members))
+            assert sorted(k for m in members for k in m.keys()) == sorted(produced)
+        finally:
+            for m in members:
+                m.consumer.close()
+
+
+def test_consumer_that_stops_polling_loses_its_partitions(services, zk_hosts, zk, unique_name):
+    topic, group = unique_name("t"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 6)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(6))
+    with ThreadDaemons(zk_hosts, 2) as daemons:
+        # Session long, poll interval short: only the poll interval can remove it.
+        cfg = config(daemons.addresses, bootstrap, group, session_timeout_ms=30_000, max_poll_interval_ms=3_000,
+                     rebalance_timeout_ms=30_000)
+        active, stalled = start_member("active", cfg, [topic]), start_member("stalled", cfg, [topic])
+        try:
+            eventually(lambda: stable_split([active, stalled], partitions) and stalled.consumer.assignment(),
+                       "both members own partitions", step=poll_all([active, stalled]))
+            stalled_had = stalled.consumer.assignment()
+            stalled_member = stalled.consumer.membership()
+            produced = produce(bootstrap, topic, range(6), 5)
+
+            # Only `active` polls: `stalled`'s heartbeat thread keeps its session
+            # alive but leaves the group once max_poll_interval_ms has passed.
+            eventually(lambda: active.consumer.assignment() == partitions
+                       and active.consumer.membership().state == "stable"
+                       and produced <= set(active.keys()),
+                       "the active member owns and consumed all 6 partitions", step=poll_all([active]))
+            state, generation, member_ids = read_group_state(zk, group)
+            assert (state, member_ids) == ("Stable", [active.consumer.membership().member_id])
+            assert generation > stalled_member.generation_id
+
+            # The stalled member may not commit for the generation it lost.
+            with pytest.raises(CommitFailedError):
+                stalled.consumer.commit({tp: 0 for tp in stalled_had})
+            committed = {tp: o.offset for tp, o in active.consumer.committed(partitions).items()}
+            assert committed == {tp: 5 for tp in partitions}
+
+            # When it polls again it learns it lost them, then rejoins.
+            eventually(lambda: stable_split([active, stalled], partitions) and stalled.consumer.assignment(),
+                       "the stalled member rejoined", step=poll_all([active, stalled]))
+            assert [parts for _, _, parts in stalled.lost] == [stalled_had]
+            assert_one_owner_per_generation([active, stalled])
+        finally:
+            active.consumer.close()
+            stalled.consumer.close()
+
+
+def test_static_member_restart_keeps_its_partitions(services, zk_hosts, zk, unique_name):
+    topic, group = unique_name("t"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 4)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(4))
+    with ThreadDaemons(zk_hosts, 1) as daemons:
+        base = dict(session_timeout_ms=30_000)
+        a = start_member("a", config(daemons.addresses, bootstrap, group, group_instance_id="worker-a", **base),
+                         [topic])
+        b = start_member("b", config(daemons.addresses, bootstrap, group, group_instance_id="worker-b", **base),
+                         [topic])
+        try:
+            eventually(lambda: stable_split([a, b], partitions) and b.consumer.assignment(), "a and b split",
+                       step=poll_all([a, b]))
+            b_had, generation = b.consumer.assignment(), b.consumer.membership().generation_id
+            b.consumer.close()  # a static member does not leave: no rebalance
+            state, stored_generation, _ = read_group_state(zk, group)
+            assert (state, stored_generation) == ("Stable", generation)
+
+            b = start_member("b2", config(daemons.addresses, bootstrap, group, group_instance_id="worker-b", **base),
+                             [topic])
+            eventually(lambda: b.consumer.membership().state == "stable" and b.consumer.assignment(),
+                       "b is back", step=poll_all([a, b]))
+            assert b.consumer.assignment() == b_had
+            assert b.consumer.membership().generation_id == generation
+            assert a.revoked == [] or all(not parts for _, _, parts in a.revoked)
+        finally:
+            a.consumer.close()
+            b.consumer.close()

@@ -6,6 +6,7 @@ committed, and waiting for an outcome without asserting on time."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -258,7 +259,7 @@ def config(coordinators: str, bootstrap: str, group: str, **overrides) -> Consum
 
 
 def start_member(name: str, cfg: ConsumerConfig, topics, listener_cls=RecordingListener, pattern=None) -> Member:
-    consumer = Consumer(cfg).start()
+    consumer = Consumer(dataclasses.replace(cfg, client_id=name)).start()
     member = Member(name, consumer)
     if pattern is not None:
         consumer.subscribe(pattern=pattern, listener=listener_cls(member))

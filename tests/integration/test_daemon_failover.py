@@ -31,7 +31,6 @@ from kafka.protocol.consumer.group import (
     LeaveGroupRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
-    SyncGroupRequest,
 )
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kazoo.exceptions import NoNodeError

@@ -61,6 +61,7 @@ def subscription(*topics: str) -> bytes:
 
 
 SUBSCRIPTION = subscription("orders")
+SUBSCRIPTION_2 = subscription("orders", "payments")
 RANGE = (("range", SUBSCRIPTION),)
 READY_TIMEOUT_S = 60.0
 POLL_S = 0.05
@@ -109,8 +110,12 @@ class Run:
             await client.close()
 
     # -- the transcript ------------------------------------------------------
-    async def call(self, label: str, client: WireClient, request):
-        return self.record(label, await client.call(request))
+    async def call(self, label: str, client: WireClient, request, *, expect: int | None = None):
+        """Send, wait, record; ``expect``: the error code the scenario relies on."""
+        response = self.record(label, await client.call(request))
+        if expect is not None:
+            self.expect(label, error_of(response), expect)
+        return response
 
     def send(self, client: WireClient, request) -> asyncio.Future:
         """Send without waiting (a request the coordinator will park)."""
@@ -137,10 +142,18 @@ class Run:
             self._aliases[member_id] = f"{match.group(1)}#{len(self._aliases) + 1}"
         return self._aliases[member_id]
 
+    def _alias_new(self, members, key) -> None:
+        """Alias the ids first seen in a member list in the order of ``key``
+        (instance id, client id), not in the coordinator's hash-map order."""
+        for m in sorted(members, key=key):
+            self.alias(m.member_id)
+
     def view(self, r) -> object:
         kind = type(r).__name__
         a = self.alias
         if kind == "JoinGroupResponse":
+            a(r.leader), a(r.member_id)
+            self._alias_new(r.members, lambda m: (m.group_instance_id or "", bytes(m.metadata)))
             members = sorted((a(m.member_id), m.group_instance_id, bytes(m.metadata)) for m in r.members)
             return ("join", r.error_code, r.generation_id, r.protocol_type, r.protocol_name,
                     a(r.leader), a(r.member_id), r.skip_assignment, tuple(members))
@@ -157,6 +170,8 @@ class Run:
         if kind == "OffsetFetchResponse":
             return ("fetch", r.error_code, _fetched(r.topics))
         if kind == "DescribeGroupsResponse":
+            for g in r.groups:
+                self._alias_new(g.members, lambda m: (m.group_instance_id or "", m.client_id))
             return ("describe", tuple(
                 (g.error_code, g.group_id, g.group_state, g.protocol_type, g.protocol_data, tuple(sorted(
                     (a(m.member_id), m.group_instance_id, m.client_id, m.client_host,
@@ -165,6 +180,19 @@ class Run:
         if kind == "DeleteGroupsResponse":
             return ("delete", tuple((x.group_id, x.error_code) for x in r.results))
         raise AssertionError(f"no view for {kind}")
+
+
+def error_of(response) -> int:
+    """The one error code of a response (a commit's, if all its partitions agree)."""
+    kind = type(response).__name__
+    if kind == "OffsetCommitResponse":
+        codes = {p.error_code for t in response.topics for p in t.partitions}
+        return codes.pop() if len(codes) == 1 else -999
+    if kind == "DeleteGroupsResponse":
+        return response.results[0].error_code
+    if kind == "DescribeGroupsResponse":
+        return response.groups[0].error_code
+    return response.error_code
 
 
 def _fetched(topics) -> tuple:

@@ -115,8 +115,7 @@ class Consumer:
         group, close connections. Idempotent."""
         if self._kafka is None or self._closed:
             return
-        self._closed = True
-        try:
+        try:  # on_revoked runs in here and may still commit: not closed yet
             with self._boundary("close"):
                 self._kafka.close(autocommit=autocommit, timeout_ms=timeout_ms)
         except Exception:
@@ -125,6 +124,7 @@ class Consumer:
                 self._kafka._client.close()
             raise
         finally:
+            self._closed = True
             self._listener_threads.shutdown(wait=False)
 
     def __enter__(self) -> "Consumer":
@@ -297,7 +297,7 @@ class Consumer:
             try:
                 func(partitions)
             except Exception as exc:  # handed to kafka-python, raised by poll()
-                net.call_soon_threadsafe(lambda: future.failure(exc))
+                net.call_soon_threadsafe(lambda error=exc: future.failure(error))
             else:
                 net.call_soon_threadsafe(lambda: future.success(None))
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import kafka.errors as kerr
 
-from zkcoord.errors import ConfigError, ServiceUnavailableError, UsageError, ZkcoordError
+from zkcoord.errors import ConfigError, UsageError, ZkcoordError
 
 
 class ConsumerError(ZkcoordError):
@@ -53,8 +53,6 @@ def translate(exc: BaseException, doing: str) -> ZkcoordError | None:
         return exc
     if isinstance(exc, kerr.KafkaConfigurationError):
         return ConfigError(f"{doing}: {exc}")
-    if isinstance(exc, kerr.NoBrokersAvailable):
-        return ServiceUnavailableError(f"{doing}: no Kafka broker answered; check bootstrap_servers")
     if isinstance(exc, kerr.IllegalStateError):
         return UsageError(f"{doing}: {exc}")
     if isinstance(exc, ValueError):

@@ -106,7 +106,7 @@ __all__ = [
     "LeaveResult", "DeleteResult", "Reply", "Schedule", "Cancel", "Outcome",
     "MemberDescription", "GroupDescription",
     "handle_join", "handle_sync", "handle_heartbeat", "handle_leave", "handle_timer",
-    "handle_delete", "handle_unload", "validate_offset_commit", "touch_member",
+    "handle_delete", "handle_unload", "handle_metadata_change", "validate_offset_commit", "touch_member",
     "describe", "describe_missing", "to_record", "from_record", "load_group",
 ]
 
@@ -394,6 +394,30 @@ def _leave_one(w: Draft, member_id: str, instance_id: str | None) -> LeaveMember
     if error is None:
         remove_member_and_update_group(w, member_id)
     return LeaveMemberResult(member_id, instance_id, error or E.NONE)
+
+
+# -- topic metadata --------------------------------------------------------------
+
+def handle_metadata_change(group: Group, now_ms: int, config: GroupConfig) -> Outcome:
+    """A topic the group subscribes to changed its partition count (the
+    runtime watches them; Kafka's old ZooKeeper consumer did the same).
+
+    Kafka's own coordinator leaves this to the group leader, whose JoinGroup
+    in a Stable group forces a rebalance "for changes affecting assignment
+    which do not affect the member metadata (such as topic metadata changes
+    for the consumer)". This handler starts exactly that rebalance: a Stable
+    or CompletingRebalance group goes to PreparingRebalance (parked
+    SyncGroups are answered REBALANCE_IN_PROGRESS and assignments cleared,
+    the join timer runs for the rebalance timeout), and members learn it
+    from their next heartbeat. Any other state: nothing changes (a rebalance
+    already running assigns from fresh metadata; Empty and Dead groups have
+    nobody to tell). Persist: never, as for any start of a join phase.
+    """
+    if group.state not in (S.STABLE, S.COMPLETING_REBALANCE):
+        return Outcome(group)
+    w = Draft.of(group, now_ms, config)
+    prepare_rebalance(w)
+    return w.outcome()
 
 
 # -- offsets -------------------------------------------------------------------

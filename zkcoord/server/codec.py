@@ -68,7 +68,7 @@ from kafka.protocol.metadata import (
     ApiVersionsRequest, ApiVersionsResponse,
     FindCoordinatorRequest, FindCoordinatorResponse,
 )
-from kafka.protocol.schemas.fields.codecs import Int32
+from kafka.protocol.schemas.fields.codecs import Int16, Int32
 from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 
 UNSUPPORTED_VERSION = 35
@@ -259,7 +259,7 @@ def frame_size(prefix: bytes, max_frame_bytes: int) -> int:
 
 def decode_request(frame: bytes, apis: ApiRegistry = COORDINATOR_APIS) -> DecodedRequest:
     """Decode one request; `frame` is the payload after the 4-byte size prefix."""
-    header, offset = _decode_header(frame, flexible=False)
+    header, offset = _decode_header(frame, flexible=_has_flexible_header(frame, apis))
     spec = apis.get(header.request_api_key)
     if spec is None:
         raise _unsupported(header, "api key is not served by this server")
@@ -269,8 +269,6 @@ def decode_request(frame: bytes, apis: ApiRegistry = COORDINATOR_APIS) -> Decode
             return _kip511_request(header, spec, apis)
         raise _unsupported(
             header, f"version is outside the served range {spec.min_version}-{spec.max_version}")
-    if spec.request_class.flexible_version_q(version):
-        header, offset = _decode_header(frame, flexible=True)
     request = _decode_body(spec, header, frame, offset)
     return DecodedRequest(
         api_key=spec.api_key, api_version=version, correlation_id=header.correlation_id,
@@ -441,6 +439,19 @@ _HEADER_DECODERS = {
                    compact=False, tagged=flexible, data_class=RequestHeader))
     for flexible in (False, True)
 }
+
+
+def _has_flexible_header(frame: bytes, apis: ApiRegistry) -> bool:
+    """Whether the request header is v2: the API is served at the version in the
+    frame's first 4 bytes (api key, api version) and that version is flexible.
+    Otherwise v1 is read: what v1 and v2 share is all an error or the KIP-511
+    reply needs, and a frame too short for both fields fails as v1."""
+    if len(frame) < 4:
+        return False
+    api_key, _ = Int16.decode_from(frame, 0)
+    version, _ = Int16.decode_from(frame, 2)
+    spec = apis.get(api_key)
+    return spec is not None and spec.supports(version) and spec.request_class.flexible_version_q(version)
 
 
 def _decode_header(frame: bytes, *, flexible: bool) -> tuple[RequestHeader, int]:

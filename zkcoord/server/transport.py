@@ -8,11 +8,9 @@ request does is the handler's.
 Rules:
 
 1. One request at a time per connection. Like a Kafka broker muting a channel
-   while a request is in flight, the next frame is not decoded until the
-   current response is written, so a JoinGroup whose answer is deferred delays
-   later requests on that connection (and only on that connection). Bytes of
-   pipelined requests are buffered meanwhile, up to `READ_BUFFER_BYTES`; then
-   the connection stops reading until the handler is done.
+   while a request is in flight, the next frame is not read until the current
+   response is written, so a JoinGroup whose answer is deferred delays later
+   requests on that connection (and only on that connection).
 2. A bad frame closes that connection only, with a warning: a size prefix
    that is negative or above `max_frame_bytes`, a header or body that does not
    decode, an api key we do not serve, or a version outside the served range.
@@ -23,21 +21,12 @@ Rules:
    server keeps serving the others.
 4. `stop()` closes the listener, then every connection (cancelling handlers
    still running for them).
-5. Responses are written as they come; while the peer does not read them
-   (the socket's write buffer is above asyncio's high-water mark) no further
-   request of that connection is served. A peer that goes away does not
-   cancel its running handler (a parked JoinGroup still counts, as on a
-   broker); the answer is dropped.
-
-Each connection is an `asyncio.Protocol` rather than a stream reader/writer
-pair: the request path is the daemon's hottest loop, and the streams cost
-several Python-level calls and a future per frame. The handler runs in a task
-of its own per request, so it may await (locks, ZooKeeper writes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -54,7 +43,6 @@ from .codec import (
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
-READ_BUFFER_BYTES = 64 * 1024  # pipelined bytes buffered while a request is served
 
 
 @dataclass(frozen=True)
@@ -99,7 +87,7 @@ class KafkaProtocolServer:
         self._apis = apis
         self._server: asyncio.Server | None = None
         self._stopping = False
-        self._connections: dict[int, _Connection] = {}
+        self._connections: dict[int, asyncio.Task[None]] = {}
         self._connection_ids = itertools.count(1)
 
     @property
@@ -112,8 +100,7 @@ class KafkaProtocolServer:
     async def start(self) -> None:
         if self._server is not None or self._stopping:
             raise RuntimeError("KafkaProtocolServer.start() may be called once")
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), self._host, self._port)
+        self._server = await asyncio.start_server(self._accept, self._host, self._port)
         log.info("serving the Kafka protocol on %s:%d", self._host, self.bound_port)
 
     async def stop(self) -> None:
@@ -125,16 +112,85 @@ class KafkaProtocolServer:
         if server is not None:
             port = self.bound_port
             server.close()
-        tasks = []
-        for connection in list(self._connections.values()):
-            task = connection.close()
-            if task is not None:
-                task.cancel()
-                tasks.append(task)
+        tasks = list(self._connections.values())
+        for task in tasks:
+            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if server is not None:
             await server.wait_closed()
             log.info("stopped serving the Kafka protocol on %s:%d", self._host, port)
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # A plain callback that starts a task we own: asyncio's own wrapper
+        # task (used for coroutine callbacks) is registered too late for
+        # stop() to see it, and Python 3.11 logs an error when it is cancelled.
+        if self._stopping:
+            writer.close()
+            return
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        info = ConnectionInfo(next(self._connection_ids), str(peer[0]), int(peer[1]))
+        task = asyncio.get_running_loop().create_task(
+            self._serve_connection(reader, writer, info), name=f"kafka-{info.connection_id}")
+        self._connections[info.connection_id] = task
+        task.add_done_callback(functools.partial(self._connection_done, info))
+
+    def _connection_done(self, info: ConnectionInfo, task: asyncio.Task[None]) -> None:
+        self._connections.pop(info.connection_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", info, exc_info=task.exception())
+
+    async def _serve_connection(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter, info: ConnectionInfo) -> None:
+        log.debug("%s opened", info)
+        try:
+            await self._request_loop(reader, writer, info)
+        finally:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (ConnectionError, OSError):
+                pass
+            log.debug("%s closed", info)
+
+    async def _request_loop(self, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter, info: ConnectionInfo) -> None:
+        try:
+            while True:
+                frame = await self._read_frame(reader)
+                if frame is None:
+                    return
+                decoded = decode_request(frame, self._apis)
+                response = decoded.immediate_response
+                if response is not None:
+                    log.debug("%s: answered %s v%d (correlation id %d) from the codec",
+                              info, decoded.api_name, decoded.api_version,
+                              decoded.correlation_id)
+                else:
+                    response = await self._call_handler(decoded, info)
+                    if response is None:
+                        return
+                writer.write(encode_response(decoded, response))
+                await writer.drain()
+        except (FrameSizeError, MalformedFrameError, UnsupportedRequestError) as exc:
+            log.warning("closing %s: %s", info, exc)
+        except ResponseEncodingError:
+            log.exception("closing %s: the handler's response cannot be sent", info)
+        except asyncio.IncompleteReadError as exc:
+            log.info("%s closed by the peer in the middle of a frame (%d bytes read)",
+                     info, len(exc.partial))
+        except (ConnectionError, OSError) as exc:
+            log.info("%s lost: %r", info, exc)
+
+    async def _read_frame(self, reader: asyncio.StreamReader) -> bytes | None:
+        """The next request payload, or None when the peer closed between frames."""
+        try:
+            prefix = await reader.readexactly(FRAME_SIZE_PREFIX_BYTES)
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial:
+                return None
+            raise
+        size = frame_size(prefix, self._max_frame_bytes)
+        return await reader.readexactly(size)
 
     async def _call_handler(self, decoded: DecodedRequest,
                             info: ConnectionInfo) -> ApiMessage | None:
@@ -149,146 +205,3 @@ class KafkaProtocolServer:
             log.error("closing %s: handler returned no response to %s v%d (correlation id %d)",
                       info, decoded.api_name, decoded.api_version, decoded.correlation_id)
         return response
-
-
-class _Connection(asyncio.Protocol):
-    """One accepted connection: buffered bytes in, one request at a time, responses out."""
-
-    def __init__(self, server: KafkaProtocolServer) -> None:
-        self._server = server
-        self._transport: asyncio.Transport | None = None
-        self.info: ConnectionInfo | None = None
-        self._buffer = bytearray()
-        self._handling: asyncio.Task[None] | None = None  # the request with the handler
-        self._write_paused = False
-        self._read_paused = False
-        self._eof = False
-        self._closed = False
-
-    # -- asyncio.Protocol ----------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername") or ("?", 0)
-        server = self._server
-        self.info = ConnectionInfo(next(server._connection_ids), str(peer[0]), int(peer[1]))
-        if server._stopping:
-            self._closed = True
-            transport.close()
-            return
-        server._connections[self.info.connection_id] = self
-        log.debug("%s opened", self.info)
-
-    def data_received(self, data: bytes) -> None:
-        self._buffer += data
-        if self._handling is None and not self._write_paused:
-            self._serve_buffered()
-        else:
-            self._update_reading()
-
-    def eof_received(self) -> bool:
-        self._eof = True
-        if self._handling is None and not self._write_paused:
-            self._serve_buffered()
-        return True  # half-open: requests already received are still answered
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
-        self._server._connections.pop(self.info.connection_id, None)
-        if exc is not None:
-            log.info("%s lost: %r", self.info, exc)
-        log.debug("%s closed", self.info)
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self._handling is None:
-            self._serve_buffered()
-
-    # -- serving -------------------------------------------------------------------
-    def close(self) -> asyncio.Task[None] | None:
-        """Close the socket; returns the handler task still running, if any."""
-        if not self._closed:
-            self._closed = True
-            self._transport.close()
-        return self._handling
-
-    def _serve_buffered(self) -> None:
-        """Serve buffered requests until one goes to the handler, the peer
-        stops reading our responses, or no whole frame is left."""
-        while self._handling is None and not self._write_paused and not self._closed:
-            try:
-                frame = self._next_frame()
-                if frame is None:
-                    break
-                decoded = decode_request(frame, self._server._apis)
-            except (FrameSizeError, MalformedFrameError, UnsupportedRequestError) as exc:
-                log.warning("closing %s: %s", self.info, exc)
-                self.close()
-                return
-            response = decoded.immediate_response
-            if response is None:
-                self._handling = asyncio.get_running_loop().create_task(self._handle(decoded))
-                break
-            log.debug("%s: answered %s v%d (correlation id %d) from the codec", self.info,
-                      decoded.api_name, decoded.api_version, decoded.correlation_id)
-            self._send(decoded, response)
-        if self._eof and self._handling is None and not self._closed and not self._write_paused:
-            if self._buffer:
-                log.info("%s closed by the peer in the middle of a frame (%d bytes read)",
-                         self.info, len(self._buffer))
-            self.close()
-            return
-        self._update_reading()
-
-    def _next_frame(self) -> bytes | None:
-        buffer = self._buffer
-        if len(buffer) < FRAME_SIZE_PREFIX_BYTES:
-            return None
-        end = FRAME_SIZE_PREFIX_BYTES + frame_size(bytes(buffer[:FRAME_SIZE_PREFIX_BYTES]),
-                                                   self._server._max_frame_bytes)
-        if len(buffer) < end:
-            return None
-        frame = bytes(buffer[FRAME_SIZE_PREFIX_BYTES:end])
-        del buffer[:end]
-        return frame
-
-    def _update_reading(self) -> None:
-        """Stop reading while requests are held back and enough bytes wait; else read."""
-        held = self._handling is not None or self._write_paused
-        pause = held and len(self._buffer) >= READ_BUFFER_BYTES and not self._closed
-        if pause != self._read_paused and not self._closed:
-            self._read_paused = pause
-            if pause:
-                self._transport.pause_reading()
-            else:
-                self._transport.resume_reading()
-
-    async def _handle(self, decoded: DecodedRequest) -> None:
-        try:
-            response = await self._server._call_handler(decoded, self.info)
-        finally:
-            self._handling = None
-        try:
-            if response is None:
-                self.close()
-            elif self._send(decoded, response) and not self._write_paused:
-                self._serve_buffered()
-        except Exception:  # a bug here must not pass silently
-            log.exception("closing %s: failed after %s v%d (correlation id %d)", self.info,
-                          decoded.api_name, decoded.api_version, decoded.correlation_id)
-            self.close()
-
-    def _send(self, decoded: DecodedRequest, response: ApiMessage) -> bool:
-        """Write the response; False when the connection is (now) closed."""
-        try:
-            data = encode_response(decoded, response)
-        except ResponseEncodingError:
-            log.exception("closing %s: the handler's response cannot be sent", self.info)
-            self.close()
-            return False
-        if self._closed:
-            return False
-        self._transport.write(data)
-        return True

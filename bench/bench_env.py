@@ -1,0 +1,204 @@
+"""The benchmark's environment and its meters.
+
+Owns what the benchmark starts (a ``zkcoord local`` sandbox in a state
+directory of its own, a ZooKeeper chroot, the commit topic, one ``zkcoord
+run`` daemon) and how it reads the machine: CPU time per process from
+``/proc``, ZooKeeper's transaction and per-namespace write counters from its
+four-letter words. ``Environment.stop()`` takes down whatever ``start()`` got
+to, so the caller can always call it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from group_client import BenchError, KafkaConnection, served_versions
+from zkcoord.local.procs import free_port
+from zkcoord.local.sandbox import zk_four_letter
+
+def _proc_cpu_s(pid: int | None) -> float:
+    """CPU seconds (all threads) of a process; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_busy_s() -> float:
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(values[:8]) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class CpuSnapshot:
+    wall: float
+    client: float
+    machine: float
+    procs: dict[str, float]
+
+
+def cpu_snapshot(pids: dict[str, int]) -> CpuSnapshot:
+    return CpuSnapshot(time.perf_counter(), time.process_time(), _machine_busy_s(),
+                       {name: _proc_cpu_s(pid) for name, pid in pids.items()})
+
+
+def cpu_cores(a: CpuSnapshot, b: CpuSnapshot) -> dict[str, float]:
+    """Cores used between two snapshots: per process, the client, the rest of the machine."""
+    wall = max(b.wall - a.wall, 1e-9)
+    used = {name: (b.procs[name] - a.procs[name]) / wall for name in a.procs}
+    used["client"] = (b.client - a.client) / wall
+    used["other"] = max(0.0, (b.machine - a.machine) / wall - sum(used.values()))
+    return used
+
+
+def zk_counters(port: int, namespace: str) -> tuple[int, int]:
+    """(last zxid, znode writes under /<namespace>) from ZooKeeper's four-letter words."""
+    zxid = re.search(r"Zxid: (0x[0-9a-f]+)", zk_four_letter(port, "srvr"))
+    writes = re.search(rf"zk_cnt_{re.escape(namespace)}_write_per_namespace\s+(\d+)",
+                       zk_four_letter(port, "mntr"))
+    if zxid is None:
+        raise BenchError(f"ZooKeeper on port {port} did not answer srvr")
+    return int(zxid.group(1), 16), int(writes.group(1)) if writes else 0
+
+
+class Environment:
+    """The sandbox, the bench chroot, the commit topic and the zkcoord daemon.
+
+    ``start()`` brings them up; ``stop()`` always takes everything down that
+    ``start()`` got to, and may be called after a partial start.
+    """
+
+    def __init__(self, workdir: Path, *, topic: str, topic_partitions: int, profiler: str = "") -> None:
+        self.workdir = workdir
+        self.topic, self.topic_partitions = topic, topic_partitions
+        self.profiler = profiler  # "", "cprofile" or "pyinstrument"
+        self.state_dir = workdir / "sandbox"
+        self.namespace = f"zkcoord-bench-{os.getpid()}"
+        self.chroot = "/" + self.namespace
+        self.profile_path = {"": None, "cprofile": workdir / "zkcoord.prof",
+                             "pyinstrument": workdir / "zkcoord-profile.txt"}[profiler]
+        self.daemon: subprocess.Popen | None = None
+        self.daemon_address: tuple[str, int] | None = None
+        self.zk_port = 0
+        self.kafka_address: tuple[str, int] | None = None
+        self.pids: dict[str, int] = {}
+        self._zk = None
+        self._sandbox_started = False
+
+    def _cli(self, *args: str, check: bool = True) -> str:
+        """Run ``zkcoord ARGS``. Interrupted, we pass SIGINT on and let it
+        finish: ``local up`` then stops what it started (a SIGKILL would
+        leave servers that ``local down`` does not know about)."""
+        proc = subprocess.Popen([sys.executable, "-m", "zkcoord", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=120)
+            raise
+        if check and proc.returncode != 0:
+            raise BenchError(f"zkcoord {' '.join(args)} failed ({proc.returncode}):\n{err or out}")
+        return out
+
+    def start(self) -> None:
+        if (self.state_dir / "sandbox.json").exists():
+            raise BenchError(f"{self.state_dir} already holds a sandbox; the benchmark starts its own")
+        print(f"starting the sandbox in {self.state_dir} ...", flush=True)
+        self._sandbox_started = True
+        self._cli("local", "up", "--state-dir", str(self.state_dir))
+        env = dict(re.findall(r"export (\w+)=(\S+)", self._cli("local", "env", "--state-dir", str(self.state_dir))))
+        zookeeper, bootstrap = env["ZKCOORD_ZOOKEEPER"], env["ZKCOORD_BOOTSTRAP_SERVERS"].split(",")[0]
+        self.zk_port = int(zookeeper.rsplit(":", 1)[1])
+        host, port = bootstrap.rsplit(":", 1)
+        self.kafka_address = (host, int(port))
+        state = json.loads((self.state_dir / "sandbox.json").read_text())
+        self.pids = {"kafka": state["brokers"][0]["pid"], "zookeeper": state["zookeeper"]["pid"]}
+        self._prepare_zookeeper(zookeeper)
+        self._create_topics(bootstrap)
+        self._start_daemon(zookeeper)
+
+    def _prepare_zookeeper(self, zookeeper: str) -> None:
+        from kazoo.client import KazooClient
+
+        self._zk = KazooClient(hosts=zookeeper)
+        self._zk.start(timeout=15)
+        self._zk.ensure_path(self.chroot)
+
+    def _create_topics(self, bootstrap: str) -> None:
+        """Kafka refuses commits to unknown topics (zkcoord does not check)."""
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="zkcoord-bench")
+        try:
+            admin.create_topics([NewTopic(self.topic, num_partitions=self.topic_partitions, replication_factor=1)],
+                                wait_for_metadata=True)
+        finally:
+            admin.close()
+
+    def _start_daemon(self, zookeeper: str) -> None:
+        port = free_port()
+        command = [sys.executable]
+        if self.profiler == "cprofile":
+            command += ["-m", "cProfile", "-o", str(self.profile_path)]
+        elif self.profiler == "pyinstrument":
+            command += ["-m", "pyinstrument", "-r", "text", "-o", str(self.profile_path)]
+        command += ["-m", "zkcoord", "run", "--zookeeper", zookeeper + self.chroot, "--listen", f"127.0.0.1:{port}",
+                    "--node-id", "1", "--group-initial-rebalance-delay-ms", "0"]
+        log = open(self.workdir / "zkcoord.log", "ab")
+        # Its own session: Ctrl-C reaches only us, and we stop it in order.
+        self.daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.pids["zkcoord"] = self.daemon.pid
+        self.daemon_address = ("127.0.0.1", port)
+        asyncio.run(self._wait_daemon())
+
+    async def _wait_daemon(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.daemon.poll() is not None:
+                raise BenchError(f"zkcoord run exited with {self.daemon.returncode}; see {self.workdir / 'zkcoord.log'}")
+            try:
+                conn = await KafkaConnection.open(*self.daemon_address, "zkcoord-bench")
+                try:
+                    await asyncio.wait_for(served_versions(conn), 2)
+                    return
+                finally:
+                    conn.close()
+            except (OSError, ConnectionError, asyncio.TimeoutError):
+                await asyncio.sleep(0.2)
+        raise BenchError(f"zkcoord run did not answer on {self.daemon_address} within {timeout_s:g} s")
+
+    def state_version(self, group: str) -> int | None:
+        stat = self._zk.exists(f"{self.chroot}/coordinators/{group}/state")
+        return None if stat is None else stat.version
+
+    def stop(self) -> None:
+        if self.daemon is not None and self.daemon.poll() is None:
+            self.daemon.send_signal(signal.SIGTERM)
+            try:
+                self.daemon.wait(20)
+            except subprocess.TimeoutExpired:
+                self.daemon.kill()
+                self.daemon.wait()
+        if self._zk is not None:
+            try:
+                self._zk.stop()
+                self._zk.close()
+            except Exception as exc:  # keep cleaning up
+                print(f"warning: closing the ZooKeeper client: {exc!r}", file=sys.stderr)
+        if self._sandbox_started:
+            print("stopping the sandbox ...", flush=True)
+            self._cli("local", "down", "--state-dir", str(self.state_dir), check=False)
+
+
