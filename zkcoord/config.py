@@ -56,6 +56,7 @@ class DaemonConfig:
     max_frame_bytes: int = 100 * 1024 * 1024
     max_state_bytes: int = 1_000_000
     shutdown_timeout_ms: int = 5_000
+    topic_metadata_refresh_ms: int = 5_000  # Kafka Metadata polling, when ZooKeeper has no topics for us
 
     def __post_init__(self) -> None:
         if not self.zookeeper:
@@ -71,6 +72,7 @@ class DaemonConfig:
         _check_range("group_max_session_timeout_ms", self.group_max_session_timeout_ms,
                      self.group_min_session_timeout_ms, 2**31 - 1)
         _check_range("group_initial_rebalance_delay_ms", self.group_initial_rebalance_delay_ms, 0, 2**31 - 1)
+        _check_range("topic_metadata_refresh_ms", self.topic_metadata_refresh_ms, 100, 3_600_000)
         _check_range("max_frame_bytes", self.max_frame_bytes, 1024, 2**31 - 1)
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)
         if not self.offsets_zk_root.startswith("/") or self.offsets_zk_root.endswith("/"):

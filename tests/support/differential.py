@@ -42,6 +42,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from tests.support.wire import WireClient
 
+UNKNOWN_TOPIC_OR_PARTITION = 3
 NONE, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 14, 15, 16
 ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID = 22, 23, 25
 INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS = 26, 27
@@ -205,8 +206,10 @@ async def _until(call, done, what: str):
     deadline = loop.time() + READY_TIMEOUT_S
     while True:
         response = await call()
-        if done(response) or loop.time() > deadline:
+        if done(response):
             return response
+        if loop.time() > deadline:
+            raise AssertionError(f"{what}: not ready after {READY_TIMEOUT_S} s: {response}")
         await asyncio.sleep(0.2)
 
 
@@ -268,7 +271,8 @@ def commit(group: str, topic: str, offsets: dict[int, int], *, member_id: str = 
                                                committed_metadata=f"m{p}") for p, o in offsets.items()])])
 
 
-def fetch(group: str, topic: str | None, partitions: Iterable[int] = (), *, version: int = 5) -> OffsetFetchRequest:
+def fetch(group: str, topic: str | None, partitions: Iterable[int] = (), *,
+          version: int = 5) -> OffsetFetchRequest:
     topics = None if topic is None else [
         OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=list(partitions))]
     return OffsetFetchRequest(version=version, group_id=group, topics=topics, require_stable=False)

@@ -1,1 +1,1 @@
-"""kafka adapter."""
+"""kafka-python adapters: topic metadata (and, with the migration toolkit, offsets in __consumer_offsets)."""

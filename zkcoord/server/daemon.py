@@ -22,13 +22,16 @@ from dataclasses import dataclass
 from zkcoord.config import DaemonConfig
 from zkcoord.core.group import GroupConfig
 from zkcoord.server.apis import ApiHandler
+from zkcoord.kafka.metadata import KafkaTopicMetadata
 from zkcoord.server.manager import GroupManager
+from zkcoord.server.topic_watcher import TopicWatcher
 from zkcoord.server.transport import KafkaProtocolServer
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.nodes import NodeRegistry
 from zkcoord.zk.offsets import OffsetStore
 from zkcoord.zk.ownership import GroupOwnership
 from zkcoord.zk.state_store import GroupStateStore
+from zkcoord.zk.topics import TopicRegistry
 
 log = logging.getLogger("zkcoord.daemon")
 
@@ -53,6 +56,7 @@ class Daemon:
         self.ownership: GroupOwnership | None = None
         self.offsets: OffsetStore | None = None
         self.manager: GroupManager | None = None
+        self.topics: TopicWatcher | None = None
 
     async def start(self) -> RunningDaemon:
         config = self.config
@@ -83,7 +87,13 @@ class Daemon:
         self.offsets = OffsetStore(self.conn, offsets_root=config.offsets_zk_root,
                                    on_deposed=lambda fence, why: ownership.drop(fence.group, why, fence))
         store = GroupStateStore(self.conn, self.ownership, max_state_bytes=config.max_state_bytes)
-        self.manager = GroupManager(node_id, group_config, self.ownership, store, self.offsets, self.nodes)
+        self.topics = TopicWatcher(
+            lambda group_id: self.manager.metadata_changed(group_id), registry=TopicRegistry(self.conn),
+            kafka_metadata=KafkaTopicMetadata(config.bootstrap_servers) if config.bootstrap_servers else None,
+            refresh_ms=config.topic_metadata_refresh_ms)
+        await self.topics.start(await asyncio.to_thread(self.conn.client.exists, "/brokers/topics") is not None)
+        self.manager = GroupManager(node_id, group_config, self.ownership, store, self.offsets, self.nodes,
+                                    topic_watcher=self.topics)
         handler.ready(ApiHandler(self.manager))
         log.info("zkcoord node %d serving on %s:%d (advertised %s:%d), ZooKeeper %s", node_id, host,
                  self.server.bound_port, adv_host, adv_port, config.zookeeper)
@@ -96,6 +106,7 @@ class Daemon:
             ("release groups", self.manager.release_all() if self.manager else None),
             ("close the listener", self.server.stop() if self.server else None),
             ("stop offset batching", self.offsets.stop() if self.offsets else None),
+            ("stop topic watches", self.topics.stop() if self.topics else None),
             ("unregister", self.nodes.unregister() if self.nodes else None),
         ]
         for what, step in steps:

@@ -54,11 +54,13 @@ class GroupRuntime:
     """One owned group. Create with :meth:`load`; no I/O in the constructor."""
 
     def __init__(self, group_id: str, config: core.GroupConfig, persist: PersistFn,
-                 on_step_down: Callable[[str], None], clock: Callable[[], int] = monotonic_ms):
+                 on_step_down: Callable[[str], None], clock: Callable[[], int] = monotonic_ms,
+                 on_persisted: Callable[[core.Group], None] | None = None):
         self.group_id = group_id
         self.config = config
         self._persist = persist
         self._on_step_down = on_step_down
+        self._on_persisted = on_persisted  # membership or generation changed
         self._clock = clock
         self.group: core.Group = core.new_group(group_id)
         self.version: int | None = None  # znode version of the state; None: absent
@@ -145,6 +147,8 @@ class GroupRuntime:
         if outcome.persist:
             await self._write(outcome.group)
         self.group = outcome.group
+        if outcome.persist and self._on_persisted is not None:
+            self._on_persisted(outcome.group)
         loop = asyncio.get_running_loop()
         now = self._clock()
         for op in outcome.timers:

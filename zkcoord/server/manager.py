@@ -34,13 +34,16 @@ E = ErrorCode
 
 
 class GroupManager:
-    def __init__(self, node_id: int, group_config: core.GroupConfig, ownership, store, offsets, nodes):
+    def __init__(self, node_id: int, group_config: core.GroupConfig, ownership, store, offsets, nodes,
+                 topic_watcher=None):
         self.node_id = node_id
         self.group_config = group_config
         self.ownership = ownership
         self.store = store
         self.offsets = offsets
         self.nodes = nodes
+        self.topic_watcher = topic_watcher
+        self._background: set[asyncio.Task] = set()
         self.runtimes: dict[str, GroupRuntime] = {}
         self._loading: dict[str, asyncio.Task] = {}
         self._broken: dict[str, str] = {}  # group -> why its state cannot be loaded
@@ -79,8 +82,10 @@ class GroupManager:
     async def _load(self, group_id: str) -> GroupRuntime:
         try:
             record, version = await self.store.load(group_id)
-            runtime = GroupRuntime(group_id, self.group_config, self._persist, self._stepped_down)
+            runtime = GroupRuntime(group_id, self.group_config, self._persist, self._stepped_down,
+                                   on_persisted=self._track_topics)
             await runtime.load(record, None if version is None or version < 0 else version)
+            self._track_topics(runtime.group)
         except StateError as exc:
             self._broken[group_id] = str(exc)
             log.error("group %s cannot be served: %s", group_id, exc)
@@ -120,6 +125,30 @@ class GroupManager:
 
     def _stepped_down(self, group_id: str) -> None:
         self.runtimes.pop(group_id, None)
+        if self.topic_watcher is not None:
+            self.topic_watcher.untrack(group_id)
+
+    # -- topic metadata --------------------------------------------------------------
+    def _track_topics(self, group: core.Group) -> None:
+        """Watch the partition counts of what the group's members subscribe to."""
+        if self.topic_watcher is None:
+            return
+        from zkcoord.server.subscriptions import subscribed_topics
+
+        task = asyncio.get_running_loop().create_task(
+            self.topic_watcher.track(group.group_id, subscribed_topics(group)))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def metadata_changed(self, group_id: str) -> None:
+        """A subscribed topic's partition count changed: rebalance the group."""
+        runtime = self.runtimes.get(group_id)
+        if runtime is None or not runtime.active:
+            return
+        try:
+            await runtime.apply(lambda g, now: core.handle_metadata_change(g, now, runtime.config))
+        except ZkcoordError as exc:
+            log.warning("group %s: rebalance after a partition change not started: %s", group_id, exc)
 
     def on_ownership_change(self, change) -> None:
         """GroupOwnership's callback (on the loop thread; must not block)."""
@@ -127,6 +156,8 @@ class GroupManager:
 
         if change.kind is ChangeKind.LOST:
             for group_id in change.groups:
+                if self.topic_watcher is not None:
+                    self.topic_watcher.untrack(group_id)
                 runtime = self.runtimes.pop(group_id, None)
                 if runtime is not None:
                     asyncio.get_running_loop().create_task(runtime.unload(change.reason))

@@ -1,0 +1,107 @@
+"""Watching the partition counts of the topics owned groups subscribe to.
+
+Owns, per daemon, the map topic -> last known partition count and topic ->
+groups interested in it. When a count changes from a known value, every
+interested group gets ``handle_metadata_change`` (a rebalance, so the leader
+assigns the new partitions), through the group's runtime.
+
+Two sources, chosen once at start:
+
+* ZooKeeper: ``/brokers/topics/<topic>`` is visible in the daemon's view of
+  ZooKeeper (same ensemble and chroot as the brokers): a data watch per topic.
+* Kafka's Metadata API, polled every ``refresh_ms``, when ZooKeeper has no
+  broker metadata for us (zkcoord under a chroot of its own) and bootstrap
+  servers are configured. With neither, partition changes are left to the
+  clients (the group leader rejoins, as with Kafka's own coordinator).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from zkcoord.errors import ZkcoordError
+
+log = logging.getLogger(__name__)
+
+OnChange = Callable[[str], Awaitable[None]]  # group id -> apply handle_metadata_change
+
+
+class TopicWatcher:
+    def __init__(self, on_change: OnChange, registry=None, kafka_metadata=None, refresh_ms: int = 5_000):
+        self._on_change = on_change
+        self._registry = registry
+        self._kafka = kafka_metadata
+        self._refresh_s = refresh_ms / 1000
+        self.source = "none"
+        self._counts: dict[str, int | None] = {}
+        self._groups: dict[str, set[str]] = {}  # topic -> group ids
+        self._topics: dict[str, frozenset[str]] = {}  # group id -> topics
+        self._watches: dict[str, object] = {}
+        self._poller: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self, zk_has_broker_metadata: bool) -> None:
+        if zk_has_broker_metadata and self._registry is not None:
+            self.source = "zookeeper"
+        elif self._kafka is not None:
+            self.source = "kafka"
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+        log.info("partition changes of subscribed topics come from: %s", self.source)
+
+    async def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+        for watch in self._watches.values():
+            watch.stop()
+        self._watches.clear()
+        if self._kafka is not None:
+            self._kafka.close()
+
+    async def track(self, group_id: str, topics: frozenset[str]) -> None:
+        """The group now subscribes to ``topics`` (replacing what it had)."""
+        old = self._topics.get(group_id, frozenset())
+        if topics == old:
+            return
+        self._topics[group_id] = topics
+        for topic in old - topics:
+            self._groups.get(topic, set()).discard(group_id)
+        for topic in topics - old:
+            self._groups.setdefault(topic, set()).add(group_id)
+            if self.source == "zookeeper" and topic not in self._watches:
+                try:
+                    self._watches[topic] = await self._registry.watch(
+                        topic, lambda count, t=topic: self._observed(t, count))
+                except ZkcoordError as exc:
+                    log.warning("cannot watch topic %s: %s", topic, exc)
+
+    def untrack(self, group_id: str) -> None:
+        for topic in self._topics.pop(group_id, frozenset()):
+            self._groups.get(topic, set()).discard(group_id)
+
+    def _observed(self, topic: str, count: int | None) -> None:
+        """A count was read; a change from a known count starts rebalances."""
+        known = topic in self._counts
+        previous = self._counts.get(topic)
+        self._counts[topic] = count
+        if not known or previous == count:
+            return
+        log.info("topic %s: partition count %s -> %s; rebalancing its groups", topic, previous, count)
+        for group_id in sorted(self._groups.get(topic, ())):
+            task = asyncio.get_running_loop().create_task(self._on_change(group_id))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _poll(self) -> None:
+        while True:
+            topics = [t for t, groups in self._groups.items() if groups]
+            if topics:
+                try:
+                    counts = await self._kafka.partition_counts(topics)
+                except ZkcoordError as exc:
+                    log.warning("topic metadata not refreshed: %s", exc)
+                else:
+                    for topic, count in counts.items():
+                        self._observed(topic, count)
+            await asyncio.sleep(self._refresh_s)
