@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from kafka import KafkaConsumer
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.future import Future as KafkaFuture
 from kafka.structs import MemberState, OffsetAndMetadata, TopicPartition
 
 from zkcoord.client.config import ConsumerConfig
+from zkcoord.client.coordinator import ZkcoordKafkaConsumer
 from zkcoord.client.errors import ConsumerTimeoutError, translate
 from zkcoord.client.network import client_factory
 from zkcoord.errors import ServiceUnavailableError, UsageError
@@ -87,7 +87,7 @@ class Consumer:
 
     def __init__(self, config: ConsumerConfig):
         self.config = config
-        self._kafka: KafkaConsumer | None = None
+        self._kafka: ZkcoordKafkaConsumer | None = None
         self._closed = False
         self._listener_threads: ThreadPoolExecutor | None = None
 
@@ -97,7 +97,7 @@ class Consumer:
             return self
         factory = client_factory(self.config.daemon_addresses, self.config.effective_rebalance_timeout_ms)
         try:
-            self._kafka = KafkaConsumer(**self.config.kafka_options(), kafka_client=factory)
+            self._kafka = ZkcoordKafkaConsumer(**self.config.kafka_options(), kafka_client=factory)
         except Exception as exc:
             error = translate(exc, "connecting to Kafka")
             if isinstance(error, ConsumerTimeoutError):
@@ -269,7 +269,7 @@ class Consumer:
         return None
 
     # -- internals ---------------------------------------------------------------------------
-    def _started(self) -> KafkaConsumer:
+    def _started(self) -> ZkcoordKafkaConsumer:
         if self._kafka is None:
             raise UsageError("the consumer is not started: call start() or use `with Consumer(config) as c:`")
         if self._closed:
