@@ -139,11 +139,17 @@ class DaemonFleet:
             argv += [f"--{name.replace('_', '-')}", str(value)]
         return argv
 
+    @staticmethod
+    def _env() -> dict[str, str]:
+        """The caller's ZKCOORD_... settings (a config file, say) must not
+        reach a daemon: it runs with exactly the flags of :meth:`command`."""
+        return {k: v for k, v in os.environ.items() if not k.startswith("ZKCOORD_") or k == "ZKCOORD_TEST_STATE_DIR"}
+
     def _spawn(self, argv: list[str], log_path: Path) -> subprocess.Popen:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ZKCOORD_") or k == "ZKCOORD_TEST_STATE_DIR"}
         with open(log_path, "ab") as out:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env=self._env())
         self._all.append(proc)
         return proc
 
@@ -177,7 +183,7 @@ class DaemonFleet:
         stdout and stderr are captured separately."""
         argv = self.command(node_id, **options)
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                text=True, env=self._env())
         self._all.append(proc)
         try:
             out, err = proc.communicate(timeout=timeout_s)
