@@ -4,10 +4,13 @@ partition has two owners in one generation."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.integration.test_client_support import (
     ThreadDaemons,
+    assert_one_owner_per_generation,
     assignments_by_generation,
     commits_by_generation,
     config,
@@ -15,6 +18,7 @@ from tests.integration.test_client_support import (
     eventually,
     poll_all,
     produce,
+    read_group,
     read_group_state,
     stable_split,
     start_member,
@@ -59,16 +63,6 @@ def test_three_members_share_six_partitions(services, zk_hosts, zk, unique_name)
             for m in members:
                 m.consumer.close()
         assert read_group_state(zk, group)[0] == "Empty"
-
-
-def assert_one_owner_per_generation(members) -> None:
-    """No partition assigned to, or committed by, two members of one generation."""
-    for generation, owned in assignments_by_generation(members).items():
-        seen = [tp for parts in owned.values() for tp in parts]
-        assert len(seen) == len(set(seen)), f"generation {generation}: a partition has two owners: {owned}"
-    for generation, committed in commits_by_generation(members).items():
-        twice = {tp: who for tp, who in committed.items() if len(who) > 1}
-        assert not twice, f"generation {generation}: committed by two members: {twice}"
 
 
 def test_members_join_and_leave_nothing_left_unconsumed(services, zk_hosts, zk, unique_name):
@@ -212,3 +206,31 @@ def test_static_member_restart_keeps_its_partitions(services, zk_hosts, zk, uniq
         finally:
             a.consumer.close()
             b.consumer.close()
+
+
+def test_settings_reach_the_coordinator_and_slow_processing_keeps_the_session(services, zk_hosts, zk, unique_name):
+    """Heartbeats run in the background: a member that processes for longer
+    than its session timeout (but less than max_poll_interval_ms) stays."""
+    topic, group = unique_name("t"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 2)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(2))
+    with ThreadDaemons(zk_hosts, 1) as daemons:
+        cfg = config(daemons.addresses, bootstrap, group, session_timeout_ms=6_000, heartbeat_interval_ms=1_000,
+                     max_poll_interval_ms=60_000, rebalance_timeout_ms=20_000, group_instance_id="worker-7")
+        member = start_member("client-7", cfg, [topic])
+        try:
+            eventually(lambda: stable_split([member], partitions), "joined", step=poll_all([member]))
+            stored = read_group(zk, group).members[member.consumer.membership().member_id]
+            assert (stored.client_id, stored.group_instance_id, stored.session_timeout_ms,
+                    stored.rebalance_timeout_ms) == ("client-7", "worker-7", 6_000, 20_000)
+            generation = member.consumer.membership().generation_id
+
+            time.sleep(6_000 * 1.5 / 1000)  # "processing": no poll for 1.5 session timeouts
+            member.poll(100)
+            assert member.consumer.membership() == member.consumer.membership().__class__(
+                group, generation, stored.member_id, "worker-7", "stable")
+            assert member.lost == [] and member.consumer.assignment() == partitions
+            assert read_group_state(zk, group) == ("Stable", generation, [stored.member_id])
+        finally:
+            member.consumer.close()

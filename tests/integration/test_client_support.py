@@ -1,5 +1,5 @@
 """Helpers for the thin-consumer tests (no tests here): daemons in a thread
-of their own or as processes, topics and records on the real brokers, a
+of their own (processes come from ``tests/support/daemons.py``), topics and records on the real brokers, a
 consumer harness that records what each member was assigned, consumed and
 committed, and waiting for an outcome without asserting on time."""
 
@@ -8,11 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -22,7 +18,7 @@ from pathlib import Path
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
 
-from zkcoord.client import CommitFailedError, Consumer, ConsumerConfig, OffsetAndMetadata, RebalanceListener, TopicPartition
+from zkcoord.client import Consumer, ConsumerError, ConsumerConfig, OffsetAndMetadata, RebalanceListener, TopicPartition
 from zkcoord.config import DaemonConfig
 from zkcoord.server.daemon import Daemon
 
@@ -81,73 +77,10 @@ class ThreadDaemons:
 
 
 def free_port() -> int:
+    """A loopback port nothing listens on (for an address that must not answer)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@dataclass
-class DaemonProcess:
-    node_id: int
-    port: int
-    proc: subprocess.Popen
-    log_path: Path
-
-
-class ProcessDaemons:
-    """``zkcoord run`` processes, for kill -9; always killed at exit."""
-
-    def __init__(self, zk_hosts: str, log_dir: Path, count: int = 2, zk_session_timeout_ms: int = 4000):
-        self.zk_hosts = zk_hosts
-        self.log_dir = log_dir
-        self.count = count
-        self.zk_session_timeout_ms = zk_session_timeout_ms
-        self.procs: dict[int, DaemonProcess] = {}
-
-    def __enter__(self) -> "ProcessDaemons":
-        for node_id in range(1, self.count + 1):
-            self.start(node_id)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for daemon in self.procs.values():
-            if daemon.proc.poll() is None:
-                daemon.proc.kill()
-            daemon.proc.wait(30)
-
-    def start(self, node_id: int) -> DaemonProcess:
-        port = free_port()
-        log_path = self.log_dir / f"daemon-{node_id}.log"
-        cmd = [sys.executable, "-m", "zkcoord", "run", "--zookeeper", self.zk_hosts,
-               "--listen", f"127.0.0.1:{port}", "--node-id", str(node_id),
-               "--zk-session-timeout-ms", str(self.zk_session_timeout_ms),
-               "--group-initial-rebalance-delay-ms", "0"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ZKCOORD_")}
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env)
-        daemon = DaemonProcess(node_id, port, proc, log_path)
-        self.procs[node_id] = daemon
-        eventually(lambda: self._answers(daemon), f"daemon {node_id} listening on {port}")
-        return daemon
-
-    @staticmethod
-    def _answers(daemon: DaemonProcess) -> bool:
-        if daemon.proc.poll() is not None:
-            raise AssertionError(f"daemon {daemon.node_id} exited: {daemon.log_path.read_text()[-2000:]}")
-        try:
-            socket.create_connection(("127.0.0.1", daemon.port), timeout=1).close()
-            return True
-        except OSError:
-            return False
-
-    def kill(self, node_id: int) -> None:
-        daemon = self.procs[node_id]
-        os.kill(daemon.proc.pid, signal.SIGKILL)
-        daemon.proc.wait(30)
-
-    @property
-    def addresses(self) -> str:
-        return ",".join(f"127.0.0.1:{d.port}" for d in self.procs.values())
 
 
 # -- topics and records ---------------------------------------------------------------
@@ -183,13 +116,18 @@ def produce(bootstrap: str, topic: str, partitions, per_partition: int, tag: str
     return keys
 
 
-def read_group_state(zk, group: str):
-    """(state name, generation, member ids) of the group as the daemon stored it."""
+def read_group(zk, group: str):
+    """The group as the daemon stored it (a ``zkcoord.core.group.Group``)."""
     from zkcoord.core.group import from_record
 
     data, _ = zk.get(f"/coordinators/{group}/state")
-    group_value = from_record(group, json.loads(data))
-    return group_value.state.value, group_value.generation_id, sorted(group_value.members)
+    return from_record(group, json.loads(data))
+
+
+def read_group_state(zk, group: str):
+    """(state name, generation, member ids) of the group as the daemon stored it."""
+    stored = read_group(zk, group)
+    return stored.state.value, stored.generation_id, sorted(stored.members)
 
 
 # -- the consumer harness -----------------------------------------------------------------
@@ -221,7 +159,7 @@ class Member:
         tag = f"{membership.member_id}@{membership.generation_id}"
         try:
             self.consumer.commit({tp: OffsetAndMetadata(o, tag, -1) for tp, o in positions.items() if o is not None})
-        except CommitFailedError as exc:
+        except ConsumerError as exc:  # CommitFailedError, or a timeout during fail-over
             self.failed_commits.append((membership.generation_id, membership.member_id, positions, exc))
             return
         self.commits.append((membership.generation_id, membership.member_id, positions))
@@ -301,3 +239,13 @@ def commits_by_generation(members) -> dict[int, dict[TopicPartition, set[str]]]:
             for tp in positions:
                 found[generation][tp].add(member_id)
     return found
+
+
+def assert_one_owner_per_generation(members) -> None:
+    """No partition assigned to, or committed by, two members of one generation."""
+    for generation, owned in assignments_by_generation(members).items():
+        seen = [tp for parts in owned.values() for tp in parts]
+        assert len(seen) == len(set(seen)), f"generation {generation}: a partition has two owners: {owned}"
+    for generation, committed in commits_by_generation(members).items():
+        twice = {tp: who for tp, who in committed.items() if len(who) > 1}
+        assert not twice, f"generation {generation}: committed by two members: {twice}"

@@ -201,8 +201,7 @@ async def sync_and_heartbeat_errors(run: Run) -> None:
     await run.call("rejoin with the old id", a, join(g, a_id))
 
 
-@scenario(xfail="zkcoord checks the group first: ApiHandler.sync_group does not refuse a v5 "
-                "request without protocol type or name as KafkaApis does (INCONSISTENT_GROUP_PROTOCOL)")
+@scenario()
 async def sync_v5_without_protocol(run: Run) -> None:
     g = run.group
     a = await run.client()
@@ -425,16 +424,14 @@ async def commit_with_wrong_generation(run: Run) -> None:
     await run.call("fetch", a, fetch(g, t, [0, 1], version=7))
 
 
-@scenario(xfail="zkcoord answers UNKNOWN_MEMBER_ID: GroupManager.commit_offsets passes new_group() "
-                "for a group that does not exist where validate_offset_commit expects None")
+@scenario()
 async def commit_with_generation_to_unknown_group(run: Run) -> None:
     a = await run.client()
     request = commit(run.group, run.topic, {0: 1}, member_id="m", generation=1)
     await run.call("commit with generation 1", a, request, expect=ILLEGAL_GENERATION)
 
 
-@scenario(xfail="GroupManager.commit_offsets stores offsets of partitions Kafka does not have; Kafka "
-                "answers UNKNOWN_TOPIC_OR_PARTITION for those and commits the others")
+@scenario()
 async def commit_to_unknown_topic_or_partition(run: Run) -> None:
     g, t = run.group, run.topic
     a = await run.client()
@@ -452,8 +449,7 @@ async def fetch_unknown_group(run: Run) -> None:
     await run.call("fetch v5 all", a, fetch(g, None, version=5))
 
 
-@scenario(xfail="a group known only by its offsets does not exist for zkcoord (GroupManager.delete_group "
-                "counts a state record or members, Kafka also offsets), and its offsets outlive the delete")
+@scenario()
 async def offsets_only_group(run: Run) -> None:
     g, t = run.group, run.topic
     a = await run.client()
@@ -464,8 +460,7 @@ async def offsets_only_group(run: Run) -> None:
     await run.call("fetch after delete", a, fetch(g, t, [0]))
 
 
-@scenario(xfail="GroupManager.delete_group leaves the offsets in ZooKeeper; Kafka's handleDeleteGroups "
-                "removes them with the group (cleanupGroupMetadata(_.removeAllOffsets()))")
+@scenario()
 async def delete_removes_offsets(run: Run) -> None:
     g, t = run.group, run.topic
     a = await run.client()
@@ -479,8 +474,7 @@ async def delete_removes_offsets(run: Run) -> None:
 
 # -- DescribeGroups, DeleteGroups ----------------------------------------------------------
 
-@scenario(xfail="zkcoord says Empty: GroupManager.describe describes the runtime's new_group() "
-                "instead of core.describe_missing() for a group that does not exist")
+@scenario()
 async def describe_unknown_group(run: Run) -> None:
     a = await run.client()
     for version in (0, 5):
@@ -505,8 +499,7 @@ async def delete_groups(run: Run) -> None:
     run.expect("a new group starts at generation 1", again.generation_id, 1)
 
 
-@scenario(xfail="zkcoord answers once per name: ApiHandler.delete_groups does not drop repeated "
-                "group ids as KafkaApis.handleDeleteGroupsRequest does (groupsNames.distinct)")
+@scenario()
 async def delete_duplicate_names(run: Run) -> None:
     g = run.group
     a = await run.client()
@@ -538,11 +531,12 @@ def kafka_topic(services):
     return name
 
 
-def _daemon_config(zk_hosts: str) -> DaemonConfig:
+def _daemon_config(zk_hosts: str, bootstrap_servers: str) -> DaemonConfig:
     return DaemonConfig(
         zookeeper=zk_hosts, listen="127.0.0.1:0", node_id=1, zk_session_timeout_ms=6000,
         group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=KAFKA_MIN_SESSION_MS,
-        group_max_session_timeout_ms=KAFKA_MAX_SESSION_MS)
+        group_max_session_timeout_ms=KAFKA_MAX_SESSION_MS, bootstrap_servers=bootstrap_servers,
+        topic_metadata_refresh_ms=500)
 
 
 async def _run(target: str, bootstrap: tuple[str, int], fn, params, group: str, topic: str) -> Run:
@@ -564,7 +558,7 @@ def test_zkcoord_answers_as_kafka(fn, params, services, zk_hosts, unique_name, k
     async def both() -> tuple[Run, Run]:
         kafka = await _run("kafka", parse_address(services.bootstrap_servers.split(",")[0]),
                            fn, params, group, kafka_topic)
-        daemon = Daemon(_daemon_config(zk_hosts))
+        daemon = Daemon(_daemon_config(zk_hosts, services.bootstrap_servers))
         running = await daemon.start()
         try:
             ours = await _run("zkcoord", running.advertised, fn, params, group, kafka_topic)

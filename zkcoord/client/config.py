@@ -80,6 +80,8 @@ class ConsumerConfig:
         self.daemon_addresses  # validates
         for address in self.bootstrap_servers.split(","):
             parse_host_port(address.strip(), "bootstrap_servers")
+        if not self.group_id:
+            raise ConfigError("group_id (--group, ZKCOORD_GROUP_ID) is required: the consumer group to join")
         if validate_group_id(self.group_id) is not ErrorCode.NONE:
             raise ConfigError(f"group_id={self.group_id!r} is not a valid group id: it must be 1 to 249 "
                               "characters, not '.' or '..', without '/' or control characters")

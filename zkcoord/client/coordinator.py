@@ -1,16 +1,25 @@
-"""kafka-python's ``KafkaConsumer`` and ``ConsumerCoordinator`` with one fix
-each thin consumer needs; everything else is inherited unchanged.
+"""kafka-python's ``KafkaConsumer`` and ``ConsumerCoordinator`` with the
+fixes the thin consumer needs; everything else is inherited unchanged.
 
-The fix. In kafka-python 3.0.12 (and its main branch as of this writing),
-``BaseCoordinator.join_group_async`` keeps the JoinGroup -> SyncGroup task
-across ``poll()`` calls when a poll's timeout runs out during a rebalance, so
-the next poll can wait for it. But when that task has *finished* by the next
-poll, the check ``self._join_task.is_done`` makes it start a new JoinGroup
-and throws the finished join (and its assignment) away. A leader that rejoins
-a Stable group starts a new rebalance, so a group whose members poll with
-short timeouts rebalances forever (seen with three members polling every
-100 ms). :class:`ZkcoordCoordinator` completes a finished join instead, with
-the same steps the base class runs after a join it waited for.
+kafka-python 3.0.12 (and its main branch as of this writing) keeps the
+JoinGroup -> SyncGroup task across ``poll()`` calls when a poll's timeout
+runs out during a rebalance, so that the next poll waits for the same task
+instead of sending a second JoinGroup. Two ways of losing that task follow,
+both seen with members polling every 100 ms:
+
+1. When the task has *finished* by the next poll, ``join_group_async`` sees
+   ``self._join_task.is_done``, starts a new JoinGroup and throws the
+   finished join (and its assignment) away. A leader that rejoins a Stable
+   group starts a new rebalance, so the group rebalances forever.
+2. When the leader rejoined because partition metadata changed, the
+   assignment it computes makes its metadata snapshots equal again, so
+   ``need_rejoin()`` turns False while the join is still unfinished: the
+   next polls never call ``ensure_active_group`` and the member stays
+   REBALANCING, without heartbeats, until the group drops it.
+
+:class:`ZkcoordCoordinator` completes a finished join (with the steps the
+base class runs after a join it waited for), and reports a rejoin as needed
+until the started one completed.
 
 How it is installed. ``KafkaConsumer`` constructs its coordinator itself;
 :class:`ZkcoordKafkaConsumer` replaces it right after construction (before
@@ -32,7 +41,13 @@ log = logging.getLogger(__name__)
 
 
 class ZkcoordCoordinator(ConsumerCoordinator):
-    """``ConsumerCoordinator`` that never discards a finished join."""
+    """``ConsumerCoordinator`` that never loses a started join."""
+
+    def need_rejoin(self):
+        if super().need_rejoin():
+            return True
+        # A join started (on_join_prepare ran) must be completed (fix 2).
+        return self.rejoining and self._subscription.partitions_auto_assigned()
 
     async def join_group_async(self, timeout_ms=None):
         task = self._join_task

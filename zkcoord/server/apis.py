@@ -139,6 +139,8 @@ class ApiHandler:
             return response_for(decoded, throttle_time_ms=0, error_code=int(code), protocol_type=protocol_type,
                                 protocol_name=protocol_name, assignment=assignment)
 
+        if version >= 5 and (r.protocol_type is None or r.protocol_name is None):
+            return answer(E.INCONSISTENT_GROUP_PROTOCOL)  # mandatory from v5, checked before the group
         try:
             runtime = await self.manager.runtime(r.group_id, loading_code=E.REBALANCE_IN_PROGRESS)
             token = runtime.next_token()
@@ -263,7 +265,7 @@ class ApiHandler:
 
     async def delete_groups(self, decoded, connection):
         results = []
-        for group_id in decoded.request.groups_names:
+        for group_id in dict.fromkeys(decoded.request.groups_names):  # once per name, as Kafka
             code = await self.manager.delete_group(group_id)
             results.append({"group_id": group_id, "error_code": int(code)})
         return response_for(decoded, throttle_time_ms=0, results=results)

@@ -174,13 +174,17 @@ class GroupManager:
         """OffsetCommit: one error per ``(topic, partition, offset, metadata)``."""
         try:
             runtime = await self.runtime(group_id)
+            exists = generation_id < 0 or await self._exists(runtime)
             code = await runtime.read(lambda g, now: core.validate_offset_commit(
-                g, member_id, generation_id, instance_id))
+                g if exists else None, member_id, generation_id, instance_id))
             if code is E.NONE:
-                await self.offsets.commit(group_id, {(t, p): (o, m or "") for t, p, o, m in wanted},
-                                          fence=self.ownership.fence(group_id))
+                missing = await self._missing_partitions(wanted)
+                kept = {(t, p): (o, m or "") for t, p, o, m in wanted if (t, p) not in missing}
+                if kept:
+                    await self.offsets.commit(group_id, kept, fence=self.ownership.fence(group_id))
                 if member_id:
                     await runtime.apply(lambda g, now: core.touch_member(g, member_id, now))
+                return [E.UNKNOWN_TOPIC_OR_PARTITION if (t, p) in missing else E.NONE for t, p, _, _ in wanted]
         except GroupUnavailableError as exc:
             code = exc.code
         except NotOwnerError:
@@ -213,7 +217,25 @@ class GroupManager:
             runtime = await self.runtime(group_id)
         except GroupUnavailableError as exc:
             return exc.code, None
-        return E.NONE, await runtime.read(lambda g, now: core.describe(g))
+        exists = await self._exists(runtime)
+        return E.NONE, await runtime.read(
+            lambda g, now: core.describe(g) if exists else core.describe_missing(group_id))
+
+    async def _exists(self, runtime: GroupRuntime) -> bool:
+        """Does the group exist as Kafka sees it: a stored state, members, or
+        committed offsets? (A runtime is created for any group asked about.)"""
+        if runtime.version is not None or runtime.group.size > 0:
+            return True
+        return bool(await self.offsets.fetch(runtime.group_id))
+
+    async def _missing_partitions(self, wanted) -> set[tuple[str, int]]:
+        """Partitions of an OffsetCommit that the cluster does not have (Kafka
+        answers UNKNOWN_TOPIC_OR_PARTITION for those and commits the rest)."""
+        if self.topic_watcher is None:
+            return set()
+        counts = await self.topic_watcher.partition_counts({t for t, _, _, _ in wanted})
+        return {(t, p) for t, p, _, _ in wanted
+                if t in counts and (counts[t] is None or not 0 <= p < counts[t])}
 
     async def list_groups(self):
         listed = []
@@ -227,9 +249,10 @@ class GroupManager:
         try:
             runtime = await self.runtime(group_id)
             token = runtime.next_token()
-            exists = runtime.version is not None or runtime.group.size > 0
+            exists = await self._exists(runtime)
             result = await runtime.call(token, lambda g, now: core.handle_delete(g, token, exists=exists))
             if result.error is E.NONE:
+                await self.offsets.delete_group(group_id, fence=self.ownership.fence(group_id))
                 self.runtimes.pop(group_id, None)
             return result.error
         except GroupUnavailableError as exc:

@@ -36,6 +36,7 @@ class TopicWatcher:
         self._refresh_s = refresh_ms / 1000
         self.source = "none"
         self._counts: dict[str, int | None] = {}
+        self._cached_until: dict[str, float] = {}  # loop time until which an unwatched count is trusted
         self._groups: dict[str, set[str]] = {}  # topic -> group ids
         self._topics: dict[str, frozenset[str]] = {}  # group id -> topics
         self._watches: dict[str, object] = {}
@@ -79,6 +80,33 @@ class TopicWatcher:
     def untrack(self, group_id: str) -> None:
         for topic in self._topics.pop(group_id, frozenset()):
             self._groups.get(topic, set()).discard(group_id)
+
+    async def partition_counts(self, topics: set[str]) -> dict[str, int | None]:
+        """Partition counts of ``topics`` as far as this daemon can know them
+        (topics it cannot learn about are left out: treated as existing).
+        Watched topics answer from memory; others are read and cached for
+        ``refresh_ms``."""
+        now = asyncio.get_running_loop().time()
+        known = {t: self._counts[t] for t in topics
+                 if t in self._counts and (t in self._watches or self._groups.get(t)
+                                           or now < self._cached_until.get(t, 0.0))}
+        unknown = sorted(set(topics) - set(known))
+        if not unknown or self.source == "none":
+            return known
+        try:
+            if self.source == "zookeeper":
+                fresh = {t: await self._registry.partition_count(t) for t in unknown}
+            else:
+                fresh = await self._kafka.partition_counts(unknown)
+        except ZkcoordError as exc:
+            log.warning("partition counts of %s unknown: %s", unknown, exc)
+            return known
+        for topic, count in fresh.items():
+            self._counts.setdefault(topic, count)
+            if not self._groups.get(topic):
+                self._counts[topic] = count
+                self._cached_until[topic] = now + self._refresh_s
+        return {**known, **fresh}
 
     def _observed(self, topic: str, count: int | None) -> None:
         """A count was read; a change from a known count starts rebalances."""

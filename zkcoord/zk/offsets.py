@@ -420,6 +420,50 @@ class OffsetStore:
         batch.dirs.add(directory)  # a failed multi re-reads every directory it touched
         batch.blame.append(request)
 
+    # ------------------------------------------------------------- delete
+    async def delete_group(self, group: str, fence: Fence | None = None) -> int:
+        """Delete the group's committed offsets and their metadata (Kafka's
+        DeleteGroups does), in fenced multi-ops of at most
+        ``max_ops_per_multi`` deletes, leaves first. Returns znodes deleted."""
+        self.paths.group(group)  # validates
+        return await self._conn.retry(f"delete the offsets of group {group!r}", self._inner_delete_group,
+                                      group, fence)
+
+    async def _inner_delete_group(self, group: str, fence: Fence | None) -> int:
+        client = self._conn.client
+        doomed: list[str] = []
+        for root in (self.paths.offsets_dir(group), self.paths.metadata_dir(group)):
+            doomed += await self._subtree_leaves_first(root)
+        self.forget(group)
+        deleted = 0
+        step = max(1, self.max_ops_per_multi - 1)
+        for start in range(0, len(doomed), step):
+            txn = client.transaction()
+            if fence is not None:
+                fence.add_check(txn)
+            for path in doomed[start:start + step]:
+                txn.delete(path)
+            results = await aio.call(txn.commit_async)
+            failure = aio.transaction_failure(results)
+            if failure is not None:
+                index, exc = failure
+                if fence is not None and index == 0:
+                    raise self._not_owner(fence)
+                raise ServiceUnavailableError(f"offsets of group {group!r} not deleted: {exc!r}")
+            deleted += len(doomed[start:start + step])
+        return deleted
+
+    async def _subtree_leaves_first(self, root: str) -> list[str]:
+        client = self._conn.client
+        try:
+            children = await aio.call(client.get_children_async, root)
+        except NoNodeError:
+            return []
+        below: list[str] = []
+        for child in children:
+            below += await self._subtree_leaves_first(f"{root}/{child}")
+        return below + [root]
+
     # -------------------------------------------------------------- reads
     async def fetch(self, group: str, partitions: Iterable[TopicPartition] | None = None) -> FetchedOffsets:
         """Committed offsets of ``partitions`` (all of the group's if None).

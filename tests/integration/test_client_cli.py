@@ -1,0 +1,86 @@
+"""``zkcoord consume`` against real daemons and brokers: records printed as
+JSON or text, commits after each batch so a rerun continues where the last
+one stopped, and SIGTERM leaving the group at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+from click.testing import CliRunner
+
+from tests.integration.test_client_support import REPO, ThreadDaemons, create_topic, eventually, produce, read_group_state
+from tests.support.daemons import process_marker
+from zkcoord.cli.consume_cmd import consume
+
+pytestmark = pytest.mark.integration
+
+
+def test_consume_prints_commits_and_continues(services, zk_hosts, zk, unique_name):
+    topic, group = unique_name("t"), unique_name("g")
+    create_topic(services.bootstrap_servers, topic, 3)
+    produced = produce(services.bootstrap_servers, topic, range(3), 4)
+    with ThreadDaemons(zk_hosts, 2) as daemons:
+        env = {"ZKCOORD_COORDINATORS": daemons.addresses, "ZKCOORD_BOOTSTRAP_SERVERS": services.bootstrap_servers}
+        first = CliRunner().invoke(consume, [topic, "--group", group, "--from-beginning", "--max-records", "5",
+                                             "--output", "json", "--heartbeat-interval-ms", "500"], env=env)
+        assert first.exit_code == 0, first.output
+        rows = [json.loads(line) for line in first.stdout.splitlines()]
+        assert len(rows) == 5
+        assert all(set(r) == {"topic", "partition", "offset", "timestamp", "key", "value"} for r in rows)
+        assert all(r["topic"] == topic and r["value"] == f"value of {r['key']}" for r in rows)
+        stored = {p: int(zk.get(f"/consumers/{group}/offsets/{topic}/{p}")[0])
+                  for p in range(3) if zk.exists(f"/consumers/{group}/offsets/{topic}/{p}")}
+        printed = {p: max(r["offset"] for r in rows if r["partition"] == p) + 1 for p in {r["partition"] for r in rows}}
+        assert {p: stored.get(p, 0) for p in range(3)} == {p: printed.get(p, 0) for p in range(3)}
+        assert read_group_state(zk, group)[0] == "Empty"  # left the group on exit
+
+        second = CliRunner().invoke(consume, [topic, "--group", group, "--max-records", "7"], env=env)
+        assert second.exit_code == 0, second.output
+        lines = [line.split(" ", 4) for line in second.stdout.splitlines()]
+        assert len(lines) == 7 and {t for t, *_ in lines} == {topic}
+        seen = {(r["partition"], r["key"]) for r in rows} | {(int(p), key) for _, p, _, key, _ in lines}
+        assert seen == produced and len(rows) + len(lines) == len(produced)  # continued, nothing twice
+
+
+def test_consume_needs_a_group(services):
+    result = CliRunner().invoke(consume, ["t", "--zkcoord", "127.0.0.1:9301", "--bootstrap-servers",
+                                          services.bootstrap_servers])
+    assert result.exit_code != 0
+    assert "group_id (--group, ZKCOORD_GROUP_ID) is required" in str(result.exception)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_leaves_the_group(services, zk_hosts, zk, unique_name, sig):
+    topic, group = unique_name("t"), unique_name("g")
+    create_topic(services.bootstrap_servers, topic, 2)
+    produce(services.bootstrap_servers, topic, range(2), 3)
+    with ThreadDaemons(zk_hosts, 1) as daemons:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ZKCOORD_") or k == "ZKCOORD_TEST_STATE_DIR"}
+        # A session far longer than the test: only a LeaveGroup empties the group.
+        proc = subprocess.Popen(
+            [sys.executable, "-X", process_marker(), "-c", "from zkcoord.cli.consume_cmd import consume; consume()",
+             topic,
+             "--group", group, "--zkcoord", daemons.addresses, "--bootstrap-servers", services.bootstrap_servers,
+             "--from-beginning", "--session-timeout-ms", "120000", "--heartbeat-interval-ms", "1000"],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        reader.start()
+        try:
+            eventually(lambda: len(lines) == 6 or proc.poll() is not None, "6 records printed")
+            assert read_group_state(zk, group)[0] == "Stable"
+            proc.send_signal(sig)
+            assert proc.wait(60) == 0, proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        reader.join(10)
+        assert len(lines) == 6
+        state, _, members = read_group_state(zk, group)
+        assert (state, members) == ("Empty", [])

@@ -1,0 +1,80 @@
+"""The consumer's settings and error translation; no servers needed."""
+
+from __future__ import annotations
+
+import kafka.errors as kerr
+import pytest
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+from zkcoord.client import CommitFailedError, Consumer, ConsumerConfig, ConsumerTimeoutError
+from zkcoord.client.errors import translate
+from zkcoord.config import build_config
+from zkcoord.errors import ConfigError, UsageError
+
+REQUIRED = dict(coordinators="zkc-1:9301,zkc-2:9302", bootstrap_servers="kafka-1:9092", group_id="billing")
+
+
+def test_defaults_are_kafkas():
+    config = ConsumerConfig(**REQUIRED)
+    assert config.daemon_addresses == (("zkc-1", 9301), ("zkc-2", 9302))
+    options = config.kafka_options()
+    assert options["bootstrap_servers"] == ["kafka-1:9092"]
+    assert (options["session_timeout_ms"], options["heartbeat_interval_ms"], options["max_poll_interval_ms"]) == \
+        (45_000, 3_000, 300_000)
+    assert (options["enable_auto_commit"], options["auto_commit_interval_ms"], options["auto_offset_reset"]) == \
+        (True, 5_000, "latest")
+    assert options["group_instance_id"] is None
+    assert options["partition_assignment_strategy"] == (RangePartitionAssignor,)
+    assert config.effective_rebalance_timeout_ms == 300_000
+    assert ConsumerConfig(**REQUIRED, rebalance_timeout_ms=60_000).effective_rebalance_timeout_ms == 60_000
+
+
+def test_environment_and_text_values():
+    environ = {"ZKCOORD_COORDINATORS": "a:1", "ZKCOORD_BOOTSTRAP_SERVERS": "b:2", "ZKCOORD_GROUP_ID": "g",
+               "ZKCOORD_SESSION_TIMEOUT_MS": "10000", "ZKCOORD_ENABLE_AUTO_COMMIT": "no",
+               "ZKCOORD_ASSIGNMENT_STRATEGY": "roundrobin, range", "ZKCOORD_ZOOKEEPER": "ignored:2181"}
+    config = build_config({"client_id": "worker-1"}, cls=ConsumerConfig, environ=environ)
+    assert (config.coordinators, config.bootstrap_servers, config.group_id, config.client_id) == \
+        ("a:1", "b:2", "g", "worker-1")
+    assert (config.session_timeout_ms, config.enable_auto_commit) == (10_000, False)
+    assert config.kafka_options()["partition_assignment_strategy"] == \
+        (RoundRobinPartitionAssignor, RangePartitionAssignor)
+    assert ConsumerConfig(**REQUIRED, assignment_strategy="cooperative-sticky").kafka_options()[
+        "partition_assignment_strategy"] == (CooperativeStickyAssignor,)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(coordinators=""), "coordinators (--zkcoord, ZKCOORD_COORDINATORS) is required"),
+    (dict(coordinators="zkc-1"), "coordinators='zkc-1' is not HOST:PORT"),
+    (dict(bootstrap_servers=""), "bootstrap_servers (--bootstrap-servers, ZKCOORD_BOOTSTRAP_SERVERS) is required"),
+    (dict(group_id=""), "group_id (--group, ZKCOORD_GROUP_ID) is required"),
+    (dict(group_id="a/b"), "group_id='a/b' is not a valid group id"),
+    (dict(group_instance_id="has space"), "group_instance_id='has space' must be"),
+    (dict(heartbeat_interval_ms=45_000), "heartbeat_interval_ms=45000 must be lower than session_timeout_ms=45000"),
+    (dict(assignment_strategy="fair"), "assignment_strategy fair unknown"),
+    (dict(assignment_strategy="range,cooperative-sticky"), "cannot mix cooperative-sticky with eager"),
+    (dict(auto_offset_reset="smallest"), "auto_offset_reset='smallest' must be one of earliest, latest, none"),
+    (dict(enable_auto_commit="maybe"), "enable_auto_commit='maybe' must be true or false"),
+    (dict(max_poll_records=0), "max_poll_records=0 must be at least 1"),
+])
+def test_invalid_settings_name_the_problem(changes, message):
+    with pytest.raises(ConfigError) as caught:
+        ConsumerConfig(**{**REQUIRED, **changes})
+    assert message in str(caught.value)
+
+
+def test_kafka_errors_are_translated():
+    failed = translate(kerr.CommitFailedError("gone"), "commit")
+    assert isinstance(failed, CommitFailedError) and failed.retriable and "call poll() to rejoin" in str(failed)
+    assert isinstance(translate(kerr.RebalanceInProgressError(), "commit"), CommitFailedError)
+    assert isinstance(translate(kerr.KafkaTimeoutError(), "committed"), ConsumerTimeoutError)
+    assert isinstance(translate(kerr.KafkaConfigurationError("x"), "start"), ConfigError)
+    assert isinstance(translate(kerr.IllegalStateError("x"), "assign"), UsageError)
+    assert translate(RuntimeError("bug"), "poll") is None
+
+
+def test_a_consumer_must_be_started():
+    with pytest.raises(UsageError, match="call start"):
+        Consumer(ConsumerConfig(**REQUIRED)).poll()
