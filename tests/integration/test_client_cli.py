@@ -14,7 +14,14 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-from tests.integration.test_client_support import REPO, ThreadDaemons, create_topic, eventually, produce, read_group_state
+from tests.integration.test_client_support import (
+    REPO,
+    ThreadDaemons,
+    create_topic,
+    eventually,
+    produce,
+    read_group_state,
+)
 from tests.support.daemons import process_marker
 from zkcoord.cli.consume_cmd import consume
 

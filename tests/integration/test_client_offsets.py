@@ -15,7 +15,7 @@ from tests.integration.test_client_support import (
     produce,
     start_member,
 )
-from zkcoord.client import Consumer, OffsetAndMetadata, TopicPartition
+from zkcoord.client import Consumer, OffsetAndMetadata, RebalanceListener, RebalanceListenerError, TopicPartition
 
 pytestmark = pytest.mark.integration
 
@@ -125,3 +125,27 @@ def test_pattern_subscription(services, zk_hosts, unique_name):
             assert member.consumer.assignment() == {TopicPartition(t, p) for t in matching for p in range(2)}
         finally:
             member.consumer.close()
+
+
+def test_a_failing_listener_is_raised_by_poll(services, zk_hosts, unique_name):
+    topic, group = unique_name("t"), unique_name("g")
+    create_topic(services.bootstrap_servers, topic, 1)
+
+    class Broken(RebalanceListener):
+        def on_assigned(self, partitions):
+            raise ValueError("cannot load state")
+
+    with ThreadDaemons(zk_hosts, 1) as daemons:
+        with Consumer(config(daemons.addresses, services.bootstrap_servers, group)) as consumer:
+            consumer.subscribe([topic], listener=Broken())
+            raised = []
+
+            def step():
+                try:
+                    consumer.poll(timeout_ms=100)
+                except RebalanceListenerError as exc:
+                    raised.append(exc)
+
+            eventually(lambda: raised, "poll raised the listener's failure", step=step)
+            assert "ValueError('cannot load state')" in str(raised[0])
+            assert isinstance(raised[0].__cause__.__cause__, ValueError)

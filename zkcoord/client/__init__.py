@@ -13,11 +13,13 @@ FindCoordinator to a broker and connects to the node id the answer names.
 
 Two options were weighed:
 
-* a second client for the coordinator side, injected into a
-  ``ConsumerCoordinator`` subclass. ``KafkaConsumer`` builds its coordinator
-  itself, so that needs a ``KafkaConsumer`` subclass that replaces the
-  coordinator after construction (double metrics registration, a second
-  metadata listener to undo) and overrides of the lookup and the send path;
+* a second client (connection manager and cluster view of the daemons)
+  injected into a ``ConsumerCoordinator`` subclass. The coordinator takes its
+  client, manager and cluster view from one client and registers the
+  coordinator node in the *broker* cluster view, so the lookup target, the
+  registration of the answer and the client/manager used for every group
+  request would all have to be overridden, and ``KafkaConsumer`` (which
+  builds its coordinator itself) subclassed to install it;
 * a connection manager that sends FindCoordinator to a daemon. The daemon's
   answer (node id, host, port of the owning daemon) is registered by
   kafka-python's own code as node ``coordinator-<id>``; every other group
@@ -27,16 +29,25 @@ Two options were weighed:
 We took the second: :class:`~zkcoord.client.network.ZkcoordConnectionManager`
 (one overridden ``send``, one cluster subclass so the daemon addresses can be
 connected to), plugged in through ``KafkaConsumer``'s documented
-``kafka_client`` option. Nothing of kafka-python is patched or copied.
-Re-discovery on NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a dropped
-connection is kafka-python's (the coordinator is marked dead, the next lookup
-asks the next reachable daemon) and does not stop fetching.
+``kafka_client`` option. Re-discovery on NOT_COORDINATOR,
+COORDINATOR_NOT_AVAILABLE or a dropped connection is kafka-python's (the
+coordinator is marked dead, the next lookup asks the next reachable daemon)
+and does not stop fetching.
+
+We did subclass the coordinator after all, for another reason: kafka-python
+3.0.12 loses a JoinGroup/SyncGroup round that finishes between two
+``poll()`` calls, which makes groups polled with short timeouts rebalance
+forever or stall (:mod:`zkcoord.client.coordinator` explains both bugs).
+That subclass overrides two methods and touches nothing of the routing.
 
 Ours are :class:`Consumer` (a facade with the API below, errors translated
 into :mod:`zkcoord.client.errors`), :class:`ConsumerConfig` (typed settings),
 the :class:`RebalanceListener` bridge (callbacks run off kafka-python's I/O
 thread so they may commit), and the rebalance timeout, which kafka-python
-ties to ``max_poll_interval_ms`` and we stamp on JoinGroup when set.
+ties to ``max_poll_interval_ms`` and the manager stamps on JoinGroup.
+
+Modules: ``config`` (settings), ``network`` (where requests go),
+``coordinator`` (the join fixes), ``consumer`` (the facade), ``errors``.
 
 Example::
 

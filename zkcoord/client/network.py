@@ -115,9 +115,6 @@ class ZkcoordConnectionManager(KafkaConnectionManager):
                 return node_id
         return min(self._daemon_ids, key=self.connection_delay)
 
-    def is_daemon(self, node_id) -> bool:
-        return isinstance(node_id, str) and node_id.startswith(DAEMON_NODE_PREFIX)
-
 
 def client_factory(zkcoord_daemons: tuple[tuple[str, int], ...], rebalance_timeout_ms: int | None = None):
     """A ``kafka_client`` callable for ``KafkaConsumer``: kafka-python's own

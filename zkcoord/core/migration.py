@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 MAX_OFFSET = 2**63 - 1  # Kafka offsets are int64
-_DECIMAL = re.compile(r"\s*(\d+)\s*")
+_DECIMAL = re.compile(r"\s*([0-9]+)\s*", re.ASCII)
 
 
 class Decision(enum.Enum):

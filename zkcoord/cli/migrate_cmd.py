@@ -1,0 +1,300 @@
+"""``zkcoord migrate``: plan the move of legacy ZooKeeper offsets into Kafka,
+and export / import legacy offsets in the formats users already have.
+
+* ``plan``   reads ZooKeeper and Kafka, decides per partition, prints the
+  plan (table, json or csv) and its totals; changes nothing; exit 0.
+* ``export`` writes the legacy offsets of groups as kafka-consumer-groups
+  CSV or ExportZkOffsets lines.
+* ``import`` reads such a file, checks every line, then writes the offsets
+  into ZooKeeper's legacy layout (one multi-op per group); ``--dry-run``
+  shows what would change.
+
+Rendering lives here; the work is in :mod:`zkcoord.migrate`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import functools
+import io
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from zkcoord.cli.main import ZkcoordGroup
+from zkcoord.core.migration import Decision, Options, Plan, parse_legacy_offset
+from zkcoord.errors import UsageError
+from zkcoord.kafka.offsets import KafkaOffsets
+from zkcoord.migrate import formats
+from zkcoord.migrate.legacy import LegacyOffsets
+from zkcoord.migrate.plan import Selection, gather_plan, select_groups
+from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.paths import OffsetPaths
+
+T = TypeVar("T")
+PLAN_COLUMNS = ("group", "topic", "partition", "legacy", "kafka", "log_start", "log_end", "decision", "target",
+                "note")
+
+
+def _zookeeper_options(func):
+    options = [
+        click.option("--zookeeper", envvar="ZKCOORD_ZOOKEEPER", show_envvar=True, required=True,
+                     help="ZooKeeper connection string HOST:PORT[,HOST:PORT...][/chroot]."),
+        click.option("--zk-root", envvar="ZKCOORD_OFFSETS_ZK_ROOT", show_envvar=True, default="/consumers",
+                     show_default=True, help="Root of the legacy offsets (/kafka/consumers for a chrooted layout)."),
+        click.option("--timeout-ms", type=click.IntRange(1_000, 3_600_000), default=15_000, show_default=True,
+                     help="How long to wait for ZooKeeper and Kafka."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _selection_options(func):
+    options = [
+        click.option("--group", "groups", multiple=True, metavar="G", help="A group (repeatable)."),
+        click.option("--all", "all_groups", is_flag=True, help="Every group under --zk-root."),
+        click.option("--pattern", metavar="REGEX", help="Groups whose whole name matches REGEX."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _run(zookeeper: str, timeout_ms: int, work: Callable[[ZkConnection], Awaitable[T]]) -> T:
+    """Run ``work(conn)`` with a started ZooKeeper connection, then stop it."""
+    conn = ZkConnection(zookeeper, connect_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms)
+
+    async def main() -> T:
+        async with conn:
+            return await work(conn)
+
+    return asyncio.run(main())
+
+
+@click.group(cls=ZkcoordGroup)
+def migrate() -> None:
+    """Move legacy ZooKeeper offsets into Kafka's __consumer_offsets."""
+
+
+# ------------------------------------------------------------------ plan
+@migrate.command()
+@_selection_options
+@_zookeeper_options
+@click.option("--bootstrap-servers", envvar="ZKCOORD_BOOTSTRAP_SERVERS", show_envvar=True, required=True,
+              help="Kafka brokers HOST:PORT[,HOST:PORT...].")
+@click.option("--allow-rewind", is_flag=True, help="Plan to move Kafka back to older legacy offsets.")
+@click.option("--force", is_flag=True, help="Plan the log end for legacy offsets beyond it.")
+@click.option("--output", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+def plan(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeeper: str, zk_root: str,
+         timeout_ms: int, bootstrap_servers: str, allow_rewind: bool, force: bool, output: str) -> None:
+    """Show, per partition, what migrating the legacy offsets would do. Changes nothing.
+
+    Decisions: copy, equal, kafka-ahead-kept (Kafka is never rewound without
+    --allow-rewind: rewind), clamped-to-log-start, beyond-log-end-refused
+    (--force: beyond-log-end-forced, commits the log end), topic-missing,
+    partition-missing, unparsable.
+    """
+    selection = Selection(tuple(groups), all_groups, pattern)
+    options = Options(allow_rewind=allow_rewind, force=force)
+    OffsetPaths(zk_root)
+    kafka = KafkaOffsets(bootstrap_servers, request_timeout_ms=timeout_ms)
+
+    async def work(conn: ZkConnection) -> Plan:
+        await asyncio.to_thread(kafka.start)
+        try:
+            return await gather_plan(LegacyOffsets(conn, zk_root), kafka, selection, options)
+        finally:
+            await asyncio.to_thread(kafka.close)
+
+    result = _run(zookeeper, timeout_ms, work)
+    {"table": _print_table, "json": _print_json, "csv": _print_csv}[output](result, zk_root)
+
+
+def _row_values(row) -> dict[str, Any]:
+    f, p = row.facts, row.plan
+    return {"group": f.group, "topic": f.topic, "partition": f.partition, "legacy": f.legacy_raw,
+            "kafka": f.kafka_offset, "log_start": f.log_start, "log_end": f.log_end,
+            "decision": p.decision.value, "target": p.target_offset, "note": p.note}
+
+
+def _decision_style(decision: Decision) -> str:
+    if decision.flagged:
+        return "yellow" if decision.writes else "red"
+    return "green" if decision.writes else "dim"
+
+
+def _totals_lines(result: Plan) -> list[str]:
+    t = result.totals
+    counts = ", ".join(f"{n} {d.value}" for d, n in t.by_decision.items() if n)
+    active = f"; {t.active_groups} group(s) with active members" if t.active_groups else ""
+    return [f"{t.groups} group(s), {t.partitions} partition(s)" + (f": {counts}" if counts else ""),
+            f"{t.to_write} to write, {t.flagged} flagged{active}; nothing was changed"]
+
+
+def _print_table(result: Plan, zk_root: str) -> None:
+    console = Console(highlight=False)
+    table = Table(title=f"migration plan ({zk_root} -> Kafka)")
+    for column in ("GROUP", "TOPIC", "PARTITION", "LEGACY", "KAFKA", "LOG START", "LOG END", "DECISION",
+                   "TARGET", "NOTE"):
+        table.add_column(column, overflow="fold")
+    for row in result.rows:
+        values = _row_values(row)
+        cells = [Text("-" if values[c] is None else str(values[c])) for c in PLAN_COLUMNS]
+        cells[7].stylize(_decision_style(row.decision))
+        table.add_row(*cells)
+    if result.rows:
+        console.print(table)
+    else:
+        console.print("no legacy offsets in the selected groups")
+    for group in result.groups:
+        if not group.rows:
+            console.print(Text(f"group {group.group}: no legacy offsets"))
+        for note in group.notes:
+            console.print(Text.assemble((f"group {group.group}: ", "bold"), note))
+    for line in _totals_lines(result):
+        console.print(Text(line))
+
+
+def _plan_dict(result: Plan, zk_root: str) -> dict[str, Any]:
+    groups = []
+    for g in result.groups:
+        a = g.activity
+        groups.append({
+            "group": g.group, "kafka_state": a.kafka_state, "kafka_members": a.kafka_members,
+            "zkcoord_members": a.zkcoord_members, "offset_storage": a.offset_storage,
+            "legacy_consumers": a.legacy_consumers, "active": a.active, "to_write": g.to_write,
+            "flagged": g.flagged, "notes": list(g.notes),
+            "partitions": [{k: v for k, v in _row_values(r).items() if k != "group"} for r in g.rows],
+        })
+    return {"zk_root": zk_root, "options": {"allow_rewind": result.options.allow_rewind,
+                                            "force": result.options.force},
+            "groups": groups, "totals": result.totals.as_dict()}
+
+
+def _print_json(result: Plan, zk_root: str) -> None:
+    click.echo(json.dumps(_plan_dict(result, zk_root), indent=2))
+
+
+def _print_csv(result: Plan, zk_root: str) -> None:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(PLAN_COLUMNS)
+    for row in result.rows:
+        writer.writerow(["" if v is None else v for v in _row_values(row).values()])
+    click.echo(out.getvalue(), nl=False)
+    for line in _totals_lines(result):  # stdout stays one CSV table
+        click.echo(line, err=True)
+
+
+# ------------------------------------------------------------------ export
+@migrate.command()
+@_selection_options
+@_zookeeper_options
+@click.option("--format", "fmt", type=click.Choice(formats.FORMATS), default="csv", show_default=True,
+              help="csv: kafka-consumer-groups --export; zk-lines: ExportZkOffsets.")
+@click.option("--file", "file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write here instead of to stdout.")
+def export(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeeper: str, zk_root: str,
+           timeout_ms: int, fmt: str, file: Path | None) -> None:
+    """Write the legacy offsets of groups as CSV or ExportZkOffsets lines.
+
+    CSV has no group column when exactly one --group is given, as
+    kafka-consumer-groups exports one group. Values that are not offsets are
+    skipped and named on stderr.
+    """
+    selection = Selection(tuple(groups), all_groups, pattern)
+    OffsetPaths(zk_root)
+
+    async def work(conn: ZkConnection):
+        legacy = LegacyOffsets(conn, zk_root)
+        chosen = await select_groups(legacy, selection)
+        return legacy, await legacy.read_groups(chosen)
+
+    legacy, found = _run(zookeeper, timeout_ms, work)
+    offsets: formats.Offsets = {}
+    for name, group in found.items():
+        for (topic, partition), raw in sorted(group.offsets.items()):
+            value = parse_legacy_offset(raw)
+            if value is None:
+                click.echo(f"skipped {legacy.partition_path(name, topic, partition)}: {raw!r} is not an offset",
+                           err=True)
+                continue
+            offsets.setdefault(name, {})[(topic, partition)] = value
+    with_group = None if fmt != "csv" else len(groups) != 1
+    text = formats.write_offsets(offsets, fmt, with_group=with_group, root=zk_root)
+    count = sum(len(v) for v in offsets.values())
+    if file is None:
+        click.echo(text, nl=False)
+    else:
+        _write_file(file, text)
+    click.echo(f"exported {count} offset(s) of {len(offsets)} group(s)" + (f" to {file}" if file else ""),
+               err=True)
+
+
+def _write_file(file: Path, text: str) -> None:
+    try:
+        file.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {file}: {exc.strerror or exc}") from None
+
+
+# ------------------------------------------------------------------ import
+@migrate.command(name="import")
+@click.option("--file", "file", required=True, type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="The offsets file ('-': stdin).")
+@click.option("--format", "fmt", type=click.Choice(formats.FORMATS), default="csv", show_default=True)
+@click.option("--group", default=None, metavar="G", help="The group of a topic,partition,offset CSV.")
+@_zookeeper_options
+@click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
+def import_(file: Path, fmt: str, group: str | None, zookeeper: str, zk_root: str, timeout_ms: int,
+            dry_run: bool) -> None:
+    """Write legacy offsets from a file into ZooKeeper, checking every line first.
+
+    Each group's offsets are written in one ZooKeeper multi-op, as plain
+    decimal strings legacy consumers read.
+    """
+    OffsetPaths(zk_root)
+    offsets = formats.read_offsets(_read_file(file), fmt, group=group, root=zk_root, source=str(file))
+    count = sum(len(v) for v in offsets.values())
+
+    async def work(conn: ZkConnection):
+        legacy = LegacyOffsets(conn, zk_root)
+        if dry_run:
+            return await legacy.read_groups(offsets)
+        return await legacy.write(offsets)
+
+    outcome = _run(zookeeper, timeout_ms, work)
+    if not dry_run:
+        click.echo(f"wrote {count} offset(s) of {len(offsets)} group(s) under {zk_root}")
+        return
+    console = Console(highlight=False)
+    table = Table(title=f"import {file} into {zk_root} (dry run)")
+    for column in ("GROUP", "TOPIC", "PARTITION", "CURRENT", "NEW"):
+        table.add_column(column, overflow="fold")
+    for name in sorted(offsets):
+        current = outcome[name].offsets
+        for (topic, partition), value in sorted(offsets[name].items()):
+            now = current.get((topic, partition), "-")
+            table.add_row(name, topic, str(partition), "-" if now is None else str(now), str(value))
+    console.print(table)
+    console.print(f"dry run: would write {count} offset(s) of {len(offsets)} group(s); nothing was written")
+
+
+def _read_file(file: Path) -> str:
+    try:
+        data = sys.stdin.buffer.read() if str(file) == "-" else file.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {file}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{file} is not UTF-8 text ({exc})") from None

@@ -1,0 +1,284 @@
+"""Consumer-group offsets and log ranges in Kafka, through kafka-python's admin client.
+
+This module owns one :class:`KafkaAdminClient` per :class:`KafkaOffsets` and
+every question the migration toolkit asks Kafka: partition counts, each
+partition's log start and end, a group's committed offsets in
+``__consumer_offsets``, whether a group has members, and committing offsets
+for a group that has none.
+
+Rules:
+
+1. No I/O in the constructor: :meth:`KafkaOffsets.start` bootstraps (the
+   admin client connects in its own constructor), :meth:`close` stops it;
+   ``with KafkaOffsets("k1:9092") as kafka:`` does both. The object is built
+   from a bootstrap string alone, so a Spark task can make its own.
+2. Calls are blocking and serialized by a lock (kafka-python runs its I/O on
+   a thread of its own); async callers use ``asyncio.to_thread``.
+3. Retriable Kafka errors (no coordinator yet, leader moving, timeouts) are
+   retried with backoff until ``request_timeout_ms`` has passed, then become
+   :class:`~zkcoord.errors.ServiceUnavailableError` naming the bootstrap
+   servers. Authorization failures are ConfigError; an unknown partition is
+   NotFoundError; any other Kafka error a ZkcoordError saying what we asked.
+4. Offsets are plain ints; ``None`` means "none" (Kafka's -1).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from zkcoord.errors import ConfigError, NotFoundError, ServiceUnavailableError, UsageError, ZkcoordError
+
+__all__ = ["KafkaOffsets", "LogRange", "KafkaGroup", "TopicPartition", "check_bootstrap_servers"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+TopicPartition = tuple[str, int]
+_CHUNK = 100  # groups per OffsetFetch / DescribeGroups request
+
+
+@dataclass(frozen=True)
+class LogRange:
+    """A partition's log start (earliest offset) and end (next offset to be written)."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class KafkaGroup:
+    """A group as Kafka's coordinator sees it (``Dead``: Kafka does not know it)."""
+
+    state: str
+    members: int
+    protocol_type: str = ""
+
+
+def check_bootstrap_servers(value: str) -> str:
+    """``host:port[,host:port...]`` (``host`` alone means port 9092), else ConfigError."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError("the Kafka bootstrap servers are empty; expected HOST:PORT[,HOST:PORT...] "
+                          "(--bootstrap-servers or ZKCOORD_BOOTSTRAP_SERVERS)")
+    for item in value.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        host = host.strip("[]") if sep else item.strip()
+        if not host or (sep and (not port.isdigit() or not 0 < int(port) <= 65535)):
+            raise ConfigError(f"Kafka bootstrap servers {value!r}: {item.strip()!r} is not HOST:PORT")
+    return ",".join(item.strip() for item in value.split(","))
+
+
+class KafkaOffsets:
+    """Offsets and log ranges of one Kafka cluster. No I/O until :meth:`start`."""
+
+    def __init__(self, bootstrap_servers: str, *, request_timeout_ms: int = 15_000,
+                 client_id: str = "zkcoord-migrate") -> None:
+        self.bootstrap_servers = check_bootstrap_servers(bootstrap_servers)
+        if isinstance(request_timeout_ms, bool) or not isinstance(request_timeout_ms, int) \
+                or not 1_000 <= request_timeout_ms <= 3_600_000:
+            raise ConfigError(f"request_timeout_ms must be from 1000 to 3600000, got {request_timeout_ms!r}")
+        self.request_timeout_ms = request_timeout_ms
+        self.client_id = client_id
+        self._admin: Any = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ life cycle
+    def start(self) -> None:
+        """Connect to the cluster, or raise ServiceUnavailableError / ConfigError."""
+        from kafka import KafkaAdminClient
+        from kafka.errors import KafkaError
+
+        with self._lock:
+            if self._admin is not None:
+                return
+            try:
+                self._admin = KafkaAdminClient(
+                    bootstrap_servers=self.bootstrap_servers, client_id=self.client_id,
+                    request_timeout_ms=self.request_timeout_ms, bootstrap_timeout_ms=self.request_timeout_ms)
+            except (KafkaError, OSError) as exc:
+                raise ServiceUnavailableError(
+                    f"cannot connect to Kafka at {self.bootstrap_servers}: no broker answered within "
+                    f"{self.request_timeout_ms / 1000:g} s ({exc}); check the address and that Kafka is up"
+                ) from None
+            except ValueError as exc:
+                raise ConfigError(f"Kafka bootstrap servers {self.bootstrap_servers!r}: {exc}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            admin, self._admin = self._admin, None
+        if admin is not None:
+            try:
+                admin.close()
+            except Exception:  # closing must not hide the error that made us close
+                log.debug("closing the Kafka admin client failed", exc_info=True)
+
+    def __enter__(self) -> KafkaOffsets:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ questions
+    def partition_counts(self, topics: Iterable[str]) -> dict[str, int | None]:
+        """Topic -> number of partitions (None: the topic does not exist)."""
+        wanted = sorted(set(topics))
+        if not wanted:
+            return {}
+        described = self._call(f"describe topics {_short(wanted)}", self._describe_topics, wanted)
+        counts: dict[str, int | None] = {topic: None for topic in wanted}
+        for entry in described:
+            name = entry.get("name") or entry.get("topic")
+            if name in counts and not entry.get("error_code"):
+                counts[name] = len(entry.get("partitions") or ()) or None
+        return counts
+
+    def _describe_topics(self, topics: list[str]) -> list[dict]:
+        import kafka.errors as Errors
+
+        described = self._admin.describe_topics(topics)
+        for entry in described:
+            error = Errors.for_code(entry.get("error_code") or 0)
+            if error is Errors.NoError or error is Errors.UnknownTopicOrPartitionError:
+                continue
+            if error.retriable or error is Errors.TopicAuthorizationFailedError:
+                raise error(f"topic {entry.get('name')!r}")
+            # any other error (an invalid name, say): the topic cannot exist
+        return described
+
+    def log_ranges(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, LogRange]:
+        """Log start and end of each partition; NotFoundError if one does not exist
+        (ask :meth:`partition_counts` first)."""
+        from kafka import TopicPartition as KafkaTP
+        from kafka.admin import OffsetSpec
+
+        wanted = sorted(set(partitions))
+        if not wanted:
+            return {}
+        what = f"list the log offsets of {len(wanted)} partition(s)"
+        earliest = self._call(what, self._admin_call, "list_partition_offsets",
+                              {KafkaTP(t, p): OffsetSpec.EARLIEST for t, p in wanted})
+        latest = self._call(what, self._admin_call, "list_partition_offsets",
+                            {KafkaTP(t, p): OffsetSpec.LATEST for t, p in wanted})
+        found = {}
+        for topic, partition in wanted:
+            start, end = earliest.get(KafkaTP(topic, partition)), latest.get(KafkaTP(topic, partition))
+            if start is None or end is None:
+                raise ZkcoordError(f"Kafka at {self.bootstrap_servers} gave no log offsets for {topic}-{partition}")
+            found[(topic, partition)] = LogRange(start.offset, end.offset)
+        return found
+
+    def committed_offsets(self, groups: Iterable[str]) -> dict[str, dict[TopicPartition, int]]:
+        """Group -> {(topic, partition): committed offset}; groups without
+        offsets in Kafka map to ``{}``."""
+        wanted = sorted(set(groups))
+        found: dict[str, dict[TopicPartition, int]] = {g: {} for g in wanted}
+        for chunk in _chunks(wanted):
+            answer = self._call(f"fetch the committed offsets of group(s) {_short(chunk)}",
+                                self._admin_call, "list_group_offsets", {g: None for g in chunk})
+            for group, offsets in answer.items():
+                found[group] = {(tp.topic, tp.partition): oam.offset for tp, oam in offsets.items()
+                                if oam.offset is not None and oam.offset >= 0}
+        return found
+
+    def groups(self, groups: Iterable[str]) -> dict[str, KafkaGroup]:
+        """Group -> its state and member count in Kafka."""
+        wanted = sorted(set(groups))
+        found = {}
+        for chunk in _chunks(wanted):
+            answer = self._call(f"describe group(s) {_short(chunk)}", self._admin_call, "describe_groups", chunk)
+            for group in chunk:
+                entry = answer.get(group) or {}
+                if entry.get("error"):
+                    raise ZkcoordError(f"Kafka at {self.bootstrap_servers} could not describe group {group!r}: "
+                                       f"{entry['error']}")
+                found[group] = KafkaGroup(str(entry.get("group_state") or "Dead"), len(entry.get("members") or ()),
+                                          str(entry.get("protocol_type") or ""))
+        return found
+
+    def list_groups(self) -> list[str]:
+        """Every consumer group Kafka's coordinators know, sorted."""
+        listed = self._call("list the consumer groups", self._admin_call, "list_groups")
+        return sorted({entry["group_id"] for entry in listed})
+
+    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit ``{(topic, partition): offset}`` for ``group``, which must
+        have no active members (Kafka refuses commits from outside a live group)."""
+        from kafka import TopicPartition as KafkaTP
+        from kafka.structs import OffsetAndMetadata
+
+        request = {}
+        for (topic, partition), offset in offsets.items():
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                raise UsageError(f"offset of {topic}-{partition} must be a whole number >= 0, got {offset!r}")
+            request[KafkaTP(topic, partition)] = OffsetAndMetadata(offset, "", None)
+        if not request:
+            return
+        answer = self._call(f"commit offsets of group {group!r}", self._admin_call, "alter_group_offsets",
+                            group, request)
+        failed = {f"{tp.topic}-{tp.partition}": error.__name__ for tp, error in answer.items()
+                  if error.__name__ != "NoError"}
+        if failed:
+            raise ZkcoordError(f"Kafka at {self.bootstrap_servers} refused offsets of group {group!r}: "
+                               + ", ".join(f"{tp} {name}" for tp, name in sorted(failed.items()))
+                               + " (a group with active members accepts no commits from outside)")
+
+    # ------------------------------------------------------------ plumbing
+    def _admin_call(self, method: str, *args: Any) -> Any:
+        return getattr(self._admin, method)(*args)
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` under the lock, retrying retriable errors until the deadline."""
+        from kafka.errors import KafkaError
+
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        delay = 0.1
+        with self._lock:
+            if self._admin is None:
+                raise RuntimeError("KafkaOffsets.start() has not been called")
+            while True:
+                try:
+                    return fn(*args)
+                except (KafkaError, OSError) as exc:
+                    if not self._retriable(exc) or time.monotonic() + delay > deadline:
+                        raise self._translate(exc, what) from None
+                    log.debug("retrying %s after %r", what, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    @staticmethod
+    def _retriable(exc: BaseException) -> bool:
+        import kafka.errors as Errors
+
+        if isinstance(exc, Errors.UnknownTopicOrPartitionError):
+            return False  # it will not appear by waiting; the caller asked for something absent
+        return isinstance(exc, OSError) or bool(getattr(exc, "retriable", False))
+
+    def _translate(self, exc: BaseException, what: str) -> ZkcoordError:
+        import kafka.errors as Errors
+
+        where = f"Kafka at {self.bootstrap_servers}"
+        if isinstance(exc, Errors.UnknownTopicOrPartitionError):
+            return NotFoundError(f"cannot {what}: {where} does not know a topic or partition asked for ({exc})")
+        if isinstance(exc, (Errors.TopicAuthorizationFailedError, Errors.GroupAuthorizationFailedError,
+                            Errors.ClusterAuthorizationFailedError)):
+            return ConfigError(f"{where} refused to let us {what}: not authorized ({type(exc).__name__}); "
+                               "grant DESCRIBE/READ on the topics and groups")
+        if isinstance(exc, OSError) or self._retriable(exc):
+            return ServiceUnavailableError(f"{where} did not let us {what} within "
+                                           f"{self.request_timeout_ms / 1000:g} s (last error: {exc}); "
+                                           "check that the brokers are up and reachable")
+        return ZkcoordError(f"{where} failed to {what}: {exc}")
+
+
+def _chunks(items: list[str]) -> Iterable[list[str]]:
+    for i in range(0, len(items), _CHUNK):
+        yield items[i:i + _CHUNK]
+
+
+def _short(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
