@@ -66,7 +66,7 @@ class Settings:
     commit_partitions: int = 1
     rebalance_members: int = 100
     partitions: int = 1000
-    rebalance_rounds: int = 3
+    rebalance_rounds: int = 5
     heartbeat_interval_ms: int = 100
     session_timeout_ms: int = 30_000
     rebalance_timeout_ms: int = 60_000
@@ -454,11 +454,19 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None, Pa
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = Settings()
-    for name in ("members", "groups", "paced_rate", "commit_partitions", "rebalance_members", "partitions",
-                 "rebalance_rounds", "heartbeat_interval_ms", "session_timeout_ms", "rebalance_timeout_ms"):
-        parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
-    parser.add_argument("--duration-s", type=float, default=defaults.duration_s)
-    parser.add_argument("--warmup-s", type=float, default=defaults.warmup_s)
+    helps = {
+        "members": "members of the heartbeat/commit groups", "groups": "groups they form",
+        "paced_rate": "heartbeats/s in total in the paced run",
+        "commit_partitions": "partitions per OffsetCommit", "rebalance_members": "members before the join",
+        "partitions": "partitions the rebalance group shares", "rebalance_rounds": "joins measured",
+        "heartbeat_interval_ms": "how often members heartbeat while not under load (both servers)",
+        "session_timeout_ms": "members' session time-out", "rebalance_timeout_ms": "members' rebalance time-out",
+        "duration_s": "measured seconds per load run", "warmup_s": "unmeasured seconds before each",
+    }
+    for name, text in helps.items():
+        default = getattr(defaults, name)
+        parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
+                            help=f"{text} [default: {default}]")
     parser.add_argument("--only", default=",".join(defaults.only), help="heartbeat,commit,rebalance")
     parser.add_argument("--targets", default=",".join(defaults.targets), help="zkcoord,kafka")
     parser.add_argument("--profile", choices=["cprofile", "pyinstrument"], default="",

@@ -55,11 +55,15 @@ def test_consume_prints_commits_and_continues(services, zk_hosts, zk, unique_nam
         assert seen == produced and len(rows) + len(lines) == len(produced)  # continued, nothing twice
 
 
-def test_consume_needs_a_group(services):
-    result = CliRunner().invoke(consume, ["t", "--zkcoord", "127.0.0.1:9301", "--bootstrap-servers",
-                                          services.bootstrap_servers])
-    assert result.exit_code != 0
-    assert "group_id (--group, ZKCOORD_GROUP_ID) is required" in str(result.exception)
+def test_consume_errors_are_one_line(services):
+    """Registered in the ``zkcoord`` group, a wrong setting is one red line, exit 2."""
+    from zkcoord.cli.main import ZkcoordGroup
+
+    group = ZkcoordGroup(commands={"consume": consume})
+    result = CliRunner().invoke(group, ["consume", "t", "--zkcoord", "127.0.0.1:9301", "--bootstrap-servers",
+                                        services.bootstrap_servers], env={"ZKCOORD_GROUP_ID": ""})
+    assert result.exit_code == 2
+    assert "error: group_id (--group, ZKCOORD_GROUP_ID) is required" in result.output
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

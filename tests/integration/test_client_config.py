@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import kafka.errors as kerr
 import pytest
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
@@ -11,7 +13,7 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from zkcoord.client import CommitFailedError, Consumer, ConsumerConfig, ConsumerTimeoutError
 from zkcoord.client.errors import translate
 from zkcoord.config import build_config
-from zkcoord.errors import ConfigError, UsageError
+from zkcoord.errors import ConfigError, ServiceUnavailableError, UsageError
 
 REQUIRED = dict(coordinators="zkc-1:9301,zkc-2:9302", bootstrap_servers="kafka-1:9092", group_id="billing")
 
@@ -78,3 +80,13 @@ def test_kafka_errors_are_translated():
 def test_a_consumer_must_be_started():
     with pytest.raises(UsageError, match="call start"):
         Consumer(ConsumerConfig(**REQUIRED)).poll()
+
+
+def test_no_broker_is_service_unavailable():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    consumer = Consumer(ConsumerConfig(**{**REQUIRED, "bootstrap_servers": f"127.0.0.1:{port}"},
+                                       bootstrap_timeout_ms=1_000))
+    with pytest.raises(ServiceUnavailableError, match=f"no Kafka broker at 127.0.0.1:{port} answered within 1000 ms"):
+        consumer.start()

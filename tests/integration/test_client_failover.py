@@ -77,3 +77,33 @@ def test_kill_9_of_the_owning_daemon(services, zk_hosts, zk, unique_name, tmp_pa
         finally:
             for m in members:
                 m.consumer.close()
+
+
+def test_graceful_stop_of_the_owning_daemon(services, zk_hosts, zk, unique_name):
+    """The owner releases the group on SIGTERM-like stop: members get
+    NOT_COORDINATOR or a closed connection and find the other daemon."""
+    topic, group = unique_name("t"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 4)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(4))
+    with ThreadDaemons(zk_hosts, 2) as daemons:
+        members = [start_member(f"m{i}", config(daemons.addresses, bootstrap, group), [topic]) for i in range(2)]
+        try:
+            produced = produce(bootstrap, topic, range(4), 5, tag="before")
+            consumed = lambda: {k for m in members for k in m.keys()}  # noqa: E731
+            eventually(lambda: stable_split(members, partitions) and produced <= consumed(), "first batch",
+                       step=poll_all(members))
+            owner = members[0].consumer.coordinator_node_id()
+            daemons.stop(owner)
+            produced |= produce(bootstrap, topic, range(4), 5, tag="after")
+            eventually(lambda: produced <= consumed() and stable_split(members, partitions)
+                       and {m.consumer.coordinator_node_id() for m in members} == {3 - owner},
+                       "members moved to the other daemon and consumed the second batch", step=poll_all(members))
+            for m in members:
+                m.commit_consumed()
+            assert {tp: o.offset for tp, o in members[0].consumer.committed(partitions).items()} == \
+                {tp: 10 for tp in partitions}
+            assert_one_owner_per_generation(members)
+        finally:
+            for m in members:
+                m.consumer.close()

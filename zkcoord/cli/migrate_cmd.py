@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import functools
 import io
 import json
 import sys
@@ -142,7 +141,7 @@ def _totals_lines(result: Plan) -> list[str]:
 
 def _print_table(result: Plan, zk_root: str) -> None:
     console = Console(highlight=False)
-    table = Table(title=f"migration plan ({zk_root} -> Kafka)")
+    table = Table(title=Text(f"migration plan ({zk_root} -> Kafka)"))
     for column in ("GROUP", "TOPIC", "PARTITION", "LEGACY", "KAFKA", "LOG START", "LOG END", "DECISION",
                    "TARGET", "NOTE"):
         table.add_column(column, overflow="fold")
@@ -153,8 +152,8 @@ def _print_table(result: Plan, zk_root: str) -> None:
         table.add_row(*cells)
     if result.rows:
         console.print(table)
-    else:
-        console.print("no legacy offsets in the selected groups")
+    elif not result.groups:
+        console.print(Text(f"no group under {zk_root} is selected"))
     for group in result.groups:
         if not group.rows:
             console.print(Text(f"group {group.group}: no legacy offsets"))
@@ -205,7 +204,7 @@ def _print_csv(result: Plan, zk_root: str) -> None:
               help="Write here instead of to stdout.")
 def export(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeeper: str, zk_root: str,
            timeout_ms: int, fmt: str, file: Path | None) -> None:
-    """Write the legacy offsets of groups as CSV or ExportZkOffsets lines.
+    """Write legacy offsets as CSV or ExportZkOffsets lines.
 
     CSV has no group column when exactly one --group is given, as
     kafka-consumer-groups exports one group. Values that are not offsets are
@@ -257,13 +256,15 @@ def _write_file(file: Path, text: str) -> None:
 @click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
 def import_(file: Path, fmt: str, group: str | None, zookeeper: str, zk_root: str, timeout_ms: int,
             dry_run: bool) -> None:
-    """Write legacy offsets from a file into ZooKeeper, checking every line first.
+    """Write legacy offsets from a file into ZooKeeper.
 
-    Each group's offsets are written in one ZooKeeper multi-op, as plain
-    decimal strings legacy consumers read.
+    Every line is checked before anything is written. Each group's offsets
+    are written in one ZooKeeper multi-op, as the plain decimal strings
+    legacy consumers read.
     """
     OffsetPaths(zk_root)
-    offsets = formats.read_offsets(_read_file(file), fmt, group=group, root=zk_root, source=str(file))
+    source = "stdin" if str(file) == "-" else str(file)
+    offsets = formats.read_offsets(_read_file(file), fmt, group=group, root=zk_root, source=source)
     count = sum(len(v) for v in offsets.values())
 
     async def work(conn: ZkConnection):
@@ -277,16 +278,17 @@ def import_(file: Path, fmt: str, group: str | None, zookeeper: str, zk_root: st
         click.echo(f"wrote {count} offset(s) of {len(offsets)} group(s) under {zk_root}")
         return
     console = Console(highlight=False)
-    table = Table(title=f"import {file} into {zk_root} (dry run)")
+    table = Table(title=Text(f"import {source} into {zk_root} (dry run)"))
     for column in ("GROUP", "TOPIC", "PARTITION", "CURRENT", "NEW"):
         table.add_column(column, overflow="fold")
     for name in sorted(offsets):
         current = outcome[name].offsets
         for (topic, partition), value in sorted(offsets[name].items()):
             now = current.get((topic, partition), "-")
-            table.add_row(name, topic, str(partition), "-" if now is None else str(now), str(value))
+            cells = (name, topic, str(partition), "-" if now is None else str(now), str(value))
+            table.add_row(*(Text(cell) for cell in cells))
     console.print(table)
-    console.print(f"dry run: would write {count} offset(s) of {len(offsets)} group(s); nothing was written")
+    console.print(Text(f"dry run: would write {count} offset(s) of {len(offsets)} group(s); nothing was written"))
 
 
 def _read_file(file: Path) -> str:

@@ -74,7 +74,14 @@ class ZkcoordKafkaConsumer(KafkaConsumer):
     Takes ``KafkaConsumer``'s keyword options."""
 
     def __init__(self, **configs):
-        super().__init__(**configs, metrics_enabled=False)
+        try:
+            super().__init__(**configs, metrics_enabled=False)
+        except BaseException:
+            # kafka-python starts its I/O thread before it bootstraps.
+            client = getattr(self, "_client", None)
+            if client is not None:
+                client.close()
+            raise
         replaced = self._coordinator
         self._cluster.remove_listener(WeakMethod(replaced._handle_metadata_update))
         self._coordinator = ZkcoordCoordinator(

@@ -21,6 +21,12 @@ NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a dropped coordinator
 connection mark the coordinator dead, the next lookup sends FindCoordinator
 again, and this manager sends it to the next daemon that is not backing off.
 
+Lookups are paced: at most one FindCoordinator per ``retry_backoff_ms``.
+kafka-python looks up again at once when the node it was told cannot be
+reached; after a kill -9 the surviving daemons keep naming the dead owner
+until its ZooKeeper session expires, and without pacing each consumer sent
+about a thousand FindCoordinator requests per second in that window.
+
 The manager also stamps the configured rebalance timeout on JoinGroup
 (kafka-python always sends ``max_poll_interval_ms`` there, as the Java
 consumer does) and waits for the JoinGroup answer that long.
@@ -33,8 +39,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 
 from kafka.cluster import ClusterMetadata
+from kafka.future import Future
 from kafka.net.compat import KafkaNetClient
 from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
@@ -87,18 +95,38 @@ class ZkcoordConnectionManager(KafkaConnectionManager):
         )
         self.cluster.attach(self)
         self.rebalance_timeout_ms = rebalance_timeout_ms
+        self._lookup_interval_s = configs.get("retry_backoff_ms", 100) / 1000
+        self._next_lookup_at = 0.0
         self._daemon_ids = list(self.cluster.daemons)
         self._rotation = itertools.cycle(range(len(self._daemon_ids)))
 
     def send(self, request, node_id=None, request_timeout_ms=None):
         if request.API_KEY == FindCoordinatorRequest.API_KEY:
-            node_id = self.pick_daemon()
-            log.debug("FindCoordinator for %s goes to daemon %s", getattr(request, "key", None), node_id)
-        elif request.API_KEY == JoinGroupRequest.API_KEY and self.rebalance_timeout_ms is not None:
+            return self._paced_lookup(request, request_timeout_ms)
+        if request.API_KEY == JoinGroupRequest.API_KEY and self.rebalance_timeout_ms is not None:
             request.rebalance_timeout_ms = self.rebalance_timeout_ms
             request_timeout_ms = max(request_timeout_ms or 0, self.config["request_timeout_ms"],
                                      self.rebalance_timeout_ms + JOIN_GRACE_MS)
         return super().send(request, node_id=node_id, request_timeout_ms=request_timeout_ms)
+
+    def _paced_lookup(self, request, request_timeout_ms) -> Future:
+        """FindCoordinator to a daemon, at most one per lookup interval (runs
+        on kafka-python's I/O thread, like every ``send``)."""
+        now = time.monotonic()
+        wait_s = self._next_lookup_at - now
+        self._next_lookup_at = max(now, self._next_lookup_at) + self._lookup_interval_s
+
+        def lookup() -> Future:
+            node_id = self.pick_daemon()
+            log.debug("FindCoordinator goes to daemon %s", node_id)
+            return super(ZkcoordConnectionManager, self).send(request, node_id=node_id,
+                                                              request_timeout_ms=request_timeout_ms)
+
+        if wait_s <= 0:
+            return lookup()
+        paced = Future()
+        self._net.call_later(wait_s, lambda: lookup().chain(paced))
+        return paced
 
     def pick_daemon(self) -> str:
         """A connected, idle daemon if there is one; else the next one in

@@ -25,6 +25,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 TopicPartition = tuple[str, int]
 _CHUNK = 100  # groups per OffsetFetch / DescribeGroups request
+_ERROR_NAME = re.compile(r"\s*(?:\[Error -?\d+\]\s*)?(\w+)")
 
 
 @dataclass(frozen=True)
@@ -189,15 +191,26 @@ class KafkaOffsets:
         wanted = sorted(set(groups))
         found = {}
         for chunk in _chunks(wanted):
-            answer = self._call(f"describe group(s) {_short(chunk)}", self._admin_call, "describe_groups", chunk)
+            answer = self._call(f"describe group(s) {_short(chunk)}", self._describe_groups, chunk)
             for group in chunk:
                 entry = answer.get(group) or {}
-                if entry.get("error"):
-                    raise ZkcoordError(f"Kafka at {self.bootstrap_servers} could not describe group {group!r}: "
-                                       f"{entry['error']}")
                 found[group] = KafkaGroup(str(entry.get("group_state") or "Dead"), len(entry.get("members") or ()),
                                           str(entry.get("protocol_type") or ""))
         return found
+
+    def _describe_groups(self, groups: list[str]) -> dict[str, dict]:
+        import kafka.errors as Errors
+
+        answer = self._admin.describe_groups(groups)
+        for group, entry in answer.items():
+            error = entry.get("error")  # kafka-python gives "[Error 14] <ErrorClass>: <message>", not the class
+            if error:
+                name = _ERROR_NAME.match(str(error))
+                kind = getattr(Errors, name.group(1), None) if name else None
+                if isinstance(kind, type) and issubclass(kind, Errors.KafkaError):
+                    raise kind(f"group {group!r}")
+                raise Errors.KafkaError(f"group {group!r}: {error}")
+        return answer
 
     def list_groups(self) -> list[str]:
         """Every consumer group Kafka's coordinators know, sorted."""
