@@ -1,5 +1,8 @@
 """Metadata changes: partitions added to a subscribed topic are assigned
-and consumed (the group leader sees the new count and rebalances)."""
+and consumed. Either side may notice: the group leader (kafka-python
+refreshes metadata every ``metadata_max_age_ms`` and rejoins when a count
+changed) or the owning daemon (it polls Kafka's Metadata API for the topics
+its groups subscribe to and starts the rebalance)."""
 
 from __future__ import annotations
 
@@ -22,12 +25,17 @@ from zkcoord.client import TopicPartition
 pytestmark = pytest.mark.integration
 
 
-def test_record_in_an_added_partition_is_consumed(services, zk_hosts, unique_name):
+@pytest.mark.parametrize("noticed_by", ["leader", "daemon"])
+def test_record_in_an_added_partition_is_consumed(services, zk_hosts, unique_name, noticed_by):
     topic, group = unique_name("t"), unique_name("g")
     bootstrap = services.bootstrap_servers
     create_topic(bootstrap, topic, 2)
-    with ThreadDaemons(zk_hosts, 2) as daemons:
-        cfg = config(daemons.addresses, bootstrap, group, metadata_max_age_ms=1_000)
+    if noticed_by == "leader":  # the daemons have no source of partition counts
+        daemon_settings, metadata_max_age_ms = {}, 1_000
+    else:  # the consumers refresh metadata only when the daemon's rebalance makes them
+        daemon_settings, metadata_max_age_ms = dict(bootstrap_servers=bootstrap, topic_metadata_refresh_ms=500), 600_000
+    with ThreadDaemons(zk_hosts, 2, **daemon_settings) as daemons:
+        cfg = config(daemons.addresses, bootstrap, group, metadata_max_age_ms=metadata_max_age_ms)
         members = [start_member(f"m{i}", cfg, [topic]) for i in range(2)]
         try:
             produced = produce(bootstrap, topic, range(2), 3, tag="old")

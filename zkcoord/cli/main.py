@@ -55,8 +55,9 @@ def setup_logging(verbose: int) -> None:
 
 
 def _register() -> None:
-    from zkcoord.cli import local_cmd, migrate_cmd, run_cmd
+    from zkcoord.cli import consume_cmd, local_cmd, migrate_cmd, run_cmd
 
+    cli.add_command(consume_cmd.consume)
     cli.add_command(local_cmd.local)
     cli.add_command(migrate_cmd.migrate)
     cli.add_command(run_cmd.run)

@@ -338,7 +338,8 @@ def _encode_frame(encoders: tuple[_Encoder, _Encoder], header: ResponseHeader, b
         out.pos = 0
         Int32.encode_into(out, end - FRAME_SIZE_PREFIX_BYTES)
         out.pos = end
-        return bytes(out.result())
+        with memoryview(out.buf) as view:  # one copy, not result()'s two
+            return bytes(view[:end])
 
 
 def api_versions_response(version: int, apis: ApiRegistry = COORDINATOR_APIS, *,
@@ -432,13 +433,13 @@ def _nested(field: Any, value: Any, version: int, where: str) -> Any:
 # decoder; the compiled one of the same schema and header version is the one
 # ApiMessage bodies use. Header v1 (non-flexible) and v2 (flexible) both keep
 # client_id non-compact, as RequestHeader.decode does.
-_HEADER_DECODERS = {
-    flexible: (RequestHeader._flexible_versions[0] if flexible else RequestHeader._valid_versions[0],
-               RequestHeader._struct.compiled_decode_from(
-                   RequestHeader._flexible_versions[0] if flexible else RequestHeader._valid_versions[0],
-                   compact=False, tagged=flexible, data_class=RequestHeader))
-    for flexible in (False, True)
-}
+def _header_decoder(flexible: bool) -> tuple[int, Callable[..., Any]]:
+    version = RequestHeader._flexible_versions[0] if flexible else RequestHeader._valid_versions[0]
+    return version, RequestHeader._struct.compiled_decode_from(
+        version, compact=False, tagged=flexible, data_class=RequestHeader)
+
+
+_HEADER_DECODERS = {flexible: _header_decoder(flexible) for flexible in (False, True)}
 
 
 def _has_flexible_header(frame: bytes, apis: ApiRegistry) -> bool:
