@@ -11,4 +11,7 @@ $ZKC local status
 eval "$($ZKC local env)"
 echo "ZKCOORD_ZOOKEEPER=$ZKCOORD_ZOOKEEPER ZKCOORD_BOOTSTRAP_SERVERS=$ZKCOORD_BOOTSTRAP_SERVERS ZKCOORD_COORDINATORS=$ZKCOORD_COORDINATORS"
 echo
+echo "== 2. a worker pool under zkcoord: three consumers share a topic, one stops"
+.venv/bin/python -m zkcoord.local.demo
+echo
 echo "The sandbox keeps running; stop it with: make down"

@@ -1,0 +1,110 @@
+"""``make demo``'s worker pool: three zkcoord consumers share a 6-partition
+topic on the sandbox; one stops and the other two take its partitions.
+
+Run as ``python -m zkcoord.local.demo`` with ``ZKCOORD_COORDINATORS`` and
+``ZKCOORD_BOOTSTRAP_SERVERS`` set (``eval "$(zkcoord local env)"``).
+Prints each member's assignment per generation and what was consumed;
+exits 1 if a record was not consumed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
+
+from zkcoord.client import Consumer, ConsumerConfig
+
+PARTITIONS = 6
+RECORDS_PER_ROUND = 60
+
+
+class Worker(threading.Thread):
+    def __init__(self, name: str, config: ConsumerConfig, topic: str, seen: dict, lock: threading.Lock):
+        super().__init__(name=name, daemon=True)
+        self.config, self.topic, self.seen, self.lock = config, topic, seen, lock
+        self.stop_event = threading.Event()
+        self.assignments: list[tuple[int, list[int]]] = []
+
+    def run(self) -> None:
+        with Consumer(self.config) as consumer:
+            consumer.subscribe([self.topic])
+            while not self.stop_event.is_set():
+                for record in consumer.poll(timeout_ms=200):
+                    with self.lock:
+                        self.seen.setdefault((record.partition, record.offset), self.name)
+                consumer.commit()
+                self._note(consumer)
+
+    def _note(self, consumer: Consumer) -> None:
+        generation = consumer.membership().generation_id
+        partitions = sorted(tp.partition for tp in consumer.assignment())
+        if generation > 0 and (not self.assignments or self.assignments[-1] != (generation, partitions)):
+            self.assignments.append((generation, partitions))
+            print(f"  {self.name}: generation {generation}: partitions {partitions}", flush=True)
+
+
+def produce(bootstrap: str, topic: str, start: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for i in range(start, start + RECORDS_PER_ROUND):
+        producer.send(topic, key=f"order-{i}".encode(), value=f"{i}".encode(), partition=i % PARTITIONS)
+    producer.flush()
+    producer.close()
+
+
+def wait_consumed(seen: dict, lock: threading.Lock, count: int, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with lock:
+            if len(seen) >= count:
+                return True
+        time.sleep(0.2)
+    return False
+
+
+def main() -> int:
+    coordinators = os.environ["ZKCOORD_COORDINATORS"]
+    bootstrap = os.environ["ZKCOORD_BOOTSTRAP_SERVERS"]
+    topic, group = f"demo-orders-{uuid.uuid4().hex[:6]}", f"demo-workers-{uuid.uuid4().hex[:6]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+    admin.close()
+    print(f"topic {topic} ({PARTITIONS} partitions), group {group}, coordinators {coordinators}")
+    config = ConsumerConfig(coordinators=coordinators, bootstrap_servers=bootstrap, group_id=group,
+                            enable_auto_commit=False, auto_offset_reset="earliest",
+                            session_timeout_ms=10000, heartbeat_interval_ms=500)
+    seen: dict = {}
+    lock = threading.Lock()
+    workers = [Worker(f"worker-{i}", config, topic, seen, lock) for i in (1, 2, 3)]
+    print("three workers join:")
+    for worker in workers:
+        worker.start()
+    produce(bootstrap, topic, 0)
+    ok = wait_consumed(seen, lock, RECORDS_PER_ROUND)
+    time.sleep(2)
+    print("worker-3 stops (LeaveGroup); its partitions move to the others:")
+    workers[2].stop_event.set()
+    workers[2].join(30)
+    produce(bootstrap, topic, RECORDS_PER_ROUND)
+    ok = wait_consumed(seen, lock, 2 * RECORDS_PER_ROUND) and ok
+    time.sleep(2)
+    for worker in workers[:2]:
+        worker.stop_event.set()
+    for worker in workers[:2]:
+        worker.join(30)
+    by_worker: dict[str, int] = {}
+    for name in seen.values():
+        by_worker[name] = by_worker.get(name, 0) + 1
+    print(f"consumed {len(seen)} of {2 * RECORDS_PER_ROUND} records: "
+          + ", ".join(f"{n} {c}" for n, c in sorted(by_worker.items())))
+    print(f"group: {group}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
