@@ -71,3 +71,10 @@ class NodeIdInUseError(ConfigError):
     """Another live daemon is registered with this node id."""
 
     exit_code = 2
+
+
+class ConflictError(ZkcoordError):
+    """Another process changed what this command was changing (a versioned
+    write lost the race); nothing of ours was written. Re-run the command."""
+
+    exit_code = 1

@@ -9,31 +9,11 @@ we expected. Rendering with rich lives only in ``zkcoord.cli``.
 from __future__ import annotations
 
 import logging
-import sys
 
 import click
-from rich.console import Console
-from rich.text import Text
 
 from zkcoord import __version__
-from zkcoord.errors import ZkcoordError
-
-err_console = Console(stderr=True, highlight=False)
-
-
-class ZkcoordGroup(click.Group):
-    """A click group that reports ZkcoordError as a message and exit code."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except ZkcoordError as exc:
-            err_console.print(Text.assemble(("error: ", "bold red"), str(exc)), soft_wrap=True)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            err_console.print("interrupted")
-            sys.exit(130)
-
+from zkcoord.cli.base import ZkcoordGroup, err_console  # noqa: F401  (re-exported)
 
 @click.group(cls=ZkcoordGroup)
 @click.version_option(__version__, prog_name="zkcoord")
@@ -55,7 +35,9 @@ def setup_logging(verbose: int) -> None:
 
 
 def _register() -> None:
-    from zkcoord.cli import consume_cmd, local_cmd, migrate_cmd, run_cmd
+    from zkcoord.cli import consume_cmd, layout_cmd, local_cmd, migrate_cmd, run_cmd
+
+    migrate_cmd.migrate.add_command(layout_cmd.layout)
 
     cli.add_command(consume_cmd.consume)
     cli.add_command(local_cmd.local)

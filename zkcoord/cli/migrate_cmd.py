@@ -1,5 +1,6 @@
-"""``zkcoord migrate``: plan the move of legacy ZooKeeper offsets into Kafka,
-and export / import legacy offsets in the formats users already have.
+"""``zkcoord migrate``: plan and carry out the move of legacy ZooKeeper
+offsets into Kafka, and export / import legacy offsets in the formats users
+already have.
 
 * ``plan``   reads ZooKeeper and Kafka, decides per partition, prints the
   plan (table, json or csv) and its totals; changes nothing; exit 0.
@@ -8,6 +9,9 @@ and export / import legacy offsets in the formats users already have.
 * ``import`` reads such a file, checks every line, then writes the offsets
   into ZooKeeper's legacy layout (one multi-op per group); ``--dry-run``
   shows what would change.
+* ``apply``, ``verify``, ``finalize``, ``rollback``, ``status``: the
+  migration itself (:mod:`zkcoord.migrate.apply` and its siblings), group by
+  group; exit 1 when a group could not be done, with the reason in its row.
 
 Rendering lives here; the work is in :mod:`zkcoord.migrate`.
 """
@@ -16,9 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import dataclasses
 import io
 import json
+import os
 import sys
+from datetime import datetime, timezone
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,11 +35,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from zkcoord.cli.main import ZkcoordGroup
+from zkcoord.cli.base import ZkcoordGroup
 from zkcoord.core.migration import Decision, Options, Plan, parse_legacy_offset
 from zkcoord.errors import UsageError
 from zkcoord.kafka.offsets import KafkaOffsets
 from zkcoord.migrate import formats
+from zkcoord.migrate.apply import Adapters, ApplyOptions, apply_groups, run_with_adapters
+from zkcoord.migrate.finalize import finalize_groups
+from zkcoord.migrate.rollback import rollback_groups
+from zkcoord.migrate.status import group_status
+from zkcoord.migrate.verify import verify_groups
 from zkcoord.migrate.legacy import LegacyOffsets
 from zkcoord.migrate.plan import Selection, gather_plan, select_groups
 from zkcoord.zk.connection import ZkConnection
@@ -300,3 +312,230 @@ def _read_file(file: Path) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{file} is not UTF-8 text ({exc})") from None
+
+
+# ------------------------------------------------------------------ apply, verify, finalize, rollback, status
+def _kafka_option(required: bool = True):
+    return click.option("--bootstrap-servers", envvar="ZKCOORD_BOOTSTRAP_SERVERS", show_envvar=True,
+                        required=required, help="Kafka brokers HOST:PORT[,HOST:PORT...].")
+
+
+_output_option = click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+_backup_file_option = click.option(
+    "--backup-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Also append each backup / archive to this file, one JSON object per line.")
+
+
+def _with_adapters(zookeeper: str, zk_root: str, timeout_ms: int, bootstrap_servers: str | None,
+                   work: Callable[[Adapters], Awaitable[T]]) -> T:
+    return run_with_adapters(zookeeper, bootstrap_servers, work, zk_root=zk_root, timeout_ms=timeout_ms)
+
+
+def _json_lines_sink(file: Path | None):
+    """A function appending one JSON line per call to ``file`` (checked now), or None."""
+    if file is None:
+        return None
+    try:
+        with file.open("a"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write --backup-file {file}: {exc.strerror or exc}") from None
+
+    def sink(entry: dict) -> None:
+        with file.open("a") as out:
+            out.write(json.dumps(entry, separators=(",", ":")) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+    return sink
+
+
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
+    table = Table(title=Text(title))
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(Text("-" if cell is None else str(cell)) for cell in row))
+    Console(highlight=False).print(table)
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, default=_jsonable))
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _finish(failed: int, what: str) -> None:
+    if failed:
+        click.echo(f"{failed} group(s) {what}", err=True)
+        sys.exit(1)
+
+
+@migrate.command()
+@_selection_options
+@_zookeeper_options
+@_kafka_option()
+@click.option("--allow-rewind", is_flag=True, help="Move Kafka back to older legacy offsets.")
+@click.option("--force", is_flag=True, help="Commit the log end for legacy offsets beyond it.")
+@click.option("--allow-active-kafka-members", is_flag=True,
+              help="Do not refuse groups that have members in Kafka's own coordinator.")
+@_backup_file_option
+@_output_option
+def apply(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, allow_rewind, force,
+          allow_active_kafka_members, backup_file, output) -> None:
+    """Carry the plan out: per group back up, commit to Kafka, switch to dual.
+
+    Resumable: a group continues from the phase a crash left it in; groups
+    already in dual or kafka are left alone. Exit 1 if a group was refused
+    or failed.
+    """
+    selection = Selection(tuple(groups), all_groups, pattern)
+    options = ApplyOptions(allow_rewind, force, allow_active_kafka_members)
+    sink = _json_lines_sink(backup_file)
+
+    def progress(group: str, phase: str) -> None:
+        click.echo(f"group {group}: {phase}", err=True)
+
+    results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
+                             lambda a: apply_groups(a, selection, options, on_step=progress, backup_sink=sink))
+    if output == "json":
+        _echo_json([dataclasses.asdict(r) for r in results])
+    else:
+        _table("migrate apply", ("GROUP", "OUTCOME", "PHASE", "COMMITTED", "SKIPPED", "MODE", "MESSAGE"),
+               [(r.group, r.outcome, r.phase, len(r.committed), len(r.skipped),
+                 f"{r.mode.before} -> {r.mode.after} ({r.mode.via})" if r.mode else None, r.message or None)
+                for r in results])
+        for r in results:
+            for topic, partition, decision, note in r.skipped:
+                click.echo(f"group {r.group}: {topic}-{partition} not migrated ({decision}): {note}")
+    _finish(sum(not r.ok for r in results), "refused or failed")
+
+
+@migrate.command()
+@_selection_options
+@_zookeeper_options
+@_kafka_option()
+@_output_option
+def verify(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, output) -> None:
+    """List every partition where Kafka is behind ZooKeeper in migrated groups.
+
+    --all and --pattern choose among migrated groups. The result is recorded
+    (see migrate status). Exit 1 if any partition is behind or a named group
+    is not migrated.
+    """
+    selection = Selection(tuple(groups), all_groups, pattern)
+    results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
+                             lambda a: verify_groups(a, selection))
+    if output == "json":
+        _echo_json([dataclasses.asdict(r) for r in results])
+    else:
+        _table("migrate verify", ("GROUP", "PHASE", "RESULT", "CHECKED", "NOTES"),
+               [(r.group, r.phase, _verdict(r), r.checked, "; ".join(r.notes) or None) for r in results])
+        behind = [(r.group, b.topic, b.partition, b.zookeeper, b.kafka) for r in results for b in r.behind]
+        if behind:
+            _table("Kafka behind ZooKeeper", ("GROUP", "TOPIC", "PARTITION", "ZOOKEEPER", "KAFKA"), behind)
+    _finish(sum(r.clean is not True for r in results), "not clean or not migrated")
+
+
+def _verdict(result) -> str:
+    if result.clean is None:
+        return "not migrated"
+    return "clean" if result.clean else f"{len(result.behind)} behind"
+
+
+@migrate.command()
+@_selection_options
+@_zookeeper_options
+@_kafka_option()
+@click.option("--delete-legacy", is_flag=True, help="Delete the legacy offset znodes once archived.")
+@_backup_file_option
+@_output_option
+def finalize(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, delete_legacy,
+             backup_file, output) -> None:
+    """Move groups in dual whose verify is clean to kafka.
+
+    Verifies first; archives the legacy offsets under
+    /zkcoord/migrations/<group>/archive, and deletes them only with
+    --delete-legacy. Exit 1 if a group could not be finalized.
+    """
+    selection = Selection(tuple(groups), all_groups, pattern)
+    sink = _json_lines_sink(backup_file)
+    results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
+                             lambda a: finalize_groups(a, selection, delete_legacy=delete_legacy, archive_sink=sink))
+    if output == "json":
+        _echo_json([dataclasses.asdict(r) for r in results])
+    else:
+        _table("migrate finalize", ("GROUP", "OUTCOME", "PHASE", "ARCHIVED", "DELETED", "MESSAGE"),
+               [(r.group, r.outcome, r.phase, r.archived, r.deleted, r.message or None) for r in results])
+    _finish(sum(not r.ok for r in results), "not finalized")
+
+
+@migrate.command()
+@_selection_options
+@_zookeeper_options
+@_kafka_option()
+@click.option("--to-backup", is_flag=True, help="Restore the backup taken by apply instead of the max of both.")
+@_output_option
+def rollback(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, to_backup,
+             output) -> None:
+    """Return migrated groups to ZooKeeper offset storage.
+
+    Copies Kafka's offsets into ZooKeeper where they are ahead (the max of
+    both), or with --to-backup restores the backup of apply in both stores
+    (a rewind: stop the consumers first).
+    """
+    selection = Selection(tuple(groups), all_groups, pattern)
+    results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
+                             lambda a: rollback_groups(a, selection, to_backup=to_backup))
+    if output == "json":
+        _echo_json([dataclasses.asdict(r) for r in results])
+    else:
+        _table("migrate rollback", ("GROUP", "OUTCOME", "PHASE", "ZK WRITTEN", "KAFKA RESTORED", "KAFKA DELETED",
+                                    "MESSAGE"),
+               [(r.group, r.outcome, r.phase, len(r.written), len(r.kafka_restored), len(r.kafka_deleted),
+                 r.message or None) for r in results])
+    _finish(sum(not r.ok for r in results), "not rolled back")
+
+
+@migrate.command()
+@_selection_options
+@_zookeeper_options
+@_output_option
+def status(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, output) -> None:
+    """Each group's offset storage, migration phase, since when, and last verify.
+
+    Without --group / --pattern: every group with a migration record.
+    """
+    selection = Selection(tuple(groups), all_groups or not (groups or pattern), pattern)
+
+    async def work(adapters: Adapters):
+        recorded = await adapters.store.list_groups()
+        chosen = selection.choose(set(recorded) | set(groups), "/zkcoord/migrations")
+        return await group_status(adapters.conn, adapters.store, chosen)
+
+    found = _with_adapters(zookeeper, zk_root, timeout_ms, None, work)
+    if output == "json":
+        _echo_json([s.as_dict() for s in found])
+        return
+    if not found:
+        click.echo("no migrated group")
+        return
+    _table("migration status", ("GROUP", "MODE", "PHASE", "SINCE", "LAST VERIFY"),
+           [(s.group, s.mode, s.phase, _when(s.since_ms), _last_verify(s)) for s in found])
+
+
+def _when(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _last_verify(s) -> str:
+    if s.verify_at_ms is None:
+        return "never"
+    verdict = "clean" if s.verify_clean else f"{s.verify_behind} behind"
+    return f"{verdict} ({_when(s.verify_at_ms)})"

@@ -47,6 +47,8 @@ class FrozenMap(Mapping[K, V]):
     def __eq__(self, other: Any) -> bool:
         if isinstance(other, FrozenMap):
             return self._data == other._data
+        if isinstance(other, dict):  # no copy: dict equality ignores order too
+            return self._data == other
         if isinstance(other, Mapping):
             return self._data == dict(other.items())
         return NotImplemented
@@ -62,3 +64,17 @@ class FrozenMap(Mapping[K, V]):
     def thaw(self) -> dict[K, V]:
         """A new mutable ``dict`` copy, in the same order."""
         return dict(self._data)
+
+    def set(self, key: K, value: V) -> FrozenMap[K, V]:
+        """A new map with ``key`` set to ``value`` (kept in place if present,
+        else appended); one dict copy, for hot paths that change one entry.
+
+        >>> FrozenMap({"a": 1, "b": 2}).set("a", 3)
+        FrozenMap({'a': 3, 'b': 2})
+        """
+        data = dict(self._data)
+        data[key] = value
+        new: FrozenMap[K, V] = FrozenMap.__new__(FrozenMap)
+        new._data = data
+        new._hash = None
+        return new

@@ -77,6 +77,7 @@ from zkcoord.core.messages import (
     Schedule,
     SyncRequest,
     SyncResult,
+    TimerOp,
     pending_key,
     session_key,
 )
@@ -92,6 +93,7 @@ from zkcoord.core.rebalance import (
     remove_pending_sync_member,
     remove_sync_expiration,
     replace_static_member,
+    restart_session,
     schedule_session,
     set_and_propagate_assignment,
     try_complete_join,
@@ -342,22 +344,25 @@ def _validate_sync(w: Draft, req: SyncRequest) -> ErrorCode | None:
 def handle_heartbeat(group: Group, req: HeartbeatRequest, now_ms: int, config: GroupConfig) -> Outcome:
     """Heartbeat (Kafka's ``handleHeartbeat``): restart the member's session.
     PreparingRebalance answers REBALANCE_IN_PROGRESS, which is how members
-    learn they must rejoin. Persist: never (liveness is in-memory only)."""
-    w = Draft.of(group, now_ms, config)
-    if w.state is S.DEAD:
+    learn they must rejoin. Persist: never (liveness is in-memory only).
+
+    The hottest path of the coordinator: the only change is the member's
+    session deadline, so it works on the frozen group (no Draft) and costs
+    the same whatever the group's size."""
+    timers: tuple[TimerOp, ...] = ()
+    if group.state is S.DEAD:
         error: ErrorCode = E.COORDINATOR_NOT_AVAILABLE
     else:
-        error = validate_current_member(w, req.member_id, req.group_instance_id) or E.NONE
-        if error is E.NONE and req.generation_id != w.generation_id:
+        error = validate_current_member(group, req.member_id, req.group_instance_id) or E.NONE
+        if error is E.NONE and req.generation_id != group.generation_id:
             error = E.ILLEGAL_GENERATION
-        elif error is E.NONE and w.state is S.EMPTY:
+        elif error is E.NONE and group.state is S.EMPTY:
             error = E.UNKNOWN_MEMBER_ID
         elif error is E.NONE:
-            schedule_session(w, req.member_id)
-            if w.state is S.PREPARING_REBALANCE:
+            group, timers = restart_session(group, req.member_id, now_ms)
+            if group.state is S.PREPARING_REBALANCE:
                 error = E.REBALANCE_IN_PROGRESS
-    w.reply(req.token, HEARTBEAT, HeartbeatResult(error))
-    return w.outcome()
+    return Outcome(group, False, (Reply(req.token, HEARTBEAT, HeartbeatResult(error)),), timers)
 
 
 def handle_leave(group: Group, req: LeaveRequest, now_ms: int, config: GroupConfig) -> Outcome:
@@ -463,11 +468,12 @@ def validate_offset_commit(
 def touch_member(group: Group, member_id: str, now_ms: int) -> Outcome:
     """Kafka counts an accepted OffsetCommit from a member of a Stable or
     PreparingRebalance group as a heartbeat: call this after
-    :func:`validate_offset_commit` said NONE. Persist: never."""
-    w = Draft.of(group, now_ms)
-    if w.state in (S.STABLE, S.PREPARING_REBALANCE) and member_id in w.members:
-        schedule_session(w, member_id)
-    return w.outcome()
+    :func:`validate_offset_commit` said NONE. Persist: never. Like a
+    heartbeat, it only restarts the session (no Draft)."""
+    if group.state in (S.STABLE, S.PREPARING_REBALANCE) and member_id in group.members:
+        group, timers = restart_session(group, member_id, now_ms)
+        return Outcome(group, timers=timers)
+    return Outcome(group)
 
 
 # -- DeleteGroups, unload ------------------------------------------------------

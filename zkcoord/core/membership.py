@@ -319,6 +319,28 @@ class Group:
             if stray:
                 raise StateError(f"group {self.group_id!r}: {name} names non-members {sorted(stray)}")
 
+    def with_session_deadline(self, member_id: str, deadline_ms: int) -> Group:
+        """This group with ``member_id``'s session deadline set: the heartbeat
+        path. Only ``session_deadlines`` changes and ``member_id`` is checked
+        to be a member, which keeps every invariant, so the O(members) checks
+        of a full construction are skipped. Returns ``self`` if the deadline
+        is already that."""
+        if self.session_deadlines.get(member_id) == deadline_ms:
+            return self
+        if member_id not in self.members:
+            raise StateError(f"group {self.group_id!r}: session deadline for non-member {member_id!r}")
+        return self._replace_unchecked(session_deadlines=self.session_deadlines.set(member_id, deadline_ms))
+
+    def _replace_unchecked(self, **changes: object) -> Group:
+        """``dataclasses.replace`` without ``__post_init__``: neither the
+        values are frozen nor the invariants checked. Private: only for callers
+        that pass already-frozen values and keep the invariants themselves."""
+        new = object.__new__(Group)
+        fields = new.__dict__  # a frozen dataclass forbids setattr, not this
+        fields.update(self.__dict__)
+        fields.update(changes)
+        return new
+
     @property
     def size(self) -> int:
         return len(self.members)

@@ -116,10 +116,31 @@ class Draft:
         )
 
     def outcome(self) -> Outcome:
-        group = self.freeze()
-        if group == self.base:
+        """The Outcome; its group is ``base`` itself when nothing changed (a
+        draft that changed nothing is not rebuilt nor checked again)."""
+        if self._unchanged():
             group = self.base
+        else:
+            group = self.freeze()
+            if group == self.base:
+                group = self.base
         return Outcome(group, self.persist, tuple(self.replies), tuple(self.timers.values()))
+
+    def _unchanged(self) -> bool:
+        """Does the draft equal its base, field by field (as ``Group.__eq__``)?"""
+        b = self.base
+        return (
+            self.state is b.state and self.generation_id == b.generation_id
+            and self.leader_id == b.leader_id and self.protocol_type == b.protocol_type
+            and self.protocol_name == b.protocol_name
+            and self.new_member_added == b.new_member_added
+            and self.join_deadline_ms == b.join_deadline_ms and self.initial_delay == b.initial_delay
+            and self.sync_deadline_ms == b.sync_deadline_ms and self.sync_generation == b.sync_generation
+            and b.session_deadlines == self.session_deadlines and b.members == self.members
+            and b.static_members == self.static_members and b.awaiting_join == self.awaiting_join
+            and b.awaiting_sync == self.awaiting_sync and b.pending_members == self.pending_members
+            and self.pending_sync == b.pending_sync and self.new_members == b.new_members
+        )
 
     # -- effects -----------------------------------------------------------
     def reply(self, token: Hashable, kind: str, payload: object) -> None:
@@ -171,6 +192,15 @@ def schedule_session(w: Draft, member_id: str, timeout_ms: int | None = None) ->
     deadline = w.now_ms + timeout_ms
     w.session_deadlines[member_id] = deadline
     w.schedule(session_key(member_id), deadline)
+
+
+def restart_session(group: Group, member_id: str, now_ms: int) -> tuple[Group, tuple[TimerOp, ...]]:
+    """:func:`schedule_session` on a frozen group, without a Draft: the next
+    group and the timer operation. For handlers whose only change is the
+    session of a current member (heartbeats, commits), so that their cost
+    does not grow with the group."""
+    deadline = now_ms + group.members[member_id].session_timeout_ms
+    return group.with_session_deadline(member_id, deadline), (Schedule(session_key(member_id), deadline),)
 
 
 def has_satisfied_heartbeat(w: Draft, member_id: str) -> bool:

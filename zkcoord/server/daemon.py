@@ -2,7 +2,9 @@
 and the Kafka-protocol server together, and stops them in order.
 
 Start: connect to ZooKeeper (a clear error naming the address when it does
-not answer), bind the listener, register ``/zkcoord/nodes/<id>`` with the
+not answer), check the layout version (:mod:`zkcoord.zk.layout`; on an empty
+ZooKeeper apply the layout migrations first), bind the listener, register
+``/zkcoord/nodes/<id>`` with the
 advertised address (a node id in use is an error), then serve.
 
 Stop (SIGTERM / SIGINT): unload every owned group and delete its election
@@ -26,6 +28,7 @@ from zkcoord.kafka.metadata import KafkaTopicMetadata
 from zkcoord.server.manager import GroupManager
 from zkcoord.server.topic_watcher import TopicWatcher
 from zkcoord.server.transport import KafkaProtocolServer
+from zkcoord.zk import layout
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.nodes import NodeRegistry
 from zkcoord.zk.offsets import OffsetStore
@@ -61,6 +64,13 @@ class Daemon:
     async def start(self) -> RunningDaemon:
         config = self.config
         await asyncio.to_thread(self.conn.start)
+        try:
+            # An empty ZooKeeper gets zkcoord's layout (first run); any other
+            # layout must be the one this version knows.
+            await layout.ensure_layout(self.conn)
+        except BaseException:
+            self.conn.stop()
+            raise
         host, port = config.listen_address
         handler = _LateHandler()
         self.server = KafkaProtocolServer(handler, host, port, max_frame_bytes=config.max_frame_bytes)

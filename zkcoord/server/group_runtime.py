@@ -13,8 +13,14 @@ order (the core's contract, :mod:`zkcoord.core.messages`):
 
 A write refused because this daemon no longer owns the group makes the
 runtime *step down*: parked requests get NOT_COORDINATOR, timers stop, and
-the manager is told, so it drops the group. Timers are keyed asyncio handles
-whose expiry runs ``handle_timer`` through the same three steps.
+the manager is told, so it drops the group. Timers are keyed deadlines
+(:class:`KeyedTimers`) whose expiry runs ``handle_timer`` through the same
+three steps.
+
+Heartbeats are the hot path: a request answered by its own outcome (every
+heartbeat, most requests) gets its reply straight from that outcome, and a
+heartbeat's ``Schedule`` of a later session deadline only records the
+deadline; the armed timer re-arms itself when it fires early.
 """
 
 from __future__ import annotations
@@ -46,6 +52,79 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+class KeyedTimers:
+    """Keyed deadlines on the event loop, with one lazily re-armed asyncio
+    timer per key (a session timer moves on every heartbeat).
+
+    ``schedule(key, deadline_ms)`` replaces the key's deadline, as a core
+    ``Schedule`` does; ``on_due(key)`` is called once, when ``clock()``
+    reaches the key's latest deadline, unless ``cancel(key)`` came first.
+    A deadline that moves later keeps the armed handle: when that handle
+    fires, it sees the deadline moved and re-arms for it. Only a deadline
+    that moves earlier replaces the handle. So a heartbeat costs a dict
+    update instead of a cancelled handle left in the loop's heap plus a new
+    one, and a key fires at the same time it would with eager re-arming.
+    """
+
+    def __init__(self, clock: Callable[[], int], on_due: Callable[[str], None],
+                 loop: asyncio.AbstractEventLoop | None = None):
+        self._clock = clock
+        self._on_due = on_due
+        self._loop = loop  # None: the running loop
+        self._deadlines: dict[str, int] = {}  # key -> latest deadline (ms)
+        self._handles: dict[str, tuple[asyncio.TimerHandle, int]] = {}  # key -> (handle, ms it fires at)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._deadlines
+
+    def __len__(self) -> int:
+        return len(self._deadlines)
+
+    def deadline(self, key: str) -> int | None:
+        """The key's current deadline, None if not armed."""
+        return self._deadlines.get(key)
+
+    def schedule(self, key: str, deadline_ms: int, now_ms: int | None = None) -> None:
+        """Arm ``key`` for ``deadline_ms``, replacing its deadline if armed."""
+        self._deadlines[key] = deadline_ms
+        armed = self._handles.get(key)
+        if armed is not None:
+            if armed[1] <= deadline_ms:
+                return  # fires first, then re-arms for the new deadline
+            armed[0].cancel()
+        self._arm(key, deadline_ms, self._clock() if now_ms is None else now_ms)
+
+    def cancel(self, key: str) -> None:
+        """Disarm ``key``; nothing if it is not armed."""
+        self._deadlines.pop(key, None)
+        armed = self._handles.pop(key, None)
+        if armed is not None:
+            armed[0].cancel()
+
+    def clear(self) -> None:
+        for handle, _ in self._handles.values():
+            handle.cancel()
+        self._handles.clear()
+        self._deadlines.clear()
+
+    def _arm(self, key: str, deadline_ms: int, now_ms: int) -> None:
+        loop = self._loop or asyncio.get_running_loop()
+        delay_s = max(0.0, (deadline_ms - now_ms) / 1000.0)
+        self._handles[key] = (loop.call_later(delay_s, self._expire, key), deadline_ms)
+
+    def _expire(self, key: str) -> None:
+        self._handles.pop(key, None)
+        deadline = self._deadlines.get(key)
+        if deadline is None:
+            return  # cancelled (cancel() also cancels the handle; belt and braces)
+        now = self._clock()
+        if now < deadline:
+            self._arm(key, deadline, now)  # the deadline moved on since the handle was armed
+            return
+        del self._deadlines[key]
+        self._on_due(key)
+
+
 # persist(group_id, record | None (delete), expected_version) -> new version
 PersistFn = Callable[[str, "dict | None", "int | None"], Awaitable["int | None"]]
 
@@ -68,7 +147,7 @@ class GroupRuntime:
         self._lock = asyncio.Lock()
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._timers = KeyedTimers(clock, self._fire)
 
     # -- life cycle ----------------------------------------------------------
     async def load(self, record: dict | None, version: int | None) -> None:
@@ -97,8 +176,6 @@ class GroupRuntime:
         self.active = False
         outcome = core.handle_unload(self.group)
         self.group = outcome.group
-        for handle in self._timers.values():
-            handle.cancel()
         self._timers.clear()
         self._release(outcome.replies)
         for future in self._futures.values():
@@ -113,12 +190,18 @@ class GroupRuntime:
     async def call(self, token: int, decide: Callable[[core.Group, int], core.Outcome]) -> Any:
         """Run ``decide(group, now_ms)`` for the request carrying ``token`` and
         wait for the reply addressed to it (maybe released by a later outcome)."""
-        future = asyncio.get_running_loop().create_future()
-        self._futures[token] = future
+        async with self._lock:
+            self._require_active()
+            outcome = decide(self.group, self._clock())
+            await self._apply(outcome)
+            for reply in outcome.replies:  # answered at once: no future needed
+                if reply.token == token:
+                    return reply.payload
+            # Parked: only an outcome applied under the lock can answer it, so
+            # registering the future before the lock is released misses nothing.
+            future = asyncio.get_running_loop().create_future()
+            self._futures[token] = future
         try:
-            async with self._lock:
-                self._require_active()
-                await self._apply(decide(self.group, self._clock()))
             return await future
         finally:
             self._futures.pop(token, None)
@@ -149,15 +232,13 @@ class GroupRuntime:
         self.group = outcome.group
         if outcome.persist and self._on_persisted is not None:
             self._on_persisted(outcome.group)
-        loop = asyncio.get_running_loop()
-        now = self._clock()
-        for op in outcome.timers:
-            old = self._timers.pop(op.key, None)
-            if old is not None:
-                old.cancel()
-            if isinstance(op, core.Schedule):
-                delay_s = max(0.0, (op.deadline_ms - now) / 1000.0)
-                self._timers[op.key] = loop.call_later(delay_s, self._fire, op.key)
+        if outcome.timers:
+            now = self._clock()
+            for op in outcome.timers:
+                if isinstance(op, core.Schedule):
+                    self._timers.schedule(op.key, op.deadline_ms, now)
+                else:
+                    self._timers.cancel(op.key)
         self._release(outcome.replies)
 
     async def _write(self, group: core.Group) -> None:
@@ -174,6 +255,8 @@ class GroupRuntime:
             raise
 
     def _release(self, replies) -> None:
+        if not self._futures:
+            return
         for reply in replies:
             future = self._futures.get(reply.token)
             if future is not None and not future.done():
@@ -181,7 +264,6 @@ class GroupRuntime:
 
     # -- timers ------------------------------------------------------------------
     def _fire(self, key: str) -> None:
-        self._timers.pop(key, None)
         asyncio.get_running_loop().create_task(self._run_timer(key))
 
     async def _run_timer(self, key: str) -> None:
@@ -197,6 +279,6 @@ class GroupRuntime:
             # shortly rather than dropping the expiry.
             log.warning("group %s: timer %s not applied (%s); retrying in 1 s", self.group_id, key, exc)
             if self.active and key not in self._timers:
-                self._timers[key] = asyncio.get_running_loop().call_later(1.0, self._fire, key)
+                self._timers.schedule(key, self._clock() + 1000)
         except Exception:  # a bug must not kill the event loop; keep the group served
             log.exception("group %s: timer %s failed", self.group_id, key)

@@ -15,18 +15,44 @@ connection state:
   session LOST): the runtime is unloaded at once; parked requests get
   NOT_COORDINATOR.
 
-Offsets go to the legacy ZooKeeper layout through :mod:`zkcoord.zk.offsets`,
-fenced by the group's election node so a deposed owner cannot commit.
+Offsets go where the group's offset storage mode (``"os"`` in its state
+record, :mod:`zkcoord.migrate.modes`) says:
+
+=========  ==============================================================
+mode       OffsetCommit                         OffsetFetch
+=========  ==============================================================
+zookeeper  the legacy layout, :mod:`zkcoord.zk.offsets`, fenced by the
+           group's election node (a deposed owner cannot commit)
+dual       ZooKeeper first (fenced), then Kafka   both; per partition the
+           (:mod:`zkcoord.kafka.forwarder`); ack  larger offset
+           only when both stored it               (``core.migration.dual_fetch``)
+kafka      Kafka only, after checking that we     Kafka only
+           still own the group
+=========  ==============================================================
+
+A ``dual`` / ``kafka`` group on a daemon without ``bootstrap_servers``
+answers COORDINATOR_NOT_AVAILABLE (logged once per group). Kafka not
+answering in time: COORDINATOR_NOT_AVAILABLE, so the client retries.
+
+The mode changes while the group is served: a migrate command posts a mode
+request, the owner's :class:`~zkcoord.migrate.modes.ModeRequestWatch` hands
+it to :meth:`GroupManager._on_mode_request`, which persists it through the
+runtime's own fenced write (members kept) and so never races the command.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from zkcoord.core import group as core
 from zkcoord.core.errors import ErrorCode, validate_group_id
-from zkcoord.errors import NotOwnerError, StateError, ZkcoordError
+from zkcoord.core.membership import OFFSET_STORAGES
+from zkcoord.core.migration import dual_fetch
+from zkcoord.errors import NotOwnerError, ServiceUnavailableError, StateError, ZkcoordError
+from zkcoord.kafka.forwarder import KafkaForwarder
+from zkcoord.migrate.modes import ModeRequestWatch
 from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
 
 log = logging.getLogger(__name__)
@@ -35,7 +61,7 @@ E = ErrorCode
 
 class GroupManager:
     def __init__(self, node_id: int, group_config: core.GroupConfig, ownership, store, offsets, nodes,
-                 topic_watcher=None):
+                 topic_watcher=None, *, conn=None, kafka_forwarder: KafkaForwarder | None = None):
         self.node_id = node_id
         self.group_config = group_config
         self.ownership = ownership
@@ -47,6 +73,12 @@ class GroupManager:
         self.runtimes: dict[str, GroupRuntime] = {}
         self._loading: dict[str, asyncio.Task] = {}
         self._broken: dict[str, str] = {}  # group -> why its state cannot be loaded
+        # The daemon does not pass these yet: fall back to its state store's ZooKeeper
+        # connection and to the bootstrap servers its topic watcher polls.
+        conn = conn if conn is not None else getattr(store, "_conn", None)
+        self.mode_requests = ModeRequestWatch(conn, self._on_mode_request) if conn is not None else None
+        self.forwarder = kafka_forwarder if kafka_forwarder is not None else _forwarder_of(topic_watcher)
+        self._warned_no_kafka: set[str] = set()
 
     # -- ownership ---------------------------------------------------------------
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
@@ -94,6 +126,8 @@ class GroupManager:
             raise GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS, str(exc)) from exc
         self._broken.pop(group_id, None)
         self.runtimes[group_id] = runtime
+        if self.mode_requests is not None:
+            self.mode_requests.watch(group_id)  # a request posted before we loaded is delivered now
         return runtime
 
     async def runtime(self, group_id: str, loading_code: ErrorCode = E.COORDINATOR_LOAD_IN_PROGRESS):
@@ -125,6 +159,8 @@ class GroupManager:
 
     def _stepped_down(self, group_id: str) -> None:
         self.runtimes.pop(group_id, None)
+        if self.mode_requests is not None:
+            self.mode_requests.unwatch(group_id)
         if self.topic_watcher is not None:
             self.topic_watcher.untrack(group_id)
 
@@ -158,6 +194,8 @@ class GroupManager:
             for group_id in change.groups:
                 if self.topic_watcher is not None:
                     self.topic_watcher.untrack(group_id)
+                if self.mode_requests is not None:
+                    self.mode_requests.unwatch(group_id)
                 runtime = self.runtimes.pop(group_id, None)
                 if runtime is not None:
                     asyncio.get_running_loop().create_task(runtime.unload(change.reason))
@@ -165,9 +203,33 @@ class GroupManager:
     async def release_all(self) -> None:
         """Graceful stop: unload every group and give up its election node."""
         runtimes, self.runtimes = self.runtimes, {}
+        if self.mode_requests is not None:
+            self.mode_requests.unwatch_all()
         for runtime in runtimes.values():
             await runtime.unload("daemon stopping")
-        await self.ownership.release_all()
+        try:
+            await self.ownership.release_all()
+        finally:
+            if self.forwarder is not None:
+                await self.forwarder.close()
+
+    # -- offset storage mode ----------------------------------------------------------
+    async def _on_mode_request(self, group_id: str, mode: str) -> None:
+        """A migrate command asks for ``mode``: persist it with our own fenced
+        write, then use it (members, generation and timers stay as they are)."""
+        runtime = self.runtimes.get(group_id)
+        if runtime is None or not runtime.active or mode not in OFFSET_STORAGES:
+            return
+
+        def switch(group: core.Group, now_ms: int) -> core.Outcome:
+            if group.offset_storage == mode:
+                return core.Outcome(group)
+            return core.Outcome(dataclasses.replace(group, offset_storage=mode), persist=True)
+
+        before = runtime.group.offset_storage
+        await runtime.apply(switch)
+        if before != mode:
+            log.info("group %s: offset storage %s -> %s", group_id, before, mode)
 
     # -- offsets -------------------------------------------------------------------
     async def commit_offsets(self, group_id, member_id, generation_id, instance_id, wanted):
@@ -180,11 +242,11 @@ class GroupManager:
             if code is E.NONE:
                 missing = await self._missing_partitions(wanted)
                 kept = {(t, p): (o, m or "") for t, p, o, m in wanted if (t, p) not in missing}
-                if kept:
-                    await self.offsets.commit(group_id, kept, fence=self.ownership.fence(group_id))
+                refused = await self._store_offsets(runtime, kept) if kept else {}
                 if member_id:
                     await runtime.apply(lambda g, now: core.touch_member(g, member_id, now))
-                return [E.UNKNOWN_TOPIC_OR_PARTITION if (t, p) in missing else E.NONE for t, p, _, _ in wanted]
+                return [E.UNKNOWN_TOPIC_OR_PARTITION if (t, p) in missing else refused.get((t, p), E.NONE)
+                        for t, p, _, _ in wanted]
         except GroupUnavailableError as exc:
             code = exc.code
         except NotOwnerError:
@@ -194,11 +256,38 @@ class GroupManager:
             code = E.COORDINATOR_LOAD_IN_PROGRESS if self.ownership.is_suspended(group_id) else E.UNKNOWN_SERVER_ERROR
         return [code] * len(wanted)
 
+    async def _store_offsets(self, runtime: GroupRuntime, kept) -> dict[tuple[str, int], ErrorCode]:
+        """Store where the group's mode says; the error of each partition refused."""
+        group_id, mode = runtime.group_id, runtime.group.offset_storage
+        if mode == "zookeeper":
+            await self.offsets.commit(group_id, kept, fence=self.ownership.fence(group_id))
+            return {}
+        forwarder = self._forwarder_for(group_id, mode)
+        if mode == "dual":  # ZooKeeper first: its fenced multi also proves we still own the group
+            await self.offsets.commit(group_id, kept, fence=self.ownership.fence(group_id))
+        else:
+            self.ownership.fence(group_id)  # NotOwnerError if we were deposed meanwhile
+        try:
+            refused = await forwarder.commit(group_id, kept)
+        except ServiceUnavailableError as exc:
+            raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
+        return {tp: _error_code(errno) for tp, errno in refused.items()}
+
+    def _forwarder_for(self, group_id: str, mode: str) -> KafkaForwarder:
+        if self.forwarder is None:
+            if group_id not in self._warned_no_kafka:
+                self._warned_no_kafka.add(group_id)
+                log.error("group %s uses %s offset storage, but this daemon has no Kafka bootstrap servers "
+                          "(--bootstrap-servers); its offset requests get COORDINATOR_NOT_AVAILABLE", group_id, mode)
+            raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE,
+                                        f"{mode} offset storage needs --bootstrap-servers")
+        return self.forwarder
+
     async def fetch_offsets(self, group_id, wanted):
         """OffsetFetch: (group error, [(topic, partition, offset, metadata, error)])."""
         try:
-            await self.runtime(group_id)
-            stored = await self.offsets.fetch(group_id, wanted)
+            runtime = await self.runtime(group_id)
+            stored = await self._fetch_stored(runtime, wanted)
         except GroupUnavailableError as exc:
             return exc.code, []
         except ZkcoordError as exc:
@@ -210,6 +299,25 @@ class GroupManager:
             offset, metadata = stored.get((topic, partition), (-1, ""))
             rows.append((topic, partition, offset, metadata, E.NONE))
         return E.NONE, rows
+
+    async def _fetch_stored(self, runtime: GroupRuntime, wanted) -> dict:
+        """``{(topic, partition): (offset, metadata)}`` from the store(s) of the group's mode."""
+        group_id, mode = runtime.group_id, runtime.group.offset_storage
+        if mode == "zookeeper":
+            return await self.offsets.fetch(group_id, wanted)
+        forwarder = self._forwarder_for(group_id, mode)
+        if mode == "kafka":
+            return await self._kafka_fetch(forwarder, group_id, wanted)
+        zk, kafka = await asyncio.gather(self.offsets.fetch(group_id, wanted),
+                                         self._kafka_fetch(forwarder, group_id, wanted))
+        return merge_dual(zk, kafka)
+
+    @staticmethod
+    async def _kafka_fetch(forwarder: KafkaForwarder, group_id: str, wanted) -> dict:
+        try:
+            return await forwarder.fetch(group_id, wanted)
+        except ServiceUnavailableError as exc:
+            raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
 
     # -- describe, list, delete ------------------------------------------------------
     async def describe(self, group_id):
@@ -260,3 +368,33 @@ class GroupManager:
         except ZkcoordError as exc:
             log.warning("DeleteGroups %s failed: %s", group_id, exc)
             return E.UNKNOWN_SERVER_ERROR
+
+
+def merge_dual(zk: dict, kafka: dict) -> dict:
+    """Per partition the larger of the two offsets (``dual_fetch``) with the
+    metadata stored beside it; on a tie ZooKeeper's metadata.
+
+    >>> merge_dual({("t", 0): (5, "z"), ("t", 1): (9, "z")}, {("t", 0): (7, "k"), ("t", 2): (1, "k")})
+    {('t', 0): (7, 'k'), ('t', 1): (9, 'z'), ('t', 2): (1, 'k')}
+    """
+    merged = {}
+    for tp in sorted(set(zk) | set(kafka)):
+        z, k = zk.get(tp), kafka.get(tp)
+        best = dual_fetch(z[0] if z else None, k[0] if k else None)
+        merged[tp] = z if z is not None and z[0] == best else k
+    return merged
+
+
+def _error_code(errno: int) -> ErrorCode:
+    try:
+        return ErrorCode(errno)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def _forwarder_of(topic_watcher) -> KafkaForwarder | None:
+    """A forwarder to the brokers the daemon's topic watcher knows (set from
+    ``bootstrap_servers``), None without them."""
+    metadata = getattr(topic_watcher, "_kafka", None)
+    bootstrap = getattr(metadata, "bootstrap_servers", "")
+    return KafkaForwarder(bootstrap) if bootstrap else None

@@ -8,6 +8,7 @@
 * :mod:`~zkcoord.zk.state_store` - the fenced, versioned group state
 * :mod:`~zkcoord.zk.offsets` - legacy offsets, batched multi-op commits
 * :mod:`~zkcoord.zk.topics` - partition counts from Kafka's registration
+* :mod:`~zkcoord.zk.layout` - the layout version and its migrations
 
 Every coroutine here runs on the caller's event loop and never blocks it;
 kazoo's threads only hand results over (``aio.post``). Callbacks given to

@@ -160,3 +160,30 @@ class OffsetPaths:
 
     def metadata(self, group: str, topic: str, partition: int) -> str:
         return f"{self.metadata_topic_dir(group, topic)}/{partition_name(partition)}"
+
+
+# -- the migration toolkit ----------------------------------------------------
+# /zkcoord/migrations/<group>                 the group's migration record (JSON)
+# /zkcoord/migrations/<group>/backup          offsets before `migrate apply` (JSON)
+# /zkcoord/migrations/<group>/archive         legacy offsets at `migrate finalize` (JSON)
+# /zkcoord/migrations/<group>/mode-request    the offset-storage mode a migrate
+#                                             command asks the group's owner for
+MIGRATIONS = f"{ROOT}/migrations"
+
+__all__ += ["MIGRATIONS", "migration", "migration_backup", "migration_archive", "mode_request"]
+
+
+def migration(group: str) -> str:
+    return f"{MIGRATIONS}/{component(group, 'group id')}"
+
+
+def migration_backup(group: str) -> str:
+    return f"{migration(group)}/backup"
+
+
+def migration_archive(group: str) -> str:
+    return f"{migration(group)}/archive"
+
+
+def mode_request(group: str) -> str:
+    return f"{migration(group)}/mode-request"

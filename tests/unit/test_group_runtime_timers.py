@@ -1,0 +1,210 @@
+"""The runtime's keyed timers (lazy re-arm, on a fake loop and clock) and the
+runtime's request / timer paths on a real event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+
+from zkcoord.core import group as core
+from zkcoord.core.errors import ErrorCode
+from zkcoord.server.group_runtime import GroupRuntime, KeyedTimers
+
+E = ErrorCode
+
+
+# -- a fake loop: call_later on a fake millisecond clock ---------------------------
+
+@dataclass
+class FakeHandle:
+    when_ms: int
+    seq: int
+    callback: object
+    args: tuple
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+@dataclass
+class FakeLoop:
+    now: int = 0
+    handles: list[FakeHandle] = field(default_factory=list)
+
+    def clock(self) -> int:
+        return self.now
+
+    def call_later(self, delay_s: float, callback, *args) -> FakeHandle:
+        handle = FakeHandle(self.now + round(delay_s * 1000), len(self.handles), callback, args)
+        self.handles.append(handle)
+        return handle
+
+    def pending(self) -> list[FakeHandle]:
+        return [h for h in self.handles if not h.cancelled and h.when_ms is not None]
+
+    def advance(self, to_ms: int) -> None:
+        """Run due handles in (time, arming order), as asyncio does."""
+        while True:
+            due = sorted((h.when_ms, h.seq) for h in self.pending() if h.when_ms <= to_ms)
+            if not due:
+                break
+            handle = self.handles[due[0][1]]
+            self.now = max(self.now, handle.when_ms)
+            handle.when_ms = None  # ran
+            handle.callback(*handle.args)
+        self.now = to_ms
+
+
+def timers(loop: FakeLoop) -> tuple[KeyedTimers, list[tuple[int, str]]]:
+    fired: list[tuple[int, str]] = []
+    return KeyedTimers(loop.clock, lambda key: fired.append((loop.now, key)), loop), fired
+
+
+def test_moving_a_deadline_later_keeps_one_handle_and_fires_at_the_last_deadline():
+    loop = FakeLoop()
+    t, fired = timers(loop)
+    t.schedule("session:m1", 30_000)
+    for now in range(100, 20_000, 100):  # a heartbeat every 100 ms
+        loop.advance(now)
+        t.schedule("session:m1", now + 30_000)
+    assert len(loop.handles) == 1 and t.deadline("session:m1") == 49_900
+    loop.advance(49_899)
+    assert fired == [] and len(loop.handles) == 2  # fired at 30 s, re-armed for 49.9 s
+    loop.advance(60_000)
+    assert fired == [(49_900, "session:m1")] and "session:m1" not in t and len(t) == 0
+
+
+def test_moving_a_deadline_earlier_replaces_the_handle():
+    loop = FakeLoop()
+    t, fired = timers(loop)
+    t.schedule("join", 30_000)
+    t.schedule("join", 5_000)
+    assert [h.cancelled for h in loop.handles] == [True, False]
+    loop.advance(100_000)
+    assert fired == [(5_000, "join")]
+
+
+def test_cancel_and_clear_disarm():
+    loop = FakeLoop()
+    t, fired = timers(loop)
+    t.schedule("a", 10)
+    t.schedule("b", 20)
+    t.schedule("a", 30)
+    t.cancel("a")
+    t.cancel("never-armed")
+    loop.advance(25)
+    assert fired == [(20, "b")] and len(t) == 0
+    t.schedule("a", 40)  # armed again after a cancel: a fresh timer
+    t.schedule("c", 50)
+    loop.advance(45)
+    t.clear()
+    loop.advance(100)
+    assert fired == [(20, "b"), (40, "a")] and not loop.pending()
+
+
+def test_an_overdue_deadline_fires_at_once():
+    loop = FakeLoop(now=1000)
+    t, fired = timers(loop)
+    t.schedule("sync", 400)
+    loop.advance(1000)
+    assert fired == [(1000, "sync")]
+
+
+def test_lazy_timers_fire_exactly_when_eager_ones_would():
+    """Random schedules and cancels on a few keys: the same (time, key)
+    expiries as re-arming eagerly on every Schedule (the core's contract)."""
+    rng = random.Random(7)
+    for _ in range(200):
+        loop = FakeLoop()
+        t, fired = timers(loop)
+        eager: dict[str, int] = {}
+        expected: list[tuple[int, str]] = []
+        now = 0
+        for _ in range(60):
+            step = rng.choice((0, 1, 5, 50, 400))
+            # the reference fires every due key in deadline order, like the loop
+            for deadline, key in sorted((d, k) for k, d in eager.items() if d <= now + step):
+                expected.append((max(deadline, now), key))
+                del eager[key]
+            now += step
+            loop.advance(now)
+            key = rng.choice(("session:a", "session:b", "join"))
+            if rng.random() < 0.15:
+                t.cancel(key)
+                eager.pop(key, None)
+            else:
+                deadline = now + rng.choice((0, 10, 100, 300, 1000))
+                t.schedule(key, deadline)
+                eager[key] = deadline
+        for deadline, key in sorted((d, k) for k, d in eager.items()):
+            expected.append((max(deadline, now), key))
+        loop.advance(now + 10_000)
+        assert sorted(fired) == sorted(expected)
+
+
+# -- the runtime on a real loop ---------------------------------------------------
+
+CONFIG = core.GroupConfig(min_session_timeout_ms=0, initial_rebalance_delay_ms=0)
+
+
+async def _stable_runtime(session_ms: int) -> tuple[GroupRuntime, list]:
+    writes: list = []
+
+    async def persist(group_id, record, version):
+        writes.append(record)
+        return (version or 0) + 1
+
+    runtime = GroupRuntime("g", CONFIG, persist, on_step_down=lambda g: None)
+    await runtime.load(None, None)
+    token = runtime.next_token()
+    join = core.JoinRequest(
+        token=token, group_id="g", member_id="", group_instance_id=None, client_id="c",
+        client_host="/127.0.0.1", session_timeout_ms=session_ms, rebalance_timeout_ms=5000,
+        protocol_type="consumer", protocols=(("range", b"m"),), require_known_member_id=False,
+        new_member_id="m1")
+    # Parked, then answered by the join timer's outcome (a later one).
+    joined = await runtime.call(token, lambda g, now: core.handle_join(g, join, now, CONFIG))
+    assert joined.error is E.NONE and joined.generation_id == 1
+    token = runtime.next_token()
+    sync = core.SyncRequest(token, "m1", 1, assignments={"m1": b"a"})
+    synced = await runtime.call(token, lambda g, now: core.handle_sync(g, sync, now, CONFIG))
+    assert synced.assignment == b"a" and runtime.group.state is core.GroupState.STABLE
+    return runtime, writes
+
+
+async def _heartbeat(runtime: GroupRuntime, member_id: str = "m1"):
+    token = runtime.next_token()
+    req = core.HeartbeatRequest(token, member_id, runtime.group.generation_id)
+    return await runtime.call(token, lambda g, now: core.handle_heartbeat(g, req, now, CONFIG))
+
+
+def test_runtime_heartbeats_keep_a_session_and_its_end_expires_the_member():
+    async def scenario():
+        runtime, writes = await _stable_runtime(session_ms=150)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while loop.time() - start < 0.6:  # four session timeouts, kept alive
+            assert await _heartbeat(runtime) == core.HeartbeatResult(E.NONE)
+            await asyncio.sleep(0.03)
+        assert runtime.group.state is core.GroupState.STABLE and "m1" in runtime.group.members
+        assert not runtime._futures  # answered from the outcome, nothing parked
+        await asyncio.sleep(0.4)  # silence: the session ends
+        assert runtime.group.state is core.GroupState.EMPTY and runtime.group.generation_id == 2
+        assert writes[-1]["s"] == "Empty"
+        assert await _heartbeat(runtime) == core.HeartbeatResult(E.UNKNOWN_MEMBER_ID)
+        await runtime.unload("test over")
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_runtime_unload_stops_the_timers():
+    async def scenario():
+        runtime, _ = await _stable_runtime(session_ms=100)
+        await runtime.unload("test over")
+        before = runtime.group
+        await asyncio.sleep(0.25)  # past the session: nothing fires any more
+        assert runtime.group is before and runtime.group.state is core.GroupState.DEAD
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))

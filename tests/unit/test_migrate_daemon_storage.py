@@ -1,0 +1,197 @@
+"""The daemon's offset storage modes without a network: a GroupManager with
+in-memory stand-ins for ZooKeeper offsets, the state store and Kafka, and
+KafkaGroupOffsets over a scripted admin client."""
+
+from __future__ import annotations
+
+import asyncio
+
+import kafka.errors as Errors
+import pytest
+from kafka import TopicPartition
+from kafka.structs import OffsetAndMetadata
+
+from zkcoord.core.errors import ErrorCode as E
+from zkcoord.core.group import GroupConfig
+from zkcoord.errors import ServiceUnavailableError
+from zkcoord.kafka.forwarder import KafkaGroupOffsets
+from zkcoord.server.manager import GroupManager, merge_dual
+
+T0, T1, T2 = ("t", 0), ("t", 1), ("t", 2)
+
+
+class Ownership:
+    def is_owned(self, group):
+        return True
+
+    def is_suspended(self, group):
+        return False
+
+    def fence(self, group):
+        return f"fence-{group}"
+
+
+class Store:
+    """The state store: one record per group, versions counted."""
+
+    def __init__(self, records):
+        self.records = {g: (r, 0) for g, r in records.items()}
+        self.writes = []
+
+    async def load(self, group):
+        return self.records.get(group, (None, -1))
+
+    async def write(self, group, record, version):
+        self.writes.append((group, record, version))
+        self.records[group] = (record, (version or 0) + 1)
+        return (version or 0) + 1
+
+
+class ZkOffsets:
+    def __init__(self, stored=None):
+        self.stored = dict(stored or {})
+        self.commits = []
+
+    async def commit(self, group, offsets, fence=None):
+        self.commits.append((group, dict(offsets), fence))
+        self.stored.update(offsets)
+
+    async def fetch(self, group, partitions=None):
+        return {tp: v for tp, v in self.stored.items() if partitions is None or tp in partitions}
+
+
+class Kafka:
+    def __init__(self, stored=None, refuse=None, down=False):
+        self.stored, self.refuse, self.down = dict(stored or {}), dict(refuse or {}), down
+        self.commits = []
+
+    async def commit(self, group, offsets):
+        if self.down:
+            raise ServiceUnavailableError("Kafka at k:9092 did not answer")
+        self.commits.append((group, dict(offsets)))
+        self.stored.update({tp: v for tp, v in offsets.items() if tp not in self.refuse})
+        return {tp: code for tp, code in self.refuse.items() if tp in offsets}
+
+    async def fetch(self, group, partitions=None):
+        if self.down:
+            raise ServiceUnavailableError("Kafka at k:9092 did not answer")
+        return {tp: v for tp, v in self.stored.items() if partitions is None or tp in partitions}
+
+    async def close(self):
+        pass
+
+
+def manager(mode, zk=None, kafka=None):
+    record = {"v": 1, "s": "Empty", "g": 0, "os": mode}
+    store = Store({"g": record})
+    m = GroupManager(1, GroupConfig(), Ownership(), store, zk or ZkOffsets(), nodes=None, kafka_forwarder=kafka)
+    return m, store
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_zookeeper_mode_never_touches_kafka():
+    zk, kafka = ZkOffsets(), Kafka()
+    m, _ = manager("zookeeper", zk, kafka)
+    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "m")])) == [E.NONE]
+    assert (zk.commits, kafka.commits) == ([("g", {T0: (5, "m")}, "fence-g")], [])
+
+
+def test_dual_mode_commits_zookeeper_then_kafka_and_fetches_the_max():
+    zk, kafka = ZkOffsets({T1: (9, "z1"), T2: (3, "z2")}), Kafka({T1: (4, "k1"), T2: (3, "k2")})
+    m, _ = manager("dual", zk, kafka)
+    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "m")])) == [E.NONE]
+    assert zk.commits == [("g", {T0: (5, "m")}, "fence-g")] and kafka.commits == [("g", {T0: (5, "m")})]
+    kafka.stored[T0] = (8, "k0")  # Kafka ahead on 0, ZooKeeper ahead on 1, equal on 2
+    code, rows = run(m.fetch_offsets("g", None))
+    assert (code, rows) == (E.NONE, [("t", 0, 8, "k0", E.NONE), ("t", 1, 9, "z1", E.NONE), ("t", 2, 3, "z2", E.NONE)])
+
+
+def test_kafka_mode_commits_and_fetches_kafka_only():
+    zk, kafka = ZkOffsets({T0: (1, "")}), Kafka({T0: (7, "k")})
+    m, _ = manager("kafka", zk, kafka)
+    assert run(m.commit_offsets("g", "", -1, None, [("t", 1, 2, "")])) == [E.NONE]
+    assert zk.commits == [] and kafka.commits == [("g", {T1: (2, "")})]
+    assert run(m.fetch_offsets("g", [T0, T2])) == (E.NONE, [("t", 0, 7, "k", E.NONE), ("t", 2, -1, "", E.NONE)])
+
+
+def test_kafka_refusals_are_passed_on_per_partition():
+    kafka = Kafka(refuse={T1: 12})
+    m, _ = manager("dual", kafka=kafka)
+    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, ""), ("t", 1, 6, "x" * 10)])) == \
+        [E.NONE, E.OFFSET_METADATA_TOO_LARGE]
+
+
+@pytest.mark.parametrize("mode", ["dual", "kafka"])
+def test_kafka_down_or_not_configured_is_coordinator_not_available(mode):
+    m, _ = manager(mode, kafka=Kafka(down=True))
+    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])) == [E.COORDINATOR_NOT_AVAILABLE]
+    assert run(m.fetch_offsets("g", None)) == (E.COORDINATOR_NOT_AVAILABLE, [])
+    bare, _ = manager(mode, kafka=None)
+    assert run(bare.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])) == [E.COORDINATOR_NOT_AVAILABLE]
+    assert run(bare.fetch_offsets("g", None)) == (E.COORDINATOR_NOT_AVAILABLE, [])
+
+
+def test_a_mode_request_is_persisted_by_the_owner_and_used_at_once():
+    zk, kafka = ZkOffsets(), Kafka()
+    m, store = manager("zookeeper", zk, kafka)
+
+    async def scenario():
+        await m.runtime("g")
+        await m._on_mode_request("g", "dual")
+        await m._on_mode_request("g", "dual")  # the same request again: no second write
+        await m._on_mode_request("g", "bogus")  # ignored
+        return await m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])
+
+    assert run(scenario()) == [E.NONE]
+    assert [(g, r["os"], v) for g, r, v in store.writes] == [("g", "dual", 0)]
+    assert kafka.commits == [("g", {T0: (5, "")})]
+
+
+def test_merge_dual_takes_the_larger_offset_and_its_metadata():
+    assert merge_dual({T0: (5, "z"), T1: (9, "z")}, {T0: (7, "k"), T1: (9, "k"), T2: (1, "k")}) == \
+        {T0: (7, "k"), T1: (9, "z"), T2: (1, "k")}
+    assert merge_dual({}, {}) == {}
+
+
+# -- KafkaGroupOffsets --------------------------------------------------------------------------
+
+class ScriptedAdmin:
+    def __init__(self, **script):
+        self.script = {name: list(answers) for name, answers in script.items()}
+        self.calls = []
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.calls.append((name, args))
+            answer = self.script[name].pop(0)
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+        return call
+
+
+def kafka_with(admin) -> KafkaGroupOffsets:
+    kafka = KafkaGroupOffsets("k1:9092", request_timeout_ms=2000)
+    kafka._admin = admin
+    return kafka
+
+
+def test_commit_retries_retriable_partition_errors_and_returns_the_others():
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    admin = ScriptedAdmin(alter_group_offsets=[
+        {tp0: Errors.NotCoordinatorError, tp1: Errors.NoError},
+        {tp0: Errors.NoError, tp1: Errors.OffsetMetadataTooLargeError}])
+    assert kafka_with(admin).commit_with_metadata("g", {T0: (5, "a"), T1: (6, "b")}) == {T1: 12}
+    sent = admin.calls[-1][1]
+    assert sent[0] == "g" and sent[1][tp0] == OffsetAndMetadata(5, "a", None)
+
+
+def test_fetch_keeps_metadata_and_drops_partitions_without_an_offset():
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    admin = ScriptedAdmin(list_group_offsets=[{"g": {tp0: OffsetAndMetadata(5, "m", -1),
+                                                     tp1: OffsetAndMetadata(-1, "", -1)}}])
+    assert kafka_with(admin).fetch_with_metadata("g", [T0, T1]) == {T0: (5, "m")}
+    assert admin.calls == [("list_group_offsets", ({"g": [tp0, tp1]},))]

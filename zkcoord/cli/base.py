@@ -1,0 +1,32 @@
+"""The error-reporting click group every zkcoord command group uses.
+
+Owns turning a :class:`~zkcoord.errors.ZkcoordError` into one red line on
+stderr and the error's exit code. Kept apart from :mod:`zkcoord.cli.main` so
+command modules can import it without importing the whole CLI.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from zkcoord.errors import ZkcoordError
+
+err_console = Console(stderr=True, highlight=False)
+
+
+class ZkcoordGroup(click.Group):
+    """A click group that reports ZkcoordError as a message and exit code."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ZkcoordError as exc:
+            err_console.print(Text.assemble(("error: ", "bold red"), str(exc)), soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            sys.exit(130)

@@ -1,0 +1,358 @@
+"""``zkcoord groups`` and ``zkcoord describe``: inspection on the command line.
+
+* ``groups``   every group zkcoord knows (state znodes), every legacy group
+  (under ``--zk-root``) and, with ``--bootstrap-servers``, every group Kafka
+  knows: name, state, owner daemon, members, storage mode, source.
+* ``describe`` the three views of ``kafka-consumer-groups --describe``
+  (``--offsets``, the default; ``--members``; ``--state``) plus what only
+  zkcoord knows: owner daemon, generation, storage mode, both stores side by
+  side during dual-commit, the migration phase.
+
+Both read ZooKeeper directly (so they work with every daemon down, and say
+so), print tables or JSON (the schema is in :mod:`zkcoord.inspect.model`),
+and with ``--watch`` refresh in place. Exit codes: 0; 1 a group is unknown
+or its state is corrupt (the others are still shown); 2 ZooKeeper cannot be
+reached, or a bad option. The work is in :mod:`zkcoord.inspect`; rendering
+lives here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+from zkcoord.core.membership import OFFSET_STORAGES, GroupState
+from zkcoord.errors import UsageError, ZkcoordError
+from zkcoord.inspect import Inspector, select
+from zkcoord.inspect.model import DescribeReport, GroupsReport, GroupView
+from zkcoord.kafka.offsets import KafkaOffsets
+from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.paths import OffsetPaths
+
+R = TypeVar("R", DescribeReport, GroupsReport)
+STATES = {s.value.lower(): s.value for s in GroupState}
+
+
+# ------------------------------------------------------------------ options
+def _common_options(func):
+    options = [
+        click.option("--zookeeper", envvar="ZKCOORD_ZOOKEEPER", show_envvar=True, required=True,
+                     help="ZooKeeper connection string HOST:PORT[,HOST:PORT...][/chroot]."),
+        click.option("--zk-root", envvar="ZKCOORD_OFFSETS_ZK_ROOT", show_envvar=True, default="/consumers",
+                     show_default=True, help="Root of the legacy offsets (/kafka/consumers for a chrooted layout)."),
+        click.option("--bootstrap-servers", envvar="ZKCOORD_BOOTSTRAP_SERVERS", show_envvar=True, default=None,
+                     help="Kafka brokers HOST:PORT[,...]: log end offsets, lag, Kafka's offsets and groups."),
+        click.option("--timeout-ms", type=click.IntRange(1_000, 3_600_000), default=15_000, show_default=True,
+                     help="How long to wait for ZooKeeper and Kafka."),
+        click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True),
+        click.option("--watch", is_flag=True, help="Refresh in place until Ctrl-C (JSON: one document per line)."),
+        click.option("--interval", type=click.FloatRange(0.2, 3600), default=2.0, show_default=True,
+                     help="Seconds between refreshes with --watch."),
+        click.option("--count", type=click.IntRange(1), default=None,
+                     help="With --watch: stop after this many refreshes."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@dataclass(frozen=True)
+class _Target:
+    zookeeper: str
+    zk_root: str
+    bootstrap_servers: str | None
+    timeout_ms: int
+    output: str
+    watch: bool
+    interval: float
+    count: int | None
+
+
+def _target(**kw: Any) -> _Target:
+    OffsetPaths(kw["zk_root"])  # ConfigError before any I/O
+    return _Target(kw["zookeeper"], kw["zk_root"], kw["bootstrap_servers"] or None, kw["timeout_ms"],
+                   kw["output"], kw["watch"], kw["interval"], kw["count"])
+
+
+# ------------------------------------------------------------------ groups
+@click.command()
+@click.option("--state", "states", multiple=True, metavar="STATE",
+              help="Only groups in this state (repeatable or comma-separated; any case).")
+@click.option("--mode", "modes", multiple=True, type=click.Choice(OFFSET_STORAGES),
+              help="Only groups with this offset storage (repeatable).")
+@_common_options
+def groups(states: tuple[str, ...], modes: tuple[str, ...], **options: Any) -> None:
+    """List consumer groups: zkcoord's, legacy ones and (with --bootstrap-servers) Kafka's.
+
+    Columns: GROUP, STATE, OWNER (the daemon coordinating it), MEMBERS,
+    STORAGE (zookeeper, dual, kafka) and SOURCE (zkcoord: a state znode;
+    legacy: a node under --zk-root; kafka: Kafka knows it). States of zkcoord
+    groups are as last stored in ZooKeeper.
+    """
+    wanted = _parse_states(states)
+    target = _target(**options)
+
+    async def report(inspector: Inspector) -> GroupsReport:
+        found = await inspector.groups()
+        return GroupsReport(found.zookeeper, found.zk_root, found.bootstrap_servers, found.daemons,
+                            select(found.groups, wanted, modes), found.notes)
+
+    title = "zkcoord groups" + "".join(f" --state {s}" for s in wanted) + "".join(f" --mode {m}" for m in modes)
+    _execute(target, report, _groups_table, title)
+
+
+def _parse_states(states: tuple[str, ...]) -> tuple[str, ...]:
+    found = []
+    for item in (s.strip() for value in states for s in value.split(",")):
+        if item.lower() not in STATES:
+            raise UsageError(f"--state {item!r} is not a group state; use one of {', '.join(STATES.values())}")
+        found.append(STATES[item.lower()])
+    return tuple(found)
+
+
+def _groups_table(report: GroupsReport) -> list[RenderableType]:
+    out: list[RenderableType] = [_note(n) for n in report.notes]
+    if not report.groups:
+        return out + [Text("no consumer groups found")]
+    table = _table("GROUP", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE")
+    for g in report.groups:
+        owner = "-" if g.owner is None else g.owner.label()
+        table.add_row(g.group, _state_text(g.state), owner, _cell(g.members), _cell(g.storage), "+".join(g.sources))
+    return out + [table]
+
+
+# ------------------------------------------------------------------ describe
+@click.command()
+@click.argument("group_ids", nargs=-1, metavar="GROUP...")
+@click.option("--all-groups", is_flag=True, help="Describe every group `zkcoord groups` lists.")
+@click.option("--offsets", "offsets_view", is_flag=True, help="Per partition offsets, log end, lag, owner (default).")
+@click.option("--members", "members_view", is_flag=True, help="Per member: id, host, client, #partitions.")
+@click.option("--state", "state_view", is_flag=True, help="Coordinator, strategy, state, #members, generation.")
+@click.option("--verbose", is_flag=True, help="Members: the assignment. Offsets: both stores. State: more columns.")
+@_common_options
+def describe(group_ids: tuple[str, ...], all_groups: bool, offsets_view: bool, members_view: bool,
+             state_view: bool, verbose: bool, **options: Any) -> None:
+    """Describe consumer groups as kafka-consumer-groups --describe does, plus
+    zkcoord's owner daemon, generation, storage mode and, during dual-commit,
+    the ZooKeeper and Kafka offsets side by side.
+
+    Reads ZooKeeper directly (and the owner daemon when it answers), so it
+    works with every daemon down. LOG-END-OFFSET and LAG need
+    --bootstrap-servers. A partition with a committed offset and no owner
+    shows "-" as its consumer. Exit 1 if a group is unknown.
+    """
+    if sum((offsets_view, members_view, state_view)) > 1:
+        raise UsageError("--offsets, --members and --state are different views: give at most one")
+    if bool(group_ids) == all_groups:
+        raise UsageError("name the groups to describe (GROUP...) or give --all-groups, not both")
+    view = "members" if members_view else "state" if state_view else "offsets"
+    target = _target(**options)
+
+    async def report(inspector: Inspector) -> DescribeReport:
+        names = list(group_ids) or [g.group for g in (await inspector.groups()).groups]
+        return await inspector.describe(names)
+
+    title = "zkcoord describe " + (" ".join(group_ids) or "--all-groups") + f" --{view}"
+    _execute(target, report, lambda r: _describe_tables(r, view, verbose), title)
+
+
+def _describe_tables(report: DescribeReport, view: str, verbose: bool) -> list[RenderableType]:
+    out: list[RenderableType] = [_note(n) for n in report.notes]
+    if view == "state":
+        return out + _state_view(report.groups, verbose)
+    for g in report.groups:
+        out.append(Text(""))
+        out.append(_heading(g))
+        out += [_note(n, indent=True) for n in g.notes]
+        out.append(_members_table(g, verbose) if view == "members" else _offsets_table(g, verbose))
+    return out
+
+
+def _heading(g: GroupView) -> Text:
+    parts = [g.state]
+    if g.generation is not None:
+        parts.append(f"generation {g.generation}")
+    parts.append(f"storage {g.storage}")
+    if g.coordinator is not None:
+        parts.append(f"coordinator {g.coordinator.label()}")
+    if g.migration is not None:
+        parts.append(f"migration phase {g.migration.phase}")
+    parts.append({"daemon": "live from the owner", "zookeeper": "read from ZooKeeper",
+                  "kafka": "from Kafka"}.get(g.read_from, g.read_from))
+    return Text.assemble((f"Consumer group {g.group!r}", "bold"), ": " + ", ".join(parts))
+
+
+def _offsets_table(g: GroupView, verbose: bool) -> Table:
+    both = verbose or g.storage == "dual"
+    columns = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET"]
+    columns += ["ZK-OFFSET", "KAFKA-OFFSET"] if both else []
+    table = _table(*columns, "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID")
+    for row in g.offsets:
+        cells = [g.group, row.topic, str(row.partition), _cell(row.current_offset)]
+        stores = [_cell(row.zookeeper_offset), _cell(row.kafka_offset)] if both else []
+        cells += stores + [_cell(row.log_end_offset), _cell(row.lag), _cell(row.member_id), _cell(row.host),
+                           _cell(row.client_id)]
+        style = "yellow" if both and row.zookeeper_offset != row.kafka_offset else ""
+        table.add_row(*cells, style=style)
+    return table
+
+
+def _members_table(g: GroupView, verbose: bool) -> Table:
+    columns = ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+    table = _table(*columns, *(["ASSIGNMENT"] if verbose else []))
+    for m in g.members:
+        cells = [g.group, m.member_id, _cell(m.group_instance_id), _cell(m.host), _cell(m.client_id),
+                 _cell(m.partitions)]
+        if verbose:
+            cells.append(_assignment(m.assignment))
+        table.add_row(*cells)
+    return table
+
+
+def _assignment(assignment) -> str:
+    """kafka-consumer-groups' form: ``a(0,1),b(2)``; ``-`` for none or unknown."""
+    if not assignment:
+        return "-"
+    return ",".join(f"{topic}({','.join(str(p) for p in ps)})" for topic, ps in assignment)
+
+
+def _state_view(views: tuple[GroupView, ...], verbose: bool) -> list[RenderableType]:
+    columns = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS", "GENERATION", "STORAGE",
+               "MIGRATION"]
+    table = _table(*columns, *(["PROTOCOL-TYPE", "READ-FROM"] if verbose else []))
+    notes: list[RenderableType] = []
+    for g in views:
+        coordinator = "-" if g.coordinator is None else g.coordinator.label()
+        cells = [g.group, coordinator, _cell(g.assignment_strategy), _state_text(g.state), str(len(g.members)),
+                 _cell(g.generation), g.storage, "-" if g.migration is None else g.migration.phase]
+        table.add_row(*cells, *([_cell(g.protocol_type), g.read_from] if verbose else []))
+        notes += [_note(f"{g.group}: {n}") for n in g.notes]
+    return ([table] if views else []) + notes
+
+
+# ------------------------------------------------------------------ rendering helpers
+def _table(*columns: str) -> Table:
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def _state_text(state: str) -> Text:
+    colour = {"Stable": "green", "Empty": "dim", "Dead": "red"}.get(state, "yellow")
+    return Text(state, style=colour)
+
+
+def _note(text: str, indent: bool = False) -> Text:
+    return Text.assemble(("  " if indent else "") + "note: ", Text(text, style="yellow"))
+
+
+def _error(message: str) -> Text:
+    return Text.assemble(("error: ", "bold red"), message)
+
+
+def _error_lines(report: DescribeReport | GroupsReport) -> list[str]:
+    return [e.message for e in getattr(report, "errors", ())]
+
+
+def _print(renderables: list[RenderableType], console: Console | None = None) -> None:
+    """Print without wrapping when not on a terminal (pipes, files): one row per line, as
+    kafka-consumer-groups does, so grep and awk see whole rows."""
+    console = console or Console(highlight=False)
+    if not console.is_terminal:
+        unbounded = console.options.update_width(1_000_000)
+        widths = [Measurement.get(console, unbounded, r).maximum for r in renderables]
+        console = Console(highlight=False, width=max([80, *widths]))
+    for renderable in renderables:
+        console.print(renderable)
+
+
+# ------------------------------------------------------------------ running
+def _execute(target: _Target, report: Callable[[Inspector], Awaitable[R]],
+             tables: Callable[[R], list[RenderableType]], title: str) -> None:
+    kafka = KafkaOffsets(target.bootstrap_servers, request_timeout_ms=target.timeout_ms,
+                         client_id="zkcoord-inspect") if target.bootstrap_servers else None
+    conn = ZkConnection(target.zookeeper, connect_timeout_ms=target.timeout_ms, request_timeout_ms=target.timeout_ms)
+
+    async def main() -> int:
+        async with conn:
+            inspector = Inspector(conn, zk_root=target.zk_root, kafka=kafka,
+                                  live_timeout_s=min(3.0, target.timeout_ms / 1000))
+            try:
+                if target.watch:
+                    return await _watch(target, lambda: report(inspector), tables, title)
+                return _emit(target, await report(inspector), tables)
+            finally:
+                if kafka is not None:
+                    await asyncio.to_thread(kafka.close)
+
+    try:
+        code = asyncio.run(main())
+    except KeyboardInterrupt:
+        if not target.watch:
+            raise
+        code = 0  # Ctrl-C is how a watch ends
+    if code:
+        sys.exit(code)
+
+
+def _emit(target: _Target, report: R, tables: Callable[[R], list[RenderableType]]) -> int:
+    if target.output == "json":
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        _print(tables(report))
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    for message in _error_lines(report):
+        errors.print(_error(message))
+    return getattr(report, "exit_code", 0)
+
+
+async def _watch(target: _Target, report: Callable[[], Awaitable[R]],
+                 tables: Callable[[R], list[RenderableType]], title: str) -> int:
+    """Refresh every ``interval`` s: in place on a terminal, one snapshot after
+    another elsewhere, one JSON document per line with --output json. A
+    refresh that fails shows its error and the watch goes on."""
+    console = Console(highlight=False)
+    live = Live(console=console, auto_refresh=False) if target.output == "table" and console.is_terminal else None
+    code, done = 0, 0
+    with live if live is not None else contextlib.nullcontext():
+        while target.count is None or done < target.count:
+            found, failure = None, None
+            try:
+                found = await report()
+                code = getattr(found, "exit_code", 0)
+            except ZkcoordError as exc:
+                failure, code = str(exc), exc.exit_code
+            done += 1
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            if target.output == "json":
+                document = {"error": failure} if found is None else found.as_dict()
+                click.echo(json.dumps(dict(document, at=stamp), separators=(",", ":")))
+            else:
+                header = Text.assemble((f"Every {target.interval:g}s: {title}", "bold"), f"    {stamp}")
+                body = [_error(failure + " (retrying)")] if found is None else tables(found) + [
+                    _error(m) for m in _error_lines(found)]
+                if live is not None:
+                    live.update(Group(header, *body), refresh=True)
+                else:
+                    _print([header, *body, Text("")], console)
+            if target.count is None or done < target.count:
+                await asyncio.sleep(target.interval)
+    return code

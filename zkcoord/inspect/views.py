@@ -1,0 +1,342 @@
+"""From gathered facts to what ``describe`` and ``groups`` show. No I/O.
+
+This module owns the rules of inspection; :mod:`zkcoord.inspect.gather`
+reads ZooKeeper, the owner daemon and Kafka into the ``*Facts`` values here,
+and everything below is a pure function of them (unit-tested exactly):
+
+* **State and members** of a zkcoord group come from its owner daemon's
+  DescribeGroups answer when the owner is registered and answers (live: it
+  sees a rebalance as it runs), else from the state record in ZooKeeper (as
+  last stored; a note says so). The generation is always the record's.
+* **Assignments** are consumer-protocol bytes (``ConsumerProtocolAssignment``,
+  decoded with kafka-python's class, as the version-0 prefix every version
+  starts with); another protocol type, or bytes that do not decode, leave
+  the member's partitions unknown (``-``), as Kafka's tool does.
+* **Current offset** by storage mode: ``zookeeper`` the legacy znode,
+  ``kafka`` Kafka's committed offset, ``dual`` the larger of the two
+  (:func:`zkcoord.core.migration.dual_fetch`, what a member resumes from).
+* **Rows** of the offsets view: every partition assigned to a member, plus
+  every partition with a committed offset in the store(s) the mode reads;
+  a partition nobody owns shows ``-`` for its consumer, host and client.
+* **Legacy groups** (a node under the legacy root, no state record): their
+  old ZooKeeper consumers are ``<root>/<g>/ids/<consumer id>`` and the
+  partition owners ``<root>/<g>/owners/<topic>/<p>`` (a consumer thread id,
+  ``<consumer id>-<thread>``); state Stable while consumers are registered,
+  else Empty. Storage is ``zookeeper``.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
+
+from zkcoord.core.group import GroupDescription, describe, from_record
+from zkcoord.core.migration import dual_fetch, parse_legacy_offset
+from zkcoord.errors import StateError
+from zkcoord.inspect.model import (
+    Assignment, Coordinator, Daemon, GroupError, GroupSummary, GroupView, KafkaGroupInfo, MemberView, Migration,
+    OffsetRow,
+)
+
+__all__ = ["TopicPartition", "ZkFacts", "LiveFacts", "KafkaFacts", "decode_assignment", "legacy_host", "in_kafka",
+           "coordinator_of", "description_of", "wanted_partitions", "build_view", "not_found", "summarize"]
+
+TopicPartition = tuple[str, int]
+CONSUMER = "consumer"
+NO_MEMBERS = "Consumer group {group!r} has no active members."
+
+
+@dataclass(frozen=True)
+class ZkFacts:
+    """What ZooKeeper holds about one group (raw, as read)."""
+
+    group: str
+    record: Mapping | None = None  # the decoded state record
+    record_error: str | None = None  # the state znode exists but is not a record
+    owner_node_id: int | None = None  # node id in the lowest contender
+    legacy: bool = False  # <root>/<group> exists
+    zk_offsets: Mapping[TopicPartition, str | None] = field(default_factory=dict)  # raw znode text
+    legacy_ids: tuple[str, ...] = ()
+    legacy_owners: Mapping[TopicPartition, str] = field(default_factory=dict)  # thread ids
+    migration: Mapping | None = None
+    migration_error: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveFacts:
+    """The owner daemon's DescribeGroups answer, or why there is none."""
+
+    description: GroupDescription | None = None
+    error: str | None = None  # set when the owner was asked and did not answer
+
+
+@dataclass(frozen=True)
+class KafkaFacts:
+    """What Kafka said about one group; ``asked`` is False without bootstrap servers."""
+
+    asked: bool = False
+    committed: Mapping[TopicPartition, int] | None = None  # None: not asked / not answered
+    group: KafkaGroupInfo | None = None
+    log_ends: Mapping[TopicPartition, int] = field(default_factory=dict)
+    missing_topics: frozenset[str] = frozenset()
+
+
+# ------------------------------------------------------------ small rules
+def decode_assignment(protocol_type: str | None, data: bytes) -> Assignment | None:
+    """A member's partitions from consumer-protocol assignment bytes, None if unknown.
+
+    >>> raw = ConsumerProtocolAssignment(version=0, assigned_partitions=[
+    ...     ConsumerProtocolAssignment.TopicPartition(topic="b", partitions=[2, 0]),
+    ...     ConsumerProtocolAssignment.TopicPartition(topic="a", partitions=[1])], user_data=None).encode()
+    >>> decode_assignment("consumer", bytes(raw))
+    (('a', (1,)), ('b', (0, 2)))
+    >>> decode_assignment("consumer", b""), decode_assignment("connect", bytes(raw))
+    ((), None)
+    """
+    if protocol_type != CONSUMER:
+        return None
+    if not data:
+        return ()
+    buffer = io.BytesIO(bytes(data))
+    try:
+        version = ConsumerProtocolAssignment.parse_header(buffer)
+        decoded = ConsumerProtocolAssignment.decode(buffer, version=0, header=False)
+    except (struct.error, ValueError, TypeError):
+        return None
+    if version < 0 or decoded.assigned_partitions is None:
+        return None
+    merged: dict[str, set[int]] = {}
+    for entry in decoded.assigned_partitions:
+        if entry.topic is None:
+            return None
+        merged.setdefault(entry.topic, set()).update(entry.partitions or ())
+    return tuple((topic, tuple(sorted(ps))) for topic, ps in sorted(merged.items()))
+
+
+def legacy_host(group: str, consumer_id: str) -> str | None:
+    """The host in an old consumer's id ``<group>_<host>-<millis>-<uuid8>``.
+
+    >>> legacy_host("g", "g_web-1.example-1700000000000-abcd1234"), legacy_host("g", "other")
+    ('web-1.example', None)
+    """
+    prefix = f"{group}_"
+    if not consumer_id.startswith(prefix):
+        return None
+    parts = consumer_id[len(prefix):].rsplit("-", 2)
+    if len(parts) != 3 or not parts[0] or not parts[1].isdigit():
+        return None
+    return parts[0]
+
+
+def coordinator_of(owner_node_id: int | None, daemons: Mapping[int, Daemon]) -> Coordinator | None:
+    if owner_node_id is None:
+        return None
+    daemon = daemons.get(owner_node_id)
+    if daemon is None:
+        return Coordinator(owner_node_id, None, None, live=False)
+    return Coordinator(owner_node_id, daemon.host, daemon.port, live=True)
+
+
+def description_of(zk: ZkFacts, live: LiveFacts) -> GroupDescription | None:
+    """The live description, else the stored record's; StateError if the record is corrupt."""
+    stored = None if zk.record is None else describe(from_record(zk.group, zk.record))
+    return live.description if live.description is not None else stored
+
+
+def _members(description: GroupDescription) -> tuple[MemberView, ...]:
+    return tuple(MemberView(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                            decode_assignment(description.protocol_type, m.assignment))
+                 for m in description.members)
+
+
+def _legacy_members(zk: ZkFacts) -> tuple[MemberView, ...]:
+    owned: dict[str, dict[str, set[int]]] = {}
+    for (topic, partition), thread in zk.legacy_owners.items():
+        owned.setdefault(_legacy_consumer(thread, zk.legacy_ids), {}).setdefault(topic, set()).add(partition)
+    return tuple(MemberView(cid, None, "", legacy_host(zk.group, cid) or "",
+                            tuple((t, tuple(sorted(ps))) for t, ps in sorted(owned.get(cid, {}).items())))
+                 for cid in sorted(zk.legacy_ids))
+
+
+def _legacy_consumer(thread_id: str, consumer_ids: Iterable[str]) -> str:
+    base = thread_id.rsplit("-", 1)[0]
+    return base if base in set(consumer_ids) else thread_id
+
+
+def wanted_partitions(zk: ZkFacts, description: GroupDescription | None,
+                      kafka_committed: Mapping[TopicPartition, int] | None) -> set[TopicPartition]:
+    """Every partition the offsets view of this group may show (for log end lookups)."""
+    found = {tp for tp, raw in zk.zk_offsets.items()} | set(kafka_committed or {}) | set(zk.legacy_owners)
+    if description is not None:
+        for member in _members(description):
+            found |= {(t, p) for t, ps in member.assignment or () for p in ps}
+    return found
+
+
+# ------------------------------------------------------------ offsets view
+def _owners(members: tuple[MemberView, ...]) -> dict[TopicPartition, MemberView]:
+    return {(t, p): m for m in members for t, ps in m.assignment or () for p in ps}
+
+
+def offset_rows(group: str, storage: str, members: tuple[MemberView, ...], zk: ZkFacts,
+                kafka: KafkaFacts) -> tuple[tuple[OffsetRow, ...], list[str]]:
+    """The offsets view's rows, sorted by topic and partition, and notes on them."""
+    notes: list[str] = []
+    zk_parsed: dict[TopicPartition, int] = {}
+    for tp, raw in sorted(zk.zk_offsets.items()):
+        value = parse_legacy_offset(raw)
+        if value is None:
+            notes.append(f"legacy offset of {tp[0]}-{tp[1]} is {raw!r}, not an offset")
+        else:
+            zk_parsed[tp] = value
+    committed = dict(kafka.committed or {})
+    owners = _owners(members)
+    shown = set(owners)
+    if storage in ("zookeeper", "dual"):
+        shown |= set(zk.zk_offsets)
+    if storage in ("kafka", "dual"):
+        shown |= set(committed)
+    legacy_threads = zk.legacy_owners
+    rows = []
+    for tp in sorted(shown):
+        z, k = zk_parsed.get(tp), committed.get(tp)
+        current = z if storage == "zookeeper" else k if storage == "kafka" else dual_fetch(z, k)
+        owner = owners.get(tp)
+        member_id, host, client = (owner.member_id, owner.host, owner.client_id) if owner else (None, None, None)
+        if owner is None and tp in legacy_threads:  # an old consumer's thread owns it
+            member_id = legacy_threads[tp]  # the owning thread, as Kafka's old tools showed it
+            host = legacy_host(group, member_id.rsplit("-", 1)[0])
+        rows.append(OffsetRow(tp[0], tp[1], current, z, k, kafka.log_ends.get(tp), member_id, host or None,
+                              client or None))
+    for topic in sorted(kafka.missing_topics & {t for t, _ in shown}):
+        notes.append(f"topic {topic!r} does not exist in Kafka: no log end offset")
+    return tuple(rows), notes
+
+
+# ------------------------------------------------------------ a whole group
+def not_found(group: str, zk_root: str, bootstrap_servers: str | None) -> GroupError:
+    where = f"no state at /coordinators/{group}/state, nothing under {zk_root}/{group}"
+    where += f", and Kafka at {bootstrap_servers} does not know it" if bootstrap_servers else \
+        " (Kafka not asked: no --bootstrap-servers)"
+    return GroupError(group, "not-found", f"consumer group {group!r} does not exist: {where}; "
+                                          "`zkcoord groups` lists the groups")
+
+
+def _migration(zk: ZkFacts, notes: list[str]) -> Migration | None:
+    if zk.migration_error:
+        notes.append(zk.migration_error)
+    if not zk.migration or "phase" not in zk.migration:
+        return None
+    since = zk.migration.get("since_ms")
+    return Migration(str(zk.migration["phase"]), since if isinstance(since, int) else None)
+
+
+def _owner_notes(coordinator: Coordinator | None, live: LiveFacts, daemons: Mapping[int, Daemon],
+                 tool_node_id: int) -> list[str]:
+    stored = "showing its state as last stored in ZooKeeper"
+    if coordinator is not None and coordinator.node_id == tool_node_id:
+        return [f"a zkcoord migrate command holds the group's election right now; {stored}"]
+    if coordinator is None:
+        return [f"no daemon owns the group now (the next FindCoordinator loads it); {stored}"] if daemons else []
+    if not coordinator.live:
+        return [f"its owner, node {coordinator.node_id}, is not registered under /zkcoord/nodes "
+                f"(stopping or lost); {stored}"]
+    if live.error:
+        return [f"its owner {coordinator.label()} did not answer DescribeGroups ({live.error}); {stored}"]
+    return []
+
+
+def in_kafka(kafka: KafkaFacts) -> bool:
+    """Kafka knows the group: it has committed offsets there, or Kafka's coordinator has it."""
+    return bool(kafka.committed) or (kafka.group is not None and kafka.group.state != "Dead")
+
+
+def _sources(zk: ZkFacts, kafka_knows: bool) -> tuple[str, ...]:
+    return tuple(s for s, present in (("zkcoord", zk.record is not None), ("legacy", zk.legacy),
+                                      ("kafka", kafka_knows)) if present)
+
+
+def build_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping[int, Daemon], *,
+               zk_root: str, bootstrap_servers: str | None, tool_node_id: int) -> GroupView | GroupError:
+    """The group's view, or why it has none (not found, corrupt record)."""
+    if zk.record_error is not None:
+        return GroupError(zk.group, "corrupt", zk.record_error)
+    sources = _sources(zk, in_kafka(kafka))
+    if not sources:
+        return not_found(zk.group, zk_root, bootstrap_servers)
+    try:
+        description = description_of(zk, live)
+    except StateError as exc:
+        return GroupError(zk.group, "corrupt", str(exc))
+    if zk.record is not None:
+        return _zkcoord_view(zk, live, kafka, daemons, description, sources, bootstrap_servers, tool_node_id)
+    if zk.legacy:
+        return _legacy_view(zk, kafka, sources)
+    return _kafka_view(zk, kafka, sources)
+
+
+def _zkcoord_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping[int, Daemon],
+                  description: GroupDescription, sources: tuple[str, ...], bootstrap_servers: str | None,
+                  tool_node_id: int) -> GroupView:
+    record = zk.record or {}
+    storage = str(record.get("os", "zookeeper"))
+    coordinator = coordinator_of(zk.owner_node_id, daemons)
+    notes = _owner_notes(coordinator, live, daemons, tool_node_id)
+    members = _members(description)
+    rows, row_notes = offset_rows(zk.group, storage, members, zk, kafka)
+    notes += row_notes
+    if storage != "zookeeper" and not kafka.asked:
+        notes.append(f"the group's offsets are in Kafka too ({storage} storage); pass --bootstrap-servers "
+                     "(or set ZKCOORD_BOOTSTRAP_SERVERS) to see them")
+    if storage != "zookeeper" and kafka.group is not None and kafka.group.members:
+        notes.append(f"Kafka's own coordinator reports {kafka.group.members} member(s) in this group "
+                     f"({kafka.group.state}): consumers outside zkcoord use the same group id")
+    if not members:
+        notes.append(NO_MEMBERS.format(group=zk.group))
+    migration = _migration(zk, notes)
+    return GroupView(
+        zk.group, sources, description.state, "daemon" if live.description is not None else "zookeeper", storage,
+        generation=int(record["g"]), protocol_type=description.protocol_type or record.get("pt"),
+        assignment_strategy=description.protocol or record.get("pn") or None, coordinator=coordinator,
+        migration=migration, kafka_group=kafka.group, members=members, offsets=rows, notes=tuple(notes))
+
+
+def _legacy_view(zk: ZkFacts, kafka: KafkaFacts, sources: tuple[str, ...]) -> GroupView:
+    members = _legacy_members(zk)
+    rows, notes = offset_rows(zk.group, "zookeeper", (), zk, kafka)
+    notes.insert(0, f"legacy group: no zkcoord state; {len(members)} old ZooKeeper consumer(s) registered")
+    if not members:
+        notes.append(NO_MEMBERS.format(group=zk.group))
+    migration = _migration(zk, notes)
+    return GroupView(zk.group, sources, "Stable" if members else "Empty", "zookeeper", "zookeeper",
+                     members=members, offsets=rows, notes=tuple(notes), migration=migration,
+                     kafka_group=kafka.group)
+
+
+def _kafka_view(zk: ZkFacts, kafka: KafkaFacts, sources: tuple[str, ...]) -> GroupView:
+    group = kafka.group or KafkaGroupInfo("Empty", 0)
+    rows, notes = offset_rows(zk.group, "kafka", (), zk, kafka)
+    notes.insert(0, "Kafka's own coordinator manages this group; zkcoord shows its offsets and state only "
+                    f"({group.members} member(s): kafka-consumer-groups --members lists them)")
+    return GroupView(zk.group, sources, group.state, "kafka", "kafka", offsets=rows, notes=tuple(notes),
+                     kafka_group=group)
+
+
+# ------------------------------------------------------------ groups listing
+def summarize(zk: ZkFacts, kafka_group: KafkaGroupInfo | None, known_to_kafka: bool,
+              daemons: Mapping[int, Daemon]) -> GroupSummary:
+    """One line of ``zkcoord groups``, from the record (as stored), legacy ids or Kafka."""
+    sources = _sources(zk, known_to_kafka)
+    record = zk.record
+    if record is not None:
+        return GroupSummary(zk.group, str(record.get("s", "-")), sources, str(record.get("os", "zookeeper")),
+                            len(record.get("m") or ()), record.get("g"), coordinator_of(zk.owner_node_id, daemons))
+    if zk.legacy:
+        return GroupSummary(zk.group, "Stable" if zk.legacy_ids else "Empty", sources, "zookeeper",
+                            len(zk.legacy_ids))
+    group = kafka_group or KafkaGroupInfo("Dead", 0)
+    return GroupSummary(zk.group, group.state, sources, "kafka", group.members)

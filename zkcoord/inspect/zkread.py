@@ -1,0 +1,201 @@
+"""Reading what ZooKeeper holds about groups, for inspection. Reads only.
+
+This module owns the read side of every znode inspection looks at: the
+registered daemons (``/zkcoord/nodes``), a group's state record, its
+election (the lowest contender's node id), its migration record, and the
+legacy layout under the offsets root (offsets, old consumers' ``ids`` and
+``owners``). It never writes and needs no daemon: with every daemon down it
+reads the same znodes.
+
+Rules:
+
+1. Reads are pipelined (every read of one round issued at once, one loop
+   hop per round) and each group's read is one idempotent step under the
+   connection's retry, so a connection loss re-reads the group.
+2. A znode that vanishes between listing and reading is simply absent.
+3. A state znode that is not a record, or a migration record that is not
+   JSON, is reported in the facts (``record_error`` / ``migration_error``),
+   never raised: the other groups are still shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
+
+from zkcoord.errors import StateError
+from zkcoord.inspect.model import Daemon
+from zkcoord.inspect.views import TopicPartition, ZkFacts
+from zkcoord.zk import aio, paths
+from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.nodes import NodeInfo
+from zkcoord.zk.state_store import decode_state
+
+__all__ = ["read_daemons", "read_group", "list_zkcoord_groups", "list_legacy_groups"]
+
+_IDS, _OWNERS = "ids", "owners"  # old ZooKeeper consumers: registrations and partition owners
+
+
+def _raise_unexpected(*outcomes: Any) -> None:
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, NoNodeError):
+            raise outcome
+
+
+def _children(outcome: Any) -> list[str]:
+    return [] if isinstance(outcome, NoNodeError) else list(outcome)
+
+
+async def read_daemons(conn: ZkConnection) -> dict[int, Daemon]:
+    """Every registered daemon by node id (unreadable registrations skipped)."""
+    async def inner() -> dict[int, Daemon]:
+        client = conn.client
+        try:
+            names = await aio.call(client.get_children_async, paths.NODES)
+        except NoNodeError:
+            return {}
+        ids = sorted(int(n) for n in names if n.isascii() and n.isdigit() and int(n) < 2**31)
+        outcomes = await aio.gather(asyncio.get_running_loop(), [client.get_async(paths.node(i)) for i in ids])
+        _raise_unexpected(*outcomes)
+        found = {}
+        for node_id, outcome in zip(ids, outcomes):
+            if isinstance(outcome, NoNodeError):
+                continue
+            try:
+                info = NodeInfo.from_json(node_id, outcome[0])
+            except StateError:
+                continue
+            found[node_id] = Daemon(node_id, info.host, info.port, info.version)
+        return found
+    return await conn.retry("list the zkcoord daemons", inner)
+
+
+async def list_zkcoord_groups(conn: ZkConnection) -> list[str]:
+    """Every group with a state znode, sorted."""
+    async def inner() -> list[str]:
+        client = conn.client
+        try:
+            names = await aio.call(client.get_children_async, paths.COORDINATORS)
+        except NoNodeError:
+            return []
+        names = [n for n in names if _valid(n)]
+        stats = await aio.gather(asyncio.get_running_loop(), [client.exists_async(paths.state(n)) for n in names])
+        _raise_unexpected(*stats)
+        return sorted(n for n, stat in zip(names, stats) if isinstance(stat, ZnodeStat))
+    return await conn.retry("list the zkcoord groups", inner)
+
+
+async def list_legacy_groups(conn: ZkConnection, offsets: paths.OffsetPaths) -> list[str]:
+    """Every group under the legacy offsets root, sorted."""
+    async def inner() -> list[str]:
+        try:
+            return sorted(n for n in await aio.call(conn.client.get_children_async, offsets.root) if _valid(n))
+        except NoNodeError:
+            return []
+    return await conn.retry(f"list the groups under {offsets.root}", inner)
+
+
+def _valid(name: str) -> bool:
+    try:
+        paths.component(name, "group id")
+        return True
+    except Exception:  # a name zkcoord could not address; nothing to show
+        return False
+
+
+async def read_group(conn: ZkConnection, offsets: paths.OffsetPaths, group: str, *,
+                     with_offsets: bool = True) -> ZkFacts:
+    """Everything ZooKeeper holds about ``group`` (``with_offsets=False``: no
+    offsets and partition owners, for the groups listing)."""
+    paths.state(group)  # UsageError for a name that cannot be a znode, before any I/O
+    offsets.group(group)
+    return await conn.retry(f"read group {group!r}", _inner_read_group, conn, offsets, group, with_offsets)
+
+
+async def _inner_read_group(conn: ZkConnection, offsets: paths.OffsetPaths, group: str,
+                            with_offsets: bool) -> ZkFacts:
+    client = conn.client
+    loop = asyncio.get_running_loop()
+    state, contenders, legacy, ids, migration = await aio.gather(loop, [
+        client.get_async(paths.state(group)),
+        client.get_children_async(paths.owner_dir(group)),
+        client.exists_async(offsets.group(group)),
+        client.get_children_async(f"{offsets.group(group)}/{_IDS}"),
+        client.get_async(paths.migration(group)),
+    ])
+    _raise_unexpected(state, contenders, legacy, ids, migration)
+    record, record_error = _record(group, state)
+    migration_record, migration_error = _migration(group, migration)
+    zk_offsets: dict[TopicPartition, str | None] = {}
+    owners: dict[TopicPartition, str] = {}
+    if with_offsets:
+        raw = await _topic_partitions(client, offsets.offsets_dir(group))
+        zk_offsets = {tp: _text(v) for tp, v in raw.items()}
+        if record is None and isinstance(legacy, ZnodeStat):
+            raw_owners = await _topic_partitions(client, f"{offsets.group(group)}/{_OWNERS}")
+            owners = {tp: _text(v) or "" for tp, v in raw_owners.items()}
+    return ZkFacts(group, record=record, record_error=record_error,
+                   owner_node_id=await _owner(client, group, _children(contenders)),
+                   legacy=isinstance(legacy, ZnodeStat), zk_offsets=zk_offsets,
+                   legacy_ids=tuple(sorted(_children(ids))), legacy_owners=owners,
+                   migration=migration_record, migration_error=migration_error)
+
+
+def _record(group: str, outcome: Any) -> tuple[dict | None, str | None]:
+    if isinstance(outcome, NoNodeError):
+        return None, None
+    try:
+        return decode_state(group, paths.state(group), outcome[0]), None
+    except StateError as exc:
+        return None, str(exc)
+
+
+def _migration(group: str, outcome: Any) -> tuple[dict | None, str | None]:
+    if isinstance(outcome, NoNodeError) or not outcome[0]:
+        return None, None  # none, or a data-less parent of the mode-request znode
+    try:
+        record = json.loads(outcome[0].decode())
+    except (UnicodeDecodeError, ValueError):
+        record = None
+    if not isinstance(record, dict):
+        return None, f"migration record {paths.migration(group)} is not a JSON object; migration phase not shown"
+    return record, None
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+async def _owner(client: Any, group: str, contenders: list[str]) -> int | None:
+    """Node id in the lowest contender of the group's election (None: nobody owns it)."""
+    ordered = sorted((c for c in contenders if paths.contender_sequence(c) is not None),
+                     key=lambda c: int(paths.contender_sequence(c)))
+    for name in ordered:
+        try:
+            data, _ = await aio.call(client.get_async, paths.contender(group, name))
+        except NoNodeError:
+            continue  # left while we looked: the next one owns the group
+        text = data.decode("ascii", errors="replace").strip()
+        return int(text) if text.isdigit() else None
+    return None
+
+
+async def _topic_partitions(client: Any, base: str) -> dict[TopicPartition, bytes | None]:
+    """``{(topic, partition): data}`` of a ``<base>/<topic>/<partition>`` tree."""
+    loop = asyncio.get_running_loop()
+    try:
+        topics = sorted(await aio.call(client.get_children_async, base))
+    except NoNodeError:
+        return {}
+    listed = await aio.gather(loop, [client.get_children_async(f"{base}/{t}") for t in topics])
+    _raise_unexpected(*listed)
+    names: list[tuple[str, str]] = []
+    for topic, children in zip(topics, listed):
+        names += [(topic, n) for n in _children(children) if n.isascii() and n.isdigit()]
+    values = await aio.gather(loop, [client.get_async(f"{base}/{t}/{n}") for t, n in names])
+    _raise_unexpected(*values)
+    return {(t, int(n)): v[0] for (t, n), v in zip(names, values) if not isinstance(v, NoNodeError)}

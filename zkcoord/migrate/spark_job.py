@@ -1,0 +1,474 @@
+"""The migration toolkit's Spark job: plan or verify many groups at once.
+
+This module owns the driver side of the job: the Spark session
+(:func:`spark_session`), listing and selecting the legacy groups, spreading
+them over Spark partitions, running :func:`zkcoord.migrate.spark_tasks.run_partition`
+on each, writing the report, collecting the totals (:func:`run_job`), and
+reporting progress to a callback (the CLI draws the bar). What a task does is
+in :mod:`zkcoord.migrate.spark_tasks`.
+
+Where it runs:
+
+* **local** (default, no set-up): ``local[*]``, Spark UI off, small shuffle,
+  1 GiB driver, Spark's own logging at ERROR, Python workers on this
+  interpreter. Fits a 2-core machine.
+* **a cluster**: ``master="spark://host:7077"`` (or ``yarn``, ``k8s://...``):
+  the zkcoord package is zipped and shipped with ``addPyFile``; executors
+  need Python 3.11+ with kazoo and kafka-python (``pip install zkcoord``
+  there ships all three, and then shipping is not needed).
+* **spark-submit**: ``spark-submit --master URL --py-files zkcoord.zip
+  $(python -c 'import zkcoord.__main__ as m; print(m.__file__)') migrate run-job ...``:
+  the session spark-submit made is used as it is.
+
+A session that was already running (tests, notebooks, spark-submit) is used
+and left running; one this module started is stopped.
+
+The report (``report_dir`` must be reachable by the driver and every
+executor: a local path in local mode, HDFS/S3/NFS on a cluster)::
+
+    <report_dir>/partitions.parquet/   one row per partition (REPORT_COLUMNS)
+    <report_dir>/partitions.csv/       the same rows sorted, one CSV file with a header
+    <report_dir>/groups.csv/           group notes and errors: group, kind (note|error), message
+
+Rules:
+
+1. The tasks run once: the Parquet write is the only action over them; the
+   CSV is written from the Parquet files, and the totals come from an
+   accumulator filled by those same tasks.
+2. An existing report is never overwritten without ``overwrite``; this is
+   checked before any task runs.
+3. A task's ZkcoordError comes back as the same error class and message;
+   anything else as a ZkcoordError naming the job.
+4. Progress comes from the tasks themselves (a line to the driver after each
+   batch of groups), so the bar moves during a task, not only when one ends;
+   task counts come from Spark's StatusTracker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import zkcoord
+from zkcoord import errors
+from zkcoord.core.frozenmap import FrozenMap
+from zkcoord.core.migration import Decision, Options, Totals
+from zkcoord.errors import UsageError, ZkcoordError
+from zkcoord.kafka.offsets import check_bootstrap_servers
+from zkcoord.migrate.legacy import LegacyOffsets
+from zkcoord.migrate.plan import Selection, select_groups
+from zkcoord.migrate.spark_tasks import MODES, REPORT_COLUMNS, JobSummary, SummaryParam, TaskSpec, run_partition
+from zkcoord.zk.connection import ZkConnection, parse_hosts
+from zkcoord.zk.paths import OffsetPaths
+
+__all__ = ["JobConfig", "JobProgress", "JobResult", "ReportPaths", "spark_session", "run_job", "LOCAL_CONF"]
+
+log = logging.getLogger(__name__)
+
+LOCAL_MASTER = "local[*]"
+LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "1g",
+    "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.python.worker.reuse": "true",
+}
+_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.spark.name = org.apache.spark
+logger.spark.level = error
+logger.hadoop.name = org.apache.hadoop
+logger.hadoop.level = error
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+"""
+_TASK_ERROR = re.compile(r"^(zkcoord(?:\.\w+)*)\.(\w+): (.+)$", re.MULTILINE)
+_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """One run of the job; validated on construction, before any I/O."""
+
+    zookeeper: str
+    bootstrap_servers: str
+    selection: Selection
+    report_dir: str
+    mode: str = "plan"
+    zk_root: str = "/consumers"
+    options: Options = Options()
+    timeout_ms: int = 15_000
+    spark_partitions: int | None = None  # None: Spark's default parallelism
+    batch_groups: int = 100
+    zk_reads: str = "auto"
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        parse_hosts(self.zookeeper)
+        check_bootstrap_servers(self.bootstrap_servers)
+        OffsetPaths(self.zk_root)
+        if self.mode not in MODES:
+            raise UsageError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if not isinstance(self.report_dir, str) or not self.report_dir.strip():
+            raise UsageError("the report directory is empty; give --report-dir DIR")
+        if self.spark_partitions is not None and (isinstance(self.spark_partitions, bool) or not isinstance(
+                self.spark_partitions, int) or not 1 <= self.spark_partitions <= 100_000):
+            raise UsageError(f"--spark-partitions must be from 1 to 100000, got {self.spark_partitions!r}")
+        self.task_spec()  # validates batch_groups and zk_reads
+
+    def task_spec(self, progress_address: tuple[str, int] | None = None, token: str = "") -> TaskSpec:
+        return TaskSpec(self.zookeeper, self.bootstrap_servers, self.zk_root, self.mode, self.options,
+                        self.timeout_ms, self.batch_groups, self.zk_reads, progress_address, token)
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """What the job has done so far (``offsets_done``: partition rows decided)."""
+
+    groups_done: int
+    groups_total: int
+    offsets_done: int
+    tasks_done: int
+    tasks_total: int
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    parquet: str
+    csv: str
+    groups_csv: str
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """Totals as :func:`~zkcoord.core.migration.make_plan` computes them over
+    the groups read; ``error_groups`` could not be read (see ``errors``)."""
+
+    mode: str
+    groups_selected: int
+    totals: Totals
+    error_groups: int
+    statuses: Mapping[str, int]
+    notes: tuple[tuple[str, str], ...]
+    errors: tuple[tuple[str, str], ...]
+    report: ReportPaths
+    spark_partitions: int
+    elapsed_s: float
+    options: Options = field(default_factory=Options)
+
+
+ProgressCallback = Callable[[JobProgress], None]
+
+
+# ------------------------------------------------------------------ the session
+def _is_local(master: str | None) -> bool:
+    return master is None or master == "local" or master.startswith("local[")
+
+
+@contextlib.contextmanager
+def spark_session(master: str | None = None, *, app_name: str = "zkcoord-migrate",
+                  ship_package: bool | None = None, conf: Mapping[str, str] | None = None) -> Iterator[Any]:
+    """A SparkSession for the job: ``master`` None means ``local[*]``, or
+    spark-submit's master when run under spark-submit. ``ship_package``
+    (default: when the master is not local) adds a zip of zkcoord to the
+    executors' Python path. A session already running is used and not stopped."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is not None:
+        yield SparkSession.builder.getOrCreate()
+        return
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM and chose the master
+    builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
+    if master is not None or not submitted:
+        builder = builder.master(master or LOCAL_MASTER)
+    if _is_local(master) and not submitted:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import zkcoord and its dependencies
+        for key, value in LOCAL_CONF.items():
+            builder = builder.config(key, value)
+        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_log4j2_file()}")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    workdir = Path(tempfile.mkdtemp(prefix="zkcoord-spark-"))
+    try:
+        try:
+            spark = builder.getOrCreate()
+        except Exception as exc:
+            raise errors.ServiceUnavailableError(
+                f"cannot start Spark (master {master or LOCAL_MASTER}): {_first_line(exc)}; check the master URL "
+                "and that Java 17+ is installed") from None
+        try:
+            spark.sparkContext.setLogLevel("ERROR")
+            if ship_package if ship_package is not None else not spark.sparkContext.master.startswith("local"):
+                spark.sparkContext.addPyFile(str(_package_zip(workdir)))
+            yield spark
+        finally:
+            spark.stop()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _log4j2_file() -> Path:
+    path = Path(tempfile.gettempdir()) / f"zkcoord-spark-log4j2-{os.getuid()}.properties"
+    if not path.exists() or path.read_text() != _LOG4J2:
+        path.write_text(_LOG4J2)
+    return path
+
+
+def _package_zip(workdir: Path) -> Path:
+    """A zip of the zkcoord package, for executors that do not have it installed."""
+    package = Path(zkcoord.__file__).resolve().parent
+    target = workdir / "zkcoord.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(package.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                archive.write(path, path.relative_to(package.parent))
+    return target
+
+
+# ------------------------------------------------------------------ the job
+def run_job(config: JobConfig, spark: Any, on_progress: ProgressCallback | None = None) -> JobResult:
+    """List the groups, run the tasks, write the report; the totals.
+
+    Raises the tasks' ZkcoordError (ZooKeeper or Kafka unreachable ...),
+    UsageError if the report exists and ``overwrite`` is false.
+    """
+    started = time.monotonic()
+    sc = spark.sparkContext
+    report = _report_paths(config.report_dir, sc.master)
+    if not config.overwrite:
+        _refuse_existing(sc, report)
+    groups = asyncio.run(_list_groups(config))
+    slices = max(1, min(config.spark_partitions or sc.defaultParallelism, len(groups) or 1))
+    summary = sc.accumulator(JobSummary(), SummaryParam())
+    job_group = f"zkcoord-{config.mode}-{uuid.uuid4().hex[:8]}"
+    server = _ProgressServer("127.0.0.1" if sc.master.startswith("local") else "0.0.0.0")
+    address = ("127.0.0.1" if sc.master.startswith("local") else sc.getConf().get("spark.driver.host"),
+               server.port)
+    spec = config.task_spec(address, server.token)
+    poller = _Poller(sc, job_group, server, len(groups), on_progress, started)
+    done = False
+    try:
+        server.start()
+        poller.start()
+        sc.setJobGroup(job_group, f"zkcoord migrate {config.mode} of {len(groups)} group(s)")
+        rows = sc.parallelize(groups, slices).mapPartitions(partial(run_partition, spec, summary))
+        frame = spark.createDataFrame(rows, _schema(), verifySchema=False)
+        mode = "overwrite" if config.overwrite else "errorifexists"
+        _translated(lambda: frame.write.mode(mode).parquet(report.parquet))
+        found: JobSummary = summary.value
+        written = spark.read.parquet(report.parquet)
+        _translated(lambda: written.orderBy("group", "topic", "partition").coalesce(1).write.mode(mode)
+                    .options(header=True, escape='"').csv(report.csv))
+        _write_groups(spark, found, report.groups_csv, mode)
+        done = True
+    finally:
+        poller.stop(final=done)
+        server.close()
+    return _result(config, found, len(groups), report, slices, time.monotonic() - started)
+
+
+async def _list_groups(config: JobConfig) -> list[str]:
+    conn = ZkConnection(config.zookeeper, connect_timeout_ms=config.timeout_ms,
+                        request_timeout_ms=config.timeout_ms)
+    async with conn:
+        return await select_groups(LegacyOffsets(conn, config.zk_root), config.selection)
+
+
+def _schema():
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    types = {"partition": IntegerType(), "kafka": LongType(), "log_start": LongType(), "log_end": LongType(),
+             "target": LongType()}
+    return StructType([StructField(name, types.get(name, StringType()), nullable=name != "group")
+                       for name in REPORT_COLUMNS])
+
+
+def _report_paths(report_dir: str, master: str) -> ReportPaths:
+    base = report_dir.strip()
+    if "://" not in base and master.startswith("local"):
+        base = Path(base).expanduser().resolve().as_uri()  # executors and driver share this machine
+    base = base.rstrip("/")
+    return ReportPaths(f"{base}/partitions.parquet", f"{base}/partitions.csv", f"{base}/groups.csv")
+
+
+def _refuse_existing(sc: Any, report: ReportPaths) -> None:
+    jvm = sc._jvm  # Hadoop's FileSystem: the same check Spark makes, for every scheme it knows
+    for target in (report.parquet, report.csv, report.groups_csv):
+        path = jvm.org.apache.hadoop.fs.Path(target)
+        if path.getFileSystem(sc._jsc.hadoopConfiguration()).exists(path):
+            raise UsageError(f"the report {target} already exists; choose another --report-dir or pass "
+                             "--overwrite")
+
+
+def _write_groups(spark: Any, found: JobSummary, path: str, mode: str) -> None:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    rows = [(g, "error", text) for g, text in found.errors] + [(g, "note", text) for g, text in found.notes]
+    schema = StructType([StructField(name, StringType(), False) for name in ("group", "kind", "message")])
+    frame = spark.createDataFrame(sorted(rows), schema)
+    _translated(lambda: frame.coalesce(1).write.mode(mode).options(header=True, escape='"').csv(path))
+
+
+def _result(config: JobConfig, found: JobSummary, selected: int, report: ReportPaths, slices: int,
+            elapsed_s: float) -> JobResult:
+    totals = Totals(found.groups, found.partitions, found.to_write, found.flagged, found.active_groups,
+                    FrozenMap({d: found.by_decision.get(d.value, 0) for d in Decision}))
+    return JobResult(config.mode, selected, totals, found.error_groups, dict(sorted(found.by_status.items())),
+                     tuple(sorted(found.notes)), tuple(sorted(found.errors)), report, slices, elapsed_s,
+                     config.options)
+
+
+def _translated(action: Callable[[], Any]) -> Any:
+    """Run a Spark action; its failure as the ZkcoordError it was (rule 3)."""
+    try:
+        return action()
+    except ZkcoordError:
+        raise
+    except Exception as exc:
+        raise _task_error(exc) from None
+
+
+def _task_error(exc: BaseException) -> ZkcoordError:
+    text = str(exc)
+    if "PATH_ALREADY_EXISTS" in text:
+        return UsageError(f"the report already exists ({_first_line(exc)}); choose another --report-dir or pass "
+                          "--overwrite")
+    found = _TASK_ERROR.findall(text)
+    if found:
+        module, name, message = found[-1]
+        kind = getattr(errors, name, None)
+        if not (isinstance(kind, type) and issubclass(kind, ZkcoordError)):
+            kind = ZkcoordError
+        return kind(message.strip())
+    log.debug("the Spark job failed: %s", text)
+    return ZkcoordError(f"the Spark job failed: {_first_line(exc)} (run with -vv for Spark's whole message)")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(exc).__name__
+
+
+# ------------------------------------------------------------------ progress
+class _ProgressServer:
+    """Counts the ``<token> <groups> <offsets>`` lines tasks send (see
+    :class:`~zkcoord.migrate.spark_tasks.ProgressReporter`); lines without
+    this run's token are ignored."""
+
+    def __init__(self, host: str) -> None:
+        self.token = secrets.token_hex(16)
+        self._sock = socket.create_server((host, 0))
+        self.port = self._sock.getsockname()[1]
+        self._lock = threading.Lock()
+        self.groups = self.offsets = 0
+        self._closed = False
+
+    def start(self) -> None:
+        threading.Thread(target=self._accept, name="zkcoord-progress", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._read, args=(conn,), name="zkcoord-progress-task", daemon=True).start()
+
+    def _read(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("r", encoding="ascii", errors="replace") as lines:
+            for line in lines:
+                token, _, counts = line.partition(" ")
+                numbers = counts.split()
+                if token != self.token or len(numbers) != 2 or not all(n.isdigit() for n in numbers):
+                    return
+                with self._lock:
+                    self.groups += int(numbers[0])
+                    self.offsets += int(numbers[1])
+
+    def counts(self) -> tuple[int, int]:
+        with self._lock:
+            return self.groups, self.offsets
+
+    def close(self) -> None:
+        self._closed = True
+        self._sock.close()
+
+
+class _Poller:
+    """Calls ``on_progress`` every 0.2 s with the tasks' counts and Spark's task counts."""
+
+    def __init__(self, sc: Any, job_group: str, server: _ProgressServer, total: int,
+                 on_progress: ProgressCallback | None, started: float) -> None:
+        self._sc, self._job_group, self._server = sc, job_group, server
+        self._total, self._on_progress, self._started = total, on_progress, started
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._on_progress is not None:
+            self._thread = threading.Thread(target=self._run, name="zkcoord-progress-poll", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(_POLL_S):
+            self._emit()
+
+    def _tasks(self) -> tuple[int, int]:
+        done = total = 0
+        try:
+            tracker = self._sc.statusTracker()
+            for job_id in tracker.getJobIdsForGroup(self._job_group):
+                job = tracker.getJobInfo(job_id)
+                for stage_id in (job.stageIds if job else ()):
+                    stage = tracker.getStageInfo(stage_id)
+                    if stage is not None:
+                        done, total = done + stage.numCompletedTasks, total + stage.numTasks
+        except Exception:  # the tracker is a nicety; a stopping context must not break the job
+            log.debug("Spark status tracker failed", exc_info=True)
+        return done, total
+
+    def _emit(self, final: bool = False) -> None:
+        groups, offsets = self._server.counts()
+        tasks_done, tasks_total = self._tasks()
+        if final:
+            groups = self._total
+        try:
+            self._on_progress(JobProgress(min(groups, self._total), self._total, offsets, tasks_done, tasks_total,
+                                          time.monotonic() - self._started))
+        except Exception:
+            log.exception("the progress callback failed")
+
+    def stop(self, final: bool = False) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            if final:
+                self._emit(final=True)

@@ -1,0 +1,674 @@
+"""What one Spark task of the migration job does with its share of the groups.
+
+This module owns the executor side of :mod:`zkcoord.migrate.spark_job`: the
+report's row layout (:data:`REPORT_COLUMNS`) and statuses, the task entry
+point :func:`run_partition` given to ``mapPartitions``, the summary each task
+adds to the job's accumulator (:class:`JobSummary`), the progress lines a
+task sends to the driver (:class:`ProgressReporter`), and reading legacy
+groups in bulk with ZooKeeper's multiRead (:class:`MultiReadLegacy`).
+
+A task opens ONE :class:`~zkcoord.zk.connection.ZkConnection` and ONE
+:class:`~zkcoord.kafka.offsets.KafkaOffsets` for all its groups, runs one
+asyncio loop, and works through its groups in batches of
+``TaskSpec.batch_groups``. Per batch: the legacy reads of every group at once
+(pipelined), Kafka's committed offsets and group states for the whole batch,
+then partition counts and log ranges of the topics and partitions not seen
+yet (cached for the task), then the decisions, with the single-group path's
+own functions: ``_plan_one`` of :mod:`zkcoord.migrate.plan` (facts ->
+:func:`~zkcoord.core.migration.plan_group`), :func:`~zkcoord.migrate.verify.compare`
+and :func:`~zkcoord.migrate.apply.apply_group`. The next batch's reads are in
+flight while a batch is decided and its rows handed to Spark.
+
+Modes and the ``status`` of each row (a table, not ifs)::
+
+    mode    status        meaning
+    ------  ------------  -----------------------------------------------------------------
+    plan    write         applying would commit ``target`` (the decision writes)
+    plan    skip          applying would leave Kafka as it is
+    verify  ok            Kafka is at or past min(legacy, log end)
+    verify  behind        Kafka has no offset there, or a smaller one (verify.compare)
+    verify  unverifiable  the topic or partition is gone from Kafka, or the legacy value
+                          is not an offset: not compared
+    verify  not-migrated  one row per group named with --group whose migration record is
+                          not at kafka-committed, dual or kafka (with --all / --pattern
+                          such groups are not verified at all, as in migrate verify)
+    apply   committed     apply_group committed ``target`` to Kafka in this run
+    apply   skipped       the plan writes nothing there (see ``decision`` and ``note``)
+    apply   unchanged     Kafka already had it (equal), or the commit was done by an
+                          earlier run that this one resumed
+    apply   already-done  the group was already in dual or kafka: left alone
+    apply   refused       the group has members in Kafka's own coordinator
+    apply   failed        apply_group failed for the group (the groups report says why)
+    any     error         the group could not be read: one row without a topic whose
+                          note says why; the other groups go on
+
+Rules:
+
+1. A failure of one group's data (a corrupt state record, a znode we may not
+   read, a name that cannot be a znode) is that group's ``error`` row; in
+   apply, any ZkcoordError of a group is its ``failed`` outcome, as in
+   ``apply_groups``. Losing ZooKeeper or Kafka while reading fails the task
+   with the ZkcoordError, which the driver raises again.
+2. plan writes nothing. verify reads ZooKeeper before Kafka (a dual-commit
+   consumer writes ZooKeeper first) and records each migrated group's result
+   in its migration record, as ``migrate verify`` does (``record_verify``).
+   apply is ``apply_group``, per group, ``apply_concurrency`` groups at once.
+3. Progress lines are best effort: a driver that cannot be reached costs the
+   bar its updates, never the job.
+4. multiRead (ZooKeeper 3.6+) returns every znode's outcome separately, so a
+   missing znode is a NoNodeError in its slot, as with one read per znode;
+   ``zk_reads="auto"`` uses it when ``srvr`` says 3.6 or later, else one read
+   per znode through :class:`~zkcoord.migrate.legacy.LegacyOffsets`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import socket
+from collections import Counter, namedtuple
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from kazoo.exceptions import EXCEPTIONS, NoNodeError, ZookeeperError
+from kazoo.protocol.serialization import int_struct, multiheader_struct, read_buffer, read_string, stat_struct, \
+    write_string
+
+from zkcoord.core.migration import Decision, GroupPlan, Options, make_plan
+from zkcoord.errors import ServiceUnavailableError, UsageError, ZkcoordError
+from zkcoord.kafka.offsets import KafkaOffsets, LogRange, TopicPartition
+from zkcoord.migrate.apply import Adapters, ApplyOptions, ApplyResult, apply_group, wall_clock_ms
+from zkcoord.migrate.legacy import LegacyGroup, LegacyOffsets
+from zkcoord.migrate.plan import _plan_one  # the single-group path's facts -> plan step, shared on purpose
+from zkcoord.migrate.status import Phase
+from zkcoord.migrate.verify import MIGRATED, VerifyResult, compare
+from zkcoord.zk import aio, paths
+from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.state_store import decode_state
+
+__all__ = ["REPORT_COLUMNS", "MODES", "ZK_READS", "TaskSpec", "JobSummary", "SummaryParam", "ProgressReporter",
+           "MultiReadLegacy", "plan_status", "run_partition"]
+
+log = logging.getLogger(__name__)
+
+REPORT_COLUMNS = ("group", "topic", "partition", "legacy", "kafka", "log_start", "log_end", "decision", "target",
+                  "note", "status")
+MODES = ("plan", "verify", "apply")
+ZK_READS = ("auto", "multi", "single")
+_UNVERIFIABLE = frozenset({Decision.TOPIC_MISSING, Decision.PARTITION_MISSING, Decision.UNPARSABLE})
+
+
+def plan_status(decision: Decision) -> str:
+    """``write`` or ``skip`` (plan mode).
+
+    >>> plan_status(Decision.COPY), plan_status(Decision.EQUAL)
+    ('write', 'skip')
+    """
+    return "write" if decision.writes else "skip"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything a task needs, pickled to the executors (no live objects).
+
+    ``absent``: selected groups with nothing under the legacy root (verify
+    notes them, as ``migrate verify`` does); ``named``: the groups were named
+    with --group (verify then reports unmigrated ones instead of skipping them).
+    """
+
+    zookeeper: str
+    bootstrap_servers: str
+    zk_root: str = paths.DEFAULT_CONSUMERS_ROOT
+    mode: str = "plan"
+    options: Options = Options()
+    allow_active_kafka_members: bool = False
+    record_verify: bool = True
+    timeout_ms: int = 15_000
+    batch_groups: int = 100
+    apply_concurrency: int = 8
+    zk_reads: str = "auto"
+    named: bool = False
+    absent: frozenset[str] = frozenset()
+    progress_address: tuple[str, int] | None = None
+    progress_token: str = ""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise UsageError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.zk_reads not in ZK_READS:
+            raise UsageError(f"--zk-reads {self.zk_reads!r} is not one of {', '.join(ZK_READS)}")
+        for name, high in (("batch_groups", 10_000), ("apply_concurrency", 256)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+                raise UsageError(f"--{name.replace('_', '-')} must be from 1 to {high}, got {value!r}")
+
+
+# ------------------------------------------------------------------ the job's accumulator
+@dataclass
+class JobSummary:
+    """What the tasks found, summed by Spark's accumulator: the fields of
+    :class:`~zkcoord.core.migration.Totals` over the groups planned,
+    ``error_groups`` (could not be read), rows per status, group outcomes
+    (verify: clean / behind / not-migrated; apply: ApplyResult.outcome), and
+    group notes and errors as ``(group, text)``."""
+
+    groups: int = 0
+    partitions: int = 0
+    to_write: int = 0
+    flagged: int = 0
+    active_groups: int = 0
+    error_groups: int = 0
+    by_decision: Counter = field(default_factory=Counter)  # Decision.value -> rows
+    by_status: Counter = field(default_factory=Counter)
+    outcomes: Counter = field(default_factory=Counter)
+    notes: list[tuple[str, str]] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+
+    def add_plans(self, plans: Sequence[GroupPlan], options: Options) -> None:
+        totals = make_plan(plans, options).totals
+        self.groups += totals.groups
+        self.partitions += totals.partitions
+        self.to_write += totals.to_write
+        self.flagged += totals.flagged
+        self.active_groups += totals.active_groups
+        self.by_decision.update({d.value: n for d, n in totals.by_decision.items() if n})
+        self.notes += [(g.group, note) for g in plans for note in g.notes]
+
+    def merge(self, other: JobSummary) -> JobSummary:
+        for name in ("groups", "partitions", "to_write", "flagged", "active_groups", "error_groups"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("by_decision", "by_status", "outcomes"):
+            getattr(self, name).update(getattr(other, name))
+        self.notes += other.notes
+        self.errors += other.errors
+        return self
+
+
+class SummaryParam:
+    """Spark AccumulatorParam of :class:`JobSummary` (duck-typed: no pyspark import here)."""
+
+    def zero(self, value: JobSummary) -> JobSummary:
+        return JobSummary()
+
+    def addInPlace(self, value1: JobSummary, value2: JobSummary) -> JobSummary:  # noqa: N802 (Spark's name)
+        return value1.merge(value2)
+
+
+# ------------------------------------------------------------------ progress
+class ProgressReporter:
+    """Sends ``<token> <groups> <offsets>`` lines to the driver's progress
+    server; gives up quietly on the first failure (rule 3)."""
+
+    def __init__(self, address: tuple[str, int] | None, token: str, timeout_s: float = 2.0) -> None:
+        self._address = address
+        self._token = token
+        self._timeout_s = timeout_s
+        self._sock: socket.socket | None = None
+
+    def report(self, groups: int, offsets: int) -> None:
+        if self._address is None:
+            return
+        try:
+            if self._sock is None:
+                self._sock = socket.create_connection(self._address, timeout=self._timeout_s)
+            self._sock.sendall(f"{self._token} {groups} {offsets}\n".encode())
+        except OSError as exc:
+            log.debug("progress to %s:%s not sent (%s); not trying again", *self._address, exc)
+            self._address = None
+            self.close()
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+
+
+# ------------------------------------------------------------------ ZooKeeper multiRead
+_GET_DATA, _GET_CHILDREN, _ERROR = 4, 8, -1
+_OPS_PER_READ = 1000
+_BYTES_PER_READ = 512 * 1024  # well under jute.maxbuffer (1 MiB)
+_VERSION = re.compile(r"Zookeeper version: (\d+)\.(\d+)")
+
+
+class _MultiRead(namedtuple("_MultiRead", "ops")):
+    """ZooKeeper's multiRead request (OpCode 22, 3.6+): ``ops`` are
+    ``(_GET_DATA | _GET_CHILDREN, absolute path)``; the answer is each op's
+    data, children or exception instance, in order. kazoo's own request
+    classes look the same (``type``, ``serialize``, ``deserialize``)."""
+
+    type = 22
+
+    def serialize(self) -> bytes:
+        out = bytearray()
+        for op, path in self.ops:
+            out += multiheader_struct.pack(op, False, -1)
+            out += write_string(path)
+            out.append(0)  # no watch
+        out += multiheader_struct.pack(-1, True, -1)
+        return bytes(out)
+
+    @classmethod
+    def deserialize(cls, buf: bytes, offset: int) -> list:
+        results: list = []
+        while True:
+            op, done, _ = multiheader_struct.unpack_from(buf, offset)
+            offset += multiheader_struct.size
+            if done:
+                return results
+            if op == _GET_DATA:
+                data, offset = read_buffer(buf, offset)
+                offset += stat_struct.size
+                results.append(data)
+            elif op == _GET_CHILDREN:
+                count = int_struct.unpack_from(buf, offset)[0]
+                offset += int_struct.size
+                children = []
+                for _ in range(max(count, 0)):
+                    child, offset = read_string(buf, offset)
+                    children.append(child)
+                results.append(children)
+            elif op == _ERROR:
+                code = int_struct.unpack_from(buf, offset)[0]
+                offset += int_struct.size
+                kind = EXCEPTIONS.get(code)  # .get: the defaultdict raises for codes it does not know
+                results.append(kind() if kind is not None else ZookeeperError(f"ZooKeeper error code {code}"))
+            else:
+                raise ValueError(f"multiRead answer with op type {op}")
+
+
+async def multi_read_supported(conn: ZkConnection) -> bool:
+    """True if the server we are connected to says (``srvr``) it is 3.6 or later."""
+    try:
+        answer = await asyncio.to_thread(conn.client.command, b"srvr")
+    except Exception as exc:  # 4lw disabled or refused: do not guess
+        log.info("ZooKeeper srvr failed (%r); reading one znode per request", exc)
+        return False
+    match = _VERSION.search(answer)
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= (3, 6)
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def _failure(outcome: object) -> BaseException | None:
+    """The outcome if it is a failure other than a missing znode."""
+    return outcome if isinstance(outcome, BaseException) and not isinstance(outcome, NoNodeError) else None
+
+
+Reads = dict[str, "LegacyGroup | str"]  # group -> what was read, or why it could not be
+
+
+class MultiReadLegacy:
+    """Reads groups by the rules of :meth:`LegacyOffsets.read_groups` (same
+    znodes, same decoding, same skipping), up to 1000 znodes per request."""
+
+    def __init__(self, conn: ZkConnection, zk_root: str) -> None:
+        self._conn = conn
+        self.paths = paths.OffsetPaths(zk_root)
+
+    async def read(self, groups: Sequence[str]) -> Reads:
+        return await self._conn.retry(f"read the legacy offsets of {len(groups)} group(s)", self._inner_read,
+                                      list(groups))
+
+    async def _inner_read(self, groups: list[str]) -> Reads:
+        found: Reads = {}
+        ops: list[tuple[int, str]] = []
+        valid = []
+        for group in groups:
+            try:
+                ops += [(_GET_CHILDREN, self.paths.offsets_dir(group)), (_GET_DATA, paths.state(group)),
+                        (_GET_CHILDREN, f"{self.paths.group(group)}/ids")]
+                valid.append(group)
+            except ZkcoordError as exc:
+                found[group] = str(exc)
+        outcomes = await self._read(ops)
+        topics: dict[str, list[str]] = {}
+        for i, group in enumerate(valid):
+            listed, state, ids = outcomes[3 * i:3 * i + 3]
+            try:
+                self._raise(group, listed, state, ids)
+                members = storage = None
+                if not isinstance(state, NoNodeError):
+                    decoded = decode_state(group, paths.state(group), state)
+                    members, storage = len(decoded.get("m") or ()), str(decoded.get("os", "zookeeper"))
+                found[group] = LegacyGroup(group, {}, members, storage, 0 if isinstance(ids, NoNodeError) else len(ids))
+                topics[group] = [] if isinstance(listed, NoNodeError) else sorted(listed)
+            except ZkcoordError as exc:
+                found[group] = str(exc)
+        await self._read_offsets(found, topics)
+        return found
+
+    async def _read_offsets(self, found: Reads, topics: dict[str, list[str]]) -> None:
+        dirs = [(g, t) for g, names in topics.items() for t in names]
+        listed = await self._read([(_GET_CHILDREN, self.paths.topic_dir(g, t)) for g, t in dirs])
+        wanted: dict[str, list[TopicPartition]] = {g: [] for g in topics}
+        for (group, topic), names in zip(dirs, listed):
+            if isinstance(found[group], str) or isinstance(names, NoNodeError):
+                continue  # failed already, or deleted meanwhile
+            if (failed := _failure(names)) is not None:
+                found[group] = self._message(failed, f"list {self.paths.topic_dir(group, topic)}")
+                continue
+            for name in names:
+                if name.isascii() and name.isdigit():
+                    wanted[group].append((topic, int(name)))
+                else:
+                    log.warning("ignoring %s/%s: not a partition number", self.paths.topic_dir(group, topic), name)
+        keys = [(g, tp) for g, tps in wanted.items() if not isinstance(found[g], str) for tp in sorted(tps)]
+        values = await self._read([(_GET_DATA, self.paths.partition(g, t, p)) for g, (t, p) in keys])
+        for (group, tp), value in zip(keys, values):
+            legacy = found[group]
+            if isinstance(legacy, str) or isinstance(value, NoNodeError):
+                continue
+            if (failed := _failure(value)) is not None:
+                found[group] = self._message(failed, f"read {self.paths.partition(group, *tp)}")
+                continue
+            legacy.offsets[tp] = _text(value)
+
+    def _message(self, exc: BaseException, what: str) -> str:
+        return str(aio.translate(exc, what, self._conn.hosts))
+
+    def _raise(self, group: str, *outcomes: object) -> None:
+        for outcome in outcomes:
+            if (failed := _failure(outcome)) is not None:
+                raise aio.translate(failed, f"read the legacy offsets of group {group!r}", self._conn.hosts)
+
+    async def _read(self, ops: list[tuple[int, str]]) -> list:
+        """Every op's outcome, in order; a lost connection raises (the caller retries)."""
+        client = self._conn.client
+        chroot = client.chroot or ""
+        pending, chunk, size = [], [], 0
+        for op, path in ops:
+            full = chroot + path
+            if chunk and (len(chunk) >= _OPS_PER_READ or size + len(full) + 16 > _BYTES_PER_READ):
+                pending.append(self._send(client, chunk))
+                chunk, size = [], 0
+            chunk.append((op, full))
+            size += len(full) + 16
+        if chunk:
+            pending.append(self._send(client, chunk))
+        results = []
+        for outcome in await aio.gather(asyncio.get_running_loop(), pending):
+            if isinstance(outcome, BaseException):
+                raise outcome
+            results += outcome
+        return results
+
+    @staticmethod
+    def _send(client, ops: list[tuple[int, str]]):
+        result = client.handler.async_result()
+        client._call(_MultiRead(ops), result)  # how kazoo's own *_async methods queue a request
+        return result
+
+
+class _SingleReads:
+    """The same reads, one znode per request, through LegacyOffsets (ZooKeeper < 3.6)."""
+
+    def __init__(self, conn: ZkConnection, zk_root: str) -> None:
+        self._legacy = LegacyOffsets(conn, zk_root)
+
+    async def read(self, groups: Sequence[str]) -> Reads:
+        try:
+            return dict(await self._legacy.read_groups(groups))
+        except ServiceUnavailableError:
+            raise
+        except ZkcoordError:  # one group's fault (rule 1): find it by reading each alone
+            return dict(zip(groups, await asyncio.gather(*(self._one(g) for g in groups))))
+
+    async def _one(self, group: str) -> LegacyGroup | str:
+        try:
+            return (await self._legacy.read_groups([group]))[group]
+        except ServiceUnavailableError:
+            raise
+        except ZkcoordError as exc:
+            return str(exc)
+
+
+# ------------------------------------------------------------------ the task
+@dataclass
+class _Fetched:
+    """A batch as read: the groups to decide, their legacy data (or error),
+    Kafka's view, and (verify) their migration records."""
+
+    groups: list[str]
+    reads: Reads
+    committed: dict
+    states: dict
+    records: dict[str, tuple[dict | None, int]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # verify: unmigrated groups not named
+
+
+class _PartitionRun:
+    """One task's connections, Kafka caches and the per-batch pipeline."""
+
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        self.conn = ZkConnection(spec.zookeeper, connect_timeout_ms=spec.timeout_ms,
+                                 request_timeout_ms=spec.timeout_ms)
+        self.kafka = KafkaOffsets(spec.bootstrap_servers, request_timeout_ms=spec.timeout_ms)
+        self.adapters = Adapters.of(self.conn, self.kafka, spec.zk_root, mode_timeout_s=spec.timeout_ms / 1000)
+        self.reader: MultiReadLegacy | _SingleReads | None = None
+        self.counts: dict[str, int | None] = {}
+        self.ranges: dict[TopicPartition, LogRange] = {}
+        self.apply_slots = asyncio.Semaphore(spec.apply_concurrency)
+
+    async def start(self) -> None:
+        kafka = asyncio.ensure_future(asyncio.to_thread(self.kafka.start))
+        try:
+            await asyncio.to_thread(self.conn.start)
+        finally:
+            await kafka
+        multi = self.spec.zk_reads == "multi" or (self.spec.zk_reads == "auto"
+                                                  and await multi_read_supported(self.conn))
+        self.reader = MultiReadLegacy(self.conn, self.spec.zk_root) if multi \
+            else _SingleReads(self.conn, self.spec.zk_root)
+
+    async def stop(self) -> None:
+        await asyncio.gather(asyncio.to_thread(self.kafka.close), asyncio.to_thread(self.conn.stop))
+
+    async def fetch(self, batch: list[str]) -> _Fetched:
+        if self.spec.mode == "verify":
+            return await self._fetch_verify(batch)
+        kafka = asyncio.gather(asyncio.to_thread(self.kafka.committed_offsets, batch),
+                               asyncio.to_thread(self.kafka.groups, batch))
+        try:
+            reads = await self.reader.read(batch)  # while Kafka answers
+        except BaseException:
+            kafka.cancel()
+            await asyncio.gather(kafka, return_exceptions=True)
+            raise
+        committed, states = await kafka
+        return _Fetched(batch, reads, committed, states)
+
+    async def _fetch_verify(self, batch: list[str]) -> _Fetched:
+        """Records, then ZooKeeper, then Kafka (rule 2)."""
+        loaded = await asyncio.gather(*(self.adapters.store.load(g) for g in batch), return_exceptions=True)
+        records, reads, chosen, skipped = {}, {}, [], []
+        for group, outcome in zip(batch, loaded):
+            if isinstance(outcome, ServiceUnavailableError) or not isinstance(outcome, (tuple, ZkcoordError)):
+                raise outcome
+            if isinstance(outcome, ZkcoordError):
+                reads[group] = str(outcome)
+                chosen.append(group)
+                continue
+            record = outcome[0]
+            if record and Phase(record["phase"]) in MIGRATED:
+                records[group] = outcome
+                chosen.append(group)
+            elif self.spec.named:
+                records[group] = outcome
+                chosen.append(group)
+            else:
+                skipped.append(group)
+        migrated = [g for g in chosen if g in records and records[g][0] and Phase(records[g][0]["phase"]) in MIGRATED]
+        reads.update(await self.reader.read(migrated) if migrated else {})
+        committed = await asyncio.to_thread(self.kafka.committed_offsets, migrated) if migrated else {}
+        states = await asyncio.to_thread(self.kafka.groups, migrated) if migrated else {}
+        return _Fetched(chosen, reads, committed, states, records, skipped)
+
+    async def plans(self, fetched: _Fetched) -> dict[str, GroupPlan]:
+        """The plan of every group read (the same step as gather_plan)."""
+        found = {g: r for g, r in fetched.reads.items() if not isinstance(r, str)}
+        topics = {t for g in found.values() for t, _ in g.offsets} - self.counts.keys()
+        if topics:
+            self.counts.update(await asyncio.to_thread(self.kafka.partition_counts, topics))
+        existing = {(t, p) for g in found.values() for t, p in g.offsets if p < (self.counts.get(t) or 0)}
+        missing = existing - self.ranges.keys()
+        if missing:
+            self.ranges.update(await asyncio.to_thread(self.kafka.log_ranges, missing))
+        return {g: _plan_one(legacy, self.counts, self.ranges, fetched.committed.get(g, {}), fetched.states.get(g),
+                             self.spec.options) for g, legacy in found.items()}
+
+    async def decide(self, fetched: _Fetched) -> tuple[list[tuple], JobSummary]:
+        plans = await self.plans(fetched)
+        summary, rows = JobSummary(), []
+        summary.add_plans(list(plans.values()), self.spec.options)
+        if self.spec.mode == "apply":
+            results = await asyncio.gather(*(self._apply(g) for g in fetched.groups if g in plans))
+            outcomes = {r.group: r for r in results}
+        for group in fetched.groups:
+            if group in plans:
+                if self.spec.mode == "plan":
+                    rows += _plan_rows(plans[group], summary)
+                elif self.spec.mode == "verify":
+                    rows += await self._verify_rows(group, plans[group], fetched, summary)
+                else:
+                    rows += _apply_rows(plans[group], outcomes[group], summary)
+            elif isinstance(fetched.reads.get(group), str):
+                rows.append(_group_row(group, fetched.reads[group], "error", summary))
+                summary.error_groups += 1
+                summary.errors.append((group, fetched.reads[group]))
+            else:  # verify: named, not migrated
+                phase = (fetched.records[group][0] or {}).get("phase", Phase.ZOOKEEPER.value)
+                rows.append(_group_row(group, f"not migrated (phase {phase}): run migrate apply", "not-migrated",
+                                       summary))
+                summary.outcomes["not-migrated"] += 1
+        return rows, summary
+
+    async def _verify_rows(self, group: str, plan: GroupPlan, fetched: _Fetched, summary: JobSummary) -> list[tuple]:
+        checked, behind, notes = compare(plan)
+        if group in self.spec.absent:
+            notes = (f"no legacy offsets under {self.spec.zk_root}",)
+            summary.notes.append((group, notes[0]))
+        late = {(b.topic, b.partition) for b in behind}
+        record, version = fetched.records[group]
+        phase = Phase(record["phase"])
+        now = wall_clock_ms()
+        result = VerifyResult(group, phase.value, not behind, checked, behind, notes, now)
+        summary.outcomes["clean" if result.clean else "behind"] += 1
+        if self.spec.record_verify:
+            try:
+                await self.adapters.store.advance(group, record, version, phase, now, verify=result.as_record())
+            except ServiceUnavailableError:
+                raise
+            except ZkcoordError as exc:
+                summary.errors.append((group, f"verify result not recorded: {exc}"))
+        rows = []
+        for row in plan.rows:
+            key = (row.facts.topic, row.facts.partition)
+            status = "unverifiable" if row.decision in _UNVERIFIABLE else "behind" if key in late else "ok"
+            rows.append(_row(row, status, summary))
+        return rows
+
+    async def _apply(self, group: str) -> ApplyResult:
+        options = ApplyOptions(self.spec.options.allow_rewind, self.spec.options.force,
+                               self.spec.allow_active_kafka_members)
+        async with self.apply_slots:
+            try:
+                return await apply_group(self.adapters, group, options)
+            except ZkcoordError as exc:  # that group's outcome, as in apply_groups
+                try:
+                    record, _ = await self.adapters.store.load(group)
+                except ZkcoordError:
+                    record = None
+                return ApplyResult(group, "failed", (record or {}).get("phase", Phase.ZOOKEEPER.value),
+                                   message=str(exc))
+
+
+def _row(row, status: str, summary: JobSummary, target: int | None = None) -> tuple:
+    f, p = row.facts, row.plan
+    summary.by_status[status] += 1
+    return (f.group, f.topic, f.partition, f.legacy_raw, f.kafka_offset, f.log_start, f.log_end,
+            p.decision.value, p.target_offset if target is None else target, p.note, status)
+
+
+def _group_row(group: str, note: str, status: str, summary: JobSummary) -> tuple:
+    summary.by_status[status] += 1
+    return (group, None, None, None, None, None, None, None, None, note, status)
+
+
+def _plan_rows(plan: GroupPlan, summary: JobSummary) -> list[tuple]:
+    return [_row(row, plan_status(row.decision), summary) for row in plan.rows]
+
+
+def _apply_rows(plan: GroupPlan, result: ApplyResult, summary: JobSummary) -> list[tuple]:
+    summary.outcomes[result.outcome] += 1
+    if result.outcome in ("refused", "failed"):
+        (summary.errors if result.outcome == "failed" else summary.notes).append((plan.group, result.message))
+    if result.outcome != "applied":
+        return [_row(row, result.outcome, summary) for row in plan.rows]
+    committed = {(t, p): offset for t, p, offset in result.committed}
+    skipped = {(t, p) for t, p, _, _ in result.skipped}
+    rows = []
+    for row in plan.rows:
+        key = (row.facts.topic, row.facts.partition)
+        if key in committed:
+            rows.append(_row(row, "committed", summary, committed[key]))
+        else:
+            rows.append(_row(row, "skipped" if key in skipped else "unchanged", summary))
+    return rows
+
+
+def _batches(groups: list[str], size: int) -> list[list[str]]:
+    return [groups[i:i + size] for i in range(0, len(groups), size)]
+
+
+async def _next_batch(run: _PartitionRun, batch: list[str], prefetched: asyncio.Future | None):
+    fetched = await prefetched if prefetched is not None else await run.fetch(batch)
+    rows, summary = await run.decide(fetched)
+    return rows, summary, len(batch)
+
+
+def run_partition(spec: TaskSpec, summary, groups: Iterable[str]) -> Iterator[tuple]:
+    """``mapPartitions`` entry: the report rows of ``groups``, batch by batch;
+    each batch's :class:`JobSummary` is added to the accumulator ``summary``."""
+    chosen = list(groups)
+    if not chosen:
+        return
+    loop = asyncio.new_event_loop()
+    progress = ProgressReporter(spec.progress_address, spec.progress_token)
+    try:
+        run = loop.run_until_complete(_started(spec))
+        try:
+            batches = _batches(chosen, spec.batch_groups)
+            ahead: asyncio.Future | None = None
+            for i, batch in enumerate(batches):
+                current, ahead = ahead, None
+                if i + 1 < len(batches):  # the next batch's reads go out while this one is decided
+                    ahead = loop.create_task(run.fetch(batches[i + 1]))
+                rows, found, count = loop.run_until_complete(_next_batch(run, batch, current))
+                summary.add(found)
+                progress.report(count, found.by_status.total())
+                yield from rows
+        finally:
+            _cancel_pending(loop)
+            loop.run_until_complete(run.stop())
+    finally:
+        progress.close()
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+
+
+async def _started(spec: TaskSpec) -> _PartitionRun:
+    run = _PartitionRun(spec)  # made on the loop: its semaphore belongs to it
+    await run.start()
+    return run
+
+
+def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.wait(pending))
