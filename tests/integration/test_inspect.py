@@ -29,6 +29,7 @@ import pytest
 from click.testing import CliRunner
 from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
+from kafka.protocol.metadata import FindCoordinatorRequest
 
 from tests.integration.test_client_support import ThreadDaemons, config, create_topic, eventually, produce
 from tests.support.wire import WireClient
@@ -49,6 +50,12 @@ def run(*args: str, env: dict | None = None):
     assert "Traceback" not in result.output, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
     return result
+
+
+def row(stdout: str, *first: str) -> list[str]:
+    """The cells of the one table row whose first cells are ``first``."""
+    [found] = [line.split() for line in stdout.splitlines() if line.split()[:len(first)] == list(first)]
+    return found
 
 
 def run_json(*args: str, env: dict | None = None) -> dict:
@@ -289,16 +296,15 @@ def test_describe_dual_shows_both_stores(scene):
     [member] = group["members"]
     assert all(r["member_id"] == member["member_id"] for r in group["offsets"])
 
-    table = run("describe", scene.dual, env=scene.env()).stdout.splitlines()
-    header = next(line for line in table if "TOPIC" in line)
-    assert header.split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "ZK-OFFSET", "KAFKA-OFFSET",
-                              "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
-    row1 = next(line for line in table if line.startswith(f"{scene.dual} {scene.topic} 1 "))
-    assert row1.split()[:8] == [scene.dual, scene.topic, "1", "10", "10", "4", "10", "0"]
+    table = run("describe", scene.dual, env=scene.env()).stdout
+    assert row(table, "GROUP", "TOPIC") == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "ZK-OFFSET",
+                                            "KAFKA-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+    assert row(table, scene.dual, scene.topic, "1")[:8] == [scene.dual, scene.topic, "1", "10", "10", "4", "10", "0"]
+    assert row(table, scene.dual, scene.topic, "1")[8:] == [member["member_id"], member["host"], "dual-worker"]
 
     without_kafka = run_json("describe", scene.dual, env=scene.env(kafka=False))["groups"][0]
-    assert [(r["current_offset"], r["kafka_offset"], r["log_end_offset"]) for r in without_kafka["offsets"]] == \
-        [(10, None, None)] * 3
+    assert [(r["current_offset"], r["zookeeper_offset"], r["kafka_offset"], r["log_end_offset"])
+            for r in without_kafka["offsets"]] == [(None, 10, None, None)] * 3  # resume point unknown without Kafka
     assert "the group's offsets are in Kafka too (dual storage); pass --bootstrap-servers (or set " \
            "ZKCOORD_BOOTSTRAP_SERVERS) to see them" in without_kafka["notes"]
 
@@ -322,9 +328,10 @@ def test_describe_legacy_and_kafka_only_groups(scene):
     assert [(r["partition"], r["current_offset"], r["kafka_offset"], r["log_end_offset"], r["lag"])
             for r in kafka_only["offsets"]] == [(0, 3, 3, 10, 7)]
 
-    table = run("describe", scene.legacy, env=scene.env()).stdout.splitlines()
-    assert next(line for line in table if line.startswith(f"{scene.legacy} {scene.topic} 1 ")).split() == \
-        [scene.legacy, scene.topic, "1", "10", "10", "0", "-", "-", "-"]
+    table = run("describe", scene.legacy, env=scene.env()).stdout
+    g, t = scene.legacy, scene.topic
+    assert row(table, g, t, "1") == [g, t, "1", "10", "10", "0", "-", "-", "-"]
+    assert row(table, g, t, "2") == [g, t, "2", "-", "10", "-", "-", "-", "-"]
 
 
 def test_unknown_group_is_exit_1_and_the_others_are_shown(scene):
@@ -360,6 +367,8 @@ async def stable_member(daemons: ThreadDaemons, group: str, topic: str, client_i
     """A member that joined and synced alone, owning partitions 0 and 1: (client, member id)."""
     host, port = daemons.running[0].advertised
     client = await WireClient.connect(host, port, client_id)
+    found = await client.call(FindCoordinatorRequest(version=3, key=group, key_type=0))  # the daemon takes the group
+    assert found.error_code == 0, found
     first = await client.call(join_request(group, "", topic))
     joined = await client.call(join_request(group, first.member_id, topic))
     assert joined.error_code == 0, joined

@@ -498,3 +498,19 @@ def test_a_stale_request_for_another_mode_is_withdrawn(zk_hosts, zk, unique_name
 
     assert asyncio.run(scenario()).via == "unchanged"
     assert not zk.exists(f"/zkcoord/migrations/{group}/mode-request")
+
+
+def test_an_owner_that_does_not_answer_times_out_and_the_request_is_withdrawn(zk_hosts, zk, unique_name):
+    from zkcoord.errors import ServiceUnavailableError
+
+    group = unique_name("g")
+    zk.create(f"/coordinators/{group}/owner/{'a' * 32}__lock__", b"5", makepath=True, sequence=True)
+
+    async def scenario():
+        async with connection(zk_hosts) as conn:
+            with pytest.raises(ServiceUnavailableError, match=r"its owner \(node 5\) did not apply the request"):
+                await set_offset_storage(conn, group, "dual", timeout_s=1.5)
+
+    asyncio.run(scenario())
+    assert not zk.exists(f"/zkcoord/migrations/{group}/mode-request")
+    assert not zk.exists(f"/coordinators/{group}/state")

@@ -37,6 +37,7 @@ from rich.text import Text
 from zkcoord.core.membership import OFFSET_STORAGES, GroupState
 from zkcoord.errors import UsageError, ZkcoordError
 from zkcoord.inspect import Inspector, select
+from zkcoord.inspect.gather import NO_KAFKA
 from zkcoord.inspect.model import DescribeReport, GroupsReport, GroupView
 from zkcoord.kafka.offsets import KafkaOffsets
 from zkcoord.zk.connection import ZkConnection
@@ -170,7 +171,7 @@ def describe(group_ids: tuple[str, ...], all_groups: bool, offsets_view: bool, m
 
 
 def _describe_tables(report: DescribeReport, view: str, verbose: bool) -> list[RenderableType]:
-    out: list[RenderableType] = [_note(n) for n in report.notes]
+    out: list[RenderableType] = [_note(n) for n in report.notes if view == "offsets" or n != NO_KAFKA]
     if view == "state":
         return out + _state_view(report.groups, verbose)
     for g in report.groups:
@@ -276,12 +277,17 @@ def _print(renderables: list[RenderableType], console: Console | None = None) ->
     """Print without wrapping when not on a terminal (pipes, files): one row per line, as
     kafka-consumer-groups does, so grep and awk see whole rows."""
     console = console or Console(highlight=False)
-    if not console.is_terminal:
-        unbounded = console.options.update_width(1_000_000)
-        widths = [Measurement.get(console, unbounded, r).maximum for r in renderables]
-        console = Console(highlight=False, width=max([80, *widths]))
-    for renderable in renderables:
-        console.print(renderable)
+    if console.is_terminal:
+        for renderable in renderables:
+            console.print(renderable)
+        return
+    unbounded = console.options.update_width(1_000_000)
+    widths = [Measurement.get(console, unbounded, r).maximum for r in renderables]
+    wide = Console(highlight=False, width=max([80, *widths]), no_color=True)
+    with wide.capture() as captured:
+        for renderable in renderables:
+            wide.print(renderable)
+    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
 
 
 # ------------------------------------------------------------------ running

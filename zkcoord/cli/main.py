@@ -35,11 +35,13 @@ def setup_logging(verbose: int) -> None:
 
 
 def _register() -> None:
-    from zkcoord.cli import consume_cmd, layout_cmd, local_cmd, migrate_cmd, run_cmd
+    from zkcoord.cli import consume_cmd, inspect_cmd, layout_cmd, local_cmd, migrate_cmd, run_cmd
 
     migrate_cmd.migrate.add_command(layout_cmd.layout)
 
     cli.add_command(consume_cmd.consume)
+    cli.add_command(inspect_cmd.describe)
+    cli.add_command(inspect_cmd.groups)
     cli.add_command(local_cmd.local)
     cli.add_command(migrate_cmd.migrate)
     cli.add_command(run_cmd.run)

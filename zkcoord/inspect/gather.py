@@ -38,8 +38,9 @@ from zkcoord.migrate.modes import TOOL_NODE_ID
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.paths import OffsetPaths
 
-__all__ = ["Inspector", "select"]
+__all__ = ["Inspector", "select", "NO_KAFKA", "NO_DAEMONS"]
 
+NO_KAFKA = "LOG-END-OFFSET and LAG need Kafka: pass --bootstrap-servers (or set ZKCOORD_BOOTSTRAP_SERVERS)"
 NO_DAEMONS = ("no zkcoord daemon is registered under /zkcoord/nodes (all down?): read from ZooKeeper directly; "
               "states and members are as last stored")
 
@@ -78,8 +79,7 @@ class Inspector:
         notes: list[str] = []
         kafka: dict[str, KafkaFacts] = {}
         if self._kafka is None:
-            notes.append("LOG-END-OFFSET and LAG need Kafka: pass --bootstrap-servers (or set "
-                         "ZKCOORD_BOOTSTRAP_SERVERS)")
+            notes.append(NO_KAFKA)
         else:
             kafka, kafka_notes = await asyncio.to_thread(self._kafka_for_describe, facts, lives)
             notes += kafka_notes

@@ -35,6 +35,9 @@ line and refresh)::
         "notes": ["..."]}],
      "errors": [{"group": "nope", "error": "not-found" | "corrupt", "message": "..."}]}
 
+With ``--watch`` each line also has ``"at"`` (local time of the refresh);
+a refresh that failed is ``{"error": "...", "at": "..."}``.
+
 ``zkcoord groups --output json``::
 
     {"schema": "zkcoord/groups/v1", "zookeeper": ..., "zk_root": ..., "bootstrap_servers": ...,

@@ -14,7 +14,8 @@ and everything below is a pure function of them (unit-tested exactly):
   the member's partitions unknown (``-``), as Kafka's tool does.
 * **Current offset** by storage mode: ``zookeeper`` the legacy znode,
   ``kafka`` Kafka's committed offset, ``dual`` the larger of the two
-  (:func:`zkcoord.core.migration.dual_fetch`, what a member resumes from).
+  (:func:`zkcoord.core.migration.dual_fetch`, what a member resumes from);
+  unknown (``-``) when the store it depends on was not read.
 * **Rows** of the offsets view: every partition assigned to a member, plus
   every partition with a committed offset in the store(s) the mode reads;
   a partition nobody owns shows ``-`` for its consumer, host and client.
@@ -204,7 +205,8 @@ def offset_rows(group: str, storage: str, members: tuple[MemberView, ...], zk: Z
     rows = []
     for tp in sorted(shown):
         z, k = zk_parsed.get(tp), committed.get(tp)
-        current = z if storage == "zookeeper" else k if storage == "kafka" else dual_fetch(z, k)
+        current = z if storage == "zookeeper" else k if storage == "kafka" else \
+            dual_fetch(z, k) if kafka.committed is not None else None  # Kafka unread: unknown
         owner = owners.get(tp)
         member_id, host, client = (owner.member_id, owner.host, owner.client_id) if owner else (None, None, None)
         if owner is None and tp in legacy_threads:  # an old consumer's thread owns it

@@ -147,7 +147,8 @@ async def set_offset_storage(conn: ZkConnection, group: str, mode: str, *, timeo
             raise ServiceUnavailableError(
                 f"group {group!r} was not switched to {mode!r} within {timeout_s:g} s: its owner "
                 f"(node {owner}) did not apply the request; check that daemon (its log, and that it runs a "
-                "zkcoord version with migration support); nothing was changed, re-run when it answers")
+                "zkcoord version with migration support); the request was withdrawn: see `zkcoord migrate "
+                "status` and re-run when it answers (re-running is safe)")
         await asyncio.sleep(poll_s)  # another migrate command holds the election, or the owner just left
 
 

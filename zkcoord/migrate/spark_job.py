@@ -1,4 +1,4 @@
-"""The migration toolkit's Spark job: plan or verify many groups at once.
+"""The migration toolkit's Spark job: plan, verify or apply many groups at once.
 
 This module owns the driver side of the job: the Spark session
 (:func:`spark_session`), listing and selecting the legacy groups, spreading
@@ -27,14 +27,17 @@ The report (``report_dir`` must be reachable by the driver and every
 executor: a local path in local mode, HDFS/S3/NFS on a cluster)::
 
     <report_dir>/partitions.parquet/   one row per partition (REPORT_COLUMNS)
-    <report_dir>/partitions.csv/       the same rows sorted, one CSV file with a header
+    <report_dir>/partitions.csv/       the same rows sorted by group, topic, partition: one CSV
+                                       file (part-00000-*.csv) with a header
     <report_dir>/groups.csv/           group notes and errors: group, kind (note|error), message
 
 Rules:
 
 1. The tasks run once: the Parquet write is the only action over them; the
    CSV is written from the Parquet files, and the totals come from an
-   accumulator filled by those same tasks.
+   accumulator filled by those same tasks. A task Spark retries after a
+   failure applies again from where the groups are (apply is resumable);
+   apply refuses speculative execution, which would run a task twice at once.
 2. An existing report is never overwritten without ``overwrite``; this is
    checked before any task runs.
 3. A task's ZkcoordError comes back as the same error class and message;
@@ -74,8 +77,10 @@ from zkcoord.errors import UsageError, ZkcoordError
 from zkcoord.kafka.offsets import check_bootstrap_servers
 from zkcoord.migrate.legacy import LegacyOffsets
 from zkcoord.migrate.plan import Selection, select_groups
+from zkcoord.migrate.status import MigrationStore
 from zkcoord.migrate.spark_tasks import MODES, REPORT_COLUMNS, JobSummary, SummaryParam, TaskSpec, run_partition
 from zkcoord.zk.connection import ZkConnection, parse_hosts
+from zkcoord.zk import paths
 from zkcoord.zk.paths import OffsetPaths
 
 __all__ = ["JobConfig", "JobProgress", "JobResult", "ReportPaths", "spark_session", "run_job", "LOCAL_CONF"]
@@ -122,9 +127,12 @@ class JobConfig:
     mode: str = "plan"
     zk_root: str = "/consumers"
     options: Options = Options()
+    allow_active_kafka_members: bool = False  # apply
+    record_verify: bool = True  # verify: write each result into the group's migration record
     timeout_ms: int = 15_000
     spark_partitions: int | None = None  # None: Spark's default parallelism
     batch_groups: int = 100
+    apply_concurrency: int = 8
     zk_reads: str = "auto"
     overwrite: bool = False
 
@@ -141,9 +149,12 @@ class JobConfig:
             raise UsageError(f"--spark-partitions must be from 1 to 100000, got {self.spark_partitions!r}")
         self.task_spec()  # validates batch_groups and zk_reads
 
-    def task_spec(self, progress_address: tuple[str, int] | None = None, token: str = "") -> TaskSpec:
+    def task_spec(self, progress_address: tuple[str, int] | None = None, token: str = "",
+                  absent: frozenset[str] = frozenset()) -> TaskSpec:
         return TaskSpec(self.zookeeper, self.bootstrap_servers, self.zk_root, self.mode, self.options,
-                        self.timeout_ms, self.batch_groups, self.zk_reads, progress_address, token)
+                        self.allow_active_kafka_members, self.record_verify, self.timeout_ms, self.batch_groups,
+                        self.apply_concurrency, self.zk_reads, bool(self.selection.groups), absent,
+                        progress_address, token)
 
 
 @dataclass(frozen=True)
@@ -168,13 +179,16 @@ class ReportPaths:
 @dataclass(frozen=True)
 class JobResult:
     """Totals as :func:`~zkcoord.core.migration.make_plan` computes them over
-    the groups read; ``error_groups`` could not be read (see ``errors``)."""
+    the groups read; ``error_groups`` could not be read (see ``errors``);
+    ``outcomes``: verify ``clean`` / ``behind`` / ``not-migrated`` /
+    ``not-verified``, apply :attr:`ApplyResult.outcome` counts."""
 
     mode: str
     groups_selected: int
     totals: Totals
     error_groups: int
     statuses: Mapping[str, int]
+    outcomes: Mapping[str, int]
     notes: tuple[tuple[str, str], ...]
     errors: tuple[tuple[str, str], ...]
     report: ReportPaths
@@ -262,17 +276,20 @@ def run_job(config: JobConfig, spark: Any, on_progress: ProgressCallback | None 
     """
     started = time.monotonic()
     sc = spark.sparkContext
+    if config.mode == "apply" and sc.getConf().get("spark.speculation", "false").lower() == "true":
+        raise UsageError("apply refuses to run with spark.speculation=true: two copies of a task would apply the "
+                         "same groups at once; turn speculation off for this job")
     report = _report_paths(config.report_dir, sc.master)
     if not config.overwrite:
         _refuse_existing(sc, report)
-    groups = asyncio.run(_list_groups(config))
+    groups, absent = asyncio.run(_list_groups(config))
     slices = max(1, min(config.spark_partitions or sc.defaultParallelism, len(groups) or 1))
     summary = sc.accumulator(JobSummary(), SummaryParam())
     job_group = f"zkcoord-{config.mode}-{uuid.uuid4().hex[:8]}"
     server = _ProgressServer("127.0.0.1" if sc.master.startswith("local") else "0.0.0.0")
     address = ("127.0.0.1" if sc.master.startswith("local") else sc.getConf().get("spark.driver.host"),
                server.port)
-    spec = config.task_spec(address, server.token)
+    spec = config.task_spec(address, server.token, absent)
     poller = _Poller(sc, job_group, server, len(groups), on_progress, started)
     done = False
     try:
@@ -285,8 +302,8 @@ def run_job(config: JobConfig, spark: Any, on_progress: ProgressCallback | None 
         _translated(lambda: frame.write.mode(mode).parquet(report.parquet))
         found: JobSummary = summary.value
         written = spark.read.parquet(report.parquet)
-        _translated(lambda: written.orderBy("group", "topic", "partition").coalesce(1).write.mode(mode)
-                    .options(header=True, escape='"').csv(report.csv))
+        _translated(lambda: written.coalesce(1).sortWithinPartitions("group", "topic", "partition").write
+                    .mode(mode).options(header=True, escape='"').csv(report.csv))
         _write_groups(spark, found, report.groups_csv, mode)
         done = True
     finally:
@@ -295,11 +312,23 @@ def run_job(config: JobConfig, spark: Any, on_progress: ProgressCallback | None 
     return _result(config, found, len(groups), report, slices, time.monotonic() - started)
 
 
-async def _list_groups(config: JobConfig) -> list[str]:
+async def _list_groups(config: JobConfig) -> tuple[list[str], frozenset[str]]:
+    """The selected groups, and those of them absent from the legacy root.
+
+    plan and apply choose among the legacy groups; verify among the groups
+    with a migration record (named groups: any), as ``migrate verify`` does.
+    """
     conn = ZkConnection(config.zookeeper, connect_timeout_ms=config.timeout_ms,
                         request_timeout_ms=config.timeout_ms)
     async with conn:
-        return await select_groups(LegacyOffsets(conn, config.zk_root), config.selection)
+        legacy = LegacyOffsets(conn, config.zk_root)
+        if config.mode != "verify":
+            return await select_groups(legacy, config.selection), frozenset()
+        recorded = await MigrationStore(conn).list_groups()
+        selection = config.selection
+        candidates = set(recorded) | set(selection.groups) if selection.groups else recorded
+        chosen = selection.choose(candidates, paths.MIGRATIONS)
+        return chosen, frozenset(chosen) - set(await legacy.list_groups())
 
 
 def _schema():
@@ -342,7 +371,7 @@ def _result(config: JobConfig, found: JobSummary, selected: int, report: ReportP
     totals = Totals(found.groups, found.partitions, found.to_write, found.flagged, found.active_groups,
                     FrozenMap({d: found.by_decision.get(d.value, 0) for d in Decision}))
     return JobResult(config.mode, selected, totals, found.error_groups, dict(sorted(found.by_status.items())),
-                     tuple(sorted(found.notes)), tuple(sorted(found.errors)), report, slices, elapsed_s,
+                     dict(sorted(found.outcomes.items())), tuple(sorted(found.notes)), tuple(sorted(found.errors)), report, slices, elapsed_s,
                      config.options)
 
 
@@ -445,7 +474,7 @@ class _Poller:
         done = total = 0
         try:
             tracker = self._sc.statusTracker()
-            for job_id in tracker.getJobIdsForGroup(self._job_group):
+            for job_id in sorted(tracker.getJobIdsForGroup(self._job_group))[:1]:  # the job running the tasks
                 job = tracker.getJobInfo(job_id)
                 for stage_id in (job.stageIds if job else ()):
                     stage = tracker.getStageInfo(stage_id)

@@ -31,7 +31,8 @@ Modes and the ``status`` of each row (a table, not ifs)::
                           is not an offset: not compared
     verify  not-migrated  one row per group named with --group whose migration record is
                           not at kafka-committed, dual or kafka (with --all / --pattern
-                          such groups are not verified at all, as in migrate verify)
+                          such groups get no row, as in migrate verify: they are counted
+                          as the group outcome ``not-verified``)
     apply   committed     apply_group committed ``target`` to Kafka in this run
     apply   skipped       the plan writes nothing there (see ``decision`` and ``note``)
     apply   unchanged     Kafka already had it (equal), or the commit was done by an
@@ -96,6 +97,7 @@ REPORT_COLUMNS = ("group", "topic", "partition", "legacy", "kafka", "log_start",
                   "note", "status")
 MODES = ("plan", "verify", "apply")
 ZK_READS = ("auto", "multi", "single")
+_MIGRATED_PHASES = frozenset(p.value for p in MIGRATED)
 _UNVERIFIABLE = frozenset({Decision.TOPIC_MISSING, Decision.PARTITION_MISSING, Decision.UNPARSABLE})
 
 
@@ -439,6 +441,10 @@ class _Fetched:
     skipped: list[str] = field(default_factory=list)  # verify: unmigrated groups not named
 
 
+def _migrated(record: dict | None) -> bool:
+    return bool(record) and record.get("phase") in _MIGRATED_PHASES
+
+
 class _PartitionRun:
     """One task's connections, Kafka caches and the per-batch pipeline."""
 
@@ -490,21 +496,18 @@ class _PartitionRun:
                 raise outcome
             if isinstance(outcome, ZkcoordError):
                 reads[group] = str(outcome)
-                chosen.append(group)
-                continue
-            record = outcome[0]
-            if record and Phase(record["phase"]) in MIGRATED:
+            elif _migrated(outcome[0]) or self.spec.named:
                 records[group] = outcome
-                chosen.append(group)
-            elif self.spec.named:
-                records[group] = outcome
-                chosen.append(group)
             else:
                 skipped.append(group)
-        migrated = [g for g in chosen if g in records and records[g][0] and Phase(records[g][0]["phase"]) in MIGRATED]
-        reads.update(await self.reader.read(migrated) if migrated else {})
-        committed = await asyncio.to_thread(self.kafka.committed_offsets, migrated) if migrated else {}
-        states = await asyncio.to_thread(self.kafka.groups, migrated) if migrated else {}
+                continue
+            chosen.append(group)
+        migrated = [g for g in chosen if g in records and _migrated(records[g][0])]
+        if not migrated:
+            return _Fetched(chosen, reads, {}, {}, records, skipped)
+        reads.update(await self.reader.read(migrated))
+        committed = await asyncio.to_thread(self.kafka.committed_offsets, migrated)
+        states = await asyncio.to_thread(self.kafka.groups, migrated)
         return _Fetched(chosen, reads, committed, states, records, skipped)
 
     async def plans(self, fetched: _Fetched) -> dict[str, GroupPlan]:
@@ -524,6 +527,9 @@ class _PartitionRun:
         plans = await self.plans(fetched)
         summary, rows = JobSummary(), []
         summary.add_plans(list(plans.values()), self.spec.options)
+        outcomes: dict[str, ApplyResult] = {}
+        if fetched.skipped:
+            summary.outcomes["not-verified"] += len(fetched.skipped)
         if self.spec.mode == "apply":
             results = await asyncio.gather(*(self._apply(g) for g in fetched.groups if g in plans))
             outcomes = {r.group: r for r in results}
@@ -649,7 +655,7 @@ def run_partition(spec: TaskSpec, summary, groups: Iterable[str]) -> Iterator[tu
                     ahead = loop.create_task(run.fetch(batches[i + 1]))
                 rows, found, count = loop.run_until_complete(_next_batch(run, batch, current))
                 summary.add(found)
-                progress.report(count, found.by_status.total())
+                progress.report(count, found.partitions)
                 yield from rows
         finally:
             _cancel_pending(loop)
@@ -662,7 +668,11 @@ def run_partition(spec: TaskSpec, summary, groups: Iterable[str]) -> Iterator[tu
 
 async def _started(spec: TaskSpec) -> _PartitionRun:
     run = _PartitionRun(spec)  # made on the loop: its semaphore belongs to it
-    await run.start()
+    try:
+        await run.start()
+    except BaseException:
+        await run.stop()
+        raise
     return run
 
 

@@ -1,0 +1,120 @@
+"""The tables of `zkcoord describe` / `groups` (zkcoord.cli.inspect_cmd), from given
+reports: kafka-consumer-groups' columns, "-" for what is unknown, and whole
+rows when the output is not a terminal."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from zkcoord.cli import inspect_cmd as cmd
+from zkcoord.inspect.gather import NO_KAFKA
+from zkcoord.inspect.model import (
+    Coordinator, DescribeReport, GroupsReport, GroupSummary, GroupView, MemberView, Migration, OffsetRow,
+)
+
+LIVE = GroupView(
+    "billing", ("zkcoord",), "Stable", "daemon", "zookeeper", generation=7, protocol_type="consumer",
+    assignment_strategy="range", coordinator=Coordinator(1, "coord-1", 9301, live=True),
+    members=(MemberView("m1", None, "c1", "/10.0.0.5", (("a", (0, 1)), ("b", (2,)))),
+             MemberView("m2", "static-2", "c2", "/10.0.0.6", None)),
+    offsets=(OffsetRow("a", 0, 42, 42, None, 50, "m1", "/10.0.0.5", "c1"),
+             OffsetRow("a", 3, 9, 9, None, None)))
+DUAL = GroupView("mig", ("zkcoord", "kafka"), "Empty", "zookeeper", "dual", generation=2,
+                 migration=Migration("dual", 1), offsets=(OffsetRow("a", 0, 12, 10, 12, 20),),
+                 notes=("Consumer group 'mig' has no active members.",))
+
+
+def printed(renderables, capsys) -> list[str]:
+    cmd._print(renderables)
+    return [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+
+
+def cells(lines: list[str], first: str) -> list[list[str]]:
+    return [line.split() for line in lines if line.split()[:1] == [first]]
+
+
+def test_offsets_view(capsys):
+    lines = printed(cmd._describe_tables(DescribeReport("z", "/consumers", None, (), (LIVE, DUAL),
+                                                        notes=(NO_KAFKA,)), "offsets", False), capsys)
+    assert lines[0] == f"note: {NO_KAFKA}"
+    assert "Consumer group 'billing': Stable, generation 7, storage zookeeper, coordinator coord-1:9301 (1), " \
+           "live from the owner" in lines
+    assert cells(lines, "billing") == [["billing", "a", "0", "42", "50", "8", "m1", "/10.0.0.5", "c1"],
+                                       ["billing", "a", "3", "9", "-", "-", "-", "-", "-"]]
+    assert "Consumer group 'mig': Empty, generation 2, storage dual, migration phase dual, read from ZooKeeper" \
+        in lines
+    assert "  note: Consumer group 'mig' has no active members." in lines
+    assert ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "ZK-OFFSET", "KAFKA-OFFSET", "LOG-END-OFFSET", "LAG",
+            "CONSUMER-ID", "HOST", "CLIENT-ID"] in cells(lines, "GROUP")
+    assert cells(lines, "mig") == [["mig", "a", "0", "12", "10", "12", "20", "8", "-", "-", "-"]]
+
+
+def test_members_view_with_assignment(capsys):
+    lines = printed(cmd._describe_tables(DescribeReport("z", "/c", None, (), (LIVE,), notes=(NO_KAFKA,)),
+                                         "members", True), capsys)
+    assert not any(NO_KAFKA in line for line in lines)  # log ends do not matter to this view
+    assert cells(lines, "GROUP") == [["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID",
+                                      "#PARTITIONS", "ASSIGNMENT"]]
+    assert cells(lines, "billing") == [["billing", "m1", "-", "/10.0.0.5", "c1", "3", "a(0,1),b(2)"],
+                                       ["billing", "m2", "static-2", "/10.0.0.6", "c2", "-", "-"]]
+
+
+def test_state_view(capsys):
+    lines = printed(cmd._describe_tables(DescribeReport("z", "/c", None, (), (LIVE, DUAL)), "state", True), capsys)
+    assert cells(lines, "GROUP")[0][:9] == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE",
+                                            "#MEMBERS", "GENERATION", "STORAGE", "MIGRATION"]
+    assert cells(lines, "billing") == [["billing", "coord-1:9301", "(1)", "range", "Stable", "2", "7", "zookeeper", "-",
+                                        "consumer", "daemon"]]
+    assert cells(lines, "mig") == [["mig", "-", "-", "Empty", "0", "2", "dual", "dual", "-", "zookeeper"]]
+    assert "note: mig: Consumer group 'mig' has no active members." in lines
+
+
+def test_groups_table(capsys):
+    report = GroupsReport("z", "/consumers", None, (), (
+        GroupSummary("a", "Stable", ("zkcoord", "legacy"), "dual", 2, 3, Coordinator(4, None, None, live=False)),
+        GroupSummary("b", "Empty", ("kafka",), "kafka", 0)))
+    lines = printed(cmd._groups_table(report), capsys)
+    assert cells(lines, "GROUP") == [["GROUP", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE"]]
+    assert cells(lines, "a") == [["a", "Stable", "node", "4", "(not", "registered)", "2", "dual", "zkcoord+legacy"]]
+    assert cells(lines, "b") == [["b", "Empty", "-", "0", "kafka", "kafka"]]
+    assert printed(cmd._groups_table(GroupsReport("z", "/c", None, (), ())), capsys) == ["no consumer groups found"]
+
+
+def test_rows_are_never_wrapped_off_a_terminal(capsys):
+    long_id = "consumer-" + "x" * 150
+    lines = printed([Text("note: " + "y" * 200)], capsys)
+    assert lines == ["note: " + "y" * 200]
+    view = GroupView("g", ("zkcoord",), "Stable", "zookeeper", "zookeeper",
+                     offsets=(OffsetRow("t", 0, 1, 1, None, None, long_id, "h", "c"),))
+    lines = printed(cmd._describe_tables(DescribeReport("z", "/c", "k:9092", (), (view,)), "offsets", False), capsys)
+    assert cells(lines, "g") == [["g", "t", "0", "1", "-", "-", long_id, "h", "c"]]
+
+
+def test_watch_goes_on_after_a_failed_refresh(capsys):
+    import asyncio
+    import json
+
+    from zkcoord.errors import ServiceUnavailableError
+
+    answers = [ServiceUnavailableError("ZooKeeper at zk:2181 did not answer within 1 s"),
+               DescribeReport("zk:2181", "/consumers", None, (), (LIVE,))]
+
+    async def report():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def target(output: str) -> cmd._Target:
+        return cmd._Target("zk:2181", "/consumers", None, 1000, output, True, 0.2, 2)
+
+    code = asyncio.run(cmd._watch(target("json"), report, lambda r: [], "zkcoord describe billing"))
+    first, second = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert code == 0 and first["error"] == "ZooKeeper at zk:2181 did not answer within 1 s" and first["at"]
+    assert second["schema"] == "zkcoord/describe/v1" and second["groups"][0]["group"] == "billing"
+
+    answers[:] = [ServiceUnavailableError("down"), ServiceUnavailableError("still down")]
+    code = asyncio.run(cmd._watch(target("table"), report, lambda r: [], "zkcoord describe billing"))
+    out = capsys.readouterr().out
+    assert code == 2 and out.count("Every 0.2s: zkcoord describe billing") == 2
+    assert "error: down (retrying)" in out and "error: still down (retrying)" in out

@@ -1,0 +1,75 @@
+"""The JSON schema of `zkcoord describe` / `zkcoord groups` is a contract: these
+tests pin every key and value type, so a change to it is a conscious one
+(and bumps the schema version when a key is renamed or removed)."""
+
+from __future__ import annotations
+
+import json
+
+from zkcoord.inspect.model import (
+    DESCRIBE_SCHEMA, GROUPS_SCHEMA, Coordinator, Daemon, DescribeReport, GroupError, GroupsReport, GroupSummary,
+    GroupView, KafkaGroupInfo, MemberView, Migration, OffsetRow,
+)
+
+VIEW = GroupView(
+    "billing", ("zkcoord", "legacy", "kafka"), "Stable", "daemon", "dual", generation=7, protocol_type="consumer",
+    assignment_strategy="range", coordinator=Coordinator(1, "coord-1", 9301, live=True),
+    migration=Migration("dual", 1795315596682), kafka_group=KafkaGroupInfo("Empty", 0),
+    members=(MemberView("m1", None, "c1", "/10.0.0.5", (("orders", (0, 2)),)),
+             MemberView("m2", "worker-b", "c2", "/10.0.0.6", None)),
+    offsets=(OffsetRow("orders", 0, 42, 42, 40, 50, "m1", "/10.0.0.5", "c1"),
+             OffsetRow("orders", 1, None, None, None, 50)),
+    notes=("a note",))
+
+
+def test_describe_document():
+    report = DescribeReport("zk-1:2181/kafka", "/consumers", "k1:9092", (Daemon(1, "coord-1", 9301, "0.1.0"),),
+                            (VIEW,), (GroupError("nope", "not-found", "consumer group 'nope' does not exist"),),
+                            ("global note",))
+    doc = json.loads(json.dumps(report.as_dict()))
+    assert doc == {
+        "schema": DESCRIBE_SCHEMA, "zookeeper": "zk-1:2181/kafka", "zk_root": "/consumers",
+        "bootstrap_servers": "k1:9092",
+        "daemons": [{"node_id": 1, "host": "coord-1", "port": 9301, "version": "0.1.0"}],
+        "notes": ["global note"],
+        "groups": [{
+            "group": "billing", "sources": ["zkcoord", "legacy", "kafka"], "state": "Stable", "read_from": "daemon",
+            "generation": 7, "protocol_type": "consumer", "assignment_strategy": "range", "storage": "dual",
+            "coordinator": {"node_id": 1, "host": "coord-1", "port": 9301, "live": True},
+            "migration": {"phase": "dual", "since_ms": 1795315596682},
+            "kafka_group": {"state": "Empty", "members": 0},
+            "members": [
+                {"member_id": "m1", "group_instance_id": None, "client_id": "c1", "host": "/10.0.0.5",
+                 "partitions": 2, "assignment": {"orders": [0, 2]}},
+                {"member_id": "m2", "group_instance_id": "worker-b", "client_id": "c2", "host": "/10.0.0.6",
+                 "partitions": None, "assignment": None}],
+            "offsets": [
+                {"topic": "orders", "partition": 0, "current_offset": 42, "zookeeper_offset": 42,
+                 "kafka_offset": 40, "log_end_offset": 50, "lag": 8, "member_id": "m1", "host": "/10.0.0.5",
+                 "client_id": "c1"},
+                {"topic": "orders", "partition": 1, "current_offset": None, "zookeeper_offset": None,
+                 "kafka_offset": None, "log_end_offset": 50, "lag": None, "member_id": None, "host": None,
+                 "client_id": None}],
+            "notes": ["a note"]}],
+        "errors": [{"group": "nope", "error": "not-found", "message": "consumer group 'nope' does not exist"}]}
+    assert report.exit_code == 1
+    assert DescribeReport("z", "/consumers", None, (), (VIEW,)).exit_code == 0
+
+
+def test_groups_document():
+    report = GroupsReport("zk:2181", "/consumers", None, (), (
+        GroupSummary("a", "Stable", ("zkcoord",), "zookeeper", 2, 3, Coordinator(4, None, None, live=False)),
+        GroupSummary("b", "Empty", ("legacy",), "zookeeper", 0)), ("n",))
+    assert json.loads(json.dumps(report.as_dict())) == {
+        "schema": GROUPS_SCHEMA, "zookeeper": "zk:2181", "zk_root": "/consumers", "bootstrap_servers": None,
+        "daemons": [], "notes": ["n"],
+        "groups": [
+            {"group": "a", "state": "Stable", "generation": 3,
+             "owner": {"node_id": 4, "host": None, "port": None, "live": False}, "members": 2,
+             "storage": "zookeeper", "sources": ["zkcoord"]},
+            {"group": "b", "state": "Empty", "generation": None, "owner": None, "members": 0,
+             "storage": "zookeeper", "sources": ["legacy"]}]}
+
+
+def test_schema_versions():
+    assert (DESCRIBE_SCHEMA, GROUPS_SCHEMA) == ("zkcoord/describe/v1", "zkcoord/groups/v1")

@@ -1,0 +1,216 @@
+"""``zkcoord migrate run-job``: plan, verify or apply many groups as one Spark job.
+
+This module owns the command line of :mod:`zkcoord.migrate.spark_job`: its
+options, the progress bar (rich, on stderr, fed by the job's progress
+callback) and the summary printed at the end (text or JSON, on stdout). The
+per-partition report is written by the job (Parquet and CSV under
+``--report-dir``); this module only says where.
+
+Exit codes: 0; 1 when a group could not be read, and also, in verify, when
+a partition is behind or a named group is not migrated, in apply, when a
+group was refused or failed (as ``migrate verify`` / ``migrate apply``);
+2 for bad options or unreachable services.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from zkcoord.core.migration import Options
+from zkcoord.errors import UsageError
+from zkcoord.migrate.plan import Selection
+from zkcoord.migrate.spark_tasks import MODES, ZK_READS
+
+__all__ = ["run_job_command"]
+
+_SHOWN = 10  # notes and errors printed; the rest are in groups.csv
+_FAILING = {"plan": (), "verify": ("behind", "not-migrated"), "apply": ("refused", "failed")}
+
+
+def _spark_conf(values: tuple[str, ...]) -> dict[str, str]:
+    conf = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--spark-conf {item!r} is not KEY=VALUE (e.g. spark.executor.memory=2g)")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+@click.command("run-job")
+@click.option("--mode", type=click.Choice(MODES), default="plan", show_default=True,
+              help="plan: decide, change nothing. verify: is Kafka behind ZooKeeper in migrated groups (recorded). "
+                   "apply: migrate.apply's apply_group for every group.")
+@click.option("--group", "groups", multiple=True, metavar="G", help="A group (repeatable).")
+@click.option("--all", "all_groups", is_flag=True, help="Every group (verify: every migrated group).")
+@click.option("--pattern", metavar="REGEX", help="Groups whose whole name matches REGEX.")
+@click.option("--zookeeper", envvar="ZKCOORD_ZOOKEEPER", show_envvar=True, required=True,
+              help="ZooKeeper connection string HOST:PORT[,HOST:PORT...][/chroot].")
+@click.option("--zk-root", envvar="ZKCOORD_OFFSETS_ZK_ROOT", show_envvar=True, default="/consumers",
+              show_default=True, help="Root of the legacy offsets.")
+@click.option("--bootstrap-servers", envvar="ZKCOORD_BOOTSTRAP_SERVERS", show_envvar=True, required=True,
+              help="Kafka brokers HOST:PORT[,HOST:PORT...].")
+@click.option("--timeout-ms", type=click.IntRange(1_000, 3_600_000), default=15_000, show_default=True,
+              help="How long to wait for ZooKeeper and Kafka.")
+@click.option("--allow-rewind", is_flag=True, help="Move Kafka back to older legacy offsets.")
+@click.option("--force", is_flag=True, help="Use the log end for legacy offsets beyond it.")
+@click.option("--allow-active-kafka-members", is_flag=True,
+              help="apply: do not refuse groups that have members in Kafka's own coordinator.")
+@click.option("--record/--no-record", default=True, show_default=True,
+              help="verify: record each group's result in its migration record, as migrate verify does.")
+@click.option("--report-dir", default=None, metavar="DIR",
+              help="Where the report goes (a path every executor can reach on a cluster: HDFS, S3, NFS) "
+                   "[default: ./zkcoord-report/<mode>-<UTC time>].")
+@click.option("--overwrite", is_flag=True, help="Replace a report already in --report-dir.")
+@click.option("--spark-master", envvar="ZKCOORD_SPARK_MASTER", show_envvar=True, default=None, metavar="URL",
+              help="spark://HOST:7077, yarn, k8s://... [default: local[*], or spark-submit's master].")
+@click.option("--spark-partitions", type=click.IntRange(1, 100_000), default=None,
+              help="Spark partitions the groups are spread over [default: Spark's default parallelism].")
+@click.option("--spark-conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable).")
+@click.option("--ship-package/--no-ship-package", default=None,
+              help="Send a zip of zkcoord to the executors [default: when the master is not local].")
+@click.option("--batch-groups", type=click.IntRange(1, 10_000), default=100, show_default=True,
+              help="Groups a task reads and decides together.")
+@click.option("--apply-concurrency", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="apply: groups a task applies at once.")
+@click.option("--zk-reads", type=click.Choice(ZK_READS), default="auto", show_default=True,
+              help="multi: ZooKeeper 3.6+ multiRead, 1000 znodes a request; single: one znode a request; "
+                   "auto: multi if the server says 3.6+.")
+@click.option("--progress/--no-progress", default=None,
+              help="Show a progress bar on stderr [default: when stderr is a terminal].")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def run_job_command(mode: str, groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeeper: str,
+                    zk_root: str, bootstrap_servers: str, timeout_ms: int, allow_rewind: bool, force: bool,
+                    allow_active_kafka_members: bool, record: bool, report_dir: str | None, overwrite: bool,
+                    spark_master: str | None, spark_partitions: int | None, spark_conf: tuple[str, ...],
+                    ship_package: bool | None, batch_groups: int, apply_concurrency: int, zk_reads: str,
+                    progress: bool | None, output: str) -> None:
+    """Plan, verify or apply many groups as one Spark job, with a per-partition report.
+
+    The groups are spread over Spark partitions; each task reads ZooKeeper
+    and Kafka for its groups with one connection each and decides with the
+    same rules as migrate plan / verify / apply. The report (Parquet and CSV,
+    one row per partition with its status) goes to --report-dir; the summary
+    is printed here. Runs an embedded local Spark unless --spark-master says
+    otherwise or spark-submit started it.
+    """
+    from zkcoord.migrate.spark_job import JobConfig, run_job, spark_session
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    config = JobConfig(
+        zookeeper, bootstrap_servers, Selection(tuple(groups), all_groups, pattern),
+        report_dir or f"zkcoord-report/{mode}-{stamp}", mode=mode, zk_root=zk_root,
+        options=Options(allow_rewind=allow_rewind, force=force), allow_active_kafka_members=allow_active_kafka_members,
+        record_verify=record, timeout_ms=timeout_ms, spark_partitions=spark_partitions, batch_groups=batch_groups,
+        apply_concurrency=apply_concurrency, zk_reads=zk_reads, overwrite=overwrite)
+    conf = _spark_conf(spark_conf)
+    err = Console(stderr=True, highlight=False)
+    show = err.is_terminal if progress is None else progress
+    with contextlib.ExitStack() as stack:
+        with _status(err, show, f"starting Spark ({spark_master or 'local[*]'})"):
+            spark = stack.enter_context(spark_session(spark_master, ship_package=ship_package, conf=conf))
+        with _ProgressBar(err, mode, show) as bar:
+            result = run_job(config, spark, on_progress=bar.update)
+    if output == "json":
+        click.echo(json.dumps(_as_dict(result), indent=2))
+    else:
+        _print_summary(result, spark_master, record)
+    failing = sum(result.outcomes.get(name, 0) for name in _FAILING[mode]) + result.error_groups
+    if failing or (mode == "verify" and result.errors):
+        click.echo(f"{failing or len(result.errors)} group(s) need attention (see {result.report.groups_csv})",
+                   err=True)
+        sys.exit(1)
+
+
+class _status:
+    """``console.status`` when shown, else nothing."""
+
+    def __init__(self, console: Console, show: bool, what: str) -> None:
+        self._inner = console.status(what) if show else None
+
+    def __enter__(self):
+        return self._inner.__enter__() if self._inner is not None else None
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._inner is not None:
+            self._inner.__exit__(*exc_info)
+
+
+class _ProgressBar:
+    """Groups done / total, the rate and the offsets decided; updated from the job's poller thread."""
+
+    def __init__(self, console: Console, mode: str, show: bool) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
+            TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[offsets]}"), TimeElapsedColumn(),
+            console=console, disable=not show)
+        self._mode = mode
+        self._task = None
+
+    def __enter__(self) -> _ProgressBar:
+        self._progress.start()
+        self._task = self._progress.add_task(self._mode, total=None, rate="", offsets="")
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._progress.stop()
+
+    def update(self, p) -> None:
+        rate = p.groups_done / p.elapsed_s if p.elapsed_s > 0 else 0.0
+        tasks = f" (tasks {p.tasks_done}/{p.tasks_total})" if p.tasks_total else ""
+        self._progress.update(self._task, completed=p.groups_done, total=p.groups_total or None,
+                              description=f"{self._mode}{tasks}", rate=f"{rate:,.0f}/s",
+                              offsets=f"{p.offsets_done:,} offsets")
+
+
+def _as_dict(result) -> dict[str, Any]:
+    return {
+        "mode": result.mode, "groups_selected": result.groups_selected, "totals": result.totals.as_dict(),
+        "error_groups": result.error_groups, "statuses": dict(result.statuses), "outcomes": dict(result.outcomes),
+        "notes": [list(n) for n in result.notes], "errors": [list(e) for e in result.errors],
+        "report": {"parquet": result.report.parquet, "csv": result.report.csv, "groups_csv": result.report.groups_csv},
+        "spark_partitions": result.spark_partitions, "elapsed_s": round(result.elapsed_s, 3),
+        "options": {"allow_rewind": result.options.allow_rewind, "force": result.options.force},
+    }
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n:,} {name}" for name, n in counts.items() if n)
+
+
+def _print_summary(result, spark_master: str | None, recorded: bool) -> None:
+    console = Console(highlight=False, soft_wrap=True)
+    t = result.totals
+    rate = t.partitions / result.elapsed_s if result.elapsed_s > 0 else 0.0
+    console.print(Text(f"migrate {result.mode} on Spark ({spark_master or 'local[*]'}, {result.spark_partitions} "
+                       f"partition(s)): {result.groups_selected:,} group(s) in {result.elapsed_s:.1f} s "
+                       f"({rate:,.0f} offsets/s)"))
+    decisions = _counts({d.value: n for d, n in t.by_decision.items()})
+    console.print(Text(f"{t.groups:,} group(s) read, {t.partitions:,} partition(s)" + (f": {decisions}" if decisions
+                                                                                          else "")))
+    active = f"; {t.active_groups:,} group(s) with active members" if t.active_groups else ""
+    changed = {"plan": "nothing was changed",
+               "verify": "results recorded in the migration records" if recorded else "nothing was changed",
+               "apply": "what was applied is in each group's migration record"}[result.mode]
+    console.print(Text(f"{t.to_write:,} to write, {t.flagged:,} flagged{active}; {changed}"))
+    console.print(Text(f"rows by status: {_counts(dict(result.statuses)) or 'none'}"))
+    if result.outcomes:
+        console.print(Text(f"groups: {_counts(dict(result.outcomes))}"))
+    console.print(Text(f"report: {result.report.parquet}\n        {result.report.csv}\n        "
+                       f"{result.report.groups_csv} ({len(result.notes)} note(s), {len(result.errors)} error(s))"))
+    for group, note in result.notes[:_SHOWN]:
+        console.print(Text.assemble((f"group {group}: ", "bold"), note))
+    for group, message in result.errors[:_SHOWN]:
+        console.print(Text.assemble(("error: ", "bold red"), f"group {group}: {message}"))
+    hidden = max(0, len(result.notes) - _SHOWN) + max(0, len(result.errors) - _SHOWN)
+    if hidden:
+        console.print(Text(f"... and {hidden} more in {result.report.groups_csv}"))
