@@ -108,10 +108,12 @@ def seed(zk, kafka: KafkaOffsets, topics: tuple[str, str], unique_name) -> list[
     return groups
 
 
-def job(zk_hosts, services, report_dir, spark, mode="plan", selection=Selection(all_groups=True), **kwargs):
+def job(zk_hosts, services, report_dir, spark, mode="plan", selection=Selection(all_groups=True), on_progress=None,
+        **kwargs):
+    """The job on 2 Spark partitions, 4 groups per batch (so tasks pipeline several batches)."""
     config = JobConfig(zk_hosts, services.bootstrap_servers, selection, str(report_dir), mode=mode,
                        spark_partitions=2, batch_groups=kwargs.pop("batch_groups", 4), **kwargs)
-    return run_job(config, spark, on_progress=kwargs.pop("on_progress", None))
+    return run_job(config, spark, on_progress=on_progress)
 
 
 def single_plan(zk_hosts, kafka, selection=Selection(all_groups=True), options=Options()):

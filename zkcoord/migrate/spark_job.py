@@ -114,6 +114,8 @@ logger.parquet.level = error
 """
 _TASK_ERROR = re.compile(r"^(zkcoord(?:\.\w+)*)\.(\w+): (.+)$", re.MULTILINE)
 _POLL_S = 0.2
+# RFC 4180 quoting (what Python's csv reads), values kept as they are (legacy " 25\n" stays that)
+_CSV = {"header": True, "escape": '"', "ignoreLeadingWhiteSpace": False, "ignoreTrailingWhiteSpace": False}
 
 
 @dataclass(frozen=True)
@@ -303,7 +305,7 @@ def run_job(config: JobConfig, spark: Any, on_progress: ProgressCallback | None 
         found: JobSummary = summary.value
         written = spark.read.parquet(report.parquet)
         _translated(lambda: written.coalesce(1).sortWithinPartitions("group", "topic", "partition").write
-                    .mode(mode).options(header=True, escape='"').csv(report.csv))
+                    .mode(mode).options(**_CSV).csv(report.csv))
         _write_groups(spark, found, report.groups_csv, mode)
         done = True
     finally:
@@ -363,7 +365,7 @@ def _write_groups(spark: Any, found: JobSummary, path: str, mode: str) -> None:
     rows = [(g, "error", text) for g, text in found.errors] + [(g, "note", text) for g, text in found.notes]
     schema = StructType([StructField(name, StringType(), False) for name in ("group", "kind", "message")])
     frame = spark.createDataFrame(sorted(rows), schema)
-    _translated(lambda: frame.coalesce(1).write.mode(mode).options(header=True, escape='"').csv(path))
+    _translated(lambda: frame.coalesce(1).write.mode(mode).options(**_CSV).csv(path))
 
 
 def _result(config: JobConfig, found: JobSummary, selected: int, report: ReportPaths, slices: int,
