@@ -291,7 +291,7 @@ KILLABLE_APPLY = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("pause", ["backed-up", "committed", "kafka-committed"])
-def test_apply_killed_mid_way_resumes_without_loss(services, zk_hosts, zk, admin, topic, unique_name, pause):
+def test_apply_killed_mid_way_resumes_without_loss(services, zk_hosts, layout, zk, admin, topic, unique_name, pause):
     group = unique_name("g")
     seed(zk, group, {(topic, 0): b"10", (topic, 1): b"20", (topic, 2): b"xyz"})
     admin.alter_group_offsets(group, {TopicPartition(topic, 0): OffsetAndMetadata(4, "", None),

@@ -29,7 +29,7 @@ from zkcoord.cli.main import cli
 from zkcoord.cli.migrate_cmd import migrate
 from zkcoord.cli.spark_cmd import run_job_command
 from zkcoord.core.migration import Options
-from zkcoord.errors import UsageError
+from zkcoord.errors import ServiceUnavailableError, UsageError
 from zkcoord.kafka.offsets import KafkaOffsets
 from zkcoord.migrate.apply import Adapters
 from zkcoord.migrate.legacy import LegacyOffsets
@@ -231,6 +231,7 @@ def test_verify_flags_the_group_where_kafka_is_behind(zk, zk_hosts, kafka, servi
     zk.set(f"/consumers/{late}/offsets/{a}/2", b"30")  # a dual-commit member moved ZooKeeper on
     migrated(zk, clean)
     migrated(zk, late, "kafka-committed")
+    migrated(zk, unmigrated, "backed-up")  # apply stopped before committing: not verified
 
     result = job(zk_hosts, services, tmp_path / "all", spark, mode="verify")
     rows = {(r[0], r[1], r[2]): r for r in parquet_rows(spark, result)}
@@ -238,7 +239,7 @@ def test_verify_flags_the_group_where_kafka_is_behind(zk, zk_hosts, kafka, servi
         (clean, a, 0): "ok", (clean, a, 1): "ok", (clean, a, 2): "ok",
         (late, a, 0): "ok", (late, a, 1): "behind", (late, a, 2): "behind"}
     assert rows[(late, a, 1)][3:5] == ("11", 4)
-    assert result.outcomes == {"behind": 1, "clean": 1, "not-verified": 1}
+    assert result.outcomes == {"behind": 1, "clean": 1, "not-verified": 1} and result.groups_selected == 3
     single = single_verify(zk_hosts, kafka, late)
     assert sorted((x.topic, x.partition) for x in single.behind) == [(a, 1), (a, 2)]
     # recorded, as migrate verify records it
@@ -251,7 +252,7 @@ def test_verify_flags_the_group_where_kafka_is_behind(zk, zk_hosts, kafka, servi
                 selection=Selection(groups=(unmigrated, clean)), record_verify=False)
     assert [r for r in parquet_rows(spark, named) if r[0] == unmigrated] == [
         (unmigrated, None, None, None, None, None, None, None, None,
-         "not migrated (phase zookeeper): run migrate apply", "not-migrated")]
+         "not migrated (phase backed-up): run migrate apply", "not-migrated")]
     assert named.outcomes == {"clean": 1, "not-migrated": 1}
 
 
@@ -328,3 +329,18 @@ def test_cli_prints_the_summary_and_writes_the_report(zk, zk_hosts, kafka, servi
     assert broken.exit_code == 1
     assert f"error: group {groups[0]}: state znode /coordinators/{groups[0]}/state" in broken.stdout
     assert "1 group(s) need attention" in broken.stderr
+
+
+def test_an_unreachable_kafka_is_the_tasks_error(zk, zk_hosts, spark, tmp_path):
+    zk.create("/consumers/g/offsets/t/0", b"7", makepath=True)
+    config = JobConfig(zk_hosts, "127.0.0.1:1", Selection(all_groups=True), str(tmp_path / "r"), timeout_ms=1_000)
+    with pytest.raises(ServiceUnavailableError, match=r"^cannot connect to Kafka at 127\.0\.0\.1:1: no broker "
+                                                      r"answered within 1 s"):
+        run_job(config, spark)
+
+
+def test_a_pattern_that_matches_nothing_writes_an_empty_report(zk, zk_hosts, services, spark, tmp_path):
+    zk.create("/consumers/g/offsets/t/0", b"7", makepath=True)
+    result = job(zk_hosts, services, tmp_path / "r", spark, selection=Selection(pattern="nothing-.*"))
+    assert (result.groups_selected, result.totals.partitions, dict(result.statuses)) == (0, 0, {})
+    assert spark.read.parquet(result.report.parquet).count() == 0

@@ -327,8 +327,11 @@ _backup_file_option = click.option(
 
 
 def _with_adapters(zookeeper: str, zk_root: str, timeout_ms: int, bootstrap_servers: str | None,
-                   work: Callable[[Adapters], Awaitable[T]]) -> T:
-    return run_with_adapters(zookeeper, bootstrap_servers, work, zk_root=zk_root, timeout_ms=timeout_ms)
+                   work: Callable[[Adapters], Awaitable[T]], writes: bool = True) -> T:
+    """Run ``work`` with started adapters; commands that write zkcoord znodes
+    (``writes``) first make sure the ZooKeeper layout is current."""
+    return run_with_adapters(zookeeper, bootstrap_servers, work, zk_root=zk_root, timeout_ms=timeout_ms,
+                             ensure_layout=writes)
 
 
 def _json_lines_sink(file: Path | None):
@@ -517,7 +520,7 @@ def status(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, output) 
         chosen = selection.choose(set(recorded) | set(groups), "/zkcoord/migrations")
         return await group_status(adapters.conn, adapters.store, chosen)
 
-    found = _with_adapters(zookeeper, zk_root, timeout_ms, None, work)
+    found = _with_adapters(zookeeper, zk_root, timeout_ms, None, work, writes=False)
     if output == "json":
         _echo_json([s.as_dict() for s in found])
         return

@@ -50,6 +50,7 @@ from zkcoord.migrate.modes import ModeChange, set_offset_storage
 from zkcoord.migrate.plan import KafkaFacts, Selection, gather_plan, select_groups
 from zkcoord.migrate.status import MigrationStore, Phase, encode, tp_rows
 from zkcoord.zk import paths
+from zkcoord.zk import layout
 from zkcoord.zk.connection import ZkConnection
 
 __all__ = ["Adapters", "ApplyOptions", "ApplyResult", "apply_group", "apply_groups", "plan_one", "run_with_adapters",
@@ -118,16 +119,22 @@ class ApplyResult:
 
 
 def run_with_adapters(zookeeper: str, bootstrap_servers: str | None, work: Callable[[Adapters], Awaitable[T]], *,
-                      zk_root: str = paths.DEFAULT_CONSUMERS_ROOT, timeout_ms: int = 15_000) -> T:
+                      zk_root: str = paths.DEFAULT_CONSUMERS_ROOT, timeout_ms: int = 15_000,
+                      ensure_layout: bool = False) -> T:
     """Blocking: start the adapters (Kafka only with ``bootstrap_servers``),
     run ``work(adapters)`` to its end, stop them. For the CLI and for a Spark
-    task: ``run_with_adapters(zk, bs, lambda a: apply_group(a, "orders"))``."""
+    task: ``run_with_adapters(zk, bs, lambda a: apply_group(a, "orders"))``.
+    ``ensure_layout``: the work writes zkcoord znodes, so the ZooKeeper
+    layout must be current (on an empty ZooKeeper it is created, as a
+    daemon's first start does)."""
     paths.OffsetPaths(zk_root)  # ConfigError before any I/O
     kafka = KafkaGroupOffsets(bootstrap_servers, request_timeout_ms=timeout_ms) if bootstrap_servers else None
     conn = ZkConnection(zookeeper, connect_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms)
 
     async def main() -> T:
         async with conn:
+            if ensure_layout:
+                await layout.ensure_layout(conn)
             if kafka is not None:
                 await asyncio.to_thread(kafka.start)
             try:

@@ -82,7 +82,7 @@ from zkcoord.kafka.offsets import KafkaOffsets, LogRange, TopicPartition
 from zkcoord.migrate.apply import Adapters, ApplyOptions, ApplyResult, apply_group, wall_clock_ms
 from zkcoord.migrate.legacy import LegacyGroup, LegacyOffsets
 from zkcoord.migrate.plan import _plan_one  # the single-group path's facts -> plan step, shared on purpose
-from zkcoord.migrate.status import Phase
+from zkcoord.migrate.status import MigrationStore, Phase
 from zkcoord.migrate.verify import MIGRATED, VerifyResult, compare
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
@@ -299,7 +299,7 @@ def _failure(outcome: object) -> BaseException | None:
     return outcome if isinstance(outcome, BaseException) and not isinstance(outcome, NoNodeError) else None
 
 
-Reads = dict[str, "LegacyGroup | str"]  # group -> what was read, or why it could not be
+Reads = dict[str, "LegacyGroup | ZkcoordError"]  # group -> what was read, or why it could not be
 
 
 class MultiReadLegacy:
@@ -324,7 +324,7 @@ class MultiReadLegacy:
                         (_GET_CHILDREN, f"{self.paths.group(group)}/ids")]
                 valid.append(group)
             except ZkcoordError as exc:
-                found[group] = str(exc)
+                found[group] = exc
         outcomes = await self._read(ops)
         topics: dict[str, list[str]] = {}
         for i, group in enumerate(valid):
@@ -338,7 +338,7 @@ class MultiReadLegacy:
                 found[group] = LegacyGroup(group, {}, members, storage, 0 if isinstance(ids, NoNodeError) else len(ids))
                 topics[group] = [] if isinstance(listed, NoNodeError) else sorted(listed)
             except ZkcoordError as exc:
-                found[group] = str(exc)
+                found[group] = exc
         await self._read_offsets(found, topics)
         return found
 
@@ -347,29 +347,26 @@ class MultiReadLegacy:
         listed = await self._read([(_GET_CHILDREN, self.paths.topic_dir(g, t)) for g, t in dirs])
         wanted: dict[str, list[TopicPartition]] = {g: [] for g in topics}
         for (group, topic), names in zip(dirs, listed):
-            if isinstance(found[group], str) or isinstance(names, NoNodeError):
+            if isinstance(found[group], ZkcoordError) or isinstance(names, NoNodeError):
                 continue  # failed already, or deleted meanwhile
             if (failed := _failure(names)) is not None:
-                found[group] = self._message(failed, f"list {self.paths.topic_dir(group, topic)}")
+                found[group] = aio.translate(failed, f"list {self.paths.topic_dir(group, topic)}", self._conn.hosts)
                 continue
             for name in names:
                 if name.isascii() and name.isdigit():
                     wanted[group].append((topic, int(name)))
                 else:
                     log.warning("ignoring %s/%s: not a partition number", self.paths.topic_dir(group, topic), name)
-        keys = [(g, tp) for g, tps in wanted.items() if not isinstance(found[g], str) for tp in sorted(tps)]
+        keys = [(g, tp) for g, tps in wanted.items() if isinstance(found[g], LegacyGroup) for tp in sorted(tps)]
         values = await self._read([(_GET_DATA, self.paths.partition(g, t, p)) for g, (t, p) in keys])
         for (group, tp), value in zip(keys, values):
             legacy = found[group]
-            if isinstance(legacy, str) or isinstance(value, NoNodeError):
+            if isinstance(legacy, ZkcoordError) or isinstance(value, NoNodeError):
                 continue
             if (failed := _failure(value)) is not None:
-                found[group] = self._message(failed, f"read {self.paths.partition(group, *tp)}")
+                found[group] = aio.translate(failed, f"read {self.paths.partition(group, *tp)}", self._conn.hosts)
                 continue
             legacy.offsets[tp] = _text(value)
-
-    def _message(self, exc: BaseException, what: str) -> str:
-        return str(aio.translate(exc, what, self._conn.hosts))
 
     def _raise(self, group: str, *outcomes: object) -> None:
         for outcome in outcomes:
@@ -418,13 +415,30 @@ class _SingleReads:
         except ZkcoordError:  # one group's fault (rule 1): find it by reading each alone
             return dict(zip(groups, await asyncio.gather(*(self._one(g) for g in groups))))
 
-    async def _one(self, group: str) -> LegacyGroup | str:
+    async def _one(self, group: str) -> LegacyGroup | ZkcoordError:
         try:
             return (await self._legacy.read_groups([group]))[group]
         except ServiceUnavailableError:
             raise
         except ZkcoordError as exc:
-            return str(exc)
+            return exc
+
+
+class _ReaderLegacy(LegacyOffsets):
+    """LegacyOffsets whose ``read_groups`` goes through the task's reader, so
+    ``apply_group`` (which plans each group afresh) reads with multiRead too."""
+
+    def __init__(self, conn: ZkConnection, zk_root: str, reader: MultiReadLegacy | _SingleReads) -> None:
+        super().__init__(conn, zk_root)
+        self._reader = reader
+
+    async def read_groups(self, groups: Iterable[str]) -> dict[str, LegacyGroup]:
+        wanted = list(dict.fromkeys(groups))
+        found = await self._reader.read(wanted)
+        for group in wanted:
+            if isinstance(found[group], ZkcoordError):
+                raise found[group]
+        return found
 
 
 # ------------------------------------------------------------------ the task
@@ -453,8 +467,8 @@ class _PartitionRun:
         self.conn = ZkConnection(spec.zookeeper, connect_timeout_ms=spec.timeout_ms,
                                  request_timeout_ms=spec.timeout_ms)
         self.kafka = KafkaOffsets(spec.bootstrap_servers, request_timeout_ms=spec.timeout_ms)
-        self.adapters = Adapters.of(self.conn, self.kafka, spec.zk_root, mode_timeout_s=spec.timeout_ms / 1000)
         self.reader: MultiReadLegacy | _SingleReads | None = None
+        self.adapters: Adapters | None = None
         self.counts: dict[str, int | None] = {}
         self.ranges: dict[TopicPartition, LogRange] = {}
         self.apply_slots = asyncio.Semaphore(spec.apply_concurrency)
@@ -469,6 +483,10 @@ class _PartitionRun:
                                                   and await multi_read_supported(self.conn))
         self.reader = MultiReadLegacy(self.conn, self.spec.zk_root) if multi \
             else _SingleReads(self.conn, self.spec.zk_root)
+        legacy = _ReaderLegacy(self.conn, self.spec.zk_root, self.reader) if multi \
+            else LegacyOffsets(self.conn, self.spec.zk_root)
+        self.adapters = Adapters(self.conn, self.kafka, legacy, MigrationStore(self.conn),
+                                 mode_timeout_s=self.spec.timeout_ms / 1000)
 
     async def stop(self) -> None:
         await asyncio.gather(asyncio.to_thread(self.kafka.close), asyncio.to_thread(self.conn.stop))
@@ -495,7 +513,7 @@ class _PartitionRun:
             if isinstance(outcome, ServiceUnavailableError) or not isinstance(outcome, (tuple, ZkcoordError)):
                 raise outcome
             if isinstance(outcome, ZkcoordError):
-                reads[group] = str(outcome)
+                reads[group] = outcome
             elif _migrated(outcome[0]) or self.spec.named:
                 records[group] = outcome
             else:
@@ -512,7 +530,7 @@ class _PartitionRun:
 
     async def plans(self, fetched: _Fetched) -> dict[str, GroupPlan]:
         """The plan of every group read (the same step as gather_plan)."""
-        found = {g: r for g, r in fetched.reads.items() if not isinstance(r, str)}
+        found = {g: r for g, r in fetched.reads.items() if isinstance(r, LegacyGroup)}
         topics = {t for g in found.values() for t, _ in g.offsets} - self.counts.keys()
         if topics:
             self.counts.update(await asyncio.to_thread(self.kafka.partition_counts, topics))
@@ -541,10 +559,11 @@ class _PartitionRun:
                     rows += await self._verify_rows(group, plans[group], fetched, summary)
                 else:
                     rows += _apply_rows(plans[group], outcomes[group], summary)
-            elif isinstance(fetched.reads.get(group), str):
-                rows.append(_group_row(group, fetched.reads[group], "error", summary))
+            elif isinstance(fetched.reads.get(group), ZkcoordError):
+                message = str(fetched.reads[group])
+                rows.append(_group_row(group, message, "error", summary))
                 summary.error_groups += 1
-                summary.errors.append((group, fetched.reads[group]))
+                summary.errors.append((group, message))
             else:  # verify: named, not migrated
                 phase = (fetched.records[group][0] or {}).get("phase", Phase.ZOOKEEPER.value)
                 rows.append(_group_row(group, f"not migrated (phase {phase}): run migrate apply", "not-migrated",

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from zkcoord.config import DaemonConfig
 from zkcoord.core.group import GroupConfig
 from zkcoord.server.apis import ApiHandler
+from zkcoord.kafka.forwarder import KafkaForwarder
 from zkcoord.kafka.metadata import KafkaTopicMetadata
 from zkcoord.server.manager import GroupManager
 from zkcoord.server.topic_watcher import TopicWatcher
@@ -102,8 +103,10 @@ class Daemon:
             kafka_metadata=KafkaTopicMetadata(config.bootstrap_servers) if config.bootstrap_servers else None,
             refresh_ms=config.topic_metadata_refresh_ms)
         await self.topics.start(await asyncio.to_thread(self.conn.client.exists, "/brokers/topics") is not None)
-        self.manager = GroupManager(node_id, group_config, self.ownership, store, self.offsets, self.nodes,
-                                    topic_watcher=self.topics)
+        self.manager = GroupManager(
+            node_id, group_config, self.ownership, store, self.offsets, self.nodes, topic_watcher=self.topics,
+            conn=self.conn,
+            kafka_forwarder=KafkaForwarder(config.bootstrap_servers) if config.bootstrap_servers else None)
         handler.ready(ApiHandler(self.manager))
         log.info("zkcoord node %d serving on %s:%d (advertised %s:%d), ZooKeeper %s", node_id, host,
                  self.server.bound_port, adv_host, adv_port, config.zookeeper)
