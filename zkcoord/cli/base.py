@@ -7,13 +7,19 @@ command modules can import it without importing the whole CLI.
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import click
 from rich.console import Console
 from rich.text import Text
 
 from zkcoord.errors import ZkcoordError
+from zkcoord.zk.connection import ZkConnection
+
+T = TypeVar("T")
 
 err_console = Console(stderr=True, highlight=False)
 
@@ -30,3 +36,14 @@ class ZkcoordGroup(click.Group):
         except KeyboardInterrupt:
             err_console.print("interrupted")
             sys.exit(130)
+
+
+def run_with_zookeeper(zookeeper: str, timeout_ms: int, work: Callable[[ZkConnection], Awaitable[T]]) -> T:
+    """Run ``work(conn)`` with a started ZooKeeper connection, then stop it."""
+    conn = ZkConnection(zookeeper, connect_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms)
+
+    async def main() -> T:
+        async with conn:
+            return await work(conn)
+
+    return asyncio.run(main())

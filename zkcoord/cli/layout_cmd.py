@@ -12,10 +12,8 @@ Rendering lives here; the work is in :mod:`zkcoord.zk.layout`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -24,9 +22,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from zkcoord.cli.base import ZkcoordGroup
+from zkcoord.cli.base import ZkcoordGroup, run_with_zookeeper as _run
 from zkcoord.zk import layout as zk_layout
-from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.layout import Layout, LayoutState, Migration
 
 T = TypeVar("T")
@@ -45,15 +42,6 @@ def _zookeeper_options(func):
     return func
 
 
-def _run(zookeeper: str, timeout_ms: int, work: Callable[[ZkConnection], Awaitable[T]]) -> T:
-    """Run ``work(conn)`` with a started ZooKeeper connection, then stop it."""
-    conn = ZkConnection(zookeeper, connect_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms)
-
-    async def main() -> T:
-        async with conn:
-            return await work(conn)
-
-    return asyncio.run(main())
 
 
 @click.group(cls=ZkcoordGroup)

@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from zkcoord.cli.base import ZkcoordGroup
+from zkcoord.cli.base import ZkcoordGroup, run_with_zookeeper as _run
 from zkcoord.core.migration import Decision, Options, Plan, parse_legacy_offset
 from zkcoord.errors import UsageError
 from zkcoord.kafka.offsets import KafkaOffsets
@@ -80,15 +80,6 @@ def _selection_options(func):
     return func
 
 
-def _run(zookeeper: str, timeout_ms: int, work: Callable[[ZkConnection], Awaitable[T]]) -> T:
-    """Run ``work(conn)`` with a started ZooKeeper connection, then stop it."""
-    conn = ZkConnection(zookeeper, connect_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms)
-
-    async def main() -> T:
-        async with conn:
-            return await work(conn)
-
-    return asyncio.run(main())
 
 
 @click.group(cls=ZkcoordGroup)

@@ -116,33 +116,20 @@ def run_job_command(mode: str, groups: tuple[str, ...], all_groups: bool, patter
     err = Console(stderr=True, highlight=False)
     show = err.is_terminal if progress is None else progress
     with contextlib.ExitStack() as stack:
-        with _status(err, show, f"starting Spark ({spark_master or 'local[*]'})"):
+        starting = err.status(f"starting Spark ({spark_master or 'local[*]'})") if show else contextlib.nullcontext()
+        with starting:
             spark = stack.enter_context(spark_session(spark_master, ship_package=ship_package, conf=conf))
         with _ProgressBar(err, mode, show) as bar:
             result = run_job(config, spark, on_progress=bar.update)
     if output == "json":
         click.echo(json.dumps(_as_dict(result), indent=2))
     else:
-        _print_summary(result, spark_master, record)
+        _print_summary(result, record)
     failing = sum(result.outcomes.get(name, 0) for name in _FAILING[mode]) + result.error_groups
     if failing or (mode == "verify" and result.errors):
         click.echo(f"{failing or len(result.errors)} group(s) need attention (see {result.report.groups_csv})",
                    err=True)
         sys.exit(1)
-
-
-class _status:
-    """``console.status`` when shown, else nothing."""
-
-    def __init__(self, console: Console, show: bool, what: str) -> None:
-        self._inner = console.status(what) if show else None
-
-    def __enter__(self):
-        return self._inner.__enter__() if self._inner is not None else None
-
-    def __exit__(self, *exc_info: Any) -> None:
-        if self._inner is not None:
-            self._inner.__exit__(*exc_info)
 
 
 class _ProgressBar:
@@ -178,7 +165,8 @@ def _as_dict(result) -> dict[str, Any]:
         "error_groups": result.error_groups, "statuses": dict(result.statuses), "outcomes": dict(result.outcomes),
         "notes": [list(n) for n in result.notes], "errors": [list(e) for e in result.errors],
         "report": {"parquet": result.report.parquet, "csv": result.report.csv, "groups_csv": result.report.groups_csv},
-        "spark_partitions": result.spark_partitions, "elapsed_s": round(result.elapsed_s, 3),
+        "spark_master": result.spark_master, "spark_partitions": result.spark_partitions,
+        "elapsed_s": round(result.elapsed_s, 3),
         "options": {"allow_rewind": result.options.allow_rewind, "force": result.options.force},
     }
 
@@ -187,11 +175,11 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{n:,} {name}" for name, n in counts.items() if n)
 
 
-def _print_summary(result, spark_master: str | None, recorded: bool) -> None:
+def _print_summary(result, recorded: bool) -> None:
     console = Console(highlight=False, soft_wrap=True)
     t = result.totals
     rate = t.partitions / result.elapsed_s if result.elapsed_s > 0 else 0.0
-    console.print(Text(f"migrate {result.mode} on Spark ({spark_master or 'local[*]'}, {result.spark_partitions} "
+    console.print(Text(f"migrate {result.mode} on Spark ({result.spark_master}, {result.spark_partitions} "
                        f"partition(s)): {result.groups_selected:,} group(s) in {result.elapsed_s:.1f} s "
                        f"({rate:,.0f} offsets/s)"))
     decisions = _counts({d.value: n for d, n in t.by_decision.items()})
