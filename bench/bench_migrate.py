@@ -294,7 +294,8 @@ def report(rows: list[Row], load: tuple[float, float]) -> None:
         ratio = by_name["zkcoord apply job"].rate / peer_once.rate
         print(f"  apply >= 10x kafka-consumer-groups --execute in one JVM: {ratio:,.1f}x "
               f"{'met' if ratio >= 10 else 'MISSED'}")
-    for name in ("zkcoord plan job", "zkcoord verify job", "zkcoord apply job", "zkcoord plan cold (start + first job)"):
+    for name in ("zkcoord plan job", "zkcoord verify job", "zkcoord apply job",
+                 "zkcoord plan cold (start + first job)"):
         if name in by_name:
             rate = by_name[name].rate
             print(f"  {name} >= 20,000 offsets/s end to end: {rate:,.0f}/s {'met' if rate >= 20_000 else 'MISSED'}")

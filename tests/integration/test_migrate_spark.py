@@ -125,7 +125,8 @@ def single_plan(zk_hosts, kafka, selection=Selection(all_groups=True), options=O
 
 def as_rows(plan) -> list[tuple]:
     return [(r.facts.group, r.facts.topic, r.facts.partition, r.facts.legacy_raw, r.facts.kafka_offset,
-             r.facts.log_start, r.facts.log_end, r.decision.value, r.plan.target_offset, r.plan.note) for r in plan.rows]
+             r.facts.log_start, r.facts.log_end, r.decision.value, r.plan.target_offset, r.plan.note)
+            for r in plan.rows]
 
 
 def parquet_rows(spark, result) -> list[tuple]:

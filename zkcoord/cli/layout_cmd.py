@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from rich.console import Console
@@ -26,7 +26,6 @@ from zkcoord.cli.base import ZkcoordGroup, run_with_zookeeper as _run
 from zkcoord.zk import layout as zk_layout
 from zkcoord.zk.layout import Layout, LayoutState, Migration
 
-T = TypeVar("T")
 COLUMNS = ("VERSION", "DESCRIPTION", "STATE", "APPLIED AT", "APPLIED BY")
 
 

@@ -194,6 +194,7 @@ class JobResult:
     notes: tuple[tuple[str, str], ...]
     errors: tuple[tuple[str, str], ...]
     report: ReportPaths
+    spark_master: str
     spark_partitions: int
     elapsed_s: float
     options: Options = field(default_factory=Options)
@@ -311,7 +312,7 @@ def run_job(config: JobConfig, spark: Any, on_progress: ProgressCallback | None 
     finally:
         poller.stop(final=done)
         server.close()
-    return _result(config, found, len(groups), report, slices, time.monotonic() - started)
+    return _result(config, found, len(groups), report, sc.master, slices, time.monotonic() - started)
 
 
 async def _list_groups(config: JobConfig) -> tuple[list[str], frozenset[str]]:
@@ -368,13 +369,13 @@ def _write_groups(spark: Any, found: JobSummary, path: str, mode: str) -> None:
     _translated(lambda: frame.coalesce(1).write.mode(mode).options(**_CSV).csv(path))
 
 
-def _result(config: JobConfig, found: JobSummary, selected: int, report: ReportPaths, slices: int,
+def _result(config: JobConfig, found: JobSummary, selected: int, report: ReportPaths, master: str, slices: int,
             elapsed_s: float) -> JobResult:
     totals = Totals(found.groups, found.partitions, found.to_write, found.flagged, found.active_groups,
                     FrozenMap({d: found.by_decision.get(d.value, 0) for d in Decision}))
     return JobResult(config.mode, selected, totals, found.error_groups, dict(sorted(found.by_status.items())),
-                     dict(sorted(found.outcomes.items())), tuple(sorted(found.notes)), tuple(sorted(found.errors)), report, slices, elapsed_s,
-                     config.options)
+                     dict(sorted(found.outcomes.items())), tuple(sorted(found.notes)), tuple(sorted(found.errors)),
+                     report, master, slices, elapsed_s, config.options)
 
 
 def _translated(action: Callable[[], Any]) -> Any:

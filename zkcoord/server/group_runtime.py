@@ -206,7 +206,7 @@ class GroupRuntime:
         finally:
             self._futures.pop(token, None)
             if future.done() and not future.cancelled():
-                future.exception()  # a step-down may fail it while _apply raises: retrieved, not leaked
+                future.exception()  # failed by a step-down as this task was cancelled: retrieved, not leaked
 
     async def read(self, decide: Callable[[core.Group, int], Any]) -> Any:
         """Run a decision that changes nothing (validation, describe)."""
