@@ -35,9 +35,10 @@ def setup_logging(verbose: int) -> None:
 
 
 def _register() -> None:
-    from zkcoord.cli import consume_cmd, inspect_cmd, layout_cmd, local_cmd, migrate_cmd, run_cmd
+    from zkcoord.cli import consume_cmd, inspect_cmd, layout_cmd, local_cmd, migrate_cmd, run_cmd, spark_cmd
 
     migrate_cmd.migrate.add_command(layout_cmd.layout)
+    migrate_cmd.migrate.add_command(spark_cmd.run_job_command)
 
     cli.add_command(consume_cmd.consume)
     cli.add_command(inspect_cmd.describe)

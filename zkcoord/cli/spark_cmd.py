@@ -30,7 +30,7 @@ from zkcoord.errors import UsageError
 from zkcoord.migrate.plan import Selection
 from zkcoord.migrate.spark_tasks import MODES, ZK_READS
 
-__all__ = ["run_job_command"]
+__all__ = ["run_job_command", "run_and_report"]
 
 _SHOWN = 10  # notes and errors printed; the rest are in groups.csv
 _FAILING = {"plan": (), "verify": ("behind", "not-migrated"), "apply": ("refused", "failed")}
@@ -49,7 +49,8 @@ def _spark_conf(values: tuple[str, ...]) -> dict[str, str]:
 @click.command("run-job")
 @click.option("--mode", type=click.Choice(MODES), default="plan", show_default=True,
               help="plan: decide, change nothing. verify: is Kafka behind ZooKeeper in migrated groups (recorded). "
-                   "apply: migrate.apply's apply_group for every group.")
+                   "apply: per group back up, commit to Kafka, switch to dual, as migrate apply does (the "
+                   "backups go to ZooKeeper only).")
 @click.option("--group", "groups", multiple=True, metavar="G", help="A group (repeatable).")
 @click.option("--all", "all_groups", is_flag=True, help="Every group (verify: every migrated group).")
 @click.option("--pattern", metavar="REGEX", help="Groups whose whole name matches REGEX.")
@@ -103,7 +104,7 @@ def run_job_command(mode: str, groups: tuple[str, ...], all_groups: bool, patter
     is printed here. Runs an embedded local Spark unless --spark-master says
     otherwise or spark-submit started it.
     """
-    from zkcoord.migrate.spark_job import JobConfig, run_job, spark_session
+    from zkcoord.migrate.spark_job import JobConfig
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     config = JobConfig(
@@ -112,23 +113,34 @@ def run_job_command(mode: str, groups: tuple[str, ...], all_groups: bool, patter
         options=Options(allow_rewind=allow_rewind, force=force), allow_active_kafka_members=allow_active_kafka_members,
         record_verify=record, timeout_ms=timeout_ms, spark_partitions=spark_partitions, batch_groups=batch_groups,
         apply_concurrency=apply_concurrency, zk_reads=zk_reads, overwrite=overwrite)
-    conf = _spark_conf(spark_conf)
+    run_and_report(config, spark_master=spark_master, spark_conf=_spark_conf(spark_conf), ship_package=ship_package,
+                   progress=progress, output=output)
+
+
+def run_and_report(config, *, spark_master: str | None = None, spark_conf: dict[str, str] | None = None,
+                   ship_package: bool | None = None, progress: bool | None = None, output: str = "text") -> None:
+    """Run the job of ``config`` (a :class:`~zkcoord.migrate.spark_job.JobConfig`)
+    with a progress bar, print its summary, exit 1 if a group needs attention.
+    For commands that hand their work to Spark (``--engine spark``)."""
+    from zkcoord.migrate.spark_job import run_job, spark_session
+
+    mode = config.mode
     err = Console(stderr=True, highlight=False)
     show = err.is_terminal if progress is None else progress
     with contextlib.ExitStack() as stack:
         starting = err.status(f"starting Spark ({spark_master or 'local[*]'})") if show else contextlib.nullcontext()
         with starting:
-            spark = stack.enter_context(spark_session(spark_master, ship_package=ship_package, conf=conf))
+            spark = stack.enter_context(spark_session(spark_master, ship_package=ship_package, conf=spark_conf))
         with _ProgressBar(err, mode, show) as bar:
             result = run_job(config, spark, on_progress=bar.update)
     if output == "json":
         click.echo(json.dumps(_as_dict(result), indent=2))
     else:
-        _print_summary(result, record)
+        _print_summary(result, config.record_verify)
     failing = sum(result.outcomes.get(name, 0) for name in _FAILING[mode]) + result.error_groups
     if failing or (mode == "verify" and result.errors):
-        click.echo(f"{failing or len(result.errors)} group(s) need attention (see {result.report.groups_csv})",
-                   err=True)
+        click.echo(f"{failing or len(result.errors)} group(s) need attention: see their rows' status in "
+                   f"{result.report.csv} and their messages in {result.report.groups_csv}", err=True)
         sys.exit(1)
 
 

@@ -12,13 +12,16 @@ Where it runs:
 * **local** (default, no set-up): ``local[*]``, Spark UI off, small shuffle,
   1 GiB driver, Spark's own logging at ERROR, Python workers on this
   interpreter. Fits a 2-core machine.
-* **a cluster**: ``master="spark://host:7077"`` (or ``yarn``, ``k8s://...``):
-  the zkcoord package is zipped and shipped with ``addPyFile``; executors
-  need Python 3.11+ with kazoo and kafka-python (``pip install zkcoord``
-  there ships all three, and then shipping is not needed).
-* **spark-submit**: ``spark-submit --master URL --py-files zkcoord.zip
-  $(python -c 'import zkcoord.__main__ as m; print(m.__file__)') migrate run-job ...``:
-  the session spark-submit made is used as it is.
+* **a cluster**: ``master="spark://host:7077"`` (or ``yarn``, ``k8s://...``)
+  from a machine where zkcoord is installed (client mode): the zkcoord
+  package is zipped and shipped with ``addPyFile``; executors need Python
+  3.11+ with kazoo and kafka-python (``pip install zkcoord`` on them brings
+  all three, and then ``ship_package=False``).
+* **spark-submit**: ``spark-submit --master URL [--deploy-mode cluster]
+  --py-files zkcoord.zip <site-packages>/zkcoord/__main__.py migrate run-job
+  ...`` (``zip -r zkcoord.zip zkcoord`` from the source tree; the driver needs
+  it only in cluster deploy mode): the session spark-submit made is used as
+  it is, with spark-submit's master.
 
 A session that was already running (tests, notebooks, spark-submit) is used
 and left running; one this module started is stopped.

@@ -299,8 +299,8 @@ class _PartitionRun:
         if not migrated:
             return _Fetched(chosen, reads, {}, {}, records, skipped)
         reads.update(await self.reader.read(migrated))
-        committed = await asyncio.to_thread(self.kafka.committed_offsets, migrated)
-        states = await asyncio.to_thread(self.kafka.groups, migrated)
+        committed, states = await asyncio.gather(asyncio.to_thread(self.kafka.committed_offsets, migrated),
+                                                 asyncio.to_thread(self.kafka.groups, migrated))
         return _Fetched(chosen, reads, committed, states, records, skipped)
 
     async def plans(self, fetched: _Fetched) -> dict[str, GroupPlan]:
