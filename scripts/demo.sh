@@ -20,4 +20,27 @@ echo "== 3. zkcoord describe of the demo group (offsets, then state)"
 $ZKC describe "$GROUP" --zookeeper "$ZKCOORD_ZOOKEEPER" --bootstrap-servers "$ZKCOORD_BOOTSTRAP_SERVERS"
 $ZKC describe "$GROUP" --state --zookeeper "$ZKCOORD_ZOOKEEPER"
 echo
+echo "== 4. migrating a legacy group's ZooKeeper offsets into Kafka, through dual-commit"
+SUFFIX=$(printf %04x $((RANDOM % 65536)))
+TOPIC=invoices-$SUFFIX
+LEGACY=billing-$SUFFIX
+.venv/bin/python -m zkcoord.local.demo seed-topic "$TOPIC" 3 20
+echo "-- the legacy offsets, as old ZooKeeper consumers left them (ExportZkOffsets lines):"
+printf '/consumers/%s/offsets/%s/0:5\n/consumers/%s/offsets/%s/1:6\n/consumers/%s/offsets/%s/2:7\n' \
+  "$LEGACY" "$TOPIC" "$LEGACY" "$TOPIC" "$LEGACY" "$TOPIC" | tee /tmp/zkcoord-demo-legacy.$$
+$ZKC migrate import --file /tmp/zkcoord-demo-legacy.$$ --format zk-lines
+rm -f /tmp/zkcoord-demo-legacy.$$
+echo "-- plan (changes nothing):"
+$ZKC migrate plan --group "$LEGACY"
+echo "-- apply: back up, commit to Kafka, switch the group to dual:"
+$ZKC migrate apply --group "$LEGACY"
+echo "-- a zkcoord consumer of the group, now in dual: it resumes at the migrated offsets and commits to both stores:"
+$ZKC consume "$TOPIC" --group "$LEGACY" --max-records 9
+$ZKC describe "$LEGACY"
+echo "-- verify, finalize (dual -> kafka), status:"
+$ZKC migrate verify --group "$LEGACY"
+$ZKC migrate finalize --group "$LEGACY"
+$ZKC migrate status --group "$LEGACY"
+$ZKC describe "$LEGACY" --state
+echo
 echo "The sandbox keeps running; stop it with: make down"

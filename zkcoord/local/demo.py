@@ -106,5 +106,24 @@ def main() -> int:
     return 0 if ok else 1
 
 
+def seed_topic(topic: str, partitions: int, records_per_partition: int) -> int:
+    """``demo seed-topic T P N``: a topic with P partitions and N records in
+    each, for the migration part of the demo."""
+    bootstrap = os.environ["ZKCOORD_BOOTSTRAP_SERVERS"]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for partition in range(partitions):
+        for i in range(records_per_partition):
+            producer.send(topic, key=f"invoice-{partition}-{i}".encode(), value=b"{}", partition=partition)
+    producer.flush()
+    producer.close()
+    print(f"topic {topic}: {partitions} partitions x {records_per_partition} records")
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["seed-topic"]:
+        sys.exit(seed_topic(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
     sys.exit(main())
