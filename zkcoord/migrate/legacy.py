@@ -74,6 +74,14 @@ class LegacyOffsets:
     def partition_path(self, group: str, topic: str, partition: int) -> str:
         return self.paths.partition(group, topic, partition)
 
+    async def group_exists(self, group: str) -> bool:
+        """Is there a ``<root>/<group>`` znode?"""
+        path = paths.OffsetPaths(self.root).group(group)
+        return await self._conn.retry(f"look up {path}", self._inner_exists, path)
+
+    async def _inner_exists(self, path: str) -> bool:
+        return await aio.call(self._conn.client.exists_async, path) is not None
+
     async def list_groups(self) -> list[str]:
         """Every group under the root, sorted (with offsets or not)."""
         return await self._conn.retry(f"list the groups under {self.root}", self._inner_list_groups)

@@ -83,6 +83,14 @@ class KafkaFacts(Protocol):
 
 
 async def select_groups(legacy: LegacyOffsets, selection: Selection) -> list[str]:
+    """The selected legacy groups. Named groups are checked one by one rather
+    than by listing the whole root (a per-group apply over thousands of
+    groups would list it thousands of times); only when one is missing is the
+    root listed, for the error message."""
+    if selection.groups and not selection.all_groups and selection.pattern is None:
+        named = list(dict.fromkeys(selection.groups))
+        if all(await asyncio.gather(*(legacy.group_exists(g) for g in named))):
+            return named
     return selection.choose(await legacy.list_groups(), legacy.root)
 
 
