@@ -57,6 +57,7 @@ class DaemonConfig:
     max_state_bytes: int = 1_000_000
     shutdown_timeout_ms: int = 5_000
     topic_metadata_refresh_ms: int = 5_000  # Kafka Metadata polling, when ZooKeeper has no topics for us
+    metrics_listen: str = ""  # HOST:PORT of the Prometheus /metrics and /health endpoint; "": none
 
     def __post_init__(self) -> None:
         if not self.zookeeper:
@@ -66,6 +67,8 @@ class DaemonConfig:
         parse_host_port(self.listen, "listen")
         if self.advertised:
             parse_host_port(self.advertised, "advertised")
+        if self.metrics_listen:
+            parse_host_port(self.metrics_listen, "metrics_listen")
         _check_range("node_id", self.node_id, -1, 2**31 - 1)
         _check_range("zk_session_timeout_ms", self.zk_session_timeout_ms, 1_000, 600_000)
         _check_range("group_min_session_timeout_ms", self.group_min_session_timeout_ms, 1, 2**31 - 1)
@@ -81,6 +84,10 @@ class DaemonConfig:
     @property
     def listen_address(self) -> tuple[str, int]:
         return parse_host_port(self.listen, "listen")
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        return parse_host_port(self.metrics_listen, "metrics_listen") if self.metrics_listen else None
 
     def advertised_address(self, bound_port: int) -> tuple[str, int]:
         """What FindCoordinator tells clients: --advertised, else the

@@ -28,6 +28,7 @@ def _options(func):
         ("--max-frame-bytes", int, "Largest request frame accepted [default: 104857600]."),
         ("--max-state-bytes", int, "Largest group state znode written [default: 1000000]."),
         ("--topic-metadata-refresh-ms", int, "How often to poll Kafka for partition counts when ZooKeeper has no broker metadata for this daemon [default: 5000]."),
+        ("--metrics-listen", str, "HOST:PORT serving Prometheus /metrics and /health over HTTP [default: off]."),
         ("--shutdown-timeout-ms", int, "How long SIGTERM may take before connections are cut [default: 5000]."),
     ]
     for flag, kind, help_text in reversed(specs):

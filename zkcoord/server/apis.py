@@ -14,6 +14,7 @@ handler raise anything else but a bug.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import TYPE_CHECKING
 
@@ -55,9 +56,10 @@ class ApiHandler:
         }
 
     async def __call__(self, decoded: DecodedRequest, connection: ConnectionInfo):
+        started = time.perf_counter()
         response = await self._routes[decoded.api_key](decoded, connection)
         if self.metrics is not None:
-            self.metrics.observe_request(decoded.api_name, response)
+            self.metrics.observe_request(decoded.api_name, response, time.perf_counter() - started)
         return response
 
     # -- ApiVersions, FindCoordinator --------------------------------------------

@@ -11,6 +11,10 @@ Stop (SIGTERM / SIGINT): unload every owned group and delete its election
 node, so another daemon wins it on the clients' next FindCoordinator, close
 the listener and every connection, unregister, close the ZooKeeper session,
 exit 0, all within ``shutdown_timeout_ms``.
+
+With ``metrics_listen`` set, an HTTP endpoint serves Prometheus ``/metrics``
+and ``/health`` (:mod:`zkcoord.server.metrics`); it is bound right after the
+Kafka listener and closed with it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from zkcoord.server.apis import ApiHandler
 from zkcoord.kafka.forwarder import KafkaForwarder
 from zkcoord.kafka.metadata import KafkaTopicMetadata
 from zkcoord.server.manager import GroupManager
+from zkcoord.server.metrics import DaemonMetrics, MetricsServer
 from zkcoord.server.topic_watcher import TopicWatcher
 from zkcoord.server.transport import KafkaProtocolServer
 from zkcoord.zk import layout
@@ -46,6 +51,7 @@ class RunningDaemon:
     advertised: tuple[str, int]
     bound_port: int
     manager: GroupManager
+    metrics_port: int | None = None  # bound port of --metrics-listen, None without it
 
 
 class Daemon:
@@ -61,6 +67,9 @@ class Daemon:
         self.offsets: OffsetStore | None = None
         self.manager: GroupManager | None = None
         self.topics: TopicWatcher | None = None
+        self.metrics: DaemonMetrics | None = None
+        self.metrics_server: MetricsServer | None = None
+        self.metrics_port: int | None = None
 
     async def start(self) -> RunningDaemon:
         config = self.config
@@ -76,11 +85,18 @@ class Daemon:
         handler = _LateHandler()
         self.server = KafkaProtocolServer(handler, host, port, max_frame_bytes=config.max_frame_bytes)
         await self.server.start()
+        try:
+            await self._start_metrics()
+        except BaseException:
+            await self.server.stop()
+            self.conn.stop()
+            raise
         adv_host, adv_port = config.advertised_address(self.server.bound_port)
         self.nodes = NodeRegistry(self.conn, host=adv_host, port=adv_port, node_id=config.node_id)
         try:
             node_id = await self.nodes.register()
         except BaseException:
+            await self._stop_metrics()
             await self.server.stop()
             self.conn.stop()
             raise
@@ -107,10 +123,31 @@ class Daemon:
             node_id, group_config, self.ownership, store, self.offsets, self.nodes, topic_watcher=self.topics,
             conn=self.conn,
             kafka_forwarder=KafkaForwarder(config.bootstrap_servers) if config.bootstrap_servers else None)
-        handler.ready(ApiHandler(self.manager))
+        if self.metrics is not None:
+            self.metrics.manager = self.manager
+            self.manager.metrics = self.metrics
+        handler.ready(ApiHandler(self.manager, self.metrics))
         log.info("zkcoord node %d serving on %s:%d (advertised %s:%d), ZooKeeper %s", node_id, host,
                  self.server.bound_port, adv_host, adv_port, config.zookeeper)
-        return RunningDaemon(node_id, (adv_host, adv_port), self.server.bound_port, self.manager)
+        return RunningDaemon(node_id, (adv_host, adv_port), self.server.bound_port, self.manager,
+                             self.metrics_port)
+
+    async def _start_metrics(self) -> None:
+        address = self.config.metrics_address
+        if address is None:
+            return
+        self.metrics = DaemonMetrics(conn=self.conn)
+        self.metrics_server = MetricsServer(self.metrics, *address)
+        await self.metrics_server.start()
+        self.metrics_port = self.metrics_server.bound_port
+        self.conn.add_listener(self.metrics.on_session_event)
+        log.info("metrics and health on http://%s:%d/metrics", address[0], self.metrics_port)
+
+    async def _stop_metrics(self) -> None:
+        if self.metrics is not None:
+            self.conn.remove_listener(self.metrics.on_session_event)
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
 
     async def stop(self) -> None:
         """Graceful: persist nothing pending, release groups, close, unregister."""
@@ -118,6 +155,7 @@ class Daemon:
         steps = [
             ("release groups", self.manager.release_all() if self.manager else None),
             ("close the listener", self.server.stop() if self.server else None),
+            ("close the metrics endpoint", self._stop_metrics() if self.metrics_server else None),
             ("stop offset batching", self.offsets.stop() if self.offsets else None),
             ("stop topic watches", self.topics.stop() if self.topics else None),
             ("unregister", self.nodes.unregister() if self.nodes else None),

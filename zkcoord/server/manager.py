@@ -79,6 +79,7 @@ class GroupManager:
         self.mode_requests = ModeRequestWatch(conn, self._on_mode_request) if conn is not None else None
         self.forwarder = kafka_forwarder if kafka_forwarder is not None else _forwarder_of(topic_watcher)
         self._warned_no_kafka: set[str] = set()
+        self.metrics = None  # DaemonMetrics, set by the daemon with --metrics-listen
 
     # -- ownership ---------------------------------------------------------------
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
@@ -115,7 +116,9 @@ class GroupManager:
         try:
             record, version = await self.store.load(group_id)
             runtime = GroupRuntime(group_id, self.group_config, self._persist, self._stepped_down,
-                                   on_persisted=self._track_topics)
+                                   on_persisted=self._on_persisted)
+            if self.metrics is not None:
+                self.metrics.observe_loaded(core.from_record(group_id, record) if record else runtime.group)
             await runtime.load(record, None if version is None or version < 0 else version)
             self._track_topics(runtime.group)
         except StateError as exc:
@@ -163,6 +166,12 @@ class GroupManager:
             self.mode_requests.unwatch(group_id)
         if self.topic_watcher is not None:
             self.topic_watcher.untrack(group_id)
+
+    def _on_persisted(self, group: core.Group) -> None:
+        """A runtime wrote the group's state: watch its topics, count rebalances."""
+        self._track_topics(group)
+        if self.metrics is not None:
+            self.metrics.observe_persisted(group)
 
     # -- topic metadata --------------------------------------------------------------
     def _track_topics(self, group: core.Group) -> None:
@@ -242,7 +251,10 @@ class GroupManager:
             if code is E.NONE:
                 missing = await self._missing_partitions(wanted)
                 kept = {(t, p): (o, m or "") for t, p, o, m in wanted if (t, p) not in missing}
+                mode = runtime.group.offset_storage
                 refused = await self._store_offsets(runtime, kept) if kept else {}
+                if kept and self.metrics is not None:
+                    self.metrics.observe_offset_commit(mode)
                 if member_id:
                     await runtime.apply(lambda g, now: core.touch_member(g, member_id, now))
                 return [E.UNKNOWN_TOPIC_OR_PARTITION if (t, p) in missing else refused.get((t, p), E.NONE)

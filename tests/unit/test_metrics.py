@@ -1,0 +1,52 @@
+"""The metrics HTTP responder and the error naming of zkcoord.server.metrics,
+without ZooKeeper."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from zkcoord.server.metrics import DaemonMetrics, MetricsServer, response_error
+
+
+async def http_get(port: int, path: str) -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    await writer.drain()
+    raw = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+def test_metrics_responder_404_405_and_unhealthy_without_zookeeper():
+    class Disconnected:
+        connected = False
+
+    async def scenario():
+        server = MetricsServer(DaemonMetrics(conn=Disconnected()), "127.0.0.1", 0)
+        await server.start()
+        try:
+            status, body = await http_get(server.bound_port, "/other")
+            assert (status, body) == (404, b"not found\n")
+            status, body = await http_get(server.bound_port, "/health")
+            assert status == 503 and json.loads(body)["reason"] == "ZooKeeper not connected"
+            status, body = await http_get(server.bound_port, "/metrics")
+            assert status == 200 and b"zkcoord_zookeeper_connected 0.0" in body
+        finally:
+            await server.stop()
+        assert server.respond("POST", "/metrics")[0] == 405
+
+    asyncio.run(scenario())
+
+
+def test_response_error_names_first_nonzero_code():
+    from kafka.protocol.consumer.group import HeartbeatResponse, OffsetCommitResponse
+
+    from zkcoord.server.codec import build_message
+
+    assert response_error(build_message(HeartbeatResponse, 3, error_code=27)) == "REBALANCE_IN_PROGRESS"
+    assert response_error(build_message(HeartbeatResponse, 3, error_code=0)) == "NONE"
+    nested = build_message(OffsetCommitResponse, 7, topics=[{"name": "t", "partitions": [
+        {"partition_index": 0, "error_code": 0}, {"partition_index": 1, "error_code": 3}]}])
+    assert response_error(nested) == "UNKNOWN_TOPIC_OR_PARTITION"

@@ -1,0 +1,258 @@
+"""Prometheus metrics and a health endpoint of one daemon (``--metrics-listen``).
+
+Every daemon has its own :class:`~prometheus_client.CollectorRegistry` (not
+the process-wide one), so several daemons in one process do not clash.
+
+=========================================  =========  ==========================================
+metric                                     type       meaning
+=========================================  =========  ==========================================
+``zkcoord_groups_owned``                   gauge      groups this daemon serves (loaded, active)
+``zkcoord_group_members``                  gauge      members summed over the owned groups
+``zkcoord_rebalances_total``               counter    new generations persisted by this daemon
+``zkcoord_rebalance_duration_seconds``     histogram  from the persisted CompletingRebalance write
+                                                      of a generation to its persisted Stable write
+``zkcoord_requests_total{api,error}``      counter    Kafka requests answered; ``error`` is the
+                                                      Kafka error name of the response (top-level
+                                                      ``error_code``, else the first nonzero nested
+                                                      one), ``NONE`` otherwise
+``zkcoord_request_latency_seconds{api}``   histogram  time spent answering a request
+``zkcoord_zookeeper_connected``            gauge      1 while the ZooKeeper session is connected
+``zkcoord_zookeeper_session_expiries_total`` counter  ZooKeeper sessions lost
+``zkcoord_offset_commits_total{mode}``     counter    OffsetCommits stored, by the group's offset
+                                                      storage mode (zookeeper, dual, kafka)
+=========================================  =========  ==========================================
+
+The rebalance duration leaves out PreparingRebalance (it is not persisted
+with a timestamp): it measures the sync phase only, from the write that
+completes the join to the write that makes the group Stable.
+
+HTTP (a tiny HTTP/1.1 responder on :func:`asyncio.start_server`; one request
+per connection): ``GET /metrics`` is the text exposition, ``GET /health``
+200 ``{"status": "ready", ...}`` when ZooKeeper is connected and no owned
+group is loading, else 503 with the reason; anything else 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from zkcoord.core.errors import ErrorCode
+from zkcoord.core.membership import GroupState
+from zkcoord.zk.connection import SessionEvent
+
+log = logging.getLogger(__name__)
+
+
+def response_error(response) -> str:
+    """The Kafka error name of a response: its top-level ``error_code``, else
+    the first nonzero nested one, else ``NONE``."""
+    code = _first_error(response)
+    if not code:
+        return "NONE"
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+def _first_error(message, depth: int = 0) -> int:
+    if message is None or depth > 4:
+        return 0
+    fields = getattr(type(message), "fields", None)
+    if not isinstance(fields, dict):
+        return 0
+    top = getattr(message, "error_code", 0) if "error_code" in fields else 0
+    if isinstance(top, int) and top:
+        return top
+    for name in fields:
+        value = getattr(message, name, None)
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if hasattr(type(item), "fields"):
+                code = _first_error(item, depth + 1)
+                if code:
+                    return code
+    return 0
+
+
+class DaemonMetrics:
+    """The metrics of one daemon. ``manager`` and ``conn`` are read at scrape
+    time; ``manager`` may be set after construction."""
+
+    def __init__(self, manager=None, conn=None, clock: Callable[[], float] = time.monotonic):
+        self.manager = manager
+        self.conn = conn
+        self._clock = clock
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.rebalances = Counter("zkcoord_rebalances_total", "New group generations persisted.", registry=r)
+        self.rebalance_duration = Histogram(
+            "zkcoord_rebalance_duration_seconds",
+            "From a generation's persisted CompletingRebalance write to its persisted Stable write.", registry=r)
+        self.requests = Counter("zkcoord_requests_total", "Kafka requests answered.", ["api", "error"], registry=r)
+        self.request_latency = Histogram("zkcoord_request_latency_seconds", "Time to answer a Kafka request.",
+                                         ["api"], registry=r)
+        self.session_expiries = Counter("zkcoord_zookeeper_session_expiries_total",
+                                        "ZooKeeper sessions lost.", registry=r)
+        self.offset_commits = Counter("zkcoord_offset_commits_total", "OffsetCommits stored, by storage mode.",
+                                      ["mode"], registry=r)
+        r.register(_ScrapeTimeCollector(self))
+        self._generations: dict[str, int] = {}  # group -> last generation seen
+        self._completing: dict[str, tuple[int, float]] = {}  # group -> (generation, CompletingRebalance written)
+
+    # -- hooks --------------------------------------------------------------------
+    def observe_request(self, api: str, response, duration_s: float | None = None) -> None:
+        self.requests.labels(api, response_error(response)).inc()
+        if duration_s is not None:
+            self.request_latency.labels(api).observe(duration_s)
+
+    def observe_loaded(self, group) -> None:
+        """A group was loaded: its stored generation is not a new one."""
+        self._generations[group.group_id] = group.generation_id
+        self._completing.pop(group.group_id, None)
+
+    def observe_persisted(self, group) -> None:
+        """A runtime wrote the group's state (GroupRuntime's on_persisted)."""
+        group_id, generation = group.group_id, group.generation_id
+        if generation > self._generations.get(group_id, 0):
+            self.rebalances.inc()
+        self._generations[group_id] = generation
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            started = self._completing.get(group_id)
+            if started is None or started[0] != generation:
+                self._completing[group_id] = (generation, self._clock())
+        elif group.state is GroupState.STABLE:
+            started = self._completing.pop(group_id, None)
+            if started is not None and started[0] == generation:
+                self.rebalance_duration.observe(max(0.0, self._clock() - started[1]))
+        else:
+            self._completing.pop(group_id, None)
+            if group.state is GroupState.DEAD:
+                self._generations.pop(group_id, None)
+
+    def observe_offset_commit(self, mode: str) -> None:
+        self.offset_commits.labels(mode).inc()
+
+    def on_session_event(self, event: SessionEvent) -> None:
+        """ZkConnection listener (may run on kazoo's thread; counters are thread-safe)."""
+        if event is SessionEvent.LOST:
+            self.session_expiries.inc()
+
+    # -- scrape / health ------------------------------------------------------------
+    def _active_runtimes(self) -> list:
+        manager = self.manager
+        if manager is None:
+            return []
+        return [rt for rt in list(manager.runtimes.values()) if rt.active]
+
+    def zookeeper_connected(self) -> bool:
+        return bool(self.conn is not None and self.conn.connected)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def health(self) -> tuple[int, dict]:
+        """(HTTP status, JSON body)."""
+        if not self.zookeeper_connected():
+            return 503, {"status": "unavailable", "reason": "ZooKeeper not connected"}
+        if self.manager is None:
+            return 503, {"status": "unavailable", "reason": "starting"}
+        loading = sorted(self.manager._loading)
+        if loading:
+            return 503, {"status": "unavailable", "reason": "groups loading", "loading": loading}
+        return 200, {"status": "ready", "groups_owned": len(self._active_runtimes())}
+
+
+class _ScrapeTimeCollector:
+    """Gauges computed when scraped, from the manager and the connection."""
+
+    def __init__(self, metrics: DaemonMetrics):
+        self.metrics = metrics
+
+    def collect(self):
+        runtimes = self.metrics._active_runtimes()
+        yield GaugeMetricFamily("zkcoord_groups_owned", "Groups this daemon serves.", value=len(runtimes))
+        yield GaugeMetricFamily("zkcoord_group_members", "Members summed over the owned groups.",
+                                value=sum(rt.group.size for rt in runtimes))
+        yield GaugeMetricFamily("zkcoord_zookeeper_connected", "1 while the ZooKeeper session is connected.",
+                                value=1 if self.metrics.zookeeper_connected() else 0)
+
+    def describe(self):
+        return []
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            503: "Service Unavailable"}
+READ_TIMEOUT_S = 10.0
+
+
+class MetricsServer:
+    """``GET /metrics`` and ``GET /health`` over a minimal HTTP/1.1 responder."""
+
+    def __init__(self, metrics: DaemonMetrics, host: str, port: int):
+        self.metrics = metrics
+        self.host, self.port = host, port
+        self._server: asyncio.AbstractServer | None = None
+        self._clients: set[asyncio.Task] = set()
+
+    @property
+    def bound_port(self) -> int:
+        assert self._server is not None and self._server.sockets
+        return self._server.sockets[0].getsockname()[1]
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._clients):
+            task.cancel()
+        await self._server.wait_closed()
+        self._server = None
+
+    def respond(self, method: str, path: str) -> tuple[int, str, bytes]:
+        """(status, content type, body) for a request line."""
+        path = path.split("?", 1)[0]
+        if path not in ("/metrics", "/health"):
+            return 404, "text/plain; charset=utf-8", b"not found\n"
+        if method not in ("GET", "HEAD"):
+            return 405, "text/plain; charset=utf-8", b"method not allowed\n"
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, self.metrics.render()
+        status, body = self.metrics.health()
+        return status, "application/json", (json.dumps(body) + "\n").encode()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._clients.add(task)
+        try:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
+                method, path, _ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
+                status, content_type, body = self.respond(method, path)
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError):
+                return
+            except ValueError:
+                status, content_type, body, method = 400, "text/plain; charset=utf-8", b"bad request\n", "GET"
+            except Exception:  # a bug must not kill the server
+                log.exception("metrics endpoint failed")
+                return
+            header = (f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {content_type}\r\n"
+                      f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("latin-1")
+            writer.write(header if method == "HEAD" else header + body)
+            await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self._clients.discard(task)
+            writer.close()
