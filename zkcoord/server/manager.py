@@ -168,7 +168,9 @@ class GroupManager:
             self.topic_watcher.untrack(group_id)
 
     def _on_persisted(self, group: core.Group) -> None:
-        """A runtime wrote the group's state: watch its topics, count rebalances."""
+        """A runtime wrote the group's state: log it, watch its topics, count rebalances."""
+        log.info("group %s: %s, generation %d, leader %s, members [%s]", group.group_id, group.state.value,
+                 group.generation_id, group.leader_id or "-", ", ".join(group.members))
         self._track_topics(group)
         if self.metrics is not None:
             self.metrics.observe_persisted(group)
