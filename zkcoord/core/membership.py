@@ -177,7 +177,7 @@ class GroupConfig:
             )
 
 
-def _freeze_protocols(protocols: Iterable[tuple[str, bytes]]) -> ProtocolList:
+def freeze_protocols(protocols: Iterable[tuple[str, bytes]]) -> ProtocolList:
     return tuple((str(name), bytes(meta)) for name, meta in protocols)
 
 
@@ -196,7 +196,7 @@ class Member:
     assignment: bytes = b""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "protocols", _freeze_protocols(self.protocols))
+        object.__setattr__(self, "protocols", freeze_protocols(self.protocols))
         object.__setattr__(self, "assignment", bytes(self.assignment))
 
     @property
@@ -218,7 +218,7 @@ class Member:
 
     def matches(self, protocols: ProtocolList) -> bool:
         """Same protocols, in the same order, with the same metadata."""
-        return self.protocols == _freeze_protocols(protocols)
+        return self.protocols == freeze_protocols(protocols)
 
     def vote(self, candidates: frozenset[str]) -> str:
         """The member's most preferred protocol among ``candidates``."""

@@ -25,13 +25,13 @@ being superseded is harmless because handlers check the deadline they stored.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Union
 
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.frozenmap import FrozenMap
-from zkcoord.core.membership import Group, ProtocolList
+from zkcoord.core.membership import Group, ProtocolList, freeze_protocols
 
 __all__ = [
     "UNKNOWN_MEMBER_ID",
@@ -99,10 +99,6 @@ def parse_member_key(key: str) -> tuple[str, str] | None:
     return None
 
 
-def _protocols(value: Iterable[tuple[str, bytes]]) -> ProtocolList:
-    return tuple((str(name), bytes(meta)) for name, meta in value)
-
-
 @dataclass(frozen=True)
 class JoinRequest:
     """A JoinGroup request.
@@ -130,7 +126,7 @@ class JoinRequest:
     support_skipping_assignment: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "protocols", _protocols(self.protocols))
+        object.__setattr__(self, "protocols", freeze_protocols(self.protocols))
 
 
 @dataclass(frozen=True)
