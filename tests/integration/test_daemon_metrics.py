@@ -13,20 +13,11 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.test_daemon_protocol import E_MEMBER_ID_REQUIRED, E_NONE, daemon_config, join
+from tests.support.http import http_get
 from tests.support.wire import WireClient
 from zkcoord.server.daemon import Daemon
 
 pytestmark = pytest.mark.integration
-
-
-async def http_get(port: int, path: str) -> tuple[int, bytes]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-    await writer.drain()
-    raw = await asyncio.wait_for(reader.read(), 10)
-    writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), body
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:

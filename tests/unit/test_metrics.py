@@ -6,17 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+from tests.support.http import http_get
 from zkcoord.server.metrics import DaemonMetrics, MetricsServer, response_error
-
-
-async def http_get(port: int, path: str) -> tuple[int, bytes]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-    await writer.drain()
-    raw = await asyncio.wait_for(reader.read(), 10)
-    writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), body
 
 
 def test_metrics_responder_404_405_and_unhealthy_without_zookeeper():
