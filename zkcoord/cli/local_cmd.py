@@ -98,8 +98,17 @@ def env(state_dir: Path | None) -> None:
 
 
 @local.command()
-def fetch() -> None:
+@click.option("--legacy", is_flag=True,
+              help="Instead: fetch Kafka 1.1.1's old ZooKeeper consumer (for the legacy test and benchmark) "
+                   "and compile its driver, into <cache>/legacy.")
+def fetch(legacy: bool) -> None:
     """Fetch the ZooKeeper and Kafka jars into the cache (done by `up` too)."""
+    if legacy:
+        from zkcoord.local.legacy import driver_classpath
+
+        classpath = driver_classpath(log=_log)
+        console.print(f"legacy consumer {jars.LEGACY_KAFKA_VERSION} (Scala {jars.LEGACY_SCALA_VERSION}): {classpath}")
+        return
     for dist in jars.fetch_all(log=_log):
         console.print(f"{dist.name} {dist.version}: {dist.classpath} ({dist.source})")
     console.print(f"jar cache: {jars.cache_dir() / 'jars'} ({jars.cache_size_bytes() / 2**20:.0f} MiB)")

@@ -22,6 +22,11 @@ from pathlib import Path
 from zkcoord.errors import MissingToolError, SandboxError
 
 ZOOKEEPER_VERSION = "3.8.6"
+# The old ZooKeeper-based consumer (ZookeeperConsumerConnector) was removed in
+# Kafka 2.0; 1.1.1 is its last release. It runs on Java 17 and talks to a 3.9
+# broker (Metadata/Fetch/ListOffsets v0-v2 are still served).
+LEGACY_KAFKA_VERSION = "1.1.1"
+LEGACY_SCALA_VERSION = "2.12"
 KAFKA_VERSION = "3.9.2"
 SCALA_VERSION = "2.13"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
@@ -40,6 +45,17 @@ BUNDLES: dict[str, tuple[str, ...]] = {
         # kafka-consumer-groups and friends live in kafka-tools since 3.7.
         f"org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
         "org.slf4j:slf4j-reload4j:1.7.36",
+    ),
+}
+
+# Fetched only on demand (`zkcoord local fetch --legacy`, the legacy test and
+# benchmark), into a directory of its own: the sandbox's bundles are unchanged.
+LEGACY_BUNDLE = f"legacy-kafka_{LEGACY_SCALA_VERSION}-{LEGACY_KAFKA_VERSION}"
+LEGACY_BUNDLES: dict[str, tuple[str, ...]] = {
+    LEGACY_BUNDLE: (
+        f"org.apache.kafka:kafka_{LEGACY_SCALA_VERSION}:{LEGACY_KAFKA_VERSION}",
+        # Its log lines (WARN and up, to stderr); the pom ships only slf4j-api.
+        "org.slf4j:slf4j-simple:1.7.25",
     ),
 }
 
@@ -96,7 +112,7 @@ def _pom(bundle: str, artifacts: tuple[str, ...]) -> str:
     )
 
 
-def _maven_fetch(bundle: str, target: Path, log) -> None:
+def _maven_fetch(bundle: str, artifacts: tuple[str, ...], target: Path, log) -> None:
     mvn = shutil.which("mvn")
     if not mvn:
         raise MissingToolError(
@@ -105,7 +121,7 @@ def _maven_fetch(bundle: str, target: Path, log) -> None:
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix="zkcoord-mvn-") as work:
-        Path(work, "pom.xml").write_text(_pom(bundle, BUNDLES[bundle]))
+        Path(work, "pom.xml").write_text(_pom(bundle, artifacts))
         log(f"fetching {bundle} jars with Maven into {target} (once)")
         cmd = [mvn, "-B", "-q", "-U", f"{DEPENDENCY_PLUGIN}:copy-dependencies",
                f"-DoutputDirectory={partial}", "-DincludeScope=runtime"]
@@ -115,27 +131,30 @@ def _maven_fetch(bundle: str, target: Path, log) -> None:
         raise SandboxError(f"Maven could not fetch the {bundle} jars (exit {proc.returncode}):\n{tail}")
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
-    (target / ".complete").write_text("\n".join(BUNDLES[bundle]) + "\n")
+    (target / ".complete").write_text("\n".join(artifacts) + "\n")
 
 
-def fetch_bundle(bundle: str, log=lambda msg: None) -> Path:
-    """Directory holding the bundle's jars, fetching them if not cached yet."""
-    root = cache_dir() / "jars"
+def fetch_bundle(bundle: str, log=lambda msg: None, root: Path | None = None,
+                 artifacts: tuple[str, ...] | None = None) -> Path:
+    """Directory holding the bundle's jars, fetching them if not cached yet
+    (default: a sandbox bundle under ``<cache>/jars``)."""
+    root = root or cache_dir() / "jars"
+    artifacts = artifacts or BUNDLES[bundle]
     target = root / bundle
-    if _complete(target, bundle):
+    if _complete(target, artifacts):
         return target
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _complete(target, bundle):
-            _maven_fetch(bundle, target, log)
+        if not _complete(target, artifacts):
+            _maven_fetch(bundle, artifacts, target, log)
     return target
 
 
-def _complete(target: Path, bundle: str) -> bool:
-    """The cache holds exactly this bundle's artifact list, fully fetched."""
+def _complete(target: Path, artifacts: tuple[str, ...]) -> bool:
+    """The cache holds exactly this artifact list, fully fetched."""
     try:
-        return (target / ".complete").read_text().split() == list(BUNDLES[bundle])
+        return (target / ".complete").read_text().split() == list(artifacts)
     except OSError:
         return False
 
@@ -178,6 +197,19 @@ def fetch_all(log=lambda msg: None) -> list[Distribution]:
     """Resolve (and fetch when needed) every distribution the sandbox runs."""
     find_java()
     return [zookeeper_distribution(log), kafka_distribution(log)]
+
+
+def legacy_cache_dir() -> Path:
+    """``<cache>/legacy``: the legacy consumer's jars and compiled driver."""
+    return cache_dir() / "legacy"
+
+
+def legacy_distribution(log=lambda msg: None) -> Distribution:
+    """Kafka 1.1.1's old ZooKeeper consumer and its dependencies (fetched
+    with Maven the first time, into ``<cache>/legacy``)."""
+    find_java()
+    path = fetch_bundle(LEGACY_BUNDLE, log, root=legacy_cache_dir(), artifacts=LEGACY_BUNDLES[LEGACY_BUNDLE])
+    return Distribution("legacy-consumer", LEGACY_KAFKA_VERSION, f"{path}/*", "maven cache")
 
 
 def cache_size_bytes() -> int:
