@@ -26,7 +26,7 @@ from kafka.protocol.parser import KafkaProtocol
 from zkcoord.server.codec import (
     COORDINATOR_APIS, ApiSpec, FrameSizeError, MalformedFrameError, MessageBuildError,
     ResponseEncodingError, UnsupportedRequestError, api_versions_response, build_message,
-    build_response, decode_request, encode_response, frame_size, response_for,
+    build_response, constant_response, decode_request, encode_response, frame_size, response_for,
 )
 
 CLIENT_ID = "zk-test-client"
@@ -268,6 +268,30 @@ def test_response_reaches_kafka_python_client_exactly(api_key, version):
     assert type(received) is COORDINATOR_APIS[api_key].response_class
     assert received.version == version
     assert received.to_dict() == expected
+
+
+CONSTANT_FIELDS = {  # responses whose fields are plain values: what constant_response takes
+    12: {"throttle_time_ms": 0, "error_code": 27},
+    14: {"throttle_time_ms": 0, "error_code": 27, "protocol_type": None, "protocol_name": None,
+         "assignment": b""},
+    16: {"throttle_time_ms": 0, "error_code": 15, "groups": ()},
+}
+
+
+@pytest.mark.parametrize("api_key,version", [kv for kv in ALL_VERSIONS if kv[0] in CONSTANT_FIELDS])
+def test_constant_response_frames_are_what_kafka_python_encodes(api_key, version):
+    fields = CONSTANT_FIELDS[api_key]
+    client = None
+    for _ in range(2):  # the second request has another correlation id, same message
+        client, decoded = client_send(REQUESTS[api_key](version), client)
+        shared = constant_response(decoded, **fields)
+        assert constant_response(decoded, **fields) is shared
+        frame = encode_response(decoded, shared)
+
+        assert frame == encode_response(decoded, response_for(decoded, **fields))
+        received_id, received = client_receive(client, frame)
+        assert received_id == decoded.correlation_id
+        assert received.to_dict() == response_for(decoded, **fields).to_dict()
 
 
 @pytest.mark.parametrize("version", range(0, 4))

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from zkcoord.core import group as core
 from zkcoord.core.errors import ErrorCode
-from zkcoord.server.group_runtime import GroupRuntime, KeyedTimers
+from zkcoord.core.messages import session_key
+from zkcoord.server.group_runtime import NOT_NOW, GroupRuntime, KeyedTimers
 
 E = ErrorCode
 
@@ -206,5 +207,47 @@ def test_runtime_unload_stops_the_timers():
         before = runtime.group
         await asyncio.sleep(0.25)  # past the session: nothing fires any more
         assert runtime.group is before and runtime.group.state is core.GroupState.DEAD
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+# -- call_now: the heartbeat path without a task ------------------------------------
+
+def _heartbeat_now(runtime: GroupRuntime, member_id: str = "m1"):
+    token = runtime.next_token()
+    req = core.HeartbeatRequest(token, member_id, runtime.group.generation_id)
+    return runtime.call_now(token, lambda g, now: core.handle_heartbeat(g, req, now, CONFIG))
+
+
+def test_call_now_applies_an_outcome_that_needs_no_write():
+    async def scenario():
+        runtime, writes = await _stable_runtime(session_ms=10_000)
+        before = runtime.group.session_deadlines["m1"]
+        await asyncio.sleep(0.01)
+        assert _heartbeat_now(runtime) == core.HeartbeatResult(E.NONE)
+        assert runtime.group.session_deadlines["m1"] > before
+        assert runtime._timers.deadline(session_key("m1")) == runtime.group.session_deadlines["m1"]
+        assert _heartbeat_now(runtime, "stranger") == core.HeartbeatResult(E.UNKNOWN_MEMBER_ID)
+        assert len(writes) == 2 and not runtime._futures
+        await runtime.unload("test over")
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_call_now_declines_and_changes_nothing_when_it_would_have_to_wait():
+    async def scenario():
+        runtime, writes = await _stable_runtime(session_ms=10_000)
+        group = runtime.group
+        async with runtime._lock:  # another request is inside the group
+            assert _heartbeat_now(runtime) is NOT_NOW
+        assert runtime.group is group
+        # a decision that must be written first (a leave) is thrown away
+        token = runtime.next_token()
+        leave = core.LeaveRequest(token, (("m1", None),))
+        assert runtime.call_now(token, lambda g, now: core.handle_leave(g, leave, now, CONFIG)) is NOT_NOW
+        assert runtime.group is group and len(writes) == 2
+        await runtime.unload("test over")
+        assert _heartbeat_now(runtime) is NOT_NOW  # not active any more
+        assert runtime.group.state is core.GroupState.DEAD
 
     asyncio.run(asyncio.wait_for(scenario(), 10))

@@ -300,6 +300,93 @@ async def test_handler_failure_is_logged_with_traceback_and_closes_only_that_con
     assert errors[0].exc_info is not None
 
 
+# -- handle_now: answers without a task ------------------------------------------
+
+async def send_together(client, requests):
+    """Several requests in one write, so the server reads them at once."""
+    for correlation_id, request in requests:
+        client.protocol.send_request(request, correlation_id)
+    await client.send_raw(client.protocol.send_bytes())
+
+
+class FastRecorder(Recorder):
+    """A Recorder whose handle_now answers heartbeats of group "fast" at once,
+    raises for group "fast-boom", and defers everything else."""
+
+    def __init__(self):
+        super().__init__()
+        self.now = []
+
+    def handle_now(self, decoded, info):
+        group_id = getattr(decoded.request, "group_id", None)
+        if decoded.api_key != 12 or not group_id.startswith("fast"):
+            return None
+        if group_id == "fast-boom":
+            raise RuntimeError("fast path exploded")
+        self.now.append(decoded.correlation_id)
+        return response_for(decoded, error_code=0)
+
+
+@asyncio_test
+async def test_handle_now_answers_in_order_with_awaited_requests_on_the_same_connection():
+    recorder = FastRecorder()
+    async with serving(recorder) as server:
+        client = await Client.connect(server.bound_port)
+        await send_together(client, [
+            (1, heartbeat("fast")), (2, heartbeat("fast")), (3, join_group("slow")),
+            (4, heartbeat("fast")), (5, heartbeat("group-b"))])
+        await asyncio.wait_for(recorder.join_entered.wait(), TIMEOUT_S)
+        first = [await client.receive() for _ in range(2)]
+        await asyncio.sleep(0.05)
+        assert recorder.now == [1, 2]  # the heartbeat after the deferred JoinGroup waits for it
+        recorder.release.set()
+        rest = [await client.receive() for _ in range(3)]
+        await client.close()
+
+    assert [(cid, type(r).__name__) for cid, r in first + rest] == [
+        (1, "HeartbeatResponse"), (2, "HeartbeatResponse"), (3, "JoinGroupResponse"),
+        (4, "HeartbeatResponse"), (5, "HeartbeatResponse")]
+    assert recorder.now == [1, 2, 4]
+    assert [s[2] for s in recorder.seen] == [3, 5]  # awaited: only what handle_now declined
+
+
+@asyncio_test
+async def test_handle_now_failure_is_logged_and_closes_only_that_connection(caplog):
+    caplog.set_level(logging.ERROR, logger=TRANSPORT_LOGGER)
+    recorder = FastRecorder()
+    async with serving(recorder) as server:
+        bystander = await Client.connect(server.bound_port)
+        offender = await Client.connect(server.bound_port)
+        await send_together(offender, [(1, heartbeat("fast")), (2, heartbeat("fast-boom"))])
+        assert (await offender.receive())[0] == 1  # answered before the failure
+        assert await offender.closed_by_server()
+        await bystander.send(heartbeat("fast"), correlation_id=3)
+        assert (await bystander.receive())[0] == 3
+        await bystander.close()
+        await offender.close()
+
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert "handler failed on Heartbeat v4 (correlation id 2)" in errors[0].getMessage()
+    assert errors[0].exc_info is not None
+
+
+@asyncio_test
+async def test_peer_closing_mid_frame_closes_the_connection(caplog):
+    caplog.set_level(logging.INFO, logger=TRANSPORT_LOGGER)
+    recorder = FastRecorder()
+    async with serving(recorder) as server:
+        client = await Client.connect(server.bound_port)
+        client.protocol.send_request(heartbeat("fast"), 1)
+        await client.send_raw(client.protocol.send_bytes() + _framed(heartbeat("fast"), 2)[:10])
+        assert (await client.receive())[0] == 1
+        client.writer.write_eof()
+        assert await client.closed_by_server()
+        await client.close()
+
+    assert "closed by the peer in the middle of a frame (10 bytes read)" in caplog.text
+
+
 # -- lifecycle ---------------------------------------------------------------
 
 @asyncio_test

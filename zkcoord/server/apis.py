@@ -25,9 +25,10 @@ from zkcoord.server.codec import (
     COORDINATOR_APIS,
     DecodedRequest,
     api_versions_response,
+    constant_response,
     response_for,
 )
-from zkcoord.server.group_runtime import GroupUnavailableError
+from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
 from zkcoord.server.transport import ConnectionInfo
 
 if TYPE_CHECKING:
@@ -58,6 +59,29 @@ class ApiHandler:
     async def __call__(self, decoded: DecodedRequest, connection: ConnectionInfo):
         started = time.perf_counter()
         response = await self._routes[decoded.api_key](decoded, connection)
+        if self.metrics is not None:
+            self.metrics.observe_request(decoded.api_name, response, time.perf_counter() - started)
+        return response
+
+    def handle_now(self, decoded: DecodedRequest, connection: ConnectionInfo):
+        """The transport's fast path: the answer to a Heartbeat of a group
+        served right now whose group lock is free, without a task; None
+        (nothing changed) sends the request through :meth:`__call__`."""
+        if decoded.api_key != HEARTBEAT:
+            return None
+        started = time.perf_counter()
+        r = decoded.request
+        runtime = self.manager.serving(r.group_id)
+        if runtime is None:
+            return None
+        token = runtime.next_token()
+        request = core.HeartbeatRequest(
+            token, r.member_id, r.generation_id,
+            getattr(r, "group_instance_id", None) if decoded.api_version >= 3 else None)
+        result = runtime.call_now(token, lambda g, now: core.handle_heartbeat(g, request, now, runtime.config))
+        if result is NOT_NOW:
+            return None
+        response = constant_response(decoded, throttle_time_ms=0, error_code=int(result.error))
         if self.metrics is not None:
             self.metrics.observe_request(decoded.api_name, response, time.perf_counter() - started)
         return response
@@ -166,15 +190,15 @@ class ApiHandler:
         try:
             runtime = await self.manager.runtime(r.group_id, loading_code=E.NONE)
             if runtime is None:  # loading: Kafka answers NONE
-                return response_for(decoded, throttle_time_ms=0, error_code=0)
+                return constant_response(decoded, throttle_time_ms=0, error_code=0)
             token = runtime.next_token()
             request = core.HeartbeatRequest(
                 token, r.member_id, r.generation_id,
                 getattr(r, "group_instance_id", None) if decoded.api_version >= 3 else None)
             result = await runtime.call(token, lambda g, now: core.handle_heartbeat(g, request, now, runtime.config))
         except GroupUnavailableError as exc:
-            return response_for(decoded, throttle_time_ms=0, error_code=int(exc.code))
-        return response_for(decoded, throttle_time_ms=0, error_code=int(result.error))
+            return constant_response(decoded, throttle_time_ms=0, error_code=int(exc.code))
+        return constant_response(decoded, throttle_time_ms=0, error_code=int(result.error))
 
     async def leave_group(self, decoded, connection):
         r = decoded.request

@@ -30,7 +30,10 @@ Rules:
    depends only on (message class, version) is worked out once and cached:
    kafka-python's compiled decoders and encoders (headers included; its
    generic header path costs several times more), the list of fields that
-   must not be null, and which fields a version carries.
+   must not be null, and which fields a version carries. Responses that are
+   the same for every request but the correlation id (a Heartbeat answer,
+   say) come from `constant_response`: kafka-python encodes such a message
+   once, and each frame is that body behind a fresh header.
 
 Exceptions (all raised from this module; `transport.py` reacts to them)::
 
@@ -291,6 +294,9 @@ def encode_response(decoded: DecodedRequest, response: ApiMessage) -> bytes:
         raise ResponseEncodingError(
             f"{expected.__name__} was built at v{response.version} but the request "
             f"needs v{version}; build it with decoded.response_version")
+    body = _CONSTANT_BODIES.get(id(response))
+    if body is not None:
+        return _frame_of(body, decoded.correlation_id)
     try:
         # The API_VERSION setter assumes a *request* header, so the version is
         # set before any header exists.
@@ -340,6 +346,51 @@ def _encode_frame(encoders: tuple[_Encoder, _Encoder], header: ResponseHeader, b
         out.pos = end
         with memoryview(out.buf) as view:  # one copy, not result()'s two
             return bytes(view[:end])
+
+
+# constant_response: (response class, version, field items) -> the shared
+# message; id(message) -> (its encoded response header without the
+# correlation id, its encoded body). The messages are kept alive by the
+# first map, so their ids stay theirs.
+_CONSTANTS: dict[tuple, ApiMessage] = {}
+_CONSTANT_BODIES: dict[int, tuple[bytes, bytes]] = {}
+_MAX_CONSTANTS = 512
+
+
+def constant_response(decoded: DecodedRequest, **fields: Any) -> ApiMessage:
+    """The response answering `decoded`, built from plain hashable values
+    (no nested structs) and shared by every request asking the same: it is
+    built and encoded by kafka-python once, and `encode_response` only puts a
+    header in front. The message must not be changed."""
+    key = (decoded.spec.response_class, decoded.response_version, tuple(fields.items()))
+    message = _CONSTANTS.get(key)
+    if message is None:
+        message = response_for(decoded, **fields)
+        encoders = _response_encoders(type(message), decoded.response_version)
+        if encoders is None or len(_CONSTANTS) >= _MAX_CONSTANTS:
+            return message  # encoded the ordinary way
+        _CONSTANTS[key] = message
+        _CONSTANT_BODIES[id(message)] = _constant_parts(encoders, message)
+    return message
+
+
+def _constant_parts(encoders: tuple[_Encoder, _Encoder], message: ApiMessage) -> tuple[bytes, bytes]:
+    """(header after its correlation id, body) as kafka-python encodes them.
+    Response headers v0 and v1 both start with the int32 correlation id."""
+    frame = _encode_frame(encoders, ResponseHeader(correlation_id=0), message)
+    header_end = len(_encode_frame((encoders[0], _no_body), ResponseHeader(correlation_id=0), message))
+    start = FRAME_SIZE_PREFIX_BYTES + Int32.size
+    return frame[start:header_end], frame[header_end:]
+
+
+def _no_body(message: Any, out: Any) -> None:
+    pass
+
+
+def _frame_of(parts: tuple[bytes, bytes], correlation_id: int) -> bytes:
+    header_rest, body = parts
+    return b"".join((Int32.encode(Int32.size + len(header_rest) + len(body)), Int32.encode(correlation_id),
+                     header_rest, body))
 
 
 def api_versions_response(version: int, apis: ApiRegistry = COORDINATOR_APIS, *,

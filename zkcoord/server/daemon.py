@@ -20,6 +20,7 @@ Kafka listener and closed with it.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from contextlib import suppress
@@ -189,6 +190,9 @@ class _LateHandler:
         await self._ready.wait()
         return await self.target(decoded, connection)
 
+    def handle_now(self, decoded, connection):
+        return None if self.target is None else self.target.handle_now(decoded, connection)
+
 
 async def serve(config: DaemonConfig) -> None:
     daemon = Daemon(config)
@@ -197,6 +201,7 @@ async def serve(config: DaemonConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await daemon.start()
+    tune_gc()
     try:
         await stop.wait()
         log.info("signal received, stopping")
@@ -208,9 +213,32 @@ async def serve(config: DaemonConfig) -> None:
 
 
 def run_daemon(config: DaemonConfig) -> None:
-    """Blocking entry point of ``zkcoord run``."""
+    """Blocking entry point of ``zkcoord run``: on uvloop's event loop when
+    it is installed (a dependency; it makes socket I/O several times cheaper),
+    else asyncio's own."""
     root = logging.getLogger()
     if root.level > logging.INFO:
         root.setLevel(logging.INFO)
         logging.getLogger("zkcoord").setLevel(logging.INFO)
-    asyncio.run(serve(config))
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(serve(config))
+
+
+def _loop_factory():
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; asyncio still works
+        log.info("uvloop is not installed; using asyncio's event loop")
+        return None
+    return uvloop.new_event_loop
+
+
+def tune_gc() -> None:
+    """Fewer, cheaper garbage collections once the daemon is up: what is
+    alive after start-up (modules, classes, kazoo, the codec caches) is moved
+    out of the collector's sight, and the youngest generation is collected
+    every 50,000 allocations instead of 700, since requests make short-lived
+    objects that reference counting frees anyway."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)

@@ -20,7 +20,10 @@ three steps.
 Heartbeats are the hot path: a request answered by its own outcome (every
 heartbeat, most requests) gets its reply straight from that outcome, and a
 heartbeat's ``Schedule`` of a later session deadline only records the
-deadline; the armed timer re-arms itself when it fires early.
+deadline; the armed timer re-arms itself when it fires early. When the lock
+is free and the outcome persists nothing, :meth:`GroupRuntime.call_now` runs
+the same three steps without awaiting (step 2 is empty), so the transport
+can answer such a request in the callback that read it.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ class GroupUnavailableError(ZkcoordError):
         super().__init__(f"group {group_id!r}: {code.name}{': ' + why if why else ''}")
         self.group_id = group_id
         self.code = code
+
+
+NOT_NOW: Any = object()  # GroupRuntime.call_now: the request must go through call()
 
 
 def monotonic_ms() -> int:
@@ -208,6 +214,24 @@ class GroupRuntime:
             if future.done() and not future.cancelled():
                 future.exception()  # failed by a step-down as this task was cancelled: retrieved, not leaked
 
+    def call_now(self, token: int, decide: Callable[[core.Group, int], core.Outcome]) -> Any:
+        """:meth:`call` without awaiting, when nothing needs to be awaited: the
+        group is active, its lock free, and the outcome persists nothing and
+        answers ``token``. Then it is applied as :meth:`call` applies it and
+        the reply's payload returned; otherwise the (pure) decision is thrown
+        away, nothing changes, and :data:`NOT_NOW` is returned: use
+        :meth:`call`."""
+        if not self.active or self._lock.locked():
+            return NOT_NOW
+        outcome = decide(self.group, self._clock())
+        if outcome.persist:
+            return NOT_NOW
+        for reply in outcome.replies:
+            if reply.token == token:
+                self._commit(outcome)
+                return reply.payload
+        return NOT_NOW
+
     async def read(self, decide: Callable[[core.Group, int], Any]) -> Any:
         """Run a decision that changes nothing (validation, describe)."""
         async with self._lock:
@@ -229,6 +253,10 @@ class GroupRuntime:
     async def _apply(self, outcome: core.Outcome) -> None:
         if outcome.persist:
             await self._write(outcome.group)
+        self._commit(outcome)
+
+    def _commit(self, outcome: core.Outcome) -> None:
+        """Step 3: apply an outcome whose write (if any) was accepted."""
         self.group = outcome.group
         if outcome.persist and self._on_persisted is not None:
             self._on_persisted(outcome.group)

@@ -153,6 +153,16 @@ class GroupManager:
             return runtime
         return await self._ensure_loaded(group_id)
 
+    def serving(self, group_id: str) -> GroupRuntime | None:
+        """The runtime of a group served right now, without waiting: owned,
+        loaded, active, not suspended. None when :meth:`runtime` must decide
+        (it answers or raises what the request gets)."""
+        runtime = self.runtimes.get(group_id)
+        if (runtime is None or not runtime.active or group_id in self._loading
+                or not self.ownership.is_owned(group_id) or self.ownership.is_suspended(group_id)):
+            return None
+        return runtime
+
     async def _persist(self, group_id: str, record: dict | None, version: int | None) -> int | None:
         """The runtime's write: fenced by the store through the ownership."""
         if record is None:

@@ -8,9 +8,10 @@ request does is the handler's.
 Rules:
 
 1. One request at a time per connection. Like a Kafka broker muting a channel
-   while a request is in flight, the next frame is not read until the current
-   response is written, so a JoinGroup whose answer is deferred delays later
-   requests on that connection (and only on that connection).
+   while a request is in flight, the next frame is not handled (and the
+   socket not read) until the current response is written, so a JoinGroup
+   whose answer is deferred delays later requests on that connection (and
+   only on that connection).
 2. A bad frame closes that connection only, with a warning: a size prefix
    that is negative or above `max_frame_bytes`, a header or body that does not
    decode, an api key we do not serve, or a version outside the served range.
@@ -21,12 +22,16 @@ Rules:
    server keeps serving the others.
 4. `stop()` closes the listener, then every connection (cancelling handlers
    still running for them).
+5. The per-request path is the daemon's hottest code. Each connection is an
+   `asyncio.Protocol`: every frame of one read is handled in that callback,
+   and a handler with a synchronous `handle_now(decoded, connection)` answers
+   without a task when it can (it returns None to take the awaited path).
+   The answers to one read go out in one write.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -70,7 +75,9 @@ class KafkaProtocolServer:
 
     `handler(decoded_request, connection_info)` is awaited for every request
     the codec decodes and returns the response message (see
-    `codec.response_for`). Construction does no I/O; call `start()`.
+    `codec.response_for`). If the handler also has `handle_now(decoded,
+    connection_info)`, that is tried first: a response answers at once, None
+    means "await the handler". Construction does no I/O; call `start()`.
     """
 
     def __init__(self, handler: Handler, host: str, port: int,
@@ -87,7 +94,7 @@ class KafkaProtocolServer:
         self._apis = apis
         self._server: asyncio.Server | None = None
         self._stopping = False
-        self._connections: dict[int, asyncio.Task[None]] = {}
+        self._connections: dict[int, _Connection] = {}
         self._connection_ids = itertools.count(1)
 
     @property
@@ -100,7 +107,8 @@ class KafkaProtocolServer:
     async def start(self) -> None:
         if self._server is not None or self._stopping:
             raise RuntimeError("KafkaProtocolServer.start() may be called once")
-        self._server = await asyncio.start_server(self._accept, self._host, self._port)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), self._host, self._port)
         log.info("serving the Kafka protocol on %s:%d", self._host, self.bound_port)
 
     async def stop(self) -> None:
@@ -112,85 +120,18 @@ class KafkaProtocolServer:
         if server is not None:
             port = self.bound_port
             server.close()
-        tasks = list(self._connections.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        connections = list(self._connections.values())
+        for connection in connections:
+            connection.shut()
+        await asyncio.gather(*(c.closed for c in connections), return_exceptions=True)
         if server is not None:
             await server.wait_closed()
             log.info("stopped serving the Kafka protocol on %s:%d", self._host, port)
 
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # A plain callback that starts a task we own: asyncio's own wrapper
-        # task (used for coroutine callbacks) is registered too late for
-        # stop() to see it, and Python 3.11 logs an error when it is cancelled.
-        if self._stopping:
-            writer.close()
-            return
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        info = ConnectionInfo(next(self._connection_ids), str(peer[0]), int(peer[1]))
-        task = asyncio.get_running_loop().create_task(
-            self._serve_connection(reader, writer, info), name=f"kafka-{info.connection_id}")
-        self._connections[info.connection_id] = task
-        task.add_done_callback(functools.partial(self._connection_done, info))
-
-    def _connection_done(self, info: ConnectionInfo, task: asyncio.Task[None]) -> None:
-        self._connections.pop(info.connection_id, None)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("%s failed", info, exc_info=task.exception())
-
-    async def _serve_connection(self, reader: asyncio.StreamReader,
-                                writer: asyncio.StreamWriter, info: ConnectionInfo) -> None:
-        log.debug("%s opened", info)
-        try:
-            await self._request_loop(reader, writer, info)
-        finally:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
-            log.debug("%s closed", info)
-
-    async def _request_loop(self, reader: asyncio.StreamReader,
-                            writer: asyncio.StreamWriter, info: ConnectionInfo) -> None:
-        try:
-            while True:
-                frame = await self._read_frame(reader)
-                if frame is None:
-                    return
-                decoded = decode_request(frame, self._apis)
-                response = decoded.immediate_response
-                if response is not None:
-                    log.debug("%s: answered %s v%d (correlation id %d) from the codec",
-                              info, decoded.api_name, decoded.api_version,
-                              decoded.correlation_id)
-                else:
-                    response = await self._call_handler(decoded, info)
-                    if response is None:
-                        return
-                writer.write(encode_response(decoded, response))
-                await writer.drain()
-        except (FrameSizeError, MalformedFrameError, UnsupportedRequestError) as exc:
-            log.warning("closing %s: %s", info, exc)
-        except ResponseEncodingError:
-            log.exception("closing %s: the handler's response cannot be sent", info)
-        except asyncio.IncompleteReadError as exc:
-            log.info("%s closed by the peer in the middle of a frame (%d bytes read)",
-                     info, len(exc.partial))
-        except (ConnectionError, OSError) as exc:
-            log.info("%s lost: %r", info, exc)
-
-    async def _read_frame(self, reader: asyncio.StreamReader) -> bytes | None:
-        """The next request payload, or None when the peer closed between frames."""
-        try:
-            prefix = await reader.readexactly(FRAME_SIZE_PREFIX_BYTES)
-        except asyncio.IncompleteReadError as exc:
-            if not exc.partial:
-                return None
-            raise
-        size = frame_size(prefix, self._max_frame_bytes)
-        return await reader.readexactly(size)
+    def _handle_now(self, decoded: DecodedRequest, info: ConnectionInfo) -> ApiMessage | None:
+        """The handler's immediate answer, or None to await it. Raises what the handler raises."""
+        handle_now = getattr(self._handler, "handle_now", None)
+        return None if handle_now is None else handle_now(decoded, info)
 
     async def _call_handler(self, decoded: DecodedRequest,
                             info: ConnectionInfo) -> ApiMessage | None:
@@ -198,10 +139,186 @@ class KafkaProtocolServer:
         try:
             response = await self._handler(decoded, info)
         except Exception:
-            log.exception("closing %s: handler failed on %s v%d (correlation id %d)",
-                          info, decoded.api_name, decoded.api_version, decoded.correlation_id)
+            _log_handler_failure(decoded, info)
             return None
         if response is None:
             log.error("closing %s: handler returned no response to %s v%d (correlation id %d)",
                       info, decoded.api_name, decoded.api_version, decoded.correlation_id)
         return response
+
+
+def _log_handler_failure(decoded: DecodedRequest, info: ConnectionInfo) -> None:
+    log.exception("closing %s: handler failed on %s v%d (correlation id %d)",
+                  info, decoded.api_name, decoded.api_version, decoded.correlation_id)
+
+
+class _Connection(asyncio.Protocol):
+    """One accepted connection: its read buffer, the request in flight, its writes."""
+
+    def __init__(self, server: KafkaProtocolServer) -> None:
+        self._server = server
+        self._transport: asyncio.Transport | None = None
+        self.info = ConnectionInfo(0, "?", 0)
+        self._buffer = bytearray()
+        self._task: asyncio.Task[None] | None = None  # the awaited request in flight
+        self._write_paused = False
+        self._reading_paused = False
+        self._eof = False
+        self._done = False
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # -- asyncio.Protocol ------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        server = self._server
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self.info = ConnectionInfo(next(server._connection_ids), str(peer[0]), int(peer[1]))
+        if server._stopping:
+            self._close()
+            return
+        server._connections[self.info.connection_id] = self
+        log.debug("%s opened", self.info)
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if self._task is None and not self._write_paused:
+            self._process()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        if self._task is None:
+            self._end_of_input()
+        return True  # we close once the request in flight is answered
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._task is None and not self._done:
+            self._resume_reading()
+            self._process()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._done = True
+        self._server._connections.pop(self.info.connection_id, None)
+        if self._task is not None:
+            self._task.cancel()
+        if exc is not None:
+            log.info("%s lost: %r", self.info, exc)
+        log.debug("%s closed", self.info)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    # -- requests --------------------------------------------------------------
+    def shut(self) -> None:
+        """Cancel the request in flight and close (server stop)."""
+        if self._task is not None:
+            self._task.cancel()
+        self._close()
+
+    def _process(self) -> None:
+        """Handle every complete frame in the buffer, until one must be awaited."""
+        buffer = self._buffer
+        server = self._server
+        info = self.info
+        out: list[bytes] = []
+        pos = 0
+        try:
+            while not self._done:
+                if len(buffer) - pos < FRAME_SIZE_PREFIX_BYTES:
+                    break
+                end = pos + FRAME_SIZE_PREFIX_BYTES + frame_size(
+                    buffer[pos:pos + FRAME_SIZE_PREFIX_BYTES], server._max_frame_bytes)
+                if len(buffer) < end:
+                    break
+                frame = bytes(buffer[pos + FRAME_SIZE_PREFIX_BYTES:end])
+                pos = end
+                decoded = decode_request(frame, server._apis)
+                response = decoded.immediate_response
+                if response is not None:
+                    log.debug("%s: answered %s v%d (correlation id %d) from the codec",
+                              info, decoded.api_name, decoded.api_version, decoded.correlation_id)
+                else:
+                    try:
+                        response = server._handle_now(decoded, info)
+                    except Exception:
+                        _log_handler_failure(decoded, info)
+                        self._fail(out)
+                        return
+                    if response is None:
+                        self._await(decoded)
+                        break
+                out.append(encode_response(decoded, response))
+        except (FrameSizeError, MalformedFrameError, UnsupportedRequestError) as exc:
+            log.warning("closing %s: %s", info, exc)
+            self._fail(out)
+            return
+        except ResponseEncodingError:
+            log.exception("closing %s: the handler's response cannot be sent", info)
+            self._fail(out)
+            return
+        finally:
+            if pos:
+                del buffer[:pos]
+        self._write(out)
+        if self._eof and self._task is None:
+            self._end_of_input()
+
+    def _await(self, decoded: DecodedRequest) -> None:
+        self._pause_reading()
+        self._task = asyncio.get_running_loop().create_task(
+            self._answer(decoded), name=f"kafka-{self.info.connection_id}")
+
+    async def _answer(self, decoded: DecodedRequest) -> None:
+        response = await self._server._call_handler(decoded, self.info)
+        self._task = None
+        if self._done:
+            return
+        if response is None:
+            self._close()
+            return
+        try:
+            data = encode_response(decoded, response)
+        except ResponseEncodingError:
+            log.exception("closing %s: the handler's response cannot be sent", self.info)
+            self._close()
+            return
+        self._transport.write(data)
+        if not self._write_paused:
+            self._resume_reading()
+            self._process()
+
+    def _end_of_input(self) -> None:
+        if self._buffer and not self._done:
+            log.info("%s closed by the peer in the middle of a frame (%d bytes read)",
+                     self.info, len(self._buffer))
+        self._close()
+
+    # -- the socket --------------------------------------------------------------
+    def _write(self, out: list[bytes]) -> None:
+        if not out or self._done:
+            return
+        self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _fail(self, out: list[bytes]) -> None:
+        """Send the answers already made, then close."""
+        self._write(out)
+        self._close()
+
+    def _close(self) -> None:
+        self._done = True
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.close()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and not self._done and not self._transport.is_closing():
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and not self._done and not self._transport.is_closing():
+            self._reading_paused = False
+            self._transport.resume_reading()
