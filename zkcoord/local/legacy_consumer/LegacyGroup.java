@@ -4,7 +4,8 @@
 // /consumers/<group>/owners/<topic>/<p> and commits offsets to
 // /consumers/<group>/offsets/<topic>/<p>. Everything it does is printed to
 // stdout as JSON lines (zkcoord/local/legacy.py reads them):
-//   {"ts":ms,"member":"m1","event":"started"}
+//   {"ts":ms,"member":"m1","event":"joining"}                        before the connector registers
+//   {"ts":ms,"member":"m1","event":"started"}                        its stream exists
 //   {"ts":ms,"member":"m1","event":"claim","partitions":[0,3]}    ownership written, fetchers starting
 //   {"ts":ms,"member":"m1","event":"release","partitions":[0,3]}  before its owner znodes go
 //   {"ts":ms,"member":"m1","event":"consumed","partition":0,"offset":41}
@@ -37,6 +38,19 @@ public class LegacyGroup {
         List<Integer> sorted = new ArrayList<>(partitions);
         Collections.sort(sorted);
         return sorted.toString().replace(" ", "");
+    }
+
+    // Kafka 1.1.1 declares Set<Integer> values but passes Scala sets (a cast
+    // to java.util.Set throws ClassCastException and fails the rebalance).
+    static List<Integer> partitions(Object owned) {
+        List<Integer> result = new ArrayList<>();
+        if (owned instanceof Collection) {
+            for (Object p : (Collection<?>) owned) result.add(((Number) p).intValue());
+        } else if (owned instanceof scala.collection.Iterable) {
+            scala.collection.Iterator<?> it = ((scala.collection.Iterable<?>) owned).iterator();
+            while (it.hasNext()) result.add(((Number) it.next()).intValue());
+        }
+        return result;
     }
 
     public static void main(String[] args) throws Exception {
@@ -74,14 +88,14 @@ public class LegacyGroup {
     static void runMember(String member, String group, String topic, Properties props, long commitIntervalMs,
                           boolean logRecords, List<ConsumerConnector> connectors) {
         try {
+            emit(member, "joining", "");
             ConsumerConnector connector = Consumer.createJavaConsumerConnector(new ConsumerConfig(props));
             connectors.add(connector);
             String consumerId = group + "_" + member;
             Map<Integer, Long> next = new ConcurrentHashMap<>();
             connector.setConsumerRebalanceListener(new ConsumerRebalanceListener() {
                 public void beforeReleasingPartitions(Map<String, Set<Integer>> owned) {
-                    Set<Integer> mine = owned.getOrDefault(topic, Collections.emptySet());
-                    emit(member, "release", ",\"partitions\":" + list(mine));
+                    emit(member, "release", ",\"partitions\":" + list(partitions(((Map) owned).get(topic))));
                     next.clear();
                 }
                 public void beforeStartingFetchers(String id, Map<String, Map<Integer, ConsumerThreadId>> global) {

@@ -1,0 +1,94 @@
+"""N zkcoord consumers (``zkcoord.client.Consumer``) of one group in one
+process, for ``bench_legacy.py``: the zkcoord side of the legacy comparison.
+
+Prints what each member sees as JSON lines, in the format of the legacy
+driver (``zkcoord/local/legacy_consumer/LegacyGroup.java``), plus the
+generation:
+
+    {"ts": ms, "member": "m1", "event": "joining"}
+    {"ts": ms, "member": "m1", "event": "claim", "partitions": [0, 3], "generation": 4}
+    {"ts": ms, "member": "m1", "event": "release", "partitions": [0, 3]}
+    {"ts": ms, "member": "m1", "event": "error", "error": "..."}
+
+SIGTERM or SIGINT closes every consumer (LeaveGroup) and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+
+from zkcoord.client import Consumer, ConsumerConfig, RebalanceListener
+
+_print_lock = threading.Lock()
+
+
+def emit(member: str, event: str, **data) -> None:
+    line = json.dumps({"ts": int(time.time() * 1000), "member": member, "event": event, **data})
+    with _print_lock:
+        print(line, flush=True)
+
+
+class Logger(RebalanceListener):
+    def __init__(self, member: str):
+        self.member = member
+        self.consumer: Consumer | None = None
+
+    def on_revoked(self, partitions) -> None:
+        emit(self.member, "release", partitions=sorted(tp.partition for tp in partitions))
+
+    def on_assigned(self, partitions) -> None:
+        emit(self.member, "claim", partitions=sorted(tp.partition for tp in partitions),
+             generation=self.consumer.membership().generation_id)
+
+
+def run_member(member: str, config: ConsumerConfig, topic: str, stop: threading.Event) -> None:
+    try:
+        emit(member, "joining")
+        listener = Logger(member)
+        with Consumer(config) as consumer:
+            listener.consumer = consumer
+            consumer.subscribe([topic], listener=listener)
+            while not stop.is_set():
+                consumer.poll(timeout_ms=100)
+    except Exception as exc:  # reported, as the legacy driver does
+        emit(member, "error", error=repr(exc))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--coordinators", required=True)
+    parser.add_argument("--bootstrap-servers", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--members", type=int, default=1)
+    parser.add_argument("--prefix", default="m")
+    parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=2000)
+    args = parser.parse_args()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    threads = []
+    for i in range(1, args.members + 1):
+        config = ConsumerConfig(coordinators=args.coordinators, bootstrap_servers=args.bootstrap_servers,
+                                group_id=args.group, client_id=f"{args.prefix}{i}", enable_auto_commit=False,
+                                session_timeout_ms=args.session_timeout_ms,
+                                heartbeat_interval_ms=args.heartbeat_interval_ms)
+        thread = threading.Thread(target=run_member, args=(f"{args.prefix}{i}", config, args.topic, stop),
+                                  daemon=True)
+        thread.start()
+        threads.append(thread)
+    while not stop.is_set():
+        stop.wait(0.2)
+    for thread in threads:
+        thread.join(30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
