@@ -44,6 +44,7 @@ from pathlib import Path
 
 from bench_env import Environment
 from group_client import BenchError
+from zkcoord.errors import ZkcoordError
 from zkcoord.local import legacy
 from zkcoord.local.sandbox import zk_four_letter
 
@@ -395,7 +396,11 @@ def _interrupt(*_) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="zkcoord-legacy-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"error: --workdir {workdir}: {exc.strerror}", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, _interrupt)
     env = Environment(workdir, topic="bench-legacy", topic_partitions=args.partitions)
     results: list[Measurement] = []
@@ -416,7 +421,7 @@ def main(argv=None) -> int:
             args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                              "results": [asdict(m) for m in results], "extra": extra}, indent=1))
         return 0
-    except BenchError as exc:
+    except (BenchError, ZkcoordError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
