@@ -1,0 +1,83 @@
+"""Fixtures of the fault tests: a ZooKeeper + Kafka of their own.
+
+The fault tests restart ZooKeeper and the broker, so they do not share the
+session sandbox of ``tests/conftest.py``: ``fault_sandbox`` starts a
+:class:`~tests.faults.harness.MarkedSandbox` once for ``tests/faults`` in
+``$ZKCOORD_TEST_STATE_DIR-faults`` (or a fresh temporary directory) and
+always takes it down at the end, pass or fail. Its JVMs, like every daemon
+and worker the tests start, carry ``-X``/``-D zkcoord-test-process=...``, the
+marker ``.ci/run`` kills stray processes by.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from tests.faults.harness import MarkedSandbox
+from zkcoord.local.sandbox import Sandbox
+
+
+@dataclass
+class FaultServices:
+    sandbox: Sandbox
+    zookeeper: str
+    bootstrap_servers: str
+
+
+@pytest.fixture(scope="session")
+def fault_sandbox():
+    base = os.environ.get("ZKCOORD_TEST_STATE_DIR")
+    state_dir = Path(f"{base}-faults") if base else Path(tempfile.mkdtemp(prefix="zkcoord-faults-")) / "sandbox"
+    sandbox = MarkedSandbox(state_dir, log=print)
+    try:
+        state, _ = sandbox.up(brokers=1)
+        _warm_group_coordinator(sandbox.bootstrap_servers(state))
+        yield FaultServices(sandbox, sandbox.zookeeper_address(state), sandbox.bootstrap_servers(state))
+    finally:
+        sandbox.down()
+
+
+@pytest.fixture
+def fault_chroot(fault_sandbox, request):
+    """A fresh ZooKeeper chroot on the fault sandbox; (hosts with chroot, kazoo client in it)."""
+    path = f"/faults/{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
+    root = KazooClient(hosts=fault_sandbox.zookeeper, timeout=10)
+    root.start(timeout=30)
+    root.ensure_path(path)
+    root.stop()
+    root.close()
+    hosts = f"{fault_sandbox.zookeeper}{path}"
+    client = KazooClient(hosts=hosts, timeout=10)
+    client.start(timeout=30)
+    yield hosts, client
+    client.stop()
+    client.close()
+
+
+def _warm_group_coordinator(bootstrap: str, timeout_s: float = 120.0) -> None:
+    """Have the broker create and load __consumer_offsets before a test needs it."""
+    import time
+
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                admin.list_group_offsets("zkcoord-faults-warm-up")
+                return
+            except KafkaError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        admin.close()

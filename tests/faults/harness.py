@@ -1,0 +1,364 @@
+"""The moving parts of a fault run (no tests here).
+
+* :class:`MarkedSandbox` - the fault tests' own ZooKeeper + Kafka
+  (:class:`zkcoord.local.sandbox.Sandbox`), its JVMs carrying the
+  ``zkcoord-test-process=$ZKCOORD_TEST_STATE_DIR`` marker ``.ci/run`` kills by.
+* :func:`expire_session` - make ZooKeeper end any session, for real: a
+  session's password is ``java.util.Random(id ^ 0xB3415C00).nextBytes(16)``
+  (``ZooKeeperServer.generatePasswd``), so a second client can attach to it
+  and close it, as kazoo's own test harness does with a known password.
+* :class:`Producer` - a thread producing to every partition, logging each
+  acknowledged record.
+* :class:`Monitor` - a thread sampling the group's ZooKeeper offset znodes
+  and watching its state znode, logging both.
+* :class:`ConsumerPool` - ``tests/faults/worker.py`` processes.
+* :class:`Faults` - the faults, each chosen and timed by one seeded
+  ``random.Random``, each waiting (with generous bounds) until it took
+  effect and until the system is back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from kafka import KafkaProducer
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+
+from tests.support.daemons import DaemonFleet, process_marker, wait_for
+from zkcoord.local.sandbox import Sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+LIVENESS_S = 120.0  # bound of every wait for the system to come back
+
+
+class MarkedSandbox(Sandbox):
+    def _java(self, name, heap, classpath, main, *args, props=()):
+        return super()._java(name, heap, classpath, main, *args, props=(f"-D{process_marker()}", *props))
+
+
+# -- sessions ---------------------------------------------------------------------------
+
+def _java_random_bytes(seed: int, count: int) -> bytes:
+    """``new java.util.Random(seed).nextBytes(new byte[count])``."""
+    mask = (1 << 48) - 1
+    state = (seed ^ 0x5DEECE66D) & mask
+    out = bytearray()
+    while len(out) < count:
+        state = (state * 0x5DEECE66D + 0xB) & mask
+        value = state >> 16
+        for _ in range(min(4, count - len(out))):
+            out.append(value & 0xFF)
+            value >>= 8
+    return bytes(out)
+
+
+def session_password(session_id: int) -> bytes:
+    return _java_random_bytes(session_id ^ 0xB3415C00, 16)
+
+
+def expire_session(zk_address: str, session_id: int) -> None:
+    """Attach to session ``session_id`` and close it: ZooKeeper ends it and
+    deletes its ephemeral nodes; its owner sees it expired on reconnect."""
+    intruder = KazooClient(hosts=zk_address, client_id=(session_id, session_password(session_id)), timeout=10)
+    intruder.start(timeout=30)
+    intruder.stop()
+    intruder.close()
+
+
+# -- logs ------------------------------------------------------------------------------------
+
+class JsonLines:
+    def __init__(self, path: Path):
+        self._file = open(path, "a", buffering=1)
+        self._lock = threading.Lock()
+
+    def write(self, ev: str, **fields) -> None:
+        with self._lock:
+            self._file.write(json.dumps({"ev": ev, "t": time.time(), **fields}) + "\n")
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+# -- producer --------------------------------------------------------------------------------
+
+class Producer(threading.Thread):
+    """``rate`` records a second, round-robin over the partitions, acks=all."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, log: JsonLines, rate: float = 20.0):
+        super().__init__(name="fault-producer", daemon=True)
+        self.topic, self.partitions, self.log, self.rate = topic, partitions, log, rate
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=1_000_000,
+                                      max_in_flight_requests_per_connection=1, request_timeout_ms=15_000)
+        self.stopping = threading.Event()
+        self.sent = 0
+        self.acked = 0
+        self.failed = 0
+        self.ends: dict[int, int] = {}  # partition -> highest acknowledged offset + 1
+
+    def _done(self, future) -> None:
+        if future.succeeded():
+            meta = future.value
+            self.acked += 1
+            self.ends[meta.partition] = max(self.ends.get(meta.partition, 0), meta.offset + 1)
+            self.log.write("acked", recs=[[meta.partition, meta.offset]])
+        else:
+            self.failed += 1
+            self.log.write("produce-failed", error=repr(future.exception))
+
+    def run(self) -> None:
+        while not self.stopping.wait(1 / self.rate):
+            future = self.producer.send(self.topic, value=b"r%d" % self.sent, partition=self.sent % self.partitions)
+            future.add_both(lambda _value, f=future: self._done(f))
+            self.sent += 1
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+        self.producer.flush(60)
+        self.producer.close(30)
+
+
+# -- monitor ---------------------------------------------------------------------------------
+
+class Monitor(threading.Thread):
+    """Samples ``/consumers/<group>/offsets/<topic>/<p>`` every ``every_s``
+    and logs every state of ``/coordinators/<group>/state`` its watch sees."""
+
+    def __init__(self, zk_hosts: str, group: str, topic: str, partitions: int, log: JsonLines,
+                 every_s: float = 1.0):
+        super().__init__(name="fault-monitor", daemon=True)
+        self.group, self.topic, self.partitions, self.log, self.every_s = group, topic, partitions, log, every_s
+        self.zk = KazooClient(hosts=zk_hosts, timeout=10)
+        self.stopping = threading.Event()
+        self.samples = 0
+
+    def offsets(self) -> dict[int, int]:
+        found = {}
+        for p in range(self.partitions):
+            try:
+                found[p] = int(self.zk.get(f"/consumers/{self.group}/offsets/{self.topic}/{p}")[0])
+            except NoNodeError:
+                pass
+        return found
+
+    def _on_state(self, data, stat, event=None) -> None:
+        if data is None:
+            return
+        from zkcoord.core.group import from_record
+
+        try:
+            group = from_record(self.group, json.loads(data))
+        except Exception as exc:  # a watcher must not die; the log shows it
+            self.log.write("state-unreadable", error=repr(exc))
+            return
+        self.log.write("state", gen=group.generation_id, state=group.state.value, members=sorted(group.members),
+                       version=stat.version)
+
+    def run(self) -> None:
+        self.zk.start(timeout=30)
+        self.zk.DataWatch(f"/coordinators/{self.group}/state", self._on_state)
+        while not self.stopping.wait(self.every_s):
+            try:
+                self.log.write("zk_offsets", offsets={str(p): o for p, o in self.offsets().items()})
+                self.samples += 1
+            except KazooException:
+                pass  # ZooKeeper restarting: sample next time
+
+    def final(self) -> dict[int, int]:
+        offsets = wait_for(lambda: _try(self.offsets), LIVENESS_S, "final offsets read from ZooKeeper")
+        self.log.write("final_offsets", offsets={str(p): o for p, o in offsets.items()})
+        return offsets
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+        self.zk.stop()
+        self.zk.close()
+
+
+def quiet(read):
+    """``read()``, or None while ZooKeeper cannot answer (it is restarting)."""
+    try:
+        return read()
+    except KazooException:
+        return None
+
+
+def _try(read):
+    try:
+        return read() or {-1: -1}  # non-empty: a successful read, even of nothing
+    except KazooException:
+        return None
+
+
+# -- consumers ------------------------------------------------------------------------------
+
+class ConsumerPool:
+    """``count`` worker processes; each restart is a new process with a log
+    file of its own (a kill -9 may cut the last line of the old one)."""
+
+    def __init__(self, count: int, log_dir: Path, **worker_args):
+        self.count, self.log_dir, self.worker_args = count, log_dir, worker_args
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.incarnations: dict[int, int] = {}
+        self._all: list[subprocess.Popen] = []
+
+    def start(self, index: int) -> None:
+        n = self.incarnations.get(index, -1) + 1
+        self.incarnations[index] = n
+        argv = [sys.executable, "-X", process_marker(), "-m", "tests.faults.worker", "--name", f"c{index}",
+                "--log", str(self.log_dir / f"consumer-{index}-{n}.jsonl")]
+        for name, value in self.worker_args.items():
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+        with open(self.log_dir / f"consumer-{index}-{n}.out", "ab") as out:
+            proc = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        self.procs[index] = proc
+        self._all.append(proc)
+
+    def start_all(self) -> None:
+        for i in range(self.count):
+            self.start(i)
+
+    def kill(self, index: int) -> None:
+        self.procs[index].kill()
+        self.procs[index].wait(10)
+
+    def dead(self) -> list[int]:
+        return [i for i, p in self.procs.items() if p.poll() is not None]
+
+    def stop_all(self, timeout_s: float = 60.0) -> dict[int, int | None]:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        codes = {}
+        for i, p in self.procs.items():
+            try:
+                codes[i] = p.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                codes[i] = None
+        return codes
+
+    def close(self) -> None:
+        for p in self._all:
+            if p.poll() is None:
+                p.kill()
+        for p in self._all:
+            p.wait(10)
+
+
+# -- faults ------------------------------------------------------------------------------------
+
+class Faults:
+    """The faults of a consumer-group run, drawn from ``rng``. Each method
+    returns a one-line description; ``log`` gets one line per fault."""
+
+    KINDS = ("daemon-kill-9", "daemon-sigstop", "zookeeper-restart", "session-expiry", "consumer-kill-9")
+
+    def __init__(self, rng: random.Random, sandbox: Sandbox, fleet: DaemonFleet, ports: dict[int, int],
+                 pool: ConsumerPool | None, zk_address: str, log: JsonLines, say=print):
+        self.rng, self.sandbox, self.fleet, self.ports, self.pool = rng, sandbox, fleet, ports, pool
+        self.zk_address, self.log, self.say = zk_address, log, say
+        self.counts: dict[str, int] = {}
+
+    def inject(self, number: int) -> str:
+        kind = self.rng.choice(self.KINDS if self.pool is not None else self.KINDS[:-1])
+        started = time.monotonic()
+        what = getattr(self, "_" + kind.replace("-", "_"))()
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        line = f"fault {number}: {kind}: {what} ({time.monotonic() - started:.1f} s)"
+        self.log.write("fault", number=number, kind=kind, what=what)
+        self.say(line)
+        return line
+
+    # -- daemons -----------------------------------------------------------------------
+    def _daemon(self):
+        return self.fleet.daemons[self.rng.choice(sorted(self.fleet.daemons))]
+
+    def restart_daemon(self, node_id: int) -> None:
+        wait_for(lambda: quiet(lambda: self.fleet.session_gone(node_id)), LIVENESS_S, f"daemon {node_id}'s session gone")
+        self.fleet.start(node_id, listen=f"127.0.0.1:{self.ports[node_id]}")
+
+    def _daemon_kill_9(self) -> str:
+        daemon = self._daemon()
+        daemon.kill()
+        self.restart_daemon(daemon.node_id)
+        return f"daemon {daemon.node_id} killed and restarted"
+
+    def _daemon_sigstop(self) -> str:
+        daemon = self._daemon()
+        daemon.pause()
+        # Past the session time-out: until ZooKeeper itself ended the session.
+        wait_for(lambda: quiet(lambda: self.fleet.session_gone(daemon.node_id)), LIVENESS_S,
+                 f"stopped daemon {daemon.node_id}'s session expired")
+        daemon.resume()
+        self._wait_registered(daemon.node_id)
+        return f"daemon {daemon.node_id} stopped past its session expiry, continued"
+
+    def _wait_registered(self, node_id: int) -> None:
+        """Until the daemon registered again (it noticed the expiry and made a
+        new session), or exited - then restart it (a daemon may choose to exit
+        when its session is lost)."""
+        daemon = self.fleet.daemons[node_id]
+
+        def back():
+            if not daemon.alive():
+                return "exited"
+            info = quiet(lambda: self.fleet.registration(node_id))
+            return "registered" if info is not None and info["pid"] == daemon.pid else None
+
+        if wait_for(back, LIVENESS_S, f"daemon {node_id} registered again") == "exited":
+            self.say(f"  daemon {node_id} exited with {daemon.proc.returncode} after its session ended; restarting")
+            self.restart_daemon(node_id)
+
+    def _session_expiry(self) -> str:
+        daemon = self._daemon()
+        path = f"/zkcoord/nodes/{daemon.node_id}"
+        session = self.fleet.zk.get(path)[1].ephemeralOwner
+        expire_session(self.zk_address, session)
+
+        def renewed():
+            try:
+                return self.fleet.zk.get(path)[1].ephemeralOwner != session
+            except (NoNodeError, KazooException):
+                return False
+
+        wait_for(lambda: renewed() or not daemon.alive(), LIVENESS_S, f"daemon {daemon.node_id} has a new session")
+        self._wait_registered(daemon.node_id)
+        return f"daemon {daemon.node_id}'s session 0x{session:x} expired by ZooKeeper"
+
+    # -- ZooKeeper ------------------------------------------------------------------------
+    def _zookeeper_restart(self) -> str:
+        kill = self.rng.random() < 0.5
+        self.sandbox.restart_server("zookeeper", kill=kill)
+        for node_id in sorted(self.fleet.daemons):
+            self._wait_registered(node_id)
+        return "ZooKeeper " + ("killed -9 and restarted" if kill else "stopped and restarted")
+
+    # -- consumers -------------------------------------------------------------------------
+    def _consumer_kill_9(self) -> str:
+        index = self.rng.randrange(self.pool.count)
+        self.pool.kill(index)
+        pause_s = self.rng.uniform(0, 3)
+        time.sleep(pause_s)
+        self.pool.start(index)
+        return f"consumer c{index} killed, restarted after {pause_s:.1f} s"
+
+
+def seed_from_env() -> int:
+    value = os.environ.get("ZKCOORD_FAULT_SEED")
+    return int(value, 0) if value else random.SystemRandom().randrange(1 << 32)
+
+
+def faults_from_env(default: int) -> int:
+    return int(os.environ.get("ZKCOORD_FAULTS", default))
