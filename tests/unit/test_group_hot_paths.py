@@ -16,15 +16,19 @@ from zkcoord.core.group import (
     HeartbeatResult,
     Outcome,
     Schedule,
+    SyncRequest,
+    SyncResult,
     handle_delete,
+    handle_sync,
     handle_heartbeat,
     handle_timer,
     new_group,
     touch_member,
 )
-from zkcoord.core.messages import HEARTBEAT
+from zkcoord.core.group import _validate_sync
+from zkcoord.core.messages import HEARTBEAT, SYNC, Cancel, Reply
 from zkcoord.core.membership import validate_current_member
-from zkcoord.core.rebalance import Draft, schedule_session
+from zkcoord.core.rebalance import Draft, remove_pending_sync_member, schedule_session
 from zkcoord.errors import StateError
 
 S = GroupState
@@ -158,3 +162,133 @@ def test_draft_that_changes_nothing_returns_its_base():
     assert w.outcome().group is g  # equal again: still the base
     w.session_deadlines["m1"] += 1
     assert w.outcome().group == full_rebuild(w.freeze()) != g
+
+
+# -- SyncGroup in Stable ------------------------------------------------------------
+
+def draft_sync_in_stable(group: Group, req: SyncRequest, now_ms: int) -> Outcome:
+    """handle_sync's Stable branch as the Draft path wrote it."""
+    w = Draft.of(group, now_ms, CFG)
+    error = _validate_sync(w, req)
+    if error is not None:
+        w.reply(req.token, SYNC, SyncResult(error))
+    else:
+        remove_pending_sync_member(w, req.member_id)
+        w.reply(req.token, SYNC, SyncResult(
+            E.NONE, w.protocol_type, w.protocol_name, w.members[req.member_id].assignment))
+        schedule_session(w, req.member_id)
+    return w.outcome()
+
+
+def stable_groups_owing_syncs() -> list[Group]:
+    """Stable groups: all synced; the leader synced first (m2, m3 owe one);
+    only m3 owes one; static members."""
+    synced = stable_harness(3).group
+    h = Harness()
+    for i in (1, 2, 3):
+        h.join(f"j{i}", new_member_id=f"m{i}")
+    while h.group.state is S.PREPARING_REBALANCE:
+        h.advance(h.timers["join"])
+    h.sync("s1", "m1", assignments={"m1": b"a1", "m2": b"a2", "m3": b"a3"})
+    leader_first = h.group
+    h.sync("s2", "m2")
+    one_owing = h.group
+    static = stable_harness(2, instance_ids=True).group
+    groups = [synced, leader_first, one_owing, static]
+    assert all(g.state is S.STABLE for g in groups)
+    assert (leader_first.pending_sync, one_owing.pending_sync) == ({"m2", "m3"}, {"m3"})
+    assert leader_first.sync_deadline_ms is not None
+    return groups
+
+
+SYNC_REQUESTS = REQUESTS + [("m1", None, None, "other-type", None), ("m3", None, None, None, "roundrobin"),
+                            ("m3", None, None, "consumer", "range")]
+
+
+@pytest.mark.parametrize("group", stable_groups_owing_syncs(), ids=["synced", "leader-first", "one-owing", "static"])
+def test_sync_in_stable_fast_path_equals_the_draft_path(group: Group):
+    for now in (group.session_deadlines.get("m1", 0), 123_456):
+        for member_id, instance_id, generation, *protocol in SYNC_REQUESTS:
+            gen = group.generation_id if generation is None else generation
+            protocol_type, protocol_name = protocol or (None, None)
+            req = SyncRequest(("t", member_id), member_id, gen, instance_id, protocol_type, protocol_name)
+            fast = handle_sync(group, req, now, CFG)
+            slow = draft_sync_in_stable(group, req, now)
+            assert fast == slow
+            assert full_rebuild(fast.group) == fast.group  # invariants hold
+
+
+def test_last_sync_in_stable_ends_the_sync_expiration():
+    group = stable_groups_owing_syncs()[2]  # only m3 owes a SyncGroup
+    out = handle_sync(group, SyncRequest("s3", "m3", 1), 500, CFG)
+    assert out.timers == (Cancel("sync"), Schedule("session:m3", 10_500))
+    assert (out.group.pending_sync, out.group.sync_deadline_ms, out.group.sync_generation) == (frozenset(), None, None)
+    assert out.reply_for("s3").payload == SyncResult(E.NONE, "consumer", "range", b"a3")
+    assert not out.persist and out.group.members is group.members
+
+
+# -- a follower's SyncGroup in CompletingRebalance -------------------------------------
+
+def draft_sync_in_completing(group: Group, req: SyncRequest, now_ms: int) -> Outcome:
+    """handle_sync's CompletingRebalance branch, as the Draft path writes it."""
+    w = Draft.of(group, now_ms, CFG)
+    error = _validate_sync(w, req)
+    if error is not None:
+        w.reply(req.token, SYNC, SyncResult(error))
+    else:
+        old = w.awaiting_sync.get(req.member_id)
+        if old is not None and old != req.token:
+            w.reply(old, SYNC, SyncResult(E.REBALANCE_IN_PROGRESS))
+        w.awaiting_sync[req.member_id] = req.token
+        remove_pending_sync_member(w, req.member_id)
+    return w.outcome()
+
+
+def completing_groups() -> list[Group]:
+    """CompletingRebalance: nobody synced; m2 parked (m3 owes one); m2 and m3
+    parked; static members."""
+    h = Harness()
+    for i in (1, 2, 3):
+        h.join(f"j{i}", new_member_id=f"m{i}")
+    while h.group.state is S.PREPARING_REBALANCE:
+        h.advance(h.timers["join"])
+    fresh = h.group
+    h.sync("s2", "m2")
+    one_parked = h.group
+    h.sync("s3", "m3")
+    all_parked = h.group
+    s = Harness()
+    for i in (1, 2):
+        s.join(f"j{i}", new_member_id=f"m{i}", instance_id=f"i{i}")
+    while s.group.state is S.PREPARING_REBALANCE:
+        s.advance(s.timers["join"])
+    groups = [fresh, one_parked, all_parked, s.group]
+    assert all(g.state is S.COMPLETING_REBALANCE and g.leader_id == "m1" for g in groups)
+    assert (one_parked.pending_sync, all_parked.pending_sync) == ({"m1", "m3"}, {"m1"})
+    return groups
+
+
+@pytest.mark.parametrize("group", completing_groups(), ids=["fresh", "one-parked", "all-parked", "static"])
+def test_follower_sync_in_completing_rebalance_fast_path_equals_the_draft_path(group: Group):
+    for member_id, instance_id, generation, *protocol in SYNC_REQUESTS:
+        if member_id == group.leader_id:
+            continue  # the leader's SyncGroup takes the Draft path
+        for token in (("t", member_id), group.awaiting_sync.get(member_id)):
+            if token is None:
+                continue
+            gen = group.generation_id if generation is None else generation
+            protocol_type, protocol_name = protocol or (None, None)
+            req = SyncRequest(token, member_id, gen, instance_id, protocol_type, protocol_name)
+            fast = handle_sync(group, req, 777, CFG)
+            slow = draft_sync_in_completing(group, req, 777)
+            assert fast == slow
+            assert full_rebuild(fast.group) == fast.group  # invariants hold
+
+
+def test_a_second_parked_sync_answers_the_first_and_the_leaders_completes_the_phase():
+    group = completing_groups()[1]  # m2 parked as "s2"; m1 and m3 owe a SyncGroup
+    out = handle_sync(group, SyncRequest("again", "m2", 1), 0, CFG)
+    assert out.replies == (Reply("s2", SYNC, SyncResult(E.REBALANCE_IN_PROGRESS)),)
+    assert out.group.awaiting_sync == {"m2": "again"} and out.timers == ()
+    out = handle_sync(completing_groups()[2], SyncRequest("s1", "m1", 1, assignments={"m2": b"x"}), 0, CFG)
+    assert out.persist and out.group.state is S.STABLE  # the leader's still takes the Draft path

@@ -61,6 +61,7 @@ from zkcoord.core.messages import (
     LEAVE,
     SYNC,
     JOIN_KEY,
+    SYNC_KEY,
     UNKNOWN_MEMBER_ID,
     Cancel,
     DeleteResult,
@@ -294,7 +295,16 @@ def handle_sync(group: Group, req: SyncRequest, now_ms: int, config: GroupConfig
     Persist: only for the leader's SyncGroup in CompletingRebalance (the
     assignment is the second and last write of a rebalance). Followers'
     SyncGroups and SyncGroups in Stable persist nothing.
+
+    A follower's SyncGroup (parked in CompletingRebalance, answered from
+    the stored assignment in Stable) changes only what concerns that member,
+    so those paths work on the frozen group, as Heartbeat does: their cost
+    does not grow with the group.
     """
+    if group.state is S.STABLE:
+        return _sync_in_stable(group, req, now_ms)
+    if group.state is S.COMPLETING_REBALANCE and req.member_id != group.leader_id:
+        return _park_follower_sync(group, req)
     w = Draft.of(group, now_ms, config)
     error = _validate_sync(w, req)
     mid = req.member_id
@@ -324,7 +334,42 @@ def handle_sync(group: Group, req: SyncRequest, now_ms: int, config: GroupConfig
     return w.outcome()
 
 
-def _validate_sync(w: Draft, req: SyncRequest) -> ErrorCode | None:
+def _sync_in_stable(group: Group, req: SyncRequest, now_ms: int) -> Outcome:
+    """handle_sync in Stable without a Draft: hand out the stored assignment
+    again, as the Draft path does (same group, replies and timers)."""
+    error = _validate_sync(group, req)
+    if error is not None:
+        return Outcome(group, False, (Reply(req.token, SYNC, SyncResult(error)),), ())
+    mid = req.member_id
+    member = group.members[mid]
+    deadline = now_ms + member.session_timeout_ms
+    timers: tuple[TimerOp, ...] = (Schedule(session_key(mid), deadline),)
+    if group.sync_deadline_ms is not None and not (group.pending_sync - {mid}):
+        timers = (Cancel(SYNC_KEY),) + timers
+    reply = Reply(req.token, SYNC, SyncResult(E.NONE, group.protocol_type, group.protocol_name, member.assignment))
+    return Outcome(group.with_synced_member(mid, deadline), False, (reply,), timers)
+
+
+def _park_follower_sync(group: Group, req: SyncRequest) -> Outcome:
+    """handle_sync of a follower in CompletingRebalance without a Draft: park
+    it until the leader's assignment (same group, replies and timers as the
+    Draft path)."""
+    error = _validate_sync(group, req)
+    if error is not None:
+        return Outcome(group, False, (Reply(req.token, SYNC, SyncResult(error)),), ())
+    mid = req.member_id
+    replies: tuple[Reply, ...] = ()
+    old = group.awaiting_sync.get(mid)
+    if old is not None and old != req.token:
+        # Kafka overwrites the parked callback; we answer it instead.
+        replies = (Reply(old, SYNC, SyncResult(E.REBALANCE_IN_PROGRESS)),)
+    timers: tuple[TimerOp, ...] = ()
+    if group.sync_deadline_ms is not None and not (group.pending_sync - {mid}):
+        timers = (Cancel(SYNC_KEY),)
+    return Outcome(group.with_parked_sync(mid, req.token), False, replies, timers)
+
+
+def _validate_sync(w: Draft | Group, req: SyncRequest) -> ErrorCode | None:
     if w.state is S.DEAD:
         return E.COORDINATOR_NOT_AVAILABLE
     error = validate_current_member(w, req.member_id, req.group_instance_id)

@@ -331,6 +331,36 @@ class Group:
             raise StateError(f"group {self.group_id!r}: session deadline for non-member {member_id!r}")
         return self._replace_unchecked(session_deadlines=self.session_deadlines.set(member_id, deadline_ms))
 
+    def with_synced_member(self, member_id: str, deadline_ms: int) -> Group:
+        """This group after a SyncGroup of ``member_id`` in Stable: it no
+        longer owes one (the sync expiration ends with the last who owed one)
+        and its session deadline is ``deadline_ms``. Like
+        :meth:`with_session_deadline`, it changes nothing the O(members)
+        invariant checks look at, so they are skipped."""
+        group = self.with_session_deadline(member_id, deadline_ms)
+        changes = self._synced_changes(member_id)
+        return group._replace_unchecked(**changes) if changes else group
+
+    def with_parked_sync(self, member_id: str, token: Token) -> Group:
+        """This group after a follower's SyncGroup in CompletingRebalance:
+        the request ``token`` is parked for ``member_id`` (a member) and it no
+        longer owes a SyncGroup. Skips the O(members) checks, as above."""
+        if member_id not in self.members:
+            raise StateError(f"group {self.group_id!r}: SyncGroup parked for non-member {member_id!r}")
+        changes = self._synced_changes(member_id)
+        changes["awaiting_sync"] = self.awaiting_sync.set(member_id, token)
+        return self._replace_unchecked(**changes)
+
+    def _synced_changes(self, member_id: str) -> dict[str, object]:
+        """Kafka's ``removePendingSyncMember`` as field changes."""
+        pending = self.pending_sync
+        changes: dict[str, object] = {}
+        if member_id in pending:
+            pending = changes["pending_sync"] = pending - {member_id}
+        if not pending and (self.sync_deadline_ms is not None or self.sync_generation is not None):
+            changes["sync_deadline_ms"] = changes["sync_generation"] = None
+        return changes
+
     def _replace_unchecked(self, **changes: object) -> Group:
         """``dataclasses.replace`` without ``__post_init__``: neither the
         values are frozen nor the invariants checked. Private: only for callers

@@ -64,10 +64,12 @@ class ApiHandler:
         return response
 
     def handle_now(self, decoded: DecodedRequest, connection: ConnectionInfo):
-        """The transport's fast path: the answer to a Heartbeat of a group
-        served right now whose group lock is free, without a task; None
-        (nothing changed) sends the request through :meth:`__call__`."""
-        if decoded.api_key != HEARTBEAT:
+        """The transport's fast path, without a task: the answer to a
+        Heartbeat, or to a SyncGroup in Stable, of a group served right now
+        whose lock is free. None (nothing changed) sends the request through
+        :meth:`__call__`."""
+        api_key = decoded.api_key
+        if api_key != HEARTBEAT and api_key != SYNC_GROUP:
             return None
         started = time.perf_counter()
         r = decoded.request
@@ -75,13 +77,24 @@ class ApiHandler:
         if runtime is None:
             return None
         token = runtime.next_token()
-        request = core.HeartbeatRequest(
-            token, r.member_id, r.generation_id,
-            getattr(r, "group_instance_id", None) if decoded.api_version >= 3 else None)
-        result = runtime.call_now(token, lambda g, now: core.handle_heartbeat(g, request, now, runtime.config))
-        if result is NOT_NOW:
-            return None
-        response = constant_response(decoded, throttle_time_ms=0, error_code=int(result.error))
+        if api_key == HEARTBEAT:
+            request = core.HeartbeatRequest(
+                token, r.member_id, r.generation_id,
+                getattr(r, "group_instance_id", None) if decoded.api_version >= 3 else None)
+            result = runtime.call_now(token, lambda g, now: core.handle_heartbeat(g, request, now, runtime.config))
+            if result is NOT_NOW:
+                return None
+            response = constant_response(decoded, throttle_time_ms=0, error_code=int(result.error))
+        else:
+            # Only in Stable: in CompletingRebalance most SyncGroups are parked.
+            if runtime.group.state is not core.GroupState.STABLE or not _sync_has_protocol(decoded):
+                return None
+            sync = _sync_request(decoded, token)
+            result = runtime.call_now(token, lambda g, now: core.handle_sync(g, sync, now, runtime.config))
+            if result is NOT_NOW:
+                return None
+            response = _sync_response(decoded, result.error, result.protocol_type, result.protocol_name,
+                                      result.assignment)
         if self.metrics is not None:
             self.metrics.observe_request(decoded.api_name, response, time.perf_counter() - started)
         return response
@@ -159,24 +172,16 @@ class ApiHandler:
 
     async def sync_group(self, decoded, connection):
         r = decoded.request
-        version = decoded.api_version
 
         def answer(code, protocol_type=None, protocol_name=None, assignment=b""):
-            return response_for(decoded, throttle_time_ms=0, error_code=int(code), protocol_type=protocol_type,
-                                protocol_name=protocol_name, assignment=assignment)
+            return _sync_response(decoded, code, protocol_type, protocol_name, assignment)
 
-        if version >= 5 and (r.protocol_type is None or r.protocol_name is None):
+        if not _sync_has_protocol(decoded):
             return answer(E.INCONSISTENT_GROUP_PROTOCOL)  # mandatory from v5, checked before the group
         try:
             runtime = await self.manager.runtime(r.group_id, loading_code=E.REBALANCE_IN_PROGRESS)
             token = runtime.next_token()
-            request = core.SyncRequest(
-                token=token, member_id=r.member_id, generation_id=r.generation_id,
-                group_instance_id=getattr(r, "group_instance_id", None) if version >= 3 else None,
-                protocol_type=getattr(r, "protocol_type", None) if version >= 5 else None,
-                protocol_name=getattr(r, "protocol_name", None) if version >= 5 else None,
-                assignments={a.member_id: bytes(a.assignment) for a in (r.assignments or [])},
-            )
+            request = _sync_request(decoded, token)
             result = await runtime.call(token, lambda g, now: core.handle_sync(g, request, now, runtime.config))
         except GroupUnavailableError as exc:
             return answer(exc.code)
@@ -295,6 +300,29 @@ class ApiHandler:
             code = await self.manager.delete_group(group_id)
             results.append({"group_id": group_id, "error_code": int(code)})
         return response_for(decoded, throttle_time_ms=0, results=results)
+
+
+def _sync_has_protocol(decoded) -> bool:
+    """SyncGroup v5+ must name the protocol type and name."""
+    r = decoded.request
+    return decoded.api_version < 5 or (r.protocol_type is not None and r.protocol_name is not None)
+
+
+def _sync_request(decoded, token: int) -> core.SyncRequest:
+    r = decoded.request
+    version = decoded.api_version
+    return core.SyncRequest(
+        token=token, member_id=r.member_id, generation_id=r.generation_id,
+        group_instance_id=getattr(r, "group_instance_id", None) if version >= 3 else None,
+        protocol_type=getattr(r, "protocol_type", None) if version >= 5 else None,
+        protocol_name=getattr(r, "protocol_name", None) if version >= 5 else None,
+        assignments={a.member_id: bytes(a.assignment) for a in (r.assignments or [])},
+    )
+
+
+def _sync_response(decoded, code, protocol_type=None, protocol_name=None, assignment=b""):
+    return response_for(decoded, throttle_time_ms=0, error_code=int(code), protocol_type=protocol_type,
+                        protocol_name=protocol_name, assignment=assignment)
 
 
 def _fetch_topics(rows):

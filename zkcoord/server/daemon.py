@@ -23,6 +23,7 @@ import asyncio
 import gc
 import logging
 import signal
+import sys
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -201,7 +202,7 @@ async def serve(config: DaemonConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await daemon.start()
-    tune_gc()
+    tune_interpreter()
     try:
         await stop.wait()
         log.info("signal received, stopping")
@@ -233,12 +234,20 @@ def _loop_factory():
     return uvloop.new_event_loop
 
 
-def tune_gc() -> None:
-    """Fewer, cheaper garbage collections once the daemon is up: what is
-    alive after start-up (modules, classes, kazoo, the codec caches) is moved
-    out of the collector's sight, and the youngest generation is collected
-    every 50,000 allocations instead of 700, since requests make short-lived
-    objects that reference counting frees anyway."""
+def tune_interpreter() -> None:
+    """Interpreter settings for the daemon, once it is up.
+
+    * Fewer, cheaper garbage collections: what is alive after start-up
+      (modules, classes, kazoo, the codec caches) is moved out of the
+      collector's sight, and the youngest generation is collected every
+      50,000 allocations instead of 700, since requests make short-lived
+      objects that reference counting frees anyway.
+    * A 0.5 ms GIL switch interval instead of 5 ms: kazoo's connection and
+      completion threads carry every ZooKeeper request and answer, and while
+      the event loop is busy each of those hops could otherwise wait up to
+      5 ms for the GIL, on the path of every state write and offset commit.
+    """
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
+    sys.setswitchinterval(0.0005)
