@@ -362,3 +362,53 @@ def seed_from_env() -> int:
 
 def faults_from_env(default: int) -> int:
     return int(os.environ.get("ZKCOORD_FAULTS", default))
+
+
+# -- sessions of any process -------------------------------------------------------------------
+
+def _socket_inodes(pid: int) -> set[str]:
+    found = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                found.add(target[8:-1])
+    except OSError:
+        pass
+    return found
+
+
+def local_ports_to(pid: int, remote_port: int) -> set[int]:
+    """Local ports of ``pid``'s TCP connections to ``remote_port`` (from /proc)."""
+    inodes, ports = _socket_inodes(pid), set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, remote, inode = fields[1], fields[2], fields[9]
+            if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == remote_port:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+def sessions_of(pid: int, zk_port: int) -> list[int]:
+    """ZooKeeper session ids of ``pid``'s connections, matched by client port
+    in the server's ``cons`` listing (``/127.0.0.1:40512[1](...,sid=0x1...,...)``)."""
+    from zkcoord.local.sandbox import zk_four_letter
+
+    ports = local_ports_to(pid, zk_port)
+    sessions = []
+    for line in zk_four_letter(zk_port, "cons").splitlines():
+        line = line.strip()
+        if not line.startswith("/") or "sid=" not in line:
+            continue
+        port = int(line[1:].split("[", 1)[0].rsplit(":", 1)[1])
+        if port in ports:
+            sessions.append(int(line.split("sid=", 1)[1].split(",", 1)[0].rstrip(")"), 16))
+    return sessions

@@ -1,0 +1,160 @@
+"""``zkcoord migrate apply`` under random faults, then checked for loss.
+
+Legacy offsets are seeded for 50 groups x 20 partitions (and Kafka already
+holds offsets for some partitions of some groups, ahead or behind), then
+``zkcoord migrate apply --all`` runs as a subprocess while faults are
+injected at random moments: kill -9 of the apply process, a ZooKeeper
+restart, a broker restart, ZooKeeper expiring the apply's session (found by
+its client port in ZooKeeper's ``cons`` listing). Apply is run again until
+it exits 0 and every fault has been injected. Then: ``migrate verify --all``
+exits 0; every group is in ``dual``; every Kafka committed offset is the
+larger of the legacy and the earlier Kafka offset (nothing lost, nothing
+rewound); the legacy offsets are byte for byte unchanged; each backup still
+holds Kafka's offsets from before.
+
+The seed is printed; ``ZKCOORD_FAULT_SEED`` replays it, ``ZKCOORD_FAULTS``
+scales the number of faults (a third of it, at least 6).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.structs import OffsetAndMetadata
+
+from tests.faults.harness import REPO, expire_session, faults_from_env, seed_from_env, sessions_of
+from tests.support.daemons import process_marker
+
+GROUPS = 50
+PARTITIONS = 20
+RECORDS = 30
+FAULTS = max(6, faults_from_env(20) // 3)
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(600 + FAULTS * 60)]
+KINDS = ("apply-kill-9", "zookeeper-restart", "broker-restart", "session-expiry")
+
+
+def migrate(*args: str, hosts: str, bootstrap: str, out_path, timeout_s: float = 300.0) -> subprocess.Popen:
+    argv = [sys.executable, "-X", process_marker(), "-m", "zkcoord", "migrate", *args, "--zookeeper", hosts,
+            "--bootstrap-servers", bootstrap, "--output", "json", "--timeout-ms", "15000"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZKCOORD_") or k == "ZKCOORD_TEST_STATE_DIR"}
+    with open(out_path, "ab") as out:
+        return subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env=env)
+
+
+def kafka_offsets(admin, group: str) -> dict[tuple[str, int], int]:
+    answer = admin.list_group_offsets({group: None})[group]
+    return {(tp.topic, tp.partition): oam.offset for tp, oam in answer.items() if oam.offset >= 0}
+
+
+def wait_exit(proc: subprocess.Popen, timeout_s: float = 300.0) -> int:
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"migrate did not exit within {timeout_s:g} s") from None
+
+
+def test_migrate_apply_under_random_faults(fault_sandbox, fault_chroot, tmp_path):
+    seed = seed_from_env()
+    print(f"\nmigration fault run: ZKCOORD_FAULT_SEED={seed} faults={FAULTS} (logs in {tmp_path})")
+    rng = random.Random(seed)
+    hosts, zk = fault_chroot
+    bootstrap, sandbox = fault_sandbox.bootstrap_servers, fault_sandbox.sandbox
+    zk_port = int(fault_sandbox.zookeeper.rsplit(":", 1)[1])
+    topic = f"migrate-faults-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+    started = time.monotonic()
+    try:
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)], wait_for_metadata=True)
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        for p in range(PARTITIONS):
+            for i in range(RECORDS):
+                producer.send(topic, value=b"r%d" % i, partition=p)
+        producer.flush()
+        producer.close()
+
+        # Legacy offsets, and Kafka offsets already there for a few groups.
+        groups = [f"legacy-{seed % 1000}-{i:02d}" for i in range(GROUPS)]
+        legacy = {g: {p: rng.randint(0, RECORDS) for p in range(PARTITIONS)} for g in groups}
+        pending = [zk.create_async(f"/consumers/{g}/offsets/{topic}/{p}", str(o).encode(), makepath=True)
+                   for g, offsets in legacy.items() for p, o in offsets.items()]
+        for op in pending:
+            op.get(timeout=30)
+        before = {}
+        for g in rng.sample(groups, 5):
+            before[g] = {p: rng.randint(0, RECORDS) for p in rng.sample(range(PARTITIONS), 4)}
+            admin.alter_group_offsets(g, {TopicPartition(topic, p): OffsetAndMetadata(o, "", None)
+                                          for p, o in before[g].items()})
+        expected = {g: {(topic, p): max(o, before.get(g, {}).get(p, -1)) for p, o in legacy[g].items()}
+                    for g in groups}
+
+        # apply, faults at random moments, until it exits 0 with every fault injected
+        injected: list[str] = []
+        runs: list[int] = []
+        while True:
+            proc = migrate("apply", "--all", hosts=hosts, bootstrap=bootstrap, out_path=tmp_path / "apply.out")
+            if len(injected) < FAULTS:
+                delay = rng.uniform(0.0, 3.0)
+                kind = rng.choice(KINDS)
+                try:
+                    proc.wait(delay)
+                except subprocess.TimeoutExpired:
+                    pass
+                what = inject(kind, rng, proc, sandbox, fault_sandbox.zookeeper, zk_port)
+                injected.append(f"{kind}: {what} after {delay:.1f} s")
+                print(f"fault {len(injected)}: {injected[-1]}")
+            runs.append(wait_exit(proc))
+            print(f"apply run {len(runs)} exited {runs[-1]}")
+            if runs[-1] == 0 and len(injected) >= FAULTS:
+                break
+            assert len(runs) < FAULTS * 3 + 10, f"seed {seed}: apply keeps failing: exits {runs}"
+
+        verify = migrate("verify", "--all", hosts=hosts, bootstrap=bootstrap, out_path=tmp_path / "verify.out")
+        assert wait_exit(verify) == 0, (tmp_path / "verify.out").read_text()[-3000:]
+        got = {g: kafka_offsets(admin, g) for g in groups}
+        lost = {g: {tp: (want, got[g].get(tp)) for tp, want in expected[g].items() if got[g].get(tp) != want}
+                for g in groups}
+        lost = {g: diff for g, diff in lost.items() if diff}
+        assert lost == {}, f"seed {seed}: Kafka offsets differ from the plan (want, got): {lost}"
+        legacy_now = {g: {p: int(zk.get(f"/consumers/{g}/offsets/{topic}/{p}")[0]) for p in range(PARTITIONS)}
+                      for g in groups}
+        assert legacy_now == legacy, f"seed {seed}: legacy offsets changed"
+        modes = {g: json.loads(zk.get(f"/coordinators/{g}/state")[0]).get("os") for g in groups}
+        assert set(modes.values()) == {"dual"}, modes
+        backups = {g: json.loads(zk.get(f"/zkcoord/migrations/{g}/backup")[0])["kafka"] for g in before}
+        assert backups == {g: [[topic, p, o] for p, o in sorted(offs.items())] for g, offs in before.items()}
+        print("migration fault run summary: " + json.dumps({
+            "seed": seed, "groups": GROUPS, "partitions": GROUPS * PARTITIONS, "faults": len(injected),
+            "apply_runs": len(runs), "apply_exits": runs, "duration_s": round(time.monotonic() - started)}))
+    finally:
+        admin.close()
+
+
+def inject(kind: str, rng: random.Random, proc: subprocess.Popen, sandbox, zk_address: str, zk_port: int) -> str:
+    if kind == "apply-kill-9":
+        if proc.poll() is not None:
+            return f"apply had already exited {proc.returncode}"
+        proc.kill()
+        return "apply killed"
+    if kind == "zookeeper-restart":
+        kill = rng.random() < 0.5
+        sandbox.restart_server("zookeeper", kill=kill)
+        return "ZooKeeper " + ("killed -9 and restarted" if kill else "stopped and restarted")
+    if kind == "broker-restart":
+        kill = rng.random() < 0.5
+        sandbox.restart_server("kafka-0", kill=kill)
+        return "broker " + ("killed -9 and restarted" if kill else "stopped and restarted")
+    sessions = sessions_of(proc.pid, zk_port) if proc.poll() is None else []
+    for session in sessions:
+        expire_session(zk_address, session)
+    return f"sessions {[hex(s) for s in sessions]} of apply expired by ZooKeeper"
