@@ -239,6 +239,77 @@ class KafkaOffsets:
                                + ", ".join(f"{tp} {name}" for tp, name in sorted(failed.items()))
                                + " (a group with active members accepts no commits from outside)")
 
+    def commit_many(self, commits: Mapping[str, Mapping[TopicPartition, int]]) -> dict[str, ZkcoordError | None]:
+        """:meth:`commit_offsets` for many groups at once: every group's
+        OffsetCommit is sent before any answer is awaited (one connection per
+        coordinator, requests pipelined; coordinators found with one batched
+        FindCoordinator where the broker has v4). Returns group -> None
+        (committed) or the error :meth:`commit_offsets` would have raised
+        for it; a lost connection or time-out raises, as one commit does.
+        Groups with a retriable error (the coordinator moved, say) are sent
+        again one at a time through :meth:`commit_offsets` (rule 3)."""
+        from kafka import TopicPartition as KafkaTP
+        from kafka.structs import OffsetAndMetadata
+
+        requests = {}
+        for group, offsets in commits.items():
+            request = {}
+            for (topic, partition), offset in offsets.items():
+                if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                    raise UsageError(f"offset of {topic}-{partition} must be a whole number >= 0, got {offset!r}")
+                request[KafkaTP(topic, partition)] = OffsetAndMetadata(offset, "", None)
+            if request:
+                requests[group] = request
+        found: dict[str, ZkcoordError | None] = {group: None for group in commits}
+        if not requests:
+            return found
+        answers = self._call(f"commit offsets of {len(requests)} group(s) {_short(sorted(requests))}",
+                             self._run, self._commit_pipelined, requests)
+        again = []
+        for group, answer in answers.items():
+            if isinstance(answer, BaseException):
+                again.append(group)
+                continue
+            failed = {f"{tp.topic}-{tp.partition}": error for tp, error in answer.items()
+                      if error.__name__ != "NoError"}
+            if any(getattr(error, "retriable", False) for error in failed.values()):
+                again.append(group)
+            elif failed:
+                found[group] = ZkcoordError(
+                    f"Kafka at {self.bootstrap_servers} refused offsets of group {group!r}: "
+                    + ", ".join(f"{tp} {error.__name__}" for tp, error in sorted(failed.items()))
+                    + " (a group with active members accepts no commits from outside)")
+        for group in again:
+            try:
+                self.commit_offsets(group, commits[group])
+            except ServiceUnavailableError:
+                raise
+            except ZkcoordError as exc:
+                found[group] = exc
+        return found
+
+    async def _commit_pipelined(self, requests: dict) -> dict:
+        """On kafka-python's I/O loop: one OffsetCommit per group, all sent
+        before the first answer is awaited; group -> partition errors, or
+        the exception of that group's request. Uses the admin client's own
+        request builder and coordinator cache (kafka-python 3.0's
+        ``_find_coordinator_ids`` / ``_alter_group_offsets_request``)."""
+        admin = self._admin
+        coordinators = await admin._find_coordinator_ids(list(requests))
+        sent = {group: admin._manager.send(admin._alter_group_offsets_request(group, offsets),
+                                           node_id=coordinators[group])
+                for group, offsets in requests.items()}
+        answers = {}
+        for group, future in sent.items():
+            try:
+                answers[group] = admin._alter_group_offsets_process_response(await future)
+            except Exception as exc:  # that group's; the caller sends it again alone
+                answers[group] = exc
+        return answers
+
+    def _run(self, coroutine_fn: Callable[..., Any], *args: Any) -> Any:
+        return self._admin._manager.run(coroutine_fn, *args)
+
     # ------------------------------------------------------------ plumbing
     def _admin_call(self, method: str, *args: Any) -> Any:
         return getattr(self._admin, method)(*args)

@@ -39,6 +39,7 @@ from collections import namedtuple
 from collections.abc import Iterable, Sequence
 
 from kazoo.exceptions import EXCEPTIONS, NoNodeError, ZookeeperError
+from kazoo.protocol.states import ZnodeStat
 from kazoo.protocol.serialization import int_struct, multiheader_struct, read_buffer, read_string, stat_struct, \
     write_string
 
@@ -49,11 +50,12 @@ from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.state_store import decode_state
 
-__all__ = ["Reads", "MultiReadLegacy", "SingleReads", "ReaderLegacy", "multi_read_supported", "reader_for"]
+__all__ = ["GET_DATA", "GET_CHILDREN", "read_znodes", "Reads", "MultiReadLegacy", "SingleReads", "ReaderLegacy", "multi_read_supported", "reader_for"]
 
 log = logging.getLogger(__name__)
 
 _GET_DATA, _GET_CHILDREN, _ERROR = 4, 8, -1
+GET_DATA, GET_CHILDREN = _GET_DATA, _GET_CHILDREN  # the op kinds of read_znodes
 _OPS_PER_READ = 1000
 _BYTES_PER_READ = 512 * 1024  # well under jute.maxbuffer (1 MiB)
 _VERSION = re.compile(r"Zookeeper version: (\d+)\.(\d+)")
@@ -66,6 +68,7 @@ class _MultiRead(namedtuple("_MultiRead", "ops")):
     classes look the same (``type``, ``serialize``, ``deserialize``)."""
 
     type = 22
+    stats = False  # True (:class:`_MultiReadStats`): a data op answers ``(data, ZnodeStat)``
 
     def serialize(self) -> bytes:
         out = bytearray()
@@ -86,8 +89,11 @@ class _MultiRead(namedtuple("_MultiRead", "ops")):
                 return results
             if op == _GET_DATA:
                 data, offset = read_buffer(buf, offset)
+                if cls.stats:
+                    results.append((data, ZnodeStat._make(stat_struct.unpack_from(buf, offset))))
+                else:
+                    results.append(data)
                 offset += stat_struct.size
-                results.append(data)
             elif op == _GET_CHILDREN:
                 count = int_struct.unpack_from(buf, offset)[0]
                 offset += int_struct.size
@@ -103,6 +109,51 @@ class _MultiRead(namedtuple("_MultiRead", "ops")):
                 results.append(kind() if kind is not None else ZookeeperError(f"ZooKeeper error code {code}"))
             else:
                 raise ValueError(f"multiRead answer with op type {op}")
+
+
+class _MultiReadStats(_MultiRead):
+    """multiRead whose data ops answer ``(data, ZnodeStat)``: for versioned writes after the read."""
+
+    stats = True
+
+
+async def read_znodes(conn: ZkConnection, ops: list[tuple[int, str]], *, multi: bool, stats: bool = False) -> list:
+    """Every op's outcome, in order (``GET_DATA``: the data, or ``(data,
+    ZnodeStat)`` with ``stats``; ``GET_CHILDREN``: the names; a failure:
+    the exception instance, NoNodeError included). ``multi``: in multiRead
+    requests (ZooKeeper 3.6+), else one pipelined request per znode. Never
+    raises for one op; a lost connection shows as each op's ConnectionLoss."""
+    client = conn.client
+    if not multi:
+        calls = [client.get_children_async(path) if op == GET_CHILDREN else client.get_async(path)
+                 for op, path in ops]
+        outcomes = await aio.gather(asyncio.get_running_loop(), calls)
+        return [o[0] if op == GET_DATA and not stats and isinstance(o, tuple) else o
+                for (op, _), o in zip(ops, outcomes)]
+    kind = _MultiReadStats if stats else _MultiRead
+    chroot = client.chroot or ""
+    pending, sizes, chunk, size = [], [], [], 0
+    for op, path in ops:
+        full = chroot + path
+        if chunk and (len(chunk) >= _OPS_PER_READ or size + len(full) + 16 > _BYTES_PER_READ):
+            pending.append(_send(client, kind(chunk)))
+            sizes.append(len(chunk))
+            chunk, size = [], 0
+        chunk.append((op, full))
+        size += len(full) + 16
+    if chunk:
+        pending.append(_send(client, kind(chunk)))
+        sizes.append(len(chunk))
+    results: list = []
+    for outcome, count in zip(await aio.gather(asyncio.get_running_loop(), pending), sizes):
+        results += [outcome] * count if isinstance(outcome, BaseException) else outcome
+    return results
+
+
+def _send(client, request):
+    result = client.handler.async_result()
+    client._call(request, result)  # how kazoo's own *_async methods queue a request
+    return result
 
 
 async def multi_read_supported(conn: ZkConnection) -> bool:
@@ -170,7 +221,8 @@ class MultiReadLegacy:
 
     async def _read_offsets(self, found: Reads, topics: dict[str, list[str]]) -> None:
         dirs = [(g, t) for g, names in topics.items() for t in names]
-        listed = await self._read([(_GET_CHILDREN, self.paths.topic_dir(g, t)) for g, t in dirs])
+        where = {key: self.paths.topic_dir(*key) for key in dirs}  # validated once per topic, not per partition
+        listed = await self._read([(_GET_CHILDREN, where[key]) for key in dirs])
         wanted: dict[str, list[TopicPartition]] = {g: [] for g in topics}
         for (group, topic), names in zip(dirs, listed):
             if isinstance(found[group], ZkcoordError) or isinstance(names, NoNodeError):
@@ -184,7 +236,7 @@ class MultiReadLegacy:
                 else:
                     log.warning("ignoring %s/%s: not a partition number", self.paths.topic_dir(group, topic), name)
         keys = [(g, tp) for g, tps in wanted.items() if isinstance(found[g], LegacyGroup) for tp in sorted(tps)]
-        values = await self._read([(_GET_DATA, self.paths.partition(g, t, p)) for g, (t, p) in keys])
+        values = await self._read([(_GET_DATA, f"{where[g, t]}/{p:d}") for g, (t, p) in keys])  # p: an int >= 0
         for (group, tp), value in zip(keys, values):
             legacy = found[group]
             if isinstance(legacy, ZkcoordError) or isinstance(value, NoNodeError):

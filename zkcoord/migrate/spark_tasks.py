@@ -72,7 +72,8 @@ from dataclasses import dataclass, field
 from zkcoord.core.migration import Decision, GroupPlan, Options, make_plan
 from zkcoord.errors import ServiceUnavailableError, UsageError, ZkcoordError
 from zkcoord.kafka.offsets import KafkaOffsets, LogRange, TopicPartition
-from zkcoord.migrate.apply import Adapters, ApplyOptions, ApplyResult, apply_group, wall_clock_ms
+from zkcoord.migrate.apply import Adapters, ApplyOptions, ApplyResult, wall_clock_ms
+from zkcoord.migrate.apply_batch import apply_batch
 from zkcoord.migrate.legacy import LegacyGroup, LegacyOffsets
 from zkcoord.migrate.plan import _plan_one  # the single-group path's facts -> plan step, shared on purpose
 from zkcoord.migrate.spark_reads import MultiReadLegacy, ReaderLegacy, Reads, SingleReads, reader_for
@@ -249,7 +250,6 @@ class _PartitionRun:
         self.adapters: Adapters | None = None
         self.counts: dict[str, int | None] = {}
         self.ranges: dict[TopicPartition, LogRange] = {}
-        self.apply_slots = asyncio.Semaphore(spec.apply_concurrency)
 
     async def start(self) -> None:
         kafka = asyncio.ensure_future(asyncio.to_thread(self.kafka.start))
@@ -269,6 +269,8 @@ class _PartitionRun:
     async def fetch(self, batch: list[str]) -> _Fetched:
         if self.spec.mode == "verify":
             return await self._fetch_verify(batch)
+        if self.spec.mode == "apply":  # apply_batch asks Kafka itself, after reading the migration records
+            return _Fetched(batch, await self.reader.read(batch), {}, {})
         kafka = asyncio.gather(asyncio.to_thread(self.kafka.committed_offsets, batch),
                                asyncio.to_thread(self.kafka.groups, batch))
         try:
@@ -306,26 +308,31 @@ class _PartitionRun:
     async def plans(self, fetched: _Fetched) -> dict[str, GroupPlan]:
         """The plan of every group read (the same step as gather_plan)."""
         found = {g: r for g, r in fetched.reads.items() if isinstance(r, LegacyGroup)}
-        topics = {t for g in found.values() for t, _ in g.offsets} - self.counts.keys()
-        if topics:
-            self.counts.update(await asyncio.to_thread(self.kafka.partition_counts, topics))
-        existing = {(t, p) for g in found.values() for t, p in g.offsets if p < (self.counts.get(t) or 0)}
-        missing = existing - self.ranges.keys()
-        if missing:
-            self.ranges.update(await asyncio.to_thread(self.kafka.log_ranges, missing))
+        await self._log_ranges(found.values())
         return {g: _plan_one(legacy, self.counts, self.ranges, fetched.committed.get(g, {}), fetched.states.get(g),
                              self.spec.options) for g, legacy in found.items()}
 
+    async def _log_ranges(self, groups: Iterable[LegacyGroup]) -> None:
+        """Partition counts and log ranges of every partition of ``groups``, into the task's caches."""
+        groups = list(groups)
+        topics = {t for g in groups for t, _ in g.offsets} - self.counts.keys()
+        if topics:
+            self.counts.update(await asyncio.to_thread(self.kafka.partition_counts, topics))
+        existing = {(t, p) for g in groups for t, p in g.offsets if p < (self.counts.get(t) or 0)}
+        missing = existing - self.ranges.keys()
+        if missing:
+            self.ranges.update(await asyncio.to_thread(self.kafka.log_ranges, missing))
+
     async def decide(self, fetched: _Fetched) -> tuple[list[tuple], JobSummary]:
-        plans = await self.plans(fetched)
+        outcomes: dict[str, ApplyResult] = {}
+        if self.spec.mode == "apply":
+            plans, outcomes = await self._apply(fetched)
+        else:
+            plans = await self.plans(fetched)
         summary, rows = JobSummary(), []
         summary.add_plans(list(plans.values()), self.spec.options)
-        outcomes: dict[str, ApplyResult] = {}
         if fetched.skipped:
             summary.outcomes["not-verified"] += len(fetched.skipped)
-        if self.spec.mode == "apply":
-            results = await asyncio.gather(*(self._apply(g) for g in fetched.groups if g in plans))
-            outcomes = {r.group: r for r in results}
         for group in fetched.groups:
             if group in plans:
                 if self.spec.mode == "plan":
@@ -371,19 +378,28 @@ class _PartitionRun:
             rows.append(_row(row, status, summary))
         return rows
 
-    async def _apply(self, group: str) -> ApplyResult:
+    async def _apply(self, fetched: _Fetched) -> tuple[dict[str, GroupPlan], dict[str, ApplyResult]]:
+        """The batch's groups through :func:`~zkcoord.migrate.apply_batch.apply_batch`: each group's
+        plan (the one it was applied with, made from Kafka's offsets read after its migration record;
+        for groups it made none for, already done or refused, one made now) and result."""
         options = ApplyOptions(self.spec.options.allow_rewind, self.spec.options.force,
                                self.spec.allow_active_kafka_members)
-        async with self.apply_slots:
-            try:
-                return await apply_group(self.adapters, group, options)
-            except ZkcoordError as exc:  # that group's outcome, as in apply_groups
-                try:
-                    record, _ = await self.adapters.store.load(group)
-                except ZkcoordError:
-                    record = None
-                return ApplyResult(group, "failed", (record or {}).get("phase", Phase.ZOOKEEPER.value),
-                                   message=str(exc))
+
+        def plan_for(legacy: LegacyGroup, committed, kafka_group) -> GroupPlan:
+            return _plan_one(legacy, self.counts, self.ranges, committed, kafka_group, self.spec.options)
+
+        legacy = {g: fetched.reads[g] for g in fetched.groups if isinstance(fetched.reads.get(g), LegacyGroup)}
+        await self._log_ranges(legacy.values())
+        done = await apply_batch(self.adapters, legacy, plan_for, options,
+                                 multi_read=isinstance(self.reader, MultiReadLegacy),
+                                 slow_concurrency=self.spec.apply_concurrency)
+        plans = {g: plan for g, (_, plan) in done.items() if plan is not None}
+        rest = [g for g in legacy if g not in plans]
+        if rest:
+            committed, states = await asyncio.gather(asyncio.to_thread(self.kafka.committed_offsets, rest),
+                                                     asyncio.to_thread(self.kafka.groups, rest))
+            plans.update({g: plan_for(legacy[g], committed.get(g, {}), states.get(g)) for g in rest})
+        return plans, {g: result for g, (result, _) in done.items()}
 
 
 def _row(row, status: str, summary: JobSummary, target: int | None = None) -> tuple:

@@ -50,7 +50,7 @@ from zkcoord.migrate.modes import read_mode
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
 
-__all__ = ["Phase", "NEXT", "MigrationStore", "GroupStatus", "group_status", "encode", "tp_rows"]
+__all__ = ["Phase", "NEXT", "MigrationStore", "advanced", "GroupStatus", "group_status", "encode", "tp_rows"]
 
 RECORD_VERSION = 1
 MAX_BYTES = 1_000_000
@@ -98,6 +98,21 @@ def _decode(path: str, data: bytes) -> dict[str, Any]:
     return record
 
 
+def advanced(group: str, record: dict | None, phase: Phase, now_ms: int, **fields: Any) -> dict:
+    """The record moved on to ``phase`` with ``fields`` set (pure; what
+    :meth:`MigrationStore.advance` writes); StateError for a move ``NEXT``
+    does not allow."""
+    old = record or {"v": RECORD_VERSION, "phase": Phase.ZOOKEEPER.value, "history": []}
+    current = Phase(old.get("phase", Phase.ZOOKEEPER.value))
+    if phase is not current and phase not in NEXT[current]:
+        raise StateError(f"group {group!r}: the migration cannot go from {current.value} to {phase.value}")
+    new = dict(old, **fields)
+    if phase is not current:
+        new["phase"], new["since_ms"] = phase.value, now_ms
+        new["history"] = (list(old.get("history", [])) + [[phase.value, now_ms]])[-_HISTORY:]
+    return new
+
+
 class MigrationStore:
     """Migration records of every group; no I/O in the constructor."""
 
@@ -135,14 +150,7 @@ class MigrationStore:
         """The record moved to ``phase`` (with ``fields`` set), written at
         ``version``; returns (record, new version). Moving to the phase it
         is in only updates the fields."""
-        old = record or {"v": RECORD_VERSION, "phase": Phase.ZOOKEEPER.value, "history": []}
-        current = Phase(old.get("phase", Phase.ZOOKEEPER.value))
-        if phase is not current and phase not in NEXT[current]:
-            raise StateError(f"group {group!r}: the migration cannot go from {current.value} to {phase.value}")
-        new = dict(old, **fields)
-        if phase is not current:
-            new["phase"], new["since_ms"] = phase.value, now_ms
-            new["history"] = (list(old.get("history", [])) + [[phase.value, now_ms]])[-_HISTORY:]
+        new = advanced(group, record, phase, now_ms, **fields)
         path = paths.migration(group)
         return new, await self.write(path, encode(f"the migration record of group {group!r}", new), version)
 

@@ -1,0 +1,462 @@
+"""``migrate apply`` for many groups at once: the phases of :func:`apply_group`, pipelined across groups.
+
+:func:`apply_group` moves one group through its phases with about twenty
+ZooKeeper round trips and eight Kafka requests, one after the other. This
+module moves a whole batch of groups through the *same* phases, each phase
+one pipelined step for every group of the batch (the Spark job's apply
+mode uses it, a batch of ``batch_groups`` at a time)::
+
+    step  what, for every group of the batch                          requests for the batch
+    ----  ----------------------------------------------------------  -------------------------------
+    1     read its migration record and backup znode                  multiRead (1 per 500 groups)
+          (dual, kafka: ``already-done``)
+    2     Kafka's view: members (DescribeGroups) and committed        1 DescribeGroups + 1 OffsetFetch
+          offsets (OffsetFetch v8, many groups per request)           per coordinator
+          (members: ``refused``, nothing written)
+    3     the plan: the single-group path's own pure step             -
+          (``plan._plan_one`` -> core.migration.plan_group)
+    4     zookeeper -> backed-up: ONE multi per group: the record     one multi per group, all in
+          claimed at the version read + the backup created            flight at once
+    5     backed-up -> the commit: one OffsetCommit per group         all sent before the first
+                                                                      answer is awaited
+    6     -> kafka-committed: the record, versioned                   one set per group, in flight
+    7     -> dual: the group's election, batched: a contender per     create + multiRead of the
+          group without an owner; where ours is the lowest, ONE       contenders + multiRead of the
+          fenced multi (check our contender, set the state's mode     states + one multi per group
+          at its version, the record to dual at its version), then    + one delete per group
+          the contender is deleted
+
+The rules of :mod:`zkcoord.migrate.apply` hold unchanged, and so do the
+phases it records, so a kill at any point is resumed by either path:
+
+1. The backup is written before anything changes, in the same multi that
+   claims the record (a concurrent run's multi fails as a whole, before the
+   backup), and never rewritten once the group is past ``zookeeper``.
+2. The commit is planned from Kafka's committed offsets read in step 2 of
+   this batch (after the records were read), with the same decisions; Kafka
+   is never moved backwards without ``allow_rewind``; a resumed group plans
+   ``equal`` for what an earlier run committed.
+3. The mode is written only by the group's elected owner (fenced by its
+   contender, exactly as :func:`~zkcoord.migrate.modes.set_offset_storage`
+   does directly): a daemon that owns the group is never written behind.
+4. Anything unusual for a group (a daemon owns it, a version moved, a
+   znode is corrupt, a lost answer, a retriable Kafka error) hands that
+   group, wherever it stands, to :func:`apply_group` itself, which resumes
+   it from its recorded phase; its errors are that group's ``failed``
+   outcome, as in ``apply_groups``. The batch's other groups go on.
+
+``on_step(group, phase)`` is called as each group reaches ``backed-up``,
+``committed`` (Kafka answered the commit), ``kafka-committed`` and ``dual``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+
+from zkcoord.core.migration import Decision, GroupPlan
+from zkcoord.errors import ZkcoordError
+from zkcoord.kafka.offsets import KafkaGroup, TopicPartition
+from zkcoord.migrate.apply import Adapters, ApplyOptions, ApplyResult, OnStep, _active_message, apply_group
+from zkcoord.migrate.legacy import LegacyGroup
+from zkcoord.migrate.modes import TOOL_NODE_ID, ModeChange, _with_mode
+from zkcoord.migrate.spark_reads import GET_CHILDREN, GET_DATA, read_znodes
+from zkcoord.migrate.status import Phase, _decode, advanced, encode, tp_rows
+from zkcoord.zk import aio, paths
+from zkcoord.zk.state_store import decode_state, encode_state
+
+__all__ = ["apply_batch", "PlanFor"]
+
+log = logging.getLogger(__name__)
+
+# (legacy group as read, Kafka's committed offsets of the group, Kafka's view of it) -> its plan
+PlanFor = Callable[[LegacyGroup, Mapping[TopicPartition, int], KafkaGroup], GroupPlan]
+_TARGET = "dual"
+
+
+@dataclass
+class _Group:
+    """One group on its way through the batch."""
+
+    name: str
+    legacy: LegacyGroup
+    record: dict | None = None
+    version: int = -1
+    backup_version: int | None = None  # None: no backup znode
+    phase: Phase = Phase.ZOOKEEPER
+    plan: GroupPlan | None = None
+    kafka_before: Mapping[TopicPartition, int] = field(default_factory=dict)  # Kafka's offsets for the backup
+    committed: tuple = ()
+    skipped: tuple = ()
+    steps: list[str] = field(default_factory=list)
+    contender: str | None = None  # our contender's path while we hold the group's election
+    state: tuple[dict | None, int] = (None, -1)
+    request_version: int | None = None  # the mode request's version, None: none
+
+
+async def apply_batch(adapters: Adapters, legacy: Mapping[str, LegacyGroup], plan_for: PlanFor,
+                      options: ApplyOptions = ApplyOptions(), *, multi_read: bool = True,
+                      on_step: OnStep | None = None, slow_concurrency: int = 8
+                      ) -> dict[str, tuple[ApplyResult, GroupPlan | None]]:
+    """Apply every group of ``legacy`` (as just read from the legacy layout);
+    group -> (its result, the plan it was applied with, None if none was
+    made). ``multi_read``: read with multiRead (ZooKeeper 3.6+)."""
+    run = _Batch(adapters, plan_for, options, multi_read, on_step)
+    groups = [_Group(name, found) for name, found in legacy.items()]
+    results: dict[str, tuple[ApplyResult, GroupPlan | None]] = {}
+    slow: list[_Group] = []
+    try:
+        await run.apply(groups, results, slow)
+    finally:
+        await run.release()
+    slots = asyncio.Semaphore(slow_concurrency)
+
+    async def slowly(group: _Group) -> None:
+        async with slots:
+            results[group.name] = (await run.slow_path(group), group.plan)
+
+    await asyncio.gather(*(slowly(g) for g in slow))
+    return {name: results[name] for name in legacy}
+
+
+class _Batch:
+    def __init__(self, adapters: Adapters, plan_for: PlanFor, options: ApplyOptions, multi_read: bool,
+                 on_step: OnStep | None) -> None:
+        self.adapters, self.plan_for, self.options = adapters, plan_for, options
+        self.multi_read, self.on_step = multi_read, on_step
+        self.conn = adapters.conn
+        self.prefix = uuid.uuid4().hex + paths.CONTENDER_MARKER
+        self.held: list[_Group] = []  # groups whose contender we created (or may have)
+
+    # ------------------------------------------------------------ the steps
+    async def apply(self, groups: list[_Group], results: dict, slow: list[_Group]) -> None:
+        def to_slow(group: _Group, why: str) -> None:
+            log.debug("group %s: %s; applying it on its own", group.name, why)
+            slow.append(group)
+
+        clock = _Clock(len(groups))
+        active = await self._load_records(groups, results, to_slow)
+        clock.lap("records")
+        active = await self._plan(active, results, to_slow)
+        clock.lap("kafka+plan")
+        if not active:
+            return
+        await self._back_up([g for g in active if g.phase is Phase.ZOOKEEPER], to_slow)
+        clock.lap("backup")
+        active = [g for g in active if g not in slow]
+        await self._commit([g for g in active if g.phase is Phase.BACKED_UP], results, to_slow)
+        clock.lap("commit")
+        active = [g for g in active if g not in slow and g.name not in results]
+        await self._mark_committed([g for g in active if g.phase is Phase.BACKED_UP], to_slow)
+        clock.lap("kafka-committed")
+        active = [g for g in active if g not in slow]
+        await self._to_dual(active, results, to_slow)
+        clock.lap("dual")
+        clock.log(len(slow))
+
+    async def _load_records(self, groups: list[_Group], results: dict, to_slow) -> list[_Group]:
+        ops = [(GET_DATA, p) for g in groups for p in (paths.migration(g.name), paths.migration_backup(g.name))]
+        outcomes = await read_znodes(self.conn, ops, multi=self.multi_read, stats=True)
+        active = []
+        for i, group in enumerate(groups):
+            record, backup = outcomes[2 * i:2 * i + 2]
+            if _failed(record) or _failed(backup):
+                to_slow(group, "its migration record could not be read")
+                continue
+            if isinstance(backup, tuple):
+                group.backup_version = backup[1].version
+            if isinstance(record, tuple):
+                data, stat = record
+                group.version = stat.version
+                try:
+                    group.record = _decode(paths.migration(group.name), data) if data else None
+                except ZkcoordError:
+                    to_slow(group, "its migration record is corrupt")  # apply_group reports it
+                    continue
+            group.phase = Phase((group.record or {}).get("phase", Phase.ZOOKEEPER.value))
+            if group.phase in (Phase.DUAL, Phase.KAFKA):
+                results[group.name] = (ApplyResult(group.name, "already-done", group.phase.value,
+                                                   message=f"already applied (phase {group.phase.value})"), None)
+                continue
+            active.append(group)
+        return active
+
+    async def _plan(self, groups: list[_Group], results: dict, to_slow) -> list[_Group]:
+        if not groups:
+            return []
+        names = [g.name for g in groups]
+        kafka = self.adapters.kafka
+        states, committed = await asyncio.gather(asyncio.to_thread(kafka.groups, names),
+                                                 asyncio.to_thread(kafka.committed_offsets, names))
+        active = []
+        for group in groups:
+            kafka_group = states[group.name]
+            if kafka_group.members and not self.options.allow_active_kafka_members:
+                results[group.name] = (ApplyResult(group.name, "refused", group.phase.value,
+                                                   message=_active_message(kafka_group)), None)
+                continue
+            if group.phase is Phase.KAFKA_COMMITTED:
+                active.append(group)  # committed by an earlier run: only the mode is left
+                continue
+            try:
+                group.plan = self.plan_for(group.legacy, committed.get(group.name, {}), kafka_group)
+            except ZkcoordError:
+                to_slow(group, "its plan could not be made")
+                continue
+            group.skipped = tuple((r.facts.topic, r.facts.partition, r.decision.value, r.plan.note)
+                                  for r in group.plan.rows if not r.decision.writes and r.decision is not Decision.EQUAL)
+            if group.phase is Phase.ZOOKEEPER:
+                group.kafka_before = committed.get(group.name, {})
+            active.append(group)
+        return active
+
+    async def _back_up(self, groups: list[_Group], to_slow) -> None:
+        """zookeeper -> backed-up: the claim and the backup in one multi per group."""
+        client, now, zk_root = self.conn.client, self.adapters.clock(), self.adapters.zk_root
+        if any(g.version < 0 for g in groups):  # the records' parent, which a multi cannot create
+            try:
+                await aio.call(client.ensure_path_async, paths.MIGRATIONS)
+            except Exception as exc:  # the groups' multis fail, and apply_group says why
+                log.debug("could not ensure %s: %r", paths.MIGRATIONS, exc)
+        txns = []
+        for group in groups:
+            base = dict(group.record or {"v": 1, "phase": Phase.ZOOKEEPER.value, "history": []},
+                        run=uuid.uuid4().hex)
+            zookeeper = {(r.facts.topic, r.facts.partition): r.facts.legacy_raw for r in group.plan.rows}
+            backup = {"v": 1, "group": group.name, "at_ms": now, "zk_root": zk_root,
+                      "kafka": tp_rows(group.kafka_before), "zookeeper": tp_rows(zookeeper)}
+            try:
+                record = advanced(group.name, base, Phase.BACKED_UP, now, zk_root=zk_root)
+                record_data = encode(f"the migration record of {group.name!r}", record)
+                backup_data = encode(f"the backup of group {group.name!r}", backup)
+            except ZkcoordError:
+                to_slow(group, "its record or backup cannot be written")  # apply_group reports why
+                continue
+            txn = client.transaction()
+            _put(txn, paths.migration(group.name), record_data, group.version)
+            _put(txn, paths.migration_backup(group.name), backup_data,
+                 -1 if group.backup_version is None else group.backup_version)
+            txns.append((group, record, txn.commit_async()))
+        outcomes = await aio.gather(asyncio.get_running_loop(), [t for _, _, t in txns])
+        for (group, record, _), outcome in zip(txns, outcomes):
+            if _multi_failed(outcome):
+                to_slow(group, f"its backup multi failed ({_why(outcome)})")
+                continue
+            group.record, group.version = record, _new_version(group.version)
+            group.phase = Phase.BACKED_UP
+            self._reached(group, Phase.BACKED_UP.value)
+
+    async def _commit(self, groups: list[_Group], results: dict, to_slow) -> None:
+        writes = {}
+        for group in groups:
+            found = {(r.facts.topic, r.facts.partition): r.plan.target_offset
+                     for r in group.plan.rows if r.decision.writes}
+            group.committed = tuple((t, p, o) for (t, p), o in sorted(found.items()))
+            writes[group.name] = found
+        if not writes:
+            return
+        try:
+            errors = await asyncio.to_thread(self.adapters.kafka.commit_many, writes)
+        except ZkcoordError as exc:  # Kafka unreachable: every group's outcome, as apply_group's would be
+            errors = {name: exc for name in writes}
+        for group in groups:
+            error = errors.get(group.name)
+            if error is not None:
+                results[group.name] = (ApplyResult(group.name, "failed", group.phase.value, message=str(error)),
+                                       group.plan)
+            elif group.committed:
+                self._reached(group, "committed", step=False)
+
+    async def _mark_committed(self, groups: list[_Group], to_slow) -> None:
+        client, now = self.conn.client, self.adapters.clock()
+        sent = []
+        for group in groups:
+            applied = {"at_ms": now, "committed": [list(c) for c in group.committed],
+                       "skipped": [list(s) for s in group.skipped]}
+            try:
+                record = advanced(group.name, group.record, Phase.KAFKA_COMMITTED, now, applied=applied)
+                data = encode(f"the migration record of group {group.name!r}", record)
+            except ZkcoordError:
+                to_slow(group, "its record cannot be advanced")
+                continue
+            sent.append((group, record, client.set_async(paths.migration(group.name), data, group.version)))
+        outcomes = await aio.gather(asyncio.get_running_loop(), [r for _, _, r in sent])
+        for (group, record, _), outcome in zip(sent, outcomes):
+            if isinstance(outcome, BaseException):
+                to_slow(group, f"its record was not advanced ({outcome!r})")
+                continue
+            group.record, group.version, group.phase = record, outcome.version, Phase.KAFKA_COMMITTED
+            self._reached(group, Phase.KAFKA_COMMITTED.value)
+
+    async def _to_dual(self, groups: list[_Group], results: dict, to_slow) -> None:
+        """kafka-committed -> dual through the groups' elections (module docstring, step 7)."""
+        if not groups:
+            return
+        loop, client = asyncio.get_running_loop(), self.conn.client
+        free = groups  # contend for each at once: where a daemon owns it, ours is not the lowest
+        data = str(TOOL_NODE_ID).encode()
+        created = await aio.gather(loop, [client.create_async(f"{paths.owner_dir(g.name)}/{self.prefix}", data,
+                                                              ephemeral=True, sequence=True, makepath=True)
+                                          for g in free])
+        self.held += free
+        mine = []
+        for group, outcome in zip(free, created):
+            if isinstance(outcome, BaseException):
+                to_slow(group, f"its contender was not created ({outcome!r})")
+            else:
+                group.contender = outcome
+                mine.append(group)
+        ops = [op for g in mine for op in ((GET_CHILDREN, paths.owner_dir(g.name)), (GET_DATA, paths.state(g.name)),
+                                           (GET_DATA, paths.mode_request(g.name)))]
+        outcomes = await read_znodes(self.conn, ops, multi=self.multi_read, stats=True)
+        owned = []
+        for i, group in enumerate(mine):
+            children, state, request = outcomes[3 * i:3 * i + 3]
+            ours = group.contender.rsplit("/", 1)[1]
+            if not isinstance(children, list) or _contenders(children)[:1] != [ours]:
+                to_slow(group, "a daemon or another command holds its election")  # set_offset_storage asks it
+                continue
+            if _failed(state) or _failed(request):
+                to_slow(group, "its state could not be read")
+                continue
+            try:
+                record = decode_state(group.name, paths.state(group.name), state[0]) if isinstance(state, tuple) \
+                    else None
+                group.state = (record, state[1].version if isinstance(state, tuple) else -1)
+            except ZkcoordError:
+                to_slow(group, "its state record is corrupt")  # set_offset_storage reports it
+                continue
+            group.request_version = request[1].version if isinstance(request, tuple) else None
+            owned.append(group)
+        now = self.adapters.clock()
+        sent = []
+        for group in owned:
+            record, version = group.state
+            before = str(record.get("os", "zookeeper")) if record else "zookeeper"
+            txn = client.transaction()
+            txn.check(group.contender, 0)  # the fence: our contender, the lowest
+            if group.request_version is not None:
+                txn.delete(paths.mode_request(group.name), group.request_version)
+            try:
+                state = encode_state(group.name, _with_mode(group.name, record, _TARGET)) \
+                    if before != _TARGET else None
+                migration = encode(f"the migration record of group {group.name!r}",
+                                   advanced(group.name, group.record, Phase.DUAL, now))
+            except ZkcoordError:
+                to_slow(group, "its state or record cannot take the change")  # apply_group reports why
+                continue
+            if state is not None:
+                _put(txn, paths.state(group.name), state, version)
+            txn.set_data(paths.migration(group.name), migration, group.version)
+            sent.append((group, before, txn.commit_async()))
+        outcomes = await aio.gather(loop, [t for _, _, t in sent])
+        for (group, before, _), outcome in zip(sent, outcomes):
+            if _multi_failed(outcome):
+                to_slow(group, f"its mode multi failed ({_why(outcome)})")
+                continue
+            group.phase = Phase.DUAL
+            self._reached(group, Phase.DUAL.value)
+            via = "direct" if before != _TARGET else "unchanged"
+            results[group.name] = (ApplyResult(group.name, "applied", Phase.DUAL.value, group.committed,
+                                               group.skipped, ModeChange(group.name, before, _TARGET, via),
+                                               steps=tuple(group.steps)), group.plan)
+        await self.release()
+
+    async def release(self) -> None:
+        """Delete every contender this batch created (by our prefix where an answer was lost)."""
+        held, self.held = self.held, []
+        if not held:
+            return
+        loop, client = asyncio.get_running_loop(), self.conn.client
+        known = [g.contender for g in held if g.contender]
+        unknown = [g for g in held if not g.contender]
+        if unknown:
+            listed = await aio.gather(loop, [client.get_children_async(paths.owner_dir(g.name)) for g in unknown])
+            known += [paths.contender(g.name, c) for g, names in zip(unknown, listed) if isinstance(names, list)
+                      for c in names if c.startswith(self.prefix)]
+        outcomes = await aio.gather(loop, [client.delete_async(path) for path in known])
+        for path, outcome in zip(known, outcomes):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, NoNodeError):
+                log.warning("could not delete our contender %s (%r); it goes with this session", path, outcome)
+        for group in held:
+            group.contender = None
+
+    # ------------------------------------------------------------ the rest
+    async def slow_path(self, group: _Group) -> ApplyResult:
+        """:func:`apply_group` for one group, from wherever it stands (rule 4)."""
+        try:
+            result = await apply_group(self.adapters, group.name, self.options, on_step=self.on_step)
+        except ZkcoordError as exc:
+            try:
+                record, _ = await self.adapters.store.load(group.name)
+            except ZkcoordError:
+                record = None
+            return ApplyResult(group.name, "failed", (record or {}).get("phase", Phase.ZOOKEEPER.value),
+                               message=str(exc))
+        if result.outcome == "applied" and group.steps:  # this batch got it part of the way
+            return ApplyResult(result.group, result.outcome, result.phase, result.committed or group.committed,
+                               result.skipped or group.skipped, result.mode, result.message,
+                               tuple(group.steps) + result.steps)
+        return result
+
+    def _reached(self, group: _Group, phase: str, step: bool = True) -> None:
+        if step:
+            group.steps.append(phase)
+        if self.on_step is not None:
+            self.on_step(group.name, phase)
+
+
+class _Clock:
+    """Wall time of each step of a batch, logged at debug level."""
+
+    def __init__(self, groups: int) -> None:
+        self.groups, self.laps, self.last = groups, [], time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps.append((name, now - self.last))
+        self.last = now
+
+    def log(self, slow: int) -> None:
+        log.debug("apply batch of %d group(s), %d on their own: %s", self.groups, slow,
+                  ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in self.laps))
+
+
+def _put(txn: Any, path: str, data: bytes, version: int) -> None:
+    """Create ``path`` (version -1) or set it at ``version``, in a multi."""
+    if version < 0:
+        txn.create(path, data)
+    else:
+        txn.set_data(path, data, version)
+
+
+def _new_version(version: int) -> int:
+    return 0 if version < 0 else version + 1
+
+
+def _failed(outcome: object) -> bool:
+    """A read failed for another reason than a missing znode."""
+    return isinstance(outcome, BaseException) and not isinstance(outcome, NoNodeError)
+
+
+def _multi_failed(outcome: object) -> bool:
+    return isinstance(outcome, BaseException) or aio.transaction_failure(outcome) is not None
+
+
+def _why(outcome: object) -> str:
+    if isinstance(outcome, BaseException):
+        return repr(outcome)
+    index, exc = aio.transaction_failure(outcome)
+    return f"op {index}: {type(exc).__name__}"
+
+
+def _contenders(children: Sequence[str]) -> list[str]:
+    found = [(seq, name) for name in children if (seq := paths.contender_sequence(name)) is not None]
+    return [name for _, name in sorted(found)]
