@@ -26,7 +26,8 @@ from kafka.protocol.parser import KafkaProtocol
 from zkcoord.server.codec import (
     COORDINATOR_APIS, ApiSpec, FrameSizeError, MalformedFrameError, MessageBuildError,
     ResponseEncodingError, UnsupportedRequestError, api_versions_response, build_message,
-    build_response, constant_response, decode_request, encode_response, frame_size, response_for,
+    build_response, constant_response, decode_request, encode_response, encoded_response, frame_size,
+    response_for,
 )
 
 CLIENT_ID = "zk-test-client"
@@ -550,3 +551,14 @@ def test_build_message_refuses_unknown_fields():
         build_message(JoinGroupResponse, 10)
     with pytest.raises(MessageBuildError, match="not served"):
         build_response(3, 0)
+
+
+def test_a_response_encoded_ahead_is_sent_as_encoded_and_only_for_its_request():
+    client, decoded = client_send(REQUESTS[14](5))
+    response = response_for(decoded, **RESPONSES[14])
+    ahead = encoded_response(decoded, response)
+    assert ahead.message is response
+    assert encode_response(decoded, ahead) == encode_response(decoded, response)
+    _, other = client_send(REQUESTS[14](5), client)  # the next correlation id
+    with pytest.raises(ResponseEncodingError, match="encoded for correlation id 1"):
+        encode_response(other, ahead)

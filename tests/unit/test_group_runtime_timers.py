@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+
+import pytest
 from dataclasses import dataclass, field
 
 from zkcoord.core import group as core
@@ -249,5 +251,109 @@ def test_call_now_declines_and_changes_nothing_when_it_would_have_to_wait():
         await runtime.unload("test over")
         assert _heartbeat_now(runtime) is NOT_NOW  # not active any more
         assert runtime.group.state is core.GroupState.DEAD
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+# -- render: parked replies made ready while their write is in flight ----------------
+
+def _join(token, member_id="", new_member_id="m1"):
+    return core.JoinRequest(
+        token=token, group_id="g", member_id=member_id, group_instance_id=None, client_id="c",
+        client_host="/127.0.0.1", session_timeout_ms=10_000, rebalance_timeout_ms=60_000,
+        protocol_type="consumer", protocols=(("range", b"m"),), require_known_member_id=False,
+        new_member_id=new_member_id)
+
+
+class GatedStore:
+    """A persist function whose writes wait for ``gate``; it records what the
+    renders had made when each write was sent and when it was accepted."""
+
+    def __init__(self, rendered: list):
+        self.gate = asyncio.Event()
+        self.rendered = rendered
+        self.seen: list[tuple[int, int]] = []  # (renders when sent, renders when accepted)
+
+    async def __call__(self, group_id, record, version):
+        sent = len(self.rendered)
+        await self.gate.wait()
+        self.seen.append((sent, len(self.rendered)))
+        return (version or 0) + 1
+
+
+def test_parked_replies_are_rendered_while_the_write_is_in_flight_and_released_after_it():
+    async def scenario():
+        rendered: list = []
+        store = GatedStore(rendered)
+        runtime = GroupRuntime("g", CONFIG, store, on_step_down=lambda g: None)
+        await runtime.load(None, None)
+
+        def render(result):
+            rendered.append(result.member_id)
+            return ("answer", result.member_id, result.generation_id)
+
+        async def join(member):
+            token = runtime.next_token()
+            req = _join(token, new_member_id=member)
+            return await runtime.call(token, lambda g, now: core.handle_join(g, req, now, CONFIG), render)
+
+        # two new members: parked until the join timer (0 ms initial delay) completes the phase
+        tasks = [asyncio.create_task(join(m)) for m in ("m1", "m2")]
+        while len(runtime.group.members) < 2 or runtime._lock.locked() is False:
+            await asyncio.sleep(0.01)
+        # the write is in flight (the gate is shut): both answers are rendered, none released
+        while len(rendered) < 2:
+            await asyncio.sleep(0.01)
+        assert not any(t.done() for t in tasks) and runtime.group.generation_id == 0
+        store.gate.set()
+        answers = await asyncio.gather(*tasks)
+        assert sorted(answers) == [("answer", "m1", 1), ("answer", "m2", 1)]
+        assert store.seen == [(0, 2)]  # sent before any render, accepted after both
+        assert runtime.group.generation_id == 1
+        await runtime.unload("test over")
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_a_render_that_fails_during_the_write_fails_in_its_caller():
+    async def scenario():
+        store = GatedStore([])
+        store.gate.set()
+        runtime = GroupRuntime("g", CONFIG, store, on_step_down=lambda g: None)
+        await runtime.load(None, None)
+        calls = []
+
+        def render(result):
+            calls.append(result.member_id)
+            raise ValueError("cannot encode")
+
+        token = runtime.next_token()
+        req = _join(token)
+        with pytest.raises(ValueError, match="cannot encode"):
+            await runtime.call(token, lambda g, now: core.handle_join(g, req, now, CONFIG), render)
+        assert calls == ["m1", "m1"]  # during the write, then again in the caller
+        assert runtime.group.generation_id == 1  # the outcome itself was applied
+        await runtime.unload("test over")
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_a_refused_write_releases_no_rendered_reply():
+    async def scenario():
+        from zkcoord.errors import NotOwnerError
+
+        async def refuse(group_id, record, version):
+            raise NotOwnerError("deposed", group_id)
+
+        runtime = GroupRuntime("g", CONFIG, refuse, on_step_down=lambda g: None)
+        await runtime.load(None, None)
+        token = runtime.next_token()
+        req = _join(token)
+        answer = await runtime.call(token, lambda g, now: core.handle_join(g, req, now, CONFIG),
+                                    lambda result: ("answer", result.error, result.generation_id))
+        # what the refused outcome would have answered (generation 1) is never
+        # released; the step-down answers the parked join NOT_COORDINATOR
+        assert answer == ("answer", E.NOT_COORDINATOR, -1)
+        assert runtime.group.state is core.GroupState.DEAD and not runtime.active
 
     asyncio.run(asyncio.wait_for(scenario(), 10))

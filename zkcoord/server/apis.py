@@ -24,8 +24,10 @@ from zkcoord.errors import StateError
 from zkcoord.server.codec import (
     COORDINATOR_APIS,
     DecodedRequest,
+    EncodedResponse,
     api_versions_response,
     constant_response,
+    encoded_response,
     response_for,
 )
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
@@ -60,7 +62,8 @@ class ApiHandler:
         started = time.perf_counter()
         response = await self._routes[decoded.api_key](decoded, connection)
         if self.metrics is not None:
-            self.metrics.observe_request(decoded.api_name, response, time.perf_counter() - started)
+            message = response.message if type(response) is EncodedResponse else response
+            self.metrics.observe_request(decoded.api_name, message, time.perf_counter() - started)
         return response
 
     def handle_now(self, decoded: DecodedRequest, connection: ConnectionInfo):
@@ -156,19 +159,13 @@ class ApiHandler:
                 reason=getattr(r, "reason", None) if version >= 8 else None,
                 support_skipping_assignment=version >= 9,
             )
-            result = await runtime.call(token, lambda g, now: core.handle_join(g, request, now, runtime.config))
+            return await runtime.call(token, lambda g, now: core.handle_join(g, request, now, runtime.config),
+                                      render=lambda result: _join_response(decoded, result))
         except GroupUnavailableError as exc:
             return failed(exc.code)
         except StateError as exc:
             log.error("JoinGroup %s: %s", r.group_id, exc)
             return failed(E.GROUP_MAX_SIZE_REACHED if "exceeds" in str(exc) else E.UNKNOWN_SERVER_ERROR)
-        return response_for(
-            decoded, throttle_time_ms=0, error_code=int(result.error), generation_id=result.generation_id,
-            protocol_type=result.protocol_type,
-            protocol_name=result.protocol_name if (version >= 7 or result.protocol_name) else "",
-            leader=result.leader_id, skip_assignment=result.skip_assignment, member_id=result.member_id,
-            members=[{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
-                     for m in result.members])
 
     async def sync_group(self, decoded, connection):
         r = decoded.request
@@ -182,13 +179,15 @@ class ApiHandler:
             runtime = await self.manager.runtime(r.group_id, loading_code=E.REBALANCE_IN_PROGRESS)
             token = runtime.next_token()
             request = _sync_request(decoded, token)
-            result = await runtime.call(token, lambda g, now: core.handle_sync(g, request, now, runtime.config))
+            return await runtime.call(
+                token, lambda g, now: core.handle_sync(g, request, now, runtime.config),
+                render=lambda result: encoded_response(decoded, answer(
+                    result.error, result.protocol_type, result.protocol_name, result.assignment)))
         except GroupUnavailableError as exc:
             return answer(exc.code)
         except StateError as exc:
             log.error("SyncGroup %s: %s", r.group_id, exc)
             return answer(E.UNKNOWN_SERVER_ERROR)
-        return answer(result.error, result.protocol_type, result.protocol_name, result.assignment)
 
     async def heartbeat(self, decoded, connection):
         r = decoded.request
@@ -300,6 +299,18 @@ class ApiHandler:
             code = await self.manager.delete_group(group_id)
             results.append({"group_id": group_id, "error_code": int(code)})
         return response_for(decoded, throttle_time_ms=0, results=results)
+
+
+def _join_response(decoded, result: core.JoinResult) -> EncodedResponse:
+    """The JoinGroup answer, encoded (it may be made while a write is in flight)."""
+    version = decoded.api_version
+    return encoded_response(decoded, response_for(
+        decoded, throttle_time_ms=0, error_code=int(result.error), generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name if (version >= 7 or result.protocol_name) else "",
+        leader=result.leader_id, skip_assignment=result.skip_assignment, member_id=result.member_id,
+        members=[{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
+                 for m in result.members]))
 
 
 def _sync_has_protocol(decoded) -> bool:

@@ -278,11 +278,33 @@ def decode_request(frame: bytes, apis: ApiRegistry = COORDINATOR_APIS) -> Decode
         client_id=header.client_id, header=header, request=request, spec=spec)
 
 
-def encode_response(decoded: DecodedRequest, response: ApiMessage) -> bytes:
+@dataclass(frozen=True, slots=True)
+class EncodedResponse:
+    """A response encoded ahead of time by `encoded_response`; `encode_response`
+    hands back its frame. `message` is what was encoded."""
+
+    message: ApiMessage
+    correlation_id: int
+    frame: bytes
+
+
+def encoded_response(decoded: DecodedRequest, response: ApiMessage) -> EncodedResponse:
+    """`response` encoded now for `decoded` (so that the encoding can happen
+    while the daemon waits for something else)."""
+    return EncodedResponse(response, decoded.correlation_id, encode_response(decoded, response))
+
+
+def encode_response(decoded: DecodedRequest, response: ApiMessage | EncodedResponse) -> bytes:
     """The full response frame (size prefix, response header, body) for `decoded`.
 
     Sets `response`'s version as a side effect when it has none.
     """
+    if type(response) is EncodedResponse:
+        if response.correlation_id != decoded.correlation_id:
+            raise ResponseEncodingError(
+                f"{decoded.api_name} v{decoded.api_version} (correlation id {decoded.correlation_id}) "
+                f"was answered with a response encoded for correlation id {response.correlation_id}")
+        return response.frame
     expected = decoded.spec.response_class
     version = decoded.response_version
     if not isinstance(response, expected):

@@ -11,6 +11,12 @@ order (the core's contract, :mod:`zkcoord.core.messages`):
 3. only then the new group is applied, timers armed or cancelled, and
    replies released to the requests (current or parked) they answer.
 
+A parked request may come with a ``render`` (its caller's encoding of the
+reply): while the write of step 2 is in flight, the replies to parked
+requests are rendered, so that when ZooKeeper accepts the write a rebalance's
+hundred answers only need sending. Nothing is released before the write is
+accepted; a refused write throws the rendered replies away with the outcome.
+
 A write refused because this daemon no longer owns the group makes the
 runtime *step down*: parked requests get NOT_COORDINATOR, timers stop, and
 the manager is told, so it drops the group. Timers are keyed deadlines
@@ -36,6 +42,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from zkcoord.core import group as core
+from zkcoord.core.messages import Reply
 from zkcoord.core.errors import ErrorCode
 from zkcoord.errors import NotOwnerError, StateError, ZkcoordError
 
@@ -52,6 +59,15 @@ class GroupUnavailableError(ZkcoordError):
 
 
 NOT_NOW: Any = object()  # GroupRuntime.call_now: the request must go through call()
+
+
+class _Unrendered:
+    """A reply whose render raised; call() renders it again in the caller."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self, payload: Any):
+        self.payload = payload
 
 
 def monotonic_ms() -> int:
@@ -153,6 +169,7 @@ class GroupRuntime:
         self._lock = asyncio.Lock()
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future] = {}
+        self._renders: dict[int, Callable[[Any], Any]] = {}  # token of a parked call -> its render
         self._timers = KeyedTimers(clock, self._fire)
 
     # -- life cycle ----------------------------------------------------------
@@ -193,26 +210,44 @@ class GroupRuntime:
     def next_token(self) -> int:
         return next(self._tokens)
 
-    async def call(self, token: int, decide: Callable[[core.Group, int], core.Outcome]) -> Any:
+    async def call(self, token: int, decide: Callable[[core.Group, int], core.Outcome],
+                   render: Callable[[Any], Any] | None = None) -> Any:
         """Run ``decide(group, now_ms)`` for the request carrying ``token`` and
-        wait for the reply addressed to it (maybe released by a later outcome)."""
+        wait for the reply addressed to it (maybe released by a later outcome).
+
+        ``render(payload)``, if given, turns the reply into what ``call``
+        returns (the caller's encoded response, say). For a parked request it
+        runs while the ZooKeeper write of the outcome that answers it is in
+        flight, so that only sending is left once the write is accepted. If
+        it raises there, it runs again in the caller, where the error belongs.
+        """
         async with self._lock:
             self._require_active()
             outcome = decide(self.group, self._clock())
             await self._apply(outcome)
             for reply in outcome.replies:  # answered at once: no future needed
                 if reply.token == token:
-                    return reply.payload
-            # Parked: only an outcome applied under the lock can answer it, so
-            # registering the future before the lock is released misses nothing.
-            future = asyncio.get_running_loop().create_future()
-            self._futures[token] = future
+                    break
+            else:
+                # Parked: only an outcome applied under the lock can answer it, so
+                # registering the future before the lock is released misses nothing.
+                reply = None
+                future = asyncio.get_running_loop().create_future()
+                self._futures[token] = future
+                if render is not None:
+                    self._renders[token] = render
+        if reply is not None:
+            return reply.payload if render is None else render(reply.payload)
         try:
-            return await future
+            value = await future
         finally:
             self._futures.pop(token, None)
+            self._renders.pop(token, None)
             if future.done() and not future.cancelled():
                 future.exception()  # failed by a step-down as this task was cancelled: retrieved, not leaked
+        if type(value) is _Unrendered:
+            return render(value.payload)
+        return value
 
     def call_now(self, token: int, decide: Callable[[core.Group, int], core.Outcome]) -> Any:
         """:meth:`call` without awaiting, when nothing needs to be awaited: the
@@ -251,11 +286,35 @@ class GroupRuntime:
 
     # -- the one place state changes ---------------------------------------------
     async def _apply(self, outcome: core.Outcome) -> None:
+        rendered = None
         if outcome.persist:
-            await self._write(outcome.group)
-        self._commit(outcome)
+            rendered = await self._write_rendering(outcome)
+        self._commit(outcome, rendered)
 
-    def _commit(self, outcome: core.Outcome) -> None:
+    async def _write_rendering(self, outcome: core.Outcome) -> dict[Any, Any] | None:
+        """Step 2, and meanwhile render the replies to parked requests that
+        have a ``render``: {token: rendered}. Nothing is released here."""
+        parked = [r for r in outcome.replies if r.token in self._renders] if self._renders else None
+        if not parked:
+            await self._write(outcome.group)
+            return None
+        write = asyncio.get_running_loop().create_task(self._write(outcome.group))
+        try:
+            await asyncio.sleep(0)  # the write's first step sends it to ZooKeeper
+            rendered = {r.token: self._render(r) for r in parked}
+            await write
+        except asyncio.CancelledError:
+            write.cancel()  # as an awaited write would be
+            raise
+        return rendered
+
+    def _render(self, reply: Reply) -> Any:
+        try:
+            return self._renders[reply.token](reply.payload)
+        except Exception:  # raised again in the caller, by call()
+            return _Unrendered(reply.payload)
+
+    def _commit(self, outcome: core.Outcome, rendered: dict[Any, Any] | None = None) -> None:
         """Step 3: apply an outcome whose write (if any) was accepted."""
         self.group = outcome.group
         if outcome.persist and self._on_persisted is not None:
@@ -267,7 +326,7 @@ class GroupRuntime:
                     self._timers.schedule(op.key, op.deadline_ms, now)
                 else:
                     self._timers.cancel(op.key)
-        self._release(outcome.replies)
+        self._release(outcome.replies, rendered)
 
     async def _write(self, group: core.Group) -> None:
         record = None if group.state is core.GroupState.DEAD else core.to_record(group)
@@ -282,13 +341,19 @@ class GroupRuntime:
             log.error("group %s: state not written: %s", self.group_id, exc)
             raise
 
-    def _release(self, replies) -> None:
+    def _release(self, replies, rendered: dict[Any, Any] | None = None) -> None:
         if not self._futures:
             return
         for reply in replies:
             future = self._futures.get(reply.token)
-            if future is not None and not future.done():
+            if future is None or future.done():
+                continue
+            if reply.token not in self._renders:
                 future.set_result(reply.payload)
+            elif rendered is not None and reply.token in rendered:
+                future.set_result(rendered[reply.token])
+            else:
+                future.set_result(self._render(reply))
 
     # -- timers ------------------------------------------------------------------
     def _fire(self, key: str) -> None:
