@@ -30,6 +30,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata
+from kazoo.exceptions import KazooException
 
 from tests.faults.harness import REPO, expire_session, faults_from_env, seed_from_env, sessions_of
 from tests.support.daemons import process_marker
@@ -38,6 +39,7 @@ GROUPS = 50
 PARTITIONS = 20
 RECORDS = 30
 FAULTS = max(6, faults_from_env(20) // 3)
+PER_ROUND = 6  # faults per batch of GROUPS groups
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(600 + FAULTS * 60)]
 KINDS = ("apply-kill-9", "zookeeper-restart", "broker-restart", "session-expiry")
 
@@ -83,61 +85,88 @@ def test_migrate_apply_under_random_faults(fault_sandbox, fault_chroot, tmp_path
         producer.flush()
         producer.close()
 
-        # Legacy offsets, and Kafka offsets already there for a few groups.
-        groups = [f"legacy-{seed % 1000}-{i:02d}" for i in range(GROUPS)]
-        legacy = {g: {p: rng.randint(0, RECORDS) for p in range(PARTITIONS)} for g in groups}
-        pending = [zk.create_async(f"/consumers/{g}/offsets/{topic}/{p}", str(o).encode(), makepath=True)
-                   for g, offsets in legacy.items() for p, o in offsets.items()]
-        for op in pending:
-            op.get(timeout=30)
-        before = {}
-        for g in rng.sample(groups, 5):
-            before[g] = {p: rng.randint(0, RECORDS) for p in rng.sample(range(PARTITIONS), 4)}
-            admin.alter_group_offsets(g, {TopicPartition(topic, p): OffsetAndMetadata(o, "", None)
-                                          for p, o in before[g].items()})
-        expected = {g: {(topic, p): max(o, before.get(g, {}).get(p, -1)) for p, o in legacy[g].items()}
-                    for g in groups}
-
-        # apply, faults at random moments, until it exits 0 with every fault injected
         injected: list[str] = []
         runs: list[int] = []
-        while True:
-            proc = migrate("apply", "--all", hosts=hosts, bootstrap=bootstrap, out_path=tmp_path / "apply.out")
-            if len(injected) < FAULTS:
-                delay = rng.uniform(0.0, 3.0)
-                kind = rng.choice(KINDS)
-                try:
-                    proc.wait(delay)
-                except subprocess.TimeoutExpired:
-                    pass
-                what = inject(kind, rng, proc, sandbox, fault_sandbox.zookeeper, zk_port)
-                injected.append(f"{kind}: {what} after {delay:.1f} s")
-                print(f"fault {len(injected)}: {injected[-1]}")
-            runs.append(wait_exit(proc))
-            print(f"apply run {len(runs)} exited {runs[-1]}")
-            if runs[-1] == 0 and len(injected) >= FAULTS:
-                break
-            assert len(runs) < FAULTS * 3 + 10, f"seed {seed}: apply keeps failing: exits {runs}"
-
-        verify = migrate("verify", "--all", hosts=hosts, bootstrap=bootstrap, out_path=tmp_path / "verify.out")
-        assert wait_exit(verify) == 0, (tmp_path / "verify.out").read_text()[-3000:]
-        got = {g: kafka_offsets(admin, g) for g in groups}
-        lost = {g: {tp: (want, got[g].get(tp)) for tp, want in expected[g].items() if got[g].get(tp) != want}
-                for g in groups}
-        lost = {g: diff for g, diff in lost.items() if diff}
-        assert lost == {}, f"seed {seed}: Kafka offsets differ from the plan (want, got): {lost}"
-        legacy_now = {g: {p: int(zk.get(f"/consumers/{g}/offsets/{topic}/{p}")[0]) for p in range(PARTITIONS)}
-                      for g in groups}
-        assert legacy_now == legacy, f"seed {seed}: legacy offsets changed"
-        modes = {g: json.loads(zk.get(f"/coordinators/{g}/state")[0]).get("os") for g in groups}
-        assert set(modes.values()) == {"dual"}, modes
-        backups = {g: json.loads(zk.get(f"/zkcoord/migrations/{g}/backup")[0])["kafka"] for g in before}
-        assert backups == {g: [[topic, p, o] for p, o in sorted(offs.items())] for g, offs in before.items()}
+        rounds = 0
+        while len(injected) < FAULTS:
+            rounds += 1
+            groups = [f"legacy-{seed % 10_000}-r{rounds}-{i:02d}" for i in range(GROUPS)]
+            legacy, before = seed_groups(zk, admin, rng, topic, groups)
+            # Each fault fires once apply has started on a random number of this round's groups.
+            targets = sorted(rng.randrange(GROUPS) for _ in range(min(PER_ROUND, FAULTS - len(injected))))
+            print(f"round {rounds}: {GROUPS} groups, faults after {targets} group(s) started")
+            while True:
+                proc = migrate("apply", "--pattern", f"legacy-{seed % 10_000}-r{rounds}-.*", hosts=hosts,
+                               bootstrap=bootstrap, out_path=tmp_path / "apply.out")
+                while targets:
+                    if started_groups(zk, groups) >= targets[0]:
+                        targets.pop(0)
+                        kind = rng.choice(KINDS)
+                        what = inject(kind, rng, proc, sandbox, fault_sandbox.zookeeper, zk_port)
+                        injected.append(f"{kind}: {what}")
+                        print(f"fault {len(injected)}: {injected[-1]}")
+                    elif proc.poll() is not None:
+                        break
+                    else:
+                        time.sleep(0.02)
+                runs.append(wait_exit(proc))
+                print(f"apply run {len(runs)} exited {runs[-1]}")
+                if runs[-1] == 0 and not targets:
+                    break
+                assert len(runs) < FAULTS * 3 + 10, f"seed {seed}: apply keeps failing: exits {runs}"
+            check_round(zk, admin, hosts, bootstrap, tmp_path, seed, topic, groups, legacy, before)
         print("migration fault run summary: " + json.dumps({
-            "seed": seed, "groups": GROUPS, "partitions": GROUPS * PARTITIONS, "faults": len(injected),
-            "apply_runs": len(runs), "apply_exits": runs, "duration_s": round(time.monotonic() - started)}))
+            "seed": seed, "rounds": rounds, "groups": rounds * GROUPS, "partitions": rounds * GROUPS * PARTITIONS,
+            "faults": len(injected), "apply_runs": len(runs), "apply_exits": runs,
+            "duration_s": round(time.monotonic() - started)}))
     finally:
         admin.close()
+
+
+def seed_groups(zk, admin, rng, topic, groups):
+    """Legacy offsets for ``groups``, and Kafka offsets already there for a few of them."""
+    legacy = {g: {p: rng.randint(0, RECORDS) for p in range(PARTITIONS)} for g in groups}
+    pending = [zk.create_async(f"/consumers/{g}/offsets/{topic}/{p}", str(o).encode(), makepath=True)
+               for g, offsets in legacy.items() for p, o in offsets.items()]
+    for op in pending:
+        op.get(timeout=30)
+    before = {}
+    for g in rng.sample(groups, 5):
+        before[g] = {p: rng.randint(0, RECORDS) for p in rng.sample(range(PARTITIONS), 4)}
+        admin.alter_group_offsets(g, {TopicPartition(topic, p): OffsetAndMetadata(o, "", None)
+                                      for p, o in before[g].items()})
+    return legacy, before
+
+
+def started_groups(zk, groups) -> int:
+    """How many of ``groups`` apply has started on (have a migration record)."""
+    try:
+        return len(set(zk.get_children("/zkcoord/migrations")) & set(groups))
+    except KazooException:  # absent yet, or ZooKeeper restarting
+        return 0
+
+
+def check_round(zk, admin, hosts, bootstrap, tmp_path, seed, topic, groups, legacy, before) -> None:
+    """verify exits 0; Kafka holds max(legacy, Kafka before) everywhere; the
+    legacy offsets are unchanged; every group is in dual; backups hold the before."""
+    verify = migrate("verify", "--pattern", f"{groups[0].rsplit('-', 1)[0]}-.*", hosts=hosts, bootstrap=bootstrap,
+                     out_path=tmp_path / "verify.out")
+    assert wait_exit(verify) == 0, (tmp_path / "verify.out").read_text()[-3000:]
+    expected = {g: {(topic, p): max(o, before.get(g, {}).get(p, -1)) for p, o in legacy[g].items()} for g in groups}
+    got = {g: kafka_offsets(admin, g) for g in groups}
+    wrong = {g: {tp: (want, got[g].get(tp)) for tp, want in expected[g].items() if got[g].get(tp) != want}
+             for g in groups}
+    wrong = {g: diff for g, diff in wrong.items() if diff}
+    assert wrong == {}, f"seed {seed}: Kafka offsets differ from the plan (want, got): {wrong}"
+    legacy_now = {g: {p: int(zk.get(f"/consumers/{g}/offsets/{topic}/{p}")[0]) for p in range(PARTITIONS)}
+                  for g in groups}
+    assert legacy_now == legacy, f"seed {seed}: legacy offsets changed"
+    modes = {g: json.loads(zk.get(f"/coordinators/{g}/state")[0]).get("os") for g in groups}
+    assert set(modes.values()) == {"dual"}, modes
+    phases = {g: json.loads(zk.get(f"/zkcoord/migrations/{g}")[0])["phase"] for g in groups}
+    assert set(phases.values()) == {"dual"}, phases
+    backups = {g: json.loads(zk.get(f"/zkcoord/migrations/{g}/backup")[0])["kafka"] for g in before}
+    assert backups == {g: [[topic, p, o] for p, o in sorted(offs.items())] for g, offs in before.items()}
 
 
 def inject(kind: str, rng: random.Random, proc: subprocess.Popen, sandbox, zk_address: str, zk_port: int) -> str:
