@@ -21,15 +21,21 @@ venv: $(STAMP)
 jars: venv
 	$(ZKC) local fetch
 
-# Unit and integration tests; the fixtures start a private sandbox and stop it.
+# Unit, integration and bounded fault tests (about 20 faults, a printed seed);
+# the fixtures start private sandboxes and stop them.
 test: jars
-	$(PY) -m pytest tests/unit tests/integration -ra $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit tests/integration tests/faults -ra $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
 
 integration: jars
 	$(PY) -m pytest tests/integration -ra $(PYTEST_ARGS)
+
+# A long fault run by hand: FAULTS faults (ZKCOORD_FAULT_SEED=<seed> replays one).
+FAULTS ?= 200
+faults: jars
+	ZKCOORD_FAULTS=$(FAULTS) $(PY) -m pytest tests/faults -s -ra $(PYTEST_ARGS)
 
 # The main job on the local sandbox (left running; `make down` stops it).
 demo: jars
