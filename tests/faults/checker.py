@@ -299,6 +299,7 @@ def summary(log: RunLog) -> dict:
         "produced": len(log.produced),
         "consumed_distinct": len(log.consumed),
         "assignments": len(log.assignments),
+        "stored_states": len(log.history),
         "generations": len(generations),
         "max_generation": max(generations, default=-1),
         "commits": len(log.commits),
