@@ -562,3 +562,29 @@ def test_a_response_encoded_ahead_is_sent_as_encoded_and_only_for_its_request():
     _, other = client_send(REQUESTS[14](5), client)  # the next correlation id
     with pytest.raises(ResponseEncodingError, match="encoded for correlation id 1"):
         encode_response(other, ahead)
+
+
+def test_cached_responses_with_nested_fields_are_encoded_once_and_stay_right_when_the_cache_empties(monkeypatch):
+    import zkcoord.server.codec as codec
+
+    monkeypatch.setattr(codec, "_MAX_CONSTANTS", 2)
+    built = []
+
+    def fields(partition):
+        def make():
+            built.append(partition)
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": "orders", "partitions": [{"partition_index": partition, "error_code": 0}]}]}
+        return make
+
+    client = None
+    for partition in (0, 0, 1, 2, 0):  # the third new key empties the cache
+        client, decoded = client_send(REQUESTS[8](8), client)
+        message = codec.cached_response(decoded, ("orders", partition, 0), fields(partition))
+        frame = encode_response(decoded, message)
+        assert frame == encode_response(decoded, response_for(decoded, **fields(partition)()))
+        built.pop()  # the reference build above
+        _, received = client_receive(client, frame)
+        assert [p.partition_index for t in received.topics for p in t.partitions] == [partition]
+    assert built == [0, 1, 2, 0]  # partition 0 built again after the cache emptied
+    assert len(codec._CONSTANTS) == len(codec._CONSTANT_BODIES) == 2

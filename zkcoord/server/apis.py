@@ -26,6 +26,7 @@ from zkcoord.server.codec import (
     DecodedRequest,
     EncodedResponse,
     api_versions_response,
+    cached_response,
     constant_response,
     encoded_response,
     response_for,
@@ -42,6 +43,7 @@ E = ErrorCode
 API_VERSIONS, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 18, 10, 11, 12, 13, 14
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 8, 9, 15, 16, 42
 TRANSACTION_KEY_TYPE = 1
+SMALL_COMMIT_PARTITIONS = 8  # OffsetCommit answers cached up to this many partitions
 
 
 class ApiHandler:
@@ -241,11 +243,19 @@ class ApiHandler:
         errors = await self.manager.commit_offsets(
             r.group_id, r.member_id, r.generation_id_or_member_epoch,
             getattr(r, "group_instance_id", None) if version >= 7 else None, wanted)
-        topics: dict[str, list] = {}
-        for (topic, partition, _, _), code in zip(wanted, errors):
-            topics.setdefault(topic, []).append({"partition_index": partition, "error_code": int(code)})
-        return response_for(decoded, throttle_time_ms=0, topics=[
-            {"name": name, "partitions": parts} for name, parts in topics.items()])
+
+        def fields():
+            topics: dict[str, list] = {}
+            for (topic, partition, _, _), code in zip(wanted, errors):
+                topics.setdefault(topic, []).append({"partition_index": partition, "error_code": int(code)})
+            return {"throttle_time_ms": 0,
+                    "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
+
+        if len(wanted) > SMALL_COMMIT_PARTITIONS:
+            return response_for(decoded, **fields())
+        # The answer is a function of (topic, partition, error) in order: the same for every commit of those
+        # partitions, so it is encoded once.
+        return cached_response(decoded, tuple((t, p, int(c)) for (t, p, _, _), c in zip(wanted, errors)), fields)
 
     async def offset_fetch(self, decoded, connection):
         r = decoded.request

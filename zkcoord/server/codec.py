@@ -370,13 +370,13 @@ def _encode_frame(encoders: tuple[_Encoder, _Encoder], header: ResponseHeader, b
             return bytes(view[:end])
 
 
-# constant_response: (response class, version, field items) -> the shared
-# message; id(message) -> (its encoded response header without the
-# correlation id, its encoded body). The messages are kept alive by the
-# first map, so their ids stay theirs.
+# cached_response: (response class, version, key) -> the shared message;
+# id(message) -> (its encoded response header without the correlation id,
+# its encoded body). The messages are kept alive by the first map, so their
+# ids stay theirs; both maps are emptied together when the first is full.
 _CONSTANTS: dict[tuple, ApiMessage] = {}
 _CONSTANT_BODIES: dict[int, tuple[bytes, bytes]] = {}
-_MAX_CONSTANTS = 512
+_MAX_CONSTANTS = 4096
 
 
 def constant_response(decoded: DecodedRequest, **fields: Any) -> ApiMessage:
@@ -384,14 +384,24 @@ def constant_response(decoded: DecodedRequest, **fields: Any) -> ApiMessage:
     (no nested structs) and shared by every request asking the same: it is
     built and encoded by kafka-python once, and `encode_response` only puts a
     header in front. The message must not be changed."""
-    key = (decoded.spec.response_class, decoded.response_version, tuple(fields.items()))
-    message = _CONSTANTS.get(key)
+    return cached_response(decoded, tuple(fields.items()), lambda: fields)
+
+
+def cached_response(decoded: DecodedRequest, key: Any, fields: Callable[[], Mapping[str, Any]]) -> ApiMessage:
+    """`constant_response` for any response: `key` (hashable) stands for the
+    field values, which `fields()` gives when the response is not cached yet.
+    Equal keys must mean equal responses."""
+    cache_key = (decoded.spec.response_class, decoded.response_version, key)
+    message = _CONSTANTS.get(cache_key)
     if message is None:
-        message = response_for(decoded, **fields)
+        message = response_for(decoded, **fields())
         encoders = _response_encoders(type(message), decoded.response_version)
-        if encoders is None or len(_CONSTANTS) >= _MAX_CONSTANTS:
+        if encoders is None:
             return message  # encoded the ordinary way
-        _CONSTANTS[key] = message
+        if len(_CONSTANTS) >= _MAX_CONSTANTS:
+            _CONSTANTS.clear()
+            _CONSTANT_BODIES.clear()
+        _CONSTANTS[cache_key] = message
         _CONSTANT_BODIES[id(message)] = _constant_parts(encoders, message)
     return message
 
