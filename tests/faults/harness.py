@@ -286,7 +286,8 @@ class Faults:
         return self.fleet.daemons[self.rng.choice(sorted(self.fleet.daemons))]
 
     def restart_daemon(self, node_id: int) -> None:
-        wait_for(lambda: quiet(lambda: self.fleet.session_gone(node_id)), LIVENESS_S, f"daemon {node_id}'s session gone")
+        wait_for(lambda: quiet(lambda: self.fleet.session_gone(node_id)), LIVENESS_S,
+                 f"daemon {node_id}'s session gone")
         self.fleet.start(node_id, listen=f"127.0.0.1:{self.ports[node_id]}")
 
     def _daemon_kill_9(self) -> str:
