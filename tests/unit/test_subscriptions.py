@@ -102,3 +102,14 @@ def test_a_malformed_member_is_skipped_with_a_warning(caplog):
         "group g: topics of member m2 not watched: consumer-protocol subscription does not decode "
         "(Buffer underrun decoding string); the member sent metadata that is not a "
         "ConsumerProtocolSubscription"]
+
+
+def test_members_sending_the_same_subscription_are_decoded_once(monkeypatch):
+    import zkcoord.server.subscriptions as subscriptions
+
+    h = _stable_with(encoded(0, ["orders"]), encoded(0, ["orders"]), encoded(0, ["payments"]))
+    calls = []
+    real = subscriptions.decode_topics
+    monkeypatch.setattr(subscriptions, "decode_topics", lambda m: calls.append(m) or real(m))
+    assert subscribed_topics(h.group) == frozenset({"orders", "payments"})
+    assert sorted(calls) == sorted({encoded(0, ["orders"]), encoded(0, ["payments"])})

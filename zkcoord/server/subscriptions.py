@@ -85,13 +85,21 @@ def subscribed_topics(group: Group) -> frozenset[str]:
     if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
         return frozenset()
     topics: set[str] = set()
+    decoded: dict[bytes, frozenset[str] | StateError] = {}  # members mostly send the same subscription
     for member in group.members.values():
         metadata = _subscription_metadata(member, group.protocol_name)
         if metadata is None:
             continue
-        try:
-            topics |= decode_topics(metadata)
-        except StateError as exc:
+        found = decoded.get(metadata)
+        if found is None:
+            try:
+                found = decode_topics(metadata)
+            except StateError as exc:
+                found = exc
+            decoded[metadata] = found
+        if isinstance(found, StateError):
             log.warning("group %s: topics of member %s not watched: %s",
-                        group.group_id, member.member_id, exc)
+                        group.group_id, member.member_id, found)
+        else:
+            topics |= found
     return frozenset(topics)
