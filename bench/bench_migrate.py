@@ -218,7 +218,9 @@ def run_single_process(services: Services, args: argparse.Namespace) -> Row:
 
 
 # ------------------------------------------------------------------ the peer
-def run_peer(services: Services, offsets: dict, workdir: Path, java: str, classpath: str) -> list[Row]:
+def run_peer(services: Services, offsets: dict, workdir: Path, java: str, classpath: str, sample: int) -> list[Row]:
+    """The tool's three steps over every ``peer-`` group, each in ONE JVM (its best case, what an
+    operator scripting many groups does); then the first ``sample`` groups one JVM per group."""
     peers = sorted(g for g in offsets if g.startswith("peer-"))
     if not peers:
         return []
@@ -229,32 +231,41 @@ def run_peer(services: Services, offsets: dict, workdir: Path, java: str, classp
     (files / "all.csv").write_text("".join(f"{g},{t},{p},{o}\n" for g in peers
                                            for (t, p), o in sorted(offsets[g].items())))
     base = [java, "-cp", classpath, PEER_CLASS, "--bootstrap-server", services.bootstrap]
-    count = sum(len(offsets[g]) for g in peers)
+    steps = (("--reset-offsets --dry-run", ["--reset-offsets", "--dry-run"]),
+             ("--reset-offsets --execute", ["--reset-offsets", "--execute"]),
+             ("--describe", ["--describe"]))
     rows = []
-    for name, extra in (("--reset-offsets --dry-run", ["--reset-offsets", "--dry-run"]),
-                        ("--reset-offsets --execute", ["--reset-offsets", "--execute"]),
-                        ("--describe", ["--describe"])):
-        print(f"kafka-consumer-groups {name}, one JVM per group, {len(peers)} groups ...", flush=True)
+    everyone = [a for g in peers for a in ("--group", g)]
+    for name, extra in steps:
+        print(f"kafka-consumer-groups {name}, one JVM for {len(peers)} groups ...", flush=True)
+        command = base + everyone + extra
+        if "--reset-offsets" in extra:
+            command += ["--from-file", str(files / "all.csv")]
         started = time.perf_counter()
-        for group in peers:
+        _peer(command, files / f"all{extra[-1]}.out")
+        rows.append(Row(f"kafka-consumer-groups {name} (one JVM)", len(peers), _count(offsets, peers),
+                        time.perf_counter() - started, "all peer groups in one invocation"))
+    with KafkaOffsets(services.bootstrap, request_timeout_ms=60_000) as kafka:
+        committed = sum(len(v) for v in kafka.committed_offsets(peers).values())
+    if committed != _count(offsets, peers):
+        print(f"warning: the peer committed {committed} of {_count(offsets, peers)} offsets; see {files}",
+              file=sys.stderr)
+    few = peers[:sample]
+    for name, extra in steps if few else ():
+        print(f"kafka-consumer-groups {name}, one JVM per group, {len(few)} groups ...", flush=True)
+        started = time.perf_counter()
+        for group in few:
             command = base + ["--group", group] + extra
             if "--reset-offsets" in extra:
                 command += ["--from-file", str(files / f"{group}.csv")]
             _peer(command, files / f"{group}{extra[-1]}.out")
-        rows.append(Row(f"kafka-consumer-groups {name} (per group)", len(peers), count,
+        rows.append(Row(f"kafka-consumer-groups {name} (per group)", len(few), _count(offsets, few),
                         time.perf_counter() - started, "one JVM per group"))
-    print(f"kafka-consumer-groups --reset-offsets --execute, one JVM for {len(peers)} groups ...", flush=True)
-    command = base + [a for g in peers for a in ("--group", g)] + [
-        "--reset-offsets", "--from-file", str(files / "all.csv"), "--execute"]
-    started = time.perf_counter()
-    _peer(command, files / "all--execute.out")
-    rows.append(Row("kafka-consumer-groups --reset-offsets --execute (one JVM)", len(peers), count,
-                    time.perf_counter() - started, "all peer groups in one invocation"))
-    with KafkaOffsets(services.bootstrap, request_timeout_ms=60_000) as kafka:
-        committed = sum(len(v) for v in kafka.committed_offsets(peers).values())
-    if committed != count:
-        print(f"warning: the peer committed {committed} of {count} offsets; see {files}", file=sys.stderr)
     return rows
+
+
+def _count(offsets: dict, groups: list[str]) -> int:
+    return sum(len(offsets[g]) for g in groups)
 
 
 def _peer(command: list[str], output: Path) -> None:
@@ -265,7 +276,35 @@ def _peer(command: list[str], output: Path) -> None:
 
 
 # ------------------------------------------------------------------ report
+E2E = "zkcoord plan + apply + verify, end to end"
+E2E_WARM = "zkcoord plan + apply + verify, warm session"
+PEER_E2E = "kafka-consumer-groups dry-run + execute + describe"
+
+
+def end_to_end(rows: list[Row]) -> list[Row]:
+    """The whole job's rows: every offset each step handled (plan, apply and verify each handle all
+    of them) over the sum of the steps' wall times. zkcoord's includes the SparkSession start and
+    the first, cold plan job (what one session running the three steps pays); the warm variant
+    uses the second plan job and no start. The peer's adds its three one-JVM runs."""
+    by_name = {row.name: row for row in rows}
+    found = []
+    for name, parts, note in (
+            (E2E, ("spark session start", "zkcoord plan (first job) job", "zkcoord apply job", "zkcoord verify job"),
+             "session start + cold plan + apply + verify"),
+            (E2E_WARM, ("zkcoord plan job", "zkcoord apply job", "zkcoord verify job"), "three jobs, no start"),
+            (PEER_E2E, tuple(f"kafka-consumer-groups {step} (one JVM)" for step in
+                             ("--reset-offsets --dry-run", "--reset-offsets --execute", "--describe")),
+             "three invocations, one JVM each")):
+        if all(part in by_name for part in parts):
+            chosen = [by_name[part] for part in parts]
+            groups = max(row.groups for row in chosen)
+            found.append(Row(name, groups, sum(row.offsets for row in chosen), sum(row.seconds for row in chosen),
+                             note))
+    return found
+
+
 def report(rows: list[Row], load: tuple[float, float]) -> None:
+    rows = rows + end_to_end(rows)
     print()
     print(f"load average before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} cores")
     print(f"{'run':58} {'groups':>7} {'offsets':>9} {'seconds':>9} {'offsets/s':>11}  note")
@@ -273,32 +312,30 @@ def report(rows: list[Row], load: tuple[float, float]) -> None:
         rate = f"{row.rate:,.0f}" if row.offsets else "-"
         print(f"{row.name:58} {row.groups:>7,} {row.offsets:>9,} {row.seconds:>9.2f} {rate:>11}  {row.note}")
     by_name = {row.name: row for row in rows}
-    peer_execute = by_name.get("kafka-consumer-groups --reset-offsets --execute (per group)")
-    peer_once = by_name.get("kafka-consumer-groups --reset-offsets --execute (one JVM)")
-    pairs = [("zkcoord plan job", "kafka-consumer-groups --reset-offsets --dry-run (per group)"),
-             ("zkcoord plan cold (start + first job)", "kafka-consumer-groups --reset-offsets --dry-run (per group)"),
-             ("zkcoord apply job", "kafka-consumer-groups --reset-offsets --execute (per group)"),
-             ("zkcoord apply job", "kafka-consumer-groups --reset-offsets --execute (one JVM)"),
-             ("zkcoord verify job", "kafka-consumer-groups --describe (per group)"),
+    once = "kafka-consumer-groups {} (one JVM)"
+    each = "kafka-consumer-groups {} (per group)"
+    pairs = [("zkcoord plan job", once.format("--reset-offsets --dry-run")),
+             ("zkcoord apply job", once.format("--reset-offsets --execute")),
+             ("zkcoord verify job", once.format("--describe")),
+             (E2E, PEER_E2E),
+             (E2E_WARM, PEER_E2E),
+             ("zkcoord plan job", each.format("--reset-offsets --dry-run")),
+             ("zkcoord apply job", each.format("--reset-offsets --execute")),
+             ("zkcoord verify job", each.format("--describe")),
              ("zkcoord plan job", "zkcoord plan, single process (gather_plan)")]
     print("\nratios (offsets/s, higher favours the left):")
     for left, right in pairs:
         if left in by_name and right in by_name and by_name[right].rate:
-            print(f"  {left:40} / {right:62} {by_name[left].rate / by_name[right].rate:8.1f}x")
-    print("\ngoals:")
-    if peer_execute and "zkcoord apply job" in by_name:
-        ratio = by_name["zkcoord apply job"].rate / peer_execute.rate
-        print(f"  apply >= 10x kafka-consumer-groups --execute per group: {ratio:,.1f}x "
-              f"{'met' if ratio >= 10 else 'MISSED'}")
-    if peer_once and "zkcoord apply job" in by_name:
-        ratio = by_name["zkcoord apply job"].rate / peer_once.rate
-        print(f"  apply >= 10x kafka-consumer-groups --execute in one JVM: {ratio:,.1f}x "
-              f"{'met' if ratio >= 10 else 'MISSED'}")
-    for name in ("zkcoord plan job", "zkcoord verify job", "zkcoord apply job",
-                 "zkcoord plan cold (start + first job)"):
+            print(f"  {left:45} / {right:58} {by_name[left].rate / by_name[right].rate:8.1f}x")
+    print("\ngoals (the peer at its best: one JVM for all its groups):")
+    for left, right in (("zkcoord apply job", once.format("--reset-offsets --execute")), (E2E, PEER_E2E)):
+        if left in by_name and right in by_name and by_name[right].rate:
+            ratio = by_name[left].rate / by_name[right].rate
+            print(f"  {left} >= 10x {right}: {ratio:,.1f}x {'met' if ratio >= 10 else 'MISSED'}")
+    for name in (E2E, E2E_WARM, "zkcoord apply job"):
         if name in by_name:
             rate = by_name[name].rate
-            print(f"  {name} >= 20,000 offsets/s end to end: {rate:,.0f}/s {'met' if rate >= 20_000 else 'MISSED'}")
+            print(f"  {name} >= 20,000 offsets/s: {rate:,.0f}/s {'met' if rate >= 20_000 else 'MISSED'}")
 
 
 def parse() -> argparse.Namespace:
@@ -308,18 +345,22 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=100, help="partitions per group (default 100)")
     parser.add_argument("--topics", type=int, default=10, help="topics they spread over (default 10)")
     parser.add_argument("--records", type=int, default=100, help="records per partition (default 100)")
-    parser.add_argument("--peer-groups", type=int, default=10,
-                        help="groups the peer runs on; its rate is per offset (default 10, ~3 s each)")
+    parser.add_argument("--peer-groups", type=int, default=None,
+                        help="groups the peer runs on, each step in one JVM (default: --groups, the same job)")
+    parser.add_argument("--peer-sample", type=int, default=5,
+                        help="of those, how many the peer also runs one JVM per group (default 5, ~1 s each)")
     parser.add_argument("--spark-master", default=None, help="default local[*]")
     parser.add_argument("--spark-partitions", type=int, default=None)
     parser.add_argument("--batch-groups", type=int, default=100)
-    parser.add_argument("--apply-concurrency", type=int, default=8)
+    parser.add_argument("--apply-concurrency", type=int, default=4)
     parser.add_argument("--zk-reads", choices=("auto", "multi", "single"), default="auto")
     parser.add_argument("--no-single-process", action="store_true", help="skip the gather_plan reference run")
     parser.add_argument("--zookeeper", default=None, help="use this ZooKeeper instead of a sandbox")
     parser.add_argument("--bootstrap-servers", default=None, help="with --zookeeper: Kafka to use")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
+    if args.peer_groups is None:
+        args.peer_groups = args.groups
     if bool(args.zookeeper) != bool(args.bootstrap_servers):
         parser.error("give both --zookeeper and --bootstrap-servers, or neither (then a sandbox is started)")
     return args
@@ -341,7 +382,7 @@ def main() -> None:
         if not args.no_single_process:
             print("zkcoord plan, single process ...", flush=True)
             rows.append(run_single_process(services, args))
-        rows += run_peer(services, offsets, workdir, java, classpath)
+        rows += run_peer(services, offsets, workdir, java, classpath, args.peer_sample)
         report(rows, (load_before, os.getloadavg()[0]))
     finally:
         services.stop()

@@ -81,8 +81,9 @@ def _spark_conf(values: tuple[str, ...]) -> dict[str, str]:
               help="Send a zip of zkcoord to the executors [default: when the master is not local].")
 @click.option("--batch-groups", type=click.IntRange(1, 10_000), default=100, show_default=True,
               help="Groups a task reads and decides together.")
-@click.option("--apply-concurrency", type=click.IntRange(1, 256), default=8, show_default=True,
-              help="apply: groups a task applies at once.")
+@click.option("--apply-concurrency", type=click.IntRange(1, 256), default=4, show_default=True,
+              help="apply: parts of a batch a task applies at once (each part's steps pipelined across its "
+                   "groups), and groups it applies on their own at once.")
 @click.option("--zk-reads", type=click.Choice(ZK_READS), default="auto", show_default=True,
               help="multi: ZooKeeper 3.6+ multiRead, 1000 znodes a request; single: one znode a request; "
                    "auto: multi if the server says 3.6+.")

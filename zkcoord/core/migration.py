@@ -104,6 +104,11 @@ def _check_offset(value: object, what: str, nullable: bool = True) -> None:
         raise UsageError(f"{what} must be a whole number from 0 to {MAX_OFFSET}, got {value!r}")
 
 
+def _is_offset(value: object) -> bool:
+    """What _check_offset accepts (not None), without building its message."""
+    return type(value) is int and 0 <= value <= MAX_OFFSET  # noqa: E721 (bool is not an offset)
+
+
 @dataclass(frozen=True)
 class PartitionFacts:
     """Everything known about one partition of one group.
@@ -126,12 +131,15 @@ class PartitionFacts:
     def __post_init__(self) -> None:
         if isinstance(self.partition, bool) or not isinstance(self.partition, int) or self.partition < 0:
             raise UsageError(f"partition must be a whole number >= 0, got {self.partition!r}")
-        _check_offset(self.kafka_offset, f"Kafka offset of {self.where}")
+        if self.kafka_offset is not None and not _is_offset(self.kafka_offset):  # the message only on failure
+            _check_offset(self.kafka_offset, f"Kafka offset of {self.where}")
         if self.partition_exists and not self.topic_exists:
             raise UsageError(f"{self.where}: a partition cannot exist in a missing topic")
         if self.partition_exists:
-            _check_offset(self.log_start, f"log start of {self.where}", nullable=False)
-            _check_offset(self.log_end, f"log end of {self.where}", nullable=False)
+            if not _is_offset(self.log_start):
+                _check_offset(self.log_start, f"log start of {self.where}", nullable=False)
+            if not _is_offset(self.log_end):
+                _check_offset(self.log_end, f"log end of {self.where}", nullable=False)
             if self.log_start > self.log_end:
                 raise UsageError(f"{self.where}: log start {self.log_start} is after log end {self.log_end}")
 

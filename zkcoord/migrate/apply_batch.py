@@ -225,10 +225,10 @@ class _Batch:
                 await aio.call(client.ensure_path_async, paths.MIGRATIONS)
             except Exception as exc:  # the groups' multis fail, and apply_group says why
                 log.debug("could not ensure %s: %r", paths.MIGRATIONS, exc)
-        txns = []
-        for group in groups:
+        txns, run = [], uuid.uuid4().hex
+        for i, group in enumerate(groups):
             base = dict(group.record or {"v": 1, "phase": Phase.ZOOKEEPER.value, "history": []},
-                        run=uuid.uuid4().hex)
+                        run=f"{run}-{i}")  # unique per claim, as apply_group's uuid4
             zookeeper = {(r.facts.topic, r.facts.partition): r.facts.legacy_raw for r in group.plan.rows}
             backup = {"v": 1, "group": group.name, "at_ms": now, "zk_root": zk_root,
                       "kafka": tp_rows(group.kafka_before), "zookeeper": tp_rows(zookeeper)}

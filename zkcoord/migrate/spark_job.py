@@ -137,7 +137,7 @@ class JobConfig:
     timeout_ms: int = 15_000
     spark_partitions: int | None = None  # None: Spark's default parallelism
     batch_groups: int = 100
-    apply_concurrency: int = 8
+    apply_concurrency: int = 4
     zk_reads: str = "auto"
     overwrite: bool = False
 
@@ -306,11 +306,15 @@ def run_job(config: JobConfig, spark: Any, on_progress: ProgressCallback | None 
         frame = spark.createDataFrame(rows, _schema(), verifySchema=False)
         mode = "overwrite" if config.overwrite else "errorifexists"
         _translated(lambda: frame.write.mode(mode).parquet(report.parquet))
+        tasks_done = time.monotonic()
         found: JobSummary = summary.value
         written = spark.read.parquet(report.parquet)
         _translated(lambda: written.coalesce(1).sortWithinPartitions("group", "topic", "partition").write
                     .mode(mode).options(**_CSV).csv(report.csv))
+        csv_done = time.monotonic()
         _write_groups(spark, found, report.groups_csv, mode)
+        log.debug("%s job: tasks + Parquet %.2f s, CSV %.2f s, groups CSV %.2f s", config.mode,
+                  tasks_done - started, csv_done - tasks_done, time.monotonic() - csv_done)
         done = True
     finally:
         poller.stop(final=done)

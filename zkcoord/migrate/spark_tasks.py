@@ -122,7 +122,7 @@ class TaskSpec:
     record_verify: bool = True
     timeout_ms: int = 15_000
     batch_groups: int = 100
-    apply_concurrency: int = 8
+    apply_concurrency: int = 4
     zk_reads: str = "auto"
     named: bool = False
     absent: frozenset[str] = frozenset()
@@ -333,12 +333,13 @@ class _PartitionRun:
         summary.add_plans(list(plans.values()), self.spec.options)
         if fetched.skipped:
             summary.outcomes["not-verified"] += len(fetched.skipped)
+        recording: list = []  # verify: the results' record writes, all in flight at once
         for group in fetched.groups:
             if group in plans:
                 if self.spec.mode == "plan":
                     rows += _plan_rows(plans[group], summary)
                 elif self.spec.mode == "verify":
-                    rows += await self._verify_rows(group, plans[group], fetched, summary)
+                    rows += self._verify_rows(group, plans[group], fetched, summary, recording)
                 else:
                     rows += _apply_rows(plans[group], outcomes[group], summary)
             elif isinstance(fetched.reads.get(group), ZkcoordError):
@@ -351,9 +352,11 @@ class _PartitionRun:
                 rows.append(_group_row(group, f"not migrated (phase {phase}): run migrate apply", "not-migrated",
                                        summary))
                 summary.outcomes["not-migrated"] += 1
+        await asyncio.gather(*recording)
         return rows, summary
 
-    async def _verify_rows(self, group: str, plan: GroupPlan, fetched: _Fetched, summary: JobSummary) -> list[tuple]:
+    def _verify_rows(self, group: str, plan: GroupPlan, fetched: _Fetched, summary: JobSummary,
+                     recording: list) -> list[tuple]:
         checked, behind, notes = compare(plan)
         if group in self.spec.absent:
             notes = (f"no legacy offsets under {self.spec.zk_root}",)
@@ -365,18 +368,22 @@ class _PartitionRun:
         result = VerifyResult(group, phase.value, not behind, checked, behind, notes, now)
         summary.outcomes["clean" if result.clean else "behind"] += 1
         if self.spec.record_verify:
-            try:
-                await self.adapters.store.advance(group, record, version, phase, now, verify=result.as_record())
-            except ServiceUnavailableError:
-                raise
-            except ZkcoordError as exc:
-                summary.errors.append((group, f"verify result not recorded: {exc}"))
+            recording.append(self._record_verify(group, record, version, phase, now, result, summary))
         rows = []
         for row in plan.rows:
             key = (row.facts.topic, row.facts.partition)
             status = "unverifiable" if row.decision in _UNVERIFIABLE else "behind" if key in late else "ok"
             rows.append(_row(row, status, summary))
         return rows
+
+    async def _record_verify(self, group: str, record: dict, version: int, phase: Phase, now: int,
+                             result: VerifyResult, summary: JobSummary) -> None:
+        try:
+            await self.adapters.store.advance(group, record, version, phase, now, verify=result.as_record())
+        except ServiceUnavailableError:
+            raise
+        except ZkcoordError as exc:
+            summary.errors.append((group, f"verify result not recorded: {exc}"))
 
     async def _apply(self, fetched: _Fetched) -> tuple[dict[str, GroupPlan], dict[str, ApplyResult]]:
         """The batch's groups through :func:`~zkcoord.migrate.apply_batch.apply_batch`: each group's
@@ -390,9 +397,14 @@ class _PartitionRun:
 
         legacy = {g: fetched.reads[g] for g in fetched.groups if isinstance(fetched.reads.get(g), LegacyGroup)}
         await self._log_ranges(legacy.values())
-        done = await apply_batch(self.adapters, legacy, plan_for, options,
-                                 multi_read=isinstance(self.reader, MultiReadLegacy),
-                                 slow_concurrency=self.spec.apply_concurrency)
+        names = list(legacy)
+        size = max(1, -(-len(names) // self.spec.apply_concurrency))  # apply_concurrency parts, in flight at once
+        parts = await asyncio.gather(*(
+            apply_batch(self.adapters, {g: legacy[g] for g in names[i:i + size]}, plan_for, options,
+                        multi_read=isinstance(self.reader, MultiReadLegacy),
+                        slow_concurrency=self.spec.apply_concurrency)
+            for i in range(0, len(names), size)))
+        done = {g: outcome for part in parts for g, outcome in part.items()}
         plans = {g: plan for g, (_, plan) in done.items() if plan is not None}
         rest = [g for g in legacy if g not in plans]
         if rest:
