@@ -263,16 +263,18 @@ class Faults:
     """The faults of a consumer-group run, drawn from ``rng``. Each method
     returns a one-line description; ``log`` gets one line per fault."""
 
-    KINDS = ("daemon-kill-9", "daemon-sigstop", "zookeeper-restart", "session-expiry", "consumer-kill-9")
+    KINDS = ("daemon-kill-9", "daemon-sigstop", "zookeeper-restart", "session-expiry", "consumer-kill-9",
+             "consumer-sigstop")
 
     def __init__(self, rng: random.Random, sandbox: Sandbox, fleet: DaemonFleet, ports: dict[int, int],
-                 pool: ConsumerPool | None, zk_address: str, log: JsonLines, say=print):
+                 pool: ConsumerPool, group: str, zk_address: str, log: JsonLines, say=print):
         self.rng, self.sandbox, self.fleet, self.ports, self.pool = rng, sandbox, fleet, ports, pool
+        self.group = group
         self.zk_address, self.log, self.say = zk_address, log, say
         self.counts: dict[str, int] = {}
 
     def inject(self, number: int) -> str:
-        kind = self.rng.choice(self.KINDS if self.pool is not None else self.KINDS[:-1])
+        kind = self.rng.choice(self.KINDS)
         started = time.monotonic()
         what = getattr(self, "_" + kind.replace("-", "_"))()
         self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -283,7 +285,21 @@ class Faults:
 
     # -- daemons -----------------------------------------------------------------------
     def _daemon(self):
+        """The group's owner half of the time, else any daemon."""
+        owners = quiet(lambda: self.fleet.contenders(self.group)) or []
+        if owners and owners[0] in self.fleet.daemons and self.rng.random() < 0.5:
+            return self.fleet.daemons[owners[0]]
         return self.fleet.daemons[self.rng.choice(sorted(self.fleet.daemons))]
+
+    def stored_generation(self) -> tuple[int, str, list[str]] | None:
+        from zkcoord.core.group import from_record
+
+        try:
+            data, _ = self.fleet.zk.get(f"/coordinators/{self.group}/state")
+        except (NoNodeError, KazooException):
+            return None
+        group = from_record(self.group, json.loads(data))
+        return group.generation_id, group.state.value, sorted(group.members)
 
     def restart_daemon(self, node_id: int) -> None:
         wait_for(lambda: quiet(lambda: self.fleet.session_gone(node_id)), LIVENESS_S,
@@ -354,6 +370,25 @@ class Faults:
         time.sleep(pause_s)
         self.pool.start(index)
         return f"consumer c{index} killed, restarted after {pause_s:.1f} s"
+
+    def _consumer_sigstop(self) -> str:
+        """Freeze a consumer until the group rebalanced without it (its
+        session expired), then let it go on: whatever it commits with its old
+        generation must be refused."""
+        index = self.rng.randrange(self.pool.count)
+        before = wait_for(self.stored_generation, LIVENESS_S, "the group's stored state")
+        proc = self.pool.procs[index]
+        proc.send_signal(signal.SIGSTOP)
+
+        def without_it():  # member ids start with the client id, c<index>-
+            now = self.stored_generation() or before
+            return now[0] > before[0] and not any(m.startswith(f"c{index}-") for m in now[2])
+
+        try:
+            wait_for(without_it, LIVENESS_S, f"the group rebalanced without the stopped consumer c{index}", 0.2)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        return f"consumer c{index} stopped until generation {before[0]} was replaced, continued"
 
 
 def seed_from_env() -> int:

@@ -6,7 +6,9 @@ one group on a 12-partition topic run while faults are injected one after
 another: kill -9 of a daemon (restarted), SIGSTOP of a daemon until
 ZooKeeper expired its session (then SIGCONT), a ZooKeeper restart (SIGTERM
 or kill -9), ZooKeeper expiring a daemon's session, kill -9 of a consumer
-(restarted). Then the faults stop, the producer stops, the group drains
+(restarted), SIGSTOP of a consumer until the group rebalanced without it
+(then SIGCONT: it comes back with a stale generation). Daemon faults hit
+the group's owner half of the time. Then the faults stop, the producer stops, the group drains
 until every partition's committed offset reaches what was produced, the
 consumers leave, and :mod:`tests.faults.checker` checks everything that was
 logged (see its docstring for the properties).
@@ -74,7 +76,7 @@ def test_consumer_group_under_random_faults(fault_sandbox, fault_chroot, tmp_pat
         producer = Producer(bootstrap, topic, PARTITIONS, JsonLines(events / "producer.jsonl"))
         pool = ConsumerPool(CONSUMERS, events, coordinators=coordinators, bootstrap=bootstrap, group=group,
                             topic=topic)
-        faults = Faults(rng, fault_sandbox.sandbox, fleet, ports, pool, fault_sandbox.zookeeper, run)
+        faults = Faults(rng, fault_sandbox.sandbox, fleet, ports, pool, group, fault_sandbox.zookeeper, run)
         drained, exits, unexpected = None, {}, []
         try:
             monitor.start()
