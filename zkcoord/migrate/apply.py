@@ -30,6 +30,9 @@ point is resumed by running again. Rules:
    from outside a live group, and two coordinators would share its partitions.
 5. Errors of one group (ZkcoordError) are that group's result; the other
    groups go on.
+
+The Spark job applies many groups through :mod:`zkcoord.migrate.apply_batch`:
+these same phases, records and rules, each phase pipelined across a batch.
 """
 
 from __future__ import annotations

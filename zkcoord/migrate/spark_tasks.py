@@ -16,8 +16,11 @@ and group states for the whole batch, then partition counts and log ranges of th
 yet (cached for the task), then the decisions, with the single-group path's
 own functions: ``_plan_one`` of :mod:`zkcoord.migrate.plan` (facts ->
 :func:`~zkcoord.core.migration.plan_group`), :func:`~zkcoord.migrate.verify.compare`
-and :func:`~zkcoord.migrate.apply.apply_group`. The next batch's reads are in
-flight while a batch is decided and its rows handed to Spark.
+and, for apply, :func:`~zkcoord.migrate.apply_batch.apply_batch` (apply_group's
+phases pipelined across the batch; it hands any unusual group to apply_group
+itself). The next batch's reads are in flight while a batch is decided and
+its rows handed to Spark. In apply mode a batch asks Kafka only inside
+apply_batch, after reading the groups' migration records.
 
 Modes and the ``status`` of each row (a table, not ifs)::
 
@@ -33,13 +36,13 @@ Modes and the ``status`` of each row (a table, not ifs)::
                           not at kafka-committed, dual or kafka (with --all / --pattern
                           such groups get no row, as in migrate verify: they are counted
                           as the group outcome ``not-verified``)
-    apply   committed     apply_group committed ``target`` to Kafka in this run
+    apply   committed     apply committed ``target`` to Kafka in this run
     apply   skipped       the plan writes nothing there (see ``decision`` and ``note``)
     apply   unchanged     Kafka already had it (equal), or the commit was done by an
                           earlier run that this one resumed
     apply   already-done  the group was already in dual or kafka: left alone
     apply   refused       the group has members in Kafka's own coordinator
-    apply   failed        apply_group failed for the group (the groups report says why)
+    apply   failed        apply failed for the group (the groups report says why)
     any     error         the group could not be read: one row without a topic whose
                           note says why; the other groups go on
 
@@ -53,9 +56,10 @@ Rules:
 2. plan writes nothing. verify reads ZooKeeper before Kafka (a dual-commit
    consumer writes ZooKeeper first) and records each migrated group's result
    in its migration record, as ``migrate verify`` does (``record_verify``).
-   apply is ``apply_group``, per group, ``apply_concurrency`` groups at once.
-   ``apply_group`` gets the task's adapters, with a ``LegacyOffsets`` that
-   reads through the same multiRead reader.
+   apply is ``apply_batch`` over each batch, split into ``apply_concurrency``
+   parts in flight at once; a group it hands to ``apply_group`` gets the
+   task's adapters, with a ``LegacyOffsets`` that reads through the same
+   multiRead reader. verify's record writes of a batch are in flight at once.
 3. Progress lines are best effort: a driver that cannot be reached costs the
    bar its updates, never the job.
 """
