@@ -29,11 +29,12 @@ import uuid
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
+from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 from kazoo.exceptions import KazooException
 
 from tests.faults.harness import REPO, expire_session, faults_from_env, seed_from_env, sessions_of
-from tests.support.daemons import process_marker
+from tests.support.daemons import process_marker, wait_for
 
 GROUPS = 50
 PARTITIONS = 20
@@ -53,9 +54,24 @@ def migrate(*args: str, hosts: str, bootstrap: str, out_path, timeout_s: float =
                                 env=env)
 
 
-def kafka_offsets(admin, group: str) -> dict[tuple[str, int], int]:
-    answer = admin.list_group_offsets({group: None})[group]
-    return {(tp.topic, tp.partition): oam.offset for tp, oam in answer.items() if oam.offset >= 0}
+def kafka_offsets(bootstrap: str, groups) -> dict[str, dict[tuple[str, int], int]]:
+    """Kafka's committed offsets of ``groups``, read by a fresh admin client
+    (one made before a broker restart may not find the broker again), retried
+    while the restarted broker loads its offsets."""
+    def read():
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+        try:
+            found = {}
+            for group in groups:
+                answer = admin.list_group_offsets({group: None})[group]
+                found[group] = {(tp.topic, tp.partition): oam.offset for tp, oam in answer.items() if oam.offset >= 0}
+            return found
+        except KafkaError:
+            return None
+        finally:
+            admin.close()
+
+    return wait_for(read, 120, "Kafka's committed offsets read", 1.0)
 
 
 def wait_exit(proc: subprocess.Popen, timeout_s: float = 300.0) -> int:
@@ -74,67 +90,78 @@ def test_migrate_apply_under_random_faults(fault_sandbox, fault_chroot, tmp_path
     bootstrap, sandbox = fault_sandbox.bootstrap_servers, fault_sandbox.sandbox
     zk_port = int(fault_sandbox.zookeeper.rsplit(":", 1)[1])
     topic = f"migrate-faults-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
     started = time.monotonic()
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
     try:
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)], wait_for_metadata=True)
-        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        for p in range(PARTITIONS):
-            for i in range(RECORDS):
-                producer.send(topic, value=b"r%d" % i, partition=p)
-        producer.flush()
-        producer.close()
-
-        injected: list[str] = []
-        runs: list[int] = []
-        rounds = 0
-        while len(injected) < FAULTS:
-            rounds += 1
-            groups = [f"legacy-{seed % 10_000}-r{rounds}-{i:02d}" for i in range(GROUPS)]
-            legacy, before = seed_groups(zk, admin, rng, topic, groups)
-            # Each fault fires once apply has started on a random number of this round's groups.
-            targets = sorted(rng.randrange(GROUPS) for _ in range(min(PER_ROUND, FAULTS - len(injected))))
-            print(f"round {rounds}: {GROUPS} groups, faults after {targets} group(s) started")
-            while True:
-                proc = migrate("apply", "--pattern", f"legacy-{seed % 10_000}-r{rounds}-.*", hosts=hosts,
-                               bootstrap=bootstrap, out_path=tmp_path / "apply.out")
-                while targets:
-                    if started_groups(zk, groups) >= targets[0]:
-                        targets.pop(0)
-                        kind = rng.choice(KINDS)
-                        what = inject(kind, rng, proc, sandbox, fault_sandbox.zookeeper, zk_port)
-                        injected.append(f"{kind}: {what}")
-                        print(f"fault {len(injected)}: {injected[-1]}")
-                    elif proc.poll() is not None:
-                        break
-                    else:
-                        time.sleep(0.02)
-                runs.append(wait_exit(proc))
-                print(f"apply run {len(runs)} exited {runs[-1]}")
-                if runs[-1] == 0 and not targets:
-                    break
-                assert len(runs) < FAULTS * 3 + 10, f"seed {seed}: apply keeps failing: exits {runs}"
-            check_round(zk, admin, hosts, bootstrap, tmp_path, seed, topic, groups, legacy, before)
-        print("migration fault run summary: " + json.dumps({
-            "seed": seed, "rounds": rounds, "groups": rounds * GROUPS, "partitions": rounds * GROUPS * PARTITIONS,
-            "faults": len(injected), "apply_runs": len(runs), "apply_exits": runs,
-            "duration_s": round(time.monotonic() - started)}))
     finally:
         admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for p in range(PARTITIONS):
+        for i in range(RECORDS):
+            producer.send(topic, value=b"r%d" % i, partition=p)
+    producer.flush()
+    producer.close()
+
+    injected: list[str] = []
+    runs: list[int] = []
+    rounds = 0
+    while len(injected) < FAULTS:
+        rounds += 1
+        groups = [f"legacy-{seed % 10_000}-r{rounds}-{i:02d}" for i in range(GROUPS)]
+        legacy, before = seed_groups(zk, bootstrap, rng, topic, groups)
+        # Each fault fires once apply has started on a random number of this round's groups.
+        targets = sorted(rng.randrange(GROUPS) for _ in range(min(PER_ROUND, FAULTS - len(injected))))
+        print(f"round {rounds}: {GROUPS} groups, faults after {targets} group(s) started")
+        while True:
+            proc = migrate("apply", "--pattern", f"legacy-{seed % 10_000}-r{rounds}-.*", hosts=hosts,
+                           bootstrap=bootstrap, out_path=tmp_path / "apply.out")
+            while targets:
+                if started_groups(zk, groups) >= targets[0]:
+                    targets.pop(0)
+                    kind = rng.choice(KINDS)
+                    what = inject(kind, rng, proc, sandbox, fault_sandbox.zookeeper, zk_port)
+                    injected.append(f"{kind}: {what}")
+                    print(f"fault {len(injected)}: {injected[-1]}")
+                elif proc.poll() is not None:
+                    break
+                else:
+                    time.sleep(0.02)
+            runs.append(wait_exit(proc))
+            print(f"apply run {len(runs)} exited {runs[-1]}")
+            if runs[-1] == 0 and not targets:
+                break
+            assert len(runs) < FAULTS * 3 + 10, f"seed {seed}: apply keeps failing: exits {runs}"
+        check_round(zk, hosts, bootstrap, tmp_path, seed, topic, groups, legacy, before)
+    print("migration fault run summary: " + json.dumps({
+        "seed": seed, "rounds": rounds, "groups": rounds * GROUPS, "partitions": rounds * GROUPS * PARTITIONS,
+        "faults": len(injected), "apply_runs": len(runs), "apply_exits": runs,
+        "duration_s": round(time.monotonic() - started)}))
 
 
-def seed_groups(zk, admin, rng, topic, groups):
+def seed_groups(zk, bootstrap, rng, topic, groups):
     """Legacy offsets for ``groups``, and Kafka offsets already there for a few of them."""
     legacy = {g: {p: rng.randint(0, RECORDS) for p in range(PARTITIONS)} for g in groups}
     pending = [zk.create_async(f"/consumers/{g}/offsets/{topic}/{p}", str(o).encode(), makepath=True)
                for g, offsets in legacy.items() for p, o in offsets.items()]
     for op in pending:
         op.get(timeout=30)
-    before = {}
-    for g in rng.sample(groups, 5):
-        before[g] = {p: rng.randint(0, RECORDS) for p in rng.sample(range(PARTITIONS), 4)}
-        admin.alter_group_offsets(g, {TopicPartition(topic, p): OffsetAndMetadata(o, "", None)
-                                      for p, o in before[g].items()})
+    before = {g: {p: rng.randint(0, RECORDS) for p in rng.sample(range(PARTITIONS), 4)}
+              for g in rng.sample(groups, 5)}
+
+    def commit_before():
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+        try:
+            for g, offsets in before.items():
+                admin.alter_group_offsets(g, {TopicPartition(topic, p): OffsetAndMetadata(o, "", None)
+                                              for p, o in offsets.items()})
+            return True
+        except KafkaError:  # the broker may still be loading after a restart of an earlier round
+            return False
+        finally:
+            admin.close()
+
+    wait_for(commit_before, 120, "Kafka offsets committed before the migration", 1.0)
     return legacy, before
 
 
@@ -146,14 +173,14 @@ def started_groups(zk, groups) -> int:
         return 0
 
 
-def check_round(zk, admin, hosts, bootstrap, tmp_path, seed, topic, groups, legacy, before) -> None:
+def check_round(zk, hosts, bootstrap, tmp_path, seed, topic, groups, legacy, before) -> None:
     """verify exits 0; Kafka holds max(legacy, Kafka before) everywhere; the
     legacy offsets are unchanged; every group is in dual; backups hold the before."""
     verify = migrate("verify", "--pattern", f"{groups[0].rsplit('-', 1)[0]}-.*", hosts=hosts, bootstrap=bootstrap,
                      out_path=tmp_path / "verify.out")
     assert wait_exit(verify) == 0, (tmp_path / "verify.out").read_text()[-3000:]
     expected = {g: {(topic, p): max(o, before.get(g, {}).get(p, -1)) for p, o in legacy[g].items()} for g in groups}
-    got = {g: kafka_offsets(admin, g) for g in groups}
+    got = kafka_offsets(bootstrap, groups)
     wrong = {g: {tp: (want, got[g].get(tp)) for tp, want in expected[g].items() if got[g].get(tp) != want}
              for g in groups}
     wrong = {g: diff for g, diff in wrong.items() if diff}
