@@ -4,7 +4,7 @@ Draft path, and the cheap constructors keep the Group's invariants."""
 from __future__ import annotations
 
 import pytest
-from test_group_support import Harness, stable_harness
+from test_group_support import Harness, join_req, stable_harness
 
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.frozenmap import FrozenMap
@@ -14,6 +14,8 @@ from zkcoord.core.group import (
     GroupState,
     HeartbeatRequest,
     HeartbeatResult,
+    JoinRequest,
+    JoinResult,
     Outcome,
     Schedule,
     SyncRequest,
@@ -21,14 +23,17 @@ from zkcoord.core.group import (
     handle_delete,
     handle_sync,
     handle_heartbeat,
+    handle_join,
     handle_timer,
     new_group,
     touch_member,
 )
-from zkcoord.core.group import _validate_sync
-from zkcoord.core.messages import HEARTBEAT, SYNC, Cancel, Reply
+from zkcoord.core.group import _accept_joining_member, _join_current_member, _join_new_member, _validate_sync
+from zkcoord.core.messages import HEARTBEAT, JOIN, SYNC, Cancel, Reply
 from zkcoord.core.membership import validate_current_member
-from zkcoord.core.rebalance import Draft, remove_pending_sync_member, schedule_session
+from zkcoord.core.rebalance import (
+    Draft, remove_member, remove_pending_sync_member, schedule_session, try_complete_join,
+)
 from zkcoord.errors import StateError
 
 S = GroupState
@@ -292,3 +297,81 @@ def test_a_second_parked_sync_answers_the_first_and_the_leaders_completes_the_ph
     assert out.group.awaiting_sync == {"m2": "again"} and out.timers == ()
     out = handle_sync(completing_groups()[2], SyncRequest("s1", "m1", 1, assignments={"m2": b"x"}), 0, CFG)
     assert out.persist and out.group.state is S.STABLE  # the leader's still takes the Draft path
+
+
+# -- a member's JoinGroup while the group prepares a rebalance ----------------------------
+
+def draft_join(group: Group, req: JoinRequest, now_ms: int, config: GroupConfig = CFG) -> Outcome:
+    """handle_join as the Draft path writes it."""
+    w = Draft.of(group, now_ms, config)
+    if not config.min_session_timeout_ms <= req.session_timeout_ms <= config.max_session_timeout_ms:
+        w.reply(req.token, JOIN, JoinResult.failed(req.member_id, E.INVALID_SESSION_TIMEOUT))
+        return w.outcome()
+    if not _accept_joining_member(w, req.member_id):
+        remove_member(w, req.member_id)
+        w.reply(req.token, JOIN, JoinResult.failed("", E.GROUP_MAX_SIZE_REACHED))
+    elif req.member_id == "":
+        _join_new_member(w, req)
+    else:
+        _join_current_member(w, req)
+    try_complete_join(w)
+    return w.outcome()
+
+
+def preparing_groups() -> list[tuple[str, Group, GroupConfig]]:
+    out = []
+    h = stable_harness(3)
+    h.join("r1", "m1")  # the leader's rejoin starts a rebalance
+    out.append(("one-rejoined", h.group, h.config))
+    h.join("r2", "m2")
+    out.append(("two-rejoined", h.group, h.config))
+    s = stable_harness(3, instance_ids=True)
+    s.join("r1", "m1", instance_id="i1")
+    out.append(("static", s.group, s.config))
+    p = stable_harness(3)
+    p.join("x", "", new_member_id="p1", require_known=True)  # MEMBER_ID_REQUIRED: p1 pending
+    p.join("r1", "m1")
+    out.append(("pending-member", p.group, p.config))
+    small = GroupConfig(max_group_size=3)
+    m = stable_harness(3, config=small)
+    m.join("n", "", new_member_id="m4")  # a fourth member: the group is over its size while preparing
+    m.join("r1", "m1")
+    m.join("r2", "m2")
+    out.append(("full", m.group, small))
+    d = Harness(config=GroupConfig(initial_rebalance_delay_ms=3000))
+    d.join("j1", new_member_id="m1")
+    d.join("j2", new_member_id="m2")
+    out.append(("initial-delay", d.group, d.config))
+    assert all(g.state is S.PREPARING_REBALANCE for _, g, _ in out)
+    return out
+
+
+JOINS = [  # (member id, instance id, protocols, session ms, token)
+    ("m1", None, None, None, "again"), ("m1", None, None, None, "r1"), ("m2", None, None, None, "t2"),
+    ("m3", None, None, None, "t3"), ("m4", None, None, None, "t4"), ("m2", None, (("range", b"new"),), None, "t2"),
+    ("m2", None, (("roundrobin", b"x"),), None, "t2"), ("m2", None, None, 1, "t2"), ("ghost", None, None, None, "g"),
+    ("p1", None, None, None, "tp"), ("m2", "i2", None, None, "t2"), ("m2", "i1", None, None, "t2"),
+    ("m3", "i3", None, None, "t3"),
+]
+
+
+@pytest.mark.parametrize("name,group,config", preparing_groups(), ids=lambda v: v if isinstance(v, str) else "")
+def test_rejoin_while_preparing_fast_path_equals_the_draft_path(name, group, config):
+    for member_id, instance_id, protocols, session_ms, token in JOINS:
+        req = join_req(token, member_id, instance_id=instance_id, protocols=protocols or (("range", b"meta"),),
+                       session_ms=session_ms or 10_000, new_member_id=f"new-{token}")
+        fast = handle_join(group, req, 4242, config)
+        slow = draft_join(group, req, 4242, config)
+        assert fast == slow, (name, member_id, token)
+        assert list(fast.group.awaiting_join) == list(slow.group.awaiting_join)
+        assert list(fast.group.members) == list(slow.group.members)
+        assert full_rebuild(fast.group) == fast.group  # invariants hold
+
+
+def test_the_last_rejoin_still_completes_the_join_phase():
+    h = stable_harness(3)
+    h.join("r1", "m1")
+    h.join("r2", "m2")
+    out = h.join("r3", "m3")
+    assert out.persist and h.group.state is S.COMPLETING_REBALANCE and h.group.generation_id == 2
+    assert {r.token for r in out.replies} == {"r1", "r2", "r3"}

@@ -133,6 +133,10 @@ def handle_join(group: Group, req: JoinRequest, now_ms: int, config: GroupConfig
     group without a rebalance (the new member id must survive fail-over). A
     join parked while PreparingRebalance persists nothing.
     """
+    if group.state is S.PREPARING_REBALANCE:
+        rejoined = _rejoin_while_preparing(group, req, config)
+        if rejoined is not None:
+            return rejoined
     w = Draft.of(group, now_ms, config)
     if not config.min_session_timeout_ms <= req.session_timeout_ms <= config.max_session_timeout_ms:
         w.reply(req.token, JOIN, JoinResult.failed(req.member_id, E.INVALID_SESSION_TIMEOUT))
@@ -147,6 +151,35 @@ def handle_join(group: Group, req: JoinRequest, now_ms: int, config: GroupConfig
         _join_current_member(w, req)
     try_complete_join(w)
     return w.outcome()
+
+
+def _rejoin_while_preparing(group: Group, req: JoinRequest, config: GroupConfig) -> Outcome | None:
+    """handle_join without a Draft for the common JoinGroup of a rebalance: a
+    current member rejoins while the group prepares and is not the last one
+    awaited. Same outcome as the Draft path (the member is updated, its join
+    parked, a join it had parked already answered REBALANCE_IN_PROGRESS);
+    None for anything else, which takes the Draft path."""
+    mid = req.member_id
+    member = group.members.get(mid)
+    if (member is None or mid in group.pending_members
+            or not config.min_session_timeout_ms <= req.session_timeout_ms <= config.max_session_timeout_ms
+            or (mid not in group.awaiting_join and len(group.awaiting_join) >= config.max_group_size)
+            or validate_current_member(group, mid, req.group_instance_id) is not None
+            or not supports_protocols(group, req.protocol_type, _protocol_names(req))):
+        return None
+    awaited = len(group.awaiting_join) + (mid not in group.awaiting_join)
+    if group.initial_delay is None and awaited == len(group.members) and not group.pending_members:
+        return None  # the last one: complete_join, on the Draft path
+    replies: tuple[Reply, ...] = ()
+    old = group.awaiting_join.get(mid)
+    if old is not None and old != req.token:
+        replies = (Reply(old, JOIN, JoinResult.failed(mid, E.REBALANCE_IN_PROGRESS)),)
+    updated = Member(**{**member.__dict__, "protocols": req.protocols,
+                        "rebalance_timeout_ms": req.rebalance_timeout_ms,
+                        "session_timeout_ms": req.session_timeout_ms})
+    if old == req.token and updated == member:
+        return Outcome(group, False, (), ())  # the same join again: nothing changes
+    return Outcome(group.with_rejoined_member(updated, req.token), False, replies, ())
 
 
 def _accept_joining_member(w: Draft, member_id: str) -> bool:

@@ -341,6 +341,21 @@ class Group:
         changes = self._synced_changes(member_id)
         return group._replace_unchecked(**changes) if changes else group
 
+    def with_rejoined_member(self, member: Member, token: Token) -> Group:
+        """This group after a current member's JoinGroup while preparing a
+        rebalance: ``member`` (same id and instance id as before) replaces
+        its old entry in place, and ``token`` is its parked request, last in
+        ``awaiting_join`` (as ``update_member`` leaves it). Skips the
+        O(members) checks, as above."""
+        old = self.members.get(member.member_id)
+        if old is None or old.group_instance_id != member.group_instance_id:
+            raise StateError(f"group {self.group_id!r}: rejoin of {member.member_id!r} that is not this member")
+        awaiting = self.awaiting_join.thaw()
+        awaiting.pop(member.member_id, None)
+        awaiting[member.member_id] = token
+        return self._replace_unchecked(members=self.members.set(member.member_id, member),
+                                       awaiting_join=FrozenMap(awaiting))
+
     def with_parked_sync(self, member_id: str, token: Token) -> Group:
         """This group after a follower's SyncGroup in CompletingRebalance:
         the request ``token`` is parked for ``member_id`` (a member) and it no
