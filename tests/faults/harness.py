@@ -12,9 +12,12 @@
 * :class:`Monitor` - a thread sampling the group's ZooKeeper offset znodes
   and watching its state znode, logging both.
 * :class:`ConsumerPool` - ``tests/faults/worker.py`` processes.
-* :class:`Faults` - the faults, each chosen and timed by one seeded
-  ``random.Random``, each waiting (with generous bounds) until it took
-  effect and until the system is back.
+* :class:`Faults` - the faults (daemon kill -9, daemon SIGSTOP past its
+  session, ZooKeeper restart, ZooKeeper expiring a daemon's session,
+  consumer kill -9, consumer SIGSTOP until the group rebalanced without it),
+  each chosen and timed by one seeded ``random.Random``, each waiting (with
+  generous bounds) until it took effect and until the system is back. The
+  same seed replays the same choices; what they meet depends on timing.
 """
 
 from __future__ import annotations
@@ -286,10 +289,11 @@ class Faults:
     # -- daemons -----------------------------------------------------------------------
     def _daemon(self):
         """The group's owner half of the time, else any daemon."""
-        owners = quiet(lambda: self.fleet.contenders(self.group)) or []
-        if owners and owners[0] in self.fleet.daemons and self.rng.random() < 0.5:
+        owner_wanted, any_one = self.rng.random() < 0.5, self.rng.choice(sorted(self.fleet.daemons))
+        owners = quiet(lambda: self.fleet.contenders(self.group)) or []  # drawn first: replays draw alike
+        if owner_wanted and owners and owners[0] in self.fleet.daemons:
             return self.fleet.daemons[owners[0]]
-        return self.fleet.daemons[self.rng.choice(sorted(self.fleet.daemons))]
+        return self.fleet.daemons[any_one]
 
     def stored_generation(self) -> tuple[int, str, list[str]] | None:
         from zkcoord.core.group import from_record
