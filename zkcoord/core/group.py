@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.group_record import from_record, load_group, to_record
-from zkcoord.core.group_timers import handle_timer
+from zkcoord.core.group_timers import expire_member_by, handle_timer
 from zkcoord.core.membership import (
     VALID_PREVIOUS,
     Group,
@@ -110,6 +110,7 @@ __all__ = [
     "MemberDescription", "GroupDescription",
     "handle_join", "handle_sync", "handle_heartbeat", "handle_leave", "handle_timer",
     "handle_delete", "handle_unload", "handle_metadata_change", "validate_offset_commit", "touch_member",
+    "expire_member_by",
     "describe", "describe_missing", "to_record", "from_record", "load_group",
 ]
 

@@ -22,12 +22,16 @@ key                       Kafka counterpart and effect on expiry
 Every expiry first checks the deadline the group stored for that key: a timer
 that was cancelled, re-armed or belongs to an older generation changes
 nothing, so the runtime may fire timers late, twice, or after a fail-over.
+
+:func:`expire_member_by` brings a member's ``session:`` deadline forward (the
+daemon's opt-in ``member_disconnect_grace_ms``, not Kafka's behaviour); the
+expiry itself is then the ordinary one above.
 """
 
 from __future__ import annotations
 
 from zkcoord.core.membership import Group, GroupConfig, GroupState, InitialDelay
-from zkcoord.core.messages import JOIN_KEY, SYNC_KEY, Outcome, parse_member_key
+from zkcoord.core.messages import JOIN_KEY, SYNC_KEY, Outcome, Schedule, parse_member_key, session_key
 from zkcoord.core.rebalance import (
     Draft,
     complete_join,
@@ -38,7 +42,7 @@ from zkcoord.core.rebalance import (
     remove_pending_member_and_update_group,
 )
 
-__all__ = ["handle_timer"]
+__all__ = ["handle_timer", "expire_member_by"]
 
 S = GroupState
 
@@ -65,6 +69,30 @@ def handle_timer(group: Group, key: str, now_ms: int, config: GroupConfig) -> Ou
         elif parsed is not None:
             _expire_pending(w, parsed[1])
     return w.outcome()
+
+
+def expire_member_by(group: Group, member_id: str, deadline_ms: int) -> Outcome:
+    """The member's session ends by ``deadline_ms`` at the latest: its
+    deadline becomes ``min(current, deadline_ms)`` and its ``session:`` timer
+    is re-armed for it, so when it passes :func:`handle_timer` removes the
+    member exactly as a missed session does (same rebalance, same writes).
+
+    For a dynamic member whose connection closed: a heartbeat or commit
+    before the deadline restarts the session as usual (the member came back
+    on a new connection). Static members (``group.instance.id``) and
+    unknown ids are left alone: static membership exists to survive
+    restarts. A member with no session deadline (excused while its
+    JoinGroup/SyncGroup is parked) gets one; if it is still parked when it
+    passes, it stays excused, as in Kafka. Persist: never.
+    """
+    member = group.members.get(member_id)
+    if member is None or member.group_instance_id is not None or group.state is S.DEAD:
+        return Outcome(group)
+    current = group.session_deadlines.get(member_id)
+    if current is not None and current <= deadline_ms:
+        return Outcome(group)
+    return Outcome(group.with_session_deadline(member_id, deadline_ms),
+                   timers=(Schedule(session_key(member_id), deadline_ms),))
 
 
 def _expire_join(w: Draft) -> None:
