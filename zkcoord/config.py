@@ -58,6 +58,9 @@ class DaemonConfig:
     shutdown_timeout_ms: int = 5_000
     topic_metadata_refresh_ms: int = 5_000  # Kafka Metadata polling, when ZooKeeper has no topics for us
     metrics_listen: str = ""  # HOST:PORT of the Prometheus /metrics and /health endpoint; "": none
+    # A dynamic member's session ends this long after its last connection closes; -1: off (Kafka: a
+    # closed connection means nothing, only the session timeout removes a member).
+    member_disconnect_grace_ms: int = -1
 
     def __post_init__(self) -> None:
         if not self.zookeeper:
@@ -75,6 +78,7 @@ class DaemonConfig:
         _check_range("group_max_session_timeout_ms", self.group_max_session_timeout_ms,
                      self.group_min_session_timeout_ms, 2**31 - 1)
         _check_range("group_initial_rebalance_delay_ms", self.group_initial_rebalance_delay_ms, 0, 2**31 - 1)
+        _check_range("member_disconnect_grace_ms", self.member_disconnect_grace_ms, -1, 2**31 - 1)
         _check_range("topic_metadata_refresh_ms", self.topic_metadata_refresh_ms, 100, 3_600_000)
         _check_range("max_frame_bytes", self.max_frame_bytes, 1024, 2**31 - 1)
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)

@@ -29,6 +29,8 @@ def _options(func):
         ("--max-state-bytes", int, "Largest group state znode written [default: 1000000]."),
         ("--topic-metadata-refresh-ms", int, "How often to poll Kafka for partition counts when ZooKeeper has no broker metadata for this daemon [default: 5000]."),
         ("--metrics-listen", str, "HOST:PORT serving Prometheus /metrics and /health over HTTP [default: off]."),
+        ("--member-disconnect-grace-ms", int, "Remove a dynamic member this long after its connection closes "
+         "without LeaveGroup, instead of at its session timeout; -1: off, as Kafka [default: -1]."),
         ("--shutdown-timeout-ms", int, "How long SIGTERM may take before connections are cut [default: 5000]."),
     ]
     for flag, kind, help_text in reversed(specs):

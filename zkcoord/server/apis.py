@@ -9,6 +9,12 @@ ownership, persistence and group rules live in :mod:`.manager` and
 does not have. Group-level failures (:class:`GroupUnavailableError`) become
 the error code of the API's response; nothing a client sends can make a
 handler raise anything else but a bug.
+
+With the daemon's ``member_disconnect_grace_ms`` on, the handler also notes
+which connection each dynamic member last spoke on (JoinGroup answers that
+give or confirm its id, Heartbeat, SyncGroup, OffsetCommit;
+:mod:`.member_connections`), and when the transport reports that
+connection closed, asks the manager to end those members' sessions early.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from zkcoord.server.codec import (
     response_for,
 )
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
+from zkcoord.server.member_connections import MemberConnections
 from zkcoord.server.transport import ConnectionInfo
 
 if TYPE_CHECKING:
@@ -44,6 +51,8 @@ API_VERSIONS, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP =
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 8, 9, 15, 16, 42
 TRANSACTION_KEY_TYPE = 1
 SMALL_COMMIT_PARTITIONS = 8  # OffsetCommit answers cached up to this many partitions
+# Answers to a Heartbeat / SyncGroup that show the member id is one the group knows.
+_KNOWN_MEMBER = frozenset((E.NONE, E.REBALANCE_IN_PROGRESS, E.ILLEGAL_GENERATION))
 
 
 class ApiHandler:
@@ -52,6 +61,9 @@ class ApiHandler:
     def __init__(self, manager: "GroupManager", metrics=None):
         self.manager = manager
         self.metrics = metrics
+        # None unless the manager expires members whose connection closed
+        self.members: MemberConnections | None = (
+            MemberConnections() if getattr(manager, "member_disconnect_grace_ms", -1) >= 0 else None)
         self._routes = {
             API_VERSIONS: self.api_versions, FIND_COORDINATOR: self.find_coordinator,
             JOIN_GROUP: self.join_group, SYNC_GROUP: self.sync_group, HEARTBEAT: self.heartbeat,
@@ -89,6 +101,8 @@ class ApiHandler:
             result = runtime.call_now(token, lambda g, now: core.handle_heartbeat(g, request, now, runtime.config))
             if result is NOT_NOW:
                 return None
+            if self.members is not None and result.error in _KNOWN_MEMBER and request.group_instance_id is None:
+                self.members.seen(r.group_id, r.member_id, connection.connection_id)
             response = constant_response(decoded, throttle_time_ms=0, error_code=int(result.error))
         else:
             # Only in Stable: in CompletingRebalance most SyncGroups are parked.
@@ -98,11 +112,21 @@ class ApiHandler:
             result = runtime.call_now(token, lambda g, now: core.handle_sync(g, sync, now, runtime.config))
             if result is NOT_NOW:
                 return None
+            if self.members is not None and result.error in _KNOWN_MEMBER and sync.group_instance_id is None:
+                self.members.seen(r.group_id, r.member_id, connection.connection_id)
             response = _sync_response(decoded, result.error, result.protocol_type, result.protocol_name,
                                       result.assignment)
         if self.metrics is not None:
             self.metrics.observe_request(decoded.api_name, response, time.perf_counter() - started)
         return response
+
+    def connection_closed(self, connection: ConnectionInfo) -> None:
+        """The transport's close callback: the members that last spoke on
+        this connection lose their session within the grace."""
+        if self.members is None:
+            return
+        for group_id, member_id in self.members.closed(connection.connection_id):
+            self.manager.member_disconnected(group_id, member_id)
 
     # -- ApiVersions, FindCoordinator --------------------------------------------
     async def api_versions(self, decoded, connection):
@@ -161,8 +185,15 @@ class ApiHandler:
                 reason=getattr(r, "reason", None) if version >= 8 else None,
                 support_skipping_assignment=version >= 9,
             )
+            members = self.members if instance is None else None
+
+            def render(result: core.JoinResult) -> EncodedResponse:
+                if members is not None and result.error is E.NONE:
+                    members.seen(r.group_id, result.member_id, connection.connection_id)
+                return _join_response(decoded, result)
+
             return await runtime.call(token, lambda g, now: core.handle_join(g, request, now, runtime.config),
-                                      render=lambda result: _join_response(decoded, result))
+                                      render=render)
         except GroupUnavailableError as exc:
             return failed(exc.code)
         except StateError as exc:
@@ -181,10 +212,16 @@ class ApiHandler:
             runtime = await self.manager.runtime(r.group_id, loading_code=E.REBALANCE_IN_PROGRESS)
             token = runtime.next_token()
             request = _sync_request(decoded, token)
-            return await runtime.call(
-                token, lambda g, now: core.handle_sync(g, request, now, runtime.config),
-                render=lambda result: encoded_response(decoded, answer(
-                    result.error, result.protocol_type, result.protocol_name, result.assignment)))
+            members = self.members if request.group_instance_id is None else None
+
+            def render(result: core.SyncResult) -> EncodedResponse:
+                if members is not None and result.error in _KNOWN_MEMBER:
+                    members.seen(r.group_id, r.member_id, connection.connection_id)
+                return encoded_response(decoded, answer(
+                    result.error, result.protocol_type, result.protocol_name, result.assignment))
+
+            return await runtime.call(token, lambda g, now: core.handle_sync(g, request, now, runtime.config),
+                                      render=render)
         except GroupUnavailableError as exc:
             return answer(exc.code)
         except StateError as exc:
@@ -204,6 +241,8 @@ class ApiHandler:
             result = await runtime.call(token, lambda g, now: core.handle_heartbeat(g, request, now, runtime.config))
         except GroupUnavailableError as exc:
             return constant_response(decoded, throttle_time_ms=0, error_code=int(exc.code))
+        if self.members is not None and result.error in _KNOWN_MEMBER and request.group_instance_id is None:
+            self.members.seen(r.group_id, r.member_id, connection.connection_id)
         return constant_response(decoded, throttle_time_ms=0, error_code=int(result.error))
 
     async def leave_group(self, decoded, connection):
@@ -229,6 +268,9 @@ class ApiHandler:
         except StateError as exc:
             log.error("LeaveGroup %s: %s", r.group_id, exc)
             return answer(E.UNKNOWN_SERVER_ERROR)
+        if self.members is not None:
+            for member_id, _ in members:
+                self.members.forget(r.group_id, member_id)
         if version < 3:
             single = result.members[0].error if result.members and result.error is E.NONE else result.error
             return answer(single)
@@ -240,9 +282,11 @@ class ApiHandler:
         version = decoded.api_version
         wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata)
                   for t in r.topics for p in t.partitions]
+        instance = getattr(r, "group_instance_id", None) if version >= 7 else None
         errors = await self.manager.commit_offsets(
-            r.group_id, r.member_id, r.generation_id_or_member_epoch,
-            getattr(r, "group_instance_id", None) if version >= 7 else None, wanted)
+            r.group_id, r.member_id, r.generation_id_or_member_epoch, instance, wanted)
+        if self.members is not None and r.member_id and instance is None and E.NONE in errors:
+            self.members.seen(r.group_id, r.member_id, connection.connection_id)
 
         def fields():
             topics: dict[str, list] = {}

@@ -123,7 +123,7 @@ class Daemon:
         await self.topics.start(await asyncio.to_thread(self.conn.client.exists, "/brokers/topics") is not None)
         self.manager = GroupManager(
             node_id, group_config, self.ownership, store, self.offsets, self.nodes, topic_watcher=self.topics,
-            conn=self.conn,
+            conn=self.conn, member_disconnect_grace_ms=config.member_disconnect_grace_ms,
             kafka_forwarder=KafkaForwarder(config.bootstrap_servers) if config.bootstrap_servers else None)
         if self.metrics is not None:
             self.metrics.manager = self.manager
@@ -193,6 +193,10 @@ class _LateHandler:
 
     def handle_now(self, decoded, connection):
         return None if self.target is None else self.target.handle_now(decoded, connection)
+
+    def connection_closed(self, connection):
+        if self.target is not None:
+            self.target.connection_closed(connection)
 
 
 async def serve(config: DaemonConfig) -> None:

@@ -61,7 +61,8 @@ E = ErrorCode
 
 class GroupManager:
     def __init__(self, node_id: int, group_config: core.GroupConfig, ownership, store, offsets, nodes,
-                 topic_watcher=None, *, conn=None, kafka_forwarder: KafkaForwarder | None = None):
+                 topic_watcher=None, *, conn=None, kafka_forwarder: KafkaForwarder | None = None,
+                 member_disconnect_grace_ms: int = -1):
         self.node_id = node_id
         self.group_config = group_config
         self.ownership = ownership
@@ -80,6 +81,7 @@ class GroupManager:
         self.forwarder = kafka_forwarder if kafka_forwarder is not None else _forwarder_of(topic_watcher)
         self._warned_no_kafka: set[str] = set()
         self.metrics = None  # DaemonMetrics, set by the daemon with --metrics-listen
+        self.member_disconnect_grace_ms = member_disconnect_grace_ms  # -1: off
 
     # -- ownership ---------------------------------------------------------------
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
@@ -233,6 +235,31 @@ class GroupManager:
         finally:
             if self.forwarder is not None:
                 await self.forwarder.close()
+
+    # -- members whose connection closed ------------------------------------------
+    def member_disconnected(self, group_id: str, member_id: str) -> asyncio.Task | None:
+        """The connection ``member_id`` last spoke on closed: with
+        ``member_disconnect_grace_ms`` on, its session ends within the grace
+        (:func:`~zkcoord.core.group_timers.expire_member_by`); the session
+        timer then removes it. Nothing for a group not served here. Returns
+        the task applying it (tests await it), or None."""
+        grace = self.member_disconnect_grace_ms
+        runtime = self.serving(group_id) if grace >= 0 else None
+        if runtime is None:
+            return None
+        log.info("group %s: the connection of member %s closed; its session ends within %d ms unless it "
+                 "comes back", group_id, member_id, grace)
+        task = asyncio.get_running_loop().create_task(self._expire_disconnected(runtime, member_id, grace))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    @staticmethod
+    async def _expire_disconnected(runtime: GroupRuntime, member_id: str, grace_ms: int) -> None:
+        try:
+            await runtime.apply(lambda g, now: core.expire_member_by(g, member_id, now + grace_ms))
+        except ZkcoordError as exc:  # stepped down meanwhile: the new owner has its own sessions
+            log.debug("group %s: member %s disconnected, not expired early: %s", runtime.group_id, member_id, exc)
 
     # -- offset storage mode ----------------------------------------------------------
     async def _on_mode_request(self, group_id: str, mode: str) -> None:

@@ -22,7 +22,10 @@ Rules:
    server keeps serving the others.
 4. `stop()` closes the listener, then every connection (cancelling handlers
    still running for them).
-5. The per-request path is the daemon's hottest code. Each connection is an
+5. When a connection closes for any reason but `stop()` (the peer's EOF or
+   reset, or a bad frame), the handler's `connection_closed(connection)`, if
+   it has one, is called once, synchronously; it must not block.
+6. The per-request path is the daemon's hottest code. Each connection is an
    `asyncio.Protocol`: every frame of one read is handled in that callback,
    and a handler with a synchronous `handle_now(decoded, connection)` answers
    without a task when it can (it returns None to take the awaited path).
@@ -133,6 +136,16 @@ class KafkaProtocolServer:
         handle_now = getattr(self._handler, "handle_now", None)
         return None if handle_now is None else handle_now(decoded, info)
 
+    def _connection_closed(self, info: ConnectionInfo) -> None:
+        """Tell the handler (rule 5); its failure is logged, never raised into the loop."""
+        closed = getattr(self._handler, "connection_closed", None)
+        if closed is None:
+            return
+        try:
+            closed(info)
+        except Exception:
+            log.exception("the handler failed on the close of %s", info)
+
     async def _call_handler(self, decoded: DecodedRequest,
                             info: ConnectionInfo) -> ApiMessage | None:
         """The handler's response, or None (logged) when the handler failed."""
@@ -202,12 +215,15 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._done = True
-        self._server._connections.pop(self.info.connection_id, None)
+        server = self._server
+        registered = server._connections.pop(self.info.connection_id, None) is not None
         if self._task is not None:
             self._task.cancel()
         if exc is not None:
             log.info("%s lost: %r", self.info, exc)
         log.debug("%s closed", self.info)
+        if registered and not server._stopping:
+            server._connection_closed(self.info)
         if not self.closed.done():
             self.closed.set_result(None)
 
