@@ -78,10 +78,12 @@ class Environment:
     ``start()`` got to, and may be called after a partial start.
     """
 
-    def __init__(self, workdir: Path, *, topic: str, topic_partitions: int, profiler: str = "") -> None:
+    def __init__(self, workdir: Path, *, topic: str, topic_partitions: int, profiler: str = "",
+                 daemon_args: tuple[str, ...] = ()) -> None:
         self.workdir = workdir
         self.topic, self.topic_partitions = topic, topic_partitions
         self.profiler = profiler  # "", "cprofile" or "pyinstrument"
+        self.daemon_args = daemon_args  # extra `zkcoord run` flags
         self.state_dir = workdir / "sandbox"
         self.namespace = f"zkcoord-bench-{os.getpid()}"
         self.chroot = "/" + self.namespace
@@ -154,7 +156,7 @@ class Environment:
         elif self.profiler == "pyinstrument":
             command += ["-m", "pyinstrument", "-r", "text", "-o", str(self.profile_path)]
         command += ["-m", "zkcoord", "run", "--zookeeper", zookeeper + self.chroot, "--listen", f"127.0.0.1:{port}",
-                    "--node-id", "1", "--group-initial-rebalance-delay-ms", "0"]
+                    "--node-id", "1", "--group-initial-rebalance-delay-ms", "0", *self.daemon_args]
         log = open(self.workdir / "zkcoord.log", "ab")
         # Its own session: Ctrl-C reaches only us, and we stop it in order.
         self.daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -21,6 +21,12 @@ read counts, and watch notifications fired = the sums of
 partition was ever held by two members at once (claim/release logs; for
 zkcoord also within one generation).
 
+``--zkcoord-disconnect-grace-ms N`` starts the daemon with
+``--member-disconnect-grace-ms N`` (opt-in, not Kafka's behaviour: a member
+whose connection closes is removed after N ms instead of at its session
+timeout); with ``--heartbeat-interval-ms 100`` that is the configuration tuned
+for fast settling. The settings each side used are printed first.
+
 Run by hand, never by the tests; prints ratios, never asserts on time.
 Everything started is stopped on exit, error, Ctrl-C and SIGTERM.
 """
@@ -356,6 +362,19 @@ def report(results: list[Measurement], extra: dict[str, dict], args) -> None:
     print(f"  {'met   ' if clean else 'MISSED'} no partition held by two members at once")
 
 
+def settings_used(args) -> list[str]:
+    """What each side ran with, for the report."""
+    legacy_props = ", ".join([f"zookeeper.session.timeout.ms={args.session_timeout_ms}", *args.legacy_property])
+    grace = args.zkcoord_disconnect_grace_ms
+    return [f"legacy: {legacy_props}; Kafka 1.1.1 defaults otherwise (rebalance.backoff.ms=2000, "
+            "rebalance.max.retries=4, range, auto commit off)",
+            f"zkcoord: session_timeout_ms={args.session_timeout_ms}, "
+            f"heartbeat_interval_ms={args.heartbeat_interval_ms}, range, auto commit off; daemon "
+            "--group-initial-rebalance-delay-ms 0, --member-disconnect-grace-ms "
+            + (f"{grace} (opt-in: a closed connection ends the member's session)" if grace >= 0
+               else "-1 (off, Kafka's behaviour)")]
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description="Legacy ZooKeeper consumers vs zkcoord: rebalances.")
     parser.add_argument("--members", type=int, default=10, help="group size before a join (default 10)")
@@ -365,6 +384,8 @@ def parse_args(argv=None):
     parser.add_argument("--session-timeout-ms", type=int, default=6000,
                         help="both: zookeeper.session.timeout.ms / session_timeout_ms (default 6000)")
     parser.add_argument("--heartbeat-interval-ms", type=int, default=2000, help="zkcoord members (default 2000)")
+    parser.add_argument("--zkcoord-disconnect-grace-ms", type=int, default=-1,
+                        help="daemon --member-disconnect-grace-ms (default -1: off, Kafka's behaviour)")
     parser.add_argument("--legacy-property", action="append", default=[], metavar="KEY=VALUE",
                         help="extra old-consumer setting, e.g. rebalance.backoff.ms=2000 (repeatable)")
     parser.add_argument("--quiet-s", type=float, default=4.0,
@@ -381,6 +402,8 @@ def parse_args(argv=None):
     args.targets = targets
     if args.members < 1 or args.partitions < 1 or args.rounds < 1:
         parser.error("--members, --partitions and --rounds must be at least 1")
+    if args.zkcoord_disconnect_grace_ms < -1:
+        parser.error("--zkcoord-disconnect-grace-ms must be -1 (off) or at least 0")
     if args.session_timeout_ms < 1000 or not 0 < args.heartbeat_interval_ms < args.session_timeout_ms:
         parser.error("--session-timeout-ms must be >= 1000 and --heartbeat-interval-ms between 1 and it")
     bad = [p for p in args.legacy_property if "=" not in p or not p.split("=", 1)[0]]
@@ -402,7 +425,9 @@ def main(argv=None) -> int:
         print(f"error: --workdir {workdir}: {exc.strerror}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)
-    env = Environment(workdir, topic="bench-legacy", topic_partitions=args.partitions)
+    daemon_args = ("--member-disconnect-grace-ms", str(args.zkcoord_disconnect_grace_ms))
+    env = Environment(workdir, topic="bench-legacy", topic_partitions=args.partitions,
+                      daemon_args=daemon_args if args.zkcoord_disconnect_grace_ms >= 0 else ())
     results: list[Measurement] = []
     extra: dict[str, dict] = {}
     targets: list[Target] = []
@@ -410,6 +435,8 @@ def main(argv=None) -> int:
         env.start()
         print(f"group of {args.members} (+1 joining) over {args.partitions} partitions, {args.rounds} rounds; "
               f"session {args.session_timeout_ms} ms; workdir {workdir}", flush=True)
+        for line in settings_used(args):
+            print(f"  {line}", flush=True)
         for name in args.targets:
             target = (LegacyTarget if name == "legacy" else ZkcoordTarget)(args, env, workdir)
             targets.append(target)
