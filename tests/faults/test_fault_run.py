@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
@@ -116,6 +119,11 @@ def test_consumer_group_under_random_faults(fault_sandbox, fault_chroot, tmp_pat
     print("fault run summary: " + json.dumps(figures))
     for v in violations:
         print(f"VIOLATION {v.kind}: {v.detail}")
+    if violations or drained is not True or unexpected:
+        # pytest keeps only its last few temporary directories: keep this run's logs.
+        kept = Path(tempfile.gettempdir()) / f"zkcoord-fault-run-{seed}-{uuid.uuid4().hex[:6]}"
+        shutil.copytree(tmp_path, kept)
+        print(f"the run's logs are kept in {kept}")
     assert violations == [], f"seed {seed}: {len(violations)} violation(s), first: {violations[0]}"
     assert drained is True, f"seed {seed}: {drained}"
     assert unexpected == [], f"seed {seed}: consumers died by themselves: {unexpected}"
