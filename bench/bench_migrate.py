@@ -23,15 +23,20 @@ output):
    (the first job pays the JVM's warm-up), ``apply`` (commits every offset
    to Kafka, moves every group to dual), ``verify``; each over the
    ``grp-`` groups only, each writing its Parquet + CSV report.
-5. The peer on the ``peer-`` groups, one JVM per group as an operator runs
-   it, each with that group's ``topic,partition,offset`` CSV:
-   ``--reset-offsets --from-file F --dry-run`` (the plan's work),
-   ``--execute`` (the apply's), and ``--describe`` (the committed offsets
-   and lag: verify's); and once ``--execute`` for all peer groups in ONE
-   invocation (a 4-column CSV, ``--group`` repeated), the tool's best case.
-   Its rate is per offset, so the sample extrapolates to any group count.
+5. The peer on the ``peer-`` groups (``--peer-groups``, default as many as
+   zkcoord's: the same job): ``--reset-offsets --from-file F --dry-run``
+   (the plan's work), ``--execute`` (the apply's) and ``--describe`` (the
+   committed offsets and lag: verify's), each in ONE invocation over all
+   peer groups (a 4-column CSV, ``--group`` repeated); then the same three
+   one JVM per group, as an operator runs it, over ``--peer-sample`` groups
+   (each with that group's ``topic,partition,offset`` CSV).
 
 Reading it: ``offsets/s`` is partitions handled per second of wall time.
+``end to end`` rows: plan, apply and verify each handle every offset, so
+3 x groups x partitions offsets over the sum of the three steps' wall times;
+zkcoord's includes the SparkSession start and the cold first plan job
+(``warm session``: the second plan job, no start); the peer's is its three
+one-JVM runs. The goals are judged on the apply and end-to-end rows.
 ``job`` rows time what ``run_job`` does: list the groups, run the tasks,
 write the Parquet and CSV report, collect the totals; ``cold`` adds the
 SparkSession start to the first job, which is what one CLI invocation pays.
@@ -327,7 +332,7 @@ def report(rows: list[Row], load: tuple[float, float]) -> None:
     for left, right in pairs:
         if left in by_name and right in by_name and by_name[right].rate:
             print(f"  {left:45} / {right:58} {by_name[left].rate / by_name[right].rate:8.1f}x")
-    print("\ngoals (the peer at its best: one JVM for all its groups):")
+    print("\ngoals (against the peer's one-JVM runs over the same groups):")
     for left, right in (("zkcoord apply job", once.format("--reset-offsets --execute")), (E2E, PEER_E2E)):
         if left in by_name and right in by_name and by_name[right].rate:
             ratio = by_name[left].rate / by_name[right].rate
