@@ -88,7 +88,7 @@ def seed_groups(zk, admin, topic: str, groups: list[str]) -> None:
                                           TopicPartition(topic, 3): OffsetAndMetadata(33, "", None)})
 
 
-def assert_migrated(zk, admin, topic: str, group: str, contenders_gone: bool = True) -> None:
+def assert_migrated(zk, admin, topic: str, group: str) -> None:
     assert kafka_offsets(admin, group) == {(topic, 0): 10, (topic, 1): 20, (topic, 3): 33}
     backup = migration(zk, group, "backup")
     assert backup["kafka"] == [[topic, 0, 4], [topic, 3, 33]]  # the offsets from before, never rewritten
@@ -98,8 +98,7 @@ def assert_migrated(zk, admin, topic: str, group: str, contenders_gone: bool = T
     assert [phase for phase, _ in record["history"]] == ["backed-up", "kafka-committed", "dual"]
     assert state(zk, group)["os"] == "dual"
     owner = f"/coordinators/{group}/owner"
-    if contenders_gone:
-        assert not zk.exists(owner) or zk.get_children(owner) == []  # our contenders are gone
+    assert not zk.exists(owner) or zk.get_children(owner) == []  # our contenders are gone
 
 
 def test_batch_applies_every_group_as_apply_group_does(services, zk_hosts, layout, zk, admin, topic,  # noqa: F811
@@ -156,8 +155,8 @@ def test_batch_killed_after_each_step_resumes_without_loss(services, zk_hosts, l
         assert all(r["committed"] == [[topic, 0, 10], [topic, 1, 20]] for r in rerun.values())
     elif pause in ("committed", "kafka-committed"):  # already in Kafka: planned equal, nothing re-sent
         assert all(r["committed"] == [] for r in rerun.values())
-    for group in groups:  # a run killed while it held the elections leaves them to its session's expiry
-        assert_migrated(zk, admin, topic, group, contenders_gone=pause != "dual")
+    for group in groups:  # the fenced multi released each election with the mode written: none left behind
+        assert_migrated(zk, admin, topic, group)
 
 
 def test_a_group_whose_election_another_owner_holds_is_never_written_behind_it(  # noqa: F811

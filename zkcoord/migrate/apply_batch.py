@@ -21,10 +21,9 @@ mode uses it, a batch of ``batch_groups`` at a time)::
                                                                       answer is awaited
     6     -> kafka-committed: the record, versioned                   one set per group, in flight
     7     -> dual: the group's election, batched: a contender per     create + multiRead of the
-          group without an owner; where ours is the lowest, ONE       contenders + multiRead of the
-          fenced multi (check our contender, set the state's mode     states + one multi per group
-          at its version, the record to dual at its version), then    + one delete per group
-          the contender is deleted
+          group; where ours is the lowest, ONE fenced multi (check    contenders and states + one
+          our contender, set the state's mode at its version, the     multi per group
+          record to dual at its version, delete our contender)
 
 The rules of :mod:`zkcoord.migrate.apply` hold unchanged, and so do the
 phases it records, so a kill at any point is resumed by either path:
@@ -355,13 +354,14 @@ class _Batch:
             if state is not None:
                 _put(txn, paths.state(group.name), state, version)
             txn.set_data(paths.migration(group.name), migration, group.version)
+            txn.delete(group.contender, 0)  # and the election released, in the same multi
             sent.append((group, before, txn.commit_async()))
         outcomes = await aio.gather(loop, [t for _, _, t in sent])
         for (group, before, _), outcome in zip(sent, outcomes):
             if _multi_failed(outcome):
                 to_slow(group, f"its mode multi failed ({_why(outcome)})")
                 continue
-            group.phase = Phase.DUAL
+            group.phase, group.contender = Phase.DUAL, None  # the multi deleted it
             self._reached(group, Phase.DUAL.value)
             via = "direct" if before != _TARGET else "unchanged"
             results[group.name] = (ApplyResult(group.name, "applied", Phase.DUAL.value, group.committed,
@@ -376,7 +376,7 @@ class _Batch:
             return
         loop, client = asyncio.get_running_loop(), self.conn.client
         known = [g.contender for g in held if g.contender]
-        unknown = [g for g in held if not g.contender]
+        unknown = [g for g in held if not g.contender and g.phase is not Phase.DUAL]
         if unknown:
             listed = await aio.gather(loop, [client.get_children_async(paths.owner_dir(g.name)) for g in unknown])
             known += [paths.contender(g.name, c) for g, names in zip(unknown, listed) if isinstance(names, list)
