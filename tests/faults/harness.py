@@ -217,12 +217,12 @@ class ConsumerPool:
         self.incarnations: dict[int, int] = {}
         self._all: list[subprocess.Popen] = []
 
-    def start(self, index: int) -> None:
+    def start(self, index: int, **overrides) -> None:
         n = self.incarnations.get(index, -1) + 1
         self.incarnations[index] = n
         argv = [sys.executable, "-X", process_marker(), "-m", "tests.faults.worker", "--name", f"c{index}",
                 "--log", str(self.log_dir / f"consumer-{index}-{n}.jsonl")]
-        for name, value in self.worker_args.items():
+        for name, value in {**self.worker_args, **overrides}.items():
             argv += [f"--{name.replace('_', '-')}", str(value)]
         with open(self.log_dir / f"consumer-{index}-{n}.out", "ab") as out:
             proc = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)

@@ -49,8 +49,14 @@ class Worker(RebalanceListener):
     # -- listener ----------------------------------------------------------------
     def on_assigned(self, partitions):
         m = self.consumer.membership()
+        positions = {}
+        for tp in partitions:  # where consuming resumes: the committed offset, unless kept from before
+            try:
+                positions[str(tp.partition)] = self.consumer.position(tp, timeout_ms=5000)
+            except (ConsumerError, ZkcoordError) as exc:
+                positions[str(tp.partition)] = repr(exc)
         self.log.write("assigned", member=m.member_id, gen=m.generation_id,
-                       partitions=sorted(tp.partition for tp in partitions))
+                       partitions=sorted(tp.partition for tp in partitions), positions=positions)
 
     def on_revoked(self, partitions):
         m = self.consumer.membership()

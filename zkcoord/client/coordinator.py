@@ -21,6 +21,20 @@ both seen with members polling every 100 ms:
 base class runs after a join it waited for), and reports a rejoin as needed
 until the started one completed.
 
+A third fix is about positions. Under the eager protocol kafka-python
+3.0.12 keeps the assignment, with each partition's fetch position, across
+JoinGroup (``on_revoked`` is only a notification), and the next assignment
+keeps the state of every partition it shares with the old one. A member
+that misses a generation during the rebalance (it was stopped, or its
+JoinGroup/SyncGroup failed with UNKNOWN_MEMBER_ID and it joined again as a
+new member) meanwhile had its partitions consumed and committed further by
+another member; given one of them back, it resumed from its own stale
+position and committed it, moving the group's committed offset backwards
+(found by ``tests/faults``). Kafka's Java consumer clears an eager member's
+assignment right after revoking it (``ConsumerCoordinator.onJoinPrepare``),
+so after every eager rebalance positions come from the committed offsets;
+:class:`ZkcoordCoordinator` does the same (fix 3).
+
 How it is installed. ``KafkaConsumer`` constructs its coordinator itself;
 :class:`ZkcoordKafkaConsumer` replaces it right after construction (before
 any group request) and detaches the replaced one from the metadata
@@ -33,6 +47,7 @@ from __future__ import annotations
 import logging
 
 from kafka import KafkaConsumer
+from kafka.coordinator.assignors.abstract import RebalanceProtocol
 from kafka.coordinator.consumer import ConsumerCoordinator
 from kafka.structs import MemberState
 from kafka.util import WeakMethod
@@ -56,6 +71,14 @@ class ZkcoordCoordinator(ConsumerCoordinator):
             log.debug("group %s: completing the join that finished between two polls", self.group_id)
             return await self._complete_join(task.value)
         return await super().join_group_async(timeout_ms)
+
+    async def _on_join_prepare_async(self, generation, member_id, timeout_ms=None):
+        try:
+            await super()._on_join_prepare_async(generation, member_id, timeout_ms=timeout_ms)
+        finally:
+            # Eager: what was revoked is gone; positions come from the committed offsets (fix 3).
+            if self._rebalance_protocol == RebalanceProtocol.EAGER and self._subscription.partitions_auto_assigned():
+                self._subscription.assign_from_subscribed([])
 
     async def _complete_join(self, assignment_bytes) -> bool:
         # The same steps as the tail of BaseCoordinator.join_group_async.

@@ -1,0 +1,121 @@
+"""Regression: a consumer that misses a generation in the middle of a
+rebalance must not resume from its old positions.
+
+Found by the fault run (``test_fault_run.py``, 100 faults, seed 3021404162):
+two partitions' committed offsets went back by 46 records. kafka-python
+3.0.12 keeps an eager member's partitions (and their fetch positions) across
+JoinGroup and keeps the state of every partition that is in both the old and
+the new assignment (``assign_from_subscribed``). A member stopped after its
+``on_revoked`` misses the next generation(s), in which another member
+consumes and commits further; when it comes back and is assigned one of its
+old partitions again, it resumes from its stale position and commits it,
+rewinding the group. Kafka's Java consumer clears an eager member's
+assignment when it revokes (``onJoinPrepare``), so positions come from the
+committed offsets after every rebalance; the thin consumer must too
+(``zkcoord/client/coordinator.py``, fix 3).
+
+The interleaving, made deterministic: A consumes both partitions of the
+topic; C (subscribed to another topic) is stopped, so the next JoinGroup
+round waits for it; B joins; A revokes, commits, sends JoinGroup and is
+stopped with it pending; C and then A are dropped, B alone takes both
+partitions and commits 20; A continues, its old JoinGroup/SyncGroup fail,
+it joins as a new member and is given one of its old partitions. Without
+the fix it resumes at 10 (asserted on the position it logs when assigned).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import uuid
+
+import pytest
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from tests.faults.checker import read_jsonl
+from tests.faults.harness import LIVENESS_S, ConsumerPool, quiet
+from tests.support.daemons import DaemonFleet, wait_for
+from zkcoord.core.group import from_record
+
+pytestmark = pytest.mark.faults
+
+
+def produce(bootstrap: str, topic: str, per_partition: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for p in (0, 1):
+        for i in range(per_partition):
+            producer.send(topic, value=b"r%d" % i, partition=p)
+    producer.flush()
+    producer.close()
+
+
+def test_a_member_back_from_a_missed_generation_resumes_from_the_committed_offsets(fault_sandbox, fault_chroot,
+                                                                                   tmp_path):
+    hosts, zk = fault_chroot
+    bootstrap = fault_sandbox.bootstrap_servers
+    topic, other, group = f"stale-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}", "stale-group"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+    admin.create_topics([NewTopic(topic, 2, 1), NewTopic(other, 1, 1)])
+    admin.close()
+
+    def offsets():
+        found = {}
+        for p in (0, 1):
+            path = f"/consumers/{group}/offsets/{topic}/{p}"
+            if zk.exists(path):
+                found[p] = int(zk.get(path)[0])
+        return found
+
+    def members():
+        data = quiet(lambda: zk.get(f"/coordinators/{group}/state")[0])
+        return sorted(from_record(group, json.loads(data)).members) if data else []
+
+    def events(index: int) -> list[dict]:
+        return [e for path in sorted(tmp_path.glob(f"consumer-{index}-*.jsonl"))
+                for e in read_jsonl(path.read_text())[0]]
+
+    with DaemonFleet(hosts, zk, tmp_path / "daemons", options=dict(
+            zk_session_timeout_ms=4000, group_initial_rebalance_delay_ms=0, bootstrap_servers=bootstrap)) as fleet:
+        daemon = fleet.start(1)
+        pool = ConsumerPool(3, tmp_path, coordinators=f"127.0.0.1:{daemon.port}", bootstrap=bootstrap, group=group,
+                            topic=topic, session_timeout_ms=6000)
+        try:
+            produce(bootstrap, topic, 10)
+            pool.start(0)  # A consumes both partitions of the topic
+            wait_for(lambda: offsets() == {0: 10, 1: 10}, LIVENESS_S, "A committed 10 on both partitions", 0.1)
+            pool.start(1, topic=other)  # C, of another topic: A keeps both partitions
+            wait_for(lambda: len(members()) == 2, LIVENESS_S, "A and C in the group", 0.1)
+            pool.procs[1].send_signal(signal.SIGSTOP)  # C will not rejoin: the next JoinGroup round waits for it
+            revoked_before = len([e for e in events(0) if e["ev"] == "revoked"])
+            pool.start(2)  # B joins: A revokes and sends JoinGroup, which stays pending; A is stopped then
+            wait_for(lambda: any(e["ev"] == "commit" for e in events(0)[-3:])
+                     and len([e for e in events(0) if e["ev"] == "revoked"]) > revoked_before,
+                     LIVENESS_S, "A revoked and committed", 0.01)
+            pool.procs[0].send_signal(signal.SIGSTOP)
+            try:
+                wait_for(lambda: members() and all(m.startswith("c2-") for m in members()), LIVENESS_S,
+                         "the group went on with B alone", 0.1)
+                produce(bootstrap, topic, 10)
+                wait_for(lambda: offsets() == {0: 20, 1: 20}, LIVENESS_S, "B committed 20 on both partitions", 0.1)
+            finally:
+                pool.procs[0].send_signal(signal.SIGCONT)
+            resumed = time.time()
+
+            def back():
+                return [e for e in events(0) if e["ev"] == "assigned" and e["t"] > resumed and e["partitions"]]
+
+            assigned = wait_for(back, LIVENESS_S, "A assigned a partition again", 0.1)[0]
+            samples = []
+            deadline = time.monotonic() + 5  # observe the committed offsets for a while after A's return
+            while time.monotonic() < deadline:
+                samples.append(offsets())
+                time.sleep(0.1)
+        finally:
+            pool.procs[1].send_signal(signal.SIGCONT)
+            pool.stop_all(30)
+            pool.close()
+
+    assert assigned["positions"] == {str(p): 20 for p in assigned["partitions"]}, assigned
+    assert all(s == {0: 20, 1: 20} for s in samples), [s for s in samples if s != {0: 20, 1: 20}][:3]
