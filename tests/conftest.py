@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.kafka_ready import wait_group_coordinator
 from zkcoord.local.sandbox import Sandbox
 
 
@@ -109,34 +110,10 @@ def services():
     brokers = int(os.environ.get("ZKCOORD_TEST_BROKERS", "1"))
     try:
         state, _ = sandbox.up(brokers=brokers)
-        _wait_group_coordinator(sandbox.bootstrap_servers(state))
+        wait_group_coordinator(sandbox.bootstrap_servers(state))
         yield Services(sandbox.zookeeper_address(state), sandbox.bootstrap_servers(state), "sandbox", sandbox)
     finally:
         sandbox.down()
-
-
-def _wait_group_coordinator(bootstrap_servers: str, timeout_s: float = 120.0) -> None:
-    """A fresh broker creates __consumer_offsets on the first group request
-    and answers COORDINATOR_NOT_AVAILABLE until it is loaded; make that
-    happen once here, so no test depends on running after another."""
-    import time
-
-    from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10000)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                admin.list_group_offsets("zkcoord-test-warm-up")
-                return
-            except KafkaError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-    finally:
-        admin.close()
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from tests.faults.harness import MarkedSandbox
+from tests.support.kafka_ready import wait_group_coordinator
 from zkcoord.local.sandbox import Sandbox
 
 
@@ -38,7 +39,7 @@ def fault_sandbox():
     sandbox = MarkedSandbox(state_dir, log=print)
     try:
         state, _ = sandbox.up(brokers=1)
-        _warm_group_coordinator(sandbox.bootstrap_servers(state))
+        wait_group_coordinator(sandbox.bootstrap_servers(state))
         yield FaultServices(sandbox, sandbox.zookeeper_address(state), sandbox.bootstrap_servers(state))
     finally:
         sandbox.down()
@@ -59,25 +60,3 @@ def fault_chroot(fault_sandbox, request):
     yield hosts, client
     client.stop()
     client.close()
-
-
-def _warm_group_coordinator(bootstrap: str, timeout_s: float = 120.0) -> None:
-    """Have the broker create and load __consumer_offsets before a test needs it."""
-    import time
-
-    from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                admin.list_group_offsets("zkcoord-faults-warm-up")
-                return
-            except KafkaError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-    finally:
-        admin.close()
