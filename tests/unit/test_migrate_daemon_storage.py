@@ -53,8 +53,13 @@ class ZkOffsets:
         self.commits = []
 
     async def commit(self, group, offsets, fence=None):
+        await self.submit(group, offsets, fence)
+
+    def submit(self, group, offsets, fence=None):
+        """Queued (here: stored) at the call, as OffsetStore.submit queues."""
         self.commits.append((group, dict(offsets), fence))
         self.stored.update(offsets)
+        return asyncio.sleep(0)
 
     async def fetch(self, group, partitions=None):
         return {tp: v for tp, v in self.stored.items() if partitions is None or tp in partitions}
@@ -195,3 +200,25 @@ def test_fetch_keeps_metadata_and_drops_partitions_without_an_offset():
                                                      tp1: OffsetAndMetadata(-1, "", -1)}}])
     assert kafka_with(admin).fetch_with_metadata("g", [T0, T1]) == {T0: (5, "m")}
     assert admin.calls == [("list_group_offsets", ({"g": [tp0, tp1]},))]
+
+
+@pytest.mark.parametrize("mode", ["zookeeper", "dual"])
+def test_a_commit_is_queued_under_the_group_lock_it_was_validated_under(mode):
+    """The generation check and the queuing of the ZooKeeper write are one
+    step under the group's lock, so no rebalance can slip between them and a
+    commit accepted for generation N is ordered before any of N+1."""
+    held, runtimes = [], []
+
+    class Watching(ZkOffsets):
+        def submit(self, group, offsets, fence=None):
+            held.append(runtimes[0]._lock.locked())
+            return super().submit(group, offsets, fence)
+
+    m, _ = manager(mode, Watching(), Kafka())
+
+    async def commit():
+        runtimes.append(await m.runtime("g"))
+        return await m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])
+
+    assert run(commit()) == [E.NONE]
+    assert held == [True]

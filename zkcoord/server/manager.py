@@ -281,17 +281,28 @@ class GroupManager:
 
     # -- offsets -------------------------------------------------------------------
     async def commit_offsets(self, group_id, member_id, generation_id, instance_id, wanted):
-        """OffsetCommit: one error per ``(topic, partition, offset, metadata)``."""
+        """OffsetCommit: one error per ``(topic, partition, offset, metadata)``.
+
+        The generation check and the queuing of the ZooKeeper write happen
+        under the group's lock, in one step: a commit accepted for generation
+        N is ordered before every commit of a later generation, so it cannot
+        land after them (Kafka appends to its log under the group lock too).
+        """
         try:
             runtime = await self.runtime(group_id)
             exists = generation_id < 0 or await self._exists(runtime)
-            code = await runtime.read(lambda g, now: core.validate_offset_commit(
-                g if exists else None, member_id, generation_id, instance_id))
+            missing = await self._missing_partitions(wanted)
+            kept = {(t, p): (o, m or "") for t, p, o, m in wanted if (t, p) not in missing}
+
+            def validate_and_queue(group, now):
+                code = core.validate_offset_commit(group if exists else None, member_id, generation_id, instance_id)
+                if code is not E.NONE or not kept:
+                    return code, None, group.offset_storage
+                return code, self._queue_offsets(group_id, group.offset_storage, kept), group.offset_storage
+
+            code, queued, mode = await runtime.read(validate_and_queue)
             if code is E.NONE:
-                missing = await self._missing_partitions(wanted)
-                kept = {(t, p): (o, m or "") for t, p, o, m in wanted if (t, p) not in missing}
-                mode = runtime.group.offset_storage
-                refused = await self._store_offsets(runtime, kept) if kept else {}
+                refused = await self._store_offsets(group_id, mode, kept, queued) if kept else {}
                 if kept and self.metrics is not None:
                     self.metrics.observe_offset_commit(mode)
                 if member_id:
@@ -307,17 +318,27 @@ class GroupManager:
             code = E.COORDINATOR_LOAD_IN_PROGRESS if self.ownership.is_suspended(group_id) else E.UNKNOWN_SERVER_ERROR
         return [code] * len(wanted)
 
-    async def _store_offsets(self, runtime: GroupRuntime, kept) -> dict[tuple[str, int], ErrorCode]:
-        """Store where the group's mode says; the error of each partition refused."""
-        group_id, mode = runtime.group_id, runtime.group.offset_storage
+    def _queue_offsets(self, group_id: str, mode: str, kept):
+        """Queue the fenced ZooKeeper write of a commit (modes ``zookeeper``
+        and ``dual``) and return its awaitable; in ``kafka`` mode only check
+        that we still own the group (NotOwnerError) and return None."""
+        if mode != "zookeeper":
+            self._forwarder_for(group_id, mode)  # no Kafka: refused before anything is written
+        if mode == "kafka":
+            self.ownership.fence(group_id)  # NotOwnerError if we were deposed meanwhile
+            return None
+        return self.offsets.submit(group_id, kept, fence=self.ownership.fence(group_id))
+
+    async def _store_offsets(self, group_id: str, mode: str, kept, queued) -> dict[tuple[str, int], ErrorCode]:
+        """Finish a commit where the group's mode says: await the queued
+        ZooKeeper write (first in ``dual``: its fenced multi also proves we
+        still own the group), then forward to Kafka in ``dual`` and ``kafka``;
+        the error of each partition refused."""
+        if queued is not None:
+            await queued
         if mode == "zookeeper":
-            await self.offsets.commit(group_id, kept, fence=self.ownership.fence(group_id))
             return {}
         forwarder = self._forwarder_for(group_id, mode)
-        if mode == "dual":  # ZooKeeper first: its fenced multi also proves we still own the group
-            await self.offsets.commit(group_id, kept, fence=self.ownership.fence(group_id))
-        else:
-            self.ownership.fence(group_id)  # NotOwnerError if we were deposed meanwhile
         try:
             refused = await forwarder.commit(group_id, kept)
         except ServiceUnavailableError as exc:

@@ -36,7 +36,7 @@ import collections
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kazoo.exceptions import (
@@ -107,6 +107,10 @@ class _Batch:
     dirs: set[str] = field(default_factory=set)
 
 
+async def _done() -> None:
+    """An awaitable that is already complete: nothing to commit."""
+
+
 class OffsetStore:
     """Commits and fetches legacy ZooKeeper offsets for many groups."""
 
@@ -136,9 +140,21 @@ class OffsetStore:
         ServiceUnavailableError (no answer within the request time-out: the
         commit may still land), UsageError (bad names or values).
         """
+        await self.submit(group, offsets, fence)
+
+    def submit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]],
+               fence: Fence | None = None) -> Awaitable[None]:
+        """Queue the commit now, in call order, and return what to await for
+        its outcome (see :meth:`commit`).
+
+        Queuing is synchronous, so a caller holding a group's lock fixes the
+        commit's place in the write order before the lock is released: a
+        commit validated against generation N is queued before any commit of
+        N+1. UsageError and NotOwnerError are raised here, before queuing.
+        """
         entries = [self._entry(group, tp, om) for tp, om in offsets.items()]
         if not entries:
-            return
+            return _done()
         if fence is not None and fence.group != group:
             raise UsageError(f"the fence of group {fence.group!r} cannot guard a commit of group {group!r}")
         if fence is not None and fence.path in self._dead_fences:
@@ -148,6 +164,9 @@ class OffsetStore:
         self._wakeup.set()
         if self._worker is None or self._worker.done():
             self._worker = loop.create_task(self._run())
+        return self._confirmed(group, futures)
+
+    async def _confirmed(self, group: str, futures: list[asyncio.Future]) -> None:
         try:
             async with asyncio.timeout(self._conn.request_timeout_ms / 1000):
                 for fut in futures:
