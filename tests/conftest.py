@@ -129,6 +129,16 @@ def _test_slug(request) -> str:
 
 
 @pytest.fixture
+def admin(services):
+    """A Kafka admin client of the sandbox broker; closed after the test."""
+    from kafka import KafkaAdminClient
+
+    client = KafkaAdminClient(bootstrap_servers=services.bootstrap_servers, request_timeout_ms=30_000)
+    yield client
+    client.close()
+
+
+@pytest.fixture
 def unique_name(request):
     """Factory of names unique to this test: ``unique_name("t")`` -> ``t-<test>-<hex>``."""
     slug = _test_slug(request)

@@ -19,7 +19,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaProducer
 from kafka.admin import NewTopic
 
 from tests.support.daemons import process_marker
@@ -37,13 +37,6 @@ def _java_or_skip() -> None:
         jars.find_java()
     except MissingToolError as exc:
         pytest.skip(f"the legacy consumer needs java: {exc}")
-
-
-@pytest.fixture
-def admin(services):
-    client = KafkaAdminClient(bootstrap_servers=services.bootstrap_servers, request_timeout_ms=30_000)
-    yield client
-    client.close()
 
 
 @pytest.fixture

@@ -20,10 +20,11 @@ import sys
 import textwrap
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from test_migrate_flow import admin, kafka_offsets, layout, migration, seed, state, topic  # noqa: F401 (fixtures)
+from test_migrate_flow import kafka_offsets, layout, migration, seed, state, topic  # noqa: F401 (fixtures)
+from tests.support.kafka_ready import active_kafka_member
 
 pytestmark = pytest.mark.integration
 
@@ -186,14 +187,7 @@ def test_a_group_with_active_kafka_members_is_refused_and_the_rest_applied(  # n
     busy, idle = unique_name("busy"), unique_name("idle")
     seed_groups(zk, admin, topic, [idle])
     seed(zk, busy, {(topic, 0): b"10"})
-    consumer = KafkaConsumer(topic, group_id=busy, bootstrap_servers=services.bootstrap_servers,
-                             enable_auto_commit=False)
-    try:
-        for _ in range(100):
-            consumer.poll(timeout_ms=200)
-            if consumer.assignment():
-                break
-        assert consumer.assignment()
+    with active_kafka_member(services.bootstrap_servers, topic, busy):
         results = run(zk_hosts, services.bootstrap_servers, [busy, idle])
         assert results[busy]["outcome"] == "refused"
         assert "refused: 1 active member(s) in Kafka" in results[busy]["message"]
@@ -201,5 +195,3 @@ def test_a_group_with_active_kafka_members_is_refused_and_the_rest_applied(  # n
         assert kafka_offsets(admin, busy) == {}
         assert results[idle]["outcome"] == "applied"
         assert_migrated(zk, admin, topic, idle)
-    finally:
-        consumer.close()

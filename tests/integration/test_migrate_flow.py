@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 from click.testing import CliRunner
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.protocol.consumer.group import HeartbeatRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
@@ -27,6 +27,7 @@ from kafka.structs import OffsetAndMetadata
 from test_daemon_protocol import join, join_with_id
 from test_zk_support import connection
 
+from tests.support.kafka_ready import active_kafka_member
 from tests.support.wire import WireClient
 from zkcoord.cli.main import cli
 from zkcoord.config import DaemonConfig
@@ -62,13 +63,6 @@ def layout(zk_hosts):
     daemon starts (a daemon creates it only on an empty ZooKeeper)."""
     result = CliRunner().invoke(cli, ["migrate", "layout", "up", "--zookeeper", zk_hosts])
     assert result.exit_code == 0, result.output
-
-
-@pytest.fixture
-def admin(services):
-    client = KafkaAdminClient(bootstrap_servers=services.bootstrap_servers, request_timeout_ms=30_000)
-    yield client
-    client.close()
 
 
 @pytest.fixture
@@ -233,22 +227,13 @@ def test_plan_apply_verify_finalize(services, zk_hosts, zk, admin, topic, unique
 def test_group_with_active_kafka_members_is_refused(services, zk_hosts, zk, admin, topic, unique_name):
     group = unique_name("g")
     seed(zk, group, {(topic, 0): b"10"})
-    consumer = KafkaConsumer(topic, group_id=group, bootstrap_servers=services.bootstrap_servers,
-                             enable_auto_commit=False)
-    try:
-        for _ in range(100):
-            consumer.poll(timeout_ms=200)
-            if consumer.assignment():
-                break
-        assert consumer.assignment()
+    with active_kafka_member(services.bootstrap_servers, topic, group):
         result = run_cli("apply", "--group", group, "--zookeeper", zk_hosts,
                          "--bootstrap-servers", services.bootstrap_servers)
         assert result.exit_code == 1
         assert "refused: 1 active member(s) in Kafka" in result.output
         assert migration(zk, group) is None and not zk.exists(f"/coordinators/{group}/state")
         assert kafka_offsets(admin, group) == {}
-    finally:
-        consumer.close()
 
 
 def test_bad_input_is_one_line_and_exit_2(services, zk_hosts, tmp_path):

@@ -8,20 +8,13 @@ import json
 import time
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def admin(services):
-    client = KafkaAdminClient(bootstrap_servers=services.bootstrap_servers, request_timeout_ms=30000)
-    yield client
-    client.close()
 
 
 def create_topic(admin, name: str, partitions: int) -> None:

@@ -1,4 +1,4 @@
-"""Waiting for a sandbox broker's group coordinator.
+"""Waiting for a sandbox broker's group coordinator, and a Kafka-managed member.
 
 A fresh broker creates ``__consumer_offsets`` on the first group request
 and answers COORDINATOR_NOT_AVAILABLE until it is loaded. The session
@@ -8,9 +8,10 @@ running after another.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaError
 
 
@@ -30,3 +31,19 @@ def wait_group_coordinator(bootstrap_servers: str, timeout_s: float = 120.0) -> 
                 time.sleep(0.5)
     finally:
         admin.close()
+
+
+@contextlib.contextmanager
+def active_kafka_member(bootstrap_servers: str, topic: str, group: str, polls: int = 100):
+    """A plain Kafka consumer that has joined ``group`` in Kafka's own
+    coordinator and holds partitions of ``topic``; closed on exit."""
+    consumer = KafkaConsumer(topic, group_id=group, bootstrap_servers=bootstrap_servers, enable_auto_commit=False)
+    try:
+        for _ in range(polls):
+            consumer.poll(timeout_ms=200)
+            if consumer.assignment():
+                break
+        assert consumer.assignment(), f"the consumer of {group!r} got no partitions of {topic!r}"
+        yield consumer
+    finally:
+        consumer.close()
