@@ -35,20 +35,42 @@ assignment right after revoking it (``ConsumerCoordinator.onJoinPrepare``),
 so after every eager rebalance positions come from the committed offsets;
 :class:`ZkcoordCoordinator` does the same (fix 3).
 
-How it is installed. ``KafkaConsumer`` constructs its coordinator itself;
-:class:`ZkcoordKafkaConsumer` replaces it right after construction (before
-any group request) and detaches the replaced one from the metadata
-listeners. kafka-python's metrics are off: both coordinators would register
-the same metric names, and the facade does not expose them.
+A fourth fix is about how soon a member rejoins. kafka-python learns that
+the group is rebalancing on its I/O thread (a heartbeat answered
+REBALANCE_IN_PROGRESS, a commit or SyncGroup failing, the leader's metadata
+changing) and only records it; the application thread, which sends the
+JoinGroup from its ``poll()``, meanwhile waits for a fetch answer (up to
+``fetch_max_wait_ms`` at the broker), the end of its poll timeout or the
+next heartbeat deadline, or sleeps ``retry_backoff_ms`` when it has nothing
+to fetch. Every member of a rebalance thus rejoined up to about one heartbeat
+interval late, and the group waits for its last member. The Java consumer
+has the same gap only until its next ``poll()`` too, but wakes the blocking
+network poll when the heartbeat thread needs it. :class:`ZkcoordFetcher`
+ends that wait as soon as the coordinator asks for a rejoin
+(:meth:`ZkcoordCoordinator.rejoin_wakeup`), so ``poll()`` goes on to
+rejoin at once; records, positions and everything else are unchanged.
+
+How it is installed. ``KafkaConsumer`` constructs its coordinator and
+fetcher itself; :class:`ZkcoordKafkaConsumer` replaces both right after
+construction (before any request of theirs) and detaches the replaced
+coordinator from the metadata listeners. kafka-python's metrics are off:
+both coordinators would register the same metric names, and the facade does
+not expose them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 from kafka import KafkaConsumer
+from kafka import errors as Errors
+from kafka.consumer.fetcher import Fetcher
 from kafka.coordinator.assignors.abstract import RebalanceProtocol
 from kafka.coordinator.consumer import ConsumerCoordinator
+from kafka.future import Future
+from kafka.protocol.consumer import UNKNOWN_MEMBER_ID
 from kafka.structs import MemberState
 from kafka.util import WeakMethod
 
@@ -56,7 +78,52 @@ log = logging.getLogger(__name__)
 
 
 class ZkcoordCoordinator(ConsumerCoordinator):
-    """``ConsumerCoordinator`` that never loses a started join."""
+    """``ConsumerCoordinator`` that never loses a started join and wakes the
+    application thread when a rejoin is needed."""
+
+    def __init__(self, *args, **kwargs):
+        self._rejoin_waiters: set[Future] = set()
+        super().__init__(*args, **kwargs)
+
+    # -- fix 4: a rejoin starts at once --------------------------------------------------
+    @contextlib.contextmanager
+    def rejoin_wakeup(self) -> Iterator[Future | None]:
+        """For the application thread's waits between two joins: None if
+        this member has to (re)join now, else a future that resolves, on the
+        I/O thread, as soon as it has to."""
+        future = Future()
+        with self._lock:
+            self._rejoin_waiters.add(future)
+        try:
+            # Registered first, then checked: a request in between resolves it.
+            yield None if self.need_rejoin() else future
+        finally:
+            with self._lock:
+                self._rejoin_waiters.discard(future)
+
+    def _wake_rejoin_waiters(self) -> None:
+        if not self._rejoin_waiters:
+            return
+        with self._lock:
+            waiters = list(self._rejoin_waiters)
+        for future in waiters:
+            with contextlib.suppress(RuntimeError, ReferenceError):  # the I/O loop is closing
+                self._net.call_soon_threadsafe(lambda f=future: f.is_done or f.success(None))
+
+    def request_rejoin(self):
+        super().request_rejoin()
+        self._wake_rejoin_waiters()
+
+    def reset_generation(self, member_id=UNKNOWN_MEMBER_ID):
+        super().reset_generation(member_id)
+        self._wake_rejoin_waiters()
+
+    def _handle_metadata_update(self, cluster):
+        super()._handle_metadata_update(cluster)
+        if self._rejoin_waiters and self.need_rejoin():  # the leader saw the partitions change
+            self._wake_rejoin_waiters()
+
+    # -- fixes 1 and 2 ---------------------------------------------------------------------
 
     def need_rejoin(self):
         if super().need_rejoin():
@@ -72,6 +139,7 @@ class ZkcoordCoordinator(ConsumerCoordinator):
             return await self._complete_join(task.value)
         return await super().join_group_async(timeout_ms)
 
+    # -- fix 3 -----------------------------------------------------------------------------
     async def _on_join_prepare_async(self, generation, member_id, timeout_ms=None):
         try:
             await super()._on_join_prepare_async(generation, member_id, timeout_ms=timeout_ms)
@@ -92,9 +160,64 @@ class ZkcoordCoordinator(ConsumerCoordinator):
         return True
 
 
+class ZkcoordFetcher(Fetcher):
+    """kafka-python's ``Fetcher`` whose wait for records also ends when the
+    coordinator needs a rejoin (fix 4)."""
+
+    def __init__(self, client, subscriptions, *, coordinator: ZkcoordCoordinator, **configs):
+        super().__init__(client, subscriptions, **configs)
+        self._coordinator = coordinator
+
+    def fetch_records(self, max_records=None, update_offsets=True, timeout_ms=None):
+        """``Fetcher.fetch_records`` of kafka-python 3.0.12 (drain what is
+        buffered, send the next fetches, wait for an answer up to
+        ``timeout_ms``), with two changes: the wait also ends when a rejoin
+        is needed, and when nothing is in flight (``idle``) it waits here
+        for up to ``retry_backoff_ms``, as long as ``KafkaConsumer`` would
+        sleep, instead of returning ``idle`` for the caller to sleep
+        through a rejoin request."""
+        records, partial = self.fetched_records(max_records, update_offsets=update_offsets)
+        if not partial:
+            self.send_fetches()
+        if records:
+            return records, False
+        waited_on = list(self._fetch_futures)
+        if self._reset_task is not None and not self._reset_task.is_done:
+            waited_on.append(self._reset_task)
+        if timeout_ms is not None and timeout_ms <= 0:
+            # No wait; the caller does not sleep either.
+            if waited_on:
+                return self._wait(records, waited_on, max_records, update_offsets, timeout_ms)
+            return records, True
+        if not waited_on:
+            backoff_ms = self.config["retry_backoff_ms"]
+            timeout_ms = backoff_ms if timeout_ms is None else min(timeout_ms, backoff_ms)
+        with self._coordinator.rejoin_wakeup() as rejoin:
+            if rejoin is None:
+                return records, False  # back to poll(), which rejoins
+            return self._wait(records, waited_on + [rejoin], max_records, update_offsets, timeout_ms)
+
+    def _wait(self, records, waited_on, max_records, update_offsets, timeout_ms):
+        wakeup = Future()
+
+        def wake(_):
+            if not wakeup.is_done:
+                wakeup.success(None)
+
+        for future in waited_on:
+            future.add_both(wake)
+        try:
+            self._net.run(self._manager.wait_for, wakeup, timeout_ms)
+        except Errors.KafkaTimeoutError:
+            pass
+        records, _ = self.fetched_records(max_records, update_offsets=update_offsets)
+        return records, False
+
+
 class ZkcoordKafkaConsumer(KafkaConsumer):
-    """``KafkaConsumer`` whose coordinator is a :class:`ZkcoordCoordinator`.
-    Takes ``KafkaConsumer``'s keyword options."""
+    """``KafkaConsumer`` whose coordinator is a :class:`ZkcoordCoordinator`
+    and whose fetcher a :class:`ZkcoordFetcher`. Takes ``KafkaConsumer``'s
+    keyword options."""
 
     def __init__(self, **configs):
         try:
@@ -110,3 +233,5 @@ class ZkcoordKafkaConsumer(KafkaConsumer):
         self._coordinator = ZkcoordCoordinator(
             self._client, self._subscription, metrics=None,
             assignors=self.config["partition_assignment_strategy"], **self.config)
+        self._fetcher = ZkcoordFetcher(self._client, self._subscription, coordinator=self._coordinator,
+                                       metrics=None, **self.config)
