@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import signal
 import statistics
@@ -243,7 +242,8 @@ class ZkcoordTarget(Target):
                 "--bootstrap-servers", f"{khost}:{kport}", "--group", self.group, "--topic", self.env.topic,
                 "--members", str(members), "--prefix", prefix,
                 "--session-timeout-ms", str(self.args.session_timeout_ms),
-                "--heartbeat-interval-ms", str(self.args.heartbeat_interval_ms)]
+                "--heartbeat-interval-ms", str(self.args.heartbeat_interval_ms),
+                *(["--trace"] if self.args.zkcoord_trace else [])]
 
 
 def wait_settled(target: Target, live: set[str], since_ms: int | None, args, what: str,
@@ -386,6 +386,8 @@ def parse_args(argv=None):
     parser.add_argument("--heartbeat-interval-ms", type=int, default=2000, help="zkcoord members (default 2000)")
     parser.add_argument("--zkcoord-disconnect-grace-ms", type=int, default=-1,
                         help="daemon --member-disconnect-grace-ms (default -1: off, Kafka's behaviour)")
+    parser.add_argument("--zkcoord-trace", action="store_true",
+                        help="zkcoord members log each join's steps to their logs in the workdir")
     parser.add_argument("--legacy-property", action="append", default=[], metavar="KEY=VALUE",
                         help="extra old-consumer setting, e.g. rebalance.backoff.ms=2000 (repeatable)")
     parser.add_argument("--quiet-s", type=float, default=4.0,

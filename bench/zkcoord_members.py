@@ -11,12 +11,18 @@ generation:
     {"ts": ms, "member": "m1", "event": "error", "error": "..."}
 
 SIGTERM or SIGINT closes every consumer (LeaveGroup) and exits.
+
+``--trace`` also logs, on stderr with millisecond wall-clock times, the steps
+of each join (connections, FindCoordinator, JoinGroup, SyncGroup, the
+heartbeat that learns of a rebalance): what ``bench_legacy.py
+--zkcoord-trace`` uses to show where a join's settle time goes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import threading
@@ -25,12 +31,14 @@ import time
 from zkcoord.client import Consumer, ConsumerConfig, RebalanceListener
 
 _print_lock = threading.Lock()
+trace = logging.getLogger("bench.members")
 
 
 def emit(member: str, event: str, **data) -> None:
     line = json.dumps({"ts": int(time.time() * 1000), "member": member, "event": event, **data})
     with _print_lock:
         print(line, flush=True)
+    trace.debug("%s", line)
 
 
 class Logger(RebalanceListener):
@@ -46,13 +54,27 @@ class Logger(RebalanceListener):
              generation=self.consumer.membership().generation_id)
 
 
+def start_tracing() -> None:
+    """kafka-python's and the thin consumer's join steps on stderr, with
+    wall-clock milliseconds (comparable with the JSON lines' ``ts``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(created).3f %(threadName)s %(name)s %(message)s"))
+    logging.getLogger().addHandler(handler)
+    for name in ("kafka.coordinator", "kafka.net", "zkcoord.client", "bench.members"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    logging.getLogger("kafka.coordinator.heartbeat").setLevel(logging.INFO)
+    trace.setLevel(logging.DEBUG)
+
+
 def run_member(member: str, config: ConsumerConfig, topic: str, stop: threading.Event) -> None:
     try:
         emit(member, "joining")
         listener = Logger(member)
         with Consumer(config) as consumer:
+            trace.debug("%s: consumer started", member)
             listener.consumer = consumer
             consumer.subscribe([topic], listener=listener)
+            trace.debug("%s: subscribed", member)
             while not stop.is_set():
                 consumer.poll(timeout_ms=100)
     except Exception as exc:  # reported, as the legacy driver does
@@ -69,7 +91,10 @@ def main() -> int:
     parser.add_argument("--prefix", default="m")
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=2000)
+    parser.add_argument("--trace", action="store_true", help="log each join's steps on stderr")
     args = parser.parse_args()
+    if args.trace:
+        start_tracing()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
