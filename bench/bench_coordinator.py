@@ -20,7 +20,13 @@ Each scenario runs on zkcoord, then on the Kafka broker, with the same client
 3. rebalance: a Stable group of ``--rebalance-members`` members sharing
    ``--partitions`` partitions (range-assigned by the leader), then one more
    member joins; the time until every member has its new assignment. Members
-   notice through heartbeats every ``--heartbeat-interval-ms``.
+   notice through heartbeats every ``--heartbeat-interval-ms``. Each round's
+   join comes at a random moment within one heartbeat interval (seeded by
+   ``--join-phase-seed``; the same moments for both targets), so that the
+   rounds sample the members' heartbeat cycle instead of joining at a fixed
+   delay after the previous rebalance. The report splits each median into
+   the wait until the last old member noticed (its next heartbeat: the same
+   client and interval on both servers) and what follows it.
 4. ZooKeeper writes per rebalance (zkcoord): ZooKeeper's own counters
    around each rebalance: transactions (``srvr`` Zxid), znode writes in our
    chroot (``mntr`` per-namespace write count), and the state znode's version.
@@ -36,6 +42,7 @@ import asyncio
 import collections
 import json
 import os
+import random
 import signal
 import statistics
 import sys
@@ -70,6 +77,7 @@ class Settings:
     heartbeat_interval_ms: int = 100
     session_timeout_ms: int = 30_000
     rebalance_timeout_ms: int = 60_000
+    join_phase_seed: int = 1
     only: tuple[str, ...] = ("heartbeat", "commit", "rebalance")
     targets: tuple[str, ...] = ("zkcoord", "kafka")
     profile: str = ""  # "", "cprofile" or "pyinstrument": run the daemon under that profiler
@@ -302,10 +310,13 @@ async def rebalance(target: Target, versions: dict[str, int], env: Environment,
     stop = asyncio.Event()
     tasks = maintain(members, stop, settings)
     rounds = []
+    phases = random.Random(settings.join_phase_seed)  # the same join moments for every target
     try:
         await wait_stable(members, tasks, quiet_s=1.0)
         for _ in range(settings.rebalance_rounds):
-            rounds.append(await _one_rebalance(target, group, members, tasks, stop, versions, env, settings))
+            phase_s = phases.uniform(0.0, settings.interval_s)
+            rounds.append(await _one_rebalance(target, group, members, tasks, stop, versions, env, settings,
+                                               phase_s))
             r = rounds[-1]
             print(f"  {target.name}: rebalance {r.members_before} -> {r.members_before + 1}: {r.total_ms:.0f} ms, "
                   f"{r.zk_txns} ZooKeeper transactions", flush=True)
@@ -316,8 +327,10 @@ async def rebalance(target: Target, versions: dict[str, int], env: Environment,
     return rounds
 
 
-async def _one_rebalance(target, group, members, tasks, stop, versions, env, settings) -> RebalanceRound:
+async def _one_rebalance(target, group, members, tasks, stop, versions, env, settings,
+                         phase_s: float) -> RebalanceRound:
     await wait_stable(members, tasks, quiet_s=1.0)
+    await asyncio.sleep(phase_s)  # a random point of the members' heartbeat cycle
     (newcomer,) = await open_members(target, [group], 1, REBALANCE_TOPIC, settings.partitions, versions, settings)
     before_generation = members[0].synced_generation
     zk_before = await asyncio.to_thread(zk_counters, env.zk_port, env.namespace)
@@ -427,6 +440,12 @@ def _ratios(loads: list[LoadResult], rounds: list[RebalanceRound], settings: Set
         ratio = statistics.median(z_rounds) / statistics.median(k_rounds)
         print(f"goal rebalance latency ratio <= 1.0: median {statistics.median(z_rounds):.0f} ms / "
               f"{statistics.median(k_rounds):.0f} ms = {ratio:.2f}, {_goal(ratio <= 1.0)}")
+        after = {t: [r.total_ms - r.noticed_ms for r in rounds if r.target == t] for t in ("zkcoord", "kafka")}
+        noticed = {t: [r.noticed_ms for r in rounds if r.target == t] for t in ("zkcoord", "kafka")}
+        print(f"  split (medians): until the last old member noticed {statistics.median(noticed['zkcoord']):.0f} "
+              f"vs {statistics.median(noticed['kafka']):.0f} ms; from then to the last new assignment "
+              f"{statistics.median(after['zkcoord']):.1f} vs {statistics.median(after['kafka']):.1f} ms "
+              f"({statistics.median(after['zkcoord']) / statistics.median(after['kafka']):.2f}x)")
     z_txns = [r.zk_txns for r in rounds if r.target == "zkcoord"]
     if z_txns:
         print(f"goal ZooKeeper writes per rebalance <= 2: max {max(z_txns)} transactions, {_goal(max(z_txns) <= 2)}")
@@ -462,6 +481,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None, Pa
         "heartbeat_interval_ms": "how often members heartbeat while not under load (both servers)",
         "session_timeout_ms": "members' session time-out", "rebalance_timeout_ms": "members' rebalance time-out",
         "duration_s": "measured seconds per load run", "warmup_s": "unmeasured seconds before each",
+        "join_phase_seed": "seed of each rebalance round's join moment within a heartbeat interval",
     }
     for name, text in helps.items():
         default = getattr(defaults, name)

@@ -14,7 +14,9 @@ What the design promises (the 0.9 consumer rewrite design, "Co-ordinator
 failure during rebalance"): a new owner loads the group from ZooKeeper and
 restarts failure detection for its members; members that carry on with the
 loaded generation keep going; a rebalance interrupted by the fail-over is
-redone with a generation number never handed out before.
+redone with a generation number never handed out before: an owner may hand
+out the generations it has reserved in the stored record (the first 100) without
+writing them, so a new owner starts above the reservation (generation 101).
 """
 
 from __future__ import annotations
@@ -214,20 +216,21 @@ def test_kill_9_of_stable_owner_new_owner_loads_group_members_and_offsets(fleet,
         assert stored(zk, group) == ("Stable", 2, {a.member_id, b.member_id})
 
         # Failure detection restarted on load: b falls silent and is removed
-        # after its session time-out; a is told to rejoin and gets generation 3.
+        # after its session time-out; a is told to rejoin and gets generation 101,
+        # above the generations daemon 1 had reserved.
         deadline = time.monotonic() + WAIT_S
         while await a.heartbeat(deadline) is E.NONE:
             await asyncio.sleep(0.2)
-        assert await converge([a]) == 3
-        assert stored(zk, group) == ("Stable", 3, {a.member_id})
+        assert await converge([a]) == 101
+        assert stored(zk, group) == ("Stable", 101, {a.member_id})
         stale = await call(d2, b.heartbeat_request(generation=2))
         assert stale.error_code == E.UNKNOWN_MEMBER_ID
         await close_all([a, b])
 
     asyncio.run(scenario())
     assert ledger.double_owned() == {}
-    assert {g: members_of(ledger, g) for g in (1, 2, 3)} == {
-        1: {a.member_id}, 2: {a.member_id, b.member_id}, 3: {a.member_id}}
+    assert {g: members_of(ledger, g) for g in (1, 2, 3, 101)} == {
+        1: {a.member_id}, 2: {a.member_id, b.member_id}, 3: set(), 101: {a.member_id}}
 
 
 # -- 3. kill -9 of the owner in each rebalance phase -----------------------------------
@@ -236,9 +239,9 @@ def test_kill_9_of_stable_owner_new_owner_loads_group_members_and_offsets(fleet,
 def test_kill_9_of_owner_during_rebalance_ends_stable_in_a_new_generation(fleet, zk, unique_name, phase):
     """some-joins: PreparingRebalance, a rejoined and c asked for an id, b not
     yet (nothing of the new round is stored). sync-parked: the join phase
-    completed (generation 3 handed out and stored as CompletingRebalance), the
-    follower's SyncGroup waits for the leader's. before-sync: the same, but
-    no SyncGroup was sent."""
+    completed (generation 3 handed out; it was reserved, so nothing of it is
+    stored either), the follower's SyncGroup waits for the leader's.
+    before-sync: the same, but no SyncGroup was sent."""
     d1, d2 = fleet.start_many(1, 2)
     group = unique_name("g")
     ledger = Ledger()
@@ -271,7 +274,7 @@ def test_kill_9_of_owner_during_rebalance_ends_stable_in_a_new_generation(fleet,
             assert {(r.error_code, r.generation_id) for r in answers} == {(E.NONE, 3)}
             for r in answers:
                 ledger.joined.setdefault(3, set()).add(r.member_id)
-            assert stored(zk, group) == ("CompletingRebalance", 3, {a.member_id, b.member_id, c.member_id})
+            assert stored(zk, group) == ("Stable", 2, {a.member_id, b.member_id})
             leader = answers[0].leader
             if phase == "sync-parked":
                 follower, client = next((m, cl) for m, cl in ((a, ca), (b, cb), (c, cc)) if m.member_id != leader)
@@ -291,19 +294,20 @@ def test_kill_9_of_owner_during_rebalance_ends_stable_in_a_new_generation(fleet,
             await client.close()
 
         if phase != "some-joins":
-            # The new owner took CompletingRebalance over as PreparingRebalance:
-            # generation 3's SyncGroup and Heartbeat say rejoin.
+            # The new owner loaded generation 2 (Stable) and knows that numbers
+            # up to the reservation may be in use: generation 3's SyncGroup and
+            # Heartbeat are refused, which makes the clients rejoin.
             deadline = time.monotonic() + WAIT_S
             synced = await a.call(a.sync_request(3, {}), deadline)
-            assert (synced.error_code, a.coordinator_id) == (E.REBALANCE_IN_PROGRESS, 2)
-            assert await b.heartbeat(deadline) is E.REBALANCE_IN_PROGRESS
+            assert (synced.error_code, a.coordinator_id) == (E.ILLEGAL_GENERATION, 2)
+            assert await b.heartbeat(deadline) is E.ILLEGAL_GENERATION
             a.needs_join = True
         final = await converge([a, b, c])
         await close_all([a, b, c])
         return before, final
 
     before, final = asyncio.run(scenario())
-    assert final > before
+    assert final > before and final > 100  # never a number daemon 1 may have handed out
     assert stored(zk, group) == ("Stable", final, {a.member_id, b.member_id, c.member_id})
     assert members_of(ledger, final) == {a.member_id, b.member_id, c.member_id}
     assert sorted(p for parts in ledger.synced[final].values() for p in parts) == list(range(6))
@@ -343,9 +347,9 @@ def test_paused_owner_is_fenced_and_steps_down_after_another_daemon_moved_on(fle
             m.bootstrap = bootstrap_of(d2)
         found = await find_until(d2, group, lambda f: f.error_code == E.NONE, "daemon 2 takes the group")
         assert owner_of(found) == owned_by(d2)
-        # Daemon 2 moves the group on: c joins, generation 3.
-        assert await converge([a, b, c]) == 3
-        assert stored(zk, group) == ("Stable", 3, {old_a, old_b, c.member_id})
+        # Daemon 2 moves the group on: c joins, generation 101 (above daemon 1's reservation).
+        assert await converge([a, b, c]) == 101
+        assert stored(zk, group) == ("Stable", 101, {old_a, old_b, c.member_id})
         deadline = time.monotonic() + WAIT_S
         owner0 = next(m for m in (a, b, c) if 0 in m.assignment)
         assert await owner0.commit({0: 300}, deadline) == [E.NONE]
@@ -385,7 +389,7 @@ def test_paused_owner_is_fenced_and_steps_down_after_another_daemon_moved_on(fle
         assert joined.error_code == E.NOT_COORDINATOR
         committed = await call(d1, commit_request(group, 2, old_a, {0: 998}))
         assert [p.error_code for t in committed.topics for p in t.partitions] == [E.NOT_COORDINATOR]
-        assert stored(zk, group) == ("Stable", 3, {old_a, old_b, c.member_id})
+        assert stored(zk, group) == ("Stable", 101, {old_a, old_b, c.member_id})
         assert stored_offset(zk, group, 0) == 300
         assert fleet.contenders(group) == [2]
 
@@ -395,7 +399,7 @@ def test_paused_owner_is_fenced_and_steps_down_after_another_daemon_moved_on(fle
         assert owner_of(found) == owned_by(d2)
         for m in (a, b, c):
             assert await m.heartbeat(time.monotonic() + WAIT_S) is E.NONE
-            assert (m.coordinator_id, m.generation) == (2, 3)
+            assert (m.coordinator_id, m.generation) == (2, 101)
         await close_all([a, b, c])
 
     asyncio.run(scenario())

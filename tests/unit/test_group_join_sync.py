@@ -46,7 +46,9 @@ def test_first_join_starts_initial_delay_and_parks():
         S.PREPARING_REBALANCE, 0, "m1", "consumer")
     assert dict(g.awaiting_join) == {"m1": "j1"} and g.new_members == {"m1"}
     assert g.join_deadline_ms == 3000 and g.initial_delay == InitialDelay(3000, 27_000)
-    assert out.replies == () and not out.persist
+    # A new group has no reserved generation: the first join reserves a block
+    # (written now, while the initial delay runs, not when the join phase ends).
+    assert out.replies == () and out.persist and g.generation_reserved == 100
     assert out.timers == (Schedule("session:m1", 300_000), Schedule("join", 3000))
 
 
@@ -55,7 +57,8 @@ def test_single_member_rebalance_end_to_end():
     h.join("j1", new_member_id="m1")
     h.now = 3000
     out = h.fire("join")
-    assert out.persist and h.group.state is S.COMPLETING_REBALANCE
+    # Generation 1 is already reserved: the end of the join phase writes nothing.
+    assert not out.persist and h.group.state is S.COMPLETING_REBALANCE
     assert h.payload("j1") == ok_join(1, "m1", members=[JoinMember("m1", None, b"meta")])
     assert out.timers == (Cancel("join"), Schedule("session:m1", 13_000), Schedule("sync", 33_000))
     assert h.group.pending_sync == {"m1"} and h.group.new_members == frozenset()
@@ -65,7 +68,8 @@ def test_single_member_rebalance_end_to_end():
     assert h.payload("s1") == SyncResult(E.NONE, "consumer", "range", b"A")
     assert out.timers == (Cancel("sync"), Schedule("session:m1", 14_000))
     assert len(h.records) == 2
-    assert h.records[0]["s"] == "CompletingRebalance" and h.records[1]["s"] == "Stable"
+    assert (h.records[0]["s"], h.records[0]["g"], h.records[0]["gr"]) == ("PreparingRebalance", 0, 100)
+    assert (h.records[1]["s"], h.records[1]["g"], h.records[1]["gr"]) == ("Stable", 1, 100)
 
 
 def test_two_member_rebalance_replies_and_leader_member_list():
@@ -152,7 +156,7 @@ def test_pending_member_blocks_join_completion_until_it_rejoins():
     h.join("l", "m1")
     assert h.group.state is S.PREPARING_REBALANCE and not h.answered("l")
     out = h.join("p2", "p1")
-    assert out.persist and h.group.state is S.COMPLETING_REBALANCE and h.group.generation_id == 2
+    assert not out.persist and h.group.state is S.COMPLETING_REBALANCE and h.group.generation_id == 2
     assert h.payload("l").members == (JoinMember("m1", None, b"meta"), JoinMember("p1", None, b"meta"))
     assert h.payload("p2") == ok_join(2, "p1")
 
@@ -174,15 +178,16 @@ def test_leader_rejoin_in_stable_rebalances():
     assert out.timers == (Schedule("join", 50_000),)
     assert h.heartbeat("hb", "m2").replies[0].payload == HeartbeatResult(E.REBALANCE_IN_PROGRESS)
     out = h.join("f", "m2")
-    assert out.persist and h.group.generation_id == 2
+    assert not out.persist and h.group.generation_id == 2  # generation 2 was reserved
     assert h.payload("f") == ok_join(2, "m2")
+    assert [r.token for r in out.replies] == ["l", "f"]  # the leader's answer first
     assert [m.member_id for m in h.payload("l").members] == ["m1", "m2"]
 
 
 def test_single_member_leader_rejoin_completes_at_once():
     h = stable_harness(1)
     out = h.join("l", "m1")
-    assert out.persist and h.group.state is S.COMPLETING_REBALANCE and h.group.generation_id == 2
+    assert not out.persist and h.group.state is S.COMPLETING_REBALANCE and h.group.generation_id == 2
     assert h.payload("l") == ok_join(2, "m1", members=[JoinMember("m1", None, b"meta")])
     # assignments of the previous generation are not written for CompletingRebalance
     assert "a" not in to_record(h.group)["m"][0]
@@ -276,7 +281,7 @@ def test_max_group_size_while_preparing_kicks_out_late_rejoiner():
     out = h.join("f", "m2")
     assert h.payload("f") == JoinResult.failed("", E.GROUP_MAX_SIZE_REACHED)
     assert list(h.group.members) == ["m1"] and h.group.generation_id == 2
-    assert out.persist and out.timer("session:m2") == Cancel("session:m2")
+    assert not out.persist and out.timer("session:m2") == Cancel("session:m2")
 
 
 def test_max_group_size_counts_rejoined_members_for_new_ones():
@@ -400,8 +405,8 @@ def test_leave_of_everyone_makes_group_empty_with_bumped_generation():
     assert [m.error for m in h.payload("l").members] == [E.NONE, E.NONE, E.UNKNOWN_MEMBER_ID]
     assert h.group.state is S.EMPTY and h.group.generation_id == 2
     assert h.group.protocol_name is None and h.group.leader_id is None
-    assert out.persist and h.records[-1] == {"v": 1, "s": "Empty", "g": 2, "os": "zookeeper",
-                                             "pt": "consumer"}
+    assert out.persist and h.records[-1] == {"v": 1, "s": "Empty", "g": 2, "gr": 100,
+                                             "os": "zookeeper", "pt": "consumer"}
     assert h.timers == {}
 
 
@@ -422,7 +427,7 @@ def test_leave_of_pending_member_completes_join_phase():
     assert h.group.state is S.PREPARING_REBALANCE
     out = h.leave("lv", ("p1", None))
     assert h.payload("lv").members == (LeaveMemberResult("p1", None, E.NONE),)
-    assert out.persist and h.group.generation_id == 2 and "pending:p1" not in h.timers
+    assert not out.persist and h.group.generation_id == 2 and "pending:p1" not in h.timers
 
 
 def test_leave_of_member_with_parked_join_answers_it():
@@ -498,3 +503,25 @@ def test_join_request_is_normalised():
     req = join_req("j", protocols=[("range", bytearray(b"x"))])  # type: ignore[arg-type]
     assert req.protocols == (("range", b"x"),)
     assert replace(req, member_id="m").member_id == "m"
+
+
+# -- generation reservations -------------------------------------------------------------
+
+def test_a_rebalance_writes_a_reservation_only_when_its_generation_is_not_reserved():
+    h = stable_harness(2)  # generation 1, generations up to 100 reserved
+    assert h.group.generation_reserved == 100
+    for generation in range(2, 101):
+        records = len(h.records)
+        out = h.join(f"lj{generation}", "m1")  # the leader rejoins: a rebalance starts
+        assert not out.persist and h.group.state is S.PREPARING_REBALANCE
+        out = h.join(f"fj{generation}", "m2")
+        assert not out.persist and h.group.generation_id == generation
+        h.sync(f"fs{generation}", "m2")
+        out = h.sync(f"ls{generation}", "m1", assignments={"m1": b"x", "m2": b"y"})
+        assert out.persist and len(h.records) == records + 1  # one write: the assignment
+    # Generation 101 is not reserved: the rebalance's start writes the next block.
+    out = h.join("lj101", "m1")
+    assert out.persist and h.group.state is S.PREPARING_REBALANCE and h.group.generation_reserved == 200
+    assert (h.records[-1]["s"], h.records[-1]["g"], h.records[-1]["gr"]) == ("PreparingRebalance", 100, 200)
+    out = h.join("fj101", "m2")
+    assert not out.persist and h.group.generation_id == 101

@@ -41,7 +41,7 @@ def roundtrip(group):
 def test_stable_record_is_exact_and_compact():
     g = stable_harness(2, instance_ids=True).group
     assert to_record(g) == {
-        "v": 1, "s": "Stable", "g": 1, "os": "zookeeper", "pt": "consumer", "pn": "range",
+        "v": 1, "s": "Stable", "g": 1, "gr": 100, "os": "zookeeper", "pt": "consumer", "pn": "range",
         "l": "m1",
         "m": [
             {"id": "m1", "c": "client", "h": "/10.0.0.1", "st": 10_000, "rt": 30_000,
@@ -74,7 +74,7 @@ def test_completing_record_has_no_assignments():
     h = stable_harness(2)
     h.join("l", "m1")
     h.join("f", "m2")
-    rec = h.records[-1]
+    rec = to_record(h.group)
     assert rec["s"] == "CompletingRebalance" and rec["g"] == 2
     assert all("a" not in m for m in rec["m"])
     assert roundtrip(h.group).state is S.COMPLETING_REBALANCE
@@ -91,7 +91,7 @@ def test_preparing_generation_zero_keeps_all_protocols():
 def test_empty_and_dead_records():
     h = stable_harness(1)
     h.leave("l", ("m1", None))
-    assert h.records[-1] == {"v": 1, "s": "Empty", "g": 2, "os": "zookeeper", "pt": "consumer"}
+    assert h.records[-1] == {"v": 1, "s": "Empty", "g": 2, "gr": 100, "os": "zookeeper", "pt": "consumer"}
     back = roundtrip(h.group)
     assert back.state is S.EMPTY and back.generation_id == 2 and back.size == 0
     dead = handle_delete(back).group
@@ -130,13 +130,14 @@ def test_malformed_records_raise_state_error(mutate):
 
 # -- how many writes ----------------------------------------------------------------
 
-def test_rebalance_of_fifty_members_costs_two_writes():
+def test_rebalance_of_fifty_members_costs_at_most_two_writes():
     h = Harness()
     for i in range(50):
         h.join(f"j{i}", new_member_id=f"m{i}")
-    assert h.records == []
+    # The first join reserved generations 1 to 100; the others wrote nothing.
+    assert len(h.records) == 1 and h.records[0]["s"] == "PreparingRebalance" and h.records[0]["gr"] == 100
     h.advance(6000)
-    assert len(h.records) == 1 and h.group.size == 50
+    assert len(h.records) == 1 and h.group.size == 50 and h.group.state is S.COMPLETING_REBALANCE
     for i in range(1, 50):
         h.sync(f"s{i}", f"m{i}")
         h.heartbeat(f"h{i}", f"m{i}")
@@ -144,13 +145,13 @@ def test_rebalance_of_fifty_members_costs_two_writes():
     h.sync("s0", "m0", assignments={f"m{i}": b"x" for i in range(50)})
     assert len(h.records) == 2 and h.records[-1]["s"] == "Stable"
     start = h.now
-    # a second rebalance: leader rejoins, everybody follows
+    # a second rebalance (leader rejoins, everybody follows): one write, its end
     for i in range(50):
         h.join(f"r{i}", f"m{i}")
-    assert len(h.records) == 3 and h.records[-1]["g"] == 2
+    assert len(h.records) == 2 and h.group.generation_id == 2
     for i in range(50):
         h.sync(f"t{i}", f"m{i}", assignments={} if i else {"m1": b"y"})
-    assert len(h.records) == 4 and h.now == start
+    assert len(h.records) == 3 and h.records[-1]["g"] == 2 and h.now == start
 
 
 # -- fail-over ------------------------------------------------------------------------
@@ -169,14 +170,43 @@ def test_load_stable_group_keeps_generation_and_arms_sessions():
     assert h.payload("s") == SyncResult(E.NONE, "consumer", "range", b"a-m1")
 
 
+def test_load_after_an_unwritten_generation_refuses_it_and_never_reuses_its_number():
+    old = stable_harness(2)
+    old.join("l", "m1")
+    old.join("f", "m2")  # generation 2 handed out unwritten (reserved), then the owner dies
+    assert old.group.generation_id == 2 and old.payload("f").generation_id == 2
+    record = old.records[-1]
+    assert (record["s"], record["g"], record["gr"]) == ("Stable", 1, 100)
+    out = load_group(from_record(GROUP_ID, record), 500_000, CFG)
+    g = out.group
+    assert g.state is S.STABLE and g.generation_id == 1 and not out.persist
+    h = Harness(group=g, now=500_000, timers={t.key: t.deadline_ms for t in out.timers})
+    h.heartbeat("hb-new", "m2", generation=2)  # got generation 2 from the dead owner
+    h.sync("s-new", "m2", generation=2)
+    h.heartbeat("hb-old", "m1", generation=1)
+    assert h.payload("hb-new") == HeartbeatResult(E.ILLEGAL_GENERATION)
+    assert h.payload("s-new") == SyncResult(E.ILLEGAL_GENERATION)
+    assert h.payload("hb-old") == HeartbeatResult(E.NONE)
+    # The follower rejoins with unchanged metadata: it gets generation 1 back (stored, so
+    # still everybody's); the leader rejoins: the next generation is above the reservation.
+    h.join("rf", "m2")
+    assert h.payload("rf").generation_id == 1 and h.group.state is S.STABLE
+    out = h.join("rl", "m1")
+    assert out.persist and h.records[-1]["gr"] == 200  # a new block, written as the rebalance starts
+    h.join("rf2", "m2")
+    assert h.group.generation_id == 101 and h.payload("rf2").generation_id == 101
+
+
 def test_load_completing_group_makes_members_rejoin():
     old = stable_harness(2)
     old.join("l", "m1")
-    old.join("f", "m2")  # generation 2 written, then the owner dies before SyncGroup
-    record = old.records[-1]
+    old.join("f", "m2")
+    record = to_record(old.group)  # a generation written at its start (a fresh reservation)
+    assert (record["s"], record["g"], record["gr"]) == ("CompletingRebalance", 2, 100)
     out = load_group(from_record(GROUP_ID, record), 500_000, CFG)
     g = out.group
-    assert g.state is S.PREPARING_REBALANCE and g.generation_id == 2 and not out.persist
+    assert g.state is S.PREPARING_REBALANCE and g.generation_id == 2
+    assert out.persist and g.generation_reserved == 200  # above the previous owner's numbers
     assert out.timers == (Schedule("join", 530_000), Schedule("session:m1", 510_000),
                           Schedule("session:m2", 510_000))
     h = Harness(group=g, now=500_000, timers={t.key: t.deadline_ms for t in out.timers})
@@ -188,21 +218,20 @@ def test_load_completing_group_makes_members_rejoin():
     assert h.payload("s") == SyncResult(E.REBALANCE_IN_PROGRESS)
     h.join("rl", "m1")
     h.join("rf", "m2")
-    assert h.group.generation_id == 3 and h.records[-1]["g"] == 3
-    assert h.payload("rf").error is E.NONE
+    assert h.group.generation_id == 101 and h.payload("rf").error is E.NONE
 
 
 def test_load_completing_group_drops_members_that_never_come_back():
     old = stable_harness(2)
     old.join("l", "m1")
     old.join("f", "m2")
-    out = load_group(from_record(GROUP_ID, old.records[-1]), 0, CFG)
+    out = load_group(from_record(GROUP_ID, to_record(old.group)), 0, CFG)
     h = Harness(group=out.group, timers={t.key: t.deadline_ms for t in out.timers})
     h.join("rl", "m1")
     h.advance(9_999)
     assert h.group.state is S.PREPARING_REBALANCE
     h.advance(10_000)  # m2 never reaches the new owner: its session lapses
-    assert list(h.group.members) == ["m1"] and h.group.generation_id == 3
+    assert list(h.group.members) == ["m1"] and h.group.generation_id == 101
     assert h.group.state is S.COMPLETING_REBALANCE and h.payload("rl").error is E.NONE
 
 

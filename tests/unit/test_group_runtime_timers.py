@@ -281,35 +281,59 @@ class GatedStore:
         return (version or 0) + 1
 
 
+async def _completing_runtime(persist) -> tuple[GroupRuntime, list]:
+    """A runtime whose group has members m1 (leader) and m2 in generation 1,
+    CompletingRebalance (their joins answered), and m2's SyncGroup parked
+    with a render that logs what it renders."""
+    runtime = GroupRuntime("g", CONFIG, persist, on_step_down=lambda g: None)
+    await runtime.load(None, None)
+
+    async def join(member):
+        token = runtime.next_token()
+        req = _join(token, new_member_id=member)
+        return await runtime.call(token, lambda g, now: core.handle_join(g, req, now, CONFIG))
+
+    joins = [asyncio.create_task(join(m)) for m in ("m1", "m2")]
+    assert [r.generation_id for r in await asyncio.gather(*joins)] == [1, 1]
+    assert runtime.group.state is core.GroupState.COMPLETING_REBALANCE
+    rendered: list = []
+
+    def render(result):
+        rendered.append(result)
+        return ("answer", result.error, result.assignment)
+
+    token = runtime.next_token()
+    req = core.SyncRequest(token, "m2", 1)
+    follower = asyncio.create_task(runtime.call(token, lambda g, now: core.handle_sync(g, req, now, CONFIG), render))
+    while token not in runtime._futures:
+        await asyncio.sleep(0.01)
+    return runtime, [follower, rendered]
+
+
+def _leader_sync(runtime: GroupRuntime):
+    token = runtime.next_token()
+    req = core.SyncRequest(token, "m1", 1, assignments={"m1": b"a1", "m2": b"a2"})
+    return asyncio.create_task(runtime.call(token, lambda g, now: core.handle_sync(g, req, now, CONFIG)))
+
+
 def test_parked_replies_are_rendered_while_the_write_is_in_flight_and_released_after_it():
     async def scenario():
-        rendered: list = []
-        store = GatedStore(rendered)
-        runtime = GroupRuntime("g", CONFIG, store, on_step_down=lambda g: None)
-        await runtime.load(None, None)
-
-        def render(result):
-            rendered.append(result.member_id)
-            return ("answer", result.member_id, result.generation_id)
-
-        async def join(member):
-            token = runtime.next_token()
-            req = _join(token, new_member_id=member)
-            return await runtime.call(token, lambda g, now: core.handle_join(g, req, now, CONFIG), render)
-
-        # two new members: parked until the join timer (0 ms initial delay) completes the phase
-        tasks = [asyncio.create_task(join(m)) for m in ("m1", "m2")]
-        while len(runtime.group.members) < 2 or runtime._lock.locked() is False:
-            await asyncio.sleep(0.01)
-        # the write is in flight (the gate is shut): both answers are rendered, none released
-        while len(rendered) < 2:
-            await asyncio.sleep(0.01)
-        assert not any(t.done() for t in tasks) and runtime.group.generation_id == 0
+        store = GatedStore([])
         store.gate.set()
-        answers = await asyncio.gather(*tasks)
-        assert sorted(answers) == [("answer", "m1", 1), ("answer", "m2", 1)]
-        assert store.seen == [(0, 2)]  # sent before any render, accepted after both
-        assert runtime.group.generation_id == 1
+        runtime, (follower, rendered) = await _completing_runtime(store)
+        store.rendered = rendered
+        store.gate = asyncio.Event()  # shut: the leader's SyncGroup write waits
+        leader = _leader_sync(runtime)
+        # the write is in flight: the follower's answer is rendered, not released
+        while not rendered:
+            await asyncio.sleep(0.01)
+        assert not follower.done() and not leader.done()
+        assert runtime.group.state is core.GroupState.COMPLETING_REBALANCE
+        store.gate.set()
+        assert await follower == ("answer", E.NONE, b"a2")
+        assert (await leader).assignment == b"a1"
+        assert store.seen[-1] == (0, 1)  # sent before the render, accepted after it
+        assert runtime.group.state is core.GroupState.STABLE
         await runtime.unload("test over")
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
@@ -341,19 +365,20 @@ def test_a_render_that_fails_during_the_write_fails_in_its_caller():
 def test_a_refused_write_releases_no_rendered_reply():
     async def scenario():
         from zkcoord.errors import NotOwnerError
+        refusing = False
 
-        async def refuse(group_id, record, version):
-            raise NotOwnerError("deposed", group_id)
+        async def persist(group_id, record, version):
+            if refusing:
+                raise NotOwnerError("deposed", group_id)
+            return (version or 0) + 1
 
-        runtime = GroupRuntime("g", CONFIG, refuse, on_step_down=lambda g: None)
-        await runtime.load(None, None)
-        token = runtime.next_token()
-        req = _join(token)
-        answer = await runtime.call(token, lambda g, now: core.handle_join(g, req, now, CONFIG),
-                                    lambda result: ("answer", result.error, result.generation_id))
-        # what the refused outcome would have answered (generation 1) is never
-        # released; the step-down answers the parked join NOT_COORDINATOR
-        assert answer == ("answer", E.NOT_COORDINATOR, -1)
+        runtime, (follower, rendered) = await _completing_runtime(persist)
+        refusing = True
+        with pytest.raises(Exception, match="deposed"):
+            await _leader_sync(runtime)
+        # what the refused outcome would have answered (assignment a2) is never
+        # released; the step-down answers the parked SyncGroup NOT_COORDINATOR
+        assert await follower == ("answer", E.NOT_COORDINATOR, b"")
         assert runtime.group.state is core.GroupState.DEAD and not runtime.active
 
     asyncio.run(asyncio.wait_for(scenario(), 10))

@@ -130,7 +130,9 @@ async def test_grace_zero_removes_a_member_whose_connection_closed_and_rebalance
     handler.connection_closed(info(3))
     await wait_for(lambda: "m3" not in runtime.group.members)
     assert runtime.group.state is S.PREPARING_REBALANCE and list(runtime.group.members) == ["m1", "m2"]
-    assert manager.store.writes == []  # nothing persisted until the join phase ends, as for a session expiry
+    # As for a session expiry: the rebalance's start writes only because this daemon took the
+    # group over and reserves generations above its previous owner's (stored: 1 to 100).
+    assert [(w[1]["s"], w[1]["g"], w[1]["gr"]) for w in manager.store.writes] == [("PreparingRebalance", 1, 200)]
     # the others learn of it at their next heartbeat
     assert handler.handle_now(heartbeat_request("m1"), info(1)).error_code == E.REBALANCE_IN_PROGRESS
 

@@ -29,9 +29,11 @@ Where this differs from Kafka, on purpose:
   UNKNOWN_MEMBER_ID; Kafka leaves both unanswered. No token is ever leaked.
 * A static member that replaces its member id inherits the pending-SyncGroup
   obligation of the old id (Kafka's leftover old id forces a rebalance).
-* The join phase's end is persisted too (state CompletingRebalance), so a
-  generation number is never handed out twice across fail-overs; see
-  :func:`load_group` for how such a record is taken over.
+* Generation numbers are reserved in the stored record in blocks (``gr``),
+  so a generation number is never handed out twice across fail-overs while
+  a rebalance writes only its end (Kafka can reuse a number after a
+  coordinator fail-over); see :func:`~zkcoord.core.rebalance.reserve_generation`
+  and :func:`load_group`.
 * New member ids come from the request (``JoinRequest.new_member_id``).
 """
 

@@ -6,13 +6,15 @@ a record read by a new owner into a live group with fresh timers.
 
 Record format (version 1), JSON with short keys, bytes in base64::
 
-    {"v": 1, "s": "Stable", "g": 7, "pt": "consumer", "pn": "range",
+    {"v": 1, "s": "Stable", "g": 7, "gr": 106, "pt": "consumer", "pn": "range",
      "l": "<leader id>", "os": "zookeeper",
      "m": [{"id": "<member id>", "i": "<instance id>", "c": "<client id>",
             "h": "<client host>", "st": 10000, "rt": 300000,
             "p": [["range", "<b64 metadata>"]], "a": "<b64 assignment>"}]}
 
-Absent / empty values are left out. Like Kafka's group metadata record, a
+``gr`` is the highest generation number reserved (absent: equal to ``g``):
+the owner may hand out generations up to it without writing, so a new owner
+starts above it. Absent / empty values are left out. Like Kafka's group metadata record, a
 member keeps only the metadata of the selected protocol (all its protocols
 only if it does not support the selected one, or none is selected yet), and
 assignments are written only for a Stable group: in CompletingRebalance they
@@ -74,6 +76,8 @@ def to_record(group: Group) -> dict[str, Any]:
         "g": group.generation_id,
         "os": group.offset_storage,
     }
+    if group.generation_reserved > group.generation_id:
+        rec["gr"] = group.generation_reserved
     if group.protocol_type is not None:
         rec["pt"] = group.protocol_type
     if group.protocol_name is not None:
@@ -115,6 +119,7 @@ def from_record(group_id: str, record: Mapping[str, Any]) -> Group:
             protocol_type=protocol_type,
             protocol_name=record.get("pn"),
             generation_id=int(record["g"]),
+            generation_reserved=max(int(record.get("gr", 0)), int(record["g"])),
             leader_id=record.get("l"),
             members={m.member_id: m for m in members},
             static_members={m.group_instance_id: m.member_id
@@ -138,7 +143,8 @@ def _persisted_only(group: Group) -> Group:
         group_id=group.group_id, state=group.state, protocol_type=group.protocol_type,
         protocol_name=group.protocol_name, generation_id=group.generation_id,
         leader_id=group.leader_id, members=group.members, static_members=group.static_members,
-        offset_storage=group.offset_storage,
+        offset_storage=group.offset_storage, generation_reserved=group.generation_reserved,
+        generation_floor=group.generation_reserved if group.generation_reserved > group.generation_id else 0,
     )
 
 
@@ -147,24 +153,34 @@ def load_group(record_group: Group, now_ms: int, config: GroupConfig) -> Outcome
     (Kafka's ``onGroupLoaded``, extended to the states our records can hold).
 
     Every member gets a fresh session deadline: members that are alive keep
-    heartbeating to the new owner; the others expire as usual. By loaded state:
+    heartbeating to the new owner; the others expire as usual. The previous
+    owner may have handed out every generation up to the stored reservation
+    (``gr``) without writing, so the next generation here is above it
+    (``generation_floor``); a member holding such a generation gets
+    ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID and rejoins. By loaded state:
 
     * Empty (or Dead): nothing to arm; it stays as it is.
     * Stable (the last assignment was stored): stays Stable, so the members
-      carry on with their generation; heartbeats succeed. If the group is
+      carry on with their generation; heartbeats succeed. A rebalance the
+      previous owner had started but not ended is forgotten: its members'
+      newer generation is refused and they rejoin, getting the stored
+      generation back (no partition changed hands in between, since a
+      generation's assignment is only handed out once stored). If the group is
       larger than ``max_group_size`` it rebalances, as Kafka does.
-    * CompletingRebalance (the previous owner created the generation but died
+    * CompletingRebalance (the previous owner created the generation, on a
+      fresh reservation or as earlier zkcoord versions always did, but died
       before the leader's assignment was stored): the assignment is lost, so
       the members must rejoin: -> PreparingRebalance with the join deadline
       one rebalance timeout away. Heartbeats and SyncGroups of the new
       generation get REBALANCE_IN_PROGRESS, those of older generations
       ILLEGAL_GENERATION; both make the client rejoin, and the next
       generation number is never reused.
-    * PreparingRebalance (never written by this module, accepted anyway):
-      stays, with a fresh join deadline.
+    * PreparingRebalance (written when a rebalance starts that needs a new
+      reservation): stays, with a fresh join deadline.
 
-    Persist: no; the stored record stays valid for a further fail-over (only
-    if nobody is left to rejoin does the join phase end at once and persist).
+    Persist: only when a rebalance starts here, to reserve generations above
+    the floor (:func:`~zkcoord.core.rebalance.reserve_generation`); otherwise
+    the stored record stays valid for a further fail-over.
     """
     w = Draft.of(_persisted_only(record_group), now_ms, config)
     if w.state in (S.EMPTY, S.DEAD):

@@ -245,8 +245,15 @@ class Group:
     """An immutable snapshot of one classic group.
 
     Persisted part: ``state``, ``protocol_type``, ``protocol_name``,
-    ``generation_id``, ``leader_id``, ``members``, ``offset_storage``
-    (``static_members`` is derived from ``members``).
+    ``generation_id``, ``leader_id``, ``members``, ``offset_storage``,
+    ``generation_reserved`` (``static_members`` is derived from ``members``).
+
+    ``generation_reserved`` is the highest generation number this group's
+    owners may hand out without writing first: a JoinGroup answer never
+    carries a generation above the stored value, so a new owner that loads
+    the record starts above it and never hands a number out twice, while a
+    rebalance whose number is already reserved writes only its end (the
+    leader's assignment), as Kafka does.
 
     In-memory part (rebuilt after fail-over, never written):
 
@@ -261,7 +268,10 @@ class Group:
     * ``session_deadlines``: member id -> deadline of its ``session:`` timer;
     * ``new_member_added``, ``join_deadline_ms``, ``initial_delay``: the join
       phase timer (Kafka's ``DelayedJoin`` / ``InitialDelayedJoin``);
-    * ``sync_deadline_ms`` / ``sync_generation``: the pending-sync timer.
+    * ``sync_deadline_ms`` / ``sync_generation``: the pending-sync timer;
+    * ``generation_floor``: set when a group is taken over, to the loaded
+      ``generation_reserved``: generations up to it may have been handed out
+      by the previous owner, so the next one is above it.
     """
 
     group_id: str
@@ -273,6 +283,7 @@ class Group:
     members: FrozenMap[str, Member] = _NO_MAP
     static_members: FrozenMap[str, str] = _NO_MAP
     offset_storage: str = "zookeeper"
+    generation_reserved: int = 0
     awaiting_join: FrozenMap[str, Token] = _NO_MAP
     awaiting_sync: FrozenMap[str, Token] = _NO_MAP
     pending_members: FrozenMap[str, int] = _NO_MAP
@@ -284,6 +295,7 @@ class Group:
     initial_delay: InitialDelay | None = None
     sync_deadline_ms: int | None = None
     sync_generation: int | None = None
+    generation_floor: int = 0
 
     def __post_init__(self) -> None:
         for name in ("members", "static_members", "awaiting_join", "awaiting_sync",

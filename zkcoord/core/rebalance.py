@@ -13,9 +13,14 @@ the join phase into a new generation, propagating the leader's assignment,
 and session / pending-sync bookkeeping. Each function names the Kafka method
 it mirrors.
 
-Persist rule: only :func:`complete_join` (new generation, or the group became
-Empty) and the callers documented in ``group.py`` set ``persist``; nothing in
-the join phase itself does, so a rebalance costs at most two writes.
+Persist rule: a rebalance writes its end (the leader's assignment, set by
+``group.py``'s SyncGroup handler) and, only when the group runs out of
+reserved generation numbers, a reservation of the next
+:data:`GENERATION_BLOCK` numbers when it starts (:func:`prepare_rebalance`;
+:func:`complete_join` as a backstop). :func:`complete_join` also writes a
+group that it leaves Empty, as Kafka does. So a rebalance costs at most two
+writes, and usually one, and the write at the start is off the critical path
+(the old members are still to notice the rebalance at their next heartbeat).
 """
 
 from __future__ import annotations
@@ -55,6 +60,11 @@ from zkcoord.core.messages import (
 
 S = GroupState
 
+#: Generation numbers reserved by one write (see :func:`reserve_generation`).
+#: After a fail-over the numbers jump by up to this much; Kafka clients only
+#: compare generations for equality.
+GENERATION_BLOCK = 100
+
 
 @dataclass
 class Draft:
@@ -81,6 +91,8 @@ class Draft:
     initial_delay: InitialDelay | None
     sync_deadline_ms: int | None
     sync_generation: int | None
+    generation_reserved: int
+    generation_floor: int
     replies: list[Reply] = field(default_factory=list)
     timers: dict[str, TimerOp] = field(default_factory=dict)
     persist: bool = False
@@ -99,7 +111,8 @@ class Draft:
             new_members=set(group.new_members), session_deadlines=group.session_deadlines.thaw(),
             new_member_added=group.new_member_added, join_deadline_ms=group.join_deadline_ms,
             initial_delay=group.initial_delay, sync_deadline_ms=group.sync_deadline_ms,
-            sync_generation=group.sync_generation,
+            sync_generation=group.sync_generation, generation_reserved=group.generation_reserved,
+            generation_floor=group.generation_floor,
         )
 
     def freeze(self) -> Group:
@@ -113,6 +126,7 @@ class Draft:
             session_deadlines=self.session_deadlines, new_member_added=self.new_member_added,
             join_deadline_ms=self.join_deadline_ms, initial_delay=self.initial_delay,
             sync_deadline_ms=self.sync_deadline_ms, sync_generation=self.sync_generation,
+            generation_reserved=self.generation_reserved, generation_floor=self.generation_floor,
         )
 
     def outcome(self) -> Outcome:
@@ -136,6 +150,7 @@ class Draft:
             and self.new_member_added == b.new_member_added
             and self.join_deadline_ms == b.join_deadline_ms and self.initial_delay == b.initial_delay
             and self.sync_deadline_ms == b.sync_deadline_ms and self.sync_generation == b.sync_generation
+            and self.generation_reserved == b.generation_reserved and self.generation_floor == b.generation_floor
             and b.session_deadlines == self.session_deadlines and b.members == self.members
             and b.static_members == self.static_members and b.awaiting_join == self.awaiting_join
             and b.awaiting_sync == self.awaiting_sync and b.pending_members == self.pending_members
@@ -340,11 +355,31 @@ def maybe_prepare_rebalance(w: Draft) -> None:
         prepare_rebalance(w)
 
 
+def next_generation(w: Draft) -> int:
+    """The number the next generation gets: above the current one and above
+    any the previous owner may have handed out (``generation_floor``)."""
+    return max(w.generation_id, w.generation_floor) + 1
+
+
+def reserve_generation(w: Draft, generation: int) -> None:
+    """Make sure ``generation`` is covered by the stored reservation; if it
+    is not, reserve it and the :data:`GENERATION_BLOCK` - 1 after it.
+
+    Persist: only when a new block is reserved."""
+    if generation > w.generation_reserved:
+        w.generation_reserved = generation + GENERATION_BLOCK - 1
+        w.persist = True
+
+
 def prepare_rebalance(w: Draft) -> None:
     """Kafka's ``prepareRebalance``: fail parked SyncGroups with
     REBALANCE_IN_PROGRESS, drop the pending-sync timer, arm the join timer
     (the initial delay when coming from Empty, else the group's rebalance
-    timeout) and enter PreparingRebalance."""
+    timeout) and enter PreparingRebalance.
+
+    Persist: only if the coming generation's number is not reserved yet
+    (:func:`reserve_generation`), so that the write is done while the members
+    rejoin rather than when the join phase ends."""
     if w.state is S.COMPLETING_REBALANCE:
         reset_and_propagate_assignment_error(w, ErrorCode.REBALANCE_IN_PROGRESS)
     remove_sync_expiration(w)
@@ -357,6 +392,7 @@ def prepare_rebalance(w: Draft) -> None:
         w.join_deadline_ms = w.now_ms + w.rebalance_timeout_ms
     w.transition(S.PREPARING_REBALANCE)
     w.schedule(JOIN_KEY, w.join_deadline_ms)
+    reserve_generation(w, next_generation(w))
     try_complete_join(w)
 
 
@@ -388,9 +424,14 @@ def complete_join(w: Draft) -> None:
     then either wait another rebalance timeout (nobody rejoined but static
     members remain) or start the next generation.
 
-    Persist: yes, whether the new generation has members (CompletingRebalance
-    with the chosen protocol, leader and members) or none (Empty with a
-    bumped generation, as Kafka writes it)."""
+    Persist: when the group ends up Empty (with a bumped generation, as
+    Kafka writes it), or when the new generation's number was not reserved
+    yet. A new generation with members is otherwise written with its
+    assignment, at the leader's SyncGroup: if this owner dies before then, the
+    next one loads the last assignment and, knowing the reservation, starts
+    its own generations above every number handed out here.
+    The leader's JoinGroup answer is released first: the leader's assignment
+    is what the rest of the rebalance waits for."""
     w.cancel(JOIN_KEY)
     w.join_deadline_ms = None
     w.initial_delay = None
@@ -401,10 +442,14 @@ def complete_join(w: Draft) -> None:
         w.schedule(JOIN_KEY, w.join_deadline_ms)
         return
     _init_next_generation(w)
-    w.persist = True
     if w.state is S.EMPTY:
+        w.persist = True
         return
-    for mid in list(w.members):
+    order = list(w.members)
+    if w.leader_id in w.members:
+        order.remove(w.leader_id)
+        order.insert(0, w.leader_id)
+    for mid in order:
         token = w.awaiting_join.pop(mid, None)
         if token is not None:
             w.reply(token, JOIN, join_result(w, mid))
@@ -417,8 +462,11 @@ def complete_join(w: Draft) -> None:
 
 
 def _init_next_generation(w: Draft) -> None:
-    """Kafka's ``initNextGeneration``."""
-    w.generation_id += 1
+    """Kafka's ``initNextGeneration``, numbered by :func:`next_generation`
+    and covered by the reservation."""
+    w.generation_id = next_generation(w)
+    w.generation_floor = 0
+    reserve_generation(w, w.generation_id)
     if w.members:
         w.protocol_name = select_protocol(w.members)
         w.transition(S.COMPLETING_REBALANCE)

@@ -156,12 +156,14 @@ class GroupRuntime:
 
     def __init__(self, group_id: str, config: core.GroupConfig, persist: PersistFn,
                  on_step_down: Callable[[str], None], clock: Callable[[], int] = monotonic_ms,
-                 on_persisted: Callable[[core.Group], None] | None = None):
+                 on_persisted: Callable[[core.Group], None] | None = None,
+                 on_transition: Callable[[core.Group], None] | None = None):
         self.group_id = group_id
         self.config = config
         self._persist = persist
         self._on_step_down = on_step_down
         self._on_persisted = on_persisted  # membership or generation changed
+        self._on_transition = on_transition  # state or generation changed (written or not)
         self._clock = clock
         self.group: core.Group = core.new_group(group_id)
         self.version: int | None = None  # znode version of the state; None: absent
@@ -316,7 +318,10 @@ class GroupRuntime:
 
     def _commit(self, outcome: core.Outcome, rendered: dict[Any, Any] | None = None) -> None:
         """Step 3: apply an outcome whose write (if any) was accepted."""
-        self.group = outcome.group
+        before, self.group = self.group, outcome.group
+        if self._on_transition is not None and (before.state is not self.group.state
+                                                or before.generation_id != self.group.generation_id):
+            self._on_transition(self.group)
         if outcome.persist and self._on_persisted is not None:
             self._on_persisted(outcome.group)
         if outcome.timers:

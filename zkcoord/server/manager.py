@@ -118,7 +118,8 @@ class GroupManager:
         try:
             record, version = await self.store.load(group_id)
             runtime = GroupRuntime(group_id, self.group_config, self._persist, self._stepped_down,
-                                   on_persisted=self._on_persisted)
+                                   on_persisted=self._on_persisted,
+                                   on_transition=None if self.metrics is None else self.metrics.observe_transition)
             if self.metrics is not None:
                 self.metrics.observe_loaded(core.from_record(group_id, record) if record else runtime.group)
             await runtime.load(record, None if version is None or version < 0 else version)
@@ -180,12 +181,10 @@ class GroupManager:
             self.topic_watcher.untrack(group_id)
 
     def _on_persisted(self, group: core.Group) -> None:
-        """A runtime wrote the group's state: log it, watch its topics, count rebalances."""
+        """A runtime wrote the group's state: log it, watch its topics."""
         log.info("group %s: %s, generation %d, leader %s, members [%s]", group.group_id, group.state.value,
                  group.generation_id, group.leader_id or "-", ", ".join(group.members))
         self._track_topics(group)
-        if self.metrics is not None:
-            self.metrics.observe_persisted(group)
 
     # -- topic metadata --------------------------------------------------------------
     def _track_topics(self, group: core.Group) -> None:

@@ -8,9 +8,9 @@ metric                                     type       meaning
 =========================================  =========  ==========================================
 ``zkcoord_groups_owned``                   gauge      groups this daemon serves (loaded, active)
 ``zkcoord_group_members``                  gauge      members summed over the owned groups
-``zkcoord_rebalances_total``               counter    new generations persisted by this daemon
-``zkcoord_rebalance_duration_seconds``     histogram  from the persisted CompletingRebalance write
-                                                      of a generation to its persisted Stable write
+``zkcoord_rebalances_total``               counter    new generations started by this daemon
+``zkcoord_rebalance_duration_seconds``     histogram  from the start of PreparingRebalance to the
+                                                      group's Stable write (the leader's assignment)
 ``zkcoord_requests_total{api,error}``      counter    Kafka requests answered; ``error`` is the
                                                       Kafka error name of the response (top-level
                                                       ``error_code``, else the first nonzero nested
@@ -22,9 +22,9 @@ metric                                     type       meaning
                                                       storage mode (zookeeper, dual, kafka)
 =========================================  =========  ==========================================
 
-The rebalance duration leaves out PreparingRebalance (it is not persisted
-with a timestamp): it measures the sync phase only, from the write that
-completes the join to the write that makes the group Stable.
+Both follow the owner's in-memory state changes (:meth:`Metrics.observe_transition`),
+so they count a rebalance whether or not its start was written; a group
+taken over in the middle of a rebalance is timed from its loading.
 
 HTTP (a tiny HTTP/1.1 responder on :func:`asyncio.start_server`; one request
 per connection): ``GET /metrics`` is the text exposition, ``GET /health``
@@ -93,7 +93,7 @@ class DaemonMetrics:
         self._clock = clock
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.rebalances = Counter("zkcoord_rebalances_total", "New group generations persisted.", registry=r)
+        self.rebalances = Counter("zkcoord_rebalances_total", "New group generations started.", registry=r)
         self.rebalance_duration = Histogram(
             "zkcoord_rebalance_duration_seconds",
             "From a generation's persisted CompletingRebalance write to its persisted Stable write.", registry=r)
@@ -106,7 +106,7 @@ class DaemonMetrics:
                                       ["mode"], registry=r)
         r.register(_ScrapeTimeCollector(self))
         self._generations: dict[str, int] = {}  # group -> last generation seen
-        self._completing: dict[str, tuple[int, float]] = {}  # group -> (generation, CompletingRebalance written)
+        self._preparing: dict[str, float] = {}  # group -> when its PreparingRebalance began
 
     # -- hooks --------------------------------------------------------------------
     def observe_request(self, api: str, response, duration_s: float | None = None) -> None:
@@ -117,24 +117,23 @@ class DaemonMetrics:
     def observe_loaded(self, group) -> None:
         """A group was loaded: its stored generation is not a new one."""
         self._generations[group.group_id] = group.generation_id
-        self._completing.pop(group.group_id, None)
+        self._preparing.pop(group.group_id, None)
 
-    def observe_persisted(self, group) -> None:
-        """A runtime wrote the group's state (GroupRuntime's on_persisted)."""
+    def observe_transition(self, group) -> None:
+        """An owned group changed state or generation (GroupRuntime's on_transition;
+        the change is applied: written first if it had to be)."""
         group_id, generation = group.group_id, group.generation_id
         if generation > self._generations.get(group_id, 0):
             self.rebalances.inc()
         self._generations[group_id] = generation
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            started = self._completing.get(group_id)
-            if started is None or started[0] != generation:
-                self._completing[group_id] = (generation, self._clock())
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._preparing.setdefault(group_id, self._clock())
         elif group.state is GroupState.STABLE:
-            started = self._completing.pop(group_id, None)
-            if started is not None and started[0] == generation:
-                self.rebalance_duration.observe(max(0.0, self._clock() - started[1]))
-        else:
-            self._completing.pop(group_id, None)
+            started = self._preparing.pop(group_id, None)
+            if started is not None:
+                self.rebalance_duration.observe(max(0.0, self._clock() - started))
+        elif group.state is not GroupState.COMPLETING_REBALANCE:
+            self._preparing.pop(group_id, None)
             if group.state is GroupState.DEAD:
                 self._generations.pop(group_id, None)
 
