@@ -96,7 +96,7 @@ class DaemonMetrics:
         self.rebalances = Counter("zkcoord_rebalances_total", "New group generations started.", registry=r)
         self.rebalance_duration = Histogram(
             "zkcoord_rebalance_duration_seconds",
-            "From a generation's persisted CompletingRebalance write to its persisted Stable write.", registry=r)
+            "From the start of PreparingRebalance to the group's Stable write.", registry=r)
         self.requests = Counter("zkcoord_requests_total", "Kafka requests answered.", ["api", "error"], registry=r)
         self.request_latency = Histogram("zkcoord_request_latency_seconds", "Time to answer a Kafka request.",
                                          ["api"], registry=r)
