@@ -31,6 +31,20 @@ The manager also stamps the configured rebalance timeout on JoinGroup
 (kafka-python always sends ``max_poll_interval_ms`` there, as the Java
 consumer does) and waits for the JoinGroup answer that long.
 
+The first lookup overlaps the broker bootstrap. ``KafkaConsumer`` connects
+to a broker, asks it for ApiVersions and Metadata and only then builds its
+coordinator, whose first ``poll()`` connects to a daemon, asks it for
+ApiVersions and FindCoordinator, then connects to the named daemon and asks
+it for ApiVersions before its JoinGroup: two chains of round trips, one
+after the other, before a new member can join. None of the daemon's steps
+needs the broker's answers, so the manager sends the group's first
+FindCoordinator when the bootstrap starts, opens the connection to the
+daemon it names, and hands that answer to the coordinator's first lookup
+(if it comes within :data:`PREFETCH_MAX_AGE_S`; otherwise, or if the lookup
+failed, the coordinator looks up as usual). The Java consumer does the same
+work in parallel on its first poll. Nothing else changes: the same request,
+the same answer handling, the same connections.
+
 It is handed to ``KafkaConsumer`` through its documented ``kafka_client``
 option (see :func:`client_factory`); nothing of kafka-python is patched.
 """
@@ -47,7 +61,7 @@ from kafka.net.compat import KafkaNetClient
 from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
 from kafka.protocol.consumer import JoinGroupRequest
-from kafka.protocol.metadata import FindCoordinatorRequest, MetadataResponse
+from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataResponse
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +69,9 @@ DAEMON_NODE_PREFIX = "zkcoord-"
 # kafka-python waits this much longer than the rebalance timeout for a
 # JoinGroup answer, as the Java consumer does.
 JOIN_GRACE_MS = 5_000
+# A FindCoordinator answer prefetched during the bootstrap is given to the
+# coordinator's first lookup only this soon after it arrived.
+PREFETCH_MAX_AGE_S = 1.0
 
 
 def daemon_nodes(addresses: tuple[tuple[str, int], ...]) -> dict[str, MetadataResponse.MetadataResponseBroker]:
@@ -99,9 +116,23 @@ class ZkcoordConnectionManager(KafkaConnectionManager):
         self._next_lookup_at = 0.0
         self._daemon_ids = list(self.cluster.daemons)
         self._rotation = itertools.cycle(range(len(self._daemon_ids)))
+        self._group_id = configs.get("group_id")
+        self._prefetch: Future | None = None  # the first lookup, until the coordinator takes it
+        self._prefetch_started = False
+        self._prefetch_answered_at = 0.0
+
+    def bootstrap_async(self, timeout_ms=None, refresh=True):
+        future = super().bootstrap_async(timeout_ms, refresh)
+        if not self._prefetch_started and self._group_id is not None:
+            self._prefetch_started = True
+            self._prefetch_coordinator()
+        return future
 
     def send(self, request, node_id=None, request_timeout_ms=None):
         if request.API_KEY == FindCoordinatorRequest.API_KEY:
+            prefetched = self._take_prefetch(request)
+            if prefetched is not None:
+                return prefetched
             return self._paced_lookup(request, request_timeout_ms)
         if request.API_KEY == JoinGroupRequest.API_KEY and self.rebalance_timeout_ms is not None:
             request.rebalance_timeout_ms = self.rebalance_timeout_ms
@@ -127,6 +158,38 @@ class ZkcoordConnectionManager(KafkaConnectionManager):
         paced = Future()
         self._net.call_later(wait_s, lambda: lookup().chain(paced))
         return paced
+
+    def _prefetch_coordinator(self) -> None:
+        """Send the group's FindCoordinator now and connect to the daemon it
+        names (on the I/O thread, while the bootstrap runs)."""
+        group = self._group_id
+        request = FindCoordinatorRequest(key=group, key_type=CoordinatorType.GROUP, coordinator_keys=[group])
+        self._prefetch = self._paced_lookup(request, None)
+        self._prefetch.add_callback(self._prefetch_answered)
+
+    def _prefetch_answered(self, response) -> None:
+        self._prefetch_answered_at = time.monotonic()
+        result = response.coordinators[0] if response.coordinators else response
+        if result.error_code != 0:
+            return
+        try:
+            node_id = self.cluster.add_coordinator(result, CoordinatorType.GROUP, self._group_id)
+            self.get_connection(node_id)
+        except Exception as exc:  # the coordinator's own lookup and connect report it
+            log.debug("prefetched coordinator: not connecting now: %s", exc)
+
+    def _take_prefetch(self, request) -> Future | None:
+        """The prefetched lookup for the coordinator's first one, if it is
+        for this group, in flight or answered recently, and not failed."""
+        future, self._prefetch = self._prefetch, None
+        if future is None or future.failed():
+            return None
+        if request.key_type != CoordinatorType.GROUP or list(request.coordinator_keys or [request.key]) != [
+                self._group_id]:
+            return None
+        if future.is_done and time.monotonic() - self._prefetch_answered_at > PREFETCH_MAX_AGE_S:
+            return None
+        return future
 
     def pick_daemon(self) -> str:
         """A connected, idle daemon if there is one; else the next one in
