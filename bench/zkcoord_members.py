@@ -60,9 +60,9 @@ def start_tracing() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(created).3f %(threadName)s %(name)s %(message)s"))
     logging.getLogger().addHandler(handler)
-    for name in ("kafka.coordinator", "kafka.net", "zkcoord.client", "bench.members"):
+    for name in ("kafka.coordinator.consumer", "kafka.coordinator.heartbeat", "kafka.net", "zkcoord.client"):
         logging.getLogger(name).setLevel(logging.INFO)
-    logging.getLogger("kafka.coordinator.heartbeat").setLevel(logging.INFO)
+    logging.getLogger("kafka.coordinator").setLevel(logging.DEBUG)  # JoinGroup/SyncGroup sent and answered
     trace.setLevel(logging.DEBUG)
 
 
