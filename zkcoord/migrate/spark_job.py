@@ -10,8 +10,10 @@ in :mod:`zkcoord.migrate.spark_tasks`.
 Where it runs:
 
 * **local** (default, no set-up): ``local[*]``, Spark UI off, small shuffle,
-  1 GiB driver compiling with C1 only (``_LOCAL_JVM_OPTIONS``), Spark's own
-  logging at ERROR, Python workers on this interpreter. Fits a 2-core machine.
+  1 GiB driver compiling with C1 only (``_LOCAL_JVM_OPTIONS``) and mapping
+  its classes from a class-data-sharing archive made by its first run
+  (:mod:`zkcoord.migrate.spark_cds`), Spark's own logging at ERROR, Python
+  workers on this interpreter. Fits a 2-core machine.
 * **a cluster**: ``master="spark://host:7077"`` (or ``yarn``, ``k8s://...``)
   from a machine where zkcoord is installed (client mode): the zkcoord
   package is zipped and shipped with ``addPyFile``; executors need Python
@@ -80,6 +82,7 @@ from zkcoord.errors import UsageError, ZkcoordError
 from zkcoord.kafka.offsets import check_bootstrap_servers
 from zkcoord.migrate.legacy import LegacyOffsets
 from zkcoord.migrate.plan import Selection, select_groups
+from zkcoord.migrate.spark_cds import ClassArchive, class_archive
 from zkcoord.migrate.status import MigrationStore
 from zkcoord.migrate.spark_tasks import MODES, REPORT_COLUMNS, JobSummary, SummaryParam, TaskSpec, run_partition
 from zkcoord.zk.connection import ZkConnection, parse_hosts
@@ -232,19 +235,30 @@ def spark_session(master: str | None = None, *, app_name: str = "zkcoord-migrate
     builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
     if master is not None or not submitted:
         builder = builder.master(master or LOCAL_MASTER)
+    archive = ClassArchive("off")
+    java_options = ""
     if _is_local(master) and not submitted:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import zkcoord and its dependencies
         for key, value in LOCAL_CONF.items():
             builder = builder.config(key, value)
-        builder = builder.config("spark.driver.extraJavaOptions",
-                                 f"-Dlog4j2.configurationFile={_log4j2_file()} {_LOCAL_JVM_OPTIONS}")
+        java_options = f"-Dlog4j2.configurationFile={_log4j2_file()} {_LOCAL_JVM_OPTIONS}"
+        if "spark.driver.extraJavaOptions" not in (conf or {}):  # the caller's own JVM options: no archive
+            memory = (conf or {}).get("spark.driver.memory", LOCAL_CONF["spark.driver.memory"])
+            archive = class_archive(f"{java_options} -Xmx{memory}")
+        builder = builder.config("spark.driver.extraJavaOptions", f"{java_options} {archive.java_options()}".strip())
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     workdir = Path(tempfile.mkdtemp(prefix="zkcoord-spark-"))
     try:
         try:
-            spark = builder.getOrCreate()
+            try:
+                spark = builder.getOrCreate()
+            except Exception:
+                if archive.mode != "use":
+                    raise
+                archive.discard()  # a damaged archive must not keep Spark from starting
+                spark = builder.config("spark.driver.extraJavaOptions", java_options).getOrCreate()
         except Exception as exc:
             raise errors.ServiceUnavailableError(
                 f"cannot start Spark (master {master or LOCAL_MASTER}): {_first_line(exc)}; check the master URL "
@@ -256,6 +270,7 @@ def spark_session(master: str | None = None, *, app_name: str = "zkcoord-migrate
             yield spark
         finally:
             spark.stop()
+            archive.finish(SparkContext)  # first run only: the JVM exits and its class archive is kept
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
