@@ -28,6 +28,7 @@ import logging
 import re
 import threading
 import time
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -289,22 +290,39 @@ class KafkaOffsets:
         return found
 
     async def _commit_pipelined(self, requests: dict) -> dict:
-        """On kafka-python's I/O loop: one OffsetCommit per group, all sent
-        before the first answer is awaited; group -> partition errors, or
+        """On kafka-python's I/O loop: one OffsetCommit per group, pipelined
+        (up to the connection's in-flight limit per coordinator, the next sent
+        as the oldest is answered); group -> partition errors, or
         the exception of that group's request. Uses the admin client's own
         request builder and coordinator cache (kafka-python 3.0's
         ``_find_coordinator_ids`` / ``_alter_group_offsets_request``)."""
         admin = self._admin
         coordinators = await admin._find_coordinator_ids(list(requests))
-        sent = {group: admin._manager.send(admin._alter_group_offsets_request(group, offsets),
-                                           node_id=coordinators[group])
-                for group, offsets in requests.items()}
+        # A connection takes max_in_flight_requests_per_connection requests at once and refuses more
+        # (NodeNotReadyError "Node paused"), so each coordinator gets a sliding window one smaller (room
+        # for the client's own metadata requests): the oldest answer is awaited before the next is sent.
+        window = max(1, int(admin.config.get("max_in_flight_requests_per_connection", 5)) - 1)
+        pending: deque = deque()
+        in_flight: Counter = Counter()
         answers = {}
-        for group, future in sent.items():
+
+        async def settle_oldest() -> None:
+            group, node, future = pending.popleft()
+            in_flight[node] -= 1
             try:
                 answers[group] = admin._alter_group_offsets_process_response(await future)
             except Exception as exc:  # that group's; the caller sends it again alone
                 answers[group] = exc
+
+        for group, offsets in requests.items():
+            node = coordinators[group]
+            while in_flight[node] >= window:
+                await settle_oldest()
+            pending.append((group, node, admin._manager.send(admin._alter_group_offsets_request(group, offsets),
+                                                             node_id=node)))
+            in_flight[node] += 1
+        while pending:
+            await settle_oldest()
         return answers
 
     def _run(self, coroutine_fn: Callable[..., Any], *args: Any) -> Any:
