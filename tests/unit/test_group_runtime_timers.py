@@ -281,7 +281,7 @@ class GatedStore:
         return (version or 0) + 1
 
 
-async def _completing_runtime(persist) -> tuple[GroupRuntime, list]:
+async def _completing_runtime(persist, render=None) -> tuple[GroupRuntime, list]:
     """A runtime whose group has members m1 (leader) and m2 in generation 1,
     CompletingRebalance (their joins answered), and m2's SyncGroup parked
     with a render that logs what it renders."""
@@ -298,9 +298,11 @@ async def _completing_runtime(persist) -> tuple[GroupRuntime, list]:
     assert runtime.group.state is core.GroupState.COMPLETING_REBALANCE
     rendered: list = []
 
-    def render(result):
+    def logged(result):
         rendered.append(result)
         return ("answer", result.error, result.assignment)
+
+    render = render or logged
 
     token = runtime.next_token()
     req = core.SyncRequest(token, "m2", 1)
@@ -343,20 +345,44 @@ def test_a_render_that_fails_during_the_write_fails_in_its_caller():
     async def scenario():
         store = GatedStore([])
         store.gate.set()
-        runtime = GroupRuntime("g", CONFIG, store, on_step_down=lambda g: None)
-        await runtime.load(None, None)
         calls = []
 
         def render(result):
-            calls.append(result.member_id)
+            calls.append(result.assignment)
             raise ValueError("cannot encode")
 
-        token = runtime.next_token()
-        req = _join(token)
+        runtime, (follower, _) = await _completing_runtime(store, render)
+        leader = _leader_sync(runtime)
         with pytest.raises(ValueError, match="cannot encode"):
-            await runtime.call(token, lambda g, now: core.handle_join(g, req, now, CONFIG), render)
-        assert calls == ["m1", "m1"]  # during the write, then again in the caller
-        assert runtime.group.generation_id == 1  # the outcome itself was applied
+            await follower
+        assert calls == [b"a2", b"a2"]  # during the write, then again in the caller
+        assert (await leader).assignment == b"a1"
+        assert runtime.group.state is core.GroupState.STABLE  # the outcome itself was applied
+        await runtime.unload("test over")
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_replies_released_without_a_write_are_rendered_by_each_caller_in_the_outcome_order():
+    async def scenario():
+        async def persist(group_id, record, version):
+            return (version or 0) + 1
+
+        runtime = GroupRuntime("g", CONFIG, persist, on_step_down=lambda g: None)
+        await runtime.load(None, None)
+        order = []
+
+        async def join(member):
+            token = runtime.next_token()
+            req = _join(token, new_member_id=member)
+            return await runtime.call(token, lambda g, now: core.handle_join(g, req, now, CONFIG),
+                                      lambda result: order.append(result.member_id) or result.generation_id)
+
+        # Both park; the join timer ends the phase without a write (generation 1 was
+        # reserved by the first join's write) and each caller renders its own answer.
+        first = [asyncio.create_task(join(m)) for m in ("m1", "m2")]
+        assert await asyncio.gather(*first) == [1, 1]
+        assert order == ["m1", "m2"] and runtime.version == 1  # one write: the reservation
         await runtime.unload("test over")
 
     asyncio.run(asyncio.wait_for(scenario(), 10))

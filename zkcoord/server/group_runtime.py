@@ -358,7 +358,10 @@ class GroupRuntime:
             elif rendered is not None and reply.token in rendered:
                 future.set_result(rendered[reply.token])
             else:
-                future.set_result(self._render(reply))
+                # Rendered by its own caller as it resumes, so each answer is sent
+                # as soon as it is made, in the outcome's order (the leader's
+                # JoinGroup first), instead of all after the last is made.
+                future.set_result(_Unrendered(reply.payload))
 
     # -- timers ------------------------------------------------------------------
     def _fire(self, key: str) -> None:
