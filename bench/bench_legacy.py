@@ -243,7 +243,8 @@ class ZkcoordTarget(Target):
                 "--members", str(members), "--prefix", prefix,
                 "--session-timeout-ms", str(self.args.session_timeout_ms),
                 "--heartbeat-interval-ms", str(self.args.heartbeat_interval_ms),
-                *(["--trace"] if self.args.zkcoord_trace else [])]
+                *(["--trace"] if self.args.zkcoord_trace else []),
+                *(["--baseline-client"] if self.args.zkcoord_baseline_client else [])]
 
 
 def wait_settled(target: Target, live: set[str], since_ms: int | None, args, what: str,
@@ -372,7 +373,9 @@ def settings_used(args) -> list[str]:
             f"heartbeat_interval_ms={args.heartbeat_interval_ms}, range, auto commit off; daemon "
             "--group-initial-rebalance-delay-ms 0, --member-disconnect-grace-ms "
             + (f"{grace} (opt-in: a closed connection ends the member's session)" if grace >= 0
-               else "-1 (off, Kafka's behaviour)")]
+               else "-1 (off, Kafka's behaviour)")
+            + ("; BASELINE client (without the rejoin wake-up and the overlapped first lookup)"
+               if args.zkcoord_baseline_client else "")]
 
 
 def parse_args(argv=None):
@@ -388,6 +391,9 @@ def parse_args(argv=None):
                         help="daemon --member-disconnect-grace-ms (default -1: off, Kafka's behaviour)")
     parser.add_argument("--zkcoord-trace", action="store_true",
                         help="zkcoord members log each join's steps to their logs in the workdir")
+    parser.add_argument("--zkcoord-baseline-client", action="store_true",
+                        help="zkcoord members without the client's two join-latency changes (rejoin wake-up, "
+                             "overlapped first lookup), for comparing before and after on one machine")
     parser.add_argument("--legacy-property", action="append", default=[], metavar="KEY=VALUE",
                         help="extra old-consumer setting, e.g. rebalance.backoff.ms=2000 (repeatable)")
     parser.add_argument("--quiet-s", type=float, default=4.0,

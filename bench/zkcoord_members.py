@@ -16,6 +16,13 @@ SIGTERM or SIGINT closes every consumer (LeaveGroup) and exits.
 of each join (connections, FindCoordinator, JoinGroup, SyncGroup, the
 heartbeat that learns of a rebalance): what ``bench_legacy.py
 --zkcoord-trace`` uses to show where a join's settle time goes.
+
+``--baseline-client`` runs the members without the thin consumer's two
+join-latency changes (the rejoin wake-up of ``zkcoord/client/coordinator.py``,
+fix 4, and the first coordinator lookup overlapping the bootstrap in
+``zkcoord/client/network.py``), i.e. as kafka-python 3.0.12 behaves there: for
+comparing the client before and after them on one machine and daemon
+(``bench_legacy.py --zkcoord-baseline-client``).
 """
 
 from __future__ import annotations
@@ -66,6 +73,18 @@ def start_tracing() -> None:
     trace.setLevel(logging.DEBUG)
 
 
+def use_baseline_client() -> None:
+    """kafka-python's own fetch wait and bootstrap (no rejoin wake-up, no
+    overlapped first lookup), in this process only."""
+    from kafka.consumer.fetcher import Fetcher
+    from kafka.net.manager import KafkaConnectionManager
+
+    from zkcoord.client import coordinator, network
+
+    coordinator.ZkcoordFetcher.fetch_records = Fetcher.fetch_records
+    network.ZkcoordConnectionManager.bootstrap_async = KafkaConnectionManager.bootstrap_async
+
+
 def run_member(member: str, config: ConsumerConfig, topic: str, stop: threading.Event) -> None:
     try:
         emit(member, "joining")
@@ -92,9 +111,13 @@ def main() -> int:
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=2000)
     parser.add_argument("--trace", action="store_true", help="log each join's steps on stderr")
+    parser.add_argument("--baseline-client", action="store_true",
+                        help="without the client's rejoin wake-up and overlapped first lookup (A/B)")
     args = parser.parse_args()
     if args.trace:
         start_tracing()
+    if args.baseline_client:
+        use_baseline_client()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
