@@ -8,7 +8,8 @@ mode uses it, a batch of ``batch_groups`` at a time)::
 
     step  what, for every group of the batch                          requests for the batch
     ----  ----------------------------------------------------------  -------------------------------
-    1     read its migration record and backup znode                  multiRead (1 per 500 groups)
+    1     read its migration record and backup znode, and which of    multiRead (1 per 333 groups)
+          its election's parents exist (for step 7)
           (dual, kafka: ``already-done``)
     2     Kafka's view: members (DescribeGroups) and committed        1 DescribeGroups + 1 OffsetFetch
           offsets (OffsetFetch v8, many groups per request)           per coordinator
@@ -17,13 +18,14 @@ mode uses it, a batch of ``batch_groups`` at a time)::
           (``plan._plan_one`` -> core.migration.plan_group)
     4     zookeeper -> backed-up: ONE multi per group: the record     one multi per group, all in
           claimed at the version read + the backup created            flight at once
-    5     backed-up -> the commit: one OffsetCommit per group         all sent before the first
-                                                                      answer is awaited
+    5     backed-up -> the commit: one OffsetCommit per group         pipelined on one connection per
+                                                                      coordinator (commit_many)
     6     -> kafka-committed: the record, versioned                   one set per group, in flight
-    7     -> dual: the group's election, batched: a contender per     create + multiRead of the
-          group; where ours is the lowest, ONE fenced multi (check    contenders and states + one
-          our contender, set the state's mode at its version, the     multi per group
-          record to dual at its version, delete our contender)
+    7     -> dual: the group's election, batched: a contender per     one multi per group (the
+          group (created in one multi with the parents step 1 found   contender and its missing
+          missing); where ours is the lowest, ONE fenced multi        parents) + multiRead of the
+          (check our contender, set the state's mode at its version,  contenders and states + one
+          the record to dual at its version, delete our contender)    multi per group
 
 The rules of :mod:`zkcoord.migrate.apply` hold unchanged, and so do the
 phases it records, so a kill at any point is resumed by either path:
@@ -96,6 +98,7 @@ class _Group:
     skipped: tuple = ()
     steps: list[str] = field(default_factory=list)
     contender: str | None = None  # our contender's path while we hold the group's election
+    parents: tuple[str, ...] | None = None  # znodes its contender's multi creates first; None: not known
     state: tuple[dict | None, int] = (None, -1)
     request_version: int | None = None  # the mode request's version, None: none
 
@@ -133,6 +136,7 @@ class _Batch:
         self.conn = adapters.conn
         self.prefix = uuid.uuid4().hex + paths.CONTENDER_MARKER
         self.held: list[_Group] = []  # groups whose contender we created (or may have)
+        self.coordinators_exist = True  # /coordinators, as the records' read found it
 
     # ------------------------------------------------------------ the steps
     async def apply(self, groups: list[_Group], results: dict, slow: list[_Group]) -> None:
@@ -161,14 +165,23 @@ class _Batch:
         clock.log(len(slow))
 
     async def _load_records(self, groups: list[_Group], results: dict, to_slow) -> list[_Group]:
-        ops = [(GET_DATA, p) for g in groups for p in (paths.migration(g.name), paths.migration_backup(g.name))]
-        outcomes = await read_znodes(self.conn, ops, multi=self.multi_read, stats=True)
+        """Each group's record and backup, and (for step 7) which of its election's parents exist."""
+        ops = [(op, p) for g in groups for op, p in ((GET_DATA, paths.migration(g.name)),
+                                                     (GET_DATA, paths.migration_backup(g.name)),
+                                                     (GET_CHILDREN, paths.coordinator(g.name)))]
+        outcomes = await read_znodes(self.conn, ops + [(GET_DATA, paths.COORDINATORS)], multi=self.multi_read,
+                                     stats=True)
+        self.coordinators_exist = isinstance(outcomes[-1], tuple)
         active = []
         for i, group in enumerate(groups):
-            record, backup = outcomes[2 * i:2 * i + 2]
+            record, backup, coordinator = outcomes[3 * i:3 * i + 3]
             if _failed(record) or _failed(backup):
                 to_slow(group, "its migration record could not be read")
                 continue
+            if isinstance(coordinator, NoNodeError):
+                group.parents = (paths.coordinator(group.name), paths.owner_dir(group.name))
+            elif isinstance(coordinator, list):
+                group.parents = () if "owner" in coordinator else (paths.owner_dir(group.name),)
             if isinstance(backup, tuple):
                 group.backup_version = backup[1].version
             if isinstance(record, tuple):
@@ -300,18 +313,8 @@ class _Batch:
             return
         loop, client = asyncio.get_running_loop(), self.conn.client
         free = groups  # contend for each at once: where a daemon owns it, ours is not the lowest
-        data = str(TOOL_NODE_ID).encode()
-        created = await aio.gather(loop, [client.create_async(f"{paths.owner_dir(g.name)}/{self.prefix}", data,
-                                                              ephemeral=True, sequence=True, makepath=True)
-                                          for g in free])
         self.held += free
-        mine = []
-        for group, outcome in zip(free, created):
-            if isinstance(outcome, BaseException):
-                to_slow(group, f"its contender was not created ({outcome!r})")
-            else:
-                group.contender = outcome
-                mine.append(group)
+        mine = await self._contend(free, to_slow)
         ops = [op for g in mine for op in ((GET_CHILDREN, paths.owner_dir(g.name)), (GET_DATA, paths.state(g.name)),
                                            (GET_DATA, paths.mode_request(g.name)))]
         outcomes = await read_znodes(self.conn, ops, multi=self.multi_read, stats=True)
@@ -368,6 +371,48 @@ class _Batch:
                                                group.skipped, ModeChange(group.name, before, _TARGET, via),
                                                steps=tuple(group.steps)), group.plan)
         await self.release()
+
+    async def _contend(self, groups: list[_Group], to_slow) -> list[_Group]:
+        """A contender of ours in each group's election: where the records' read showed which of
+        its parents are missing, ONE multi creates them and the contender (a group whose owner
+        directory did not exist cannot have another contender); where it did not show it, or
+        that multi failed (somebody created a parent meanwhile), a create that makes the path
+        first, as kazoo does (up to seven round trips). The groups that have one."""
+        loop, client = asyncio.get_running_loop(), self.conn.client
+        data = str(TOOL_NODE_ID).encode()
+        known = [g for g in groups if g.parents is not None]
+        if not self.coordinators_exist and any(g.parents for g in known):
+            try:
+                await aio.call(client.ensure_path_async, paths.COORDINATORS)
+            except Exception as exc:  # the multis fail, and the groups take the slow way below
+                log.debug("could not ensure %s: %r", paths.COORDINATORS, exc)
+        sent = []
+        for group in known:
+            txn = client.transaction()
+            for parent in group.parents:
+                txn.create(parent, b"")
+            txn.create(f"{paths.owner_dir(group.name)}/{self.prefix}", data, ephemeral=True, sequence=True)
+            sent.append(txn.commit_async())
+        outcomes = await aio.gather(loop, sent)
+        rest = [g for g in groups if g.parents is None]
+        for group, outcome in zip(known, outcomes):
+            if isinstance(outcome, BaseException):  # no answer: the contender may exist (release finds it)
+                to_slow(group, f"its contender was not created ({outcome!r})")
+            elif _multi_failed(outcome):
+                log.debug("group %s: the contender's multi failed (%s); creating it with its path", group.name,
+                          _why(outcome))
+                rest.append(group)
+            else:
+                group.contender = outcome[-1]
+        created = await aio.gather(loop, [client.create_async(f"{paths.owner_dir(g.name)}/{self.prefix}", data,
+                                                              ephemeral=True, sequence=True, makepath=True)
+                                          for g in rest])
+        for group, outcome in zip(rest, created):
+            if isinstance(outcome, BaseException):
+                to_slow(group, f"its contender was not created ({outcome!r})")
+            else:
+                group.contender = outcome
+        return [g for g in groups if g.contender]
 
     async def release(self) -> None:
         """Delete every contender this batch created (by our prefix where an answer was lost)."""
