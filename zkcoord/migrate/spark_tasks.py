@@ -80,7 +80,7 @@ from zkcoord.migrate.apply import Adapters, ApplyOptions, ApplyResult, wall_cloc
 from zkcoord.migrate.apply_batch import apply_batch
 from zkcoord.migrate.legacy import LegacyGroup, LegacyOffsets
 from zkcoord.migrate.plan import _plan_one  # the single-group path's facts -> plan step, shared on purpose
-from zkcoord.migrate.spark_reads import MultiReadLegacy, ReaderLegacy, Reads, SingleReads, reader_for
+from zkcoord.migrate.spark_reads import MultiReadLegacy, ReaderLegacy, Reads, SelectHandler, SingleReads, reader_for
 from zkcoord.migrate.status import MigrationStore, Phase
 from zkcoord.migrate.verify import MIGRATED, VerifyResult, compare
 from zkcoord.zk import paths
@@ -248,7 +248,7 @@ class _PartitionRun:
     def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec
         self.conn = ZkConnection(spec.zookeeper, connect_timeout_ms=spec.timeout_ms,
-                                 request_timeout_ms=spec.timeout_ms)
+                                 request_timeout_ms=spec.timeout_ms, handler=SelectHandler())
         self.kafka = KafkaOffsets(spec.bootstrap_servers, request_timeout_ms=spec.timeout_ms)
         self.reader: MultiReadLegacy | SingleReads | None = None
         self.adapters: Adapters | None = None

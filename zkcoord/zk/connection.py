@@ -31,6 +31,7 @@ import enum
 import logging
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
@@ -82,8 +83,9 @@ class ZkConnection:
     """
 
     def __init__(self, hosts: str, *, session_timeout_ms: int = 10_000, connect_timeout_ms: int = 15_000,
-                 request_timeout_ms: int | None = None, require_chroot: bool = True) -> None:
+                 request_timeout_ms: int | None = None, require_chroot: bool = True, handler: Any = None) -> None:
         self.servers, self.chroot = parse_hosts(hosts)
+        self.handler = handler  # a kazoo handler; None: kazoo's default (SequentialThreadingHandler)
         self.hosts = hosts.strip()
         self.session_timeout_ms = session_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
@@ -119,7 +121,8 @@ class ZkConnection:
         ``await asyncio.to_thread(conn.start)`` (``async with conn`` does).
         """
         client = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000,
-                             connection_retry={"max_tries": -1, "max_delay": 1.0})
+                             connection_retry={"max_tries": -1, "max_delay": 1.0},
+                             **({"handler": self.handler} if self.handler is not None else {}))
         client.add_listener(self._on_kazoo_state)
         self._stopping = False
         self._client = client  # before start: the first CONNECTED reads its session id
