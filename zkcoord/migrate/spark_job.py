@@ -102,6 +102,7 @@ LOCAL_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.python.worker.reuse": "true",
+    "spark.python.daemon.module": "zkcoord.migrate.spark_daemon",  # imports once, from bytecode (its docstring)
 }
 # The embedded driver JVM compiles with C1 only: a job moves a few hundred thousand rows, so the JIT's
 # C2 warm-up costs more CPU than it saves. Measured on the 2-core development machine: session start
