@@ -27,6 +27,13 @@ whose connection closes is removed after N ms instead of at its session
 timeout); with ``--heartbeat-interval-ms 100`` that is the configuration tuned
 for fast settling. The settings each side used are printed first.
 
+``--zkcoord-trace`` makes the zkcoord members log each join's steps (with
+wall-clock milliseconds, comparable with their events) to their logs in the
+workdir; ``--zkcoord-baseline-client`` runs them without the thin consumer's
+rejoin wake-up and overlapped first lookup, to compare the client before and
+after those changes on one machine and daemon. Neither changes what is
+measured.
+
 Run by hand, never by the tests; prints ratios, never asserts on time.
 Everything started is stopped on exit, error, Ctrl-C and SIGTERM.
 """
