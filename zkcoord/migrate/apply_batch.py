@@ -8,9 +8,9 @@ mode uses it, a batch of ``batch_groups`` at a time)::
 
     step  what, for every group of the batch                          requests for the batch
     ----  ----------------------------------------------------------  -------------------------------
-    1     read its migration record and backup znode, and which of    multiRead (1 per 333 groups)
-          its election's parents exist (for step 7)
-          (dual, kafka: ``already-done``)
+    1     read its migration record and backup znode, and (for       multiRead (1 per 250 groups)
+          step 7) which of its election's parents exist and its
+          mode request (dual, kafka: ``already-done``)
     2     Kafka's view: members (DescribeGroups) and committed        1 DescribeGroups + 1 OffsetFetch
           offsets (OffsetFetch v8, many groups per request)           per coordinator
           (members: ``refused``, nothing written)
@@ -21,11 +21,17 @@ mode uses it, a batch of ``batch_groups`` at a time)::
     5     backed-up -> the commit: one OffsetCommit per group         pipelined on one connection per
                                                                       coordinator (commit_many)
     6     -> kafka-committed: the record, versioned                   one set per group, in flight
-    7     -> dual: the group's election, batched: a contender per     one multi per group (the
-          group (created in one multi with the parents step 1 found   contender and its missing
-          missing); where ours is the lowest, ONE fenced multi        parents) + multiRead of the
-          (check our contender, set the state's mode at its version,  contenders and states + one
-          the record to dual at its version, delete our contender)    multi per group
+    7     -> dual. A group with no ``/coordinators/<group>`` at      one multi per group
+          step 1 has never had an election: ONE multi creates that
+          znode (fails if anybody did since) and the state in
+          ``dual``, sets the record to dual at its version and
+          deletes a stale mode request at its version.
+          Any other group (or one whose multi failed), through its    one multi per group (the
+          election, batched: a contender per group (created in one    contender and its missing
+          multi with the parents step 1 found missing); where ours    parents) + multiRead of the
+          is the lowest, ONE fenced multi (check our contender, set   contenders and states + one
+          the state's mode at its version, the record to dual at its  multi per group
+          version, delete our contender)
 
 The rules of :mod:`zkcoord.migrate.apply` hold unchanged, and so do the
 phases it records, so a kill at any point is resumed by either path:
@@ -39,7 +45,9 @@ phases it records, so a kill at any point is resumed by either path:
    ``equal`` for what an earlier run committed.
 3. The mode is written only by the group's elected owner (fenced by its
    contender, exactly as :func:`~zkcoord.migrate.modes.set_offset_storage`
-   does directly): a daemon that owns the group is never written behind.
+   does directly), or, for a group that never had an election, in the
+   multi that creates ``/coordinators/<group>`` (under which every
+   contender lives): a daemon that owns the group is never written behind.
 4. Anything unusual for a group (a daemon owns it, a version moved, a
    znode is corrupt, a lost answer, a retriable Kafka error) hands that
    group, wherever it stands, to :func:`apply_group` itself, which resumes
@@ -168,18 +176,20 @@ class _Batch:
         """Each group's record and backup, and (for step 7) which of its election's parents exist."""
         ops = [(op, p) for g in groups for op, p in ((GET_DATA, paths.migration(g.name)),
                                                      (GET_DATA, paths.migration_backup(g.name)),
-                                                     (GET_CHILDREN, paths.coordinator(g.name)))]
+                                                     (GET_CHILDREN, paths.coordinator(g.name)),
+                                                     (GET_DATA, paths.mode_request(g.name)))]
         outcomes = await read_znodes(self.conn, ops + [(GET_DATA, paths.COORDINATORS)], multi=self.multi_read,
                                      stats=True)
         self.coordinators_exist = isinstance(outcomes[-1], tuple)
         active = []
         for i, group in enumerate(groups):
-            record, backup, coordinator = outcomes[3 * i:3 * i + 3]
+            record, backup, coordinator, request = outcomes[4 * i:4 * i + 4]
             if _failed(record) or _failed(backup):
                 to_slow(group, "its migration record could not be read")
                 continue
-            if isinstance(coordinator, NoNodeError):
+            if isinstance(coordinator, NoNodeError) and not _failed(request):
                 group.parents = (paths.coordinator(group.name), paths.owner_dir(group.name))
+                group.request_version = request[1].version if isinstance(request, tuple) else None
             elif isinstance(coordinator, list):
                 group.parents = () if "owner" in coordinator else (paths.owner_dir(group.name),)
             if isinstance(backup, tuple):
@@ -312,8 +322,10 @@ class _Batch:
         if not groups:
             return
         loop, client = asyncio.get_running_loop(), self.conn.client
-        free = groups  # contend for each at once: where a daemon owns it, ours is not the lowest
-        self.held += free
+        free = await self._first_owner(groups, results)  # the rest: the election, as set_offset_storage
+        if not free:
+            return
+        self.held += free  # contend for each at once: where a daemon owns it, ours is not the lowest
         mine = await self._contend(free, to_slow)
         ops = [op for g in mine for op in ((GET_CHILDREN, paths.owner_dir(g.name)), (GET_DATA, paths.state(g.name)),
                                            (GET_DATA, paths.mode_request(g.name)))]
@@ -371,6 +383,55 @@ class _Batch:
                                                group.skipped, ModeChange(group.name, before, _TARGET, via),
                                                steps=tuple(group.steps)), group.plan)
         await self.release()
+
+    async def _first_owner(self, groups: list[_Group], results: dict) -> list[_Group]:
+        """kafka-committed -> dual for the groups that had no ``/coordinators/<group>`` when step 1
+        read their records: nobody has ever contended for them (every contender lives under that
+        znode), so ONE multi that creates it is fenced exactly as the election's would be: it
+        fails as a whole if anybody created it since, and whoever contends afterwards finds the
+        state written. The multi creates the znode and the state (an Empty group in ``dual``),
+        sets the record to dual at its version and deletes a stale mode request at its version.
+        The groups it did not do (the others, and any whose multi failed) are returned for the
+        election."""
+        fresh = [g for g in groups if g.parents and g.parents[0] == paths.coordinator(g.name)]
+        if not fresh:
+            return groups
+        loop, client = asyncio.get_running_loop(), self.conn.client
+        if not self.coordinators_exist:
+            try:
+                await aio.call(client.ensure_path_async, paths.COORDINATORS)
+            except Exception as exc:  # the multis fail, and the groups take the election below
+                log.debug("could not ensure %s: %r", paths.COORDINATORS, exc)
+        now, sent, rest = self.adapters.clock(), [], [g for g in groups if g not in fresh]
+        for group in fresh:
+            try:
+                state = encode_state(group.name, _with_mode(group.name, None, _TARGET))
+                migration = encode(f"the migration record of group {group.name!r}",
+                                   advanced(group.name, group.record, Phase.DUAL, now))
+            except ZkcoordError:
+                rest.append(group)  # the election's path says why
+                continue
+            txn = client.transaction()
+            txn.create(paths.coordinator(group.name), b"")  # the fence: nobody has contended, nobody does
+            txn.create(paths.state(group.name), state)
+            if group.request_version is not None:
+                txn.delete(paths.mode_request(group.name), group.request_version)
+            txn.set_data(paths.migration(group.name), migration, group.version)
+            sent.append((group, txn.commit_async()))
+        outcomes = await aio.gather(loop, [t for _, t in sent])
+        for (group, _), outcome in zip(sent, outcomes):
+            if _multi_failed(outcome):
+                log.debug("group %s: the first owner's multi failed (%s); taking its election", group.name,
+                          _why(outcome))
+                group.parents, group.request_version = None, None  # not known any more
+                rest.append(group)
+                continue
+            group.phase = Phase.DUAL
+            self._reached(group, Phase.DUAL.value)
+            results[group.name] = (ApplyResult(group.name, "applied", Phase.DUAL.value, group.committed,
+                                               group.skipped, ModeChange(group.name, "zookeeper", _TARGET, "direct"),
+                                               steps=tuple(group.steps)), group.plan)
+        return rest
 
     async def _contend(self, groups: list[_Group], to_slow) -> list[_Group]:
         """A contender of ours in each group's election: where the records' read showed which of
