@@ -111,17 +111,15 @@ async def gather_plan(legacy: LegacyOffsets, kafka: KafkaFacts, selection: Selec
 
 def _plan_one(group: LegacyGroup, counts: Mapping[str, int | None], ranges: Mapping[TopicPartition, LogRange],
               committed: Mapping[TopicPartition, int], kafka_group: KafkaGroup | None, options: Options):
-    facts = []
-    for (topic, partition), raw in sorted(group.offsets.items()):
-        log_range = ranges.get((topic, partition))
-        facts.append(PartitionFacts(
-            group.group, topic, partition, raw,
-            kafka_offset=committed.get((topic, partition)),
-            log_start=log_range.start if log_range else None,
-            log_end=log_range.end if log_range else None,
-            topic_exists=counts.get(topic) is not None,
-            partition_exists=log_range is not None,
-        ))
+    facts, name, range_of, kafka_of = [], group.group, ranges.get, committed.get  # (called per partition)
+    for key, raw in sorted(group.offsets.items()):
+        topic, partition = key
+        log_range = range_of(key)
+        facts.append(PartitionFacts(name, topic, partition, raw, kafka_offset=kafka_of(key),
+                                    log_start=log_range.start if log_range else None,
+                                    log_end=log_range.end if log_range else None,
+                                    topic_exists=counts.get(topic) is not None,
+                                    partition_exists=log_range is not None))
     activity = GroupActivity(
         kafka_state=kafka_group.state if kafka_group else None,
         kafka_members=kafka_group.members if kafka_group else 0,

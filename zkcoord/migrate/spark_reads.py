@@ -218,6 +218,14 @@ class MultiReadLegacy:
     def __init__(self, conn: ZkConnection, zk_root: str) -> None:
         self._conn = conn
         self.paths = paths.OffsetPaths(zk_root)
+        self._topics: set[str] = set()  # topic names already checked by paths.component
+
+    def _topic_dir(self, offsets_dir: str, topic: str) -> str:
+        """``OffsetPaths.topic_dir`` with the group checked already: each topic name checked once per task."""
+        if topic not in self._topics:
+            paths.component(topic, "topic")
+            self._topics.add(topic)
+        return f"{offsets_dir}/{topic}"
 
     async def read(self, groups: Sequence[str]) -> Reads:
         return await self._conn.retry(f"read the legacy offsets of {len(groups)} group(s)", self._inner_read,
@@ -227,10 +235,13 @@ class MultiReadLegacy:
         found: Reads = {}
         ops: list[tuple[int, str]] = []
         valid = []
+        offsets_dirs: dict[str, str] = {}
         for group in groups:
             try:
-                ops += [(_GET_CHILDREN, self.paths.offsets_dir(group)), (_GET_DATA, paths.state(group)),
-                        (_GET_CHILDREN, f"{self.paths.group(group)}/ids")]
+                base = self.paths.group(group)  # checks the name once: the paths below share it
+                ops += [(_GET_CHILDREN, f"{base}/{paths.OFFSETS}"), (_GET_DATA, paths.state(group)),
+                        (_GET_CHILDREN, f"{base}/ids")]
+                offsets_dirs[group] = f"{base}/{paths.OFFSETS}"
                 valid.append(group)
             except ZkcoordError as exc:
                 found[group] = exc
@@ -248,12 +259,13 @@ class MultiReadLegacy:
                 topics[group] = [] if isinstance(listed, NoNodeError) else sorted(listed)
             except ZkcoordError as exc:
                 found[group] = exc
-        await self._read_offsets(found, topics)
+        await self._read_offsets(found, topics, offsets_dirs)
         return found
 
-    async def _read_offsets(self, found: Reads, topics: dict[str, list[str]]) -> None:
+    async def _read_offsets(self, found: Reads, topics: dict[str, list[str]], offsets_dirs: dict[str, str]) -> None:
         dirs = [(g, t) for g, names in topics.items() for t in names]
-        where = {key: self.paths.topic_dir(*key) for key in dirs}  # validated once per topic, not per partition
+        topic_dir = self._topic_dir
+        where = {(g, t): topic_dir(offsets_dirs[g], t) for g, t in dirs}  # checked once per topic, not per partition
         listed = await self._read([(_GET_CHILDREN, where[key]) for key in dirs])
         wanted: dict[str, list[TopicPartition]] = {g: [] for g in topics}
         for (group, topic), names in zip(dirs, listed):
@@ -287,16 +299,20 @@ class MultiReadLegacy:
         """Every op's outcome, in order; a lost connection raises (the caller retries)."""
         client = self._conn.client
         chroot = client.chroot or ""
-        pending, chunk, size = [], [], 0
-        for op, path in ops:
-            full = chroot + path
-            if chunk and (len(chunk) >= _OPS_PER_READ or size + len(full) + 16 > _BYTES_PER_READ):
+        pending = []
+        for start in range(0, len(ops), _OPS_PER_READ):
+            chunk = [(op, chroot + path) for op, path in ops[start:start + _OPS_PER_READ]]
+            if sum(len(path) for _, path in chunk) + 16 * len(chunk) <= _BYTES_PER_READ:
                 pending.append(self._send(client, chunk))
-                chunk, size = [], 0
-            chunk.append((op, full))
-            size += len(full) + 16
-        if chunk:
-            pending.append(self._send(client, chunk))
+                continue
+            part, size = [], 0  # long paths: as many as fit
+            for op, full in chunk:
+                if part and size + len(full) + 16 > _BYTES_PER_READ:
+                    pending.append(self._send(client, part))
+                    part, size = [], 0
+                part.append((op, full))
+                size += len(full) + 16
+            pending.append(self._send(client, part))
         results = []
         for outcome in await aio.gather(asyncio.get_running_loop(), pending):
             if isinstance(outcome, BaseException):
