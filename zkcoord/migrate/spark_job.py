@@ -85,7 +85,8 @@ from zkcoord.migrate.legacy import LegacyOffsets
 from zkcoord.migrate.plan import Selection, select_groups
 from zkcoord.migrate.spark_cds import ClassArchive, class_archive
 from zkcoord.migrate.status import MigrationStore
-from zkcoord.migrate.spark_tasks import MODES, REPORT_COLUMNS, JobSummary, SummaryParam, TaskSpec, run_partition
+from zkcoord.migrate.spark_tasks import MODES, REPORT_COLUMNS, JobSummary, SummaryParam, TaskSpec, no_rows, \
+    run_partition
 from zkcoord.zk.connection import ZkConnection, parse_hosts
 from zkcoord.zk import paths
 from zkcoord.zk.paths import OffsetPaths
@@ -126,6 +127,7 @@ logger.parquet.level = error
 """
 _TASK_ERROR = re.compile(r"^(zkcoord(?:\.\w+)*)\.(\w+): (.+)$", re.MULTILINE)
 _POLL_S = 0.2
+_WORKERS_WAIT_S = 30.0
 # RFC 4180 quoting (what Python's csv reads), values kept as they are (legacy " 25\n" stays that)
 _CSV = {"header": True, "escape": '"', "ignoreLeadingWhiteSpace": False, "ignoreTrailingWhiteSpace": False}
 
@@ -251,16 +253,17 @@ def spark_session(master: str | None = None, *, app_name: str = "zkcoord-migrate
         builder = builder.config("spark.driver.extraJavaOptions", f"{java_options} {archive.java_options()}".strip())
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
+    local = _is_local(master) and not submitted
     workdir = Path(tempfile.mkdtemp(prefix="zkcoord-spark-"))
     try:
         try:
             try:
-                spark = builder.getOrCreate()
+                spark = _create(builder, local)
             except Exception:
                 if archive.mode != "use":
                     raise
                 archive.discard()  # a damaged archive must not keep Spark from starting
-                spark = builder.config("spark.driver.extraJavaOptions", java_options).getOrCreate()
+                spark = _create(builder.config("spark.driver.extraJavaOptions", java_options), local)
         except Exception as exc:
             raise errors.ServiceUnavailableError(
                 f"cannot start Spark (master {master or LOCAL_MASTER}): {_first_line(exc)}; check the master URL "
@@ -275,6 +278,36 @@ def spark_session(master: str | None = None, *, app_name: str = "zkcoord-migrate
             archive.finish(SparkContext)  # first run only: the JVM exits and its class archive is kept
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _create(builder: Any, local: bool) -> Any:
+    """``builder.getOrCreate()``; for a local master, the Python workers are started
+    (one task per core, no rows) while the SparkSession is made: that is JVM work on
+    one thread, and the workers' start (a daemon that imports the task modules, then
+    one fork per core) would otherwise be the first job's. The builder makes its
+    SparkContext the same way: from a SparkConf of the builder's options."""
+    if not local:
+        return builder.getOrCreate()
+    from pyspark import SparkConf, SparkContext
+
+    conf = SparkConf()
+    for key, value in builder._options.items():
+        conf.set(key, value)
+    sc = SparkContext.getOrCreate(conf)
+    warm = threading.Thread(target=_start_workers, args=(sc,), name="zkcoord-spark-workers", daemon=True)
+    warm.start()
+    try:
+        return builder.getOrCreate()  # finds that SparkContext and makes the session on it
+    finally:
+        warm.join(_WORKERS_WAIT_S)
+
+
+def _start_workers(sc: Any) -> None:
+    try:
+        slots = max(1, sc.defaultParallelism)
+        sc.parallelize(range(slots), slots).mapPartitions(no_rows).count()
+    except Exception:  # only a head start: the job starts the workers itself
+        log.debug("starting the Python workers ahead of the job failed", exc_info=True)
 
 
 def _log4j2_file() -> Path:

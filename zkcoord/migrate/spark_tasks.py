@@ -91,7 +91,7 @@ from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
 
 __all__ = ["REPORT_COLUMNS", "MODES", "ZK_READS", "TaskSpec", "JobSummary", "SummaryParam", "ProgressReporter",
-           "plan_status", "run_partition"]
+           "plan_status", "run_partition", "no_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -490,6 +490,11 @@ def _apply_rows(plan: GroupPlan, result: ApplyResult, summary: JobSummary) -> li
         else:
             rows.append(_row(row, "skipped" if key in skipped else "unchanged", summary))
     return rows
+
+
+def no_rows(rows: Iterable) -> Iterator[tuple]:
+    """``mapPartitions`` entry that yields nothing: starts a session's Python workers ahead of its first job."""
+    return iter(())
 
 
 def _batches(groups: list[str], size: int) -> list[list[str]]:
