@@ -29,7 +29,7 @@ from tests.support.kafka_ready import active_kafka_member
 pytestmark = pytest.mark.integration
 
 BATCH = textwrap.dedent("""
-    import asyncio, json, sys, time
+    import asyncio, json, os, sys, time
     from zkcoord.core.migration import Options
     from zkcoord.kafka.forwarder import KafkaGroupOffsets
     from zkcoord.migrate.apply import Adapters
@@ -44,7 +44,12 @@ BATCH = textwrap.dedent("""
     def step(group, phase):
         print(json.dumps({"step": phase, "group": group}), flush=True)
         if phase == pause:
-            time.sleep(600)  # the test kills us here with SIGKILL
+            resume = os.environ.get("BATCH_RESUME_FILE")
+            deadline = time.monotonic() + (60 if resume else 600)
+            while time.monotonic() < deadline:  # the test kills us here with SIGKILL, or lets us go on
+                if resume and os.path.exists(resume):
+                    return
+                time.sleep(0.05)
 
     async def main():
         async with ZkConnection(zk_hosts, request_timeout_ms=20000) as conn:
@@ -68,9 +73,11 @@ BATCH = textwrap.dedent("""
 """)
 
 
-def start(zk_hosts: str, bootstrap: str, groups: list[str], pause: str = "none", mode_timeout_s: float = 20):
+def start(zk_hosts: str, bootstrap: str, groups: list[str], pause: str = "none", mode_timeout_s: float = 20,
+          resume_file: str | None = None):
+    env = dict(os.environ, **({"BATCH_RESUME_FILE": resume_file} if resume_file else {}))
     return subprocess.Popen([sys.executable, "-c", BATCH, zk_hosts, bootstrap, pause, str(mode_timeout_s), *groups],
-                            stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+                            stdout=subprocess.PIPE, text=True, env=env)
 
 
 def run(zk_hosts: str, bootstrap: str, groups: list[str], **kwargs) -> dict[str, dict]:
@@ -195,3 +202,69 @@ def test_a_group_with_active_kafka_members_is_refused_and_the_rest_applied(  # n
         assert kafka_offsets(admin, busy) == {}
         assert results[idle]["outcome"] == "applied"
         assert_migrated(zk, admin, topic, idle)
+
+
+def test_a_group_never_coordinated_takes_one_multi_and_a_stale_request_goes(  # noqa: F811
+        services, zk_hosts, layout, zk, admin, topic, unique_name):  # noqa: F811
+    fresh, known = unique_name("fresh"), unique_name("known")
+    seed_groups(zk, admin, topic, [fresh, known])
+    zk.create(f"/zkcoord/migrations/{fresh}/mode-request", b'{"os": "kafka", "id": "stale"}', makepath=True)
+    # a daemon coordinated `known` once: its state (members gone, mode zookeeper) and an empty election
+    zk.create(f"/coordinators/{known}/state", b'{"v":1,"s":"Empty","g":3,"os":"zookeeper"}', makepath=True)
+    zk.ensure_path(f"/coordinators/{known}/owner")
+
+    results = run(zk_hosts, services.bootstrap_servers, [fresh, known])
+    assert {g: (r["outcome"], r["via"]) for g, r in results.items()} == {fresh: ("applied", "direct"),
+                                                                         known: ("applied", "direct")}
+    for group in (fresh, known):
+        assert_migrated(zk, admin, topic, group)
+    assert not zk.exists(f"/zkcoord/migrations/{fresh}/mode-request")  # withdrawn in the same multi
+    assert zk.get_children(f"/coordinators/{fresh}") == ["state"]  # no election was held: nothing else made
+    assert state(zk, known)["g"] == 3  # the daemon's record, only its mode changed
+
+
+def test_a_group_coordinated_after_the_records_were_read_goes_through_its_election(  # noqa: F811
+        services, zk_hosts, layout, zk, admin, topic, unique_name, tmp_path):  # noqa: F811
+    """A daemon that takes the group between the batch's read and its mode multi makes that multi fail
+    (the znode it creates exists): the group goes through its election, and is never written behind."""
+    group = unique_name("late")
+    seed_groups(zk, admin, topic, [group])
+    resume = tmp_path / "resume"
+    proc = start(zk_hosts, services.bootstrap_servers, [group], pause="kafka-committed", mode_timeout_s=2,
+                 resume_file=str(resume))
+    try:
+        while json.loads(proc.stdout.readline()).get("step") != "kafka-committed":
+            pass
+        assert not zk.exists(f"/coordinators/{group}")  # as the batch read it: never coordinated
+        contender = zk.create(f"/coordinators/{group}/owner/x__lock__", b"7", ephemeral=True, sequence=True,
+                              makepath=True)  # daemon 7 takes the group now; nobody answers its requests
+        resume.touch()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    results = {line["group"]: line for line in map(json.loads, out.splitlines()) if "outcome" in line}
+    assert (results[group]["outcome"], results[group]["phase"]) == ("failed", "kafka-committed")
+    assert "node 7" in results[group]["message"]
+    assert not zk.exists(f"/coordinators/{group}/state")  # fenced: never written behind its owner
+    zk.delete(contender)
+    again = run(zk_hosts, services.bootstrap_servers, [group])
+    assert again[group]["outcome"] == "applied"
+    assert_migrated(zk, admin, topic, group)
+
+
+def test_commit_many_pipelines_past_the_connections_in_flight_limit(services, admin, topic, unique_name,  # noqa: F811
+                                                                     monkeypatch):
+    """More groups than kafka-python's 5 requests in flight per connection: every commit goes out
+    pipelined, none is sent again on its own (before, all but 5 were)."""
+    from zkcoord.kafka.offsets import KafkaOffsets
+
+    groups = [unique_name(f"c{i}") for i in range(40)]
+    alone = []
+    with KafkaOffsets(services.bootstrap_servers, request_timeout_ms=30_000) as kafka:
+        monkeypatch.setattr(kafka, "commit_offsets", lambda group, offsets: alone.append(group))
+        errors = kafka.commit_many({g: {(topic, 0): i, (topic, 1): i + 1} for i, g in enumerate(groups)})
+    assert errors == {g: None for g in groups}
+    assert alone == []
+    for i, group in enumerate(groups):
+        assert kafka_offsets(admin, group) == {(topic, 0): i, (topic, 1): i + 1}
