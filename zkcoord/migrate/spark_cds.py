@@ -167,8 +167,13 @@ class ClassArchive:
             log.info("the Spark JVM exited %s without a class archive; later runs start without one", code)
             _failed_marker(self.path).touch()
             return
-        check = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={self.tmp}", _QUIET, "-cp", classpath,
-                                "-version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        crash_log = self.tmp.with_suffix(".hs_err")  # where a JVM that cannot map it would say so
+        try:
+            check = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={self.tmp}", _QUIET,
+                                    f"-XX:ErrorFile={crash_log}", "-cp", classpath, "-version"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        finally:
+            crash_log.unlink(missing_ok=True)
         if check.returncode != 0:
             log.info("the Spark class archive %s failed its check; later runs start without one", self.tmp)
             _failed_marker(self.path).touch()

@@ -1,0 +1,146 @@
+"""How the local Spark session of ``migrate run-job`` starts: its class-data-sharing archive
+(:mod:`zkcoord.migrate.spark_cds`), its Python worker daemon's path
+(:mod:`zkcoord.migrate.spark_daemon`) and the kazoo handler of its tasks."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from zkcoord.migrate import spark_cds
+from zkcoord.migrate.spark_cds import ClassArchive, archive_key, class_archive
+from zkcoord.migrate.spark_daemon import prefer_installed_pyspark
+from zkcoord.migrate.spark_reads import SelectHandler
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("ZKCOORD_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(spark_cds.ENV, raising=False)
+    return tmp_path / "spark-cds"
+
+
+def test_the_first_session_creates_the_archive_and_later_ones_use_it(cache):
+    first = class_archive("-Xmx1g")
+    assert first.mode == "create" and first.tmp.parent == cache and first.tmp.name.endswith(".tmp")
+    assert f"-XX:ArchiveClassesAtExit={first.tmp}" in first.java_options()
+    first.path.write_bytes(b"an archive")  # what finish() puts in place
+    later = class_archive("-Xmx1g")
+    assert later.mode == "use" and later.path == first.path
+    assert later.java_options().startswith(f"-XX:SharedArchiveFile={first.path} ")
+    assert "-Xlog:cds=off" in later.java_options()  # the JVM's own CDS messages stay off the terminal
+
+
+def test_other_jvm_options_or_jars_make_another_archive(cache, tmp_path, monkeypatch):
+    assert archive_key("-Xmx1g") != archive_key("-Xmx2g")
+    home = tmp_path / "spark"
+    (home / "jars").mkdir(parents=True)
+    (home / "jars" / "a.jar").write_bytes(b"1")
+    monkeypatch.setattr(spark_cds, "_spark_home", lambda: home)
+    before = archive_key("-Xmx1g")
+    (home / "jars" / "b.jar").write_bytes(b"2")
+    assert archive_key("-Xmx1g") != before
+
+
+def test_turned_off_unknown_or_failed_before_means_no_archive(cache, monkeypatch):
+    monkeypatch.setenv(spark_cds.ENV, "off")
+    assert class_archive("-Xmx1g").mode == "off" and class_archive("-Xmx1g").java_options() == ""
+    monkeypatch.delenv(spark_cds.ENV)
+    archive = class_archive("-Xmx1g")
+    archive.path.with_suffix(".failed").touch()
+    assert class_archive("-Xmx1g").mode == "off"
+    monkeypatch.setattr(spark_cds, "_java", lambda: None)
+    assert class_archive("-Xmx2g").mode == "off"
+
+
+def test_only_a_few_archives_are_kept_and_dead_runs_files_go(cache):
+    cache.mkdir(parents=True)
+    for i in range(4):
+        (cache / f"old{i}.jsa").write_bytes(b"x")
+    stale = cache / "x.jsa.1-ab.tmp"
+    stale.write_bytes(b"x")
+    import os
+    os.utime(stale, (0, 0))
+    class_archive("-Xmx1g")  # a new one is to be made: room for it
+    assert len(list(cache.glob("*.jsa"))) == spark_cds._KEEP - 1
+    assert not stale.exists()
+
+
+class _Proc:
+    def __init__(self, code: int) -> None:
+        self.code, self.stdin = code, SimpleNamespace(close=lambda: None)
+
+    def wait(self, timeout=None) -> int:
+        return self.code
+
+
+def _context(code: int, tmp: Path, content: bytes | None):
+    """A SparkContext class as finish() sees it: a gateway whose JVM exits with ``code``
+    having written ``content`` to the archive it was told to."""
+    if content is not None:
+        tmp.write_bytes(content)
+    system = SimpleNamespace(getProperty=lambda name: {"java.home": str(Path(sys.executable).parent),
+                                                       "java.class.path": "/nowhere"}[name])
+    jvm = SimpleNamespace(java=SimpleNamespace(lang=SimpleNamespace(System=system)))
+    gateway = SimpleNamespace(proc=_Proc(code), shutdown=lambda: None)
+    return type("Context", (), {"_gateway": gateway, "_jvm": jvm})
+
+
+def test_finish_puts_a_checked_archive_in_place(cache, monkeypatch):
+    archive = class_archive("-Xmx1g")
+    context = _context(0, archive.tmp, b"archive bytes")
+    ran = []
+    monkeypatch.setattr(spark_cds.subprocess, "run",
+                        lambda args, **kw: ran.append(args) or subprocess.CompletedProcess(args, 0))
+    archive.finish(context)
+    assert archive.path.read_bytes() == b"archive bytes" and not archive.tmp.exists()
+    assert "-Xshare:on" in ran[0] and f"-XX:SharedArchiveFile={archive.tmp}" in ran[0]
+    assert context._gateway is None and context._jvm is None  # a later session starts a JVM of its own
+
+
+@pytest.mark.parametrize("code, content, check", [(0, b"garbage", 1), (1, b"x", 0), (0, None, 0)])
+def test_finish_keeps_no_archive_that_failed(cache, monkeypatch, code, content, check):
+    archive = class_archive("-Xmx1g")
+    monkeypatch.setattr(spark_cds.subprocess, "run", lambda args, **kw: subprocess.CompletedProcess(args, check))
+    archive.finish(_context(code, archive.tmp, content))
+    assert not archive.path.exists() and not archive.tmp.exists()
+    assert archive.path.with_suffix(".failed").exists()  # later runs do without, instead of failing again
+    assert class_archive("-Xmx1g").mode == "off"
+
+
+def test_a_session_that_did_not_start_with_the_archive_removes_it(cache):
+    archive = class_archive("-Xmx1g")
+    archive.path.write_bytes(b"damaged")
+    used = class_archive("-Xmx1g")
+    used.discard()
+    assert used.mode == "off" and not archive.path.exists() and used.java_options() == ""
+
+
+def test_the_daemon_drops_sparks_zips_of_the_installed_pyspark_only(tmp_path):
+    import pyspark
+
+    lib = Path(pyspark.__file__).resolve().parent / "python" / "lib"
+    zips = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")]
+    path = ["/work", *zips, *sys.path]
+    assert prefer_installed_pyspark(path) == ["/work", *sys.path]
+    elsewhere = [str(tmp_path / "spark" / "python" / "lib" / "pyspark.zip"), *sys.path]
+    assert prefer_installed_pyspark(elsewhere) == elsewhere  # another Spark's: as Spark chose
+    assert prefer_installed_pyspark(sys.path) == sys.path
+
+
+def test_select_handler_waits_like_kazoos_own():
+    handler = SelectHandler()
+    left, right = socket.socketpair()
+    try:
+        assert handler.select([left], [], [], 0.01) == ([], [], [])
+        right.send(b"x")
+        readable, writable, _ = handler.select([left], [right], [], 1.0)
+        assert readable == [left] and writable == [right]
+    finally:
+        left.close()
+        right.close()
