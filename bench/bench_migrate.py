@@ -35,7 +35,10 @@ Reading it: ``offsets/s`` is partitions handled per second of wall time.
 ``end to end`` rows: plan, apply and verify each handle every offset, so
 3 x groups x partitions offsets over the sum of the three steps' wall times;
 zkcoord's includes the SparkSession start and the cold first plan job
-(``warm session``: the second plan job, no start); the peer's is its three
+(``warm session``: the second plan job, no start; the session row says
+whether the driver JVM mapped the class-data-sharing archive an earlier
+session saved, or has none yet and saves it when this run ends, see
+``zkcoord.migrate.spark_cds``); the peer's is its three
 one-JVM runs. The goals are judged on the apply and end-to-end rows.
 ``job`` rows time what ``run_job`` does: list the groups, run the tasks,
 write the Parquet and CSV report, collect the totals; ``cold`` adds the
@@ -188,7 +191,8 @@ def run_zkcoord(services: Services, args: argparse.Namespace, workdir: Path) -> 
     started = time.perf_counter()
     with spark_session(args.spark_master) as spark:
         spark_start = time.perf_counter() - started
-        rows.append(Row("spark session start", 0, 0, spark_start, spark.sparkContext.master))
+        rows.append(Row("spark session start", 0, 0, spark_start,
+                        f"{spark.sparkContext.master}; {_class_archive(spark)}"))
         for name, mode in (("plan (first job)", "plan"), ("plan", "plan"), ("apply", "apply"),
                            ("verify", "verify")):
             config = JobConfig(services.hosts, services.bootstrap, Selection(pattern="grp-.*"),
@@ -207,6 +211,20 @@ def run_zkcoord(services: Services, args: argparse.Namespace, workdir: Path) -> 
                 rows.append(Row("zkcoord plan cold (start + first job)", result.groups_selected,
                                 result.totals.partitions, spark_start + result.elapsed_s, "one CLI invocation"))
     return rows
+
+
+def _class_archive(spark) -> str:
+    """Whether the driver JVM mapped a class-data-sharing archive (zkcoord.migrate.spark_cds)."""
+    try:
+        options = str(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                      .getInputArguments())
+    except Exception:
+        return "class archive: unknown"
+    if "-XX:SharedArchiveFile=" in options:
+        return "class archive: used (made by an earlier session)"
+    if "-XX:ArchiveClassesAtExit=" in options:
+        return "class archive: none yet (this session makes it)"
+    return "class archive: off"
 
 
 def run_single_process(services: Services, args: argparse.Namespace) -> Row:
@@ -351,7 +369,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--topics", type=int, default=10, help="topics they spread over (default 10)")
     parser.add_argument("--records", type=int, default=100, help="records per partition (default 100)")
     parser.add_argument("--peer-groups", type=int, default=None,
-                        help="groups the peer runs on, each step in one JVM (default: --groups, the same job)")
+                        help="groups the peer runs on, each step in one JVM (default: --groups, the same job; "
+                             "0: no peer runs)")
     parser.add_argument("--peer-sample", type=int, default=5,
                         help="of those, how many the peer also runs one JVM per group (default 5, ~1 s each)")
     parser.add_argument("--spark-master", default=None, help="default local[*]")
