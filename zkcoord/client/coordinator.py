@@ -43,9 +43,7 @@ JoinGroup from its ``poll()``, meanwhile waits for a fetch answer (up to
 ``fetch_max_wait_ms`` at the broker), the end of its poll timeout or the
 next heartbeat deadline, or sleeps ``retry_backoff_ms`` when it has nothing
 to fetch. Every member of a rebalance thus rejoined up to about one heartbeat
-interval late, and the group waits for its last member. The Java consumer
-has the same gap only until its next ``poll()`` too, but wakes the blocking
-network poll when the heartbeat thread needs it. :class:`ZkcoordFetcher`
+interval late, and the group waits for its last member. :class:`ZkcoordFetcher`
 ends that wait as soon as the coordinator asks for a rejoin
 (:meth:`ZkcoordCoordinator.rejoin_wakeup`), so ``poll()`` goes on to
 rejoin at once; records, positions and everything else are unchanged.

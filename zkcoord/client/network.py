@@ -41,9 +41,10 @@ needs the broker's answers, so the manager sends the group's first
 FindCoordinator when the bootstrap starts, opens the connection to the
 daemon it names, and hands that answer to the coordinator's first lookup
 (if it comes within :data:`PREFETCH_MAX_AGE_S`; otherwise, or if the lookup
-failed, the coordinator looks up as usual). The Java consumer does the same
-work in parallel on its first poll. Nothing else changes: the same request,
-the same answer handling, the same connections.
+failed, the coordinator looks up as usual). Nothing else changes: the same
+request, the same answer handling, the same connections, and
+``Consumer.start()`` still waits for the bootstrap (and fails when no broker
+answers).
 
 It is handed to ``KafkaConsumer`` through its documented ``kafka_client``
 option (see :func:`client_factory`); nothing of kafka-python is patched.
