@@ -134,10 +134,11 @@ def run_and_report(config, *, spark_master: str | None = None, spark_conf: dict[
             spark = stack.enter_context(spark_session(spark_master, ship_package=ship_package, conf=spark_conf))
         with _ProgressBar(err, mode, show) as bar:
             result = run_job(config, spark, on_progress=bar.update)
-    if output == "json":
-        click.echo(json.dumps(_as_dict(result), indent=2))
-    else:
-        _print_summary(result, config.record_verify)
+        # the summary before the session ends: a first local session then still saves its class archive
+        if output == "json":
+            click.echo(json.dumps(_as_dict(result), indent=2))
+        else:
+            _print_summary(result, config.record_verify)
     failing = sum(result.outcomes.get(name, 0) for name in _FAILING[mode]) + result.error_groups
     if failing or (mode == "verify" and result.errors):
         click.echo(f"{failing or len(result.errors)} group(s) need attention: see their rows' status in "
