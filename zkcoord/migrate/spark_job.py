@@ -286,12 +286,13 @@ def _create(builder: Any, local: bool) -> Any:
     one thread, and the workers' start (a daemon that imports the task modules, then
     one fork per core) would otherwise be the first job's. The builder makes its
     SparkContext the same way: from a SparkConf of the builder's options."""
-    if not local:
+    options = getattr(builder, "_options", None)  # pyspark's own (3.5 and 4.x): what getOrCreate reads
+    if not local or not isinstance(options, dict):
         return builder.getOrCreate()
     from pyspark import SparkConf, SparkContext
 
     conf = SparkConf()
-    for key, value in builder._options.items():
+    for key, value in options.items():
         conf.set(key, value)
     sc = SparkContext.getOrCreate(conf)
     warm = threading.Thread(target=_start_workers, args=(sc,), name="zkcoord-spark-workers", daemon=True)
