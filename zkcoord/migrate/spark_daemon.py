@@ -14,7 +14,9 @@ handing over to PySpark's own daemon (:func:`pyspark.daemon.manager`):
    its bytecode cache serve the imports instead: the same files.
 2. The worker module and the job's task module are imported once here,
    before the forks, instead of once in every worker (they start no
-   threads when imported; the daemon must not have any when it forks).
+   threads when imported; the daemon must not have any when it forks),
+   and frozen (``gc.freeze``): the workers' full garbage collections do
+   not walk every imported object again.
 
 Only :func:`zkcoord.migrate.spark_job.spark_session` sets it, for the local
 master (the workers there run this interpreter, where zkcoord is installed).
@@ -22,6 +24,7 @@ master (the workers there run this interpreter, where zkcoord is installed).
 
 from __future__ import annotations
 
+import gc
 import importlib.machinery
 import sys
 from pathlib import Path
@@ -62,6 +65,8 @@ def main() -> None:
     import zkcoord.migrate.spark_tasks  # noqa: F401
     from pyspark.daemon import manager
 
+    gc.collect()
+    gc.freeze()  # what is imported lives as long as the workers: their full collections skip it
     manager()
 
 
