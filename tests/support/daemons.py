@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 
 from zkcoord.local.procs import tail
 
@@ -214,10 +214,12 @@ class DaemonFleet:
 
     # ---------------------------------------------------------- ZooKeeper
     def registration(self, node_id: int) -> dict | None:
-        """``/zkcoord/nodes/<id>`` as a dict, None if absent."""
+        """``/zkcoord/nodes/<id>`` as a dict, None if absent or if this test's
+        own ZooKeeper session is being re-established (after a ZooKeeper
+        restart it may have expired; kazoo opens a new one): callers poll."""
         try:
             data, _ = self.zk.get(f"/zkcoord/nodes/{node_id}")
-        except NoNodeError:
+        except (NoNodeError, ConnectionLoss, SessionExpiredError):
             return None
         return json.loads(data)
 
