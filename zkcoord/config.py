@@ -61,6 +61,9 @@ class DaemonConfig:
     # A dynamic member's session ends this long after its last connection closes; -1: off (Kafka: a
     # closed connection means nothing, only the session timeout removes a member).
     member_disconnect_grace_ms: int = -1
+    # zkcoord's own clients keep a heartbeat in flight that is answered as soon as their group starts
+    # rebalancing (zkcoord.core.notice); this is the longest such a heartbeat is held. 0: never held.
+    rebalance_notice_hold_ms: int = 5_000
 
     def __post_init__(self) -> None:
         if not self.zookeeper:
@@ -79,6 +82,7 @@ class DaemonConfig:
                      self.group_min_session_timeout_ms, 2**31 - 1)
         _check_range("group_initial_rebalance_delay_ms", self.group_initial_rebalance_delay_ms, 0, 2**31 - 1)
         _check_range("member_disconnect_grace_ms", self.member_disconnect_grace_ms, -1, 2**31 - 1)
+        _check_range("rebalance_notice_hold_ms", self.rebalance_notice_hold_ms, 0, 600_000)
         _check_range("topic_metadata_refresh_ms", self.topic_metadata_refresh_ms, 100, 3_600_000)
         _check_range("max_frame_bytes", self.max_frame_bytes, 1024, 2**31 - 1)
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)

@@ -31,6 +31,8 @@ def _options(func):
         ("--metrics-listen", str, "HOST:PORT serving Prometheus /metrics and /health over HTTP [default: off]."),
         ("--member-disconnect-grace-ms", int, "Remove a dynamic member this long after its connection closes "
          "without LeaveGroup, instead of at its session timeout; -1: off, as Kafka [default: -1]."),
+        ("--rebalance-notice-hold-ms", int, "Longest a heartbeat on a zkcoord client's notice connection is held "
+         "waiting for its group to rebalance; 0: never hold, Kafka clients are never held [default: 5000]."),
         ("--shutdown-timeout-ms", int, "How long SIGTERM may take before connections are cut [default: 5000]."),
     ]
     for flag, kind, help_text in reversed(specs):

@@ -15,16 +15,26 @@ which connection each dynamic member last spoke on (JoinGroup answers that
 give or confirm its id, Heartbeat, SyncGroup, OffsetCommit;
 :mod:`.member_connections`), and when the transport reports that
 connection closed, asks the manager to end those members' sessions early.
+
+The rebalance notice (:mod:`zkcoord.core.notice`): a connection whose
+ApiVersions names the notice client software has its members' Heartbeats
+held while their group stays Stable (up to the daemon's
+``rebalance_notice_hold_ms``), and answered as a heartbeat arriving at the
+moment of the answer. Such heartbeats skip the fast path, are not counted in
+the request latency histogram, and do not count as the member's connection
+for the disconnect grace (the member's own connection does).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
 from typing import TYPE_CHECKING
 
 from zkcoord.core import group as core
+from zkcoord.core import notice
 from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.errors import StateError
 from zkcoord.server.codec import (
@@ -64,6 +74,8 @@ class ApiHandler:
         # None unless the manager expires members whose connection closed
         self.members: MemberConnections | None = (
             MemberConnections() if getattr(manager, "member_disconnect_grace_ms", -1) >= 0 else None)
+        self.notice_hold_ms: int = getattr(manager, "rebalance_notice_hold_ms", 0)  # 0: never hold
+        self._notice_connections: set[int] = set()  # connection ids that asked for held heartbeats
         self._routes = {
             API_VERSIONS: self.api_versions, FIND_COORDINATOR: self.find_coordinator,
             JOIN_GROUP: self.join_group, SYNC_GROUP: self.sync_group, HEARTBEAT: self.heartbeat,
@@ -77,7 +89,8 @@ class ApiHandler:
         response = await self._routes[decoded.api_key](decoded, connection)
         if self.metrics is not None:
             message = response.message if type(response) is EncodedResponse else response
-            self.metrics.observe_request(decoded.api_name, message, time.perf_counter() - started)
+            held = decoded.api_key == HEARTBEAT and connection.connection_id in self._notice_connections
+            self.metrics.observe_request(decoded.api_name, message, None if held else time.perf_counter() - started)
         return response
 
     def handle_now(self, decoded: DecodedRequest, connection: ConnectionInfo):
@@ -88,6 +101,8 @@ class ApiHandler:
         api_key = decoded.api_key
         if api_key != HEARTBEAT and api_key != SYNC_GROUP:
             return None
+        if api_key == HEARTBEAT and self._notice_connections and connection.connection_id in self._notice_connections:
+            return None  # may be held
         started = time.perf_counter()
         r = decoded.request
         runtime = self.manager.serving(r.group_id)
@@ -123,6 +138,7 @@ class ApiHandler:
     def connection_closed(self, connection: ConnectionInfo) -> None:
         """The transport's close callback: the members that last spoke on
         this connection lose their session within the grace."""
+        self._notice_connections.discard(connection.connection_id)
         if self.members is None:
             return
         for group_id, member_id in self.members.closed(connection.connection_id):
@@ -130,7 +146,13 @@ class ApiHandler:
 
     # -- ApiVersions, FindCoordinator --------------------------------------------
     async def api_versions(self, decoded, connection):
-        return api_versions_response(decoded.api_version, COORDINATOR_APIS)
+        if self.notice_hold_ms <= 0:
+            return api_versions_response(decoded.api_version, COORDINATOR_APIS)
+        if (decoded.api_version >= 3
+                and getattr(decoded.request, "client_software_name", None) == notice.CLIENT_SOFTWARE_NAME):
+            self._notice_connections.add(connection.connection_id)
+        return api_versions_response(decoded.api_version, COORDINATOR_APIS, supported_features=[
+            {"name": notice.FEATURE, "min_version": notice.FEATURE_VERSION, "max_version": notice.FEATURE_VERSION}])
 
     async def find_coordinator(self, decoded, connection):
         request = decoded.request
@@ -239,11 +261,32 @@ class ApiHandler:
                 token, r.member_id, r.generation_id,
                 getattr(r, "group_instance_id", None) if decoded.api_version >= 3 else None)
             result = await runtime.call(token, lambda g, now: core.handle_heartbeat(g, request, now, runtime.config))
+            if connection.connection_id in self._notice_connections:
+                if result.error is E.NONE:
+                    result = await self._held_heartbeat(runtime, request)
+                return constant_response(decoded, throttle_time_ms=0, error_code=int(result.error))
         except GroupUnavailableError as exc:
             return constant_response(decoded, throttle_time_ms=0, error_code=int(exc.code))
         if self.members is not None and result.error in _KNOWN_MEMBER and request.group_instance_id is None:
             self.members.seen(r.group_id, r.member_id, connection.connection_id)
         return constant_response(decoded, throttle_time_ms=0, error_code=int(result.error))
+
+    async def _held_heartbeat(self, runtime, request: core.HeartbeatRequest) -> core.HeartbeatResult:
+        """The rebalance notice: wait while the group stays Stable in the
+        request's generation (at most :func:`notice.hold_ms`), then answer
+        as a heartbeat arriving now. Raises GroupUnavailableError."""
+        hold = notice.hold_ms(runtime.group, request.member_id, request.generation_id, self.notice_hold_ms)
+        if hold > 0:
+            waiter = runtime.until_unsettled(request.generation_id)
+            try:
+                await asyncio.wait_for(waiter, hold / 1000)
+            except TimeoutError:
+                pass
+            finally:
+                runtime.forget_waiter(waiter)
+        token = runtime.next_token()
+        again = core.HeartbeatRequest(token, request.member_id, request.generation_id, request.group_instance_id)
+        return await runtime.call(token, lambda g, now: core.handle_heartbeat(g, again, now, runtime.config))
 
     async def leave_group(self, decoded, connection):
         r = decoded.request

@@ -426,12 +426,16 @@ def _frame_of(parts: tuple[bytes, bytes], correlation_id: int) -> bytes:
 
 
 def api_versions_response(version: int, apis: ApiRegistry = COORDINATOR_APIS, *,
-                          error_code: int = 0, throttle_time_ms: int = 0) -> ApiMessage:
-    """An ApiVersionsResponse at `version` listing every API in `apis`."""
+                          error_code: int = 0, throttle_time_ms: int = 0,
+                          supported_features: list[dict] | None = None) -> ApiMessage:
+    """An ApiVersionsResponse at `version` listing every API in `apis`, and
+    from v3 on the `supported_features` given ({name, min_version,
+    max_version}; a tagged field older versions do not carry)."""
     entries = [{"api_key": s.api_key, "min_version": s.min_version, "max_version": s.max_version}
                for s in apis]
+    extra = {"supported_features": supported_features} if supported_features and version >= 3 else {}
     return build_message(ApiVersionsResponse, version, error_code=error_code,
-                         api_keys=entries, throttle_time_ms=throttle_time_ms)
+                         api_keys=entries, throttle_time_ms=throttle_time_ms, **extra)
 
 
 def build_response(api_key: int, version: int, /, *, apis: ApiRegistry = COORDINATOR_APIS,

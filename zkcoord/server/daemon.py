@@ -124,6 +124,7 @@ class Daemon:
         self.manager = GroupManager(
             node_id, group_config, self.ownership, store, self.offsets, self.nodes, topic_watcher=self.topics,
             conn=self.conn, member_disconnect_grace_ms=config.member_disconnect_grace_ms,
+            rebalance_notice_hold_ms=config.rebalance_notice_hold_ms,
             kafka_forwarder=KafkaForwarder(config.bootstrap_servers) if config.bootstrap_servers else None)
         if self.metrics is not None:
             self.metrics.manager = self.manager

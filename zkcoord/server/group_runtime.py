@@ -173,6 +173,7 @@ class GroupRuntime:
         self._futures: dict[int, asyncio.Future] = {}
         self._renders: dict[int, Callable[[Any], Any]] = {}  # token of a parked call -> its render
         self._timers = KeyedTimers(clock, self._fire)
+        self._unsettled_waiters: set[asyncio.Future] = set()  # held heartbeats (core.notice)
 
     # -- life cycle ----------------------------------------------------------
     async def load(self, record: dict | None, version: int | None) -> None:
@@ -203,10 +204,34 @@ class GroupRuntime:
         self.group = outcome.group
         self._timers.clear()
         self._release(outcome.replies)
+        self._wake_unsettled()
         for future in self._futures.values():
             if not future.done():
                 future.set_exception(GroupUnavailableError(self.group_id, ErrorCode.NOT_COORDINATOR, reason))
         log.info("group %s unloaded: %s", self.group_id, reason)
+
+    # -- held heartbeats ----------------------------------------------------------
+    def until_unsettled(self, generation_id: int) -> asyncio.Future:
+        """A future resolved (to None) as soon as the group is not Stable in
+        ``generation_id`` any more, or is no longer served here: at once if
+        that is so already. Pass it to :meth:`forget_waiter` when done with
+        it (a held heartbeat whose hold ran out)."""
+        future = asyncio.get_running_loop().create_future()
+        group = self.group
+        if not self.active or group.state is not core.GroupState.STABLE or group.generation_id != generation_id:
+            future.set_result(None)
+        else:
+            self._unsettled_waiters.add(future)
+        return future
+
+    def forget_waiter(self, future: asyncio.Future) -> None:
+        self._unsettled_waiters.discard(future)
+
+    def _wake_unsettled(self) -> None:
+        waiters, self._unsettled_waiters = self._unsettled_waiters, set()
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
 
     # -- requests --------------------------------------------------------------
     def next_token(self) -> int:
@@ -319,9 +344,11 @@ class GroupRuntime:
     def _commit(self, outcome: core.Outcome, rendered: dict[Any, Any] | None = None) -> None:
         """Step 3: apply an outcome whose write (if any) was accepted."""
         before, self.group = self.group, outcome.group
-        if self._on_transition is not None and (before.state is not self.group.state
-                                                or before.generation_id != self.group.generation_id):
-            self._on_transition(self.group)
+        if before.state is not self.group.state or before.generation_id != self.group.generation_id:
+            if self._on_transition is not None:
+                self._on_transition(self.group)
+            if self._unsettled_waiters:
+                self._wake_unsettled()
         if outcome.persist and self._on_persisted is not None:
             self._on_persisted(outcome.group)
         if outcome.timers:

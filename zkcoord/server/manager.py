@@ -62,7 +62,7 @@ E = ErrorCode
 class GroupManager:
     def __init__(self, node_id: int, group_config: core.GroupConfig, ownership, store, offsets, nodes,
                  topic_watcher=None, *, conn=None, kafka_forwarder: KafkaForwarder | None = None,
-                 member_disconnect_grace_ms: int = -1):
+                 member_disconnect_grace_ms: int = -1, rebalance_notice_hold_ms: int = 0):
         self.node_id = node_id
         self.group_config = group_config
         self.ownership = ownership
@@ -82,6 +82,7 @@ class GroupManager:
         self._warned_no_kafka: set[str] = set()
         self.metrics = None  # DaemonMetrics, set by the daemon with --metrics-listen
         self.member_disconnect_grace_ms = member_disconnect_grace_ms  # -1: off
+        self.rebalance_notice_hold_ms = rebalance_notice_hold_ms  # 0: heartbeats never held (core.notice)
 
     # -- ownership ---------------------------------------------------------------
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
