@@ -60,8 +60,10 @@ def test_member_with_long_poll_rejoins_before_its_next_heartbeat(services, zk_ho
     # and the old member's poll() waits 60 s: nothing but the rejoin request
     # can end its wait before its next heartbeat.
     with ThreadDaemons(zk_hosts, 1) as daemons:
+        # Without the rebalance notice (tests/integration/test_client_notice.py), which would tell
+        # the old member before its heartbeat does.
         cfg = config(daemons.addresses, bootstrap, group, heartbeat_interval_ms=3_000, session_timeout_ms=30_000,
-                     fetch_max_wait_ms=20_000, request_timeout_ms=40_000)
+                     fetch_max_wait_ms=20_000, request_timeout_ms=40_000, rebalance_notice=False)
         old = start_member("old", cfg, [topic])
         eventually(lambda: old.consumer.assignment() == partitions, "the old member owns both partitions",
                    step=poll_all([old]))

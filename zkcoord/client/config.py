@@ -68,6 +68,8 @@ class ConsumerConfig:
     reconnect_backoff_max_ms: int = 1_000
     metadata_max_age_ms: int = 300_000
     bootstrap_timeout_ms: int = 30_000
+    # Hear of rebalances through the daemon's held heartbeats (zkcoord.client.notice), where it offers them.
+    rebalance_notice: bool = True
 
     def __post_init__(self) -> None:
         self._normalise()

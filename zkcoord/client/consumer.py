@@ -97,7 +97,8 @@ class Consumer:
             return self
         factory = client_factory(self.config.daemon_addresses, self.config.effective_rebalance_timeout_ms)
         try:
-            self._kafka = ZkcoordKafkaConsumer(**self.config.kafka_options(), kafka_client=factory)
+            self._kafka = ZkcoordKafkaConsumer(**self.config.kafka_options(), kafka_client=factory,
+                                               rebalance_notice=self.config.rebalance_notice)
         except Exception as exc:
             error = translate(exc, "connecting to Kafka")
             if isinstance(error, ConsumerTimeoutError):

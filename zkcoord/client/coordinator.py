@@ -48,6 +48,14 @@ ends that wait as soon as the coordinator asks for a rejoin
 (:meth:`ZkcoordCoordinator.rejoin_wakeup`), so ``poll()`` goes on to
 rejoin at once; records, positions and everything else are unchanged.
 
+Beyond the fixes, a member learns of a rebalance sooner through the daemon's
+rebalance notice (:mod:`zkcoord.client.notice`) when the consumer is built
+with ``rebalance_notice=True`` (the thin consumer's default): a thread keeps
+a held heartbeat in flight on a connection of its own and calls
+``request_rejoin`` when it is answered REBALANCE_IN_PROGRESS, so fix 4 wakes
+the application thread one round trip after the rebalance starts instead of
+at the member's next heartbeat.
+
 How it is installed. ``KafkaConsumer`` constructs its coordinator and
 fetcher itself; :class:`ZkcoordKafkaConsumer` replaces both right after
 construction (before any request of theirs) and detaches the replaced
@@ -72,6 +80,8 @@ from kafka.protocol.consumer import UNKNOWN_MEMBER_ID
 from kafka.structs import MemberState
 from kafka.util import WeakMethod
 
+from zkcoord.client.notice import RebalanceNotice
+
 log = logging.getLogger(__name__)
 
 
@@ -81,7 +91,25 @@ class ZkcoordCoordinator(ConsumerCoordinator):
 
     def __init__(self, *args, **kwargs):
         self._rejoin_waiters: set[Future] = set()
+        self._notice: RebalanceNotice | None = None
         super().__init__(*args, **kwargs)
+
+    # -- the rebalance notice ------------------------------------------------------------
+    def start_notice(self, consumer_config: dict) -> RebalanceNotice:
+        if self._notice is None:
+            self._notice = RebalanceNotice(self, consumer_config)
+            self._notice.start()
+        return self._notice
+
+    async def _on_join_complete_async(self, generation, member_id, protocol, member_assignment_bytes):
+        if self._notice is not None:
+            self._notice.poke()  # Stable in a new generation: hold a heartbeat for it
+        await super()._on_join_complete_async(generation, member_id, protocol, member_assignment_bytes)
+
+    def close(self, autocommit=True, timeout_ms=None):
+        if self._notice is not None:
+            self._notice.close()
+        super().close(autocommit=autocommit, timeout_ms=timeout_ms)
 
     # -- fix 4: a rejoin starts at once --------------------------------------------------
     @contextlib.contextmanager
@@ -217,7 +245,7 @@ class ZkcoordKafkaConsumer(KafkaConsumer):
     and whose fetcher a :class:`ZkcoordFetcher`. Takes ``KafkaConsumer``'s
     keyword options."""
 
-    def __init__(self, **configs):
+    def __init__(self, *, rebalance_notice: bool = False, **configs):
         try:
             super().__init__(**configs, metrics_enabled=False)
         except BaseException:
@@ -233,3 +261,5 @@ class ZkcoordKafkaConsumer(KafkaConsumer):
             assignors=self.config["partition_assignment_strategy"], **self.config)
         self._fetcher = ZkcoordFetcher(self._client, self._subscription, coordinator=self._coordinator,
                                        metrics=None, **self.config)
+        if rebalance_notice:
+            self._coordinator.start_notice(self.config)

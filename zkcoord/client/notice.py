@@ -1,0 +1,198 @@
+"""The thin consumer's side of the rebalance notice (:mod:`zkcoord.core.notice`).
+
+In Kafka's classic protocol a member hears that its group is rebalancing
+only in the answer to its next heartbeat, up to one ``heartbeat_interval_ms``
+later, and the whole group waits for the member whose heartbeat comes last.
+A zkcoord daemon can hold a heartbeat until the group starts rebalancing.
+:class:`RebalanceNotice` keeps one such heartbeat in flight per member, on a
+connection of its own to the group's coordinator, so a member learns of a
+rebalance one round trip after it starts; kafka-python's own heartbeats go
+on as before on the coordinator connection, and carry the session.
+
+The notice is used only where the daemon advertises it (the supported
+feature :data:`~zkcoord.core.notice.FEATURE` in its ApiVersions answer to
+the notice connection); a Kafka broker or a daemon with the hold off does
+not, and the notice then stays quiet until the coordinator changes.
+
+The thread acts on one answer only: REBALANCE_IN_PROGRESS for the
+generation the member is still Stable in makes the member rejoin (as
+kafka-python does for the same heartbeat answer, through the coordinator's
+``request_rejoin``, which also wakes the application thread). Every other
+outcome (a lost connection, NOT_COORDINATOR, ILLEGAL_GENERATION, ...) is
+left to kafka-python's own heartbeat, which meets it within one interval;
+the thread backs off, then follows the coordinator and generation it then
+has. Encoding and framing are kafka-python's (``KafkaProtocol``).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+from kafka.protocol.consumer.group import HeartbeatRequest
+from kafka.protocol.metadata import ApiVersionsRequest
+from kafka.protocol.parser import KafkaProtocol
+from kafka.structs import MemberState
+
+from zkcoord import __version__
+from zkcoord.core import notice
+
+log = logging.getLogger(__name__)
+
+NONE, REBALANCE_IN_PROGRESS = 0, 27
+HEARTBEAT_VERSION = 4  # what the daemon serves and the Java consumer sends
+
+
+class RebalanceNotice:
+    """One member's notice connection, on a daemon thread. ``start()`` once
+    the coordinator exists; ``close()`` before the member leaves. ``config``
+    is the consumer's (kafka-python's ``KafkaConsumer.config``)."""
+
+    def __init__(self, coordinator, config: dict) -> None:
+        self._coordinator = coordinator
+        self._client_id = config["client_id"]
+        self._backoff_s = max(config["retry_backoff_ms"], 50) / 1000
+        self._idle_s = config["heartbeat_interval_ms"] / 1000
+        # An answer comes within the daemon's hold (at most half the session) plus a request's time.
+        self._read_timeout_s = (config["session_timeout_ms"] / 2 + config["request_timeout_ms"]) / 1000
+        self._changed = threading.Event()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._address: tuple[str, int] | None = None
+        self._protocol: KafkaProtocol | None = None
+        self._unsupported: tuple[str, int] | None = None  # a coordinator without the feature
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"zkcoord-notice-{coordinator.group_id}")
+        self.notices = 0  # rebalances this member learned of through the notice
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def poke(self) -> None:
+        """The member's generation or coordinator may have changed: look again."""
+        self._changed.set()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._stopping.set()
+        self._changed.set()
+        self._drop_connection()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    # -- the thread --------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                self._step()
+        except Exception:  # the notice only speeds rebalances up; never take the consumer down
+            log.exception("group %s: the rebalance notice stopped", self._coordinator.group_id)
+        finally:
+            self._drop_connection()
+
+    def _step(self) -> None:
+        target = self._target()
+        if target is None or target[0] == self._unsupported:
+            self._wait(self._idle_s)
+            return
+        address, generation_id, member_id = target
+        try:
+            sock, protocol = self._connect(address)
+            if sock is None:
+                self._unsupported = address
+                log.info("group %s: coordinator %s:%d does not hold heartbeats; rebalances are heard "
+                         "through the member's heartbeats only", self._coordinator.group_id, *address)
+                return
+            answer = self._call(sock, protocol, HeartbeatRequest(
+                version=HEARTBEAT_VERSION, group_id=self._coordinator.group_id, generation_id=generation_id,
+                member_id=member_id, group_instance_id=self._coordinator.group_instance_id))
+        except Exception as exc:  # noqa: BLE001 - connection trouble of any kind: back off
+            if not self._stopping.is_set():
+                log.debug("group %s: notice connection to %s:%d: %r", self._coordinator.group_id, *address, exc)
+            self._drop_connection()
+            self._wait(self._backoff_s)
+            return
+        if answer.error_code == NONE:
+            return  # the hold ran out: hold again
+        if answer.error_code == REBALANCE_IN_PROGRESS and self._still(generation_id, member_id):
+            self.notices += 1
+            log.debug("group %s: rebalance notice for generation %d", self._coordinator.group_id, generation_id)
+            self._coordinator.request_rejoin()
+        # Whatever follows (the rejoin, kafka-python handling an error) changes the generation.
+        self._wait_for_change(generation_id, member_id)
+
+    def _target(self) -> tuple[tuple[str, int], int, str] | None:
+        """(coordinator address, generation, member id) while Stable, else None."""
+        c = self._coordinator
+        if c.state is not MemberState.STABLE:
+            return None
+        generation = c._generation
+        node_id = c.coordinator_id
+        if node_id is None or generation.generation_id < 0 or not generation.member_id:
+            return None
+        broker = c._client.cluster.broker_metadata(node_id)
+        if broker is None:
+            return None
+        return (broker.host, broker.port), generation.generation_id, generation.member_id
+
+    def _still(self, generation_id: int, member_id: str) -> bool:
+        target = self._target()
+        return target is not None and target[1:] == (generation_id, member_id)
+
+    def _wait_for_change(self, generation_id: int, member_id: str) -> None:
+        waited = 0.0
+        while not self._stopping.is_set() and self._still(generation_id, member_id) and waited < self._idle_s:
+            self._wait(self._backoff_s)
+            waited += self._backoff_s
+
+    def _wait(self, seconds: float) -> None:
+        self._changed.wait(seconds)
+        self._changed.clear()
+
+    # -- the connection ------------------------------------------------------------
+    def _connect(self, address: tuple[str, int]):
+        """The open notice connection to ``address`` (opened and announced if
+        needed): (socket, protocol), or (None, None) if the daemon there does
+        not advertise the notice."""
+        with self._lock:
+            if self._sock is not None and self._address == address:
+                return self._sock, self._protocol
+        self._drop_connection()
+        sock = socket.create_connection(address, timeout=self._read_timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        protocol = KafkaProtocol(client_id=self._client_id)
+        with self._lock:
+            if self._stopping.is_set():
+                sock.close()
+                raise OSError("closing")
+            self._sock, self._address, self._protocol = sock, address, protocol
+        versions = self._call(sock, protocol, ApiVersionsRequest(
+            version=3, client_software_name=notice.CLIENT_SOFTWARE_NAME, client_software_version=__version__))
+        features = {f.name: (f.min_version, f.max_version) for f in (versions.supported_features or [])}
+        span = features.get(notice.FEATURE)
+        if versions.error_code != NONE or span is None or not span[0] <= notice.FEATURE_VERSION <= span[1]:
+            self._drop_connection()
+            return None, None
+        return sock, protocol
+
+    def _call(self, sock: socket.socket, protocol: KafkaProtocol, request):
+        protocol.send_request(request)
+        sock.sendall(protocol.send_bytes())
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                raise ConnectionError("the coordinator closed the notice connection")
+            responses = protocol.receive_bytes(data)
+            if responses:
+                return responses[0][1]
+
+    def _drop_connection(self) -> None:
+        with self._lock:
+            sock, self._sock, self._address = self._sock, None, None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
