@@ -55,7 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_env import Environment, cpu_cores, cpu_snapshot, zk_counters  # noqa: E402  (after the path tweak)
 from group_client import (  # noqa: E402
-    NONE, BenchError, KafkaConnection, Member, common_versions, find_coordinator, leave_all, served_versions,
+    NONE, BenchError, KafkaConnection, Member, common_versions, find_coordinator, leave_all, open_notice,
+    served_versions,
 )
 
 COMMIT_TOPIC = "bench-commits"
@@ -78,6 +79,7 @@ class Settings:
     session_timeout_ms: int = 30_000
     rebalance_timeout_ms: int = 60_000
     join_phase_seed: int = 1
+    notice: str = "on"  # members use the rebalance notice where the server offers it (zkcoord does, Kafka not)
     only: tuple[str, ...] = ("heartbeat", "commit", "rebalance")
     targets: tuple[str, ...] = ("zkcoord", "kafka")
     profile: str = ""  # "", "cprofile" or "pyinstrument": run the daemon under that profiler
@@ -88,6 +90,8 @@ class Settings:
         unknown = set(self.only) - {"heartbeat", "commit", "rebalance"} | set(self.targets) - {"zkcoord", "kafka"}
         if unknown:
             raise SystemExit(f"unknown scenario or target: {', '.join(sorted(unknown))}")
+        if self.notice not in ("on", "off"):
+            raise SystemExit(f"--notice {self.notice!r} must be on or off")
 
     @property
     def interval_s(self) -> float:
@@ -154,8 +158,11 @@ async def open_members(target: Target, groups: list[str], per_group: int, topic:
     for group in groups:
         for i in range(per_group):
             conn = await KafkaConnection.open(*coordinators[group], f"bench-{i}")
+            notice = None
+            if settings.notice == "on" and topic == REBALANCE_TOPIC:
+                notice = await open_notice(*coordinators[group], f"bench-{i}")
             members.append(Member(conn, group, topic, partitions, versions, settings.session_timeout_ms,
-                                  settings.rebalance_timeout_ms))
+                                  settings.rebalance_timeout_ms, notice))
     return members
 
 
@@ -199,6 +206,8 @@ async def close_members(members: list[Member]) -> None:
     finally:
         for member in members:
             member.conn.close()
+            if member.notice is not None:
+                member.notice.close()
 
 
 # -- scenarios -------------------------------------------------------------------------------
@@ -307,6 +316,9 @@ async def rebalance(target: Target, versions: dict[str, int], env: Environment,
     group = f"bench-rebalance-{target.name}"
     members = await open_members(target, [group], settings.rebalance_members, REBALANCE_TOPIC,
                                  settings.partitions, versions, settings)
+    offered = members[0].notice is not None
+    print(f"  {target.name}: rebalance notice {'used (offered by the server)' if offered else 'not used'}"
+          f"{'' if offered or settings.notice == 'off' else ' (not offered by the server)'}", flush=True)
     stop = asyncio.Event()
     tasks = maintain(members, stop, settings)
     rounds = []
@@ -482,6 +494,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None, Pa
         "session_timeout_ms": "members' session time-out", "rebalance_timeout_ms": "members' rebalance time-out",
         "duration_s": "measured seconds per load run", "warmup_s": "unmeasured seconds before each",
         "join_phase_seed": "seed of each rebalance round's join moment within a heartbeat interval",
+        "notice": "on: rebalance members keep a held heartbeat in flight where the server offers the "
+                  "rebalance notice (zkcoord does, Kafka does not); off: heartbeats only, on both",
     }
     for name, text in helps.items():
         default = getattr(defaults, name)

@@ -251,7 +251,8 @@ class ZkcoordTarget(Target):
                 "--session-timeout-ms", str(self.args.session_timeout_ms),
                 "--heartbeat-interval-ms", str(self.args.heartbeat_interval_ms),
                 *(["--trace"] if self.args.zkcoord_trace else []),
-                *(["--baseline-client"] if self.args.zkcoord_baseline_client else [])]
+                *(["--baseline-client"] if self.args.zkcoord_baseline_client else []),
+                "--rebalance-notice", self.args.zkcoord_notice]
 
 
 def wait_settled(target: Target, live: set[str], since_ms: int | None, args, what: str,
@@ -382,7 +383,9 @@ def settings_used(args) -> list[str]:
             + (f"{grace} (opt-in: a closed connection ends the member's session)" if grace >= 0
                else "-1 (off, Kafka's behaviour)")
             + ("; BASELINE client (without the rejoin wake-up and the overlapped first lookup)"
-               if args.zkcoord_baseline_client else "")]
+               if args.zkcoord_baseline_client else "")
+            + ("; rebalance notice on (held heartbeats, daemon --rebalance-notice-hold-ms 5000)"
+               if args.zkcoord_notice == "on" else "; rebalance notice off (heartbeats only, as Kafka's consumers)")]
 
 
 def parse_args(argv=None):
@@ -401,6 +404,9 @@ def parse_args(argv=None):
     parser.add_argument("--zkcoord-baseline-client", action="store_true",
                         help="zkcoord members without the client's two join-latency changes (rejoin wake-up, "
                              "overlapped first lookup), for comparing before and after on one machine")
+    parser.add_argument("--zkcoord-notice", choices=["on", "off"], default="on",
+                        help="zkcoord members hear of rebalances through the daemon's held heartbeats "
+                             "(default on, the consumer's default; off: from heartbeats only)")
     parser.add_argument("--legacy-property", action="append", default=[], metavar="KEY=VALUE",
                         help="extra old-consumer setting, e.g. rebalance.backoff.ms=2000 (repeatable)")
     parser.add_argument("--quiet-s", type=float, default=4.0,

@@ -16,6 +16,11 @@ Rules:
 2. Requests may be pipelined on a connection; responses come back in order.
 3. A member never hides an error: unexpected codes raise :class:`BenchError`,
    expected rebalance codes make it rejoin, as the Java consumer does.
+4. The rebalance notice (``zkcoord/core/notice.py``) is used only where the
+   server advertises it in ApiVersions, as zkcoord's own consumer does: a
+   member with a ``notice`` connection keeps a heartbeat in flight on it
+   besides its usual heartbeats. A Kafka broker does not advertise it, so
+   against Kafka :func:`open_notice` returns None and nothing changes.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from kafka.protocol.consumer.group import (
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest
 
+from zkcoord.core import notice as rebalance_notice
 from zkcoord.server.codec import build_message
 
 NONE, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 14, 15, 16
@@ -166,6 +172,19 @@ async def served_versions(conn: KafkaConnection) -> dict[int, tuple[int, int]]:
     return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
 
 
+async def open_notice(host: str, port: int, client_id: str) -> KafkaConnection | None:
+    """A notice connection to the coordinator at (host, port), or None if it
+    does not advertise the rebalance notice."""
+    conn = await KafkaConnection.open(host, port, client_id)
+    response = await conn.call(build_message(
+        ApiVersionsRequest, 3, client_software_name=rebalance_notice.CLIENT_SOFTWARE_NAME, client_software_version="1"))
+    if response.error_code == NONE and any(f.name == rebalance_notice.FEATURE
+                                           for f in (response.supported_features or [])):
+        return conn
+    conn.close()
+    return None
+
+
 def common_versions(*served: dict[int, tuple[int, int]]) -> dict[str, int]:
     """The version of each API the benchmark uses: the preferred one, capped by every peer."""
     chosen = {}
@@ -216,8 +235,10 @@ class Member:
     """One classic consumer-group member on its own connection."""
 
     def __init__(self, conn: KafkaConnection, group: str, topic: str, partitions: int,
-                 versions: dict[str, int], session_timeout_ms: int, rebalance_timeout_ms: int) -> None:
+                 versions: dict[str, int], session_timeout_ms: int, rebalance_timeout_ms: int,
+                 notice: KafkaConnection | None = None) -> None:
         self.conn, self.group, self.topic, self.partitions = conn, group, topic, partitions
+        self.notice = notice  # a held-heartbeat connection (rule 4), None: heartbeats only
         self.versions = versions
         self.session_timeout_ms, self.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
         self.subscription = bytes(ConsumerProtocolSubscription(version=0, topics=[topic], user_data=None).encode())
@@ -299,8 +320,12 @@ class Member:
     async def maintain(self, stop: asyncio.Event, interval_s: float) -> None:
         """Join, sync, then heartbeat every ``interval_s`` and rejoin when told, until ``stop``."""
         rejoin = self.synced_generation < 0
+        held: asyncio.Future | None = None  # the heartbeat in flight on the notice connection
         while not stop.is_set():
             if rejoin:
+                if held is not None:  # answered for the old generation; nobody waits for it
+                    held.add_done_callback(_retrieve)
+                    held = None
                 self.stable_since = None
                 await self.join()
                 code = await self.sync()
@@ -311,8 +336,17 @@ class Member:
                 elif code == UNKNOWN_MEMBER_ID:
                     self.member_id = ""
                 continue
-            await asyncio.sleep(interval_s)
-            code = await self.heartbeat()
+            if self.notice is None:
+                await asyncio.sleep(interval_s)
+                code = await self.heartbeat()
+            else:
+                if held is None:
+                    held = self.notice.call(self.heartbeat_request())
+                done, _ = await asyncio.wait({held}, timeout=interval_s)
+                if done:
+                    code, held = held.result().error_code, None
+                else:
+                    code = await self.heartbeat()
             if code == NONE:
                 continue
             if code not in REJOIN:
@@ -321,6 +355,11 @@ class Member:
             rejoin, self.stable_since = True, None
             if code == UNKNOWN_MEMBER_ID:
                 self.member_id = ""
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 async def leave_all(members: Sequence[Member]) -> None:

@@ -23,6 +23,11 @@ fix 4, and the first coordinator lookup overlapping the bootstrap in
 ``zkcoord/client/network.py``), i.e. as kafka-python 3.0.12 behaves there: for
 comparing the client before and after them on one machine and daemon
 (``bench_legacy.py --zkcoord-baseline-client``).
+
+``--rebalance-notice off`` runs them without the rebalance notice
+(``zkcoord/client/notice.py``): old members then hear of a rebalance from
+their next heartbeat, as Kafka's consumers do (``bench_legacy.py
+--zkcoord-notice off``).
 """
 
 from __future__ import annotations
@@ -113,6 +118,8 @@ def main() -> int:
     parser.add_argument("--trace", action="store_true", help="log each join's steps on stderr")
     parser.add_argument("--baseline-client", action="store_true",
                         help="without the client's rejoin wake-up and overlapped first lookup (A/B)")
+    parser.add_argument("--rebalance-notice", choices=["on", "off"], default="on",
+                        help="hear of rebalances through the daemon's held heartbeats (default on)")
     args = parser.parse_args()
     if args.trace:
         start_tracing()
@@ -126,7 +133,8 @@ def main() -> int:
         config = ConsumerConfig(coordinators=args.coordinators, bootstrap_servers=args.bootstrap_servers,
                                 group_id=args.group, client_id=f"{args.prefix}{i}", enable_auto_commit=False,
                                 session_timeout_ms=args.session_timeout_ms,
-                                heartbeat_interval_ms=args.heartbeat_interval_ms)
+                                heartbeat_interval_ms=args.heartbeat_interval_ms,
+                                rebalance_notice=args.rebalance_notice == "on")
         thread = threading.Thread(target=run_member, args=(f"{args.prefix}{i}", config, args.topic, stop),
                                   daemon=True)
         thread.start()

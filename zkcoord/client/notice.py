@@ -71,7 +71,12 @@ class RebalanceNotice:
         self._thread.start()
 
     def poke(self) -> None:
-        """The member's generation or coordinator may have changed: look again."""
+        """The member's generation or coordinator may have changed: look
+        again (and leave a connection to a coordinator that is not the
+        group's any more, rather than wait for its answer)."""
+        target = self._target()
+        if target is not None and self._address is not None and target[0] != self._address:
+            self._drop_connection()
         self._changed.set()
 
     def close(self, timeout_s: float = 5.0) -> None:
