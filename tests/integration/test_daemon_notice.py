@@ -18,6 +18,8 @@ from tests.integration.test_daemon_disconnect import Member, find, stable_pair, 
 from tests.support.wire import WireClient
 from zkcoord.config import DaemonConfig
 from zkcoord.core import notice
+from zkcoord.core.messages import session_key
+from zkcoord.server.group_runtime import monotonic_ms
 from zkcoord.server.daemon import Daemon
 
 pytestmark = pytest.mark.integration
@@ -110,6 +112,34 @@ def test_a_hold_that_runs_out_answers_none_and_keeps_the_member(zk_hosts, zk, un
             state = stored(zk, group)
             assert (state.state.value, state.generation_id) == ("Stable", 2)
             assert sorted(state.members) == sorted([a.member_id, b.member_id])
+            for client in (a.client, b.client, channel):
+                await client.close()
+        finally:
+            await daemon.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_answer_to_a_held_heartbeat_does_not_restart_the_session(zk_hosts, unique_name):
+    """The session runs from the held heartbeat's arrival: a member that
+    died while its heartbeat was held (the daemon does not read a connection
+    whose request it holds, so it cannot see the close) is not kept alive
+    one hold longer. Clocks compared: the daemon's (in this process) and
+    ours, never a duration."""
+    group = unique_name("g")
+
+    async def scenario():
+        daemon, address = await serve(zk_hosts, 2_000)
+        try:
+            await find(address, group)
+            a, b = await stable_pair(address, group, session_ms=6_000)
+            channel = await notice_channel(address, b)
+            runtime = daemon.manager.runtimes[group]
+            sent_ms = monotonic_ms()
+            assert (await held_heartbeat(channel, b, version=4)).error_code == E_NONE  # held 2 s, then answered
+            deadline = runtime._timers.deadline(session_key(b.member_id))
+            # Restarted at the arrival (within 2 s of sending), not at the answer (2 s after the arrival).
+            assert sent_ms + 6_000 <= deadline < sent_ms + 2_000 + 6_000
             for client in (a.client, b.client, channel):
                 await client.close()
         finally:

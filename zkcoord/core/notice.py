@@ -8,7 +8,8 @@ on a connection whose ApiVersions request names :data:`CLIENT_SOFTWARE_NAME`
 (KIP-511's ClientSoftwareName), a Heartbeat of a Stable member is answered
 only when the group stops being Stable in that generation, or after
 :func:`hold_ms`, whichever is first; the answer is then the one a heartbeat
-arriving at that moment gets (REBALANCE_IN_PROGRESS, or NONE). A client
+arriving at that moment would get (REBALANCE_IN_PROGRESS, or NONE), while
+the member's session restarted only when the held heartbeat arrived. A client
 keeping one such heartbeat in flight on a connection of its own learns of a
 rebalance in one network round trip.
 

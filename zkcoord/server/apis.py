@@ -19,8 +19,8 @@ connection closed, asks the manager to end those members' sessions early.
 The rebalance notice (:mod:`zkcoord.core.notice`): a connection whose
 ApiVersions names the notice client software has its members' Heartbeats
 held while their group stays Stable (up to the daemon's
-``rebalance_notice_hold_ms``), and answered as a heartbeat arriving at the
-moment of the answer. Such heartbeats skip the fast path, are not counted in
+``rebalance_notice_hold_ms``), and answered with what a heartbeat arriving
+at that moment would get (without restarting the member's session again). Such heartbeats skip the fast path, are not counted in
 the request latency histogram, and do not count as the member's connection
 for the disconnect grace (the member's own connection does).
 """
@@ -274,7 +274,13 @@ class ApiHandler:
     async def _held_heartbeat(self, runtime, request: core.HeartbeatRequest) -> core.HeartbeatResult:
         """The rebalance notice: wait while the group stays Stable in the
         request's generation (at most :func:`notice.hold_ms`), then answer
-        as a heartbeat arriving now. Raises GroupUnavailableError."""
+        what a heartbeat arriving now would get. Raises GroupUnavailableError.
+
+        The answer does not restart the member's session: only the
+        heartbeat's arrival did. The transport does not read a connection
+        while its request is held, so it cannot tell that the member died
+        meanwhile, and a session restarted at the end of every hold would
+        keep a dead member in the group one hold longer."""
         hold = notice.hold_ms(runtime.group, request.member_id, request.generation_id, self.notice_hold_ms)
         if hold > 0:
             waiter = runtime.until_unsettled(request.generation_id)
@@ -284,9 +290,8 @@ class ApiHandler:
                 pass
             finally:
                 runtime.forget_waiter(waiter)
-        token = runtime.next_token()
-        again = core.HeartbeatRequest(token, request.member_id, request.generation_id, request.group_instance_id)
-        return await runtime.call(token, lambda g, now: core.handle_heartbeat(g, again, now, runtime.config))
+        return await runtime.read(
+            lambda g, now: core.handle_heartbeat(g, request, now, runtime.config).replies[0].payload)
 
     async def leave_group(self, decoded, connection):
         r = decoded.request

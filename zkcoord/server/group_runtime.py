@@ -399,7 +399,12 @@ class GroupRuntime:
             async with self._lock:
                 if not self.active:
                     return
+                before = self.group
                 await self._apply(core.handle_timer(self.group, key, self._clock(), self.config))
+                if key.startswith("session:") and len(self.group.members) < len(before.members):
+                    # Kafka logs this too ("Member ... has failed, removing it from the group").
+                    log.info("group %s: member %s missed its session timeout and was removed; %s",
+                             self.group_id, key[len("session:"):], self.group.state.value)
         except GroupUnavailableError:
             pass  # stepped down; already logged
         except ZkcoordError as exc:
