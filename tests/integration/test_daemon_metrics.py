@@ -63,6 +63,7 @@ def test_metrics_and_health_after_join_sync_heartbeat_commit(zk_hosts, zk, uniqu
             got = samples(body.decode())
             assert got[("zkcoord_groups_owned", ())] == 1
             assert got[("zkcoord_group_members", ())] == 1
+            assert got[("zkcoord_held_heartbeats", ())] == 0  # no zkcoord consumer here
             assert got[("zkcoord_zookeeper_connected", ())] == 1
             assert got[("zkcoord_zookeeper_session_expiries_total", ())] == 0
             assert got[("zkcoord_requests_total", (("api", "JoinGroup"), ("error", "MEMBER_ID_REQUIRED")))] == 1

@@ -69,6 +69,7 @@ def test_a_held_heartbeat_is_answered_when_a_member_joins(zk_hosts, unique_name)
             held = held_heartbeat(channel, a)
             done, _ = await asyncio.wait([held], timeout=1.0)
             assert not done, "a Stable member's heartbeat on the notice connection is held"
+            assert daemon.manager.runtimes[group].held_heartbeats == 1
             # Heartbeats on the members' own connections are answered at once meanwhile.
             assert (await a.heartbeat(), await b.heartbeat()) == (E_NONE, E_NONE)
             c = Member(group, address, "c", 120_000)

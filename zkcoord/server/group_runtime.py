@@ -224,6 +224,11 @@ class GroupRuntime:
             self._unsettled_waiters.add(future)
         return future
 
+    @property
+    def held_heartbeats(self) -> int:
+        """Heartbeats held for the rebalance notice right now."""
+        return len(self._unsettled_waiters)
+
     def forget_waiter(self, future: asyncio.Future) -> None:
         self._unsettled_waiters.discard(future)
 

@@ -8,6 +8,8 @@ metric                                     type       meaning
 =========================================  =========  ==========================================
 ``zkcoord_groups_owned``                   gauge      groups this daemon serves (loaded, active)
 ``zkcoord_group_members``                  gauge      members summed over the owned groups
+``zkcoord_held_heartbeats``                gauge      heartbeats held for the rebalance notice
+                                                      (about one per zkcoord-consumer member)
 ``zkcoord_rebalances_total``               counter    new generations started by this daemon
 ``zkcoord_rebalance_duration_seconds``     histogram  from the start of PreparingRebalance to the
                                                       group's Stable write (the leader's assignment)
@@ -181,6 +183,8 @@ class _ScrapeTimeCollector:
         yield GaugeMetricFamily("zkcoord_groups_owned", "Groups this daemon serves.", value=len(runtimes))
         yield GaugeMetricFamily("zkcoord_group_members", "Members summed over the owned groups.",
                                 value=sum(rt.group.size for rt in runtimes))
+        yield GaugeMetricFamily("zkcoord_held_heartbeats", "Heartbeats held for the rebalance notice.",
+                                value=sum(rt.held_heartbeats for rt in runtimes))
         yield GaugeMetricFamily("zkcoord_zookeeper_connected", "1 while the ZooKeeper session is connected.",
                                 value=1 if self.metrics.zookeeper_connected() else 0)
 
