@@ -321,40 +321,44 @@ class Member:
         """Join, sync, then heartbeat every ``interval_s`` and rejoin when told, until ``stop``."""
         rejoin = self.synced_generation < 0
         held: asyncio.Future | None = None  # the heartbeat in flight on the notice connection
-        while not stop.is_set():
-            if rejoin:
-                if held is not None:  # answered for the old generation; nobody waits for it
-                    held.add_done_callback(_retrieve)
-                    held = None
-                self.stable_since = None
-                await self.join()
-                code = await self.sync()
-                if code == NONE:
-                    rejoin, self.stable_since = False, time.perf_counter()
-                elif code not in REJOIN:
-                    raise BenchError(f"SyncGroup {self.group}: error {code}")
-                elif code == UNKNOWN_MEMBER_ID:
-                    self.member_id = ""
-                continue
-            if self.notice is None:
-                await asyncio.sleep(interval_s)
-                code = await self.heartbeat()
-            else:
-                if held is None:
-                    held = self.notice.call(self.heartbeat_request())
-                done, _ = await asyncio.wait({held}, timeout=interval_s)
-                if done:
-                    code, held = held.result().error_code, None
-                else:
+        try:
+            while not stop.is_set():
+                if rejoin:
+                    if held is not None:  # answered for the old generation; nobody waits for it
+                        held.add_done_callback(_retrieve)
+                        held = None
+                    self.stable_since = None
+                    await self.join()
+                    code = await self.sync()
+                    if code == NONE:
+                        rejoin, self.stable_since = False, time.perf_counter()
+                    elif code not in REJOIN:
+                        raise BenchError(f"SyncGroup {self.group}: error {code}")
+                    elif code == UNKNOWN_MEMBER_ID:
+                        self.member_id = ""
+                    continue
+                if self.notice is None:
+                    await asyncio.sleep(interval_s)
                     code = await self.heartbeat()
-            if code == NONE:
-                continue
-            if code not in REJOIN:
-                raise BenchError(f"Heartbeat {self.group}: error {code}")
-            self._mark("noticed")
-            rejoin, self.stable_since = True, None
-            if code == UNKNOWN_MEMBER_ID:
-                self.member_id = ""
+                else:
+                    if held is None:
+                        held = self.notice.call(self.heartbeat_request())
+                    done, _ = await asyncio.wait({held}, timeout=interval_s)
+                    if done:
+                        code, held = held.result().error_code, None
+                    else:
+                        code = await self.heartbeat()
+                if code == NONE:
+                    continue
+                if code not in REJOIN:
+                    raise BenchError(f"Heartbeat {self.group}: error {code}")
+                self._mark("noticed")
+                rejoin, self.stable_since = True, None
+                if code == UNKNOWN_MEMBER_ID:
+                    self.member_id = ""
+        finally:
+            if held is not None:  # still in flight when the member stopped
+                held.add_done_callback(_retrieve)
 
 
 def _retrieve(future: asyncio.Future) -> None:
