@@ -65,7 +65,8 @@ def run_join(zk_hosts, bootstrap, topic, group, caplog, *, hold_ms: int, heartbe
             eventually(lambda: stable_split([old, new], partitions) and new.consumer.assignment(),
                        "both members own one partition", step=poll_all([new]), timeout_s=90)
             assert not errors, errors
-            return old, steps_of(caplog, "old"), notice_of(old).notices
+            notice = notice_of(old)
+            return old, steps_of(caplog, "old"), (notice.notices, notice._unsupported is not None)
         finally:
             stop.set()
             poller.join(30)
@@ -76,9 +77,9 @@ def run_join(zk_hosts, bootstrap, topic, group, caplog, *, hold_ms: int, heartbe
 
 def test_old_member_rejoins_on_the_notice_before_any_heartbeat(services, zk_hosts, unique_name, caplog):
     caplog.set_level(logging.DEBUG, logger="kafka.coordinator")
-    _, steps, notices = run_join(zk_hosts, services.bootstrap_servers, unique_name("t"), unique_name("g"),
-                                   caplog, hold_ms=5_000, heartbeat_ms=25_000)
-    assert notices == 1
+    _, steps, (notices, unsupported) = run_join(zk_hosts, services.bootstrap_servers, unique_name("t"),
+                                                unique_name("g"), caplog, hold_ms=5_000, heartbeat_ms=25_000)
+    assert (notices, unsupported) == (1, False)
     # Its first step after the new member started is the rejoin; no heartbeat told it.
     assert [s for s in steps if s in (HEARTBEAT, JOIN)][:1] == [JOIN], steps
 
@@ -86,8 +87,8 @@ def test_old_member_rejoins_on_the_notice_before_any_heartbeat(services, zk_host
 def test_without_the_hold_a_member_hears_of_the_rebalance_from_its_heartbeat(
         services, zk_hosts, unique_name, caplog):
     caplog.set_level(logging.DEBUG, logger="kafka.coordinator")
-    _, steps, notices = run_join(zk_hosts, services.bootstrap_servers, unique_name("t"), unique_name("g"),
-                                   caplog, hold_ms=0, heartbeat_ms=1_000)
-    assert notices == 0
+    _, steps, (notices, unsupported) = run_join(zk_hosts, services.bootstrap_servers, unique_name("t"),
+                                                unique_name("g"), caplog, hold_ms=0, heartbeat_ms=1_000)
+    assert (notices, unsupported) == (0, True)  # the daemon did not advertise the notice
     assert HEARTBEAT in steps and JOIN in steps
     assert steps.index(HEARTBEAT) < steps.index(JOIN), steps
