@@ -21,7 +21,9 @@ kafka-python does for the same heartbeat answer, through the coordinator's
 outcome (a lost connection, NOT_COORDINATOR, ILLEGAL_GENERATION, ...) is
 left to kafka-python's own heartbeat, which meets it within one interval;
 the thread backs off, then follows the coordinator and generation it then
-has. Encoding and framing are kafka-python's (``KafkaProtocol``).
+has. A NONE answer that came at once instead of after a hold (the group is
+loading, or between states after a fail-over) is followed by a pause of
+``retry_backoff_ms``, so the thread never spins. Encoding and framing are kafka-python's (``KafkaProtocol``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 
 from kafka.protocol.consumer.group import HeartbeatRequest
 from kafka.protocol.metadata import ApiVersionsRequest
@@ -102,6 +105,7 @@ class RebalanceNotice:
             self._wait(self._idle_s)
             return
         address, generation_id, member_id = target
+        sent = time.monotonic()
         try:
             sock, protocol = self._connect(address)
             if sock is None:
@@ -119,7 +123,11 @@ class RebalanceNotice:
             self._wait(self._backoff_s)
             return
         if answer.error_code == NONE:
-            return  # the hold ran out: hold again
+            # The hold ran out: hold again. An answer that came at once was not held (the group is
+            # loading or between states): do not spin on such answers.
+            if time.monotonic() - sent < self._backoff_s:
+                self._wait(self._backoff_s)
+            return
         if answer.error_code == REBALANCE_IN_PROGRESS and self._still(generation_id, member_id):
             self.notices += 1
             log.debug("group %s: rebalance notice for generation %d", self._coordinator.group_id, generation_id)
