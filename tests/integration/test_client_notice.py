@@ -12,7 +12,6 @@ hold heartbeats (hold 0) falls back to its heartbeats and still rebalances.
 from __future__ import annotations
 
 import logging
-import threading
 
 import pytest
 
@@ -23,6 +22,7 @@ from tests.integration.test_client_support import (
     create_topic,
     eventually,
     poll_all,
+    polling_in_background,
     stable_split,
     start_member,
 )
@@ -46,30 +46,17 @@ def run_join(zk_hosts, bootstrap, topic, group, caplog, *, hold_ms: int, heartbe
         old = start_member("old", cfg, [topic])
         eventually(lambda: old.consumer.assignment() == partitions, "the old member owns both partitions",
                    step=poll_all([old]))
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def polls() -> None:
-            try:
-                while not stop.is_set():
-                    old.poll(timeout_ms=1_000)
-            except BaseException as exc:  # reported by the test thread
-                errors.append(exc)
-
-        poller = threading.Thread(target=polls, name="old-member-poll", daemon=True)
-        poller.start()
         new = None
         try:
-            caplog.clear()
-            new = start_member("new", cfg, [topic])
-            eventually(lambda: stable_split([old, new], partitions) and new.consumer.assignment(),
-                       "both members own one partition", step=poll_all([new]), timeout_s=90)
-            assert not errors, errors
+            with polling_in_background(old, 1_000) as errors:
+                caplog.clear()
+                new = start_member("new", cfg, [topic])
+                eventually(lambda: stable_split([old, new], partitions) and new.consumer.assignment(),
+                           "both members own one partition", step=poll_all([new]), timeout_s=90)
+                assert not errors, errors
             notice = notice_of(old)
             return old, steps_of(caplog, "old"), (notice.notices, notice._unsupported is not None)
         finally:
-            stop.set()
-            poller.join(30)
             if new is not None:
                 new.consumer.close()
             old.consumer.close()

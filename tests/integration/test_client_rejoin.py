@@ -16,7 +16,6 @@ heartbeat interval is long, so with the fix the JoinGroup comes first.
 from __future__ import annotations
 
 import logging
-import threading
 
 import pytest
 
@@ -26,6 +25,7 @@ from tests.integration.test_client_support import (
     create_topic,
     eventually,
     poll_all,
+    polling_in_background,
     produce,
     stable_split,
     start_member,
@@ -67,25 +67,16 @@ def test_member_with_long_poll_rejoins_before_its_next_heartbeat(services, zk_ho
         old = start_member("old", cfg, [topic])
         eventually(lambda: old.consumer.assignment() == partitions, "the old member owns both partitions",
                    step=poll_all([old]))
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def long_polls() -> None:
-            try:
-                while not stop.is_set():
-                    old.poll(timeout_ms=60_000)
-            except BaseException as exc:  # reported by the test thread
-                errors.append(exc)
-
-        poller = threading.Thread(target=long_polls, name="old-member-poll", daemon=True)
-        poller.start()
         new = None
         try:
-            caplog.clear()
-            new = start_member("new", cfg, [topic])
-            eventually(lambda: stable_split([old, new], partitions) and new.consumer.assignment(),
-                       "both members own one partition", step=poll_all([new]))
-            assert not errors, errors
+            # produce() ends the old member's long poll, so the polling thread can stop.
+            with polling_in_background(old, 60_000, before_join=lambda: produce(bootstrap, topic, range(2), 1)) \
+                    as errors:
+                caplog.clear()
+                new = start_member("new", cfg, [topic])
+                eventually(lambda: stable_split([old, new], partitions) and new.consumer.assignment(),
+                           "both members own one partition", step=poll_all([new]))
+                assert not errors, errors
             steps = steps_of(caplog, "old")
             assert NOTICE in steps, steps
             after_notice = [s for s in steps[steps.index(NOTICE) + 1:] if s in (HEARTBEAT, JOIN)]
@@ -93,9 +84,6 @@ def test_member_with_long_poll_rejoins_before_its_next_heartbeat(services, zk_ho
             assert after_notice[:1] == [JOIN], steps
             assert [g for g, _, _ in old.revoked][-1] < [g for g, _, _ in old.assigned][-1]
         finally:
-            stop.set()
-            produce(bootstrap, topic, range(2), 1)  # ends the old member's long poll
-            poller.join(90)
             if new is not None:
                 new.consumer.close()
             old.consumer.close()

@@ -6,6 +6,7 @@ committed, and waiting for an outcome without asserting on time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import socket
@@ -208,6 +209,33 @@ def start_member(name: str, cfg: ConsumerConfig, topics, listener_cls=RecordingL
     else:
         consumer.subscribe(topics, listener=listener_cls(member))
     return member
+
+
+@contextlib.contextmanager
+def polling_in_background(member, timeout_ms: int, before_join=None):
+    """``member`` polls with ``timeout_ms`` on a thread of its own while the
+    block runs; yields the list its errors go to. On exit the polling stops,
+    ``before_join()`` (if given) runs, e.g. to end a long poll, and the
+    thread is joined."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def polls() -> None:
+        try:
+            while not stop.is_set():
+                member.poll(timeout_ms=timeout_ms)
+        except BaseException as exc:  # reported by the test thread
+            errors.append(exc)
+
+    poller = threading.Thread(target=polls, name=f"{member.name}-member-poll", daemon=True)
+    poller.start()
+    try:
+        yield errors
+    finally:
+        stop.set()
+        if before_join is not None:
+            before_join()
+        poller.join(90)
 
 
 def poll_all(members, timeout_ms: int = 100):

@@ -105,10 +105,10 @@ async def rejoin_alone(a: Member, zk, group: str) -> None:
     assert (state.state.value, state.generation_id, list(state.members)) == ("Stable", 3, [a.member_id])
 
 
-async def serve(zk_hosts: str, grace_ms: int) -> tuple[Daemon, tuple[str, int]]:
+async def serve(zk_hosts: str, grace_ms: int, **settings) -> tuple[Daemon, tuple[str, int]]:
     daemon = Daemon(DaemonConfig(zookeeper=zk_hosts, listen="127.0.0.1:0", node_id=1,
                                  group_initial_rebalance_delay_ms=0, zk_session_timeout_ms=6000,
-                                 member_disconnect_grace_ms=grace_ms))
+                                 member_disconnect_grace_ms=grace_ms, **settings))
     running = await daemon.start()
     return daemon, running.advertised
 
