@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from zkcoord.core import notice
 from zkcoord.errors import ConfigError
 
 ENV_PREFIX = "ZKCOORD_"
@@ -63,7 +64,7 @@ class DaemonConfig:
     member_disconnect_grace_ms: int = -1
     # zkcoord's own clients keep a heartbeat in flight that is answered as soon as their group starts
     # rebalancing (zkcoord.core.notice); this is the longest such a heartbeat is held. 0: never held.
-    rebalance_notice_hold_ms: int = 5_000
+    rebalance_notice_hold_ms: int = notice.DEFAULT_HOLD_MS
 
     def __post_init__(self) -> None:
         if not self.zookeeper:

@@ -20,9 +20,10 @@ The rebalance notice (:mod:`zkcoord.core.notice`): a connection whose
 ApiVersions names the notice client software has its members' Heartbeats
 held while their group stays Stable (up to the daemon's
 ``rebalance_notice_hold_ms``), and answered with what a heartbeat arriving
-at that moment would get (without restarting the member's session again). Such heartbeats skip the fast path, are not counted in
-the request latency histogram, and do not count as the member's connection
-for the disconnect grace (the member's own connection does).
+at that moment would get (without restarting the member's session again).
+Such heartbeats skip the fast path, are not counted in the request latency
+histogram, and do not count as the member's connection for the disconnect
+grace (the member's own connection does).
 """
 
 from __future__ import annotations
