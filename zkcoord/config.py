@@ -65,6 +65,10 @@ class DaemonConfig:
     # zkcoord's own clients keep a heartbeat in flight that is answered as soon as their group starts
     # rebalancing (zkcoord.core.notice); this is the longest such a heartbeat is held. 0: never held.
     rebalance_notice_hold_ms: int = notice.DEFAULT_HOLD_MS
+    # The gateway (zkcoord.gateway): stock Kafka clients bootstrap from it. "": no gateway.
+    gateway_listen: str = ""  # HOST:PORT of the gateway's own port; broker ports follow it
+    gateway_advertised: str = ""  # HOST or HOST:PORT clients are told; default: the listen host and port
+    gateway_broker_ids: str = "0-31"  # broker b is served on gateway port + 1 + (b - LOW)
 
     def __post_init__(self) -> None:
         if not self.zookeeper:
@@ -76,6 +80,7 @@ class DaemonConfig:
             parse_host_port(self.advertised, "advertised")
         if self.metrics_listen:
             parse_host_port(self.metrics_listen, "metrics_listen")
+        self._check_gateway()
         _check_range("node_id", self.node_id, -1, 2**31 - 1)
         _check_range("zk_session_timeout_ms", self.zk_session_timeout_ms, 1_000, 600_000)
         _check_range("group_min_session_timeout_ms", self.group_min_session_timeout_ms, 1, 2**31 - 1)
@@ -89,6 +94,29 @@ class DaemonConfig:
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)
         if not self.offsets_zk_root.startswith("/") or self.offsets_zk_root.endswith("/"):
             raise ConfigError(f"offsets_zk_root={self.offsets_zk_root!r} must start with '/' and not end with one")
+
+    def _check_gateway(self) -> None:
+        from zkcoord.core.gateway import parse_broker_ids
+
+        try:
+            low, high = parse_broker_ids(self.gateway_broker_ids)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if not self.gateway_listen:
+            return
+        _, port = parse_host_port(self.gateway_listen, "gateway_listen")
+        if not self.bootstrap_servers:
+            raise ConfigError("gateway_listen needs bootstrap_servers (--bootstrap-servers): the Kafka brokers "
+                              "the gateway forwards to")
+        if port and port + 1 + high - low > 65535:
+            raise ConfigError(f"gateway_listen port {port} leaves no room for the ports of brokers {low}-{high} "
+                              f"(up to {port + 1 + high - low}); choose a lower port or narrow gateway_broker_ids")
+        if self.gateway_advertised:
+            text = self.gateway_advertised
+            if ":" in text.strip("[]") and text.rpartition(":")[2].isdigit():
+                parse_host_port(text, "gateway_advertised")
+            elif not text.strip("[]"):
+                raise ConfigError(f"gateway_advertised={text!r} is not HOST or HOST:PORT")
 
     @property
     def listen_address(self) -> tuple[str, int]:

@@ -33,6 +33,12 @@ def _options(func):
          "without LeaveGroup, instead of at its session timeout; -1: off, as Kafka [default: -1]."),
         ("--rebalance-notice-hold-ms", int, "Longest a heartbeat on a zkcoord client's notice connection is held "
          "waiting for its group to rebalance; 0: never hold, Kafka clients are never held [default: 5000]."),
+        ("--gateway-listen", str, "HOST:PORT of the gateway stock Kafka clients bootstrap from; needs "
+         "--bootstrap-servers [default: no gateway]."),
+        ("--gateway-advertised", str, "HOST or HOST:PORT of the gateway as clients are told [default: the "
+         "listen host and port]."),
+        ("--gateway-broker-ids", str, "LOW-HIGH: broker B is served on the gateway port + 1 + (B - LOW) "
+         "[default: 0-31]."),
         ("--shutdown-timeout-ms", int, "How long SIGTERM may take before connections are cut [default: 5000]."),
     ]
     for flag, kind, help_text in reversed(specs):

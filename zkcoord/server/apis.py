@@ -32,6 +32,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from zkcoord.core import group as core
@@ -54,6 +55,7 @@ from zkcoord.server.transport import ConnectionInfo
 
 if TYPE_CHECKING:
     from zkcoord.server.manager import GroupManager
+    from zkcoord.zk.nodes import NodeInfo
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +71,13 @@ _KNOWN_MEMBER = frozenset((E.NONE, E.REBALANCE_IN_PROGRESS, E.ILLEGAL_GENERATION
 class ApiHandler:
     """The transport's handler: ``await handler(decoded, connection)``."""
 
-    def __init__(self, manager: "GroupManager", metrics=None):
+    def __init__(self, manager: "GroupManager", metrics=None, *,
+                 coordinator_address: Callable[[NodeInfo], tuple[int, str, int] | str] | None = None):
         self.manager = manager
         self.metrics = metrics
+        # How FindCoordinator names the owner: (node id, host, port), or a reason it cannot.
+        # Default: the owner's daemon listener; the gateway names the owner's gateway.
+        self.coordinator_address = coordinator_address or _daemon_address
         # None unless the manager expires members whose connection closed
         self.members: MemberConnections | None = (
             MemberConnections() if getattr(manager, "member_disconnect_grace_ms", -1) >= 0 else None)
@@ -178,9 +184,13 @@ class ApiHandler:
         if code is not E.NONE:
             return code, f"invalid group id {key!r}", -1, "", -1
         try:
-            node_id, host, port = await self.manager.find_coordinator(key)
+            owner = await self.manager.find_owner(key)
         except GroupUnavailableError as exc:
             return exc.code, str(exc), -1, "", -1
+        address = self.coordinator_address(owner)
+        if isinstance(address, str):
+            return E.COORDINATOR_NOT_AVAILABLE, address, -1, "", -1
+        node_id, host, port = address
         return E.NONE, None, node_id, host, port
 
     # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -------------------------------
@@ -402,6 +412,10 @@ class ApiHandler:
             code = await self.manager.delete_group(group_id)
             results.append({"group_id": group_id, "error_code": int(code)})
         return response_for(decoded, throttle_time_ms=0, results=results)
+
+
+def _daemon_address(owner: NodeInfo) -> tuple[int, str, int]:
+    return owner.node_id, owner.host, owner.port
 
 
 def _join_response(decoded, result: core.JoinResult) -> EncodedResponse:

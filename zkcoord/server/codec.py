@@ -262,7 +262,7 @@ def frame_size(prefix: bytes, max_frame_bytes: int) -> int:
 
 def decode_request(frame: bytes, apis: ApiRegistry = COORDINATOR_APIS) -> DecodedRequest:
     """Decode one request; `frame` is the payload after the 4-byte size prefix."""
-    header, offset = _decode_header(frame, flexible=_has_flexible_header(frame, apis))
+    header, offset = decode_request_header(frame, flexible=_has_flexible_header(frame, apis))
     spec = apis.get(header.request_api_key)
     if spec is None:
         raise _unsupported(header, "api key is not served by this server")
@@ -319,6 +319,13 @@ def encode_response(decoded: DecodedRequest, response: ApiMessage | EncodedRespo
     body = _CONSTANT_BODIES.get(id(response))
     if body is not None:
         return _frame_of(body, decoded.correlation_id)
+    return encode_response_frame(response, version, decoded.correlation_id)
+
+
+def encode_response_frame(response: ApiMessage, version: int, correlation_id: int) -> bytes:
+    """The full frame (size prefix, response header, body) of ``response`` at
+    ``version``; ResponseEncodingError when the values do not fit the schema.
+    Sets ``response``'s version as a side effect when it has none."""
     try:
         # The API_VERSION setter assumes a *request* header, so the version is
         # set before any header exists.
@@ -326,13 +333,47 @@ def encode_response(decoded: DecodedRequest, response: ApiMessage | EncodedRespo
             response.API_VERSION = version
         encoders = _response_encoders(type(response), version)
         if encoders is None:  # the class chooses its own header (ApiVersions): kafka-python's path
-            response.with_header(correlation_id=decoded.correlation_id)
+            response.with_header(correlation_id=correlation_id)
             return bytes(response.encode(header=True, framed=True))
-        return _encode_frame(encoders, ResponseHeader(correlation_id=decoded.correlation_id), response)
+        return _encode_frame(encoders, ResponseHeader(correlation_id=correlation_id), response)
     except Exception as exc:  # generated encoders raise struct.error, TypeError, ...
         raise ResponseEncodingError(
-            f"cannot encode {expected.__name__} v{version} (correlation id "
-            f"{decoded.correlation_id}): {exc!r}; check the field types") from exc
+            f"cannot encode {type(response).__name__} v{version} (correlation id "
+            f"{correlation_id}): {exc!r}; check the field types") from exc
+
+
+_RESPONSE_DECODERS: dict[tuple[type, int], Callable[..., Any]] = {}
+_RESPONSE_HEADER_DECODERS = {
+    flexible: ResponseHeader._struct.compiled_decode_from(
+        ResponseHeader._flexible_versions[0] if flexible else ResponseHeader._valid_versions[0],
+        compact=False, tagged=flexible, data_class=ResponseHeader)
+    for flexible in (False, True)}
+
+
+def decode_response_frame(frame: bytes | bytearray | memoryview, response_class: type[ApiMessage],
+                          version: int) -> tuple[int, ApiMessage]:
+    """(correlation id, message) of a whole response frame (size prefix
+    included) of ``response_class`` at ``version``, with kafka-python's
+    compiled decoders; MalformedFrameError when it does not decode exactly.
+    Not for ApiVersions, whose header and error answers follow other rules."""
+    view = memoryview(frame)
+    try:
+        header_decoder = _RESPONSE_HEADER_DECODERS[response_class.flexible_version_q(version)]
+        header, pos = header_decoder(view, FRAME_SIZE_PREFIX_BYTES)
+        key = (response_class, version)
+        decoder = _RESPONSE_DECODERS.get(key)
+        if decoder is None:
+            flexible = response_class.flexible_version_q(version)
+            decoder = _RESPONSE_DECODERS[key] = response_class._struct.compiled_decode_from(
+                version, compact=flexible, tagged=flexible, data_class=response_class[None])
+        message, end = decoder(view, pos)
+    except Exception as exc:  # struct.error, IndexError, UnicodeDecodeError, ...
+        raise MalformedFrameError(f"{response_class.__name__} v{version} ({len(view)} bytes) does not "
+                                  f"decode: {exc!r}") from exc
+    if end != len(view):
+        raise MalformedFrameError(f"{response_class.__name__} v{version} is {len(view)} bytes but decodes "
+                                  f"to {end}")
+    return header.correlation_id, message
 
 
 _Encoder = Callable[[Any, Any], None]
@@ -542,7 +583,9 @@ def _has_flexible_header(frame: bytes, apis: ApiRegistry) -> bool:
     return spec is not None and spec.supports(version) and spec.request_class.flexible_version_q(version)
 
 
-def _decode_header(frame: bytes, *, flexible: bool) -> tuple[RequestHeader, int]:
+def decode_request_header(frame: bytes | memoryview, *, flexible: bool) -> tuple[RequestHeader, int]:
+    """The request header (v2 when ``flexible``, else v1) at the start of a
+    frame's payload, and where the body starts; MalformedFrameError."""
     version, decoder = _HEADER_DECODERS[flexible]
     try:
         header, end = decoder(memoryview(frame), 0)

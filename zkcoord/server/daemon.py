@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from zkcoord.config import DaemonConfig
 from zkcoord.core.group import GroupConfig
+from zkcoord.gateway.gateway import Gateway, GatewaySettings
 from zkcoord.server.apis import ApiHandler
 from zkcoord.kafka.forwarder import KafkaForwarder
 from zkcoord.kafka.metadata import KafkaTopicMetadata
@@ -54,6 +55,7 @@ class RunningDaemon:
     bound_port: int
     manager: GroupManager
     metrics_port: int | None = None  # bound port of --metrics-listen, None without it
+    gateway: tuple[str, int] | None = None  # advertised address of the gateway, None without one
 
 
 class Daemon:
@@ -72,6 +74,7 @@ class Daemon:
         self.metrics: DaemonMetrics | None = None
         self.metrics_server: MetricsServer | None = None
         self.metrics_port: int | None = None
+        self.gateway: Gateway | None = None
 
     async def start(self) -> RunningDaemon:
         config = self.config
@@ -94,10 +97,15 @@ class Daemon:
             self.conn.stop()
             raise
         adv_host, adv_port = config.advertised_address(self.server.bound_port)
-        self.nodes = NodeRegistry(self.conn, host=adv_host, port=adv_port, node_id=config.node_id)
+        gateway_handler = _LateHandler()
         try:
+            gateway_address = self._bind_gateway(gateway_handler)
+            self.nodes = NodeRegistry(self.conn, host=adv_host, port=adv_port, node_id=config.node_id,
+                                      gateway=gateway_address)
             node_id = await self.nodes.register()
         except BaseException:
+            if self.gateway is not None:
+                await self.gateway.stop()
             await self._stop_metrics()
             await self.server.stop()
             self.conn.stop()
@@ -130,10 +138,22 @@ class Daemon:
             self.metrics.manager = self.manager
             self.manager.metrics = self.metrics
         handler.ready(ApiHandler(self.manager, self.metrics))
+        if self.gateway is not None:
+            gateway_handler.ready(ApiHandler(self.manager, self.metrics,
+                                             coordinator_address=self.gateway.coordinator_address))
+            await self.gateway.start(self.nodes)
         log.info("zkcoord node %d serving on %s:%d (advertised %s:%d), ZooKeeper %s", node_id, host,
                  self.server.bound_port, adv_host, adv_port, config.zookeeper)
         return RunningDaemon(node_id, (adv_host, adv_port), self.server.bound_port, self.manager,
-                             self.metrics_port)
+                             self.metrics_port, self.gateway.address if self.gateway else None)
+
+    def _bind_gateway(self, handler) -> tuple[str, int] | None:
+        """Bind the gateway's own port (its address goes into the registration)."""
+        settings = GatewaySettings.from_config(self.config)
+        if settings is None:
+            return None
+        self.gateway = Gateway(settings, handler)
+        return self.gateway.bind()
 
     async def _start_metrics(self) -> None:
         address = self.config.metrics_address
@@ -158,6 +178,7 @@ class Daemon:
         steps = [
             ("release groups", self.manager.release_all() if self.manager else None),
             ("close the listener", self.server.stop() if self.server else None),
+            ("close the gateway", self.gateway.stop() if self.gateway else None),
             ("close the metrics endpoint", self._stop_metrics() if self.metrics_server else None),
             ("stop offset batching", self.offsets.stop() if self.offsets else None),
             ("stop topic watches", self.topics.stop() if self.topics else None),

@@ -86,6 +86,13 @@ class GroupManager:
 
     # -- ownership ---------------------------------------------------------------
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
+        """(node id, host, port) of the group's owner: its daemon listener."""
+        owner = await self.find_owner(group_id)
+        return owner.node_id, owner.host, owner.port
+
+    async def find_owner(self, group_id: str):
+        """The registration (:class:`~zkcoord.zk.nodes.NodeInfo`) of the group's
+        owner, contending first when it has none; GroupUnavailableError."""
         try:
             owner = await self.ownership.current_owner(group_id)
             if owner is None or (owner == self.node_id and not self.ownership.is_owned(group_id)):
@@ -94,15 +101,14 @@ class GroupManager:
                 if self.ownership.is_suspended(group_id):
                     raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, "ZooKeeper suspended")
                 await self._ensure_loaded(group_id)
-            address = await self.nodes.address(owner)
+            info = await self.nodes.node(owner)
         except GroupUnavailableError:
             raise
         except ZkcoordError as exc:
             raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
-        if address is None:
+        if info is None:
             raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, f"owner {owner} not registered")
-        host, port = address
-        return owner, host, port
+        return info
 
     async def _ensure_loaded(self, group_id: str) -> GroupRuntime:
         runtime = self.runtimes.get(group_id)

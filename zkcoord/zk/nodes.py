@@ -3,7 +3,9 @@
 This module owns ``/zkcoord/nodes/<node-id>``: one ephemeral znode per
 running daemon, like Kafka's ``/brokers/ids/<id>``, holding
 ``{"host":"coord-1.example","port":9300,"version":"0.1.0",
-"start_time_ms":1700000000000,"pid":4242}``, and ``/zkcoord/node-id-seq``,
+"start_time_ms":1700000000000,"pid":4242}`` (plus ``"gateway_host"`` and
+``"gateway_port"`` when the daemon runs a gateway: where stock Kafka clients
+reach it), and ``/zkcoord/node-id-seq``,
 whose version hands out node ids to daemons configured with ``-1``.
 
 Rules:
@@ -54,10 +56,19 @@ class NodeInfo:
     version: str
     start_time_ms: int
     pid: int
+    gateway_host: str = ""  # "" and 0: the daemon runs no gateway
+    gateway_port: int = 0
+
+    @property
+    def gateway(self) -> tuple[str, int] | None:
+        """(host, port) of the daemon's gateway, None without one."""
+        return (self.gateway_host, self.gateway_port) if self.gateway_port else None
 
     def to_json(self) -> bytes:
         fields = asdict(self)
         del fields["node_id"]  # it is the znode's name
+        if not self.gateway_port:
+            del fields["gateway_host"], fields["gateway_port"]
         return json.dumps(fields, separators=(",", ":")).encode()
 
     @classmethod
@@ -65,7 +76,8 @@ class NodeInfo:
         try:
             raw = json.loads(data.decode())
             return cls(node_id, str(raw["host"]), int(raw["port"]), str(raw.get("version", "")),
-                       int(raw.get("start_time_ms", 0)), int(raw.get("pid", 0)))
+                       int(raw.get("start_time_ms", 0)), int(raw.get("pid", 0)),
+                       str(raw.get("gateway_host", "")), int(raw.get("gateway_port", 0)))
         except (UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
             raise StateError(f"node znode {paths.node(node_id)} holds {data[:80]!r}, not a node registration "
                              f"({type(exc).__name__}: {exc})") from None
@@ -76,12 +88,14 @@ class NodeRegistry:
 
     def __init__(self, conn: ZkConnection, *, host: str, port: int, node_id: int = -1,
                  version: str = zkcoord.__version__, on_error: Callable[[ZkcoordError], None] | None = None,
-                 start_time_ms: int | None = None, pid: int | None = None) -> None:
+                 start_time_ms: int | None = None, pid: int | None = None,
+                 gateway: tuple[str, int] | None = None) -> None:
         if node_id != -1:
             paths.node(node_id)  # validates
         self._conn = conn
         self._wanted_id = node_id
         self._host, self._port, self._version = host, port, version
+        self._gateway = gateway
         self._start_time_ms = int(time.time() * 1000) if start_time_ms is None else start_time_ms
         self._pid = os.getpid() if pid is None else pid
         self._on_error = on_error
@@ -93,7 +107,9 @@ class NodeRegistry:
         self._background: set[asyncio.Task] = set()
 
     def info(self, node_id: int) -> NodeInfo:
-        return NodeInfo(node_id, self._host, self._port, self._version, self._start_time_ms, self._pid)
+        gateway_host, gateway_port = self._gateway or ("", 0)
+        return NodeInfo(node_id, self._host, self._port, self._version, self._start_time_ms, self._pid,
+                        gateway_host, gateway_port)
 
     # -------------------------------------------------------- registration
     async def register(self) -> int:
@@ -206,15 +222,23 @@ class NodeRegistry:
                     log.exception("node registration error callback failed")
 
     # -------------------------------------------------------------- lookups
-    async def nodes(self) -> dict[int, NodeInfo]:
-        """Every registered daemon (unreadable registrations are skipped)."""
-        return await self._conn.retry("list the zkcoord nodes", self._inner_nodes)
+    async def nodes(self, on_change: Callable[[], None] | None = None) -> dict[int, NodeInfo]:
+        """Every registered daemon (unreadable registrations are skipped).
+        ``on_change`` is called once, on the loop, when a daemon next
+        registers or leaves."""
+        return await self._conn.retry("list the zkcoord nodes", self._inner_nodes, on_change)
 
-    async def _inner_nodes(self) -> dict[int, NodeInfo]:
+    async def _inner_nodes(self, on_change: Callable[[], None] | None = None) -> dict[int, NodeInfo]:
         client = self._conn.client
+        watch = None
+        if on_change is not None:
+            loop = asyncio.get_running_loop()
+            watch = lambda event: aio.post(loop, on_change)  # noqa: E731
         try:
-            children = await aio.call(client.get_children_async, paths.NODES)
+            children = await aio.call(client.get_children_async, paths.NODES, watch)
         except NoNodeError:
+            if on_change is not None:  # the first daemon's registration creates it
+                await aio.call(client.exists_async, paths.NODES, watch)
             return {}
         ids = sorted(int(c) for c in children if c.isdigit())
         outcomes = await aio.gather(asyncio.get_running_loop(), [client.get_async(paths.node(i)) for i in ids])

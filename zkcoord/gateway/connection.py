@@ -1,0 +1,461 @@
+"""One client connection to a gateway port, and its connection to a broker.
+
+Rules:
+
+1. **Routing** (:mod:`zkcoord.core.gateway`): each request frame is read only
+   as far as its api key, version and correlation id. Group APIs are decoded
+   and answered by the daemon's API handler, ApiVersions by the gateway,
+   everything else is written to this connection's upstream broker as the
+   client sent it. An API the gateway does not serve, or an upstream API the
+   broker does not list, closes the connection, as a broker does.
+2. **Order.** Answers go back in request order, whoever made them: a slot
+   per request that expects an answer, filled by the handler or by the
+   broker, written once every earlier slot is. A broker answer whose slot is
+   next is streamed to the client as its bytes arrive (no buffering, no
+   decoding) unless it may carry broker addresses; those are buffered whole,
+   decoded, rewritten (:mod:`.rewrite`) and re-encoded.
+3. **One request of the handler at a time**, like a broker's muted channel:
+   while a group request waits for its answer (a JoinGroup parked for a
+   rebalance), the connection reads nothing more. Forwarded requests are
+   pipelined up to ``MAX_IN_FLIGHT`` unanswered requests.
+4. **Backpressure both ways**: the client's socket is not read while the
+   broker's is full, the broker's is not read while the client's is full.
+   The gateway buffers at most one request frame per client (the size
+   limit) plus what asyncio's write buffers hold.
+5. **Upstream**: one broker connection per client connection. On a broker's
+   own gateway port it is opened at once to that broker; on the gateway's
+   own port, on the first request to forward, to the first broker that
+   accepts. When it fails or closes, the client connection closes: the
+   client sees what it would see without the gateway.
+6. A Produce with ``acks=0`` gets no answer from the broker, so it gets no
+   slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from kafka.protocol.metadata import ApiVersionsResponse
+from kafka.protocol.schemas.fields.codecs import Int32
+
+from zkcoord.core.gateway import PRODUCE, Route, needs_rewrite, route_of
+from zkcoord.gateway.frames import RequestFrames, produce_expects_response, request_prefix
+from zkcoord.server.codec import (
+    COORDINATOR_APIS, FRAME_SIZE_PREFIX_BYTES, MessageBuildError, WireProtocolError, build_message,
+    decode_request, encode_response, encode_response_frame,
+)
+from zkcoord.server.transport import ConnectionInfo
+
+if TYPE_CHECKING:
+    from zkcoord.gateway.gateway import Gateway
+
+log = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 256
+CONNECT_TIMEOUT_S = 10.0
+UNSUPPORTED_VERSION = 35
+API_VERSIONS_SERVED = COORDINATOR_APIS[18].max_version
+_HEAD_BYTES = FRAME_SIZE_PREFIX_BYTES + 4  # an answer's size and correlation id
+
+
+class RefusedRequestError(WireProtocolError):
+    """A request the gateway does not pass on; the connection closes."""
+
+
+class _Slot:
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        self.data: bytes | None = None
+
+
+class _Pending:
+    """A forwarded request whose answer has not started to arrive."""
+
+    __slots__ = ("slot", "correlation_id", "api_key", "api_version", "rewrite", "streamed")
+
+    def __init__(self, slot: _Slot, correlation_id: int, api_key: int, api_version: int, rewrite: bool) -> None:
+        self.slot, self.correlation_id = slot, correlation_id
+        self.api_key, self.api_version, self.rewrite = api_key, api_version, rewrite
+        self.streamed = False
+
+
+class ClientConnection(asyncio.Protocol):
+    """A client of the gateway; ``broker_id`` None on the gateway's own port."""
+
+    def __init__(self, gateway: Gateway, broker_id: int | None) -> None:
+        self._gateway = gateway
+        self.broker_id = broker_id
+        self._transport: asyncio.Transport | None = None
+        self.info = ConnectionInfo(0, "?", 0)
+        self._frames = RequestFrames(gateway.max_frame_bytes)
+        self._order: deque[_Slot] = deque()  # answers not written yet, in request order
+        self._awaiting: deque[_Pending] = deque()  # forwarded, answer not started
+        self._upstream: Upstream | None = None
+        self._connecting: asyncio.Task | None = None
+        self._backlog: list[bytes] = []  # frames waiting for the upstream connection
+        self._local: asyncio.Task | None = None  # the handler's request in flight
+        self._streaming = False  # a broker answer is being written through
+        self._upstream_full = False
+        self._client_full = False  # our writes to the client are paused: so is reading the broker
+        self._reading = True
+        self.closed = False
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # -- asyncio.Protocol ----------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self.info = ConnectionInfo(self._gateway.next_connection_id(), str(peer[0]), int(peer[1]))
+        if not self._gateway.register(self):
+            self.close()
+            return
+        if self.broker_id is not None:
+            self._connect_upstream()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._frames.feed(data)
+        self._process()
+
+    def eof_received(self) -> bool:
+        self.close()
+        return False
+
+    def pause_writing(self) -> None:
+        self._client_full = True
+        if self._upstream is not None:
+            self._upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._client_full = False
+        if self._upstream is not None:
+            self._upstream.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if exc is not None:
+            log.info("gateway %s lost: %r", self.info, exc)
+        for task in (self._local, self._connecting):
+            if task is not None:
+                task.cancel()
+        if self._upstream is not None:
+            self._upstream.close()
+        self._gateway.unregister(self)
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def close(self) -> None:
+        self.closed = True
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.close()
+
+    # -- requests ------------------------------------------------------------------
+    def _process(self) -> None:
+        """Route every buffered request until one must be awaited (rule 3)."""
+        try:
+            while not self.closed and self._local is None and len(self._order) < MAX_IN_FLIGHT:
+                frame = self._frames.next_frame()
+                if frame is None:
+                    break
+                self._route(frame)
+        except WireProtocolError as exc:
+            log.warning("closing gateway %s: %s", self.info, exc)
+            self.close()
+            return
+        self._update_reading()
+
+    def _route(self, frame: bytes) -> None:
+        api_key, version, correlation_id = request_prefix(frame)
+        route = route_of(api_key)
+        if route is Route.FORWARD or route is Route.REWRITE:
+            self._check_upstream_api(api_key, version)
+            if route is Route.FORWARD:
+                answered = api_key != PRODUCE or produce_expects_response(frame, version)
+                self._forward(frame, correlation_id, api_key, version, False, answered)
+            else:
+                self._forward(frame, correlation_id, api_key, version, needs_rewrite(api_key, version), True)
+        elif route is Route.LOCAL:
+            self._handle(decode_request(frame[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS))
+        elif route is Route.COORDINATOR:
+            decoded = decode_request(frame[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS)
+            if (getattr(decoded.request, "key_type", 0) or 0) == 0:
+                self._handle(decoded)
+            else:  # transaction ids (and any future key type): the brokers' coordinators
+                self._forward(frame, correlation_id, api_key, version, True, True)
+        elif route is Route.VERSIONS:
+            self._api_versions(frame, version, correlation_id)
+        else:
+            raise RefusedRequestError(f"api key {api_key} v{version} (correlation id {correlation_id}) is a "
+                                      "group API zkcoord does not serve; the gateway does not advertise it")
+
+    def _check_upstream_api(self, api_key: int, version: int) -> None:
+        table = self._gateway.advertised(self.broker_id)
+        versions = table.get(api_key)
+        if versions is None and self._gateway.versions_known(self.broker_id):
+            raise RefusedRequestError(f"api key {api_key} v{version} is not served by the brokers behind "
+                                      "this gateway")
+        if versions is not None and needs_rewrite(api_key, version) and version > versions[1]:
+            raise RefusedRequestError(f"api key {api_key} v{version} is above the advertised v{versions[1]}")
+
+    def _handle(self, decoded) -> None:
+        """A group request, answered by the daemon's handler."""
+        slot = _Slot()
+        self._order.append(slot)
+        handler = self._gateway.handler
+        try:
+            response = handler.handle_now(decoded, self.info)
+        except Exception:
+            log.exception("closing gateway %s: the handler failed on %s", self.info, decoded.api_name)
+            self.close()
+            return
+        if response is None:
+            self._local = asyncio.get_running_loop().create_task(self._answer(decoded, slot))
+            return
+        slot.data = encode_response(decoded, response)
+        self._flush()
+
+    async def _answer(self, decoded, slot: _Slot) -> None:
+        try:
+            response = await self._gateway.handler(decoded, self.info)
+            slot.data = encode_response(decoded, response)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("closing gateway %s: no answer to %s v%d", self.info, decoded.api_name,
+                          decoded.api_version)
+            self._local = None
+            self.close()
+            return
+        self._local = None
+        if self.closed:
+            return
+        self._flush()
+        self._process()
+
+    def _api_versions(self, frame: bytes, version: int, correlation_id: int) -> None:
+        table, extras = self._gateway.api_versions(self.broker_id)
+        entries = [{"api_key": k, "min_version": low, "max_version": high} for k, (low, high) in table.items()]
+        slot = _Slot()
+        self._order.append(slot)
+        if version > API_VERSIONS_SERVED:  # KIP-511: v0 error answer listing what we serve
+            response = build_message(ApiVersionsResponse, 0, error_code=UNSUPPORTED_VERSION, api_keys=entries)
+            slot.data = encode_response_frame(response, 0, correlation_id)
+        else:
+            decoded = decode_request(frame[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS)
+            try:
+                response = build_message(ApiVersionsResponse, version, error_code=0, api_keys=entries,
+                                         throttle_time_ms=0, **(extras if version >= 3 else {}))
+            except MessageBuildError:
+                log.exception("gateway: the brokers' ApiVersions extras do not fit v%d; left out", version)
+                response = build_message(ApiVersionsResponse, version, error_code=0, api_keys=entries,
+                                         throttle_time_ms=0)
+            slot.data = encode_response(decoded, response)
+        self._flush()
+
+    # -- forwarding ----------------------------------------------------------------
+    def _forward(self, frame: bytes, correlation_id: int, api_key: int, version: int, rewrite: bool,
+                 answered: bool) -> None:
+        if answered:
+            slot = _Slot()
+            self._order.append(slot)
+            self._awaiting.append(_Pending(slot, correlation_id, api_key, version, rewrite))
+        upstream = self._upstream
+        if upstream is not None:
+            upstream.write(frame)
+            return
+        self._backlog.append(frame)
+        if self._connecting is None:
+            self._connect_upstream()
+
+    def _connect_upstream(self) -> None:
+        self._connecting = asyncio.get_running_loop().create_task(self._open_upstream(),
+                                                                  name=f"gateway-upstream-{self.info.connection_id}")
+
+    async def _open_upstream(self) -> None:
+        candidates = self._gateway.upstream_candidates(self.broker_id)
+        if not candidates:
+            log.info("closing gateway %s: broker %s has no known address", self.info, self.broker_id)
+            self._connecting = None
+            self.close()
+            return
+        loop = asyncio.get_running_loop()
+        errors = []
+        for host, port in candidates:
+            try:
+                _, upstream = await asyncio.wait_for(
+                    loop.create_connection(lambda: Upstream(self), host, port), CONNECT_TIMEOUT_S)
+            except (OSError, TimeoutError) as exc:
+                errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                continue
+            break
+        else:
+            log.info("closing gateway %s: no broker accepts a connection (%s)", self.info, "; ".join(errors))
+            self._connecting = None
+            self.close()
+            return
+        self._connecting = None
+        if self.closed:
+            upstream.close()
+            return
+        self._upstream = upstream
+        if self._client_full:
+            upstream.pause_reading()
+        for frame in self._backlog:
+            upstream.write(frame)
+        self._backlog.clear()
+
+    def upstream_full(self, full: bool) -> None:
+        self._upstream_full = full
+        self._update_reading()
+        if not full:
+            self._process()
+
+    def upstream_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            log.info("closing gateway %s: its broker connection closed%s", self.info,
+                     f" ({exc!r})" if exc else "")
+            self.close()
+
+    # -- answers -------------------------------------------------------------------
+    def begin_answer(self, correlation_id: int) -> _Pending:
+        """A broker answer starts: whose it is, and whether it streams (rule 2)."""
+        if not self._awaiting:
+            raise RefusedRequestError(f"the broker sent an answer (correlation id {correlation_id}) to no request")
+        pending = self._awaiting.popleft()
+        if pending.correlation_id != correlation_id:
+            raise RefusedRequestError(f"the broker answered correlation id {correlation_id}, expected "
+                                      f"{pending.correlation_id}")
+        if not pending.rewrite and self._order and self._order[0] is pending.slot:
+            self._order.popleft()
+            self._streaming = pending.streamed = True
+        return pending
+
+    def write_through(self, data) -> None:
+        if not self.closed:
+            self._transport.write(data)
+
+    def end_answer(self, pending: _Pending, parts: list | None) -> None:
+        if pending.streamed:
+            self._streaming = False
+        else:
+            frame = b"".join(parts)
+            pending.slot.data = self._gateway.rewrite(pending, frame) if pending.rewrite else frame
+        self._flush()
+        if not self._reading and not self.closed:
+            self._process()
+
+    def _flush(self) -> None:
+        if self._streaming or self.closed:
+            return
+        order = self._order
+        out = []
+        while order and order[0].data is not None:
+            out.append(order.popleft().data)
+        if out:
+            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _update_reading(self) -> None:
+        if self.closed or self._transport is None:
+            return
+        reading = self._local is None and not self._upstream_full and len(self._order) < MAX_IN_FLIGHT
+        if reading != self._reading:
+            self._reading = reading
+            if reading:
+                self._transport.resume_reading()
+            else:
+                self._transport.pause_reading()
+
+
+class Upstream(asyncio.Protocol):
+    """The broker side of one client connection: writes the client's frames,
+    cuts the broker's answers and hands them to the client connection."""
+
+    def __init__(self, client: ClientConnection) -> None:
+        self._client = client
+        self._transport: asyncio.Transport | None = None
+        self._head = bytearray()
+        self._pending: _Pending | None = None
+        self._remaining = 0
+        self._parts: list | None = None
+        self._closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def write(self, frame: bytes) -> None:
+        if not self._closed:
+            self._transport.write(frame)
+
+    def pause_writing(self) -> None:
+        self._client.upstream_full(True)
+
+    def resume_writing(self) -> None:
+        self._client.upstream_full(False)
+
+    def pause_reading(self) -> None:
+        if not self._closed:
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if not self._closed:
+            self._transport.resume_reading()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._client.upstream_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._cut(data)
+        except (WireProtocolError, ValueError) as exc:
+            log.warning("closing gateway %s: bad answer from its broker: %s", self._client.info, exc)
+            self.close()
+            self._client.close()
+
+    def _cut(self, data: bytes) -> None:
+        client = self._client
+        view = memoryview(data)
+        pos, end = 0, len(data)
+        while pos < end:
+            pending = self._pending
+            if pending is None:
+                take = view[pos:pos + _HEAD_BYTES - len(self._head)]
+                self._head += take
+                pos += len(take)
+                if len(self._head) < _HEAD_BYTES:
+                    return
+                head = bytes(self._head)
+                self._head.clear()
+                size, _ = Int32.decode_from(head, 0)
+                correlation_id, _ = Int32.decode_from(head, FRAME_SIZE_PREFIX_BYTES)
+                if size < 4:
+                    raise ValueError(f"an answer of {size} bytes cannot hold a correlation id")
+                pending = self._pending = client.begin_answer(correlation_id)
+                self._remaining = size - 4
+                if pending.streamed:
+                    client.write_through(head)
+                else:
+                    self._parts = [head]
+            take = min(end - pos, self._remaining)
+            if take:
+                chunk = view[pos:pos + take]
+                pos += take
+                self._remaining -= take
+                if pending.streamed:
+                    client.write_through(chunk)
+                else:
+                    self._parts.append(chunk)
+            if self._remaining == 0:
+                parts, self._pending, self._parts = self._parts, None, None
+                client.end_answer(pending, parts)

@@ -1,0 +1,320 @@
+"""The gateway of one daemon: its listeners, its connections, and what it
+tells clients about the cluster.
+
+Owns the gateway's own port (bound before the daemon registers, since its
+address is part of the registration) and one port per broker (bound when
+the broker is first seen, :mod:`zkcoord.core.gateway` rule 3), every client
+connection on them (:mod:`.connection`), the :class:`~.cluster.ClusterView`
+of the brokers, and the list of the daemons' gateways read from their
+registrations in ZooKeeper (they are the nodes Metadata adds, and where
+FindCoordinator sends a group's members).
+
+``stop()`` closes the listeners and every connection (each closes its broker
+connection), then stops the background refreshes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+from dataclasses import dataclass
+
+from kafka.protocol.admin.cluster import DescribeClusterResponse
+from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.producer import ProduceResponse
+
+from zkcoord.config import DaemonConfig, parse_host_port
+from zkcoord.core.gateway import (
+    DESCRIBE_CLUSTER, FETCH, METADATA, PRODUCE, BrokerPorts, advertised_versions, colliding_broker_ids,
+    gateway_node_id, parse_broker_ids,
+)
+from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.gateway.cluster import Broker, ClusterView
+from zkcoord.gateway.connection import ClientConnection
+from zkcoord.gateway.rewrite import RESPONSE_CLASSES, AddressBook, GatewayNode, rewrite_addresses
+from zkcoord.server.codec import COORDINATOR_APIS, decode_response_frame, encode_response_frame
+
+__all__ = ["Gateway", "GatewaySettings"]
+
+log = logging.getLogger(__name__)
+
+# The versions of the answers the gateway decodes, as kafka-python's generated classes know them.
+DECODABLE = {METADATA: (0, MetadataResponse.max_version), DESCRIBE_CLUSTER: (0, DescribeClusterResponse.max_version),
+             FETCH: (FetchResponse.valid_versions[0], FetchResponse.max_version),
+             PRODUCE: (ProduceResponse.valid_versions[0], ProduceResponse.max_version)}
+ZKCOORD_VERSIONS = COORDINATOR_APIS.version_table()
+LISTEN_BACKLOG = 1024
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    listen_host: str
+    listen_port: int  # 0: the kernel picks every port (broker ports are then not P+1..)
+    advertised_host: str
+    advertised_port: int  # 0: the bound port
+    broker_ports: BrokerPorts
+    bootstrap: tuple[tuple[str, int], ...]
+    refresh_ms: int
+    max_frame_bytes: int
+
+    @classmethod
+    def from_config(cls, config: DaemonConfig) -> GatewaySettings | None:
+        if not config.gateway_listen:
+            return None
+        host, port = parse_host_port(config.gateway_listen, "gateway_listen")
+        adv_host, adv_port = host, 0
+        if config.gateway_advertised:
+            text = config.gateway_advertised
+            if text.rpartition(":")[2].isdigit() and ":" in text:
+                adv_host, adv_port = parse_host_port(text, "gateway_advertised")
+            else:
+                adv_host = text.strip("[]")
+        if adv_host in ("0.0.0.0", "::", ""):
+            adv_host = socket.getfqdn()
+        try:
+            low, high = parse_broker_ids(config.gateway_broker_ids)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        bootstrap = tuple(parse_host_port(s.strip(), "bootstrap_servers")
+                          for s in config.bootstrap_servers.split(",") if s.strip())
+        return cls(host, port, adv_host, adv_port, BrokerPorts(low, high), bootstrap,
+                   config.topic_metadata_refresh_ms, config.max_frame_bytes)
+
+
+class Gateway:
+    """``bind()``, then ``await start(nodes)``, ``await stop()``."""
+
+    def __init__(self, settings: GatewaySettings, handler) -> None:
+        self.settings = settings
+        self.handler = handler
+        self.max_frame_bytes = settings.max_frame_bytes
+        self.cluster = ClusterView(list(settings.bootstrap), settings.refresh_ms, on_broker=self._on_broker)
+        self._own: socket.socket | None = None
+        self._bound_port = 0
+        self._broker_ports: dict[int, int] = {}  # broker id -> bound port
+        self._servers: list[asyncio.Server] = []
+        self._unserved: set[socket.socket] = set()  # bound, its server not created yet
+        self._connections: dict[int, ClientConnection] = {}
+        self._ids = itertools.count(1)
+        self._nodes: dict[int, GatewayNode] = {}  # daemon node id -> its gateway
+        self._book = AddressBook(self.broker_address, (), self.cluster.observe)
+        self._advertised: dict[int | None, tuple[object, dict, dict]] = {}
+        self._warned: set[int] = set()
+        self._registry = None
+        self._follow: asyncio.Task | None = None
+        self._stopping = False
+
+    # -- addresses -------------------------------------------------------------------
+    def bind(self) -> tuple[str, int]:
+        """Bind the gateway's own port (no serving yet); its advertised address."""
+        self._own = self._listen_socket(self.settings.listen_port)
+        self._bound_port = self._own.getsockname()[1]
+        return self.address
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.settings.advertised_host, self.settings.advertised_port or self._bound_port
+
+    @property
+    def bound_port(self) -> int:
+        return self._bound_port
+
+    def broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        """This gateway's advertised address for a broker, None when it has no port for it."""
+        bound = self._broker_ports.get(broker_id)
+        if bound is None:
+            return None
+        host, port = self.address
+        if self.settings.listen_port == 0:
+            return host, bound
+        return host, port + self.settings.broker_ports.offset(broker_id)
+
+    def coordinator_address(self, owner) -> tuple[int, str, int] | str:
+        """How FindCoordinator names a group's owner (a NodeInfo) to gateway clients."""
+        if owner.gateway is None:
+            return (f"the group's coordinator, zkcoord daemon {owner.node_id} at {owner.host}:{owner.port}, "
+                    "runs no gateway; run every daemon with --gateway-listen")
+        node = GatewayNode(gateway_node_id(owner.node_id), *owner.gateway)
+        if self._nodes.get(owner.node_id) != node:  # list it in Metadata before the watch says so
+            self._nodes[owner.node_id] = node
+            self._book = AddressBook(self.broker_address, tuple(self._nodes.values()), self.cluster.observe)
+        return node.node_id, node.host, node.port
+
+    # -- what connections ask ------------------------------------------------------------
+    def next_connection_id(self) -> int:
+        return next(self._ids)
+
+    def register(self, connection: ClientConnection) -> bool:
+        if self._stopping:
+            return False
+        self._connections[connection.info.connection_id] = connection
+        return True
+
+    def unregister(self, connection: ClientConnection) -> None:
+        if self._connections.pop(connection.info.connection_id, None) is not None:
+            closed = getattr(self.handler, "connection_closed", None)
+            if closed is not None and not self._stopping:
+                try:
+                    closed(connection.info)
+                except Exception:
+                    log.exception("the handler failed on the close of gateway %s", connection.info)
+
+    def upstream_candidates(self, broker_id: int | None) -> list[tuple[str, int]]:
+        if broker_id is None:
+            return self.cluster.upstream_candidates()
+        broker = self.cluster.brokers.get(broker_id)
+        return [broker.address] if broker is not None else []
+
+    def api_versions(self, broker_id: int | None) -> tuple[dict, dict]:
+        """(advertised table, ApiVersions v3 extras) for a connection to ``broker_id``'s port."""
+        versions = self.cluster.versions_of(broker_id)
+        cached = self._advertised.get(broker_id)
+        token = None if versions is None else (id(versions) if broker_id is not None else tuple(
+            sorted((k, id(v)) for k, v in self.cluster.versions.items())))
+        if cached is None or cached[0] != token:
+            table = advertised_versions(versions.table if versions else {}, ZKCOORD_VERSIONS, DECODABLE)
+            cached = self._advertised[broker_id] = (token, table, dict(versions.extras) if versions else {})
+        return cached[1], cached[2]
+
+    def advertised(self, broker_id: int | None) -> dict:
+        return self.api_versions(broker_id)[0]
+
+    def versions_known(self, broker_id: int | None) -> bool:
+        return self.cluster.versions_of(broker_id) is not None
+
+    def rewrite(self, pending, frame: bytes) -> bytes:
+        """A broker answer with its addresses rewritten (MalformedFrameError, ResponseEncodingError)."""
+        correlation_id, message = decode_response_frame(frame, RESPONSE_CLASSES[pending.api_key],
+                                                        pending.api_version)
+        if pending.api_key in (FETCH, PRODUCE) and not getattr(message, "node_endpoints", None):
+            return frame  # nothing to rewrite: the broker's bytes as they came
+        rewrite_addresses(pending.api_key, message, self._book)
+        return encode_response_frame(message, pending.api_version, correlation_id)
+
+    # -- life cycle ----------------------------------------------------------------------
+    async def start(self, registry=None) -> None:
+        """Serve the own port, learn the brokers (binding their ports) and,
+        with a node registry, follow the daemons' registrations."""
+        if self._own is None:
+            self.bind()
+        await self._serve(self._own, None)
+        self._own = None
+        self._registry = registry
+        if registry is not None:
+            await self._read_nodes(None)
+            self._follow = asyncio.get_running_loop().create_task(self._follow_nodes(), name="gateway-nodes")
+        await self.cluster.start()
+        host, port = self.address
+        log.info("gateway on %s:%d (advertised %s:%d), brokers %s", self.settings.listen_host, self._bound_port,
+                 host, port, ", ".join(f"{h}:{p}" for h, p in self.settings.bootstrap))
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for server in self._servers:
+            server.close()
+        for sock in list(self._unserved):
+            sock.close()
+        if self._own is not None:
+            self._own.close()
+        connections = list(self._connections.values())
+        for connection in connections:
+            connection.close()
+        await asyncio.gather(*(c.done for c in connections), return_exceptions=True)
+        if self._follow is not None:
+            self._follow.cancel()
+            await asyncio.gather(self._follow, return_exceptions=True)
+        await self.cluster.stop()
+        for server in self._servers:
+            await server.wait_closed()
+
+    # -- listeners -----------------------------------------------------------------------
+    def _listen_socket(self, port: int) -> socket.socket:
+        host = self.settings.listen_host
+        try:
+            family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                                 flags=socket.AI_PASSIVE)[0]
+            sock = socket.socket(family, kind, proto)
+        except OSError as exc:
+            raise ConfigError(f"gateway_listen: cannot listen on {host}:{port}: {exc}") from None
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(LISTEN_BACKLOG)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(f"gateway: cannot listen on {host}:{port}: {exc}") from None
+        return sock
+
+    async def _serve(self, sock: socket.socket, broker_id: int | None) -> None:
+        self._unserved.add(sock)
+        try:
+            server = await asyncio.get_running_loop().create_server(
+                lambda: ClientConnection(self, broker_id), sock=sock)
+        finally:
+            self._unserved.discard(sock)
+        if self._stopping:
+            server.close()
+            return
+        self._servers.append(server)
+
+    def _on_broker(self, broker: Broker) -> None:
+        """A broker seen for the first time (or moved): give it a port."""
+        broker_id = broker.node_id
+        if broker_id in self._broker_ports or self._stopping:
+            return
+        offset = self.settings.broker_ports.offset(broker_id)
+        if offset is None:
+            if broker_id not in self._warned:
+                self._warned.add(broker_id)
+                ports = self.settings.broker_ports
+                log.error("gateway: broker %d is outside --gateway-broker-ids %d-%d, so it has no gateway port "
+                          "and clients will not be told of it; widen the range", broker_id, ports.low_id,
+                          ports.high_id)
+            return
+        port = 0 if self.settings.listen_port == 0 else self.settings.listen_port + offset
+        try:
+            sock = self._listen_socket(port)
+        except ConfigError as exc:
+            if broker_id not in self._warned:
+                self._warned.add(broker_id)
+                log.error("gateway: no port for broker %d: %s", broker_id, exc)
+            return
+        self._broker_ports[broker_id] = sock.getsockname()[1]
+        collisions = colliding_broker_ids([broker_id], (n.node_id for n in self._nodes.values()))
+        if collisions:
+            log.error("gateway: broker id %d collides with a zkcoord gateway node id", broker_id)
+        task = asyncio.get_running_loop().create_task(self._serve(sock, broker_id), name=f"gateway-broker-{broker_id}")
+        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or log.error(
+            "gateway: cannot serve broker %d's port: %r", broker_id, t.exception()))
+        log.info("gateway: broker %d on port %d", broker_id, self._broker_ports[broker_id])
+
+    # -- the daemons' gateways -------------------------------------------------------------
+    async def _follow_nodes(self) -> None:
+        """Re-read the registrations when the watch fires, and every refresh
+        (without a second watch while one is armed: kazoo keeps each)."""
+        changed = asyncio.Event()
+        armed = False
+        while True:
+            try:
+                await self._read_nodes(None if armed else changed.set)
+                armed = True
+            except ZkcoordError as exc:
+                log.warning("gateway: cannot read the daemons' registrations: %s", exc)
+            try:
+                await asyncio.wait_for(changed.wait(), self.settings.refresh_ms / 1000)
+            except TimeoutError:
+                continue
+            changed.clear()
+            armed = False
+
+    async def _read_nodes(self, on_change) -> None:
+        infos = await self._registry.nodes(on_change)
+        nodes = {i: GatewayNode(gateway_node_id(i), *info.gateway) for i, info in infos.items()
+                 if info.gateway is not None}
+        if nodes != self._nodes:
+            self._nodes = nodes
+            self._book = AddressBook(self.broker_address, tuple(nodes.values()), self.cluster.observe)
