@@ -35,7 +35,7 @@ def local() -> None:
 @click.option("--brokers", type=click.IntRange(1, MAX_BROKERS), default=1, show_default=True,
               help="Number of Kafka brokers.")
 @click.option("--daemons", type=click.IntRange(0, MAX_DAEMONS), default=0, show_default=True,
-              help="Also run this many zkcoord coordinator daemons (node ids 1..N).")
+              help="Also run this many zkcoord coordinator daemons (node ids 1..N), each with a gateway.")
 @state_dir_option
 def up(brokers: int, daemons: int, state_dir: Path | None) -> None:
     """Start the sandbox (fetching the jars with Maven the first time)."""
@@ -49,6 +49,7 @@ def up(brokers: int, daemons: int, state_dir: Path | None) -> None:
     console.print(f"bootstrap servers: {sandbox.bootstrap_servers(state)}")
     if state.daemons:
         console.print(f"zkcoord daemons:   {sandbox.daemon_addresses(state)}")
+        console.print(f"gateways:          {sandbox.gateway_addresses(state)}  (bootstrap.servers of stock Kafka clients)")
 
 
 @local.command()
@@ -95,6 +96,7 @@ def env(state_dir: Path | None) -> None:
     click.echo(f"export ZKCOORD_BOOTSTRAP_SERVERS={sandbox.bootstrap_servers(state)}")
     if state.daemons:
         click.echo(f"export ZKCOORD_COORDINATORS={sandbox.daemon_addresses(state)}")
+        click.echo(f"export ZKCOORD_GATEWAY_SERVERS={sandbox.gateway_addresses(state)}")
 
 
 @local.command()

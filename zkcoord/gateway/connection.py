@@ -175,11 +175,9 @@ class ClientConnection(asyncio.Protocol):
         route = route_of(api_key)
         if route is Route.FORWARD or route is Route.REWRITE:
             self._check_upstream_api(api_key, version)
-            if route is Route.FORWARD:
-                answered = api_key != PRODUCE or produce_expects_response(frame, version)
-                self._forward(frame, correlation_id, api_key, version, False, answered)
-            else:
-                self._forward(frame, correlation_id, api_key, version, needs_rewrite(api_key, version), True)
+            answered = api_key != PRODUCE or produce_expects_response(frame, version)
+            rewrite = route is Route.REWRITE and needs_rewrite(api_key, version)
+            self._forward(frame, correlation_id, api_key, version, rewrite, answered)
         elif route is Route.LOCAL:
             self._handle(decode_request(frame[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS))
         elif route is Route.COORDINATOR:

@@ -38,6 +38,27 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise OSError(f"no free port on {host} in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
 
 
+def free_port_range(count: int, host: str = "127.0.0.1") -> int:
+    """The first of ``count`` consecutive ports nobody listens on (a gateway's
+    own port and its broker ports)."""
+    rng = random.Random()
+    for _ in range(200):
+        first = rng.randint(PORT_RANGE[0], PORT_RANGE[1] - count)
+        sockets = []
+        try:
+            for port in range(first, first + count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(sock)
+                sock.bind((host, port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise OSError(f"no {count} consecutive free ports on {host} in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
+
+
 def port_open(port: int, host: str = "127.0.0.1", timeout_s: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout_s):

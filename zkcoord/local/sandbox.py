@@ -47,9 +47,10 @@ def default_state_dir() -> Path:
 
 @dataclass
 class Server:
-    name: str  # "zookeeper" or "kafka-<broker id>"
+    name: str  # "zookeeper", "kafka-<broker id>" or "zkcoord-<node id>"
     port: int
     pid: int | None = None
+    gateway_port: int | None = None  # daemons: the gateway's own port; brokers 0..2 follow it
 
     @property
     def broker_id(self) -> int | None:
@@ -196,7 +197,8 @@ class Sandbox:
                     "run `zkcoord local down` first to change --brokers."
                 )
             for node_id in range(len(state.daemons) + 1, daemons + 1):
-                state.daemons.append(Server(f"zkcoord-{node_id}", procs.free_port()))
+                state.daemons.append(Server(f"zkcoord-{node_id}", procs.free_port(),
+                                            gateway_port=procs.free_port_range(1 + MAX_BROKERS)))
             started = self._start_missing(state)
             return state, started
 
@@ -229,7 +231,8 @@ class Sandbox:
                     started.append(daemon.name)
             self._save(state)
             for daemon in state.daemons:
-                self._wait(daemon, lambda d=daemon: procs.port_open(d.port), "accept connections")
+                self._wait(daemon, lambda d=daemon: procs.port_open(d.port) and (
+                    d.gateway_port is None or procs.port_open(d.gateway_port)), "accept connections")
         except BaseException:
             for name in reversed(started):
                 server = next(s for s in state.servers if s.name == name)
@@ -286,12 +289,21 @@ class Sandbox:
         cmd = [sys.executable, "-X", self._match(daemon.name), "-m", "zkcoord", "run",
                "--zookeeper", self.zookeeper_address(state), "--listen", f"127.0.0.1:{daemon.port}",
                "--node-id", node_id, "--bootstrap-servers", self.bootstrap_servers(state)]
-        self.log(f"starting zkcoord daemon {node_id} on 127.0.0.1:{daemon.port}")
+        if daemon.gateway_port is not None:
+            cmd += ["--gateway-listen", f"127.0.0.1:{daemon.gateway_port}",
+                    "--gateway-broker-ids", f"0-{MAX_BROKERS - 1}"]
+        self.log(f"starting zkcoord daemon {node_id} on 127.0.0.1:{daemon.port}"
+                 + (f", gateway on 127.0.0.1:{daemon.gateway_port}" if daemon.gateway_port else ""))
         daemon.pid = procs.spawn(cmd, self.log_file(daemon.name), cwd=self.state_dir)
 
     @staticmethod
     def daemon_addresses(state: SandboxState) -> str:
         return ",".join(f"127.0.0.1:{d.port}" for d in state.daemons)
+
+    @staticmethod
+    def gateway_addresses(state: SandboxState) -> str:
+        """The daemons' gateways, a bootstrap.servers value for stock Kafka clients."""
+        return ",".join(f"127.0.0.1:{d.gateway_port}" for d in state.daemons if d.gateway_port)
 
     def _start_broker(self, state: SandboxState, broker: Server) -> None:
         self._wait_registration_gone(state, broker)
@@ -346,6 +358,11 @@ class Sandbox:
                 condition = "up" if procs.port_open(server.port) else "unresponsive"
             result.append(ServerStatus(server.name, f"127.0.0.1:{server.port}", server.pid,
                                        condition, str(self.log_file(server.name))))
+            if server.gateway_port:
+                gateway = "down" if condition == "down" else (
+                    "up" if procs.port_open(server.gateway_port) else "unresponsive")
+                result.append(ServerStatus(f"{server.name} gateway", f"127.0.0.1:{server.gateway_port}",
+                                           server.pid, gateway, str(self.log_file(server.name))))
         return result
 
     def down(self) -> list[str]:
