@@ -67,6 +67,7 @@ class DaemonProcess:
     host: str = "127.0.0.1"
     port: int = 0
     stopped: bool = False  # SIGSTOPped by the test
+    gateway: tuple[str, int] | None = None  # its gateway's registered address (--gateway-listen)
 
     @property
     def pid(self) -> int:
@@ -78,6 +79,13 @@ class DaemonProcess:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    @property
+    def gateway_address(self) -> str:
+        """``host:port`` of its gateway, a bootstrap.servers entry for stock clients."""
+        if self.gateway is None:
+            raise AssertionError(f"daemon {self.node_id} runs no gateway (start it with gateway_listen)")
+        return f"{self.gateway[0]}:{self.gateway[1]}"
 
     def log(self, lines: int = 60) -> str:
         return tail(self.log_path, lines)
@@ -173,6 +181,8 @@ class DaemonFleet:
         except AssertionError as exc:
             raise AssertionError(f"{exc}\nits log:\n{daemon.log()}") from None
         daemon.host, daemon.port = info["host"], info["port"]
+        if info.get("gateway_port"):
+            daemon.gateway = (info["gateway_host"], info["gateway_port"])
         return daemon
 
     def start_many(self, *node_ids: int, **options) -> list[DaemonProcess]:

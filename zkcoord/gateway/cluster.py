@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 CLIENT_ID = "zkcoord-gateway"
 CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 15.0
+FIRST_REFRESH_S = 5.0  # how long a daemon's start waits for the brokers before serving anyway
 UNSUPPORTED_VERSION = 35
 VERSIONS_REFRESH_ROUNDS = 60  # ApiVersions of every broker again after this many refreshes
 
@@ -149,6 +150,7 @@ class ClusterView:
         self._rotation = itertools.count()
         self._rounds = 0
         self._wake = asyncio.Event()
+        self._pulse = asyncio.Event()  # set (and replaced) after every refresh
         self.last_error: str | None = None
 
     # -- reading --------------------------------------------------------------------
@@ -171,6 +173,26 @@ class ClusterView:
         tables = [v.table for v in self.versions.values()]
         return BrokerVersions(cluster_versions(tables), next(iter(self.versions.values())).extras)
 
+    async def versions_ready(self, broker_id: int | None, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the versions of ``broker_id`` (None:
+        of any broker) are known, asking for a refresh now; whether they are."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.versions_of(broker_id) is None:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            self._wake.set()
+            try:
+                await asyncio.wait_for(self._pulse.wait(), remaining)
+            except TimeoutError:
+                return False
+        return True
+
+    def _pulsed(self) -> None:
+        pulse, self._pulse = self._pulse, asyncio.Event()
+        pulse.set()
+
     # -- learning -------------------------------------------------------------------
     def observe(self, brokers: list[tuple[int, str, int, str | None]]) -> None:
         """Brokers seen in a Metadata answer (ours or a client's)."""
@@ -187,13 +209,14 @@ class ClusterView:
             if self._on_broker is not None:
                 self._on_broker(found)
 
-    async def start(self, first_wait_s: float = REQUEST_TIMEOUT_S) -> None:
+    async def start(self, first_wait_s: float = FIRST_REFRESH_S) -> None:
         """One refresh (given up after ``first_wait_s``: the daemon starts
         while Kafka is down), then refreshes in the background."""
         try:
             await asyncio.wait_for(self.refresh(), first_wait_s)
         except (TimeoutError, ServiceUnavailableError) as exc:
-            log.warning("gateway: no Kafka broker answered yet (%s); retrying every %.1f s", exc, self.refresh_s)
+            log.warning("gateway: no Kafka broker answered yet (%s); retrying every %.1f s", exc or "timed out",
+                        self.refresh_s)
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="gateway-cluster-view")
 
     async def stop(self) -> None:
@@ -220,6 +243,8 @@ class ClusterView:
                 self.last_error = str(exc)
             except Exception:  # a bug: keep the loop alive, say so
                 log.exception("gateway: broker list refresh failed")
+            finally:
+                self._pulsed()
 
     async def refresh(self) -> None:
         """Ask one reachable broker for the broker list, then every broker

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 256
 CONNECT_TIMEOUT_S = 10.0
+VERSIONS_WAIT_S = 5.0  # an ApiVersions waits this long for the brokers' versions, then lists the group APIs alone
 UNSUPPORTED_VERSION = 35
 API_VERSIONS_SERVED = COORDINATOR_APIS[18].max_version
 _HEAD_BYTES = FRAME_SIZE_PREFIX_BYTES + 4  # an answer's size and correlation id
@@ -237,10 +238,34 @@ class ClientConnection(asyncio.Protocol):
         self._process()
 
     def _api_versions(self, frame: bytes, version: int, correlation_id: int) -> None:
+        if not self._gateway.versions_known(self.broker_id):  # just started, or Kafka is down: ask first
+            slot = _Slot()
+            self._order.append(slot)
+            self._local = asyncio.get_running_loop().create_task(
+                self._api_versions_later(frame, version, correlation_id, slot))
+            return
+        self._answer_versions(frame, version, correlation_id, None)
+
+    async def _api_versions_later(self, frame: bytes, version: int, correlation_id: int, slot: _Slot) -> None:
+        await self._gateway.cluster.versions_ready(self.broker_id, VERSIONS_WAIT_S)
+        self._local = None
+        if self.closed:
+            return
+        try:
+            self._answer_versions(frame, version, correlation_id, slot)
+        except WireProtocolError as exc:
+            log.warning("closing gateway %s: %s", self.info, exc)
+            self.close()
+            return
+        self._process()
+
+    def _answer_versions(self, frame: bytes, version: int, correlation_id: int, slot: _Slot | None) -> None:
+        """ApiVersions from what the brokers support (the group APIs alone while none is known)."""
         table, extras = self._gateway.api_versions(self.broker_id)
         entries = [{"api_key": k, "min_version": low, "max_version": high} for k, (low, high) in table.items()]
-        slot = _Slot()
-        self._order.append(slot)
+        if slot is None:
+            slot = _Slot()
+            self._order.append(slot)
         if version > API_VERSIONS_SERVED:  # KIP-511: v0 error answer listing what we serve
             response = build_message(ApiVersionsResponse, 0, error_code=UNSUPPORTED_VERSION, api_keys=entries)
             slot.data = encode_response_frame(response, 0, correlation_id)

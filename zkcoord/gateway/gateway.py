@@ -106,6 +106,7 @@ class Gateway:
         self._registry = None
         self._follow: asyncio.Task | None = None
         self._stopping = False
+        self._prepared = False
 
     # -- addresses -------------------------------------------------------------------
     def bind(self) -> tuple[str, int]:
@@ -195,18 +196,25 @@ class Gateway:
         return encode_response_frame(message, pending.api_version, correlation_id)
 
     # -- life cycle ----------------------------------------------------------------------
-    async def start(self, registry=None) -> None:
-        """Serve the own port, learn the brokers (binding their ports) and,
-        with a node registry, follow the daemons' registrations."""
+    async def prepare(self) -> None:
+        """Learn the brokers (binding their ports) before clients are told of
+        this gateway; given up after a few seconds when Kafka does not answer."""
         if self._own is None:
             self.bind()
+        if not self._prepared:
+            self._prepared = True
+            await self.cluster.start()
+
+    async def start(self, registry=None) -> None:
+        """Serve the own port and, with a node registry, follow the daemons'
+        registrations."""
+        await self.prepare()
         await self._serve(self._own, None)
         self._own = None
         self._registry = registry
         if registry is not None:
             await self._read_nodes(None)
             self._follow = asyncio.get_running_loop().create_task(self._follow_nodes(), name="gateway-nodes")
-        await self.cluster.start()
         host, port = self.address
         log.info("gateway on %s:%d (advertised %s:%d), brokers %s", self.settings.listen_host, self._bound_port,
                  host, port, ", ".join(f"{h}:{p}" for h, p in self.settings.bootstrap))

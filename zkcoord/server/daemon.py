@@ -100,6 +100,8 @@ class Daemon:
         gateway_handler = _LateHandler()
         try:
             gateway_address = self._bind_gateway(gateway_handler)
+            if self.gateway is not None:
+                await self.gateway.prepare()
             self.nodes = NodeRegistry(self.conn, host=adv_host, port=adv_port, node_id=config.node_id,
                                       gateway=gateway_address)
             node_id = await self.nodes.register()
