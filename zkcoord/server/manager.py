@@ -57,6 +57,10 @@ from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
 
 log = logging.getLogger(__name__)
 E = ErrorCode
+# How long an OffsetCommit waits to learn a topic's partition count; then it is
+# committed as if the topic exists (Kafka down must not stall a group's commits,
+# nor, behind them on the member's connection, its heartbeats).
+COMMIT_TOPIC_CHECK_WAIT_S = 2.0
 
 
 class GroupManager:
@@ -419,7 +423,8 @@ class GroupManager:
         answers UNKNOWN_TOPIC_OR_PARTITION for those and commits the rest)."""
         if self.topic_watcher is None:
             return set()
-        counts = await self.topic_watcher.partition_counts({t for t, _, _, _ in wanted})
+        counts = await self.topic_watcher.partition_counts({t for t, _, _, _ in wanted},
+                                                           wait_s=COMMIT_TOPIC_CHECK_WAIT_S)
         return {(t, p) for t, p, _, _ in wanted
                 if t in counts and (counts[t] is None or not 0 <= p < counts[t])}
 

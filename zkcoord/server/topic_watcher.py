@@ -42,6 +42,7 @@ class TopicWatcher:
         self._watches: dict[str, object] = {}
         self._poller: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._lookups: dict[tuple[str, ...], asyncio.Task] = {}  # reads of unwatched topics in flight
 
     async def start(self, zk_has_broker_metadata: bool) -> None:
         if zk_has_broker_metadata and self._registry is not None:
@@ -54,6 +55,8 @@ class TopicWatcher:
     async def stop(self) -> None:
         if self._poller is not None:
             self._poller.cancel()
+        for lookup in list(self._lookups.values()):
+            lookup.cancel()
         for watch in self._watches.values():
             watch.stop()
         self._watches.clear()
@@ -81,11 +84,14 @@ class TopicWatcher:
         for topic in self._topics.pop(group_id, frozenset()):
             self._groups.get(topic, set()).discard(group_id)
 
-    async def partition_counts(self, topics: set[str]) -> dict[str, int | None]:
+    async def partition_counts(self, topics: set[str], wait_s: float | None = None) -> dict[str, int | None]:
         """Partition counts of ``topics`` as far as this daemon can know them
         (topics it cannot learn about are left out: treated as existing).
         Watched topics answer from memory; others are read and cached for
-        ``refresh_ms``."""
+        ``refresh_ms``. With ``wait_s``, a read that takes longer (Kafka down)
+        is left to finish in the background and the last counts known are
+        answered meanwhile, so a caller on a client's path never waits for
+        Kafka's time-outs."""
         now = asyncio.get_running_loop().time()
         known = {t: self._counts[t] for t in topics
                  if t in self._counts and (t in self._watches or self._groups.get(t)
@@ -93,20 +99,33 @@ class TopicWatcher:
         unknown = sorted(set(topics) - set(known))
         if not unknown or self.source == "none":
             return known
+        stale = {t: self._counts[t] for t in unknown if t in self._counts}
+        lookup = self._lookups.get(tuple(unknown))
+        if lookup is None:
+            lookup = asyncio.get_running_loop().create_task(self._read_counts(unknown, now))
+            self._lookups[tuple(unknown)] = lookup
+            lookup.add_done_callback(lambda _t, key=tuple(unknown): self._lookups.pop(key, None))
         try:
-            if self.source == "zookeeper":
-                fresh = {t: await self._registry.partition_count(t) for t in unknown}
-            else:
-                fresh = await self._kafka.partition_counts(unknown)
+            fresh = await (asyncio.wait_for(asyncio.shield(lookup), wait_s) if wait_s is not None else lookup)
+        except TimeoutError:
+            log.info("partition counts of %s: still asking (%s); using what is known", unknown, self.source)
+            return {**known, **stale}
         except ZkcoordError as exc:
             log.warning("partition counts of %s unknown: %s", unknown, exc)
-            return known
+            return {**known, **stale}
+        return {**known, **fresh}
+
+    async def _read_counts(self, unknown: list[str], now: float) -> dict[str, int | None]:
+        if self.source == "zookeeper":
+            fresh = {t: await self._registry.partition_count(t) for t in unknown}
+        else:
+            fresh = await self._kafka.partition_counts(unknown)
         for topic, count in fresh.items():
             self._counts.setdefault(topic, count)
             if not self._groups.get(topic):
                 self._counts[topic] = count
                 self._cached_until[topic] = now + self._refresh_s
-        return {**known, **fresh}
+        return fresh
 
     def _observed(self, topic: str, count: int | None) -> None:
         """A count was read; a change from a known count starts rebalances."""
