@@ -117,6 +117,7 @@ class FakeGateway:
         self.handler = Handler()
         self.max_frame_bytes = max_frame_bytes
         self.broker_address = broker_address
+        self.metrics = None
         self.connections: list[ClientConnection] = []
         self._ids = iter(range(1, 1000))
 

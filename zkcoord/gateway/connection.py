@@ -288,6 +288,9 @@ class ClientConnection(asyncio.Protocol):
             slot = _Slot()
             self._order.append(slot)
             self._awaiting.append(_Pending(slot, correlation_id, api_key, version, rewrite))
+        metrics = self._gateway.metrics
+        if metrics is not None:
+            metrics.observe_forward(api_key)
         upstream = self._upstream
         if upstream is not None:
             upstream.write(frame)
@@ -319,6 +322,8 @@ class ClientConnection(asyncio.Protocol):
             break
         else:
             log.info("closing gateway %s: no broker accepts a connection (%s)", self.info, "; ".join(errors))
+            if self._gateway.metrics is not None:
+                self._gateway.metrics.observe_broker_connect_failure()
             self._connecting = None
             self.close()
             return

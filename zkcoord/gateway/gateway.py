@@ -107,6 +107,7 @@ class Gateway:
         self._follow: asyncio.Task | None = None
         self._stopping = False
         self._prepared = False
+        self.metrics = None  # DaemonMetrics, set by the daemon with --metrics-listen
 
     # -- addresses -------------------------------------------------------------------
     def bind(self) -> tuple[str, int]:
@@ -145,6 +146,14 @@ class Gateway:
         return node.node_id, node.host, node.port
 
     # -- what connections ask ------------------------------------------------------------
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    @property
+    def broker_count(self) -> int:
+        return len(self._broker_ports)
+
     def next_connection_id(self) -> int:
         return next(self._ids)
 

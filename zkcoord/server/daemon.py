@@ -139,6 +139,9 @@ class Daemon:
         if self.metrics is not None:
             self.metrics.manager = self.manager
             self.manager.metrics = self.metrics
+            if self.gateway is not None:
+                self.metrics.gateway = self.gateway
+                self.gateway.metrics = self.metrics
         handler.ready(ApiHandler(self.manager, self.metrics))
         if self.gateway is not None:
             gateway_handler.ready(ApiHandler(self.manager, self.metrics,

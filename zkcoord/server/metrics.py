@@ -22,7 +22,15 @@ metric                                     type       meaning
 ``zkcoord_zookeeper_session_expiries_total`` counter  ZooKeeper sessions lost
 ``zkcoord_offset_commits_total{mode}``     counter    OffsetCommits stored, by the group's offset
                                                       storage mode (zookeeper, dual, kafka)
+``zkcoord_gateway_connections``            gauge      client connections open on the gateway
+``zkcoord_gateway_brokers``                gauge      brokers the gateway has a port for
+``zkcoord_gateway_forwarded_requests_total{api}``  counter  requests the gateway passed to a broker
+``zkcoord_gateway_broker_connect_failures_total``  counter  client connections closed because no
+                                                      broker accepted the gateway's connection
 =========================================  =========  ==========================================
+
+The group APIs the gateway answers are counted in ``zkcoord_requests_total``
+like those on the daemon's own listener.
 
 Both follow the owner's in-memory state changes (:meth:`Metrics.observe_transition`),
 so they count a rebalance whether or not its start was written; a group
@@ -106,6 +114,13 @@ class DaemonMetrics:
                                         "ZooKeeper sessions lost.", registry=r)
         self.offset_commits = Counter("zkcoord_offset_commits_total", "OffsetCommits stored, by storage mode.",
                                       ["mode"], registry=r)
+        self.forwarded = Counter("zkcoord_gateway_forwarded_requests_total",
+                                 "Requests the gateway passed to a broker.", ["api"], registry=r)
+        self.broker_connect_failures = Counter(
+            "zkcoord_gateway_broker_connect_failures_total",
+            "Gateway client connections closed because no broker accepted a connection.", registry=r)
+        self._forwarded_by_key: dict[int, object] = {}
+        self.gateway = None  # the daemon's Gateway, read at scrape time; None without one
         r.register(_ScrapeTimeCollector(self))
         self._generations: dict[str, int] = {}  # group -> last generation seen
         self._preparing: dict[str, float] = {}  # group -> when its PreparingRebalance began
@@ -138,6 +153,21 @@ class DaemonMetrics:
             self._preparing.pop(group_id, None)
             if group.state is GroupState.DEAD:
                 self._generations.pop(group_id, None)
+
+    def observe_forward(self, api_key: int) -> None:
+        child = self._forwarded_by_key.get(api_key)
+        if child is None:
+            try:
+                from kafka.protocol.api_key import ApiKey
+
+                name = ApiKey(api_key).name
+            except ValueError:
+                name = str(api_key)
+            child = self._forwarded_by_key[api_key] = self.forwarded.labels(name)
+        child.inc()
+
+    def observe_broker_connect_failure(self) -> None:
+        self.broker_connect_failures.inc()
 
     def observe_offset_commit(self, mode: str) -> None:
         self.offset_commits.labels(mode).inc()
@@ -187,6 +217,12 @@ class _ScrapeTimeCollector:
                                 value=sum(rt.held_heartbeats for rt in runtimes))
         yield GaugeMetricFamily("zkcoord_zookeeper_connected", "1 while the ZooKeeper session is connected.",
                                 value=1 if self.metrics.zookeeper_connected() else 0)
+        gateway = self.metrics.gateway
+        if gateway is not None:
+            yield GaugeMetricFamily("zkcoord_gateway_connections", "Client connections open on the gateway.",
+                                    value=gateway.connection_count)
+            yield GaugeMetricFamily("zkcoord_gateway_brokers", "Brokers the gateway has a port for.",
+                                    value=gateway.broker_count)
 
     def describe(self):
         return []
