@@ -10,6 +10,7 @@ $ZKC local up --daemons 2
 $ZKC local status
 eval "$($ZKC local env)"
 echo "ZKCOORD_ZOOKEEPER=$ZKCOORD_ZOOKEEPER ZKCOORD_BOOTSTRAP_SERVERS=$ZKCOORD_BOOTSTRAP_SERVERS ZKCOORD_COORDINATORS=$ZKCOORD_COORDINATORS"
+echo "ZKCOORD_GATEWAY_SERVERS=$ZKCOORD_GATEWAY_SERVERS  (stock Kafka clients bootstrap from these)"
 echo
 echo "== 2. a worker pool under zkcoord: three consumers share a topic, one stops"
 .venv/bin/python -m zkcoord.local.demo | tee /tmp/zkcoord-demo.$$
@@ -20,7 +21,14 @@ echo "== 3. zkcoord describe of the demo group (offsets, then state)"
 $ZKC describe "$GROUP" --zookeeper "$ZKCOORD_ZOOKEEPER" --bootstrap-servers "$ZKCOORD_BOOTSTRAP_SERVERS"
 $ZKC describe "$GROUP" --state --zookeeper "$ZKCOORD_ZOOKEEPER"
 echo
-echo "== 4. migrating a legacy group's ZooKeeper offsets into Kafka, through dual-commit"
+echo "== 4. stock Kafka clients through the gateway: Kafka's Java console consumer and librdkafka, with"
+echo "      bootstrap.servers=\$ZKCOORD_GATEWAY_SERVERS, share one group with zkcoord's own consumer"
+.venv/bin/python -m zkcoord.local.demo_gateway | tee /tmp/zkcoord-demo.$$
+MIXED=$(sed -n 's/^group: //p' /tmp/zkcoord-demo.$$)
+rm -f /tmp/zkcoord-demo.$$
+$ZKC describe "$MIXED" --members --zookeeper "$ZKCOORD_ZOOKEEPER"
+echo
+echo "== 5. migrating a legacy group's ZooKeeper offsets into Kafka, through dual-commit"
 SUFFIX=$(printf %04x $((RANDOM % 65536)))
 TOPIC=invoices-$SUFFIX
 LEGACY=billing-$SUFFIX

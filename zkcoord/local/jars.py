@@ -59,6 +59,20 @@ LEGACY_BUNDLES: dict[str, tuple[str, ...]] = {
     ),
 }
 
+# Kafka 4.x's ProducerPerformance, for its --warmup-records (4.2+; 3.9's
+# percentiles include the JVM's warm-up). Fetched only on demand (the gateway
+# benchmark), into a directory of its own; 4.x clients talk to 3.9 brokers.
+TOOLS4_KAFKA_VERSION = "4.4.0"
+TOOLS4_BUNDLE = f"kafka-tools-{TOOLS4_KAFKA_VERSION}"
+TOOLS4_BUNDLES: dict[str, tuple[str, ...]] = {
+    TOOLS4_BUNDLE: (
+        f"org.apache.kafka:kafka-tools:{TOOLS4_KAFKA_VERSION}",
+        # A binding for its slf4j-api 1.7 (the pom ships none): the same
+        # reload4j and log4j.properties as the 3.9 tools.
+        "org.slf4j:slf4j-reload4j:1.7.36",
+    ),
+}
+
 INSTALL_HINT = (
     "Install a JDK (17 or newer) and Maven, e.g. `apt-get install "
     "openjdk-17-jdk-headless maven`, or point KAFKA_HOME (and optionally "
@@ -210,6 +224,14 @@ def legacy_distribution(log=lambda msg: None) -> Distribution:
     find_java()
     path = fetch_bundle(LEGACY_BUNDLE, log, root=legacy_cache_dir(), artifacts=LEGACY_BUNDLES[LEGACY_BUNDLE])
     return Distribution("legacy-consumer", LEGACY_KAFKA_VERSION, f"{path}/*", "maven cache")
+
+
+def tools4_distribution(log=lambda msg: None) -> Distribution:
+    """Kafka 4.x's command-line tools (kafka-tools and its dependencies;
+    fetched with Maven the first time, into ``<cache>/tools4``)."""
+    find_java()
+    path = fetch_bundle(TOOLS4_BUNDLE, log, root=cache_dir() / "tools4", artifacts=TOOLS4_BUNDLES[TOOLS4_BUNDLE])
+    return Distribution("kafka-tools", TOOLS4_KAFKA_VERSION, f"{path}/*", "maven cache")
 
 
 def cache_size_bytes() -> int:
