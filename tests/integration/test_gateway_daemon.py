@@ -57,6 +57,8 @@ def test_what_a_client_of_the_gateway_is_told(services, zk_hosts, zk, unique_nam
             for key in (11, 12, 13, 14, 15, 16, 42):
                 assert table[key] == (COORDINATOR_APIS[key].min_version, COORDINATOR_APIS[key].max_version)
             assert table[10][1] == 4
+            features = {f.name for f in versions.supported_features or []}
+            assert "zkcoord.rebalance.notice" in features  # zkcoord's consumers keep their notice here too
 
             metadata = await call(gateway, MetadataRequest(version=9, topics=[], allow_auto_topic_creation=False,
                                                            include_topic_authorized_operations=False))

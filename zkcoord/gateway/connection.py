@@ -271,6 +271,8 @@ class ClientConnection(asyncio.Protocol):
             slot.data = encode_response_frame(response, 0, correlation_id)
         else:
             decoded = decode_request(frame[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS)
+            if version >= 3:
+                extras = _with_notice(extras, self._gateway.handler, decoded, self.info)
             try:
                 response = build_message(ApiVersionsResponse, version, error_code=0, api_keys=entries,
                                          throttle_time_ms=0, **(extras if version >= 3 else {}))
@@ -398,6 +400,17 @@ class ClientConnection(asyncio.Protocol):
                 self._transport.resume_reading()
             else:
                 self._transport.pause_reading()
+
+
+def _with_notice(extras: dict, handler, decoded, info) -> dict:
+    """The brokers' ApiVersions extras plus zkcoord's rebalance notice feature,
+    which the handler advertises (and arms for a zkcoord consumer's notice
+    connection) as on the daemon's own listener."""
+    notice_features = getattr(handler, "notice_features", None)
+    features = notice_features(decoded, info) if notice_features is not None else []
+    if not features:
+        return extras
+    return {**extras, "supported_features": [*extras.get("supported_features", []), *features]}
 
 
 class Upstream(asyncio.Protocol):

@@ -153,13 +153,21 @@ class ApiHandler:
 
     # -- ApiVersions, FindCoordinator --------------------------------------------
     async def api_versions(self, decoded, connection):
+        return api_versions_response(decoded.api_version, COORDINATOR_APIS,
+                                     supported_features=self.notice_features(decoded, connection))
+
+    def notice_features(self, decoded, connection) -> list[dict]:
+        """The rebalance notice's part of an ApiVersions answer (the gateway's
+        too): the feature to advertise (none when the hold is 0), and the
+        connection noted as a notice connection when it names the notice
+        client software."""
         if self.notice_hold_ms <= 0:
-            return api_versions_response(decoded.api_version, COORDINATOR_APIS)
+            return []
         if (decoded.api_version >= 3
                 and getattr(decoded.request, "client_software_name", None) == notice.CLIENT_SOFTWARE_NAME):
             self._notice_connections.add(connection.connection_id)
-        return api_versions_response(decoded.api_version, COORDINATOR_APIS, supported_features=[
-            {"name": notice.FEATURE, "min_version": notice.FEATURE_VERSION, "max_version": notice.FEATURE_VERSION}])
+        return [{"name": notice.FEATURE, "min_version": notice.FEATURE_VERSION,
+                 "max_version": notice.FEATURE_VERSION}]
 
     async def find_coordinator(self, decoded, connection):
         request = decoded.request

@@ -225,6 +225,9 @@ class _LateHandler:
         if self.target is not None:
             self.target.connection_closed(connection)
 
+    def notice_features(self, decoded, connection) -> list[dict]:
+        return [] if self.target is None else self.target.notice_features(decoded, connection)
+
 
 async def serve(config: DaemonConfig) -> None:
     daemon = Daemon(config)
