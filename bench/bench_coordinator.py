@@ -1,16 +1,25 @@
-"""Benchmark: one zkcoord daemon beside the Kafka 3.9 broker's own group coordinator.
+"""Benchmark: one zkcoord daemon, direct and through its gateway, beside the Kafka 3.9 broker's own group coordinator.
 
 Run by hand, never by the test suite; it prints a table and ratios and never
 asserts on time (see ``bench/README.md``)::
 
-    .venv/bin/python bench/bench_coordinator.py            # everything, ~3 minutes
+    .venv/bin/python bench/bench_coordinator.py            # everything, ~3-4 minutes
     .venv/bin/python bench/bench_coordinator.py --only heartbeat --duration-s 5
 
 The script owns its whole environment: it starts a sandbox (``zkcoord local
 up``) in a state directory of its own, one ``zkcoord run`` daemon in a fresh
 ZooKeeper chroot, and stops both at the end, on error and on Ctrl-C too.
-Each scenario runs on zkcoord, then on the Kafka broker, with the same client
-(``group_client.py``), the same API versions and the same settings:
+Each scenario runs on each of ``--targets``, in this order, with the same
+client (``group_client.py``), the same API versions and the same settings:
+
+- ``zkcoord``: the daemon's own listener (``--listen``);
+- ``gateway``: the same daemon's gateway (``--gateway-listen``, started only
+  when this target is asked for): the members bootstrap from it, and its
+  FindCoordinator sends them to the owner's gateway (this daemon's), so the
+  group requests take the gateway's path into the same group manager;
+- ``kafka``: the broker's own group coordinator.
+
+The scenarios:
 
 1. heartbeat: members of Stable groups send heartbeats back to back (closed
    loop: the maximum rate), then paced at ``--paced-rate`` in total (the
@@ -30,6 +39,10 @@ Each scenario runs on zkcoord, then on the Kafka broker, with the same client
 4. ZooKeeper writes per rebalance (zkcoord): ZooKeeper's own counters
    around each rebalance: transactions (``srvr`` Zxid), znode writes in our
    chroot (``mntr`` per-namespace write count), and the state znode's version.
+
+The report gives the ratios zkcoord / kafka with their goals, and gateway /
+zkcoord (one daemon, one run) with the gateway's goal: its heartbeat and
+commit figures within 10% of the direct daemon's.
 
 Files: this one (settings, scenarios, report), ``group_client.py`` (the
 Kafka client and group member), ``bench_env.py`` (sandbox, daemon, meters).
@@ -62,6 +75,10 @@ from group_client import (  # noqa: E402
 COMMIT_TOPIC = "bench-commits"
 REBALANCE_TOPIC = "bench-rebalance"
 OFFSET_SENTINEL = 0x0123_4567_89AB_0000  # + partition number; patched per commit
+TARGETS = ("zkcoord", "gateway", "kafka")
+# The process that serves each target: the gateway runs inside the daemon.
+SERVER_PROCESS = {"zkcoord": "zkcoord", "gateway": "zkcoord", "kafka": "kafka"}
+GATEWAY_GOAL = 0.10  # the gateway's heartbeat and commit figures within 10% of the direct daemon's
 
 
 @dataclass(frozen=True)
@@ -79,15 +96,15 @@ class Settings:
     session_timeout_ms: int = 30_000
     rebalance_timeout_ms: int = 60_000
     join_phase_seed: int = 1
-    notice: str = "on"  # members use the rebalance notice where the server offers it (zkcoord does, Kafka not)
+    notice: str = "on"  # members use the rebalance notice where offered (zkcoord does; Kafka, the gateway not)
     only: tuple[str, ...] = ("heartbeat", "commit", "rebalance")
-    targets: tuple[str, ...] = ("zkcoord", "kafka")
+    targets: tuple[str, ...] = TARGETS
     profile: str = ""  # "", "cprofile" or "pyinstrument": run the daemon under that profiler
 
     def __post_init__(self) -> None:
         if self.members < self.groups or self.members % self.groups:
             raise SystemExit(f"--members {self.members} must be a multiple of --groups {self.groups}")
-        unknown = set(self.only) - {"heartbeat", "commit", "rebalance"} | set(self.targets) - {"zkcoord", "kafka"}
+        unknown = set(self.only) - {"heartbeat", "commit", "rebalance"} | set(self.targets) - set(TARGETS)
         if unknown:
             raise SystemExit(f"unknown scenario or target: {', '.join(sorted(unknown))}")
         if self.notice not in ("on", "off"):
@@ -121,9 +138,14 @@ class LoadResult:
         return self.requests / self.duration_s
 
     @property
+    def server(self) -> str:
+        """The process that served the target (the gateway's is the daemon)."""
+        return SERVER_PROCESS[self.target]
+
+    @property
     def server_us_per_request(self) -> float:
         """Server CPU per request: less disturbed by other work than the rate."""
-        return self.cpu.get(self.target, 0.0) * self.duration_s / max(self.requests, 1) * 1e6
+        return self.cpu.get(self.server, 0.0) * self.duration_s / max(self.requests, 1) * 1e6
 
 
 @dataclass
@@ -143,24 +165,35 @@ class RebalanceRound:
 
 @dataclass
 class Target:
+    """Where members bootstrap (FindCoordinator), and what FindCoordinator
+    answered there per group: (node id, host, port) of the connections the
+    members then open."""
     name: str
     address: tuple[str, int]
+    coordinators: dict[str, tuple[int, str, int]] = field(default_factory=dict)
+
+    def describe_coordinators(self, groups: list[str]) -> str:
+        answers = collections.Counter(self.coordinators[g] for g in groups)
+        return ", ".join(f"node {n} at {h}:{p}" + (f" ({count} groups)" if len(answers) > 1 else "")
+                         for (n, h, p), count in answers.items())
 
 
 async def open_members(target: Target, groups: list[str], per_group: int, topic: str, partitions: int,
                        versions: dict[str, int], settings: Settings) -> list[Member]:
     finder = await KafkaConnection.open(*target.address, "zkcoord-bench")
     try:
-        coordinators = {g: await find_coordinator(finder, g, versions["FindCoordinator"]) for g in groups}
+        for g in groups:
+            target.coordinators[g] = await find_coordinator(finder, g, versions["FindCoordinator"])
     finally:
         finder.close()
     members = []
     for group in groups:
+        _, host, port = target.coordinators[group]
         for i in range(per_group):
-            conn = await KafkaConnection.open(*coordinators[group], f"bench-{i}")
+            conn = await KafkaConnection.open(host, port, f"bench-{i}")
             notice = None
             if settings.notice == "on" and topic == REBALANCE_TOPIC:
-                notice = await open_notice(*coordinators[group], f"bench-{i}")
+                notice = await open_notice(host, port, f"bench-{i}")
             members.append(Member(conn, group, topic, partitions, versions, settings.session_timeout_ms,
                                   settings.rebalance_timeout_ms, notice))
     return members
@@ -287,7 +320,8 @@ async def steady_state(target: Target, versions: dict[str, int], env: Environmen
         await wait_stable(members, tasks, quiet_s=5 * settings.interval_s)
         stop.set()
         await asyncio.gather(*tasks)
-        print(f"  {target.name}: {len(groups)} groups of {per_group} Stable", flush=True)
+        print(f"  {target.name}: {len(groups)} groups of {per_group} Stable; FindCoordinator on "
+              f"{target.address[0]}:{target.address[1]} answered {target.describe_coordinators(groups)}", flush=True)
         if "heartbeat" in settings.only:
             results.append(await load("heartbeat max", target, members, env, settings))
             _progress(results[-1])
@@ -373,8 +407,13 @@ async def _one_rebalance(target, group, members, tasks, stop, versions, env, set
 
 # -- the run and the report ----------------------------------------------------------------
 
+def target_addresses(env: Environment) -> dict[str, tuple[str, int] | None]:
+    """Where each target's members bootstrap: the daemon's listener, its gateway, the broker."""
+    return {"zkcoord": env.daemon_address, "gateway": env.gateway_address, "kafka": env.kafka_address}
+
+
 async def run(env: Environment, settings: Settings) -> tuple[list[LoadResult], list[RebalanceRound], dict]:
-    addresses = {"zkcoord": env.daemon_address, "kafka": env.kafka_address}
+    addresses = target_addresses(env)
     targets = [Target(name, addresses[name]) for name in settings.targets]
     served = []
     for target in targets:
@@ -382,7 +421,8 @@ async def run(env: Environment, settings: Settings) -> tuple[list[LoadResult], l
         served.append(await served_versions(conn))
         conn.close()
     versions = common_versions(*served)
-    print("API versions used for both: " + ", ".join(f"{k} v{v}" for k, v in versions.items()), flush=True)
+    print(f"API versions used for {', '.join(settings.targets)}: "
+          + ", ".join(f"{k} v{v}" for k, v in versions.items()), flush=True)
     loads, rounds = [], []
     for target in targets:
         if {"heartbeat", "commit"} & set(settings.only):
@@ -409,12 +449,12 @@ def report(loads: list[LoadResult], rounds: list[RebalanceRound], settings: Sett
     for r in loads:
         errors = sum(r.errors.values())
         print(f"{r.scenario:<22} {r.target:<8} {r.rate:>9,.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {errors:>7} "
-              f"{r.zk_txns / r.duration_s:>9,.0f} {r.server_us_per_request:>14.0f}   {'':>6}{_fmt_cpu(r.cpu, r.target)}")
+              f"{r.zk_txns / r.duration_s:>9,.0f} {r.server_us_per_request:>14.0f}   {'':>6}{_fmt_cpu(r.cpu, r.server)}")
         if r.errors:
             print(f"{'':<31}error codes: {r.errors}")
     if rounds:
         print(f"\n== rebalance: {settings.rebalance_members} members + 1 joining, {settings.partitions} partitions, "
-              f"heartbeat every {settings.heartbeat_interval_ms} ms (both) ==")
+              f"heartbeat every {settings.heartbeat_interval_ms} ms (all targets) ==")
         print(f"{'target':<8} {'members':>9} {'total ms':>9} {'noticed ms':>11} {'joined ms':>10} "
               f"{'zk txns':>8} {'znode writes':>13} {'state versions':>15}")
         for r in rounds:
@@ -461,7 +501,56 @@ def _ratios(loads: list[LoadResult], rounds: list[RebalanceRound], settings: Set
     z_txns = [r.zk_txns for r in rounds if r.target == "zkcoord"]
     if z_txns:
         print(f"goal ZooKeeper writes per rebalance <= 2: max {max(z_txns)} transactions, {_goal(max(z_txns) <= 2)}")
+    _gateway_ratios(by, rounds, settings)
     print("numbers are preliminary on a shared 2-core machine: see the 'other' cores column")
+
+
+def _gateway_ratios(by: dict[tuple[str, str], LoadResult], rounds: list[RebalanceRound], settings: Settings) -> None:
+    """gateway / zkcoord: one daemon in one run, through its gateway and through its own listener."""
+    pairs = {scenario: (by[(scenario, "gateway")], by[(scenario, "zkcoord")])
+             for scenario, target in by if target == "gateway" and (scenario, "zkcoord") in by}
+    g_rounds = [r.total_ms for r in rounds if r.target == "gateway"]
+    z_rounds = [r.total_ms for r in rounds if r.target == "zkcoord"]
+    if not pairs and not (g_rounds and z_rounds):
+        return
+    print("\n== ratios gateway / zkcoord (the same daemon: its gateway vs its own listener)"
+          + (", and goals ==" if pairs else " =="))
+    for scenario, (g, z) in pairs.items():
+        print(f"{scenario:<22} rate {g.rate / z.rate:5.2f}x   p50 {g.p50_ms / z.p50_ms:5.2f}x   "
+              f"p99 {g.p99_ms / z.p99_ms:5.2f}x   server us/req "
+              f"{g.server_us_per_request / max(z.server_us_per_request, 1e-9):5.2f}x")
+    low, high = 1 - GATEWAY_GOAL, 1 + GATEWAY_GOAL
+
+    def judged(ok: bool, g: LoadResult, z: LoadResult) -> str:
+        return _goal(ok) if not (g.errors or z.errors) else "MISSED (error responses: not comparable)"
+
+    paced = f"heartbeat @{settings.paced_rate}/s"
+    if pairs:
+        print(f"goal: the gateway's heartbeat and commit figures within {GATEWAY_GOAL:.0%} of the direct daemon's")
+    if "heartbeat max" in pairs:
+        g, z = pairs["heartbeat max"]
+        ratio = g.rate / z.rate
+        print(f"  heartbeats, closed loop: {g.rate:,.0f}/s vs {z.rate:,.0f}/s = {ratio:.2f}x (>= {low:.2f}), "
+              f"{judged(ratio >= low, g, z)}")
+    if paced in pairs:
+        g, z = pairs[paced]
+        ratio = g.p99_ms / z.p99_ms
+        kept_up = g.rate >= low * z.rate
+        print(f"  heartbeat p99 at {settings.paced_rate:,}/s: {g.p99_ms:.2f} ms vs {z.p99_ms:.2f} ms = {ratio:.2f}x "
+              f"(<= {high:.2f}; achieved {g.rate:,.0f}/s vs {z.rate:,.0f}/s), "
+              f"{judged(ratio <= high and kept_up, g, z)}")
+    if "commit max" in pairs:
+        g, z = pairs["commit max"]
+        ratio = g.rate / z.rate
+        print(f"  commits, closed loop: {g.rate:,.0f}/s vs {z.rate:,.0f}/s = {ratio:.2f}x (>= {low:.2f}), "
+              f"{judged(ratio >= low, g, z)}")
+    if g_rounds and z_rounds:
+        ratio = statistics.median(g_rounds) / statistics.median(z_rounds)
+        notice = (" (not a goal; with --notice on the direct members also use the rebalance notice, which the "
+                  "gateway does not offer: --notice off compares heartbeats alone)" if settings.notice == "on"
+                  else " (not a goal)")
+        print(f"rebalance latency: median {statistics.median(g_rounds):.0f} ms / {statistics.median(z_rounds):.0f} ms "
+              f"= {ratio:.2f}x{notice}")
 
 
 def print_profile(path: Path, top: int = 30) -> None:
@@ -490,19 +579,23 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None, Pa
         "paced_rate": "heartbeats/s in total in the paced run",
         "commit_partitions": "partitions per OffsetCommit", "rebalance_members": "members before the join",
         "partitions": "partitions the rebalance group shares", "rebalance_rounds": "joins measured",
-        "heartbeat_interval_ms": "how often members heartbeat while not under load (both servers)",
+        "heartbeat_interval_ms": "how often members heartbeat while not under load (every target)",
         "session_timeout_ms": "members' session time-out", "rebalance_timeout_ms": "members' rebalance time-out",
         "duration_s": "measured seconds per load run", "warmup_s": "unmeasured seconds before each",
         "join_phase_seed": "seed of each rebalance round's join moment within a heartbeat interval",
         "notice": "on: rebalance members keep a held heartbeat in flight where the server offers the "
-                  "rebalance notice (zkcoord does, Kafka does not); off: heartbeats only, on both",
+                  "rebalance notice (the daemon's listener does; Kafka and the gateway do not); off: "
+                  "heartbeats only, on every target",
     }
     for name, text in helps.items():
         default = getattr(defaults, name)
         parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
                             help=f"{text} [default: {default}]")
     parser.add_argument("--only", default=",".join(defaults.only), help="heartbeat,commit,rebalance")
-    parser.add_argument("--targets", default=",".join(defaults.targets), help="zkcoord,kafka")
+    parser.add_argument("--targets", default=",".join(defaults.targets),
+                        help="any of zkcoord (the daemon's own listener), gateway (the same daemon's gateway; "
+                             "the daemon then runs one) and kafka (the broker's coordinator), in the order run "
+                             f"[default: {','.join(defaults.targets)}]")
     parser.add_argument("--profile", choices=["cprofile", "pyinstrument"], default="",
                         help="run the daemon under this profiler and print its hot spots "
                              "(pyinstrument: pip install pyinstrument into the venv)")
@@ -526,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"zkcoord benchmark; workdir {workdir}; {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    env = Environment(workdir, topic=COMMIT_TOPIC, profiler=settings.profile,
+    env = Environment(workdir, topic=COMMIT_TOPIC, profiler=settings.profile, gateway="gateway" in settings.targets,
                       topic_partitions=settings.members // settings.groups * settings.commit_partitions)
     code = 1
     try:
@@ -535,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
         report(loads, rounds, settings)
         if json_path:
             json_path.write_text(json.dumps({"settings": asdict(settings), "versions": versions,
+                                             "addresses": target_addresses(env),
                                              "load": [asdict(r) for r in loads],
                                              "rebalance": [asdict(r) for r in rounds]}, indent=2))
         code = 0

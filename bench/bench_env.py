@@ -2,10 +2,10 @@
 
 Owns what the benchmark starts (a ``zkcoord local`` sandbox in a state
 directory of its own, a ZooKeeper chroot, the commit topic, one ``zkcoord
-run`` daemon) and how it reads the machine: CPU time per process from
-``/proc``, ZooKeeper's transaction and per-namespace write counters from its
-four-letter words. ``Environment.stop()`` takes down whatever ``start()`` got
-to, so the caller can always call it.
+run`` daemon, optionally with its gateway) and how it reads the machine: CPU
+time per process from ``/proc``, ZooKeeper's transaction and per-namespace
+write counters from its four-letter words. ``Environment.stop()`` takes down
+whatever ``start()`` got to, so the caller can always call it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from pathlib import Path
 from group_client import BenchError, KafkaConnection, served_versions
 from zkcoord.local.procs import free_port
 from zkcoord.local.sandbox import zk_four_letter
+
+DAEMON_NODE_ID = 1
+
 
 def _proc_cpu_s(pid: int | None) -> float:
     """CPU seconds (all threads) of a process; 0 when it is gone."""
@@ -76,14 +79,20 @@ class Environment:
 
     ``start()`` brings them up; ``stop()`` always takes everything down that
     ``start()`` got to, and may be called after a partial start.
+
+    With ``gateway`` the daemon also runs its gateway (``--bootstrap-servers``
+    the sandbox broker, ``--gateway-listen 127.0.0.1:0``: the kernel picks its
+    ports); ``gateway_address`` is then where the daemon's registration says
+    stock clients reach it, and it answered ApiVersions there.
     """
 
     def __init__(self, workdir: Path, *, topic: str, topic_partitions: int, profiler: str = "",
-                 daemon_args: tuple[str, ...] = ()) -> None:
+                 daemon_args: tuple[str, ...] = (), gateway: bool = False) -> None:
         self.workdir = workdir
         self.topic, self.topic_partitions = topic, topic_partitions
         self.profiler = profiler  # "", "cprofile" or "pyinstrument"
         self.daemon_args = daemon_args  # extra `zkcoord run` flags
+        self.gateway = gateway
         self.state_dir = workdir / "sandbox"
         self.namespace = f"zkcoord-bench-{os.getpid()}"
         self.chroot = "/" + self.namespace
@@ -91,6 +100,7 @@ class Environment:
                              "pyinstrument": workdir / "zkcoord-profile.txt"}[profiler]
         self.daemon: subprocess.Popen | None = None
         self.daemon_address: tuple[str, int] | None = None
+        self.gateway_address: tuple[str, int] | None = None  # with ``gateway``, once started
         self.zk_port = 0
         self.kafka_address: tuple[str, int] | None = None
         self.pids: dict[str, int] = {}
@@ -128,7 +138,7 @@ class Environment:
         self.pids = {"kafka": state["brokers"][0]["pid"], "zookeeper": state["zookeeper"]["pid"]}
         self._prepare_zookeeper(zookeeper)
         self._create_topics(bootstrap)
-        self._start_daemon(zookeeper)
+        self._start_daemon(zookeeper, bootstrap)
 
     def _prepare_zookeeper(self, zookeeper: str) -> None:
         from kazoo.client import KazooClient
@@ -148,7 +158,7 @@ class Environment:
         finally:
             admin.close()
 
-    def _start_daemon(self, zookeeper: str) -> None:
+    def _start_daemon(self, zookeeper: str, bootstrap: str) -> None:
         port = free_port()
         command = [sys.executable]
         if self.profiler == "cprofile":
@@ -156,30 +166,57 @@ class Environment:
         elif self.profiler == "pyinstrument":
             command += ["-m", "pyinstrument", "-r", "text", "-o", str(self.profile_path)]
         command += ["-m", "zkcoord", "run", "--zookeeper", zookeeper + self.chroot, "--listen", f"127.0.0.1:{port}",
-                    "--node-id", "1", "--group-initial-rebalance-delay-ms", "0", *self.daemon_args]
+                    "--node-id", str(DAEMON_NODE_ID), "--group-initial-rebalance-delay-ms", "0"]
+        if self.gateway:
+            command += ["--bootstrap-servers", bootstrap, "--gateway-listen", "127.0.0.1:0"]
+        command += self.daemon_args
         log = open(self.workdir / "zkcoord.log", "ab")
         # Its own session: Ctrl-C reaches only us, and we stop it in order.
         self.daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.pids["zkcoord"] = self.daemon.pid
         self.daemon_address = ("127.0.0.1", port)
-        asyncio.run(self._wait_daemon())
+        asyncio.run(self._wait_daemon(lambda: self.daemon_address, "its listener"))
+        if self.gateway:
+            asyncio.run(self._wait_daemon(self._registered_gateway, "its gateway"))
+            self.gateway_address = self._registered_gateway()
+            print(f"zkcoord daemon on {self.daemon_address[0]}:{self.daemon_address[1]}, its gateway on "
+                  f"{self.gateway_address[0]}:{self.gateway_address[1]}", flush=True)
 
-    async def _wait_daemon(self, timeout_s: float = 30.0) -> None:
+    def _registered_gateway(self) -> tuple[str, int] | None:
+        """The gateway address in the daemon's registration (``/zkcoord/nodes/<id>``), None until it is there."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = self._zk.get(f"{self.chroot}/zkcoord/nodes/{DAEMON_NODE_ID}")
+        except NoNodeError:
+            return None
+        registration = json.loads(data)
+        if not registration.get("gateway_port"):
+            raise BenchError(f"the daemon registered without a gateway: {registration}")
+        return registration["gateway_host"], int(registration["gateway_port"])
+
+    async def _wait_daemon(self, address, what: str, timeout_s: float = 30.0) -> None:
+        """Until ``address()`` (None: not known yet) answers ApiVersions."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.daemon.poll() is not None:
                 raise BenchError(f"zkcoord run exited with {self.daemon.returncode}; see {self.workdir / 'zkcoord.log'}")
             try:
-                conn = await KafkaConnection.open(*self.daemon_address, "zkcoord-bench")
+                where = address()
+                if where is None:
+                    await asyncio.sleep(0.2)
+                    continue
+                conn = await KafkaConnection.open(*where, "zkcoord-bench")
                 try:
-                    await asyncio.wait_for(served_versions(conn), 2)
+                    await asyncio.wait_for(served_versions(conn), 10)  # a gateway's may wait for the brokers'
                     return
                 finally:
                     conn.close()
             except (OSError, ConnectionError, asyncio.TimeoutError):
                 await asyncio.sleep(0.2)
-        raise BenchError(f"zkcoord run did not answer on {self.daemon_address} within {timeout_s:g} s")
+        raise BenchError(f"zkcoord run: {what} did not answer within {timeout_s:g} s; see "
+                         f"{self.workdir / 'zkcoord.log'}")
 
     def state_version(self, group: str) -> int | None:
         stat = self._zk.exists(f"{self.chroot}/coordinators/{group}/state")

@@ -19,8 +19,9 @@ Rules:
 4. The rebalance notice (``zkcoord/core/notice.py``) is used only where the
    server advertises it in ApiVersions, as zkcoord's own consumer does: a
    member with a ``notice`` connection keeps a heartbeat in flight on it
-   besides its usual heartbeats. A Kafka broker does not advertise it, so
-   against Kafka :func:`open_notice` returns None and nothing changes.
+   besides its usual heartbeats. A Kafka broker does not advertise it, nor
+   does a daemon's gateway (its ApiVersions carries the brokers' features),
+   so against those :func:`open_notice` returns None and nothing changes.
 """
 
 from __future__ import annotations
@@ -199,13 +200,16 @@ def common_versions(*served: dict[int, tuple[int, int]]) -> dict[str, int]:
 
 
 async def find_coordinator(conn: KafkaConnection, group: str, version: int,
-                           timeout_s: float = 60.0) -> tuple[str, int]:
-    """The coordinator's address; retries while the coordinator is loading."""
+                           timeout_s: float = 60.0) -> tuple[int, str, int]:
+    """The coordinator's (node id, host, port); retries while the coordinator is loading.
+
+    A daemon's own listener names itself by its node id; its gateway names the
+    owner daemon's gateway, node id 2**30 + the daemon's."""
     deadline = time.monotonic() + timeout_s
     while True:
         response = await conn.call(build_message(FindCoordinatorRequest, version, key=group, key_type=0))
         if response.error_code == NONE:
-            return response.host, response.port
+            return response.node_id, response.host, response.port
         if time.monotonic() > deadline:
             raise BenchError(f"FindCoordinator({group}) kept failing with error {response.error_code}")
         await asyncio.sleep(0.2)
