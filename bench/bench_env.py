@@ -74,6 +74,23 @@ def zk_counters(port: int, namespace: str) -> tuple[int, int]:
     return int(zxid.group(1), 16), int(writes.group(1)) if writes else 0
 
 
+def zkcoord_cli(*args: str, check: bool = True) -> str:
+    """Run ``zkcoord ARGS`` and return its output. Interrupted, we pass SIGINT
+    on and let it finish: ``local up`` then stops what it started (a SIGKILL
+    would leave servers that ``local down`` does not know about)."""
+    proc = subprocess.Popen([sys.executable, "-m", "zkcoord", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+        raise
+    if check and proc.returncode != 0:
+        raise BenchError(f"zkcoord {' '.join(args)} failed ({proc.returncode}):\n{err or out}")
+    return out
+
+
 class Environment:
     """The sandbox, the bench chroot, the commit topic and the zkcoord daemon.
 
@@ -108,20 +125,7 @@ class Environment:
         self._sandbox_started = False
 
     def _cli(self, *args: str, check: bool = True) -> str:
-        """Run ``zkcoord ARGS``. Interrupted, we pass SIGINT on and let it
-        finish: ``local up`` then stops what it started (a SIGKILL would
-        leave servers that ``local down`` does not know about)."""
-        proc = subprocess.Popen([sys.executable, "-m", "zkcoord", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            out, err = proc.communicate()
-        except BaseException:
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=120)
-            raise
-        if check and proc.returncode != 0:
-            raise BenchError(f"zkcoord {' '.join(args)} failed ({proc.returncode}):\n{err or out}")
-        return out
+        return zkcoord_cli(*args, check=check)
 
     def start(self) -> None:
         if (self.state_dir / "sandbox.json").exists():

@@ -49,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support.java_tools
 
-from bench_env import cpu_snapshot  # noqa: E402
+from bench_env import cpu_snapshot, zkcoord_cli  # noqa: E402
 from group_client import BenchError, KafkaConnection, served_versions  # noqa: E402
 from tests.support import java_tools  # noqa: E402
 from tests.support.daemons import process_marker  # noqa: E402
@@ -115,19 +115,7 @@ class GatewayEnvironment:
         return "%s:%d" % self.kafka_address
 
     def _cli(self, *args: str, check: bool = True) -> str:
-        """Run ``zkcoord ARGS``. Interrupted, we pass SIGINT on and let it
-        finish: ``local up`` then stops what it started."""
-        proc = subprocess.Popen([sys.executable, "-m", "zkcoord", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            out, err = proc.communicate()
-        except BaseException:
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=120)
-            raise
-        if check and proc.returncode != 0:
-            raise BenchError(f"zkcoord {' '.join(args)} failed ({proc.returncode}):\n{err or out}")
-        return out
+        return zkcoord_cli(*args, check=check)
 
     def start(self) -> None:
         if (self.state_dir / "sandbox.json").exists():

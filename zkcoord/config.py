@@ -69,6 +69,9 @@ class DaemonConfig:
     gateway_listen: str = ""  # HOST:PORT of the gateway's own port; broker ports follow it
     gateway_advertised: str = ""  # HOST or HOST:PORT clients are told; default: the listen host and port
     gateway_broker_ids: str = "0-31"  # broker b is served on gateway port + 1 + (b - LOW)
+    # "on": offer Fetch v16+ / Produce v10+, whose answers may carry KIP-951 leader hints (node endpoints),
+    # decoded and rewritten; "off": those versions are not offered, and every Fetch/Produce answer streams.
+    gateway_leader_hints: str = "off"
 
     def __post_init__(self) -> None:
         if not self.zookeeper:
@@ -102,6 +105,8 @@ class DaemonConfig:
             low, high = parse_broker_ids(self.gateway_broker_ids)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if self.gateway_leader_hints not in ("on", "off"):
+            raise ConfigError(f"gateway_leader_hints={self.gateway_leader_hints!r} must be on or off")
         if not self.gateway_listen:
             return
         _, port = parse_host_port(self.gateway_listen, "gateway_listen")

@@ -22,7 +22,7 @@ from kafka.structs import TopicPartition as KafkaTP
 
 from tests.integration.test_client_support import read_group
 from tests.support import java_tools as jt
-from tests.support.daemons import DaemonFleet, wait_for
+from tests.support.daemons import gateway_fleet, wait_for
 from zkcoord.inspect.views import decode_assignment
 
 pytestmark = pytest.mark.integration
@@ -32,16 +32,8 @@ KAFKA_PYTHON_POLL_MS = 5000
 
 @pytest.fixture
 def fleet(services, zk_hosts, zk, tmp_path):
-    with DaemonFleet(zk_hosts, zk, tmp_path / "logs", options={
-            "bootstrap_servers": services.bootstrap_servers, "gateway_listen": "127.0.0.1:0",
-            "zk_session_timeout_ms": 4000, "group_initial_rebalance_delay_ms": 0,
-            "topic_metadata_refresh_ms": 1000}) as fleet:
-        fleet.start_many(1, 2)
-        try:
-            yield fleet
-        finally:
-            for daemon in fleet.daemons.values():
-                print(f"---- daemon {daemon.node_id}, {daemon.log_path}:\n{daemon.log(40)}")
+    with gateway_fleet(zk_hosts, zk, tmp_path / "logs", services.bootstrap_servers, 1, 2) as fleet:
+        yield fleet
 
 
 def gateways(fleet) -> str:

@@ -26,7 +26,7 @@ from tests.integration.test_gateway_clients import (
     WAIT_S, PythonMember, create_topic, gateways, log_ends, produce_python, zk_offsets,
 )
 from tests.support import java_tools as jt
-from tests.support.daemons import DaemonFleet, wait_for
+from tests.support.daemons import gateway_fleet, wait_for
 from tests.support.wire import WireClient
 
 pytestmark = pytest.mark.integration
@@ -34,16 +34,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def fleet(services, zk_hosts, zk, tmp_path):
-    with DaemonFleet(zk_hosts, zk, tmp_path / "logs", options={
-            "bootstrap_servers": services.bootstrap_servers, "gateway_listen": "127.0.0.1:0",
-            "zk_session_timeout_ms": 4000, "group_initial_rebalance_delay_ms": 0,
-            "topic_metadata_refresh_ms": 1000}) as fleet:
-        fleet.start_many(1, 2)
-        try:
-            yield fleet
-        finally:
-            for daemon in fleet.daemons.values():
-                print(f"---- daemon {daemon.node_id}, {daemon.log_path}:\n{daemon.log(60)}")
+    with gateway_fleet(zk_hosts, zk, tmp_path / "logs", services.bootstrap_servers, 1, 2) as fleet:
+        yield fleet
 
 
 def test_kill_9_of_the_owner_leaves_stock_clients_running(services, fleet, zk, unique_name):

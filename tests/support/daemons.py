@@ -254,3 +254,31 @@ class DaemonFleet:
     def session_gone(self, node_id: int) -> bool:
         """True once the daemon's registration is gone (its session ended)."""
         return self.registration(node_id) is None
+
+
+GATEWAY_FLEET_OPTIONS = {"gateway_listen": "127.0.0.1:0", "zk_session_timeout_ms": 4000,
+                         "group_initial_rebalance_delay_ms": 0, "topic_metadata_refresh_ms": 1000}
+
+
+def gateway_fleet(zk_hosts: str, zk, log_dir: Path, bootstrap_servers: str, *node_ids: int):
+    """A fleet whose daemons run gateways in front of ``bootstrap_servers``
+    (kernel-picked ports, short ZooKeeper sessions, no initial rebalance
+    delay), started; use as a context manager. Prints each daemon's log tail
+    when it closes, so a failed test shows it."""
+    fleet = DaemonFleet(zk_hosts, zk, log_dir, options={"bootstrap_servers": bootstrap_servers,
+                                                        **GATEWAY_FLEET_OPTIONS})
+    close = fleet.close
+
+    def close_with_logs() -> None:
+        for daemon in fleet.daemons.values():
+            print(f"---- daemon {daemon.node_id} (pid {daemon.pid}), {daemon.log_path}:\n{daemon.log(60)}")
+        close()
+
+    fleet.close = close_with_logs
+    try:
+        fleet.start_many(*node_ids)
+    except BaseException:
+        fleet.close()
+        raise
+    return fleet
+

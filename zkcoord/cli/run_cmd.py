@@ -39,6 +39,8 @@ def _options(func):
          "listen host and port]."),
         ("--gateway-broker-ids", str, "LOW-HIGH: broker B is served on the gateway port + 1 + (B - LOW) "
          "[default: 0-31]."),
+        ("--gateway-leader-hints", str, "on: offer Fetch v16+/Produce v10+, decoding their answers to rewrite "
+         "KIP-951 leader hints; off: offer the versions before, every answer streams [default: off]."),
         ("--shutdown-timeout-ms", int, "How long SIGTERM may take before connections are cut [default: 5000]."),
     ]
     for flag, kind, help_text in reversed(specs):

@@ -25,7 +25,10 @@ brokers. This module owns the rules it follows:
 2. **ApiVersions** advertises, per API: for LOCAL APIs zkcoord's own range
    (the broker does not handle them); for forwarded APIs the broker's range,
    capped where the gateway must decode the answer at what kafka-python's
-   generated messages can decode; for FindCoordinator and ApiVersions the
+   generated messages can decode, and, for an API the gateway does not
+   decode (``decodable`` leaves it out), at the last version whose answers
+   carry no address (Fetch v15, Produce v9 unless the gateway decodes their
+   KIP-951 leader hints); for FindCoordinator and ApiVersions the
    intersection of both; HIDDEN APIs are left out.
 
 3. **Ports.** A client must reach every broker through the gateway without

@@ -160,7 +160,8 @@ class ClientConnection(asyncio.Protocol):
     def _process(self) -> None:
         """Route every buffered request until one must be awaited (rule 3)."""
         try:
-            while not self.closed and self._local is None and len(self._order) < MAX_IN_FLIGHT:
+            while (not self.closed and self._local is None and len(self._order) < MAX_IN_FLIGHT
+                   and len(self._backlog) < MAX_IN_FLIGHT):
                 frame = self._frames.next_frame()
                 if frame is None:
                     break
@@ -339,6 +340,8 @@ class ClientConnection(asyncio.Protocol):
         for frame in self._backlog:
             upstream.write(frame)
         self._backlog.clear()
+        self._update_reading()
+        self._process()
 
     def upstream_full(self, full: bool) -> None:
         self._upstream_full = full
@@ -393,7 +396,8 @@ class ClientConnection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self.closed or self._transport is None:
             return
-        reading = self._local is None and not self._upstream_full and len(self._order) < MAX_IN_FLIGHT
+        reading = (self._local is None and not self._upstream_full and len(self._order) < MAX_IN_FLIGHT
+                   and len(self._backlog) < MAX_IN_FLIGHT)  # acks=0 Produces wait without a slot
         if reading != self._reading:
             self._reading = reading
             if reading:

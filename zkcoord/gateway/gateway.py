@@ -41,10 +41,12 @@ __all__ = ["Gateway", "GatewaySettings"]
 
 log = logging.getLogger(__name__)
 
-# The versions of the answers the gateway decodes, as kafka-python's generated classes know them.
-DECODABLE = {METADATA: (0, MetadataResponse.max_version), DESCRIBE_CLUSTER: (0, DescribeClusterResponse.max_version),
-             FETCH: (FetchResponse.valid_versions[0], FetchResponse.max_version),
-             PRODUCE: (ProduceResponse.valid_versions[0], ProduceResponse.max_version)}
+# The versions of the answers the gateway decodes, as kafka-python's generated classes know them. Fetch
+# and Produce answers are decoded only with leader hints on; off, the versions whose answers could carry
+# addresses (Fetch v16+, Produce v10+) are not offered (zkcoord.core.gateway, rule 2).
+DECODABLE = {METADATA: (0, MetadataResponse.max_version), DESCRIBE_CLUSTER: (0, DescribeClusterResponse.max_version)}
+LEADER_HINTS_DECODABLE = {**DECODABLE, FETCH: (FetchResponse.valid_versions[0], FetchResponse.max_version),
+                          PRODUCE: (ProduceResponse.valid_versions[0], ProduceResponse.max_version)}
 ZKCOORD_VERSIONS = COORDINATOR_APIS.version_table()
 LISTEN_BACKLOG = 1024
 
@@ -59,6 +61,7 @@ class GatewaySettings:
     bootstrap: tuple[tuple[str, int], ...]
     refresh_ms: int
     max_frame_bytes: int
+    leader_hints: bool = False
 
     @classmethod
     def from_config(cls, config: DaemonConfig) -> GatewaySettings | None:
@@ -81,7 +84,7 @@ class GatewaySettings:
         bootstrap = tuple(parse_host_port(s.strip(), "bootstrap_servers")
                           for s in config.bootstrap_servers.split(",") if s.strip())
         return cls(host, port, adv_host, adv_port, BrokerPorts(low, high), bootstrap,
-                   config.topic_metadata_refresh_ms, config.max_frame_bytes)
+                   config.topic_metadata_refresh_ms, config.max_frame_bytes, config.gateway_leader_hints == "on")
 
 
 class Gateway:
@@ -102,6 +105,7 @@ class Gateway:
         self._nodes: dict[int, GatewayNode] = {}  # daemon node id -> its gateway
         self._book = AddressBook(self.broker_address, (), self.cluster.observe)
         self._advertised: dict[int | None, tuple[object, dict, dict]] = {}
+        self._decodable = LEADER_HINTS_DECODABLE if settings.leader_hints else DECODABLE
         self._warned: set[int] = set()
         self._registry = None
         self._follow: asyncio.Task | None = None
@@ -185,7 +189,7 @@ class Gateway:
         token = None if versions is None else (id(versions) if broker_id is not None else tuple(
             sorted((k, id(v)) for k, v in self.cluster.versions.items())))
         if cached is None or cached[0] != token:
-            table = advertised_versions(versions.table if versions else {}, ZKCOORD_VERSIONS, DECODABLE)
+            table = advertised_versions(versions.table if versions else {}, ZKCOORD_VERSIONS, self._decodable)
             cached = self._advertised[broker_id] = (token, table, dict(versions.extras) if versions else {})
         return cached[1], cached[2]
 
