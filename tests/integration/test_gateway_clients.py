@@ -278,9 +278,14 @@ def test_kafka_consumer_groups_through_the_gateway(services, fleet, zk, unique_n
     assert reset.returncode == 0, reset.stderr
     assert zk_offsets(zk, group, topic) == {0: 0, 1: 0}
 
-    with jt.ConsoleConsumerProcess(bootstrap, topic, group=group, consumer_properties={
+    with jt.ConsoleConsumerProcess(bootstrap, topic, group=group, client_id="java-active", consumer_properties={
             "session.timeout.ms": 10000, "heartbeat.interval.ms": 500}) as active:
         active.wait_for_records(40)
+        members = jt.describe_group_members(bootstrap, group)
+        assert [(m.client_id, m.partitions) for m in members] == [("java-active", 2)]
+        assert members[0].consumer_id in read_group(zk, group).members
+        state = jt.consumer_groups(bootstrap, "--describe", "--state", "--group", group)
+        assert "Stable" in state.stdout and "range" in state.stdout, state.stdout
         refused = jt.consumer_groups(bootstrap, "--reset-offsets", "--group", group, "--topic", topic,
                                      "--to-earliest", "--execute")
         assert "inactive" in refused.stdout + refused.stderr  # no rewind of an active group

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 256
 CONNECT_TIMEOUT_S = 10.0
+CLIENT_SEND_BUFFER_BYTES = 4 << 20
 VERSIONS_WAIT_S = 5.0  # an ApiVersions waits this long for the brokers' versions, then lists the group APIs alone
 UNSUPPORTED_VERSION = 35
 API_VERSIONS_SERVED = COORDINATOR_APIS[18].max_version
@@ -109,6 +111,7 @@ class ClientConnection(asyncio.Protocol):
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        _deep_send_buffer(transport)
         peer = transport.get_extra_info("peername") or ("?", 0)
         self.info = ConnectionInfo(self._gateway.next_connection_id(), str(peer[0]), int(peer[1]))
         if not self._gateway.register(self):
@@ -404,6 +407,18 @@ class ClientConnection(asyncio.Protocol):
                 self._transport.resume_reading()
             else:
                 self._transport.pause_reading()
+
+
+def _deep_send_buffer(transport: asyncio.BaseTransport) -> None:
+    """Let the kernel hold up to CLIENT_SEND_BUFFER_BYTES of answers for a
+    client: a consumer's small receive window (Java's 64 KB) then drains it
+    without waking the gateway for every window's worth."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, CLIENT_SEND_BUFFER_BYTES)
+        except OSError as exc:  # a platform without it: the default buffer works, only slower
+            log.debug("gateway: SO_SNDBUF not set: %s", exc)
 
 
 def _with_notice(extras: dict, handler, decoded, info) -> dict:
