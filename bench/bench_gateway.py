@@ -553,6 +553,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--record-size", type=int, default=1024, help="bytes per record (both phases)")
     p.add_argument("--partitions", type=int, default=6, help="partitions of each topic")
     p.add_argument("--consume-rounds", type=int, default=3, help="consume rounds per target")
+    p.add_argument("--consume-warmup", type=int, choices=(0, 1), default=1,
+                   help="1: one unmeasured consume of the whole topic (through the gateway) first")
     p.add_argument("--consume-timeout-ms", type=int, default=30_000,
                    help="ConsumerPerformance --timeout: longest wait for a record")
     p.add_argument("--produce-rounds", type=int, default=3, help="produce rounds per target")
@@ -609,6 +611,12 @@ def main(argv=None) -> int:
         load = None
         if "consume" in args.only:
             load = load_topic(env, args, kafka_classpath)
+            for target in TARGETS[:1] if args.consume_warmup else ():
+                # Unmeasured: the broker's and the tool's first read of the topic after it was written
+                # (JIT, page cache) is slower, and would fall on whichever target came first.
+                print(f"consume warm-up ({target}, not measured) ...", flush=True)
+                x = consume_round(env, args, kafka_classpath, 0, target).result
+                print(f"  fetch {x['fetch_mb_per_sec']:.1f} MB/s, whole run {x['mb_per_sec']:.1f} MB/s", flush=True)
             for number, target in order(args.consume_rounds):
                 print(f"consume round {number} {target} ...", flush=True)
                 consume.append(consume_round(env, args, kafka_classpath, number, target))

@@ -102,6 +102,8 @@ class ClientConnection(asyncio.Protocol):
         self._backlog: list[bytes] = []  # frames waiting for the upstream connection
         self._local: asyncio.Task | None = None  # the handler's request in flight
         self._streaming = False  # a broker answer is being written through
+        self._through: list = []  # streamed bytes of broker answers, written at the next _flush
+        self._outbox: list[bytes] = []  # requests for the broker, written at the end of _process
         self._upstream_full = False
         self._client_full = False  # our writes to the client are paused: so is reading the broker
         self._reading = True
@@ -173,6 +175,10 @@ class ClientConnection(asyncio.Protocol):
             log.warning("closing gateway %s: %s", self.info, exc)
             self.close()
             return
+        finally:
+            if self._outbox:
+                self._upstream.writelines(self._outbox)
+                self._outbox = []
         self._update_reading()
 
     def _route(self, frame: bytes) -> None:
@@ -297,9 +303,8 @@ class ClientConnection(asyncio.Protocol):
         metrics = self._gateway.metrics
         if metrics is not None:
             metrics.observe_forward(api_key)
-        upstream = self._upstream
-        if upstream is not None:
-            upstream.write(frame)
+        if self._upstream is not None:
+            self._outbox.append(frame)  # written at the end of _process, with the others of this read
             return
         self._backlog.append(frame)
         if self._connecting is None:
@@ -346,6 +351,9 @@ class ClientConnection(asyncio.Protocol):
         self._update_reading()
         self._process()
 
+    def flush(self) -> None:
+        self._flush()
+
     def upstream_full(self, full: bool) -> None:
         self._upstream_full = full
         self._update_reading()
@@ -373,8 +381,8 @@ class ClientConnection(asyncio.Protocol):
         return pending
 
     def write_through(self, data) -> None:
-        if not self.closed:
-            self._transport.write(data)
+        """Bytes of a streamed answer; they go out before anything else at the next _flush."""
+        self._through.append(data)
 
     def end_answer(self, pending: _Pending, parts: list | None) -> None:
         if pending.streamed:
@@ -387,14 +395,23 @@ class ClientConnection(asyncio.Protocol):
             self._process()
 
     def _flush(self) -> None:
-        if self._streaming or self.closed:
+        """Write what may go out now, in one call: streamed bytes (always ahead of
+        the slots: a streamed answer's slot has left the queue), then the answers
+        whose turn it is, unless an answer is still streaming."""
+        if self.closed:
+            self._through.clear()
             return
-        order = self._order
-        out = []
-        while order and order[0].data is not None:
-            out.append(order.popleft().data)
+        out = self._through
+        if not self._streaming:
+            order = self._order
+            while order and order[0].data is not None:
+                out.append(order.popleft().data)
         if out:
-            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+            if len(out) == 1:
+                self._transport.write(out[0])
+            else:
+                self._transport.writelines(out)
+            self._through = []
 
     def _update_reading(self) -> None:
         if self.closed or self._transport is None:
@@ -452,6 +469,13 @@ class Upstream(asyncio.Protocol):
         if not self._closed:
             self._transport.write(frame)
 
+    def writelines(self, frames: list[bytes]) -> None:
+        if not self._closed:
+            if len(frames) == 1:
+                self._transport.write(frames[0])
+            else:
+                self._transport.writelines(frames)
+
     def pause_writing(self) -> None:
         self._client.upstream_full(True)
 
@@ -482,6 +506,8 @@ class Upstream(asyncio.Protocol):
             log.warning("closing gateway %s: bad answer from its broker: %s", self._client.info, exc)
             self.close()
             self._client.close()
+            return
+        self._client.flush()
 
     def _cut(self, data: bytes) -> None:
         client = self._client
