@@ -558,6 +558,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--consume-timeout-ms", type=int, default=30_000,
                    help="ConsumerPerformance --timeout: longest wait for a record")
     p.add_argument("--produce-rounds", type=int, default=3, help="produce rounds per target")
+    p.add_argument("--produce-warmup", type=int, choices=(0, 1), default=1,
+                   help="1: one unmeasured produce round (through the gateway) first")
     p.add_argument("--produce-records", type=int, default=150_000, help="records per produce round, warm-up included")
     p.add_argument("--produce-warmup-records", type=int, default=50_000,
                    help="records of each produce round left out of its percentiles")
@@ -623,6 +625,12 @@ def main(argv=None) -> int:
                 x = consume[-1].result
                 print(f"  fetch {x['fetch_mb_per_sec']:.1f} MB/s, whole run {x['mb_per_sec']:.1f} MB/s", flush=True)
         if "produce" in args.only:
+            for target in TARGETS[:1] if args.produce_warmup else ():
+                # Unmeasured, as the consume warm-up: the broker's first produce round (its JIT, the new
+                # topic's first segment) is the slowest, whichever target it falls on.
+                print(f"produce warm-up ({target}, not measured) ...", flush=True)
+                x = produce_round(env, args, tools4_classpath, 0, target).result
+                print(f"  p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms, p99.9 {x['p999_ms']} ms", flush=True)
             for number, target in order(args.produce_rounds):
                 print(f"produce round {number} {target} ...", flush=True)
                 produce.append(produce_round(env, args, tools4_classpath, number, target))
