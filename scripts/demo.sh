@@ -26,7 +26,7 @@ echo "      bootstrap.servers=\$ZKCOORD_GATEWAY_SERVERS, share one group with zk
 .venv/bin/python -m zkcoord.local.demo_gateway | tee /tmp/zkcoord-demo.$$
 MIXED=$(sed -n 's/^group: //p' /tmp/zkcoord-demo.$$)
 rm -f /tmp/zkcoord-demo.$$
-$ZKC describe "$MIXED" --members --zookeeper "$ZKCOORD_ZOOKEEPER"
+$ZKC describe "$MIXED" --zookeeper "$ZKCOORD_ZOOKEEPER" --bootstrap-servers "$ZKCOORD_BOOTSTRAP_SERVERS"
 echo
 echo "== 5. migrating a legacy group's ZooKeeper offsets into Kafka, through dual-commit"
 SUFFIX=$(printf %04x $((RANDOM % 65536)))
