@@ -91,6 +91,16 @@ def zkcoord_cli(*args: str, check: bool = True) -> str:
     return out
 
 
+def sandbox_up(state_dir: Path, *up_args: str) -> dict[str, str]:
+    """``zkcoord local up`` in a state directory that must hold no sandbox yet,
+    then its ``local env`` as {variable: value}."""
+    if (state_dir / "sandbox.json").exists():
+        raise BenchError(f"{state_dir} already holds a sandbox; the benchmark starts its own")
+    print(f"starting the sandbox in {state_dir} ...", flush=True)
+    zkcoord_cli("local", "up", *up_args, "--state-dir", str(state_dir))
+    return dict(re.findall(r"export (\w+)=(\S+)", zkcoord_cli("local", "env", "--state-dir", str(state_dir))))
+
+
 class Environment:
     """The sandbox, the bench chroot, the commit topic and the zkcoord daemon.
 
@@ -130,10 +140,8 @@ class Environment:
     def start(self) -> None:
         if (self.state_dir / "sandbox.json").exists():
             raise BenchError(f"{self.state_dir} already holds a sandbox; the benchmark starts its own")
-        print(f"starting the sandbox in {self.state_dir} ...", flush=True)
         self._sandbox_started = True
-        self._cli("local", "up", "--state-dir", str(self.state_dir))
-        env = dict(re.findall(r"export (\w+)=(\S+)", self._cli("local", "env", "--state-dir", str(self.state_dir))))
+        env = sandbox_up(self.state_dir)
         zookeeper, bootstrap = env["ZKCOORD_ZOOKEEPER"], env["ZKCOORD_BOOTSTRAP_SERVERS"].split(",")[0]
         self.zk_port = int(zookeeper.rsplit(":", 1)[1])
         host, port = bootstrap.rsplit(":", 1)

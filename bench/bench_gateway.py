@@ -49,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support.java_tools
 
-from bench_env import cpu_snapshot, zkcoord_cli  # noqa: E402
+from bench_env import cpu_snapshot, sandbox_up, zkcoord_cli  # noqa: E402
 from group_client import BenchError, KafkaConnection, served_versions  # noqa: E402
 from tests.support import java_tools  # noqa: E402
 from tests.support.daemons import process_marker  # noqa: E402
@@ -120,10 +120,8 @@ class GatewayEnvironment:
     def start(self) -> None:
         if (self.state_dir / "sandbox.json").exists():
             raise BenchError(f"{self.state_dir} already holds a sandbox; the benchmark starts its own")
-        print(f"starting the sandbox in {self.state_dir} ...", flush=True)
         self._sandbox_started = True
-        self._cli("local", "up", "--brokers", "1", "--state-dir", str(self.state_dir))
-        env = dict(re.findall(r"export (\w+)=(\S+)", self._cli("local", "env", "--state-dir", str(self.state_dir))))
+        env = sandbox_up(self.state_dir, "--brokers", "1")
         zookeeper, bootstrap = env["ZKCOORD_ZOOKEEPER"], env["ZKCOORD_BOOTSTRAP_SERVERS"].split(",")[0]
         host, port = bootstrap.rsplit(":", 1)
         self.kafka_address = (host, int(port))
@@ -322,6 +320,22 @@ def order(rounds: int) -> list[tuple[int, str]]:
         pair = TARGETS if number % 2 else TARGETS[::-1]
         plan += [(number, target) for target in pair]
     return plan
+
+
+def run_phase(phase: str, warmup: int, rounds: int, run_round, describe) -> list[Round]:
+    """An unmeasured round through the gateway first (with ``warmup``: the
+    broker's first round after a topic was written or created was the
+    slowest in every run, whichever side it fell on), then the measured
+    rounds in :func:`order`."""
+    if warmup:
+        print(f"{phase} warm-up ({TARGETS[0]}, not measured) ...", flush=True)
+        print(f"  {describe(run_round(0, TARGETS[0]).result)}", flush=True)
+    done = []
+    for number, target in order(rounds):
+        print(f"{phase} round {number} {target} ...", flush=True)
+        done.append(run_round(number, target))
+        print(f"  {describe(done[-1].result)}", flush=True)
+    return done
 
 
 def load_topic(env: GatewayEnvironment, args, kafka_classpath: str) -> dict:
@@ -613,29 +627,13 @@ def main(argv=None) -> int:
         load = None
         if "consume" in args.only:
             load = load_topic(env, args, kafka_classpath)
-            for target in TARGETS[:1] if args.consume_warmup else ():
-                # Unmeasured: the broker's and the tool's first read of the topic after it was written
-                # (JIT, page cache) is slower, and would fall on whichever target came first.
-                print(f"consume warm-up ({target}, not measured) ...", flush=True)
-                x = consume_round(env, args, kafka_classpath, 0, target).result
-                print(f"  fetch {x['fetch_mb_per_sec']:.1f} MB/s, whole run {x['mb_per_sec']:.1f} MB/s", flush=True)
-            for number, target in order(args.consume_rounds):
-                print(f"consume round {number} {target} ...", flush=True)
-                consume.append(consume_round(env, args, kafka_classpath, number, target))
-                x = consume[-1].result
-                print(f"  fetch {x['fetch_mb_per_sec']:.1f} MB/s, whole run {x['mb_per_sec']:.1f} MB/s", flush=True)
+            consume = run_phase("consume", args.consume_warmup, args.consume_rounds,
+                                lambda number, target: consume_round(env, args, kafka_classpath, number, target),
+                                lambda x: f"fetch {x['fetch_mb_per_sec']:.1f} MB/s, whole run {x['mb_per_sec']:.1f} MB/s")
         if "produce" in args.only:
-            for target in TARGETS[:1] if args.produce_warmup else ():
-                # Unmeasured, as the consume warm-up: the broker's first produce round (its JIT, the new
-                # topic's first segment) is the slowest, whichever target it falls on.
-                print(f"produce warm-up ({target}, not measured) ...", flush=True)
-                x = produce_round(env, args, tools4_classpath, 0, target).result
-                print(f"  p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms, p99.9 {x['p999_ms']} ms", flush=True)
-            for number, target in order(args.produce_rounds):
-                print(f"produce round {number} {target} ...", flush=True)
-                produce.append(produce_round(env, args, tools4_classpath, number, target))
-                x = produce[-1].result
-                print(f"  p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms, p99.9 {x['p999_ms']} ms", flush=True)
+            produce = run_phase("produce", args.produce_warmup, args.produce_rounds,
+                                lambda number, target: produce_round(env, args, tools4_classpath, number, target),
+                                lambda x: f"p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms, p99.9 {x['p999_ms']} ms")
         if consume:
             consume_table(consume)
         if produce:
