@@ -190,9 +190,9 @@ class ClientConnection(asyncio.Protocol):
             rewrite = route is Route.REWRITE and needs_rewrite(api_key, version)
             self._forward(frame, correlation_id, api_key, version, rewrite, answered)
         elif route is Route.LOCAL:
-            self._handle(decode_request(frame[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS))
+            self._handle(decode_request(memoryview(frame)[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS))
         elif route is Route.COORDINATOR:
-            decoded = decode_request(frame[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS)
+            decoded = decode_request(memoryview(frame)[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS)
             if (getattr(decoded.request, "key_type", 0) or 0) == 0:
                 self._handle(decoded)
             else:  # transaction ids (and any future key type): the brokers' coordinators
@@ -214,8 +214,6 @@ class ClientConnection(asyncio.Protocol):
 
     def _handle(self, decoded) -> None:
         """A group request, answered by the daemon's handler."""
-        slot = _Slot()
-        self._order.append(slot)
         handler = self._gateway.handler
         try:
             response = handler.handle_now(decoded, self.info)
@@ -223,6 +221,12 @@ class ClientConnection(asyncio.Protocol):
             log.exception("closing gateway %s: the handler failed on %s", self.info, decoded.api_name)
             self.close()
             return
+        if response is not None and not self._order and not self._streaming:
+            self._through.append(encode_response(decoded, response))  # nothing ahead of it: out now
+            self._flush()
+            return
+        slot = _Slot()
+        self._order.append(slot)
         if response is None:
             self._local = asyncio.get_running_loop().create_task(self._answer(decoded, slot))
             return
