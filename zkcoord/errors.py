@@ -12,7 +12,11 @@ with the error's ``exit_code`` instead of a traceback::
     ├── SandboxError             exit 1  the local sandbox could not do its job
     │   └── MissingToolError     exit 3  Java / Maven / an install is missing
     ├── NotFoundError            exit 1  a named group, topic or znode is absent
-    └── StateError               exit 1  stored state is corrupt or too large
+    ├── StateError               exit 1  stored state is corrupt or too large
+    │   └── StateTooLargeError           a group's state over --max-state-bytes
+    └── WireProtocolError        exit 1  a Kafka frame that cannot be read or
+                                         written (zkcoord.server.codec: its
+                                         subclasses close that connection)
 
 Each message says what was wrong and, where there is one, what to do.
 """
@@ -52,6 +56,12 @@ class NotFoundError(ZkcoordError):
 
 class StateError(ZkcoordError):
     exit_code = 1
+
+
+class StateTooLargeError(StateError):
+    """A group's state would be over the size limit; nothing was written. The
+    daemon answers GROUP_MAX_SIZE_REACHED, as Kafka does for a group that
+    cannot take another member."""
 
 
 class NotOwnerError(ZkcoordError):

@@ -190,7 +190,7 @@ def test_python_clients_through_the_gateway(services, fleet, zk, unique_name, ki
 
 @pytest.mark.parametrize("mode", ["dual", "kafka"])
 def test_offsets_land_where_the_mode_says(services, fleet, zk, zk_hosts, unique_name, mode):
-    from zkcoord.migrate.modes import set_offset_storage
+    from zkcoord.zk.modes import set_offset_storage
     from zkcoord.zk.connection import ZkConnection
 
     bootstrap = gateways(fleet)

@@ -37,7 +37,7 @@ from zkcoord.cli.inspect_cmd import describe, groups
 from zkcoord.cli.main import ZkcoordGroup
 from zkcoord.client import Consumer, TopicPartition
 from zkcoord.kafka.offsets import KafkaOffsets
-from zkcoord.migrate.modes import set_offset_storage
+from zkcoord.zk.modes import set_offset_storage
 from zkcoord.zk.connection import ZkConnection
 
 pytestmark = pytest.mark.integration

@@ -33,7 +33,7 @@ from zkcoord.cli.main import cli
 from zkcoord.config import DaemonConfig
 from zkcoord.kafka.forwarder import KafkaGroupOffsets
 from zkcoord.migrate.apply import Adapters, apply_group
-from zkcoord.migrate.modes import set_offset_storage
+from zkcoord.zk.modes import set_offset_storage
 from zkcoord.server.daemon import Daemon
 
 pytestmark = pytest.mark.integration

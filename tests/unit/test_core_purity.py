@@ -12,7 +12,8 @@ import pytest
 import zkcoord.core
 
 FORBIDDEN_TOP = {"kazoo", "kafka", "asyncio", "socket", "click", "rich", "time", "random", "uuid"}
-FORBIDDEN_ZKCOORD = {"zk", "kafka", "server", "client", "cli", "local", "migrate"}
+FORBIDDEN_ZKCOORD = {"zk", "kafka", "server", "client", "cli", "local", "migrate", "inspect", "config", "gateway",
+                     "tasks"}
 
 
 def _core_modules() -> list[tuple[str, Path]]:
@@ -56,7 +57,7 @@ def _violations(name: str) -> bool:
 
 def test_core_package_has_the_group_modules():
     names = {m for m, _ in _core_modules()}
-    assert {"zkcoord.core.group", "zkcoord.core.errors", "zkcoord.core.membership",
+    assert {"zkcoord.core.group", "zkcoord.core.errors", "zkcoord.core.membership", "zkcoord.core.group_states",
             "zkcoord.core.rebalance", "zkcoord.core.group_record",
             "zkcoord.core.group_timers", "zkcoord.core.messages"} <= names
 

@@ -34,7 +34,8 @@ from zkcoord.core.group import (
     new_group,
     validate_offset_commit,
 )
-from zkcoord.core.membership import check_transition, select_protocol, supports_protocols
+from zkcoord.core.group_states import check_transition
+from zkcoord.core.membership import select_protocol, supports_protocols
 from zkcoord.errors import ConfigError, StateError
 
 S = GroupState

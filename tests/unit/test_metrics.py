@@ -46,7 +46,8 @@ def test_response_error_names_first_nonzero_code():
 def test_rebalances_are_counted_and_timed_from_preparing_to_stable_written_or_not():
     from dataclasses import replace
 
-    from zkcoord.core.membership import GroupState, new_group
+    from zkcoord.core.group_states import GroupState
+    from zkcoord.core.membership import new_group
 
     now = [0.0]
     metrics = DaemonMetrics(clock=lambda: now[0])

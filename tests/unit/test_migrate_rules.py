@@ -9,7 +9,7 @@ import pytest
 from zkcoord.core.migration import PartitionFacts, plan_group
 from zkcoord.errors import StateError, UsageError
 from zkcoord.migrate import status
-from zkcoord.migrate.modes import _with_mode, check_mode, parse_request
+from zkcoord.zk.modes import _with_mode, check_mode, parse_request
 from zkcoord.migrate.status import NEXT, Phase, encode, tp_rows
 from zkcoord.migrate.verify import Behind, compare
 

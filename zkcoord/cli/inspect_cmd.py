@@ -34,7 +34,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from zkcoord.core.membership import OFFSET_STORAGES, GroupState
+from zkcoord.core.group_states import GroupState
+from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.errors import UsageError, ZkcoordError
 from zkcoord.inspect import Inspector, select
 from zkcoord.inspect.gather import NO_KAFKA

@@ -45,11 +45,10 @@ from dataclasses import dataclass
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.group_record import from_record, load_group, to_record
 from zkcoord.core.group_timers import expire_member_by, handle_timer
+from zkcoord.core.group_states import GroupState, VALID_PREVIOUS
 from zkcoord.core.membership import (
-    VALID_PREVIOUS,
     Group,
     GroupConfig,
-    GroupState,
     Member,
     new_group,
     select_protocol,

@@ -29,7 +29,8 @@ import binascii
 from collections.abc import Mapping
 from typing import Any
 
-from zkcoord.core.membership import Group, GroupConfig, GroupState, Member
+from zkcoord.core.group_states import GroupState
+from zkcoord.core.membership import Group, GroupConfig, Member
 from zkcoord.core.messages import JOIN_KEY, Outcome
 from zkcoord.core.rebalance import Draft, prepare_rebalance, schedule_session, try_complete_join
 from zkcoord.errors import StateError

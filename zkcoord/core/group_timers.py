@@ -30,7 +30,8 @@ expiry itself is then the ordinary one above.
 
 from __future__ import annotations
 
-from zkcoord.core.membership import Group, GroupConfig, GroupState, InitialDelay
+from zkcoord.core.group_states import GroupState
+from zkcoord.core.membership import Group, GroupConfig, InitialDelay
 from zkcoord.core.messages import JOIN_KEY, SYNC_KEY, Outcome, Schedule, parse_member_key, session_key
 from zkcoord.core.rebalance import (
     Draft,

@@ -1,4 +1,5 @@
-"""The classic-group model: states, transition table, config, members, Group.
+"""The classic-group model: config, members, Group (the states and their
+transition table are :mod:`zkcoord.core.group_states`).
 
 This module owns the *values* of the group state machine and the pure queries
 on them that Kafka's ``GroupMetadata`` / ``MemberMetadata`` answer (protocol
@@ -8,9 +9,6 @@ next :class:`Group`.
 
 Rules kept here:
 
-* A state change is legal only if the current state is in
-  ``VALID_PREVIOUS[target]`` (Kafka's ``validPreviousStates``);
-  :func:`check_transition` enforces it and every transition goes through it.
 * A :class:`Group` is an immutable value. Its fields split in two: the
   *persisted* part (what :mod:`zkcoord.core.group_record` writes to ZooKeeper)
   and the *in-memory* part (parked requests, deadlines, pending ids) that a
@@ -22,17 +20,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Protocol
 
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.frozenmap import FrozenMap
+from zkcoord.core.group_states import GroupState
 from zkcoord.errors import ConfigError, StateError
 
 __all__ = [
-    "GroupState",
-    "VALID_PREVIOUS",
-    "check_transition",
     "GroupConfig",
     "Member",
     "InitialDelay",
@@ -58,90 +53,6 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 dropped after this long (its client has most likely given up and retried)."""
 
 OFFSET_STORAGES = ("zookeeper", "dual", "kafka")
-
-
-class GroupState(Enum):
-    """The five states of a classic group; the value is Kafka's printed name.
-
-    Each state's ``action`` says how it answers requests (from Kafka's
-    ``GroupMetadata.scala``); allowed predecessors are in ``VALID_PREVIOUS``.
-    """
-
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-    @property
-    def action(self) -> str:
-        """What the coordinator does in this state, and how it leaves it."""
-        return _ACTIONS[self]
-
-
-_ACTIONS = {
-    GroupState.EMPTY: (
-        "No members (offsets may remain). Join from a new member starts a "
-        "rebalance (-> PreparingRebalance, after the initial rebalance delay); "
-        "sync, heartbeat, leave and member offset commits get "
-        "UNKNOWN_MEMBER_ID; standalone commits (generation -1) are allowed; "
-        "DeleteGroups -> Dead."
-    ),
-    GroupState.PREPARING_REBALANCE: (
-        "Park JoinGroup requests until every known member has rejoined or the "
-        "rebalance timeout passes; heartbeats and SyncGroup get "
-        "REBALANCE_IN_PROGRESS; leave removes the member; commits of the "
-        "previous generation are allowed. Join phase complete -> "
-        "CompletingRebalance (new generation), or Empty if nobody is left."
-    ),
-    GroupState.COMPLETING_REBALANCE: (
-        "Waiting for the leader's assignment: park followers' SyncGroup; "
-        "heartbeats answer NONE; offset commits get REBALANCE_IN_PROGRESS. "
-        "Leader SyncGroup -> Stable; new member, changed metadata, leave or "
-        "failure -> PreparingRebalance."
-    ),
-    GroupState.STABLE: (
-        "Normal operation: heartbeats answered NONE, SyncGroup answered with "
-        "the stored assignment, followers' unchanged JoinGroup answered with "
-        "the current generation, commits of the current generation allowed. "
-        "Failure, leave, leader join or changed metadata -> PreparingRebalance."
-    ),
-    GroupState.DEAD: (
-        "Final: the group was deleted or unloaded. Every request gets "
-        "COORDINATOR_NOT_AVAILABLE so clients rediscover the coordinator."
-    ),
-}
-
-_S = GroupState
-VALID_PREVIOUS: FrozenMap[GroupState, frozenset[GroupState]] = FrozenMap(
-    {
-        _S.EMPTY: frozenset({_S.PREPARING_REBALANCE}),
-        _S.PREPARING_REBALANCE: frozenset(
-            {_S.STABLE, _S.COMPLETING_REBALANCE, _S.EMPTY}
-        ),
-        _S.COMPLETING_REBALANCE: frozenset({_S.PREPARING_REBALANCE}),
-        _S.STABLE: frozenset({_S.COMPLETING_REBALANCE}),
-        _S.DEAD: frozenset(
-            {_S.STABLE, _S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE, _S.EMPTY, _S.DEAD}
-        ),
-    }
-)
-
-
-def check_transition(group_id: str, current: GroupState, target: GroupState) -> None:
-    """Raise :class:`StateError` unless ``current -> target`` is in the table."""
-    if current not in VALID_PREVIOUS[target]:
-        allowed = ", ".join(sorted(s.value for s in VALID_PREVIOUS[target]))
-        raise StateError(
-            f"group {group_id!r} cannot move from {current.value} to "
-            f"{target.value}; {target.value} may only follow: {allowed}. "
-            "This is a bug in the group state machine."
-        )
-
-
-def can_rebalance(state: GroupState) -> bool:
-    """Kafka's ``canRebalance``: may this state move to PreparingRebalance?"""
-    return state in VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from zkcoord.core.membership import Group, GroupState
+from zkcoord.core.group_states import GroupState
+from zkcoord.core.membership import Group
 
 CLIENT_SOFTWARE_NAME = "zkcoord-notice"
 FEATURE = "zkcoord.rebalance.notice"

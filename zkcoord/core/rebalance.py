@@ -29,16 +29,14 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from zkcoord.core.errors import ErrorCode
+from zkcoord.core.group_states import GroupState, can_rebalance, check_transition
 from zkcoord.core.membership import (
     NEW_MEMBER_JOIN_TIMEOUT_MS,
     Group,
     GroupConfig,
-    GroupState,
     InitialDelay,
     Member,
     ProtocolList,
-    can_rebalance,
-    check_transition,
     select_protocol,
 )
 from zkcoord.core.messages import (

@@ -36,6 +36,7 @@ from zkcoord.gateway.cluster import Broker, ClusterView
 from zkcoord.gateway.connection import ClientConnection
 from zkcoord.gateway.rewrite import RESPONSE_CLASSES, AddressBook, GatewayNode, rewrite_addresses
 from zkcoord.server.codec import COORDINATOR_APIS, decode_response_frame, encode_response_frame
+from zkcoord.tasks import Background
 
 __all__ = ["Gateway", "GatewaySettings"]
 
@@ -112,6 +113,7 @@ class Gateway:
         self._stopping = False
         self._prepared = False
         self.metrics = None  # DaemonMetrics, set by the daemon with --metrics-listen
+        self._background = Background(log, "gateway")
 
     # -- addresses -------------------------------------------------------------------
     def bind(self) -> tuple[str, int]:
@@ -308,9 +310,7 @@ class Gateway:
         collisions = colliding_broker_ids([broker_id], (n.node_id for n in self._nodes.values()))
         if collisions:
             log.error("gateway: broker id %d collides with a zkcoord gateway node id", broker_id)
-        task = asyncio.get_running_loop().create_task(self._serve(sock, broker_id), name=f"gateway-broker-{broker_id}")
-        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or log.error(
-            "gateway: cannot serve broker %d's port: %r", broker_id, t.exception()))
+        self._background.spawn(self._serve(sock, broker_id), f"serve broker {broker_id}'s port")
         log.info("gateway: broker %d on port %d", broker_id, self._broker_ports[broker_id])
 
     # -- the daemons' gateways -------------------------------------------------------------

@@ -34,7 +34,7 @@ from zkcoord.inspect.model import (
 from zkcoord.inspect.views import KafkaFacts, LiveFacts, TopicPartition, ZkFacts
 from zkcoord.inspect.zkread import list_legacy_groups, list_zkcoord_groups, read_daemons, read_group
 from zkcoord.kafka.offsets import KafkaOffsets
-from zkcoord.migrate.modes import TOOL_NODE_ID
+from zkcoord.zk.modes import TOOL_NODE_ID
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.paths import OffsetPaths
 

@@ -59,6 +59,7 @@ class ZkFacts:
     record: Mapping | None = None  # the decoded state record
     record_error: str | None = None  # the state znode exists but is not a record
     owner_node_id: int | None = None  # node id in the lowest contender
+    owner_error: str | None = None  # the lowest contender holds no node id (zkcoord.zk.election)
     legacy: bool = False  # <root>/<group> exists
     zk_offsets: Mapping[TopicPartition, str | None] = field(default_factory=dict)  # raw znode text
     legacy_ids: tuple[str, ...] = ()
@@ -231,6 +232,8 @@ def not_found(group: str, zk_root: str, bootstrap_servers: str | None) -> GroupE
 def _migration(zk: ZkFacts, notes: list[str]) -> Migration | None:
     if zk.migration_error:
         notes.append(zk.migration_error)
+    if zk.owner_error:
+        notes.append(zk.owner_error)
     if not zk.migration or "phase" not in zk.migration:
         return None
     since = zk.migration.get("since_ms")

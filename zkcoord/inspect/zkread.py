@@ -30,7 +30,7 @@ from kazoo.protocol.states import ZnodeStat
 from zkcoord.errors import StateError
 from zkcoord.inspect.model import Daemon
 from zkcoord.inspect.views import TopicPartition, ZkFacts
-from zkcoord.zk import aio, paths
+from zkcoord.zk import aio, election, paths
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.nodes import NodeInfo
 from zkcoord.zk.state_store import decode_state
@@ -120,14 +120,14 @@ async def _inner_read_group(conn: ZkConnection, offsets: paths.OffsetPaths, grou
                             with_offsets: bool) -> ZkFacts:
     client = conn.client
     loop = asyncio.get_running_loop()
-    state, contenders, legacy, ids, migration = await aio.gather(loop, [
+    state, listed_contenders, legacy, ids, migration = await aio.gather(loop, [
         client.get_async(paths.state(group)),
         client.get_children_async(paths.owner_dir(group)),
         client.exists_async(offsets.group(group)),
         client.get_children_async(f"{offsets.group(group)}/{_IDS}"),
         client.get_async(paths.migration(group)),
     ])
-    _raise_unexpected(state, contenders, legacy, ids, migration)
+    _raise_unexpected(state, listed_contenders, legacy, ids, migration)
     record, record_error = _record(group, state)
     migration_record, migration_error = _migration(group, migration)
     zk_offsets: dict[TopicPartition, str | None] = {}
@@ -138,8 +138,8 @@ async def _inner_read_group(conn: ZkConnection, offsets: paths.OffsetPaths, grou
         if record is None and isinstance(legacy, ZnodeStat):
             raw_owners = await _topic_partitions(client, f"{offsets.group(group)}/{_OWNERS}")
             owners = {tp: _text(v) or "" for tp, v in raw_owners.items()}
-    return ZkFacts(group, record=record, record_error=record_error,
-                   owner_node_id=await _owner(client, group, _children(contenders)),
+    owner, owner_error = await _owner(client, group, _children(listed_contenders))
+    return ZkFacts(group, record=record, record_error=record_error, owner_node_id=owner, owner_error=owner_error,
                    legacy=isinstance(legacy, ZnodeStat), zk_offsets=zk_offsets,
                    legacy_ids=tuple(sorted(_children(ids))), legacy_owners=owners,
                    migration=migration_record, migration_error=migration_error)
@@ -170,18 +170,13 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
-async def _owner(client: Any, group: str, contenders: list[str]) -> int | None:
-    """Node id in the lowest contender of the group's election (None: nobody owns it)."""
-    ordered = sorted((c for c in contenders if paths.contender_sequence(c) is not None),
-                     key=lambda c: int(paths.contender_sequence(c)))
-    for name in ordered:
-        try:
-            data, _ = await aio.call(client.get_async, paths.contender(group, name))
-        except NoNodeError:
-            continue  # left while we looked: the next one owns the group
-        text = data.decode("ascii", errors="replace").strip()
-        return int(text) if text.isdigit() else None
-    return None
+async def _owner(client: Any, group: str, children: list[str]) -> tuple[int | None, str | None]:
+    """(node id in the lowest contender of the group's election or None, why it cannot be read or None)."""
+    try:
+        found = await election.lowest(client, group, children=children)
+    except StateError as exc:
+        return None, str(exc)
+    return (None if found is None else found[0]), None
 
 
 async def _topic_partitions(client: Any, base: str) -> dict[TopicPartition, bytes | None]:

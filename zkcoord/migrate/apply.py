@@ -49,7 +49,7 @@ from zkcoord.errors import ZkcoordError
 from zkcoord.kafka.forwarder import KafkaGroupOffsets
 from zkcoord.kafka.offsets import KafkaGroup, TopicPartition
 from zkcoord.migrate.legacy import LegacyOffsets
-from zkcoord.migrate.modes import ModeChange, set_offset_storage
+from zkcoord.zk.modes import ModeChange, set_offset_storage
 from zkcoord.migrate.plan import KafkaFacts, Selection, gather_plan, select_groups
 from zkcoord.migrate.status import MigrationStore, Phase, encode, tp_rows
 from zkcoord.zk import paths

@@ -44,7 +44,7 @@ phases it records, so a kill at any point is resumed by either path:
    is never moved backwards without ``allow_rewind``; a resumed group plans
    ``equal`` for what an earlier run committed.
 3. The mode is written only by the group's elected owner (fenced by its
-   contender, exactly as :func:`~zkcoord.migrate.modes.set_offset_storage`
+   contender, exactly as :func:`~zkcoord.zk.modes.set_offset_storage`
    does directly), or, for a group that never had an election, in the
    multi that creates ``/coordinators/<group>`` (under which every
    contender lives): a daemon that owns the group is never written behind.
@@ -64,7 +64,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,10 +75,10 @@ from zkcoord.errors import ZkcoordError
 from zkcoord.kafka.offsets import KafkaGroup, TopicPartition
 from zkcoord.migrate.apply import Adapters, ApplyOptions, ApplyResult, OnStep, _active_message, apply_group
 from zkcoord.migrate.legacy import LegacyGroup
-from zkcoord.migrate.modes import TOOL_NODE_ID, ModeChange, _with_mode
+from zkcoord.zk.modes import TOOL_NODE_ID, ModeChange, _with_mode
 from zkcoord.migrate.spark_reads import GET_CHILDREN, GET_DATA, read_znodes
 from zkcoord.migrate.status import Phase, _decode, advanced, encode, tp_rows
-from zkcoord.zk import aio, paths
+from zkcoord.zk import aio, election, paths
 from zkcoord.zk.state_store import decode_state, encode_state
 
 __all__ = ["apply_batch", "PlanFor"]
@@ -334,7 +334,7 @@ class _Batch:
         for i, group in enumerate(mine):
             children, state, request = outcomes[3 * i:3 * i + 3]
             ours = group.contender.rsplit("/", 1)[1]
-            if not isinstance(children, list) or _contenders(children)[:1] != [ours]:
+            if not isinstance(children, list) or election.ordered(children)[:1] != [ours]:
                 to_slow(group, "a daemon or another command holds its election")  # set_offset_storage asks it
                 continue
             if _failed(state) or _failed(request):
@@ -561,8 +561,3 @@ def _why(outcome: object) -> str:
         return repr(outcome)
     index, exc = aio.transaction_failure(outcome)
     return f"op {index}: {type(exc).__name__}"
-
-
-def _contenders(children: Sequence[str]) -> list[str]:
-    found = [(seq, name) for name in children if (seq := paths.contender_sequence(name)) is not None]
-    return [name for _, name in sorted(found)]

@@ -38,7 +38,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
 from zkcoord.errors import ConflictError
 from zkcoord.migrate.apply import Adapters
-from zkcoord.migrate.modes import ModeChange, set_offset_storage
+from zkcoord.zk.modes import ModeChange, set_offset_storage
 from zkcoord.migrate.plan import Selection
 from zkcoord.migrate.status import Phase, encode
 from zkcoord.migrate.verify import VerifyResult, migrated_groups, verify_group

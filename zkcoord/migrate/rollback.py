@@ -34,7 +34,7 @@ from zkcoord.errors import ConflictError, NotFoundError, UsageError, ZkcoordErro
 from zkcoord.kafka.offsets import TopicPartition
 from zkcoord.migrate.apply import Adapters
 from zkcoord.migrate.finalize import read_legacy_versions
-from zkcoord.migrate.modes import ModeChange, read_mode, set_offset_storage
+from zkcoord.zk.modes import ModeChange, read_mode, set_offset_storage
 from zkcoord.migrate.plan import Selection
 from zkcoord.migrate.status import Phase
 from zkcoord.migrate.verify import migrated_groups

@@ -3,7 +3,7 @@
 This module owns ``/zkcoord/migrations/<group>`` (the group's migration
 record), its ``backup`` and ``archive`` children, and ``migrate status``.
 The group's offset-storage *mode* lives in its state record
-(:mod:`zkcoord.migrate.modes`); the migration record says how far the
+(:mod:`zkcoord.zk.modes`); the migration record says how far the
 commands got, so a re-run continues where a crash stopped one.
 
 Phases, and the command that moves a group on (h11-style: a table, not ifs)::
@@ -46,7 +46,7 @@ from typing import Any
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from zkcoord.errors import ConflictError, StateError
-from zkcoord.migrate.modes import read_mode
+from zkcoord.zk.modes import read_mode
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
 

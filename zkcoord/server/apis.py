@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from zkcoord.core import group as core
 from zkcoord.core import notice
 from zkcoord.core.errors import ErrorCode, validate_group_id
-from zkcoord.errors import StateError
+from zkcoord.errors import StateError, StateTooLargeError
 from zkcoord.server.codec import (
     COORDINATOR_APIS,
     DecodedRequest,
@@ -239,7 +239,7 @@ class ApiHandler:
             return failed(exc.code)
         except StateError as exc:
             log.error("JoinGroup %s: %s", r.group_id, exc)
-            return failed(E.GROUP_MAX_SIZE_REACHED if "exceeds" in str(exc) else E.UNKNOWN_SERVER_ERROR)
+            return failed(_state_error_code(exc))
 
     async def sync_group(self, decoded, connection):
         r = decoded.request
@@ -267,7 +267,7 @@ class ApiHandler:
             return answer(exc.code)
         except StateError as exc:
             log.error("SyncGroup %s: %s", r.group_id, exc)
-            return answer(E.UNKNOWN_SERVER_ERROR)
+            return answer(_state_error_code(exc))
 
     async def heartbeat(self, decoded, connection):
         r = decoded.request
@@ -420,6 +420,14 @@ class ApiHandler:
             code = await self.manager.delete_group(group_id)
             results.append({"group_id": group_id, "error_code": int(code)})
         return response_for(decoded, throttle_time_ms=0, results=results)
+
+
+def _state_error_code(exc: StateError) -> ErrorCode:
+    """A group's state that would be over --max-state-bytes: the group cannot
+    take this member (or this assignment), GROUP_MAX_SIZE_REACHED, as Kafka
+    answers a group that is full; any other stored-state failure is
+    UNKNOWN_SERVER_ERROR (logged by the caller)."""
+    return E.GROUP_MAX_SIZE_REACHED if isinstance(exc, StateTooLargeError) else E.UNKNOWN_SERVER_ERROR
 
 
 def _daemon_address(owner: NodeInfo) -> tuple[int, str, int]:

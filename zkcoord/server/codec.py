@@ -74,13 +74,16 @@ from kafka.protocol.metadata import (
 from kafka.protocol.schemas.fields.codecs import Int16, Int32
 from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 
+from zkcoord.errors import ZkcoordError
+
 UNSUPPORTED_VERSION = 35
 FRAME_SIZE_PREFIX_BYTES = 4
 _NULL_CHECKED_TYPES = frozenset({"string", "bytes", "records"})
 
 
-class WireProtocolError(Exception):
-    """Base class of every error raised by the wire codec."""
+class WireProtocolError(ZkcoordError):
+    """Base class of every error raised by the wire codec (one of zkcoord's
+    errors: :mod:`zkcoord.errors`)."""
 
 
 class FrameSizeError(WireProtocolError):

@@ -42,6 +42,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from zkcoord.core import group as core
+from zkcoord.tasks import Background
 from zkcoord.core.messages import Reply
 from zkcoord.core.errors import ErrorCode
 from zkcoord.errors import NotOwnerError, StateError, ZkcoordError
@@ -173,6 +174,7 @@ class GroupRuntime:
         self._futures: dict[int, asyncio.Future] = {}
         self._renders: dict[int, Callable[[Any], Any]] = {}  # token of a parked call -> its render
         self._timers = KeyedTimers(clock, self._fire)
+        self._background = Background(log, f"group {group_id}")  # timer expiries
         self._unsettled_waiters: set[asyncio.Future] = set()  # held heartbeats (core.notice)
 
     # -- life cycle ----------------------------------------------------------
@@ -397,7 +399,7 @@ class GroupRuntime:
 
     # -- timers ------------------------------------------------------------------
     def _fire(self, key: str) -> None:
-        asyncio.get_running_loop().create_task(self._run_timer(key))
+        self._background.spawn(self._run_timer(key), f"timer {key} of group {self.group_id}")
 
     async def _run_timer(self, key: str) -> None:
         try:

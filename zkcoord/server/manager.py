@@ -16,7 +16,7 @@ connection state:
   NOT_COORDINATOR.
 
 Offsets go where the group's offset storage mode (``"os"`` in its state
-record, :mod:`zkcoord.migrate.modes`) says:
+record, :mod:`zkcoord.zk.modes`) says:
 
 =========  ==============================================================
 mode       OffsetCommit                         OffsetFetch
@@ -35,7 +35,7 @@ answers COORDINATOR_NOT_AVAILABLE (logged once per group). Kafka not
 answering in time: COORDINATOR_NOT_AVAILABLE, so the client retries.
 
 The mode changes while the group is served: a migrate command posts a mode
-request, the owner's :class:`~zkcoord.migrate.modes.ModeRequestWatch` hands
+request, the owner's :class:`~zkcoord.zk.modes.ModeRequestWatch` hands
 it to :meth:`GroupManager._on_mode_request`, which persists it through the
 runtime's own fenced write (members kept) and so never races the command.
 """
@@ -52,8 +52,9 @@ from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.core.migration import dual_fetch
 from zkcoord.errors import NotOwnerError, ServiceUnavailableError, StateError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
-from zkcoord.migrate.modes import ModeRequestWatch
+from zkcoord.zk.modes import ModeRequestWatch
 from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
+from zkcoord.tasks import Background
 
 log = logging.getLogger(__name__)
 E = ErrorCode
@@ -74,15 +75,14 @@ class GroupManager:
         self.offsets = offsets
         self.nodes = nodes
         self.topic_watcher = topic_watcher
-        self._background: set[asyncio.Task] = set()
+        self._background = Background(log, "group manager")
         self.runtimes: dict[str, GroupRuntime] = {}
         self._loading: dict[str, asyncio.Task] = {}
         self._broken: dict[str, str] = {}  # group -> why its state cannot be loaded
-        # The daemon does not pass these yet: fall back to its state store's ZooKeeper
-        # connection and to the bootstrap servers its topic watcher polls.
-        conn = conn if conn is not None else getattr(store, "_conn", None)
+        # Without a ZooKeeper connection (unit tests) no mode request reaches the groups; without a
+        # forwarder (no --bootstrap-servers) dual and kafka groups are not available.
         self.mode_requests = ModeRequestWatch(conn, self._on_mode_request) if conn is not None else None
-        self.forwarder = kafka_forwarder if kafka_forwarder is not None else _forwarder_of(topic_watcher)
+        self.forwarder = kafka_forwarder
         self._warned_no_kafka: set[str] = set()
         self.metrics = None  # DaemonMetrics, set by the daemon with --metrics-listen
         self.member_disconnect_grace_ms = member_disconnect_grace_ms  # -1: off
@@ -204,10 +204,8 @@ class GroupManager:
             return
         from zkcoord.server.subscriptions import subscribed_topics
 
-        task = asyncio.get_running_loop().create_task(
-            self.topic_watcher.track(group.group_id, subscribed_topics(group)))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background.spawn(self.topic_watcher.track(group.group_id, subscribed_topics(group)),
+                               f"watch the topics of group {group.group_id}")
 
     async def metadata_changed(self, group_id: str) -> None:
         """A subscribed topic's partition count changed: rebalance the group."""
@@ -231,7 +229,7 @@ class GroupManager:
                     self.mode_requests.unwatch(group_id)
                 runtime = self.runtimes.pop(group_id, None)
                 if runtime is not None:
-                    asyncio.get_running_loop().create_task(runtime.unload(change.reason))
+                    self._background.spawn(runtime.unload(change.reason), f"unload group {group_id}")
 
     async def release_all(self) -> None:
         """Graceful stop: unload every group and give up its election node."""
@@ -259,10 +257,8 @@ class GroupManager:
             return None
         log.info("group %s: the connection of member %s closed; its session ends within %d ms unless it "
                  "comes back", group_id, member_id, grace)
-        task = asyncio.get_running_loop().create_task(self._expire_disconnected(runtime, member_id, grace))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
+        return self._background.spawn(self._expire_disconnected(runtime, member_id, grace),
+                                      f"end the session of disconnected member {member_id} of group {group_id}")
 
     @staticmethod
     async def _expire_disconnected(runtime: GroupRuntime, member_id: str, grace_ms: int) -> None:
@@ -473,11 +469,3 @@ def _error_code(errno: int) -> ErrorCode:
         return ErrorCode(errno)
     except ValueError:
         return ErrorCode.UNKNOWN_SERVER_ERROR
-
-
-def _forwarder_of(topic_watcher) -> KafkaForwarder | None:
-    """A forwarder to the brokers the daemon's topic watcher knows (set from
-    ``bootstrap_servers``), None without them."""
-    metadata = getattr(topic_watcher, "_kafka", None)
-    bootstrap = getattr(metadata, "bootstrap_servers", "")
-    return KafkaForwarder(bootstrap) if bootstrap else None

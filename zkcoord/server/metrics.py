@@ -55,7 +55,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from zkcoord.core.errors import ErrorCode
-from zkcoord.core.membership import GroupState
+from zkcoord.core.group_states import GroupState
 from zkcoord.zk.connection import SessionEvent
 
 log = logging.getLogger(__name__)

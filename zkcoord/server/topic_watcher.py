@@ -22,6 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from zkcoord.errors import ZkcoordError
+from zkcoord.tasks import Background
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class TopicWatcher:
         self._topics: dict[str, frozenset[str]] = {}  # group id -> topics
         self._watches: dict[str, object] = {}
         self._poller: asyncio.Task | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = Background(log, "topic watcher")
         self._lookups: dict[tuple[str, ...], asyncio.Task] = {}  # reads of unwatched topics in flight
 
     async def start(self, zk_has_broker_metadata: bool) -> None:
@@ -136,9 +137,7 @@ class TopicWatcher:
             return
         log.info("topic %s: partition count %s -> %s; rebalancing its groups", topic, previous, count)
         for group_id in sorted(self._groups.get(topic, ())):
-            task = asyncio.get_running_loop().create_task(self._on_change(group_id))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.spawn(self._on_change(group_id), f"rebalance group {group_id} after a partition change")
 
     async def _poll(self) -> None:
         while True:

@@ -37,6 +37,7 @@ from kazoo.retry import ForceRetryError
 
 import zkcoord
 from zkcoord.errors import NodeIdInUseError, StateError, ZkcoordError
+from zkcoord.tasks import Background
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import SessionEvent, ZkConnection
 
@@ -104,7 +105,7 @@ class NodeRegistry:
         self._cache: dict[int, NodeInfo | None] = {}
         self._cache_epoch: dict[int, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._background: set[asyncio.Task] = set()
+        self._background = Background(log, "node registry")
 
     def info(self, node_id: int) -> NodeInfo:
         gateway_host, gateway_port = self._gateway or ("", 0)
@@ -204,9 +205,7 @@ class NodeRegistry:
         for node_id in list(self._cache):
             self._invalidate(node_id)
         if event is SessionEvent.CONNECTED and self.node_id is not None:
-            task = asyncio.get_running_loop().create_task(self._reregister())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._background.spawn(self._reregister(), f"register node {self.node_id} again")
 
     async def _reregister(self) -> None:
         try:

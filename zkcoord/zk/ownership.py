@@ -50,8 +50,9 @@ from kazoo.exceptions import ConnectionLoss, NoNodeError
 from kazoo.protocol.states import EventType
 from kazoo.retry import ForceRetryError
 
-from zkcoord.errors import NotOwnerError, ServiceUnavailableError, StateError
-from zkcoord.zk import aio, paths
+from zkcoord.errors import NotOwnerError, ServiceUnavailableError
+from zkcoord.tasks import Background
+from zkcoord.zk import aio, election, paths
 from zkcoord.zk.connection import SessionEvent, ZkConnection
 
 __all__ = ["Fence", "ChangeKind", "OwnershipChange", "GroupOwnership"]
@@ -101,11 +102,6 @@ class _Attempt:
     tried: bool = False
 
 
-def _sorted_contenders(children: list[str]) -> list[str]:
-    found = [(seq, name) for name in children if (seq := paths.contender_sequence(name)) is not None]
-    return [name for _, name in sorted(found)]
-
-
 class GroupOwnership:
     """Owner election for every group, for the daemon ``node_id``."""
 
@@ -124,7 +120,7 @@ class GroupOwnership:
         self._generation = 0  # +1 per lost session: its contenders are gone
         self._session_epoch = 0  # +1 per session event: stale re-checks are ignored
         self._connected = True
-        self._background: set[asyncio.Task] = set()
+        self._background = Background(log, "group ownership")
 
     # ----------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -174,17 +170,8 @@ class GroupOwnership:
         epoch = self._cache_epoch.get(group, 0)
         loop = asyncio.get_running_loop()
         watch = lambda event: aio.post(loop, self._invalidate, group)  # noqa: E731
-        try:
-            children = await aio.call(self._conn.client.get_children_async, paths.owner_dir(group), watch)
-        except NoNodeError:
-            return None
-        contenders = _sorted_contenders(children)
-        owner = None
-        if contenders:
-            found = await self._read_contender(group, contenders[0])
-            if found is None:
-                raise ForceRetryError()  # the owner left while we looked
-            owner = found[0]
+        found = await election.lowest(self._conn.client, group, watch)
+        owner = None if found is None else found[0]
         if self._cache_epoch.get(group, 0) == epoch:
             self._owner_cache[group] = owner
         return owner
@@ -200,11 +187,7 @@ class GroupOwnership:
             data, stat = await aio.call(self._conn.client.get_async, path)
         except NoNodeError:
             return None
-        try:
-            return int(data.decode()), stat.ephemeralOwner
-        except (UnicodeDecodeError, ValueError):
-            raise StateError(f"contender znode {path} of group {group!r} holds {data[:40]!r}, not a node id; "
-                             "delete it if no daemon wrote it") from None
+        return election.node_id_of(group, path, data), stat.ephemeralOwner
 
     # ----------------------------------------------------------- contending
     async def contend(self, group: str) -> int:
@@ -275,14 +258,7 @@ class GroupOwnership:
             log.warning("could not clean up our contender for group %r: %s", group, exc)
 
     def _spawn(self, coro) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background_done)
-
-    def _background_done(self, task: asyncio.Task) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("ownership background task failed: %r", task.exception())
+        self._background.spawn(coro, getattr(coro, "__qualname__", "ownership step"))
 
     async def _inner_contend(self, group: str, attempt: _Attempt) -> tuple[str, list[str]]:
         client = self._conn.client
@@ -299,7 +275,7 @@ class GroupOwnership:
             created = await aio.call(client.create_async, f"{owner_dir}/{attempt.prefix}", self._data,
                                      ephemeral=True, sequence=True, makepath=True)
             ours = created.rsplit("/", 1)[1]
-        contenders = _sorted_contenders(await aio.call(client.get_children_async, owner_dir))
+        contenders = election.ordered(await aio.call(client.get_children_async, owner_dir))
         if ours not in contenders:
             attempt.tried = False  # it vanished (session lost?): create anew
             raise ForceRetryError()
@@ -426,7 +402,7 @@ class GroupOwnership:
             if isinstance(outcome, ConnectionLoss):
                 continue  # still suspended; the next RECONNECTED re-checks
             name = owned.path.rsplit("/", 1)[1]
-            if isinstance(outcome, list) and _sorted_contenders(outcome)[:1] == [name]:
+            if isinstance(outcome, list) and election.ordered(outcome)[:1] == [name]:
                 kept.add(group)
             else:
                 dropped.add(group)

@@ -34,7 +34,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import ZnodeStat
 
-from zkcoord.errors import NotOwnerError, StateError, UsageError
+from zkcoord.errors import NotOwnerError, StateError, StateTooLargeError, UsageError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.ownership import Fence, GroupOwnership
@@ -54,7 +54,7 @@ def encode_state(group: str, record: dict[str, Any], max_bytes: int = DEFAULT_MA
     except (TypeError, ValueError) as exc:
         raise StateError(f"the state of group {group!r} cannot be written as JSON: {exc}") from None
     if len(data) > max_bytes:
-        raise StateError(f"the state of group {group!r} is {len(data)} bytes, over the limit of {max_bytes} "
+        raise StateTooLargeError(f"the state of group {group!r} is {len(data)} bytes, over the limit of {max_bytes} "
                          "bytes; the group has too many members or too much metadata (nothing was written)")
     return data
 

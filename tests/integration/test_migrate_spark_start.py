@@ -17,6 +17,8 @@ from zkcoord.migrate.spark_cds import ClassArchive, archive_key, class_archive
 from zkcoord.migrate.spark_daemon import prefer_installed_pyspark
 from zkcoord.migrate.spark_reads import SelectHandler
 
+pytestmark = pytest.mark.integration  # needs Java and Spark's jars (the class archive is made by a JVM)
+
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch) -> Path:

@@ -57,7 +57,7 @@ from kazoo.retry import ForceRetryError
 from zkcoord.core.group_record import from_record, to_record
 from zkcoord.core.membership import OFFSET_STORAGES, new_group
 from zkcoord.errors import ServiceUnavailableError, UsageError
-from zkcoord.zk import aio, paths
+from zkcoord.zk import aio, election, paths
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.ownership import GroupOwnership
 from zkcoord.zk.state_store import GroupStateStore, decode_state
@@ -106,20 +106,11 @@ async def _read_state(conn: ZkConnection, group: str) -> dict | None:
 
 
 async def _current_owner(conn: ZkConnection, group: str) -> int | None:
-    """Node id in the lowest contender of the group's election, None if none."""
+    """Node id in the lowest contender of the group's election, None if none
+    (StateError when it holds no node id: :mod:`zkcoord.zk.election`)."""
     async def inner() -> int | None:
-        try:
-            children = await aio.call(conn.client.get_children_async, paths.owner_dir(group))
-        except NoNodeError:
-            return None
-        for name in sorted((c for c in children if paths.contender_sequence(c) is not None),
-                           key=paths.contender_sequence):
-            try:
-                data, _ = await aio.call(conn.client.get_async, paths.contender(group, name))
-            except NoNodeError:
-                continue  # left while we looked: the next one owns it
-            return int(data.decode()) if data.strip().isdigit() else -1
-        return None
+        found = await election.lowest(conn.client, group)
+        return None if found is None else found[0]
 
     return await conn.retry(f"look up the owner of group {group!r}", inner)
 

@@ -1,0 +1,63 @@
+"""The import graph's rooms (README, Layout): kazoo only behind zkcoord/zk/,
+the daemon (server, gateway) below the migration toolkit, never above it.
+The core's own purity is tests/unit/test_core_purity.py."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import zkcoord
+from tests.unit.test_core_purity import _imports
+
+# Modules that still talk to kazoo outside zkcoord/zk/ (issue 15 moves them, then this list is empty).
+# A module that starts importing kazoo fails the test; one that stops must be taken off the list.
+KAZOO_NOT_YET_MOVED = {
+    "zkcoord.inspect.zkread", "zkcoord.local.sandbox", "zkcoord.migrate.apply_batch", "zkcoord.migrate.finalize",
+    "zkcoord.migrate.legacy", "zkcoord.migrate.rollback", "zkcoord.migrate.spark_reads",
+    "zkcoord.migrate.spark_tasks", "zkcoord.migrate.status",
+}
+
+
+def _modules() -> list[tuple[str, Path]]:
+    found = []
+    for info in pkgutil.walk_packages(zkcoord.__path__, "zkcoord."):
+        spec = importlib.util.find_spec(info.name)
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            found.append((info.name, Path(spec.origin)))
+    return found
+
+
+MODULES = _modules()
+
+
+def _uses_kazoo(module: str, path: Path) -> bool:
+    return any(name == "kazoo" or name.startswith("kazoo.") for name in _imports(module, path))
+
+
+@pytest.mark.parametrize("module, path", MODULES, ids=lambda v: str(v))
+def test_kazoo_only_behind_the_zk_package(module, path):
+    if module.startswith("zkcoord.zk."):
+        return
+    if module in KAZOO_NOT_YET_MOVED:
+        assert _uses_kazoo(module, path), f"{module} no longer imports kazoo: take it off KAZOO_NOT_YET_MOVED"
+        return
+    assert not _uses_kazoo(module, path), f"{module} imports kazoo; reach ZooKeeper through zkcoord.zk"
+
+
+@pytest.mark.parametrize("module, path", [(m, p) for m, p in MODULES
+                                          if m.startswith(("zkcoord.server.", "zkcoord.gateway.", "zkcoord.zk."))],
+                         ids=lambda v: str(v))
+def test_the_daemon_sits_below_the_migration_toolkit(module, path):
+    bad = sorted(n for n in _imports(module, path) if n == "zkcoord.migrate" or n.startswith("zkcoord.migrate."))
+    assert bad == [], f"{module} imports {bad}: what the daemon and the toolkit share lives in zk/ or core/"
+
+
+def test_the_checks_see_what_they_look_for(tmp_path):
+    source = tmp_path / "bad.py"
+    source.write_text("from kazoo.client import KazooClient\nfrom zkcoord.migrate import apply\n")
+    assert _uses_kazoo("zkcoord.server.bad", source)
+    assert "zkcoord.migrate" in _imports("zkcoord.server.bad", source)
