@@ -66,7 +66,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zkcoord.local.jars import find_java, kafka_distribution  # noqa: E402
-from zkcoord.migrate.legacy import LegacyOffsets  # noqa: E402
+from zkcoord.zk.legacy import LegacyOffsets  # noqa: E402
 from zkcoord.migrate.plan import Selection, gather_plan  # noqa: E402
 from zkcoord.migrate.spark_job import JobConfig, run_job, spark_session  # noqa: E402
 from zkcoord.kafka.offsets import KafkaOffsets  # noqa: E402

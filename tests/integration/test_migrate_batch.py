@@ -35,7 +35,7 @@ BATCH = textwrap.dedent("""
     from zkcoord.migrate.apply import Adapters
     from zkcoord.migrate.apply_batch import apply_batch
     from zkcoord.migrate.plan import _plan_one
-    from zkcoord.migrate.spark_reads import MultiReadLegacy
+    from zkcoord.zk.bulk_reads import MultiReadLegacy
     from zkcoord.zk.connection import ZkConnection
 
     zk_hosts, bootstrap, pause, mode_timeout_s = sys.argv[1:5]

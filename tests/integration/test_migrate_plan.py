@@ -22,12 +22,14 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from test_zk_support import connection
 
+from tests.support.kafka_ready import poll_until_assigned
+
 from zkcoord.cli.main import cli
 from zkcoord.cli.migrate_cmd import migrate
 from zkcoord.core.migration import Decision, Options
 from zkcoord.errors import NotFoundError, ZkcoordError
 from zkcoord.kafka.offsets import KafkaGroup, KafkaOffsets, LogRange
-from zkcoord.migrate.legacy import LegacyOffsets
+from zkcoord.zk.legacy import LegacyOffsets
 from zkcoord.migrate.plan import Selection, gather_plan
 
 pytestmark = pytest.mark.integration
@@ -204,9 +206,7 @@ def test_a_group_with_live_kafka_members_is_flagged(zk, zk_hosts, kafka, service
     consumer = KafkaConsumer(topic, bootstrap_servers=services.bootstrap_servers, group_id=group,
                              enable_auto_commit=False, auto_offset_reset="earliest")
     try:
-        deadline = time.monotonic() + 60
-        while not consumer.assignment() and time.monotonic() < deadline:
-            consumer.poll(timeout_ms=200)
+        poll_until_assigned(consumer)
         assert consumer.assignment(), "the consumer never joined its group"
         plan = gather(zk_hosts, kafka, Selection(groups=(group,)))
     finally:

@@ -32,7 +32,7 @@ from zkcoord.core.migration import Options
 from zkcoord.errors import ServiceUnavailableError, UsageError
 from zkcoord.kafka.offsets import KafkaOffsets
 from zkcoord.migrate.apply import Adapters
-from zkcoord.migrate.legacy import LegacyOffsets
+from zkcoord.zk.legacy import LegacyOffsets
 from zkcoord.migrate.plan import Selection, gather_plan
 from zkcoord.migrate.spark_job import JobConfig, run_job, spark_session
 from zkcoord.migrate.spark_tasks import REPORT_COLUMNS

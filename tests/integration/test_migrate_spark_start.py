@@ -15,7 +15,7 @@ import pytest
 from zkcoord.migrate import spark_cds
 from zkcoord.migrate.spark_cds import ClassArchive, archive_key, class_archive
 from zkcoord.migrate.spark_daemon import prefer_installed_pyspark
-from zkcoord.migrate.spark_reads import SelectHandler
+from zkcoord.zk.bulk_reads import SelectHandler
 
 pytestmark = pytest.mark.integration  # needs Java and Spark's jars (the class archive is made by a JVM)
 

@@ -33,16 +33,26 @@ def wait_group_coordinator(bootstrap_servers: str, timeout_s: float = 120.0) -> 
         admin.close()
 
 
+# kafka-python 3.0.12 loses a join whose JoinGroup or SyncGroup outlives the poll it was sent from
+# (it then never fetches nor heartbeats; seen against the broker with poll(timeout_ms=5)): a poll
+# of a few seconds outlasts any join of these tests, however loaded the machine.
+JOIN_POLL_MS = 3000
+
+
+def poll_until_assigned(consumer: KafkaConsumer, timeout_s: float = 60.0) -> None:
+    """Poll a stock kafka-python consumer until it holds partitions (or ``timeout_s`` passed)."""
+    deadline = time.monotonic() + timeout_s
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(timeout_ms=JOIN_POLL_MS)
+
+
 @contextlib.contextmanager
-def active_kafka_member(bootstrap_servers: str, topic: str, group: str, polls: int = 100):
+def active_kafka_member(bootstrap_servers: str, topic: str, group: str):
     """A plain Kafka consumer that has joined ``group`` in Kafka's own
     coordinator and holds partitions of ``topic``; closed on exit."""
     consumer = KafkaConsumer(topic, group_id=group, bootstrap_servers=bootstrap_servers, enable_auto_commit=False)
     try:
-        for _ in range(polls):
-            consumer.poll(timeout_ms=200)
-            if consumer.assignment():
-                break
+        poll_until_assigned(consumer)
         assert consumer.assignment(), f"the consumer of {group!r} got no partitions of {topic!r}"
         yield consumer
     finally:

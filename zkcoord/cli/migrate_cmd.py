@@ -45,7 +45,7 @@ from zkcoord.migrate.finalize import finalize_groups
 from zkcoord.migrate.rollback import rollback_groups
 from zkcoord.migrate.status import group_status
 from zkcoord.migrate.verify import verify_groups
-from zkcoord.migrate.legacy import LegacyOffsets
+from zkcoord.zk.legacy import LegacyOffsets
 from zkcoord.migrate.plan import Selection, gather_plan, select_groups
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.paths import OffsetPaths

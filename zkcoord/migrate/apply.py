@@ -48,7 +48,7 @@ from zkcoord.core.migration import Decision, GroupPlan, Options
 from zkcoord.errors import ZkcoordError
 from zkcoord.kafka.forwarder import KafkaGroupOffsets
 from zkcoord.kafka.offsets import KafkaGroup, TopicPartition
-from zkcoord.migrate.legacy import LegacyOffsets
+from zkcoord.zk.legacy import LegacyOffsets
 from zkcoord.zk.modes import ModeChange, set_offset_storage
 from zkcoord.migrate.plan import KafkaFacts, Selection, gather_plan, select_groups
 from zkcoord.migrate.status import MigrationStore, Phase, encode, tp_rows

@@ -74,9 +74,9 @@ from zkcoord.core.migration import Decision, GroupPlan
 from zkcoord.errors import ZkcoordError
 from zkcoord.kafka.offsets import KafkaGroup, TopicPartition
 from zkcoord.migrate.apply import Adapters, ApplyOptions, ApplyResult, OnStep, _active_message, apply_group
-from zkcoord.migrate.legacy import LegacyGroup
+from zkcoord.zk.legacy import LegacyGroup
 from zkcoord.zk.modes import TOOL_NODE_ID, ModeChange, _with_mode
-from zkcoord.migrate.spark_reads import GET_CHILDREN, GET_DATA, read_znodes
+from zkcoord.zk.bulk_reads import GET_CHILDREN, GET_DATA, read_znodes
 from zkcoord.migrate.status import Phase, _decode, advanced, encode, tp_rows
 from zkcoord.zk import aio, election, paths
 from zkcoord.zk.state_store import decode_state, encode_state

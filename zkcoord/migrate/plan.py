@@ -2,7 +2,7 @@
 
 This module owns choosing the groups (:class:`Selection`: named groups, all
 legacy groups under the root, or those whose name matches a regular
-expression) and turning what ZooKeeper (:mod:`zkcoord.migrate.legacy`) and
+expression) and turning what ZooKeeper (:mod:`zkcoord.zk.legacy`) and
 Kafka (:mod:`zkcoord.kafka.offsets`) say into the
 :class:`~zkcoord.core.migration.PartitionFacts` the pure rules of
 :mod:`zkcoord.core.migration` decide on. It changes nothing anywhere.
@@ -31,7 +31,7 @@ from typing import Protocol
 from zkcoord.core.migration import GroupActivity, Options, PartitionFacts, Plan, make_plan, plan_group
 from zkcoord.errors import NotFoundError, UsageError
 from zkcoord.kafka.offsets import KafkaGroup, LogRange, TopicPartition
-from zkcoord.migrate.legacy import LegacyGroup, LegacyOffsets
+from zkcoord.zk.legacy import LegacyGroup, LegacyOffsets
 
 __all__ = ["Selection", "KafkaFacts", "gather_plan", "select_groups"]
 

@@ -81,7 +81,7 @@ from zkcoord.core.frozenmap import FrozenMap
 from zkcoord.core.migration import Decision, Options, Totals
 from zkcoord.errors import UsageError, ZkcoordError
 from zkcoord.kafka.offsets import check_bootstrap_servers
-from zkcoord.migrate.legacy import LegacyOffsets
+from zkcoord.zk.legacy import LegacyOffsets
 from zkcoord.migrate.plan import Selection, select_groups
 from zkcoord.migrate.spark_cds import ClassArchive, class_archive
 from zkcoord.migrate.status import MigrationStore

@@ -5,7 +5,7 @@ report's row layout (:data:`REPORT_COLUMNS`) and statuses, the task entry
 point :func:`run_partition` given to ``mapPartitions``, the summary each task
 adds to the job's accumulator (:class:`JobSummary`) and the progress lines a
 task sends to the driver (:class:`ProgressReporter`). Its ZooKeeper reads
-are in :mod:`zkcoord.migrate.spark_reads`.
+are in :mod:`zkcoord.zk.bulk_reads`.
 
 A task opens ONE :class:`~zkcoord.zk.connection.ZkConnection` and ONE
 :class:`~zkcoord.kafka.offsets.KafkaOffsets` for all its groups, runs one
@@ -81,9 +81,9 @@ from zkcoord.errors import ServiceUnavailableError, UsageError, ZkcoordError
 from zkcoord.kafka.offsets import KafkaOffsets, LogRange, TopicPartition
 from zkcoord.migrate.apply import Adapters, ApplyOptions, ApplyResult, wall_clock_ms
 from zkcoord.migrate.apply_batch import apply_batch
-from zkcoord.migrate.legacy import LegacyGroup, LegacyOffsets
+from zkcoord.zk.legacy import LegacyGroup, LegacyOffsets
 from zkcoord.migrate.plan import _plan_one  # the single-group path's facts -> plan step, shared on purpose
-from zkcoord.migrate.spark_reads import GET_DATA, MultiReadLegacy, ReaderLegacy, Reads, SelectHandler, SingleReads, \
+from zkcoord.zk.bulk_reads import GET_DATA, MultiReadLegacy, ReaderLegacy, Reads, SelectHandler, SingleReads, \
     read_znodes, reader_for
 from zkcoord.migrate.status import MigrationStore, Phase
 from zkcoord.migrate.status import _decode as decode_record  # MigrationStore.load's own decoding

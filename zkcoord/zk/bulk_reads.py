@@ -1,8 +1,9 @@
 """Reading legacy groups in bulk, for the Spark migration job.
 
-This module owns the ZooKeeper reads of :mod:`zkcoord.migrate.spark_tasks`:
+This module owns the bulk ZooKeeper reads of the migration toolkit
+(:mod:`zkcoord.migrate.spark_tasks`, :mod:`zkcoord.migrate.apply_batch`):
 :class:`MultiReadLegacy` reads many groups by the rules of
-:meth:`zkcoord.migrate.legacy.LegacyOffsets.read_groups` (same znodes, same
+:meth:`zkcoord.zk.legacy.LegacyOffsets.read_groups` (same znodes, same
 decoding, same skipping of names that are not partitions) with ZooKeeper's
 multiRead, up to 1000 znodes per request instead of one; :class:`SingleReads`
 does the same through ``LegacyOffsets`` itself for servers older than 3.6;
@@ -25,9 +26,7 @@ Rules:
    512 KiB (ZooKeeper's jute.maxbuffer is 1 MiB).
 3. kazoo has no multiRead: :class:`_MultiRead` is a request class shaped like
    kazoo's own (``type``, ``serialize``, ``deserialize``), queued with the
-   client's ``_call`` as kazoo's ``*_async`` methods queue theirs. It belongs
-   with the other kazoo adapters in :mod:`zkcoord.zk` once that package
-   wants it.
+   client's ``_call`` as kazoo's ``*_async`` methods queue theirs.
 """
 
 from __future__ import annotations
@@ -46,9 +45,8 @@ from kazoo.protocol.serialization import int_struct, multiheader_struct, read_bu
     write_string
 
 from zkcoord.errors import ServiceUnavailableError, ZkcoordError
-from zkcoord.kafka.offsets import TopicPartition
-from zkcoord.migrate.legacy import LegacyGroup, LegacyOffsets
 from zkcoord.zk import aio, paths
+from zkcoord.zk.legacy import LegacyGroup, LegacyOffsets, TopicPartition
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.state_store import decode_state
 
@@ -61,7 +59,6 @@ GET_DATA, GET_CHILDREN = _GET_DATA, _GET_CHILDREN  # the op kinds of read_znodes
 _OPS_PER_READ = 1000
 _BYTES_PER_READ = 512 * 1024  # well under jute.maxbuffer (1 MiB)
 _VERSION = re.compile(r"Zookeeper version: (\d+)\.(\d+)")
-
 
 class SelectHandler(SequentialThreadingHandler):
     """kazoo's threading handler, waiting with ``select.select`` while every
@@ -85,13 +82,10 @@ class SelectHandler(SequentialThreadingHandler):
         except ValueError:  # a descriptor closed meanwhile: kazoo's own wait says so as kazoo expects
             return super().select(rlist, wlist, xlist, timeout)
 
-
 _FD_SETSIZE = 1024
-
 
 def _fileno(obj) -> int:
     return obj if isinstance(obj, int) else obj.fileno()
-
 
 class _MultiRead(namedtuple("_MultiRead", "ops")):
     """ZooKeeper's multiRead request (OpCode 22, 3.6+): ``ops`` are
@@ -142,12 +136,10 @@ class _MultiRead(namedtuple("_MultiRead", "ops")):
             else:
                 raise ValueError(f"multiRead answer with op type {op}")
 
-
 class _MultiReadStats(_MultiRead):
     """multiRead whose data ops answer ``(data, ZnodeStat)``: for versioned writes after the read."""
 
     stats = True
-
 
 async def read_znodes(conn: ZkConnection, ops: list[tuple[int, str]], *, multi: bool, stats: bool = False) -> list:
     """Every op's outcome, in order (``GET_DATA``: the data, or ``(data,
@@ -181,12 +173,10 @@ async def read_znodes(conn: ZkConnection, ops: list[tuple[int, str]], *, multi: 
         results += [outcome] * count if isinstance(outcome, BaseException) else outcome
     return results
 
-
 def _send(client, request):
     result = client.handler.async_result()
     client._call(request, result)  # how kazoo's own *_async methods queue a request
     return result
-
 
 async def multi_read_supported(conn: ZkConnection) -> bool:
     """True if the server we are connected to says (``srvr``) it is 3.6 or later."""
@@ -198,18 +188,14 @@ async def multi_read_supported(conn: ZkConnection) -> bool:
     match = _VERSION.search(answer)
     return match is not None and (int(match.group(1)), int(match.group(2))) >= (3, 6)
 
-
 def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="backslashreplace")
-
 
 def _failure(outcome: object) -> BaseException | None:
     """The outcome if it is a failure other than a missing znode."""
     return outcome if isinstance(outcome, BaseException) and not isinstance(outcome, NoNodeError) else None
 
-
 Reads = dict[str, "LegacyGroup | ZkcoordError"]  # group -> what was read, or why it could not be
-
 
 class MultiReadLegacy:
     """Reads groups by the rules of :meth:`LegacyOffsets.read_groups` (same
@@ -326,7 +312,6 @@ class MultiReadLegacy:
         client._call(_MultiRead(ops), result)  # how kazoo's own *_async methods queue a request
         return result
 
-
 class SingleReads:
     """The same reads, one znode per request, through LegacyOffsets (ZooKeeper < 3.6)."""
 
@@ -349,7 +334,6 @@ class SingleReads:
         except ZkcoordError as exc:
             return exc
 
-
 class ReaderLegacy(LegacyOffsets):
     """LegacyOffsets whose ``read_groups`` goes through the task's reader, so
     ``apply_group`` (which plans each group afresh) reads with multiRead too."""
@@ -365,9 +349,6 @@ class ReaderLegacy(LegacyOffsets):
             if isinstance(found[group], ZkcoordError):
                 raise found[group]
         return found
-
-
-
 
 async def reader_for(conn: ZkConnection, zk_root: str, zk_reads: str) -> MultiReadLegacy | SingleReads:
     """``multi``, ``single``, or ``auto`` (multi when the server is 3.6+)."""
