@@ -14,8 +14,9 @@ from zkcoord.inspect.model import (
     Coordinator, Daemon, GroupError, GroupSummary, GroupView, KafkaGroupInfo, MemberView, Migration, OffsetRow,
 )
 from zkcoord.inspect.views import (
-    KafkaFacts, LiveFacts, ZkFacts, build_view, decode_assignment, legacy_host, summarize, wanted_partitions,
+    KafkaFacts, LiveFacts, build_view, decode_assignment, legacy_host, summarize, wanted_partitions,
 )
+from zkcoord.zk.group_reads import ZkFacts
 
 TOOL = 2**31 - 1
 DAEMONS = {1: Daemon(1, "coord-1", 9301, "0.1.0"), 2: Daemon(2, "coord-2", 9302, "0.1.0")}

@@ -4,7 +4,7 @@ This module owns the order of the questions and what happens when a
 service does not answer; the answers become a report through the pure
 rules of :mod:`zkcoord.inspect.views`.
 
-1. ZooKeeper first, always (:mod:`zkcoord.inspect.zkread`): the registered
+1. ZooKeeper first, always (:mod:`zkcoord.zk.group_reads`): the registered
    daemons, then every group at once. ZooKeeper not answering is a
    :class:`~zkcoord.errors.ServiceUnavailableError` (it names the address
    and the time-out): without it there is nothing to show.
@@ -31,11 +31,11 @@ from zkcoord.inspect.live import describe_live
 from zkcoord.inspect.model import (
     Daemon, DescribeReport, GroupError, GroupsReport, GroupSummary, GroupView, KafkaGroupInfo,
 )
-from zkcoord.inspect.views import KafkaFacts, LiveFacts, TopicPartition, ZkFacts
-from zkcoord.inspect.zkread import list_legacy_groups, list_zkcoord_groups, read_daemons, read_group
+from zkcoord.inspect.views import KafkaFacts, LiveFacts, TopicPartition
 from zkcoord.kafka.offsets import KafkaOffsets
-from zkcoord.zk.modes import TOOL_NODE_ID
 from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.group_reads import ZkFacts, list_legacy_groups, list_zkcoord_groups, read_daemons, read_group
+from zkcoord.zk.modes import TOOL_NODE_ID
 from zkcoord.zk.paths import OffsetPaths
 
 __all__ = ["Inspector", "select", "NO_KAFKA", "NO_DAEMONS"]
@@ -73,7 +73,7 @@ class Inspector:
         names = list(dict.fromkeys(groups))
         for name in names:
             self.paths.group(name)  # UsageError for a name that cannot be a group, before any I/O
-        daemons = await read_daemons(self._conn)
+        daemons = _daemons(await read_daemons(self._conn))
         facts = list(await asyncio.gather(*(read_group(self._conn, self.paths, g) for g in names)))
         lives = await self._ask_owners(facts, daemons)
         notes: list[str] = []
@@ -142,7 +142,7 @@ class Inspector:
     # -------------------------------------------------------------- groups
     async def groups(self) -> GroupsReport:
         """Every group zkcoord, the legacy layout and (with bootstrap servers) Kafka know."""
-        daemons = await read_daemons(self._conn)
+        daemons = _daemons(await read_daemons(self._conn))
         zkcoord, legacy = await asyncio.gather(list_zkcoord_groups(self._conn),
                                                list_legacy_groups(self._conn, self.paths))
         names = sorted(set(zkcoord) | set(legacy))
@@ -187,3 +187,9 @@ def _description(zk: ZkFacts, lives: Mapping[str, LiveFacts]) -> GroupDescriptio
         return views.description_of(zk, lives.get(zk.group, LiveFacts()))
     except StateError:
         return None
+
+
+def _daemons(registered) -> dict[int, Daemon]:
+    """The registrations (:class:`~zkcoord.zk.nodes.NodeInfo`) as inspection shows daemons."""
+    return {node_id: Daemon(node_id, info.host, info.port, info.version) for node_id, info in registered.items()}
+

@@ -38,6 +38,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 from zkcoord.core.group import GroupDescription, describe, from_record
 from zkcoord.core.migration import dual_fetch, parse_legacy_offset
 from zkcoord.errors import StateError
+from zkcoord.zk.group_reads import ZkFacts
 from zkcoord.inspect.model import (
     Assignment, Coordinator, Daemon, GroupError, GroupSummary, GroupView, KafkaGroupInfo, MemberView, Migration,
     OffsetRow,
@@ -49,23 +50,6 @@ __all__ = ["TopicPartition", "ZkFacts", "LiveFacts", "KafkaFacts", "decode_assig
 TopicPartition = tuple[str, int]
 CONSUMER = "consumer"
 NO_MEMBERS = "Consumer group {group!r} has no active members."
-
-
-@dataclass(frozen=True)
-class ZkFacts:
-    """What ZooKeeper holds about one group (raw, as read)."""
-
-    group: str
-    record: Mapping | None = None  # the decoded state record
-    record_error: str | None = None  # the state znode exists but is not a record
-    owner_node_id: int | None = None  # node id in the lowest contender
-    owner_error: str | None = None  # the lowest contender holds no node id (zkcoord.zk.election)
-    legacy: bool = False  # <root>/<group> exists
-    zk_offsets: Mapping[TopicPartition, str | None] = field(default_factory=dict)  # raw znode text
-    legacy_ids: tuple[str, ...] = ()
-    legacy_owners: Mapping[TopicPartition, str] = field(default_factory=dict)  # thread ids
-    migration: Mapping | None = None
-    migration_error: str | None = None
 
 
 @dataclass(frozen=True)

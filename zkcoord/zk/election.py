@@ -4,7 +4,7 @@ A group's election is the ephemeral sequential znodes
 ``/coordinators/<group>/owner/<uuid>__lock__<seq>`` (:mod:`zkcoord.zk.paths`).
 The daemon (:mod:`zkcoord.zk.ownership`), the migration commands and Spark
 tasks (:mod:`zkcoord.zk.modes`, :mod:`zkcoord.migrate.apply_batch`) and
-inspection (:mod:`zkcoord.inspect.zkread`) all read it through this module,
+inspection (:mod:`zkcoord.zk.group_reads`) all read it through this module,
 so a deposed owner's write is refused, and an owner is named, the same way
 whichever package asks.
 

@@ -41,7 +41,7 @@ from zkcoord.tasks import Background
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import SessionEvent, ZkConnection
 
-__all__ = ["NodeInfo", "NodeRegistry", "ALLOCATED_ID_BASE"]
+__all__ = ["NodeInfo", "NodeRegistry", "ALLOCATED_ID_BASE", "read_nodes"]
 
 log = logging.getLogger(__name__)
 
@@ -228,30 +228,11 @@ class NodeRegistry:
         return await self._conn.retry("list the zkcoord nodes", self._inner_nodes, on_change)
 
     async def _inner_nodes(self, on_change: Callable[[], None] | None = None) -> dict[int, NodeInfo]:
-        client = self._conn.client
         watch = None
         if on_change is not None:
             loop = asyncio.get_running_loop()
             watch = lambda event: aio.post(loop, on_change)  # noqa: E731
-        try:
-            children = await aio.call(client.get_children_async, paths.NODES, watch)
-        except NoNodeError:
-            if on_change is not None:  # the first daemon's registration creates it
-                await aio.call(client.exists_async, paths.NODES, watch)
-            return {}
-        ids = sorted(int(c) for c in children if c.isdigit())
-        outcomes = await aio.gather(asyncio.get_running_loop(), [client.get_async(paths.node(i)) for i in ids])
-        found = {}
-        for node_id, outcome in zip(ids, outcomes):
-            if isinstance(outcome, NoNodeError):
-                continue
-            if isinstance(outcome, BaseException):
-                raise outcome
-            try:
-                found[node_id] = NodeInfo.from_json(node_id, outcome[0])
-            except StateError as exc:
-                log.warning("%s", exc)
-        return found
+        return await read_nodes(self._conn.client, watch)
 
     async def node(self, node_id: int) -> NodeInfo | None:
         """One daemon's registration, None if it is not running."""
@@ -281,3 +262,30 @@ class NodeRegistry:
     def _invalidate(self, node_id: int) -> None:
         self._cache_epoch[node_id] = self._cache_epoch.get(node_id, 0) + 1
         self._cache.pop(node_id, None)
+
+
+async def read_nodes(client, watch: Callable | None = None) -> dict[int, NodeInfo]:
+    """Every daemon registered under ``/zkcoord/nodes``, by node id; one
+    idempotent step (run it under the connection's retry). Names that are not
+    node ids are not registrations; an unreadable registration is logged and
+    left out. ``watch`` goes on the directory (its children, or its creation)."""
+    try:
+        children = await aio.call(client.get_children_async, paths.NODES, watch)
+    except NoNodeError:
+        if watch is not None:  # the first daemon's registration creates it
+            await aio.call(client.exists_async, paths.NODES, watch)
+        return {}
+    ids = sorted(int(c) for c in children if c.isascii() and c.isdigit() and int(c) < 2**31)
+    outcomes = await aio.gather(asyncio.get_running_loop(), [client.get_async(paths.node(i)) for i in ids])
+    found = {}
+    for node_id, outcome in zip(ids, outcomes):
+        if isinstance(outcome, NoNodeError):
+            continue
+        if isinstance(outcome, BaseException):
+            raise outcome
+        try:
+            found[node_id] = NodeInfo.from_json(node_id, outcome[0])
+        except StateError as exc:
+            log.warning("%s", exc)
+    return found
+

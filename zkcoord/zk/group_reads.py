@@ -1,4 +1,5 @@
-"""Reading what ZooKeeper holds about groups, for inspection. Reads only.
+"""Reading what ZooKeeper holds about groups, for inspection (``zkcoord
+describe``, ``zkcoord groups``). Reads only.
 
 This module owns the read side of every znode inspection looks at: the
 registered daemons (``/zkcoord/nodes``), a group's state record, its
@@ -22,22 +23,40 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from zkcoord.errors import StateError
-from zkcoord.inspect.model import Daemon
-from zkcoord.inspect.views import TopicPartition, ZkFacts
 from zkcoord.zk import aio, election, paths
 from zkcoord.zk.connection import ZkConnection
-from zkcoord.zk.nodes import NodeInfo
+from zkcoord.zk.legacy import TopicPartition
+from zkcoord.zk.nodes import NodeInfo, read_nodes
 from zkcoord.zk.state_store import decode_state
 
-__all__ = ["read_daemons", "read_group", "list_zkcoord_groups", "list_legacy_groups"]
+__all__ = ["ZkFacts", "read_daemons", "read_group", "list_zkcoord_groups", "list_legacy_groups"]
 
 _IDS, _OWNERS = "ids", "owners"  # old ZooKeeper consumers: registrations and partition owners
+
+
+@dataclass(frozen=True)
+class ZkFacts:
+    """What ZooKeeper holds about one group (raw, as read)."""
+
+    group: str
+    record: Mapping | None = None  # the decoded state record
+    record_error: str | None = None  # the state znode exists but is not a record
+    owner_node_id: int | None = None  # node id in the lowest contender
+    owner_error: str | None = None  # the lowest contender holds no node id (zkcoord.zk.election)
+    legacy: bool = False  # <root>/<group> exists
+    zk_offsets: Mapping[TopicPartition, str | None] = field(default_factory=dict)  # raw znode text
+    legacy_ids: tuple[str, ...] = ()
+    legacy_owners: Mapping[TopicPartition, str] = field(default_factory=dict)  # thread ids
+    migration: Mapping | None = None
+    migration_error: str | None = None
 
 
 def _raise_unexpected(*outcomes: Any) -> None:
@@ -50,28 +69,9 @@ def _children(outcome: Any) -> list[str]:
     return [] if isinstance(outcome, NoNodeError) else list(outcome)
 
 
-async def read_daemons(conn: ZkConnection) -> dict[int, Daemon]:
-    """Every registered daemon by node id (unreadable registrations skipped)."""
-    async def inner() -> dict[int, Daemon]:
-        client = conn.client
-        try:
-            names = await aio.call(client.get_children_async, paths.NODES)
-        except NoNodeError:
-            return {}
-        ids = sorted(int(n) for n in names if n.isascii() and n.isdigit() and int(n) < 2**31)
-        outcomes = await aio.gather(asyncio.get_running_loop(), [client.get_async(paths.node(i)) for i in ids])
-        _raise_unexpected(*outcomes)
-        found = {}
-        for node_id, outcome in zip(ids, outcomes):
-            if isinstance(outcome, NoNodeError):
-                continue
-            try:
-                info = NodeInfo.from_json(node_id, outcome[0])
-            except StateError:
-                continue
-            found[node_id] = Daemon(node_id, info.host, info.port, info.version)
-        return found
-    return await conn.retry("list the zkcoord daemons", inner)
+async def read_daemons(conn: ZkConnection) -> dict[int, NodeInfo]:
+    """Every registered daemon by node id (unreadable registrations left out)."""
+    return await conn.retry("list the zkcoord daemons", read_nodes, conn.client)
 
 
 async def list_zkcoord_groups(conn: ZkConnection) -> list[str]:
