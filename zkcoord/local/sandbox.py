@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from zkcoord.errors import SandboxError, UsageError
+from zkcoord.errors import SandboxError, ServiceUnavailableError, UsageError
 from zkcoord.local import config_files, jars, procs
 
 MAX_BROKERS = 3
@@ -267,20 +267,12 @@ class Sandbox:
         """A broker killed with -9 leaves its ephemeral ``/brokers/ids/<id>``
         until its ZooKeeper session times out; a new broker with that id would
         fail to register, so wait for it to go."""
-        from kazoo.client import KazooClient
-        from kazoo.exceptions import KazooException
+        from zkcoord.zk.topics import wait_broker_unregistered
 
-        client = KazooClient(hosts=self.zookeeper_address(state), timeout=10)
         try:
-            client.start(timeout=30)
-            deadline = time.monotonic() + 60
-            while client.exists(f"/brokers/ids/{broker.broker_id}") and time.monotonic() < deadline:
-                time.sleep(0.25)
-        except (KazooException, OSError) as exc:
+            wait_broker_unregistered(self.zookeeper_address(state), broker.broker_id)
+        except ServiceUnavailableError as exc:
             raise SandboxError(f"cannot reach the sandbox ZooKeeper at {self.zookeeper_address(state)}: {exc}")
-        finally:
-            client.stop()
-            client.close()
 
     def _start_daemon(self, state: SandboxState, daemon: Server) -> None:
         """A ``zkcoord run`` daemon; ``-X`` carries the pid marker (Python

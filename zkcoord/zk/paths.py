@@ -46,6 +46,7 @@ NODES = f"{ROOT}/nodes"
 NODE_ID_SEQUENCE = f"{ROOT}/node-id-seq"
 LAYOUT = f"{ROOT}/layout"
 COORDINATORS = "/coordinators"
+BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 DEFAULT_CONSUMERS_ROOT = "/consumers"
 
@@ -123,6 +124,13 @@ def contender_sequence(name: str) -> str | None:
 
 def state(group: str) -> str:
     return f"{coordinator(group)}/state"
+
+
+def broker_registration(broker_id: int) -> str:
+    """Kafka's (ZooKeeper mode) ephemeral registration of a live broker."""
+    if isinstance(broker_id, bool) or not isinstance(broker_id, int) or broker_id < 0:
+        raise UsageError(f"broker id {broker_id!r} is not a whole number >= 0")
+    return f"{BROKER_IDS}/{broker_id}"
 
 
 def broker_topic(topic: str) -> str:

@@ -1,9 +1,11 @@
-"""Partition counts of Kafka topics, from Kafka's own registration.
+"""Kafka's own znodes (ZooKeeper mode): partition counts of topics, and
+whether a broker is registered.
 
-This module owns reading ``/brokers/topics/<topic>``, which Kafka (ZooKeeper
-mode) writes as ``{"version":2,"partitions":{"0":[1,2],"1":[2,3]},...}``:
-the number of keys of ``"partitions"`` is the partition count. Nothing here
-writes.
+This module owns reading ``/brokers/topics/<topic>``, which Kafka writes as
+``{"version":2,"partitions":{"0":[1,2],"1":[2,3]},...}``: the number of keys
+of ``"partitions"`` is the partition count; and waiting for a broker's
+``/brokers/ids/<id>`` to go (:func:`wait_broker_unregistered`, for the
+sandbox's restarts). Nothing here writes.
 
 Rules:
 
@@ -32,7 +34,7 @@ from zkcoord.errors import ServiceUnavailableError, StateError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
 
-__all__ = ["TopicRegistry", "TopicWatch", "parse_partition_count"]
+__all__ = ["TopicRegistry", "TopicWatch", "parse_partition_count", "wait_broker_unregistered"]
 
 log = logging.getLogger(__name__)
 
@@ -122,3 +124,32 @@ class TopicRegistry:
             raise ServiceUnavailableError(f"ZooKeeper at {self._conn.hosts} did not let us watch {path} "
                                           f"within {timeout_s:g} s") from None
         return handle
+
+
+def wait_broker_unregistered(hosts: str, broker_id: int, timeout_s: float = 60.0) -> bool:
+    """Block until broker ``broker_id``'s registration is gone from the
+    ZooKeeper at ``hosts`` (a broker killed with -9 leaves it until its session
+    times out, and a new broker with that id cannot register meanwhile);
+    whether it went within ``timeout_s``. ServiceUnavailableError if ZooKeeper
+    cannot be reached."""
+    import time
+
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import KazooException
+
+    path = paths.broker_registration(broker_id)
+    client = KazooClient(hosts=hosts, timeout=10)
+    try:
+        client.start(timeout=30)
+        deadline = time.monotonic() + timeout_s
+        while client.exists(path):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.25)
+        return True
+    except (KazooException, OSError) as exc:
+        raise ServiceUnavailableError(f"cannot reach ZooKeeper at {hosts}: {exc}") from None
+    finally:
+        client.stop()
+        client.close()
+
