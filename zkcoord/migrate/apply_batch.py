@@ -77,7 +77,8 @@ from zkcoord.migrate.apply import Adapters, ApplyOptions, ApplyResult, OnStep, _
 from zkcoord.zk.legacy import LegacyGroup
 from zkcoord.zk.modes import TOOL_NODE_ID, ModeChange, _with_mode
 from zkcoord.zk.bulk_reads import GET_CHILDREN, GET_DATA, read_znodes
-from zkcoord.migrate.status import Phase, _decode, advanced, encode, tp_rows
+from zkcoord.migrate.status import Phase, advanced, encode, tp_rows
+from zkcoord.zk.migrations import decode_record
 from zkcoord.zk import aio, election, paths
 from zkcoord.zk.state_store import decode_state, encode_state
 
@@ -198,7 +199,7 @@ class _Batch:
                 data, stat = record
                 group.version = stat.version
                 try:
-                    group.record = _decode(paths.migration(group.name), data) if data else None
+                    group.record = decode_record(paths.migration(group.name), data) if data else None
                 except ZkcoordError:
                     to_slow(group, "its migration record is corrupt")  # apply_group reports it
                     continue

@@ -86,7 +86,7 @@ from zkcoord.migrate.plan import _plan_one  # the single-group path's facts -> p
 from zkcoord.zk.bulk_reads import GET_DATA, MultiReadLegacy, ReaderLegacy, Reads, SelectHandler, SingleReads, \
     read_znodes, reader_for
 from zkcoord.migrate.status import MigrationStore, Phase
-from zkcoord.migrate.status import _decode as decode_record  # MigrationStore.load's own decoding
+from zkcoord.zk.migrations import decode_record  # MigrationStore.load's own decoding
 from zkcoord.migrate.verify import MIGRATED, VerifyResult, compare
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection

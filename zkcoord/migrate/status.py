@@ -29,31 +29,27 @@ Record (JSON, compact)::
 "zookeeper": [[t, p, raw text or null]]}``, written once per migration
 (never overwritten by a re-run, so it keeps the offsets from *before*).
 
-Rules: every write is versioned (``ConflictError`` when another command
-changed the record meanwhile); a write whose answer was lost is resolved by
-reading it back; a corrupt record is a StateError naming its znode.
+The znodes are read and written by :mod:`zkcoord.zk.migrations` (every
+write versioned, a corrupt record a StateError naming its znode); this
+module owns what the records mean.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-
-from zkcoord.errors import ConflictError, StateError
-from zkcoord.zk.modes import read_mode
-from zkcoord.zk import aio, paths
+from zkcoord.errors import StateError
+from zkcoord.zk import paths
 from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.migrations import RECORD_VERSION, MigrationRecords, encode
+from zkcoord.zk.modes import read_mode
 
 __all__ = ["Phase", "NEXT", "MigrationStore", "advanced", "GroupStatus", "group_status", "encode", "tp_rows"]
 
-RECORD_VERSION = 1
-MAX_BYTES = 1_000_000
 _HISTORY = 50  # phase changes kept in a record
 
 
@@ -74,28 +70,9 @@ NEXT: dict[Phase, frozenset[Phase]] = {
 }
 
 
-def encode(what: str, value: dict[str, Any]) -> bytes:
-    data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-    if len(data) > MAX_BYTES:
-        raise StateError(f"{what} would be {len(data)} bytes, over ZooKeeper's limit of {MAX_BYTES}; "
-                         "migrate fewer partitions per group or raise jute.maxbuffer")
-    return data
-
-
 def tp_rows(offsets: dict, *extra: dict) -> list[list]:
     """``{(t, p): v}`` (and more maps by the same keys) as sorted ``[[t, p, v, ...]]`` rows."""
     return [[t, p, v, *(more.get((t, p)) for more in extra)] for (t, p), v in sorted(offsets.items())]
-
-
-def _decode(path: str, data: bytes) -> dict[str, Any]:
-    try:
-        record = json.loads(data.decode())
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise StateError(f"migration znode {path} is not JSON ({exc}); inspect it, then repair or delete it") from None
-    if not isinstance(record, dict) or record.get("v") != RECORD_VERSION:
-        raise StateError(f"migration znode {path} is not a version-{RECORD_VERSION} record; "
-                         "inspect it, then repair or delete it")
-    return record
 
 
 def advanced(group: str, record: dict | None, phase: Phase, now_ms: int, **fields: Any) -> dict:
@@ -113,37 +90,8 @@ def advanced(group: str, record: dict | None, phase: Phase, now_ms: int, **field
     return new
 
 
-class MigrationStore:
-    """Migration records of every group; no I/O in the constructor."""
-
-    def __init__(self, conn: ZkConnection) -> None:
-        self._conn = conn
-
-    async def list_groups(self) -> list[str]:
-        async def inner() -> list[str]:
-            try:
-                return sorted(await aio.call(self._conn.client.get_children_async, paths.MIGRATIONS))
-            except NoNodeError:
-                return []
-        return await self._conn.retry("list the migration records", inner)
-
-    async def load(self, group: str) -> tuple[dict[str, Any] | None, int]:
-        """(record, version); (None, -1) if the group has none."""
-        return await self._read(paths.migration(group))
-
-    async def load_child(self, path: str) -> dict[str, Any] | None:
-        return (await self._read(path))[0]
-
-    async def _read(self, path: str) -> tuple[dict[str, Any] | None, int]:
-        async def inner():
-            try:
-                data, stat = await aio.call(self._conn.client.get_async, path)
-            except NoNodeError:
-                return None, -1
-            if not data:  # a parent created by makepath for a child
-                return None, stat.version
-            return _decode(path, data), stat.version
-        return await self._conn.retry(f"read {path}", inner)
+class MigrationStore(MigrationRecords):
+    """The migration records, moved on by the phase rules above."""
 
     async def advance(self, group: str, record: dict | None, version: int, phase: Phase, now_ms: int,
                       **fields: Any) -> tuple[dict, int]:
@@ -153,51 +101,6 @@ class MigrationStore:
         new = advanced(group, record, phase, now_ms, **fields)
         path = paths.migration(group)
         return new, await self.write(path, encode(f"the migration record of group {group!r}", new), version)
-
-    async def write(self, path: str, data: bytes, version: int) -> int:
-        """Set ``path`` at ``version`` (-1: create, or fill a data-less parent
-        at 0); ConflictError if someone else wrote it meanwhile."""
-        tried = [False]
-
-        async def inner() -> int:
-            client = self._conn.client
-            if tried[0]:
-                current, stat = await aio.call(client.get_async, path)
-                if current == data:
-                    return stat.version  # our write landed; its answer was lost
-            tried[0] = True
-            try:
-                if version < 0:
-                    await aio.call(client.create_async, path, data, makepath=True)
-                    return 0
-                return (await aio.call(client.set_async, path, data, version)).version
-            except (NodeExistsError, BadVersionError, NoNodeError):
-                raise ConflictError(f"{path} was changed by another command while this one ran; "
-                                    "nothing of this step was written: re-run") from None
-        return await self._conn.retry(f"write {path}", inner)
-
-    async def put(self, path: str, data: bytes) -> None:
-        """Create or overwrite ``path`` (archives)."""
-        async def inner() -> None:
-            try:
-                await aio.call(self._conn.client.set_async, path, data)
-            except NoNodeError:
-                try:
-                    await aio.call(self._conn.client.create_async, path, data, makepath=True)
-                except NodeExistsError:
-                    await aio.call(self._conn.client.set_async, path, data)
-        await self._conn.retry(f"write {path}", inner)
-
-    async def create_once(self, path: str, data: bytes) -> bool:
-        """Create ``path`` unless it exists; True if this call created it."""
-        async def inner() -> bool:
-            try:
-                await aio.call(self._conn.client.create_async, path, data, makepath=True)
-                return True
-            except NodeExistsError:
-                current, _ = await aio.call(self._conn.client.get_async, path)
-                return current == data  # ours, if a retry follows a lost answer
-        return await self._conn.retry(f"create {path}", inner)
 
 
 @dataclass(frozen=True)
