@@ -29,26 +29,20 @@ Rules:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
-
-from zkcoord.errors import ConflictError
 from zkcoord.migrate.apply import Adapters
 from zkcoord.zk.modes import ModeChange, set_offset_storage
 from zkcoord.migrate.plan import Selection
 from zkcoord.migrate.status import Phase, encode
 from zkcoord.migrate.verify import VerifyResult, migrated_groups, verify_group
-from zkcoord.zk import aio, paths
+from zkcoord.zk import paths
 
-__all__ = ["FinalizeResult", "finalize_group", "finalize_groups", "read_legacy_versions"]
+__all__ = ["FinalizeResult", "finalize_group", "finalize_groups"]
 
 ArchiveSink = Callable[[dict[str, Any]], None]
-Legacy = dict[tuple[str, int], tuple[str | None, int]]  # (topic, partition) -> (raw text, znode version)
-_MAX_OPS = 900
 
 
 @dataclass(frozen=True)
@@ -97,7 +91,7 @@ async def finalize_group(adapters: Adapters, group: str, *, delete_legacy: bool 
 async def _archive_and_delete(adapters: Adapters, group: str, delete_legacy: bool,
                               sink: ArchiveSink | None) -> tuple[int, int]:
     layout = adapters.legacy.paths
-    legacy = await read_legacy_versions(adapters, group)
+    legacy = await adapters.legacy.read_versions(group)
     archive_path = paths.migration_archive(group)
     old = await adapters.store.load_child(archive_path) or {}
     merged = {(t, p): raw for t, p, raw in old.get("offsets", [])}
@@ -110,92 +104,7 @@ async def _archive_and_delete(adapters: Adapters, group: str, delete_legacy: boo
         await adapters.store.put(archive_path, encode(f"the archive of group {group!r}", archive))
     if not delete_legacy:
         return len(merged), 0
-    return len(merged), await _delete_legacy(adapters, group, legacy)
-
-
-async def read_legacy_versions(adapters: Adapters, group: str) -> Legacy:
-    """Every legacy offset znode of the group: its text and version."""
-    conn, layout = adapters.conn, adapters.legacy.paths
-
-    async def inner() -> Legacy:
-        client, loop = conn.client, asyncio.get_running_loop()
-        try:
-            topics = await aio.call(client.get_children_async, layout.offsets_dir(group))
-        except NoNodeError:
-            return {}
-        listed = await aio.gather(loop, [client.get_children_async(layout.topic_dir(group, t)) for t in topics])
-        wanted = [(t, int(n)) for t, names in zip(topics, listed) if isinstance(names, list)
-                  for n in names if n.isascii() and n.isdigit()]
-        values = await aio.gather(loop, [client.get_async(layout.partition(group, t, p)) for t, p in wanted])
-        found: Legacy = {}
-        for tp, value in zip(wanted, values):
-            if isinstance(value, NoNodeError):
-                continue
-            if isinstance(value, BaseException):
-                raise value
-            data, stat = value
-            found[tp] = (None if data is None else data.decode("utf-8", "backslashreplace"), stat.version)
-        return found
-
-    return await conn.retry(f"read the legacy offsets of group {group!r}", inner)
-
-
-async def _delete_legacy(adapters: Adapters, group: str, legacy: Legacy) -> int:
-    """Delete the archived znodes (at their versions) and the metadata; the count deleted."""
-    conn, layout = adapters.conn, adapters.legacy.paths
-    deleted = 0
-    by_topic: dict[str, list[tuple[int, int]]] = {}
-    for (topic, partition), (_, version) in sorted(legacy.items()):
-        by_topic.setdefault(topic, []).append((partition, version))
-    for topic, parts in by_topic.items():
-        for i in range(0, len(parts), _MAX_OPS):
-            chunk = parts[i:i + _MAX_OPS]
-            last = i + _MAX_OPS >= len(parts)
-            ops = [(layout.partition(group, topic, p), v) for p, v in chunk]
-            ops += [(layout.topic_dir(group, topic), -1)] if last else []
-            await _delete_all(adapters, group, ops)
-            deleted += len(chunk)
-    await _delete_all(adapters, group, [(layout.offsets_dir(group), -1)], missing_ok=True)
-    await _delete_tree(adapters, layout.metadata_dir(group))
-    return deleted
-
-
-async def _delete_all(adapters: Adapters, group: str, ops: list[tuple[str, int]], missing_ok: bool = False) -> None:
-    conn = adapters.conn
-
-    async def inner() -> None:
-        txn = conn.client.transaction()
-        for path, version in ops:
-            txn.delete(path, version)
-        results = await aio.future_of(asyncio.get_running_loop(), txn.commit_async())
-        failure = aio.transaction_failure(results)
-        if failure is None:
-            return
-        index, exc = failure
-        if isinstance(exc, NoNodeError) and missing_ok:
-            return
-        if isinstance(exc, NoNodeError) and index >= 0:
-            remaining = ops[:index] + ops[index + 1:]  # deleted already (by a lost answer, say)
-            if remaining:
-                await _delete_all(adapters, group, remaining, missing_ok)
-            return
-        if isinstance(exc, (BadVersionError, NotEmptyError)):
-            raise ConflictError(f"legacy offsets of group {group!r} changed after they were archived ({ops[index][0]}"
-                                "): a legacy consumer still commits to ZooKeeper? nothing of this topic was "
-                                "deleted; re-run finalize --delete-legacy")
-        raise aio.translate(exc, f"delete the legacy offsets of group {group!r}", conn.hosts)
-
-    await conn.retry(f"delete the legacy offsets of group {group!r}", inner)
-
-
-async def _delete_tree(adapters: Adapters, root: str) -> None:
-    """Delete ``root`` and everything below (the commit metadata: derived data)."""
-    async def inner() -> None:
-        try:  # kazoo's recursive delete is blocking: run it off the loop
-            await asyncio.to_thread(adapters.conn.client.delete, root, recursive=True)
-        except NoNodeError:
-            pass
-    await adapters.conn.retry(f"delete {root}", inner)
+    return len(merged), await adapters.legacy.delete_archived(group, legacy)
 
 
 async def finalize_groups(adapters: Adapters, selection: Selection, *, delete_legacy: bool = False,

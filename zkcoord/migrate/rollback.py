@@ -27,18 +27,15 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-
 from zkcoord.core.migration import parse_legacy_offset
 from zkcoord.errors import ConflictError, NotFoundError, UsageError, ZkcoordError
 from zkcoord.kafka.offsets import TopicPartition
 from zkcoord.migrate.apply import Adapters
-from zkcoord.migrate.finalize import read_legacy_versions
 from zkcoord.zk.modes import ModeChange, read_mode, set_offset_storage
 from zkcoord.migrate.plan import Selection
 from zkcoord.migrate.status import Phase
 from zkcoord.migrate.verify import migrated_groups
-from zkcoord.zk import aio, paths
+from zkcoord.zk import paths
 
 __all__ = ["RollbackResult", "rollback_group", "rollback_groups", "raise_legacy_to"]
 
@@ -99,7 +96,7 @@ async def raise_legacy_to(adapters: Adapters, group: str,
     nothing, or no decimal); never lowers a legacy offset. Returns what was written."""
     written: list[tuple[str, int, int]] = []
     for _ in range(_ATTEMPTS):
-        current = await read_legacy_versions(adapters, group)
+        current = await adapters.legacy.read_versions(group)
         ops = []
         for (topic, partition), offset in sorted(targets.items()):
             raw, znode_version = current.get((topic, partition), (None, -1))
@@ -109,45 +106,18 @@ async def raise_legacy_to(adapters: Adapters, group: str,
             ops.append((topic, partition, offset, znode_version if (topic, partition) in current else None))
         if not ops:
             return tuple(sorted(written))
-        try:
-            for i in range(0, len(ops), _MAX_OPS):
-                await _write_versioned(adapters, group, ops[i:i + _MAX_OPS])
-                written += [(t, p, o) for t, p, o, _ in ops[i:i + _MAX_OPS]]
-        except _Changed:
-            continue  # a commit landed meanwhile: read again, keep whatever is larger
+        changed = False
+        for i in range(0, len(ops), _MAX_OPS):
+            if not await adapters.legacy.write_versioned(group, ops[i:i + _MAX_OPS]):
+                changed = True  # a commit landed meanwhile: read again, keep whatever is larger
+                break
+            written += [(t, p, o) for t, p, o, _ in ops[i:i + _MAX_OPS]]
+        if changed:
+            continue
     raise ConflictError(f"legacy offsets of group {group!r} kept changing while the rollback copied Kafka's "
                         f"offsets ({_ATTEMPTS} attempts); re-run")
 
 
-class _Changed(Exception):
-    """A versioned legacy write found the znode changed."""
-
-
-async def _write_versioned(adapters: Adapters, group: str, ops: list[tuple[str, int, int, int | None]]) -> None:
-    conn, layout = adapters.conn, adapters.legacy.paths
-
-    async def inner() -> None:
-        client, loop = conn.client, asyncio.get_running_loop()
-        topics = sorted({t for t, _, _, _ in ops})
-        ensured = await aio.gather(loop, [client.ensure_path_async(layout.topic_dir(group, t)) for t in topics])
-        for outcome in ensured:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        txn = client.transaction()
-        for topic, partition, offset, version in ops:
-            path, value = layout.partition(group, topic, partition), str(offset).encode()
-            if version is None:
-                txn.create(path, value)
-            else:
-                txn.set_data(path, value, version)
-        failure = aio.transaction_failure(await aio.future_of(loop, txn.commit_async()))
-        if failure is None:
-            return
-        if isinstance(failure[1], (BadVersionError, NodeExistsError, NoNodeError)):
-            raise _Changed()
-        raise aio.translate(failure[1], f"write the legacy offsets of group {group!r}", conn.hosts)
-
-    await conn.retry(f"write the legacy offsets of group {group!r}", inner)
 
 
 async def _to_backup(adapters: Adapters, group: str) -> RollbackResult:

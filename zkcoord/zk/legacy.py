@@ -26,17 +26,20 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
+from zkcoord.errors import ConflictError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.offsets import OffsetStore
 from zkcoord.zk.state_store import decode_state
 
-__all__ = ["LegacyGroup", "LegacyOffsets", "TopicPartition"]
+__all__ = ["LegacyGroup", "LegacyOffsets", "LegacyVersions", "TopicPartition"]
 
 log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
+LegacyVersions = dict[TopicPartition, tuple[str | None, int]]  # (topic, partition) -> (raw text, znode version)
+_MAX_OPS = 900  # deletes per multi
 _IDS = "ids"  # <root>/<group>/ids/<consumer id>: ephemeral registrations of old ZooKeeper consumers
 _GROUPS_AT_ONCE = 32
 
@@ -152,6 +155,122 @@ class LegacyOffsets:
         finally:
             await store.stop()
         return sum(len(per_group) for per_group in offsets.values())
+
+
+    # -- finalize: the archived znodes, read with their versions and deleted at them ------------
+    async def read_versions(self, group: str) -> LegacyVersions:
+        """Every legacy offset znode of the group: its text and znode version."""
+        layout = self.paths
+
+        async def inner() -> LegacyVersions:
+            client, loop = self._conn.client, asyncio.get_running_loop()
+            try:
+                topics = await aio.call(client.get_children_async, layout.offsets_dir(group))
+            except NoNodeError:
+                return {}
+            listed = await aio.gather(loop, [client.get_children_async(layout.topic_dir(group, t)) for t in topics])
+            wanted = [(t, int(n)) for t, names in zip(topics, listed) if isinstance(names, list)
+                      for n in names if n.isascii() and n.isdigit()]
+            values = await aio.gather(loop, [client.get_async(layout.partition(group, t, p)) for t, p in wanted])
+            found: LegacyVersions = {}
+            for tp, value in zip(wanted, values):
+                if isinstance(value, NoNodeError):
+                    continue
+                if isinstance(value, BaseException):
+                    raise value
+                data, stat = value
+                found[tp] = (None if data is None else data.decode("utf-8", "backslashreplace"), stat.version)
+            return found
+
+        return await self._conn.retry(f"read the legacy offsets of group {group!r}", inner)
+
+    async def delete_archived(self, group: str, versions: LegacyVersions) -> int:
+        """Delete the offset znodes ``versions`` names, each at its version
+        (ConflictError when a legacy consumer committed since: nothing of that
+        topic is deleted), then the emptied directories and the commit
+        metadata; the number of offsets deleted."""
+        layout = self.paths
+        deleted = 0
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for (topic, partition), (_, version) in sorted(versions.items()):
+            by_topic.setdefault(topic, []).append((partition, version))
+        for topic, parts in by_topic.items():
+            for i in range(0, len(parts), _MAX_OPS):
+                chunk = parts[i:i + _MAX_OPS]
+                last = i + _MAX_OPS >= len(parts)
+                ops = [(layout.partition(group, topic, p), v) for p, v in chunk]
+                ops += [(layout.topic_dir(group, topic), -1)] if last else []
+                await self._delete_all(group, ops)
+                deleted += len(chunk)
+        await self._delete_all(group, [(layout.offsets_dir(group), -1)], missing_ok=True)
+        await self._delete_tree(layout.metadata_dir(group))
+        return deleted
+
+    async def _delete_all(self, group: str, ops: list[tuple[str, int]], missing_ok: bool = False) -> None:
+        conn = self._conn
+
+        async def inner() -> None:
+            txn = conn.client.transaction()
+            for path, version in ops:
+                txn.delete(path, version)
+            results = await aio.future_of(asyncio.get_running_loop(), txn.commit_async())
+            failure = aio.transaction_failure(results)
+            if failure is None:
+                return
+            index, exc = failure
+            if isinstance(exc, NoNodeError) and missing_ok:
+                return
+            if isinstance(exc, NoNodeError) and index >= 0:
+                remaining = ops[:index] + ops[index + 1:]  # deleted already (by a lost answer, say)
+                if remaining:
+                    await self._delete_all(group, remaining, missing_ok)
+                return
+            if isinstance(exc, (BadVersionError, NotEmptyError)):
+                raise ConflictError(f"legacy offsets of group {group!r} changed after they were archived "
+                                    f"({ops[index][0]}): a legacy consumer still commits to ZooKeeper? nothing "
+                                    "of this topic was deleted; re-run finalize --delete-legacy")
+            raise aio.translate(exc, f"delete the legacy offsets of group {group!r}", conn.hosts)
+
+        await conn.retry(f"delete the legacy offsets of group {group!r}", inner)
+
+    async def _delete_tree(self, root: str) -> None:
+        """Delete ``root`` and everything below (the commit metadata: derived data)."""
+        async def inner() -> None:
+            try:  # kazoo's recursive delete is blocking: run it off the loop
+                await asyncio.to_thread(self._conn.client.delete, root, recursive=True)
+            except NoNodeError:
+                pass
+        await self._conn.retry(f"delete {root}", inner)
+
+    # -- rollback: offsets raised where ZooKeeper has less, at the versions read --------------
+    async def write_versioned(self, group: str, ops: list[tuple[str, int, int, int | None]]) -> bool:
+        """Write ``(topic, partition, offset, znode version or None to create)``
+        in one multi; False (nothing written) when a znode changed since its
+        version was read (a legacy consumer committed): read again."""
+        layout = self.paths
+
+        async def inner() -> bool:
+            client, loop = self._conn.client, asyncio.get_running_loop()
+            topics = sorted({t for t, _, _, _ in ops})
+            ensured = await aio.gather(loop, [client.ensure_path_async(layout.topic_dir(group, t)) for t in topics])
+            for outcome in ensured:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            txn = client.transaction()
+            for topic, partition, offset, version in ops:
+                path, value = layout.partition(group, topic, partition), str(offset).encode()
+                if version is None:
+                    txn.create(path, value)
+                else:
+                    txn.set_data(path, value, version)
+            failure = aio.transaction_failure(await aio.future_of(loop, txn.commit_async()))
+            if failure is None:
+                return True
+            if isinstance(failure[1], (BadVersionError, NodeExistsError, NoNodeError)):
+                return False
+            raise aio.translate(failure[1], f"write the legacy offsets of group {group!r}", self._conn.hosts)
+
+        return await self._conn.retry(f"write the legacy offsets of group {group!r}", inner)
 
 
 def _raise_unexpected(*outcomes: object) -> None:
