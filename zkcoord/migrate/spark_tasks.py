@@ -74,8 +74,6 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from kazoo.exceptions import NoNodeError, SessionExpiredError
-
 from zkcoord.core.migration import Decision, GroupPlan, Options, make_plan
 from zkcoord.errors import ServiceUnavailableError, UsageError, ZkcoordError
 from zkcoord.kafka.offsets import KafkaOffsets, LogRange, TopicPartition
@@ -83,12 +81,10 @@ from zkcoord.migrate.apply import Adapters, ApplyOptions, ApplyResult, wall_cloc
 from zkcoord.migrate.apply_batch import apply_batch
 from zkcoord.zk.legacy import LegacyGroup, LegacyOffsets
 from zkcoord.migrate.plan import _plan_one  # the single-group path's facts -> plan step, shared on purpose
-from zkcoord.zk.bulk_reads import GET_DATA, MultiReadLegacy, ReaderLegacy, Reads, SelectHandler, SingleReads, \
-    read_znodes, reader_for
+from zkcoord.zk.bulk_reads import MultiReadLegacy, ReaderLegacy, Reads, SelectHandler, SingleReads, reader_for
 from zkcoord.migrate.status import MigrationStore, Phase
-from zkcoord.zk.migrations import decode_record  # MigrationStore.load's own decoding
 from zkcoord.migrate.verify import MIGRATED, VerifyResult, compare
-from zkcoord.zk import aio, paths
+from zkcoord.zk import paths
 from zkcoord.zk.connection import ZkConnection
 
 __all__ = ["REPORT_COLUMNS", "MODES", "ZK_READS", "TaskSpec", "JobSummary", "SummaryParam", "ProgressReporter",
@@ -293,40 +289,9 @@ class _PartitionRun:
         return _Fetched(batch, reads, committed, states)
 
     async def _load_records(self, batch: list[str]) -> list:
-        """Each group's ``(record, version)`` as :meth:`MigrationStore.load` gives it, or the
-        ZkcoordError it raises; with multiRead, all in one request per 1000 groups."""
-        if not isinstance(self.reader, MultiReadLegacy):
-            return await asyncio.gather(*(self.adapters.store.load(g) for g in batch), return_exceptions=True)
-        loaded: list = [None] * len(batch)
-        wanted = []
-        for i, group in enumerate(batch):
-            try:
-                wanted.append((i, paths.migration(group)))
-            except ZkcoordError as exc:
-                loaded[i] = exc
-
-        async def read() -> list:
-            outcomes = await read_znodes(self.conn, [(GET_DATA, path) for _, path in wanted], multi=True,
-                                         stats=True)
-            for outcome in outcomes:
-                if isinstance(outcome, (*aio.RETRYABLE, SessionExpiredError)):
-                    raise outcome  # the connection: the whole read again, as store.load's retry would
-            return outcomes
-
-        outcomes = await self.conn.retry(f"read the migration records of {len(wanted)} group(s)", read)
-        for (i, path), outcome in zip(wanted, outcomes):
-            if isinstance(outcome, NoNodeError):
-                loaded[i] = (None, -1)
-            elif isinstance(outcome, BaseException):
-                loaded[i] = aio.translate(outcome, f"read {path}", self.conn.hosts)
-            elif not outcome[0]:  # a parent created by makepath for a child
-                loaded[i] = (None, outcome[1].version)
-            else:
-                try:
-                    loaded[i] = (decode_record(path, outcome[0]), outcome[1].version)
-                except ZkcoordError as exc:
-                    loaded[i] = exc
-        return loaded
+        """Each group's ``(record, version)``, or the ZkcoordError of its read;
+        with multiRead, all in one request per 1000 groups."""
+        return await self.adapters.store.load_many(batch, multi=isinstance(self.reader, MultiReadLegacy))
 
     async def _fetch_verify(self, batch: list[str]) -> _Fetched:
         """Records, then ZooKeeper, then Kafka (rule 2)."""

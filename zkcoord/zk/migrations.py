@@ -12,13 +12,15 @@ its znode; a record is never over ZooKeeper's 1 MB limit.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, SessionExpiredError
 
-from zkcoord.errors import ConflictError, StateError
+from zkcoord.errors import ConflictError, StateError, ZkcoordError
 from zkcoord.zk import aio, paths
+from zkcoord.zk.bulk_reads import GET_DATA, read_znodes
 from zkcoord.zk.connection import ZkConnection
 
 __all__ = ["RECORD_VERSION", "MAX_BYTES", "MigrationRecords", "encode", "decode_record"]
@@ -124,3 +126,41 @@ class MigrationRecords:
                 current, _ = await aio.call(self._conn.client.get_async, path)
                 return current == data  # ours, if a retry follows a lost answer
         return await self._conn.retry(f"create {path}", inner)
+
+    async def load_many(self, groups: list[str], *, multi: bool) -> list:
+        """Each group's ``(record, version)`` as :meth:`load` gives it, or the
+        ZkcoordError its read raised; with ``multi``, ZooKeeper's multiRead
+        (:mod:`zkcoord.zk.bulk_reads`): one request per 1000 groups."""
+        if not multi:
+            return await asyncio.gather(*(self.load(g) for g in groups), return_exceptions=True)
+        loaded: list = [None] * len(groups)
+        wanted = []
+        for i, group in enumerate(groups):
+            try:
+                wanted.append((i, paths.migration(group)))
+            except ZkcoordError as exc:
+                loaded[i] = exc
+
+        async def read() -> list:
+            outcomes = await read_znodes(self._conn, [(GET_DATA, path) for _, path in wanted], multi=True,
+                                         stats=True)
+            for outcome in outcomes:
+                if isinstance(outcome, (*aio.RETRYABLE, SessionExpiredError)):
+                    raise outcome  # the connection: the whole read again, as load's retry would
+            return outcomes
+
+        outcomes = await self._conn.retry(f"read the migration records of {len(wanted)} group(s)", read)
+        for (i, path), outcome in zip(wanted, outcomes):
+            if isinstance(outcome, NoNodeError):
+                loaded[i] = (None, -1)
+            elif isinstance(outcome, BaseException):
+                loaded[i] = aio.translate(outcome, f"read {path}", self._conn.hosts)
+            elif not outcome[0]:  # a parent created by makepath for a child
+                loaded[i] = (None, outcome[1].version)
+            else:
+                try:
+                    loaded[i] = (decode_record(path, outcome[0]), outcome[1].version)
+                except ZkcoordError as exc:
+                    loaded[i] = exc
+        return loaded
+
