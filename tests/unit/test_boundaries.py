@@ -4,6 +4,7 @@ The core's own purity is tests/unit/test_core_purity.py."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 from pathlib import Path
@@ -12,13 +13,6 @@ import pytest
 
 import zkcoord
 from tests.unit.test_core_purity import _imports
-
-# Modules that still talk to kazoo outside zkcoord/zk/ (issue 15 moves them, then this list is empty).
-# A module that starts importing kazoo fails the test; one that stops must be taken off the list.
-KAZOO_NOT_YET_MOVED = {
-    "zkcoord.migrate.apply_batch",
-}
-
 
 def _modules() -> list[tuple[str, Path]]:
     found = []
@@ -40,10 +34,28 @@ def _uses_kazoo(module: str, path: Path) -> bool:
 def test_kazoo_only_behind_the_zk_package(module, path):
     if module.startswith("zkcoord.zk."):
         return
-    if module in KAZOO_NOT_YET_MOVED:
-        assert _uses_kazoo(module, path), f"{module} no longer imports kazoo: take it off KAZOO_NOT_YET_MOVED"
-        return
     assert not _uses_kazoo(module, path), f"{module} imports kazoo; reach ZooKeeper through zkcoord.zk"
+
+
+def _client_reaches(path: Path) -> list[int]:
+    """Lines where ``<...>conn.client`` is used: a ZkConnection's kazoo client."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Attribute) and node.attr == "client":
+            owner = node.value
+            name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            if name.endswith("conn"):
+                found.append(node.lineno)
+    return found
+
+
+@pytest.mark.parametrize("module, path", MODULES, ids=lambda v: str(v))
+def test_no_kazoo_client_outside_the_zk_package(module, path):
+    """Importing no kazoo is not enough: a connection's ``.client`` is kazoo too."""
+    if module.startswith("zkcoord.zk."):
+        return
+    lines = _client_reaches(path)
+    assert not lines, f"{module} uses a ZkConnection's kazoo client (line(s) {lines}); add the call to zkcoord.zk"
 
 
 @pytest.mark.parametrize("module, path", [(m, p) for m, p in MODULES

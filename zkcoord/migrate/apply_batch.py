@@ -66,9 +66,6 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from kazoo.exceptions import NoNodeError
 
 from zkcoord.core.migration import Decision, GroupPlan
 from zkcoord.errors import ZkcoordError
@@ -79,7 +76,8 @@ from zkcoord.zk.modes import TOOL_NODE_ID, ModeChange, _with_mode
 from zkcoord.zk.bulk_reads import GET_CHILDREN, GET_DATA, read_znodes
 from zkcoord.migrate.status import Phase, advanced, encode, tp_rows
 from zkcoord.zk.migrations import decode_record
-from zkcoord.zk import aio, election, paths
+from zkcoord.zk import batch, election, paths
+from zkcoord.zk.batch import Contenders, failed as _failed, missing
 from zkcoord.zk.state_store import decode_state, encode_state
 
 __all__ = ["apply_batch", "PlanFor"]
@@ -143,8 +141,7 @@ class _Batch:
         self.adapters, self.plan_for, self.options = adapters, plan_for, options
         self.multi_read, self.on_step = multi_read, on_step
         self.conn = adapters.conn
-        self.prefix = uuid.uuid4().hex + paths.CONTENDER_MARKER
-        self.held: list[_Group] = []  # groups whose contender we created (or may have)
+        self.contenders = Contenders(self.conn, TOOL_NODE_ID)
         self.coordinators_exist = True  # /coordinators, as the records' read found it
 
     # ------------------------------------------------------------ the steps
@@ -188,7 +185,7 @@ class _Batch:
             if _failed(record) or _failed(backup):
                 to_slow(group, "its migration record could not be read")
                 continue
-            if isinstance(coordinator, NoNodeError) and not _failed(request):
+            if missing(coordinator) and not _failed(request):
                 group.parents = (paths.coordinator(group.name), paths.owner_dir(group.name))
                 group.request_version = request[1].version if isinstance(request, tuple) else None
             elif isinstance(coordinator, list):
@@ -242,12 +239,9 @@ class _Batch:
 
     async def _back_up(self, groups: list[_Group], to_slow) -> None:
         """zookeeper -> backed-up: the claim and the backup in one multi per group."""
-        client, now, zk_root = self.conn.client, self.adapters.clock(), self.adapters.zk_root
+        now, zk_root = self.adapters.clock(), self.adapters.zk_root
         if any(g.version < 0 for g in groups):  # the records' parent, which a multi cannot create
-            try:
-                await aio.call(client.ensure_path_async, paths.MIGRATIONS)
-            except Exception as exc:  # the groups' multis fail, and apply_group says why
-                log.debug("could not ensure %s: %r", paths.MIGRATIONS, exc)
+            await batch.ensure_path(self.conn, paths.MIGRATIONS)  # if not, the multis fail: apply_group says why
         txns, run = [], uuid.uuid4().hex
         for i, group in enumerate(groups):
             base = dict(group.record or {"v": 1, "phase": Phase.ZOOKEEPER.value, "history": []},
@@ -262,15 +256,14 @@ class _Batch:
             except ZkcoordError:
                 to_slow(group, "its record or backup cannot be written")  # apply_group reports why
                 continue
-            txn = client.transaction()
-            _put(txn, paths.migration(group.name), record_data, group.version)
-            _put(txn, paths.migration_backup(group.name), backup_data,
-                 -1 if group.backup_version is None else group.backup_version)
-            txns.append((group, record, txn.commit_async()))
-        outcomes = await aio.gather(asyncio.get_running_loop(), [t for _, _, t in txns])
+            txns.append((group, record, [
+                batch.put(paths.migration(group.name), record_data, group.version),
+                batch.put(paths.migration_backup(group.name), backup_data,
+                          -1 if group.backup_version is None else group.backup_version)]))
+        outcomes = await batch.multis(self.conn, [ops for _, _, ops in txns])
         for (group, record, _), outcome in zip(txns, outcomes):
-            if _multi_failed(outcome):
-                to_slow(group, f"its backup multi failed ({_why(outcome)})")
+            if not outcome.ok:
+                to_slow(group, f"its backup multi failed ({outcome.why})")
                 continue
             group.record, group.version = record, _new_version(group.version)
             group.phase = Phase.BACKED_UP
@@ -298,7 +291,7 @@ class _Batch:
                 self._reached(group, "committed", step=False)
 
     async def _mark_committed(self, groups: list[_Group], to_slow) -> None:
-        client, now = self.conn.client, self.adapters.clock()
+        now = self.adapters.clock()
         sent = []
         for group in groups:
             applied = {"at_ms": now, "committed": [list(c) for c in group.committed],
@@ -309,25 +302,33 @@ class _Batch:
             except ZkcoordError:
                 to_slow(group, "its record cannot be advanced")
                 continue
-            sent.append((group, record, client.set_async(paths.migration(group.name), data, group.version)))
-        outcomes = await aio.gather(asyncio.get_running_loop(), [r for _, _, r in sent])
+            sent.append((group, record, (paths.migration(group.name), data, group.version)))
+        outcomes = await batch.set_many(self.conn, [w for _, _, w in sent])
         for (group, record, _), outcome in zip(sent, outcomes):
             if isinstance(outcome, BaseException):
                 to_slow(group, f"its record was not advanced ({outcome!r})")
                 continue
-            group.record, group.version, group.phase = record, outcome.version, Phase.KAFKA_COMMITTED
+            group.record, group.version, group.phase = record, outcome, Phase.KAFKA_COMMITTED
             self._reached(group, Phase.KAFKA_COMMITTED.value)
 
     async def _to_dual(self, groups: list[_Group], results: dict, to_slow) -> None:
         """kafka-committed -> dual through the groups' elections (module docstring, step 7)."""
         if not groups:
             return
-        loop, client = asyncio.get_running_loop(), self.conn.client
         free = await self._first_owner(groups, results)  # the rest: the election, as set_offset_storage
         if not free:
             return
-        self.held += free  # contend for each at once: where a daemon owns it, ours is not the lowest
-        mine = await self._contend(free, to_slow)
+        # contend for each at once: where a daemon owns it, ours is not the lowest
+        contended = await self.contenders.contend({g.name: g.parents for g in free},
+                                                  root_missing=not self.coordinators_exist)
+        mine = []
+        for group in free:
+            outcome = contended[group.name]
+            if isinstance(outcome, BaseException):
+                to_slow(group, f"its contender was not created ({outcome!r})")
+            else:
+                group.contender = outcome
+                mine.append(group)
         ops = [op for g in mine for op in ((GET_CHILDREN, paths.owner_dir(g.name)), (GET_DATA, paths.state(g.name)),
                                            (GET_DATA, paths.mode_request(g.name)))]
         outcomes = await read_znodes(self.conn, ops, multi=self.multi_read, stats=True)
@@ -355,10 +356,9 @@ class _Batch:
         for group in owned:
             record, version = group.state
             before = str(record.get("os", "zookeeper")) if record else "zookeeper"
-            txn = client.transaction()
-            txn.check(group.contender, 0)  # the fence: our contender, the lowest
+            ops = [Contenders.fence(group.contender)]  # the fence: our contender, the lowest
             if group.request_version is not None:
-                txn.delete(paths.mode_request(group.name), group.request_version)
+                ops.append(batch.delete(paths.mode_request(group.name), group.request_version))
             try:
                 state = encode_state(group.name, _with_mode(group.name, record, _TARGET)) \
                     if before != _TARGET else None
@@ -368,15 +368,16 @@ class _Batch:
                 to_slow(group, "its state or record cannot take the change")  # apply_group reports why
                 continue
             if state is not None:
-                _put(txn, paths.state(group.name), state, version)
-            txn.set_data(paths.migration(group.name), migration, group.version)
-            txn.delete(group.contender, 0)  # and the election released, in the same multi
-            sent.append((group, before, txn.commit_async()))
-        outcomes = await aio.gather(loop, [t for _, _, t in sent])
+                ops.append(batch.put(paths.state(group.name), state, version))
+            ops.append(batch.put(paths.migration(group.name), migration, group.version))
+            ops.append(self.contenders.resign(group.name))  # and the election released, in the same multi
+            sent.append((group, before, ops))
+        outcomes = await batch.multis(self.conn, [ops for _, _, ops in sent])
         for (group, before, _), outcome in zip(sent, outcomes):
-            if _multi_failed(outcome):
-                to_slow(group, f"its mode multi failed ({_why(outcome)})")
+            if not outcome.ok:
+                to_slow(group, f"its mode multi failed ({outcome.why})")
                 continue
+            self.contenders.resigned(group.name)
             group.phase, group.contender = Phase.DUAL, None  # the multi deleted it
             self._reached(group, Phase.DUAL.value)
             via = "direct" if before != _TARGET else "unchanged"
@@ -397,12 +398,8 @@ class _Batch:
         fresh = [g for g in groups if g.parents and g.parents[0] == paths.coordinator(g.name)]
         if not fresh:
             return groups
-        loop, client = asyncio.get_running_loop(), self.conn.client
         if not self.coordinators_exist:
-            try:
-                await aio.call(client.ensure_path_async, paths.COORDINATORS)
-            except Exception as exc:  # the multis fail, and the groups take the election below
-                log.debug("could not ensure %s: %r", paths.COORDINATORS, exc)
+            await batch.ensure_path(self.conn, paths.COORDINATORS)  # if not, the groups take the election
         now, sent, rest = self.adapters.clock(), [], [g for g in groups if g not in fresh]
         for group in fresh:
             try:
@@ -412,18 +409,17 @@ class _Batch:
             except ZkcoordError:
                 rest.append(group)  # the election's path says why
                 continue
-            txn = client.transaction()
-            txn.create(paths.coordinator(group.name), b"")  # the fence: nobody has contended, nobody does
-            txn.create(paths.state(group.name), state)
+            ops = [batch.create(paths.coordinator(group.name)),  # the fence: nobody has contended, nobody does
+                   batch.create(paths.state(group.name), state)]
             if group.request_version is not None:
-                txn.delete(paths.mode_request(group.name), group.request_version)
-            txn.set_data(paths.migration(group.name), migration, group.version)
-            sent.append((group, txn.commit_async()))
-        outcomes = await aio.gather(loop, [t for _, t in sent])
+                ops.append(batch.delete(paths.mode_request(group.name), group.request_version))
+            ops.append(batch.put(paths.migration(group.name), migration, group.version))
+            sent.append((group, ops))
+        outcomes = await batch.multis(self.conn, [ops for _, ops in sent])
         for (group, _), outcome in zip(sent, outcomes):
-            if _multi_failed(outcome):
+            if not outcome.ok:
                 log.debug("group %s: the first owner's multi failed (%s); taking its election", group.name,
-                          _why(outcome))
+                          outcome.why)
                 group.parents, group.request_version = None, None  # not known any more
                 rest.append(group)
                 continue
@@ -434,66 +430,9 @@ class _Batch:
                                                steps=tuple(group.steps)), group.plan)
         return rest
 
-    async def _contend(self, groups: list[_Group], to_slow) -> list[_Group]:
-        """A contender of ours in each group's election: where the records' read showed which of
-        its parents are missing, ONE multi creates them and the contender (a group whose owner
-        directory did not exist cannot have another contender); where it did not show it, or
-        that multi failed (somebody created a parent meanwhile), a create that makes the path
-        first, as kazoo does (up to seven round trips). The groups that have one."""
-        loop, client = asyncio.get_running_loop(), self.conn.client
-        data = str(TOOL_NODE_ID).encode()
-        known = [g for g in groups if g.parents is not None]
-        if not self.coordinators_exist and any(g.parents for g in known):
-            try:
-                await aio.call(client.ensure_path_async, paths.COORDINATORS)
-            except Exception as exc:  # the multis fail, and the groups take the slow way below
-                log.debug("could not ensure %s: %r", paths.COORDINATORS, exc)
-        sent = []
-        for group in known:
-            txn = client.transaction()
-            for parent in group.parents:
-                txn.create(parent, b"")
-            txn.create(f"{paths.owner_dir(group.name)}/{self.prefix}", data, ephemeral=True, sequence=True)
-            sent.append(txn.commit_async())
-        outcomes = await aio.gather(loop, sent)
-        rest = [g for g in groups if g.parents is None]
-        for group, outcome in zip(known, outcomes):
-            if isinstance(outcome, BaseException):  # no answer: the contender may exist (release finds it)
-                to_slow(group, f"its contender was not created ({outcome!r})")
-            elif _multi_failed(outcome):
-                log.debug("group %s: the contender's multi failed (%s); creating it with its path", group.name,
-                          _why(outcome))
-                rest.append(group)
-            else:
-                group.contender = outcome[-1]
-        created = await aio.gather(loop, [client.create_async(f"{paths.owner_dir(g.name)}/{self.prefix}", data,
-                                                              ephemeral=True, sequence=True, makepath=True)
-                                          for g in rest])
-        for group, outcome in zip(rest, created):
-            if isinstance(outcome, BaseException):
-                to_slow(group, f"its contender was not created ({outcome!r})")
-            else:
-                group.contender = outcome
-        return [g for g in groups if g.contender]
-
     async def release(self) -> None:
         """Delete every contender this batch created (by our prefix where an answer was lost)."""
-        held, self.held = self.held, []
-        if not held:
-            return
-        loop, client = asyncio.get_running_loop(), self.conn.client
-        known = [g.contender for g in held if g.contender]
-        unknown = [g for g in held if not g.contender and g.phase is not Phase.DUAL]
-        if unknown:
-            listed = await aio.gather(loop, [client.get_children_async(paths.owner_dir(g.name)) for g in unknown])
-            known += [paths.contender(g.name, c) for g, names in zip(unknown, listed) if isinstance(names, list)
-                      for c in names if c.startswith(self.prefix)]
-        outcomes = await aio.gather(loop, [client.delete_async(path) for path in known])
-        for path, outcome in zip(known, outcomes):
-            if isinstance(outcome, BaseException) and not isinstance(outcome, NoNodeError):
-                log.warning("could not delete our contender %s (%r); it goes with this session", path, outcome)
-        for group in held:
-            group.contender = None
+        await self.contenders.release()
 
     # ------------------------------------------------------------ the rest
     async def slow_path(self, group: _Group) -> ApplyResult:
@@ -536,29 +475,5 @@ class _Clock:
                   ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in self.laps))
 
 
-def _put(txn: Any, path: str, data: bytes, version: int) -> None:
-    """Create ``path`` (version -1) or set it at ``version``, in a multi."""
-    if version < 0:
-        txn.create(path, data)
-    else:
-        txn.set_data(path, data, version)
-
-
 def _new_version(version: int) -> int:
     return 0 if version < 0 else version + 1
-
-
-def _failed(outcome: object) -> bool:
-    """A read failed for another reason than a missing znode."""
-    return isinstance(outcome, BaseException) and not isinstance(outcome, NoNodeError)
-
-
-def _multi_failed(outcome: object) -> bool:
-    return isinstance(outcome, BaseException) or aio.transaction_failure(outcome) is not None
-
-
-def _why(outcome: object) -> str:
-    if isinstance(outcome, BaseException):
-        return repr(outcome)
-    index, exc = aio.transaction_failure(outcome)
-    return f"op {index}: {type(exc).__name__}"

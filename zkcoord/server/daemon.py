@@ -126,11 +126,12 @@ class Daemon:
         self.offsets = OffsetStore(self.conn, offsets_root=config.offsets_zk_root,
                                    on_deposed=lambda fence, why: ownership.drop(fence.group, why, fence))
         store = GroupStateStore(self.conn, self.ownership, max_state_bytes=config.max_state_bytes)
+        registry = TopicRegistry(self.conn)
         self.topics = TopicWatcher(
-            lambda group_id: self.manager.metadata_changed(group_id), registry=TopicRegistry(self.conn),
+            lambda group_id: self.manager.metadata_changed(group_id), registry=registry,
             kafka_metadata=KafkaTopicMetadata(config.bootstrap_servers) if config.bootstrap_servers else None,
             refresh_ms=config.topic_metadata_refresh_ms)
-        await self.topics.start(await asyncio.to_thread(self.conn.client.exists, "/brokers/topics") is not None)
+        await self.topics.start(await registry.kafka_registers_topics())
         self.manager = GroupManager(
             node_id, group_config, self.ownership, store, self.offsets, self.nodes, topic_watcher=self.topics,
             conn=self.conn, member_disconnect_grace_ms=config.member_disconnect_grace_ms,

@@ -3,7 +3,7 @@
 A group's election is the ephemeral sequential znodes
 ``/coordinators/<group>/owner/<uuid>__lock__<seq>`` (:mod:`zkcoord.zk.paths`).
 The daemon (:mod:`zkcoord.zk.ownership`), the migration commands and Spark
-tasks (:mod:`zkcoord.zk.modes`, :mod:`zkcoord.migrate.apply_batch`) and
+tasks (:mod:`zkcoord.zk.modes`, :mod:`zkcoord.zk.batch`) and
 inspection (:mod:`zkcoord.zk.group_reads`) all read it through this module,
 so a deposed owner's write is refused, and an owner is named, the same way
 whichever package asks.

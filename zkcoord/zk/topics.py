@@ -83,6 +83,13 @@ class TopicRegistry:
     def __init__(self, conn: ZkConnection) -> None:
         self._conn = conn
 
+    async def kafka_registers_topics(self) -> bool:
+        """Whether Kafka keeps its topics in this ZooKeeper (``/brokers/topics``
+        exists: a ZooKeeper-mode cluster); if not, topics come from Kafka's metadata."""
+        async def inner() -> bool:
+            return await aio.call(self._conn.client.exists_async, paths.BROKER_TOPICS) is not None
+        return await self._conn.retry(f"look for {paths.BROKER_TOPICS}", inner)
+
     async def partition_count(self, topic: str) -> int | None:
         """The topic's partition count, None if it does not exist."""
         paths.broker_topic(topic)  # validates
