@@ -65,13 +65,13 @@ def test_contenders_fence_resign_and_release_by_prefix(services, zk_hosts, zk, u
         lowest = {g: election.ordered(zk.get_children(paths.owner_dir(g)))[0] for g in got}
         assert lowest[owned] != got[owned].rsplit("/", 1)[1]  # the daemon's contender is lower
         # fenced by our contender, released in the same multi
-        done = await batch.multis(conn, [[Contenders.fence(got[fresh]), batch.create(f"{paths.coordinator(fresh)}/x"),
+        done = await batch.multis(conn, [[contenders.fence(fresh), batch.create(f"{paths.coordinator(fresh)}/x"),
                                           contenders.resign(fresh)]])
         assert done[0].ok
         contenders.resigned(fresh)
         # a fence on a contender that is gone refuses the whole multi
         zk.delete(got[raced])
-        done = await batch.multis(conn, [[Contenders.fence(got[raced]), batch.create(f"{paths.coordinator(raced)}/x")]])
+        done = await batch.multis(conn, [[contenders.fence(raced), batch.create(f"{paths.coordinator(raced)}/x")]])
         assert not done[0].ok and done[0].failed_op == 0
         assert zk.exists(f"{paths.coordinator(raced)}/x") is None
         # a contender whose create's answer was "lost": release finds it by prefix

@@ -356,7 +356,7 @@ class _Batch:
         for group in owned:
             record, version = group.state
             before = str(record.get("os", "zookeeper")) if record else "zookeeper"
-            ops = [Contenders.fence(group.contender)]  # the fence: our contender, the lowest
+            ops = [self.contenders.fence(group.name)]  # the fence: our contender, the lowest
             if group.request_version is not None:
                 ops.append(batch.delete(paths.mode_request(group.name), group.request_version))
             try:

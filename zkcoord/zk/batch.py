@@ -34,6 +34,7 @@ from kazoo.exceptions import NoNodeError
 
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.ownership import Fence
 
 __all__ = ["Op", "Multi", "create", "put", "check", "delete", "multis", "set_many", "children_many",
            "delete_many", "ensure_path", "missing", "failed", "Contenders"]
@@ -223,18 +224,23 @@ class Contenders:
                 self._held[group] = outcome
         return {g: found[g] for g in groups}
 
-    @staticmethod
-    def fence(contender: str) -> Op:
-        """The op that makes a multi fail unless our contender still exists."""
-        return check(contender, 0)
+    def _fence(self, group: str) -> Fence:
+        contender = self._held.get(group)
+        if contender is None:
+            raise ValueError(f"no known contender of ours in group {group!r}")
+        return Fence(group, contender)
+
+    def fence(self, group: str) -> Op:
+        """The op that makes a multi fail unless our contender in ``group`` is still
+        there: the daemon's fence (:class:`~zkcoord.zk.ownership.Fence`), as an op."""
+        fence = self._fence(group)
+        return check(fence.path, fence.version)
 
     def resign(self, group: str) -> Op:
         """The op that releases ``group``'s election in the multi that writes as its owner;
         once that multi applied, call :meth:`resigned`."""
-        contender = self._held.get(group)
-        if contender is None:
-            raise ValueError(f"no known contender of ours in group {group!r}")
-        return delete(contender, 0)
+        fence = self._fence(group)
+        return delete(fence.path, fence.version)
 
     def resigned(self, group: str) -> None:
         self._held.pop(group, None)
