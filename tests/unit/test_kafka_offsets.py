@@ -94,11 +94,13 @@ def test_log_ranges_pair_earliest_and_latest():
 def test_group_states_and_their_errors():
     admin = ScriptedAdmin(describe_groups=[
         {"g": {"error": "[Error 14] CoordinatorLoadInProgressError: ", "group_state": "", "members": []}},
-        {"g": {"error": None, "group_state": "Stable", "members": [{}, {}], "protocol_type": "consumer"},
+        {"g": {"error": None, "group_state": "Stable", "protocol_type": "consumer",
+               "members": [{"member_id": "m2", "client_id": "c", "client_host": "/10.0.0.2"}, {}]},
          "h": {"error": None, "group_state": "Dead", "members": [], "protocol_type": ""}},
     ])
-    assert offsets_with(admin).groups(["h", "g"]) == {"g": KafkaGroup("Stable", 2, "consumer"),
-                                                      "h": KafkaGroup("Dead", 0, "")}
+    assert offsets_with(admin).groups(["h", "g"]) == {
+        "g": KafkaGroup("Stable", 2, "consumer", (("", "", ""), ("m2", "c", "/10.0.0.2"))),
+        "h": KafkaGroup("Dead", 0, "")}
     odd = ScriptedAdmin(describe_groups=[{"g": {"error": "something odd", "group_state": "", "members": []}}])
     with pytest.raises(ZkcoordError, match="failed to describe group\\(s\\) 'g': KafkaError: group 'g': something odd"):
         offsets_with(odd).groups(["g"])

@@ -28,7 +28,11 @@ Rules:
    Kafka error, then :class:`~zkcoord.errors.ServiceUnavailableError`.
    Other per-partition errors (``OFFSET_METADATA_TOO_LARGE``,
    ``UNKNOWN_MEMBER_ID`` when Kafka has members of its own ...) are returned
-   as Kafka error codes, for the daemon to pass on to the client.
+   as Kafka's error codes, exactly as Kafka answered; what a zkcoord member
+   is told is decided by :mod:`zkcoord.core.dual_commit` (Kafka's answers
+   about its own members are never passed on as they are).
+4. :meth:`KafkaForwarder.group` describes the group in Kafka's own
+   coordinator, so the daemon can name the members that joined it there.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from zkcoord.errors import UsageError, ZkcoordError
-from zkcoord.kafka.offsets import KafkaOffsets, TopicPartition
+from zkcoord.kafka.offsets import KafkaGroup, KafkaOffsets, TopicPartition
 
 __all__ = ["KafkaGroupOffsets", "KafkaForwarder", "CommitEntry"]
 
@@ -129,6 +133,10 @@ class KafkaForwarder:
                     partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, CommitEntry]:
         wanted = None if partitions is None else list(partitions)
         return await asyncio.to_thread(self._started_call, self.kafka.fetch_with_metadata, group, wanted)
+
+    async def group(self, group: str) -> KafkaGroup:
+        """The group as Kafka's own coordinator sees it (state, members)."""
+        return await asyncio.to_thread(self._started_call, self.kafka.group, group)
 
     def _started_call(self, fn, *args: Any) -> Any:
         self.kafka.start()  # once; again after a failed connect

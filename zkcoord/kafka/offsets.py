@@ -59,6 +59,8 @@ class KafkaGroup:
     state: str
     members: int
     protocol_type: str = ""
+    # (member id, client id, client host) of each member, as DescribeGroups names them
+    member_ids: tuple[tuple[str, str, str], ...] = ()
 
 
 def check_bootstrap_servers(value: str) -> str:
@@ -195,9 +197,14 @@ class KafkaOffsets:
             answer = self._call(f"describe group(s) {_short(chunk)}", self._describe_groups, chunk)
             for group in chunk:
                 entry = answer.get(group) or {}
-                found[group] = KafkaGroup(str(entry.get("group_state") or "Dead"), len(entry.get("members") or ()),
-                                          str(entry.get("protocol_type") or ""))
+                members = entry.get("members") or ()
+                found[group] = KafkaGroup(str(entry.get("group_state") or "Dead"), len(members),
+                                          str(entry.get("protocol_type") or ""), _member_ids(members))
         return found
+
+    def group(self, group: str) -> KafkaGroup:
+        """One group's state and members in Kafka's own coordinator."""
+        return self.groups([group])[group]
 
     def _describe_groups(self, groups: list[str]) -> dict[str, dict]:
         import kafka.errors as Errors
@@ -384,3 +391,13 @@ def _chunks(items: list[str]) -> Iterable[list[str]]:
 def _short(names: list[str]) -> str:
     shown = ", ".join(repr(n) for n in names[:3])
     return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _member_ids(members) -> tuple[tuple[str, str, str], ...]:
+    """(member id, client id, client host) of DescribeGroups' member entries, sorted."""
+    found = []
+    for member in members:
+        if isinstance(member, dict):
+            found.append((str(member.get("member_id") or ""), str(member.get("client_id") or ""),
+                          str(member.get("client_host") or "")))
+    return tuple(sorted(found))

@@ -23,12 +23,19 @@ mode       OffsetCommit                         OffsetFetch
 =========  ==============================================================
 zookeeper  the legacy layout, :mod:`zkcoord.zk.offsets`, fenced by the
            group's election node (a deposed owner cannot commit)
-dual       ZooKeeper first (fenced), then Kafka   both; per partition the
-           (:mod:`zkcoord.kafka.forwarder`); ack  larger offset
-           only when both stored it               (``core.migration.dual_fetch``)
+dual       Kafka first, then ZooKeeper (fenced)   both; per partition the
+           (:mod:`zkcoord.server.dual_commit`:    larger offset
+           the order, its failure points and      (``core.migration.dual_fetch``)
+           their recovery); ack only when both
+           stored it
 kafka      Kafka only, after checking that we     Kafka only
            still own the group
 =========  ==============================================================
+
+Kafka's answers about its own members (UNKNOWN_MEMBER_ID ... for a forwarded
+commit) never reach a zkcoord member as they are (:mod:`zkcoord.core.dual_commit`).
+Loading a ``dual`` group copies Kafka's offsets into ZooKeeper where
+ZooKeeper is behind (a commit cut between its two writes).
 
 A ``dual`` / ``kafka`` group on a daemon without ``bootstrap_servers``
 answers COORDINATOR_NOT_AVAILABLE (logged once per group). Kafka not
@@ -53,6 +60,7 @@ from zkcoord.core.migration import dual_fetch
 from zkcoord.errors import NotOwnerError, ServiceUnavailableError, StateError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
 from zkcoord.zk.modes import ModeRequestWatch
+from zkcoord.server.dual_commit import ForwardedOffsets
 from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
 from zkcoord.tasks import Background
 
@@ -83,6 +91,7 @@ class GroupManager:
         # forwarder (no --bootstrap-servers) dual and kafka groups are not available.
         self.mode_requests = ModeRequestWatch(conn, self._on_mode_request) if conn is not None else None
         self.forwarder = kafka_forwarder
+        self.forwarded = ForwardedOffsets(offsets, lambda: self.metrics)
         self._warned_no_kafka: set[str] = set()
         self.metrics = None  # DaemonMetrics, set by the daemon with --metrics-listen
         self.member_disconnect_grace_ms = member_disconnect_grace_ms  # -1: off
@@ -145,7 +154,23 @@ class GroupManager:
         self.runtimes[group_id] = runtime
         if self.mode_requests is not None:
             self.mode_requests.watch(group_id)  # a request posted before we loaded is delivered now
+        if runtime.group.offset_storage == "dual" and self.forwarder is not None:
+            self._background.spawn(self._repair_dual(group_id), f"repair the dual offsets of group {group_id}")
         return runtime
+
+    async def _repair_dual(self, group_id: str) -> None:
+        """ZooKeeper behind Kafka in a ``dual`` group (a commit cut between its
+        two writes): copy Kafka's offsets, fenced, in the group's commit order."""
+        try:
+            slot = self.forwarded.order.take(group_id)
+            try:
+                fence = self.ownership.fence(group_id)
+            except ZkcoordError:
+                slot.release()
+                raise
+            await self.forwarded.repair(self.forwarder, group_id, slot, fence)
+        except ZkcoordError as exc:
+            log.warning("group %s: ZooKeeper's offsets not compared with Kafka's after loading: %s", group_id, exc)
 
     async def runtime(self, group_id: str, loading_code: ErrorCode = E.COORDINATOR_LOAD_IN_PROGRESS):
         """The runtime of an owned, loaded group, or GroupUnavailableError.
@@ -186,6 +211,7 @@ class GroupManager:
 
     def _stepped_down(self, group_id: str) -> None:
         self.runtimes.pop(group_id, None)
+        self.forwarded.forget(group_id)
         if self.mode_requests is not None:
             self.mode_requests.unwatch(group_id)
         if self.topic_watcher is not None:
@@ -227,6 +253,7 @@ class GroupManager:
                     self.topic_watcher.untrack(group_id)
                 if self.mode_requests is not None:
                     self.mode_requests.unwatch(group_id)
+                self.forwarded.forget(group_id)
                 runtime = self.runtimes.pop(group_id, None)
                 if runtime is not None:
                     self._background.spawn(runtime.unload(change.reason), f"unload group {group_id}")
@@ -289,10 +316,12 @@ class GroupManager:
     async def commit_offsets(self, group_id, member_id, generation_id, instance_id, wanted):
         """OffsetCommit: one error per ``(topic, partition, offset, metadata)``.
 
-        The generation check and the queuing of the ZooKeeper write happen
-        under the group's lock, in one step: a commit accepted for generation
-        N is ordered before every commit of a later generation, so it cannot
-        land after them (Kafka appends to its log under the group lock too).
+        The generation check and the queuing of the ZooKeeper write (in
+        ``dual`` and ``kafka``: the commit's place in the group's order of
+        forwarded commits) happen under the group's lock, in one step: a
+        commit accepted for generation N is ordered before every commit of a
+        later generation, so it cannot land after them (Kafka appends to its
+        log under the group lock too).
         """
         try:
             runtime = await self.runtime(group_id)
@@ -325,31 +354,35 @@ class GroupManager:
         return [code] * len(wanted)
 
     def _queue_offsets(self, group_id: str, mode: str, kept):
-        """Queue the fenced ZooKeeper write of a commit (modes ``zookeeper``
-        and ``dual``) and return its awaitable; in ``kafka`` mode only check
-        that we still own the group (NotOwnerError) and return None."""
-        if mode != "zookeeper":
-            self._forwarder_for(group_id, mode)  # no Kafka: refused before anything is written
-        if mode == "kafka":
-            self.ownership.fence(group_id)  # NotOwnerError if we were deposed meanwhile
-            return None
-        return self.offsets.submit(group_id, kept, fence=self.ownership.fence(group_id))
+        """``zookeeper``: queue the fenced ZooKeeper write and return its
+        awaitable. ``dual`` and ``kafka``: check that we own the group
+        (NotOwnerError) and that ZooKeeper would take the offsets, and return
+        (place in the group's commit order, fence); nothing is written yet."""
+        if mode == "zookeeper":
+            return self.offsets.submit(group_id, kept, fence=self.ownership.fence(group_id))
+        self._forwarder_for(group_id, mode)  # no Kafka: refused before anything is written
+        fence = self.ownership.fence(group_id)  # NotOwnerError if we were deposed meanwhile
+        if mode == "dual":
+            self.offsets.check(group_id, kept)  # what ZooKeeper would refuse never reaches Kafka
+        return self.forwarded.order.take(group_id), fence
 
     async def _store_offsets(self, group_id: str, mode: str, kept, queued) -> dict[tuple[str, int], ErrorCode]:
-        """Finish a commit where the group's mode says: await the queued
-        ZooKeeper write (first in ``dual``: its fenced multi also proves we
-        still own the group), then forward to Kafka in ``dual`` and ``kafka``;
-        the error of each partition refused."""
-        if queued is not None:
-            await queued
+        """Finish a commit where the group's mode says (``dual``: Kafka, then
+        ZooKeeper, :mod:`zkcoord.server.dual_commit`); the error of each
+        partition refused, as the member is to hear it."""
         if mode == "zookeeper":
+            await queued
             return {}
-        forwarder = self._forwarder_for(group_id, mode)
+        slot, fence = queued
         try:
-            refused = await forwarder.commit(group_id, kept)
+            forwarder = self._forwarder_for(group_id, mode)
+        except GroupUnavailableError:
+            slot.release()
+            raise
+        try:
+            return await self.forwarded.commit(forwarder, group_id, mode, kept, slot, fence)
         except ServiceUnavailableError as exc:
             raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
-        return {tp: _error_code(errno) for tp, errno in refused.items()}
 
     def _forwarder_for(self, group_id: str, mode: str) -> KafkaForwarder:
         if self.forwarder is None:
@@ -463,9 +496,3 @@ def merge_dual(zk: dict, kafka: dict) -> dict:
         merged[tp] = z if z is not None and z[0] == best else k
     return merged
 
-
-def _error_code(errno: int) -> ErrorCode:
-    try:
-        return ErrorCode(errno)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR

@@ -22,6 +22,13 @@ metric                                     type       meaning
 ``zkcoord_zookeeper_session_expiries_total`` counter  ZooKeeper sessions lost
 ``zkcoord_offset_commits_total{mode}``     counter    OffsetCommits stored, by the group's offset
                                                       storage mode (zookeeper, dual, kafka)
+``zkcoord_forwarded_commit_refusals_total{error}``  counter  partitions of forwarded commits Kafka
+                                                      refused, by Kafka's error name
+``zkcoord_dual_commit_divergences_total``  counter    dual commits Kafka stored and ZooKeeper did
+                                                      not (Kafka ahead; see server.dual_commit)
+``zkcoord_groups_with_kafka_members``      gauge      owned dual/kafka groups with members in
+                                                      Kafka's own coordinator (last seen)
+``zkcoord_kafka_side_members``             gauge      those members, summed over the groups
 ``zkcoord_gateway_connections``            gauge      client connections open on the gateway
 ``zkcoord_gateway_brokers``                gauge      brokers the gateway has a port for
 ``zkcoord_gateway_forwarded_requests_total{api}``  counter  requests the gateway passed to a broker
@@ -114,6 +121,10 @@ class DaemonMetrics:
                                         "ZooKeeper sessions lost.", registry=r)
         self.offset_commits = Counter("zkcoord_offset_commits_total", "OffsetCommits stored, by storage mode.",
                                       ["mode"], registry=r)
+        self.forward_refusals = Counter("zkcoord_forwarded_commit_refusals_total",
+                                        "Partitions of forwarded commits Kafka refused.", ["error"], registry=r)
+        self.dual_divergences = Counter("zkcoord_dual_commit_divergences_total",
+                                        "Dual commits stored in Kafka but not in ZooKeeper.", registry=r)
         self.forwarded = Counter("zkcoord_gateway_forwarded_requests_total",
                                  "Requests the gateway passed to a broker.", ["api"], registry=r)
         self.broker_connect_failures = Counter(
@@ -172,6 +183,12 @@ class DaemonMetrics:
     def observe_offset_commit(self, mode: str) -> None:
         self.offset_commits.labels(mode).inc()
 
+    def observe_forward_refusal(self, error: str) -> None:
+        self.forward_refusals.labels(error).inc()
+
+    def observe_dual_divergence(self) -> None:
+        self.dual_divergences.inc()
+
     def on_session_event(self, event: SessionEvent) -> None:
         """ZkConnection listener (may run on kazoo's thread; counters are thread-safe)."""
         if event is SessionEvent.LOST:
@@ -215,6 +232,12 @@ class _ScrapeTimeCollector:
                                 value=sum(rt.group.size for rt in runtimes))
         yield GaugeMetricFamily("zkcoord_held_heartbeats", "Heartbeats held for the rebalance notice.",
                                 value=sum(rt.held_heartbeats for rt in runtimes))
+        seen = getattr(getattr(self.metrics.manager, "forwarded", None), "kafka_members", None)
+        yield GaugeMetricFamily("zkcoord_groups_with_kafka_members",
+                                "Owned groups with members in Kafka's own coordinator.",
+                                value=seen.groups if seen is not None else 0)
+        yield GaugeMetricFamily("zkcoord_kafka_side_members", "Members in Kafka's own coordinator of owned groups.",
+                                value=seen.members if seen is not None else 0)
         yield GaugeMetricFamily("zkcoord_zookeeper_connected", "1 while the ZooKeeper session is connected.",
                                 value=1 if self.metrics.zookeeper_connected() else 0)
         gateway = self.metrics.gateway

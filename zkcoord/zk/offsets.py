@@ -142,6 +142,12 @@ class OffsetStore:
         """
         await self.submit(group, offsets, fence)
 
+    def check(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]]) -> None:
+        """UsageError if :meth:`submit` would refuse these offsets; writes nothing
+        (a dual commit checks before it forwards anything to Kafka)."""
+        for tp, om in offsets.items():
+            self._entry(group, tp, om)
+
     def submit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]],
                fence: Fence | None = None) -> Awaitable[None]:
         """Queue the commit now, in call order, and return what to await for
