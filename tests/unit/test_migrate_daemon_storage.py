@@ -15,6 +15,8 @@ from zkcoord.core.errors import ErrorCode as E
 from zkcoord.core.group import GroupConfig
 from zkcoord.errors import ServiceUnavailableError
 from zkcoord.kafka.forwarder import KafkaGroupOffsets
+from zkcoord.kafka.offsets import KafkaGroup
+from zkcoord.zk.offsets import FetchedOffsets
 from zkcoord.server.manager import GroupManager, merge_dual
 
 T0, T1, T2 = ("t", 0), ("t", 1), ("t", 2)
@@ -61,14 +63,23 @@ class ZkOffsets:
         self.stored.update(offsets)
         return asyncio.sleep(0)
 
+    def check(self, group, offsets):
+        pass
+
     async def fetch(self, group, partitions=None):
-        return {tp: v for tp, v in self.stored.items() if partitions is None or tp in partitions}
+        found = FetchedOffsets()
+        found.update({tp: v for tp, v in self.stored.items() if partitions is None or tp in partitions})
+        return found
 
 
 class Kafka:
-    def __init__(self, stored=None, refuse=None, down=False):
+    def __init__(self, stored=None, refuse=None, down=False, members=()):
         self.stored, self.refuse, self.down = dict(stored or {}), dict(refuse or {}), down
         self.commits = []
+        self.members = tuple(members)  # Kafka-side (member id, client id, host)
+
+    async def group(self, group):
+        return KafkaGroup("Stable" if self.members else "Empty", len(self.members), "consumer", self.members)
 
     async def commit(self, group, offsets):
         if self.down:
@@ -104,7 +115,7 @@ def test_zookeeper_mode_never_touches_kafka():
     assert (zk.commits, kafka.commits) == ([("g", {T0: (5, "m")}, "fence-g")], [])
 
 
-def test_dual_mode_commits_zookeeper_then_kafka_and_fetches_the_max():
+def test_dual_mode_commits_kafka_then_zookeeper_and_fetches_the_max():
     zk, kafka = ZkOffsets({T1: (9, "z1"), T2: (3, "z2")}), Kafka({T1: (4, "k1"), T2: (3, "k2")})
     m, _ = manager("dual", zk, kafka)
     assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "m")])) == [E.NONE]
@@ -122,11 +133,99 @@ def test_kafka_mode_commits_and_fetches_kafka_only():
     assert run(m.fetch_offsets("g", [T0, T2])) == (E.NONE, [("t", 0, 7, "k", E.NONE), ("t", 2, -1, "", E.NONE)])
 
 
-def test_kafka_refusals_are_passed_on_per_partition():
-    kafka = Kafka(refuse={T1: 12})
-    m, _ = manager("dual", kafka=kafka)
+def test_kafka_refusals_are_passed_on_per_partition_and_never_reach_zookeeper():
+    zk, kafka = ZkOffsets(), Kafka(refuse={T1: 12})
+    m, _ = manager("dual", zk, kafka)
     assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, ""), ("t", 1, 6, "x" * 10)])) == \
         [E.NONE, E.OFFSET_METADATA_TOO_LARGE]
+    assert zk.commits == [("g", {T0: (5, "")}, "fence-g")]  # only what Kafka stored
+
+
+@pytest.mark.parametrize("code", [25, 22, 82, 27])
+def test_kafkas_answers_about_its_own_members_are_not_passed_on(code):
+    """UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS
+    of a forwarded commit are about Kafka's members: the zkcoord member hears
+    UNKNOWN_SERVER_ERROR, ZooKeeper is not written, the Kafka-side members are named."""
+    zk, kafka = ZkOffsets({T0: (1, "")}), Kafka({T0: (1, "")}, refuse={T0: code}, members=[("k-1", "c", "/h")])
+    m, _ = manager("dual", zk, kafka)
+    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])) == [E.UNKNOWN_SERVER_ERROR]
+    assert zk.commits == [] and zk.stored == {T0: (1, "")}
+    assert [mem.member_id for mem in m.forwarded.kafka_members.of("g")] == ["k-1"]
+    kafka.refuse, kafka.members = {}, ()  # the Kafka-side consumer left: the next commit is stored
+    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 6, "")])) == [E.NONE]
+    assert m.forwarded.kafka_members.of("g") == () and zk.stored[T0] == (6, "")
+
+
+def test_kafka_down_leaves_zookeeper_untouched():
+    zk = ZkOffsets()
+    m, _ = manager("dual", zk, Kafka(down=True))
+    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])) == [E.COORDINATOR_NOT_AVAILABLE]
+    assert zk.commits == []
+
+
+def test_zookeeper_refusing_after_kafka_stored_is_not_acknowledged_and_counted():
+    from zkcoord.errors import NotOwnerError
+
+    class Deposed(ZkOffsets):
+        def submit(self, group, offsets, fence=None):
+            raise NotOwnerError("node 1 does not own group 'g'", group)
+
+    counted = []
+    kafka = Kafka()
+    m, _ = manager("dual", Deposed(), kafka)
+
+    class Metrics:
+        def observe_dual_divergence(self):
+            counted.append(1)
+
+        def __getattr__(self, name):
+            return lambda *args: None
+
+    m.metrics = Metrics()
+    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])) == [E.NOT_COORDINATOR]
+    assert kafka.stored == {T0: (5, "")} and counted == [1]
+
+
+def test_forwarded_commits_go_on_in_the_order_they_were_validated():
+    order = []
+
+    class Slow(Kafka):
+        async def commit(self, group, offsets):
+            first = not order
+            order.append(("kafka", dict(offsets)))
+            if first:
+                await asyncio.sleep(0.05)  # the first commit's Kafka call is slow; the second must wait
+            return await super().commit(group, offsets)
+
+    class Recording(ZkOffsets):
+        def submit(self, group, offsets, fence=None):
+            order.append(("zk", dict(offsets)))
+            return super().submit(group, offsets, fence)
+
+    m, _ = manager("dual", Recording(), Slow())
+
+    async def both():
+        await m.runtime("g")
+        await m.repairs["g"]
+        return await asyncio.gather(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")]),
+                                    m.commit_offsets("g", "", -1, None, [("t", 0, 6, "")]))
+
+    assert run(both()) == [[E.NONE], [E.NONE]]
+    assert order == [("kafka", {T0: (5, "")}), ("zk", {T0: (5, "")}), ("kafka", {T0: (6, "")}),
+                     ("zk", {T0: (6, "")})]
+
+
+def test_loading_a_dual_group_copies_kafka_where_zookeeper_is_behind():
+    zk, kafka = ZkOffsets({T0: (3, ""), T1: (9, "z")}), Kafka({T0: (5, "k"), T1: (7, ""), T2: (2, "")})
+    m, _ = manager("dual", zk, kafka)
+
+    async def load():
+        await m.runtime("g")
+        await m.repairs["g"]
+
+    run(load())
+    assert zk.commits == [("g", {T0: (5, "k"), T2: (2, "")}, "fence-g")]
+    assert zk.stored == {T0: (5, "k"), T1: (9, "z"), T2: (2, "")}
 
 
 @pytest.mark.parametrize("mode", ["dual", "kafka"])
@@ -204,17 +303,26 @@ def test_fetch_keeps_metadata_and_drops_partitions_without_an_offset():
 
 @pytest.mark.parametrize("mode", ["zookeeper", "dual"])
 def test_a_commit_is_queued_under_the_group_lock_it_was_validated_under(mode):
-    """The generation check and the queuing of the ZooKeeper write are one
-    step under the group's lock, so no rebalance can slip between them and a
-    commit accepted for generation N is ordered before any of N+1."""
+    """The generation check and the queuing of the ZooKeeper write (dual: the
+    commit's place in the group's order) are one step under the group's lock,
+    so no rebalance can slip between them and a commit accepted for
+    generation N is ordered before any of N+1."""
     held, runtimes = [], []
 
     class Watching(ZkOffsets):
         def submit(self, group, offsets, fence=None):
-            held.append(runtimes[0]._lock.locked())
+            if mode == "zookeeper":
+                held.append(runtimes[0]._lock.locked())
             return super().submit(group, offsets, fence)
 
     m, _ = manager(mode, Watching(), Kafka())
+    take = m.forwarded.order.take
+
+    def watched_take(group):
+        held.append(runtimes[0]._lock.locked())
+        return take(group)
+
+    m.forwarded.order.take = watched_take
 
     async def commit():
         runtimes.append(await m.runtime("g"))

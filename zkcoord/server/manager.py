@@ -92,6 +92,7 @@ class GroupManager:
         self.mode_requests = ModeRequestWatch(conn, self._on_mode_request) if conn is not None else None
         self.forwarder = kafka_forwarder
         self.forwarded = ForwardedOffsets(offsets, lambda: self.metrics)
+        self.repairs: dict[str, asyncio.Task] = {}  # group -> its last load's dual repair (tests await it)
         self._warned_no_kafka: set[str] = set()
         self.metrics = None  # DaemonMetrics, set by the daemon with --metrics-listen
         self.member_disconnect_grace_ms = member_disconnect_grace_ms  # -1: off
@@ -155,7 +156,8 @@ class GroupManager:
         if self.mode_requests is not None:
             self.mode_requests.watch(group_id)  # a request posted before we loaded is delivered now
         if runtime.group.offset_storage == "dual" and self.forwarder is not None:
-            self._background.spawn(self._repair_dual(group_id), f"repair the dual offsets of group {group_id}")
+            self.repairs[group_id] = self._background.spawn(self._repair_dual(group_id),
+                                                            f"repair the dual offsets of group {group_id}")
         return runtime
 
     async def _repair_dual(self, group_id: str) -> None:
@@ -171,6 +173,9 @@ class GroupManager:
             await self.forwarded.repair(self.forwarder, group_id, slot, fence)
         except ZkcoordError as exc:
             log.warning("group %s: ZooKeeper's offsets not compared with Kafka's after loading: %s", group_id, exc)
+        finally:
+            if self.repairs.get(group_id) is asyncio.current_task():
+                del self.repairs[group_id]
 
     async def runtime(self, group_id: str, loading_code: ErrorCode = E.COORDINATOR_LOAD_IN_PROGRESS):
         """The runtime of an owned, loaded group, or GroupUnavailableError.
