@@ -21,7 +21,7 @@ def facts(partition, legacy, kafka=None, start=0, end=100, **kwargs):
 def test_verify_compares_each_partition_by_the_rule_table():
     plan = plan_group("g", [
         facts(0, "40", kafka=40),            # equal: fine
-        facts(1, "40", kafka=55),            # Kafka ahead: fine
+        facts(1, "40", kafka=55),            # Kafka ahead: ZooKeeper behind
         facts(2, "40", kafka=39),            # behind by one
         facts(3, "40"),                      # Kafka has nothing: behind
         facts(4, "500", kafka=100),          # beyond the log end, Kafka at the end (apply --force): fine
@@ -29,11 +29,20 @@ def test_verify_compares_each_partition_by_the_rule_table():
         facts(6, "5", kafka=20, start=20),   # below the log start, clamped by apply: fine
         facts(7, "abc"),                     # not compared
         PartitionFacts("g", "t", 8, "3", topic_exists=True, partition_exists=False),
-    ])
-    checked, behind, notes = compare(plan)
-    assert checked == 7
-    assert behind == (Behind("t", 2, 40, 39), Behind("t", 3, 40, None), Behind("t", 5, 500, None))
-    assert [n.split(":")[0] for n in notes] == ["t-7", "t-8"]
+    ], kafka_only={("t", 9): 12})             # only Kafka has an offset: ZooKeeper behind
+    found = compare(plan)
+    assert found.checked == 8
+    assert found.behind == (Behind("t", 2, 40, 39), Behind("t", 3, 40, None), Behind("t", 5, 500, None))
+    assert found.zookeeper_behind == (Behind("t", 1, 40, 55), Behind("t", 9, None, 12))
+    assert [n.split(":")[0] for n in found.notes] == ["t-7", "t-8"]
+    assert not found.clean
+    kafka_phase = compare(plan, both_ways=False)  # ZooKeeper is no longer written: only Kafka behind counts
+    assert (kafka_phase.checked, kafka_phase.behind, kafka_phase.zookeeper_behind) == (7, found.behind, ())
+
+
+def test_verify_calls_equal_stores_clean():
+    found = compare(plan_group("g", [facts(0, "40", kafka=40), facts(1, "5", kafka=20, start=20)]))
+    assert (found.checked, found.clean) == (2, True)
 
 
 def test_phases_move_only_as_the_table_says():

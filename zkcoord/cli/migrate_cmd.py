@@ -415,10 +415,12 @@ def apply(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap
 @_kafka_option()
 @_output_option
 def verify(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, output) -> None:
-    """List every partition where Kafka is behind ZooKeeper in migrated groups.
+    """List every partition where Kafka and ZooKeeper differ in migrated groups.
 
+    Both directions: Kafka behind ZooKeeper, and ZooKeeper behind (or
+    without) Kafka's offset (not looked for once a group is in kafka).
     --all and --pattern choose among migrated groups. The result is recorded
-    (see migrate status). Exit 1 if any partition is behind or a named group
+    (see migrate status). Exit 1 if any partition differs or a named group
     is not migrated.
     """
     selection = Selection(tuple(groups), all_groups, pattern)
@@ -432,13 +434,21 @@ def verify(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstra
         behind = [(r.group, b.topic, b.partition, b.zookeeper, b.kafka) for r in results for b in r.behind]
         if behind:
             _table("Kafka behind ZooKeeper", ("GROUP", "TOPIC", "PARTITION", "ZOOKEEPER", "KAFKA"), behind)
+        stale = [(r.group, b.topic, b.partition, b.zookeeper, b.kafka) for r in results for b in r.zookeeper_behind]
+        if stale:
+            _table("ZooKeeper behind Kafka", ("GROUP", "TOPIC", "PARTITION", "ZOOKEEPER", "KAFKA"), stale)
     _finish(sum(r.clean is not True for r in results), "not clean or not migrated")
 
 
 def _verdict(result) -> str:
     if result.clean is None:
         return "not migrated"
-    return "clean" if result.clean else f"{len(result.behind)} behind"
+    if result.clean:
+        return "clean"
+    parts = [f"{len(result.behind)} behind"] if result.behind else []
+    if result.zookeeper_behind:
+        parts.append(f"{len(result.zookeeper_behind)} zookeeper behind")
+    return ", ".join(parts)
 
 
 @migrate.command()
@@ -531,5 +541,6 @@ def _when(ms: int | None) -> str | None:
 def _last_verify(s) -> str:
     if s.verify_at_ms is None:
         return "never"
-    verdict = "clean" if s.verify_clean else f"{s.verify_behind} behind"
+    verdict = "clean" if s.verify_clean else f"{s.verify_behind} behind" + (
+        f", {s.verify_zookeeper_behind} zookeeper behind" if s.verify_zookeeper_behind else "")
     return f"{verdict} ({_when(s.verify_at_ms)})"

@@ -298,6 +298,8 @@ class GroupPlan:
     rows: tuple[PlanRow, ...]
     activity: GroupActivity = GroupActivity()
     notes: tuple[str, ...] = ()
+    # (topic, partition, Kafka's committed offset) where Kafka has an offset and ZooKeeper none
+    kafka_only: tuple[tuple[str, int, int], ...] = ()
 
     def count(self, decision: Decision) -> int:
         return sum(1 for row in self.rows if row.decision is decision)
@@ -312,9 +314,11 @@ class GroupPlan:
 
 
 def plan_group(group: str, facts: Iterable[PartitionFacts], options: Options = Options(),
-               activity: GroupActivity = GroupActivity(), kafka_only: int = 0) -> GroupPlan:
-    """Decide every partition of ``group``; ``kafka_only`` counts partitions
-    with an offset in Kafka but none in ZooKeeper (kept as they are).
+               activity: GroupActivity = GroupActivity(),
+               kafka_only: int | Mapping[tuple[str, int], int] = 0) -> GroupPlan:
+    """Decide every partition of ``group``; ``kafka_only`` counts (or maps to
+    Kafka's committed offset) the partitions with an offset in Kafka but none
+    in ZooKeeper (kept as they are; ``migrate verify`` reports them).
 
     >>> p = plan_group("g", [PartitionFacts("g", "t", 1, "x", log_start=0, log_end=5),
     ...                      PartitionFacts("g", "t", 0, "3", log_start=0, log_end=5)])
@@ -334,9 +338,11 @@ def plan_group(group: str, facts: Iterable[PartitionFacts], options: Options = O
             raise UsageError(f"group {group!r} {key[0]}-{key[1]} is given twice")
         seen.add(key)
     notes = list(activity.warnings())
-    if kafka_only:
-        notes.append(f"Kafka also has offsets for {kafka_only} partition(s) without a legacy offset; kept")
-    return GroupPlan(group, tuple(rows), activity, tuple(notes))
+    only = () if isinstance(kafka_only, int) else tuple(sorted((t, p, o) for (t, p), o in kafka_only.items()))
+    count = kafka_only if isinstance(kafka_only, int) else len(only)
+    if count:
+        notes.append(f"Kafka also has offsets for {count} partition(s) without a legacy offset; kept")
+    return GroupPlan(group, tuple(rows), activity, tuple(notes), only)
 
 
 @dataclass(frozen=True)

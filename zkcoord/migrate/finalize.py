@@ -75,7 +75,8 @@ async def finalize_group(adapters: Adapters, group: str, *, delete_legacy: bool 
         verify = await verify_group(adapters, group)
         if not verify.clean:
             return FinalizeResult(group, "not-clean", phase.value, verify,
-                                  message=f"{len(verify.behind)} partition(s) where Kafka is behind ZooKeeper; "
+                                  message=f"{len(verify.behind)} partition(s) where Kafka is behind ZooKeeper, "
+                                          f"{len(verify.zookeeper_behind)} where ZooKeeper is behind Kafka; "
                                           "still dual (see migrate verify)")
         change = await set_offset_storage(adapters.conn, group, "kafka", timeout_s=adapters.mode_timeout_s)
         record, version = await adapters.store.load(group)

@@ -127,5 +127,5 @@ def _plan_one(group: LegacyGroup, counts: Mapping[str, int | None], ranges: Mapp
         offset_storage=group.offset_storage,
         legacy_consumers=group.legacy_consumers,
     )
-    kafka_only = len(set(committed) - set(group.offsets))
+    kafka_only = {tp: offset for tp, offset in committed.items() if tp not in group.offsets}
     return plan_group(group.group, facts, options, activity, kafka_only)

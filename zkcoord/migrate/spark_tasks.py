@@ -28,8 +28,10 @@ Modes and the ``status`` of each row (a table, not ifs)::
     ------  ------------  -----------------------------------------------------------------
     plan    write         applying would commit ``target`` (the decision writes)
     plan    skip          applying would leave Kafka as it is
-    verify  ok            Kafka is at or past min(legacy, log end)
+    verify  ok            Kafka is from min(legacy, log end) to max(legacy, log start)
     verify  behind        Kafka has no offset there, or a smaller one (verify.compare)
+    verify  zookeeper-    Kafka has a larger offset than ZooKeeper (verify.compare; a
+            behind        partition only Kafka has is counted in the group's result, no row)
     verify  unverifiable  the topic or partition is gone from Kafka, or the legacy value
                           is not an offset: not compared
     verify  not-migrated  one row per group named with --group whose migration record is
@@ -368,22 +370,25 @@ class _PartitionRun:
 
     def _verify_rows(self, group: str, plan: GroupPlan, fetched: _Fetched, summary: JobSummary,
                      recording: list) -> list[tuple]:
-        checked, behind, notes = compare(plan)
+        record, version = fetched.records[group]
+        phase = Phase(record["phase"])
+        found = compare(plan, both_ways=phase is not Phase.KAFKA)
+        notes = found.notes
         if group in self.spec.absent:
             notes = (f"no legacy offsets under {self.spec.zk_root}",)
             summary.notes.append((group, notes[0]))
-        late = {(b.topic, b.partition) for b in behind}
-        record, version = fetched.records[group]
-        phase = Phase(record["phase"])
+        late = {(b.topic, b.partition) for b in found.behind}
+        stale = {(b.topic, b.partition) for b in found.zookeeper_behind}
         now = wall_clock_ms()
-        result = VerifyResult(group, phase.value, not behind, checked, behind, notes, now)
+        result = VerifyResult.of(group, phase.value, found, now, notes)
         summary.outcomes["clean" if result.clean else "behind"] += 1
         if self.spec.record_verify:
             recording.append(self._record_verify(group, record, version, phase, now, result, summary))
         rows = []
         for row in plan.rows:
             key = (row.facts.topic, row.facts.partition)
-            status = "unverifiable" if row.decision in _UNVERIFIABLE else "behind" if key in late else "ok"
+            status = ("unverifiable" if row.decision in _UNVERIFIABLE else "behind" if key in late
+                      else "zookeeper-behind" if key in stale else "ok")
             rows.append(_row(row, status, summary))
         return rows
 

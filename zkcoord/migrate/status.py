@@ -22,7 +22,8 @@ Record (JSON, compact)::
      "history": [["backed-up", ms], ["kafka-committed", ms], ["dual", ms]],
      "applied": {"at_ms": ms, "committed": [[topic, partition, offset], ...],
                  "skipped": [[topic, partition, decision, note], ...]},
-     "verify": {"at_ms": ms, "clean": true, "checked": 4, "behind": [[topic, partition, zk, kafka], ...]},
+     "verify": {"at_ms": ms, "clean": true, "checked": 4, "behind": [[topic, partition, zk, kafka], ...],
+                "zookeeper_behind": [[topic, partition, zk or null, kafka], ...]},
      "finalized": {...}, "rolled_back": {...}}
 
 ``backup``: ``{"v": 1, "at_ms", "zk_root", "kafka": [[t, p, offset, metadata]],
@@ -114,12 +115,14 @@ class GroupStatus:
     since_ms: int | None
     verify_at_ms: int | None = None
     verify_clean: bool | None = None
-    verify_behind: int = 0
+    verify_behind: int = 0  # partitions where Kafka was behind ZooKeeper
+    verify_zookeeper_behind: int = 0  # partitions where ZooKeeper was behind (or without) Kafka's offset
 
     def as_dict(self) -> dict[str, Any]:
         return {"group": self.group, "mode": self.mode, "phase": self.phase, "since_ms": self.since_ms,
                 "verify": None if self.verify_at_ms is None else {
-                    "at_ms": self.verify_at_ms, "clean": self.verify_clean, "behind": self.verify_behind}}
+                    "at_ms": self.verify_at_ms, "clean": self.verify_clean, "behind": self.verify_behind,
+                    "zookeeper_behind": self.verify_zookeeper_behind}}
 
 
 async def group_status(conn: ZkConnection, store: MigrationStore, groups: Iterable[str]) -> list[GroupStatus]:
@@ -129,5 +132,6 @@ async def group_status(conn: ZkConnection, store: MigrationStore, groups: Iterab
         record = record or {}
         verify = record.get("verify") or {}
         return GroupStatus(group, mode, record.get("phase", Phase.ZOOKEEPER.value), record.get("since_ms"),
-                           verify.get("at_ms"), verify.get("clean"), len(verify.get("behind") or ()))
+                           verify.get("at_ms"), verify.get("clean"), len(verify.get("behind") or ()),
+                           len(verify.get("zookeeper_behind") or ()))
     return list(await asyncio.gather(*(one(g) for g in sorted(set(groups)))))
