@@ -117,7 +117,7 @@ class Inspector:
         try:
             self._kafka.start()
             for group, state in self._kafka.groups(names).items():
-                found[group]["group"] = KafkaGroupInfo(state.state, state.members)
+                found[group]["group"] = KafkaGroupInfo(state.state, state.members, state.member_ids)
             wanted = [zk.group for zk in facts if zk.record is None or zk.record.get("os", "zookeeper") != "zookeeper"]
             for group, committed in self._kafka.committed_offsets(wanted).items():
                 found[group]["committed"] = committed

@@ -24,7 +24,7 @@ line and refresh)::
         "storage": "zookeeper" | "dual" | "kafka",
         "coordinator": {"node_id": 1, "host": "coord-1", "port": 9300, "live": true} | null,
         "migration": {"phase": "dual", "since_ms": 1795315596682} | null,
-        "kafka_group": {"state": "Empty", "members": 0} | null,
+        "kafka_group": {"state": "Empty", "members": 0, "member_list": [{"member_id", "client_id", "host"}]} | null,
         "members": [{"member_id": "...", "group_instance_id": null, "client_id": "...",
                      "host": "/10.0.0.5", "partitions": 2 | null,
                      "assignment": {"orders": [0, 2]} | null}],
@@ -120,9 +120,12 @@ class KafkaGroupInfo:
 
     state: str
     members: int
+    # (member id, client id, host) of each member, when Kafka named them
+    member_list: tuple[tuple[str, str, str], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"state": self.state, "members": self.members}
+        return {"state": self.state, "members": self.members,
+                "member_list": [{"member_id": m, "client_id": c, "host": h} for m, c, h in self.member_list]}
 
 
 Assignment = tuple[tuple[str, tuple[int, ...]], ...]  # ((topic, (partition, ...)), ...) sorted

@@ -282,8 +282,7 @@ def _zkcoord_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapp
         notes.append(f"the group's offsets are in Kafka too ({storage} storage); pass --bootstrap-servers "
                      "(or set ZKCOORD_BOOTSTRAP_SERVERS) to see them")
     if storage != "zookeeper" and kafka.group is not None and kafka.group.members:
-        notes.append(f"Kafka's own coordinator reports {kafka.group.members} member(s) in this group "
-                     f"({kafka.group.state}): consumers outside zkcoord use the same group id")
+        notes.append(kafka_side_warning(kafka.group))
     if not members:
         notes.append(NO_MEMBERS.format(group=zk.group))
     migration = _migration(zk, notes)
@@ -292,6 +291,15 @@ def _zkcoord_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapp
         generation=int(record["g"]), protocol_type=description.protocol_type or record.get("pt"),
         assignment_strategy=description.protocol or record.get("pn") or None, coordinator=coordinator,
         migration=migration, kafka_group=kafka.group, members=members, offsets=rows, notes=tuple(notes))
+
+
+def kafka_side_warning(group: KafkaGroupInfo) -> str:
+    """The note of a dual/kafka group with members in Kafka's own coordinator, naming them."""
+    named = "; ".join(f"{m} (client {c or '-'}, host {h or '-'})" for m, c, h in group.member_list[:20])
+    more = f"; and {len(group.member_list) - 20} more" if len(group.member_list) > 20 else ""
+    return (f"warning: Kafka's own coordinator reports {group.members} member(s) in this group ({group.state})"
+            + (f": {named}{more}" if named else "") + ". Consumers outside zkcoord use the same group id: both "
+            "coordinators assign the partitions, and Kafka refuses the commits zkcoord forwards while they stay")
 
 
 def _legacy_view(zk: ZkFacts, kafka: KafkaFacts, sources: tuple[str, ...]) -> GroupView:

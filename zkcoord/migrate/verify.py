@@ -114,7 +114,7 @@ def compare(plan: GroupPlan, both_ways: bool = True) -> Comparison:
     ...                      PartitionFacts("g", "t", 2, "x", log_start=0, log_end=9)], kafka_only={("t", 3): 4})
     >>> found = compare(p)
     >>> found.checked, found.behind, len(found.notes), found.clean
-    (2, (Behind(topic='t', partition=0, zookeeper=7, kafka=5),), 1, False)
+    (3, (Behind(topic='t', partition=0, zookeeper=7, kafka=5),), 1, False)
     >>> [(b.partition, b.zookeeper, b.kafka) for b in found.zookeeper_behind]
     [(1, 3, 8), (3, None, 4)]
     """
