@@ -289,7 +289,7 @@ def test_describe_members_and_state_views(scene):
 def test_describe_dual_shows_both_stores(scene):
     doc = run_json("describe", scene.dual, env=scene.env())
     [group] = doc["groups"]
-    assert (group["storage"], group["kafka_group"]) == ("dual", {"state": "Empty", "members": 0})
+    assert (group["storage"], group["kafka_group"]) == ("dual", {"state": "Empty", "members": 0, "member_list": []})
     assert [(r["partition"], r["current_offset"], r["zookeeper_offset"], r["kafka_offset"], r["log_end_offset"],
              r["lag"]) for r in group["offsets"]] == [
         (0, 10, 10, 10, 10, 0), (1, 10, 10, 4, 10, 0), (2, 10, 10, 10, 10, 0)]

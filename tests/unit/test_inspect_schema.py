@@ -37,7 +37,7 @@ def test_describe_document():
             "generation": 7, "protocol_type": "consumer", "assignment_strategy": "range", "storage": "dual",
             "coordinator": {"node_id": 1, "host": "coord-1", "port": 9301, "live": True},
             "migration": {"phase": "dual", "since_ms": 1795315596682},
-            "kafka_group": {"state": "Empty", "members": 0},
+            "kafka_group": {"state": "Empty", "members": 0, "member_list": []},
             "members": [
                 {"member_id": "m1", "group_instance_id": None, "client_id": "c1", "host": "/10.0.0.5",
                  "partitions": 2, "assignment": {"orders": [0, 2]}},

@@ -140,12 +140,15 @@ def test_dual_storage_shows_both_stores_and_resumes_from_the_larger():
 
 def test_kafka_storage_reads_kafka_and_warns_of_foreign_members():
     zk = ZkFacts("g", record=record(os="kafka", members=[]), owner_node_id=1, zk_offsets={("orders", 0): "42"})
-    kafka = KafkaFacts(asked=True, committed={("orders", 1): 5}, group=KafkaGroupInfo("Stable", 2))
+    kafka = KafkaFacts(asked=True, committed={("orders", 1): 5}, group=KafkaGroupInfo(
+        "Stable", 2, (("k-1", "stock", "/10.0.0.7"), ("k-2", "", ""))))
     got = view(zk, LiveFacts(), kafka)
     assert [(r.partition, r.current_offset, r.zookeeper_offset, r.kafka_offset) for r in got.offsets] == \
         [(1, 5, None, 5)]  # the frozen ZooKeeper offset is not the group's any more
-    assert got.notes == ("Kafka's own coordinator reports 2 member(s) in this group (Stable): consumers outside "
-                         "zkcoord use the same group id", "Consumer group 'g' has no active members.")
+    assert got.notes == ("warning: Kafka's own coordinator reports 2 member(s) in this group (Stable): k-1 (client "
+                         "stock, host /10.0.0.7); k-2 (client -, host -). Consumers outside zkcoord use the same "
+                         "group id: both coordinators assign the partitions, and Kafka refuses the commits zkcoord "
+                         "forwards while they stay", "Consumer group 'g' has no active members.")
 
 
 def test_unparsable_legacy_offsets_and_missing_topics_are_notes():
