@@ -73,7 +73,11 @@ def test_a_kafka_side_member_neither_fences_zkcoord_members_nor_splits_the_store
                 assert type(refused.value).__name__ == "UnknownError", refused.value
                 for _ in range(2):
                     member.poll(timeout_ms=JOIN_POLL_MS)
-                assert read_group_state(zk, group) == before  # no rejoin, no ghost member, same generation
+                generation = member._coordinator._generation  # kafka-python resets it on UNKNOWN_MEMBER_ID
+                assert (generation.member_id, generation.generation_id) == (before[2][0], before[1])
+                live = describe_json(zk_hosts, services.bootstrap_servers, group)  # the owner's live view
+                assert (live["read_from"], live["state"], [m["member_id"] for m in live["members"]]) == \
+                    ("daemon", "Stable", before[2])  # no rejoin, no ghost member
                 assert member.assignment()
                 # Neither store took the commit: they do not diverge.
                 assert legacy(zk, group, topic, 0) == b"0"
