@@ -286,8 +286,14 @@ def test_apply_commits_the_plan_and_verify_is_then_clean(zk, zk_hosts, kafka, se
     again = job(zk_hosts, services, tmp_path / "again", spark, mode="apply")
     assert again.outcomes == {"already-done": 6} and set(again.statuses) == {"already-done"}
     verified = job(zk_hosts, services, tmp_path / "verify", spark, mode="verify")
-    assert verified.outcomes == {"clean": 6}
-    assert {r[10] for r in parquet_rows(spark, verified) if r[0] == groups[0]} == {"ok", "unverifiable"}
+    # Kafka ahead, kept by apply, is ZooKeeper behind Kafka: the stores differ, so that group is not clean.
+    assert verified.outcomes == {"clean": 5, "behind": 1}
+    verified_rows = parquet_rows(spark, verified)
+    assert {r[10] for r in verified_rows if r[0] == groups[0]} == {"ok", "unverifiable"}
+    assert {(r[1], r[2]): r[10] for r in verified_rows if r[0] == groups[1] and r[10] != "ok"} == \
+        {(a, 2): "zookeeper-behind"}
+    record = json.loads(zk.get(f"/zkcoord/migrations/{groups[1]}")[0])["verify"]
+    assert (record["clean"], record["behind"], record["zookeeper_behind"]) == (False, [], [[a, 2, 3, 40]])
 
 
 # -- the CLI -------------------------------------------------------------------------------
