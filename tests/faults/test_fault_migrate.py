@@ -174,11 +174,23 @@ def started_groups(zk, groups) -> int:
 
 
 def check_round(zk, hosts, bootstrap, tmp_path, seed, topic, groups, legacy, before) -> None:
-    """verify exits 0; Kafka holds max(legacy, Kafka before) everywhere; the
-    legacy offsets are unchanged; every group is in dual; backups hold the before."""
+    """verify finds Kafka behind nowhere, and ZooKeeper behind exactly where
+    Kafka was ahead before (apply keeps it); Kafka holds max(legacy, Kafka
+    before) everywhere; the legacy offsets are unchanged; every group is in
+    dual; backups hold the before."""
+    out = tmp_path / f"verify-{len(groups)}-{groups[0]}.out"
     verify = migrate("verify", "--pattern", f"{groups[0].rsplit('-', 1)[0]}-.*", hosts=hosts, bootstrap=bootstrap,
-                     out_path=tmp_path / "verify.out")
-    assert wait_exit(verify) == 0, (tmp_path / "verify.out").read_text()[-3000:]
+                     out_path=out)
+    ahead = {g: [[topic, p, legacy[g][p], o] for p, o in sorted(before.get(g, {}).items()) if o > legacy[g][p]]
+             for g in groups}
+    code = wait_exit(verify)
+    assert code == (1 if any(ahead.values()) else 0), out.read_text()[-3000:]
+    text = out.read_text()
+    start = next(i for i, line in enumerate(text.splitlines(keepends=True)) if line.startswith("["))
+    found = {r["group"]: r for r in json.loads("".join(text.splitlines(keepends=True)[start:]))}
+    assert {g: found[g]["behind"] for g in groups} == {g: [] for g in groups}, f"seed {seed}: Kafka behind"
+    assert {g: [[b["topic"], b["partition"], b["zookeeper"], b["kafka"]] for b in found[g]["zookeeper_behind"]]
+            for g in groups} == ahead, f"seed {seed}: ZooKeeper behind Kafka elsewhere than where Kafka was ahead"
     expected = {g: {(topic, p): max(o, before.get(g, {}).get(p, -1)) for p, o in legacy[g].items()} for g in groups}
     got = kafka_offsets(bootstrap, groups)
     wrong = {g: {tp: (want, got[g].get(tp)) for tp, want in expected[g].items() if got[g].get(tp) != want}
