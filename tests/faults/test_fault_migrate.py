@@ -187,7 +187,8 @@ def check_round(zk, hosts, bootstrap, tmp_path, seed, topic, groups, legacy, bef
     assert code == (1 if any(ahead.values()) else 0), out.read_text()[-3000:]
     text = out.read_text()
     start = next(i for i, line in enumerate(text.splitlines(keepends=True)) if line.startswith("["))
-    found = {r["group"]: r for r in json.loads("".join(text.splitlines(keepends=True)[start:]))}
+    results, _ = json.JSONDecoder().raw_decode("".join(text.splitlines(keepends=True)[start:]))  # a summary follows
+    found = {r["group"]: r for r in results}
     assert {g: found[g]["behind"] for g in groups} == {g: [] for g in groups}, f"seed {seed}: Kafka behind"
     assert {g: [[b["topic"], b["partition"], b["zookeeper"], b["kafka"]] for b in found[g]["zookeeper_behind"]]
             for g in groups} == ahead, f"seed {seed}: ZooKeeper behind Kafka elsewhere than where Kafka was ahead"
