@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 
 import pytest
@@ -440,11 +439,9 @@ def test_live_state_during_a_rebalance_and_watch(zk_hosts, zk, unique_name):
 
 
 def test_zookeeper_unreachable_is_exit_2():
-    started = time.monotonic()
     result = run("describe", "g", "--zookeeper", "127.0.0.1:1", "--timeout-ms", "2000")
     assert result.exit_code == 2
     assert "error: cannot connect to ZooKeeper at 127.0.0.1:1: no answer within 2 s" in result.output
-    assert time.monotonic() - started < 30
     listed = run("groups", "--zookeeper", "127.0.0.1:1", "--timeout-ms", "2000", "--output", "json")
     assert listed.exit_code == 2 and listed.stdout == ""
 

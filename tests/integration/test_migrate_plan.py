@@ -14,7 +14,6 @@ import asyncio
 import csv
 import io
 import json
-import time
 
 import pytest
 from click.testing import CliRunner
@@ -151,10 +150,8 @@ def test_kafka_adapter_answers_from_the_cluster(kafka, topic, unique_name):
 
 def test_kafka_adapter_names_the_servers_it_cannot_reach():
     unreachable = KafkaOffsets("127.0.0.1:1", request_timeout_ms=1_000)
-    started = time.monotonic()
     with pytest.raises(ZkcoordError, match=r"cannot connect to Kafka at 127\.0\.0\.1:1: no broker answered within 1 s"):
         unreachable.start()
-    assert time.monotonic() - started < 15
 
 
 # -- the plan ----------------------------------------------------------------------------
