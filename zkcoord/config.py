@@ -65,6 +65,9 @@ class DaemonConfig:
     # zkcoord's own clients keep a heartbeat in flight that is answered as soon as their group starts
     # rebalancing (zkcoord.core.notice); this is the longest such a heartbeat is held. 0: never held.
     rebalance_notice_hold_ms: int = notice.DEFAULT_HOLD_MS
+    # Kafka's name and default: how often the owner removes its groups that are Empty with no committed
+    # offsets (their state and election znodes), as Kafka's offsets cleanup removes such groups.
+    offsets_retention_check_interval_ms: int = 600_000
     # The gateway (zkcoord.gateway): stock Kafka clients bootstrap from it. "": no gateway.
     gateway_listen: str = ""  # HOST:PORT of the gateway's own port; broker ports follow it
     gateway_advertised: str = ""  # HOST or HOST:PORT clients are told; default: the listen host and port
@@ -92,6 +95,7 @@ class DaemonConfig:
         _check_range("group_initial_rebalance_delay_ms", self.group_initial_rebalance_delay_ms, 0, 2**31 - 1)
         _check_range("member_disconnect_grace_ms", self.member_disconnect_grace_ms, -1, 2**31 - 1)
         _check_range("rebalance_notice_hold_ms", self.rebalance_notice_hold_ms, 0, 600_000)
+        _check_range("offsets_retention_check_interval_ms", self.offsets_retention_check_interval_ms, 1, 2**31 - 1)
         _check_range("topic_metadata_refresh_ms", self.topic_metadata_refresh_ms, 100, 3_600_000)
         _check_range("max_frame_bytes", self.max_frame_bytes, 1024, 2**31 - 1)
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)

@@ -33,6 +33,8 @@ def _options(func):
          "without LeaveGroup, instead of at its session timeout; -1: off, as Kafka [default: -1]."),
         ("--rebalance-notice-hold-ms", int, "Longest a heartbeat on a zkcoord client's notice connection is held "
          "waiting for its group to rebalance; 0: never hold, Kafka clients are never held [default: 5000]."),
+        ("--offsets-retention-check-interval-ms", int, "How often a daemon removes the groups it owns that are "
+         "Empty with no committed offsets, and their znodes [default: 600000]."),
         ("--gateway-listen", str, "HOST:PORT of the gateway stock Kafka clients bootstrap from; needs "
          "--bootstrap-servers [default: no gateway]."),
         ("--gateway-advertised", str, "HOST or HOST:PORT of the gateway as clients are told [default: the "

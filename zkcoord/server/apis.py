@@ -188,11 +188,11 @@ class ApiHandler:
                     "coordinators on the Kafka brokers", -1, "", -1)
         if key_type != 0:
             return E.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
-        code = validate_group_id(key)
+        code = validate_group_id(key, allow_empty=True)  # Kafka looks up the empty id too
         if code is not E.NONE:
-            return code, f"invalid group id {key!r}", -1, "", -1
+            return code, f"invalid group id {key!r}: longer than 249 characters", -1, "", -1
         try:
-            owner = await self.manager.find_owner(key)
+            owner = await self.manager.find_owner(key, self._nameable)
         except GroupUnavailableError as exc:
             return exc.code, str(exc), -1, "", -1
         address = self.coordinator_address(owner)
@@ -200,6 +200,10 @@ class ApiHandler:
             return E.COORDINATOR_NOT_AVAILABLE, address, -1, "", -1
         node_id, host, port = address
         return E.NONE, None, node_id, host, port
+
+    def _nameable(self, info: NodeInfo) -> bool:
+        """Can FindCoordinator name this daemon to our clients (a gateway's clients need its gateway)?"""
+        return not isinstance(self.coordinator_address(info), str)
 
     # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -------------------------------
     async def join_group(self, decoded, connection):

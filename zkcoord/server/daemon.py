@@ -136,7 +136,9 @@ class Daemon:
             node_id, group_config, self.ownership, store, self.offsets, self.nodes, topic_watcher=self.topics,
             conn=self.conn, member_disconnect_grace_ms=config.member_disconnect_grace_ms,
             rebalance_notice_hold_ms=config.rebalance_notice_hold_ms,
+            cleanup_interval_ms=config.offsets_retention_check_interval_ms,
             kafka_forwarder=KafkaForwarder(config.bootstrap_servers) if config.bootstrap_servers else None)
+        self.manager.start_cleanup()
         if self.metrics is not None:
             self.metrics.manager = self.manager
             self.manager.metrics = self.metrics

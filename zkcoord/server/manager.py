@@ -4,16 +4,33 @@ Owns the map group id -> :class:`GroupRuntime` of the groups this daemon
 owns, their loading after an election win, and the reaction to ZooKeeper's
 connection state:
 
-* FindCoordinator: the group's elected owner; with none, this daemon
-  contends, and if it wins loads the group before answering, so the client's
-  next request finds it ready.
-* A request for a group this daemon does not own: NOT_COORDINATOR. For one
-  still loading, or while the ZooKeeper connection is SUSPENDED:
+* FindCoordinator: the group's elected owner. With none, nobody contends: a
+  lookup must leave nothing in ZooKeeper (an anonymous client could look up
+  group ids without end). The answer is the live daemon
+  :func:`zkcoord.core.placement.choose_node` picks (rendezvous hashing over
+  ``/zkcoord/nodes``; only daemons the caller can name, e.g. with a
+  gateway). A daemon that owns nothing for this group answers itself only
+  when it is that choice.
+* A request for a group nobody owns (JoinGroup, OffsetCommit, ... whatever
+  comes first): this daemon contends, and if it wins loads the group and
+  serves the request; if another daemon wins, or the group has an owner
+  already: NOT_COORDINATOR, and the client looks up again, as with Kafka.
+  For a group still loading, or while the ZooKeeper connection is SUSPENDED:
   COORDINATOR_LOAD_IN_PROGRESS (SyncGroup gets REBALANCE_IN_PROGRESS and
   Heartbeat NONE while loading, as Kafka does).
 * Ownership lost (our contender node vanished, a fenced write refused, the
   session LOST): the runtime is unloaded at once; parked requests get
   NOT_COORDINATOR.
+
+Cleanup, every ``cleanup_interval_ms`` (Kafka's
+``offsets.retention.check.interval.ms``): a group this daemon owns that is
+Empty, has no members, uses ``zookeeper`` offset storage and has no committed
+offsets is removed, as Kafka's offsets cleanup removes such groups: its state
+znode (fenced, at its version), then its election znodes
+(:meth:`~zkcoord.zk.ownership.GroupOwnership.retire`). A request that made
+this daemon contend for a group with nothing stored (a DescribeGroups or
+OffsetFetch of an unknown group) so leaves no znodes for long, and
+ListGroups never lists such a group.
 
 Offsets go where the group's offset storage mode (``"os"`` in its state
 record, :mod:`zkcoord.zk.modes`) says:
@@ -50,6 +67,7 @@ from zkcoord.core import group as core
 from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.core.migration import dual_fetch
+from zkcoord.core.placement import choose_node
 from zkcoord.errors import NotOwnerError, ServiceUnavailableError, StateError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
 from zkcoord.zk.modes import ModeRequestWatch
@@ -67,7 +85,8 @@ COMMIT_TOPIC_CHECK_WAIT_S = 2.0
 class GroupManager:
     def __init__(self, node_id: int, group_config: core.GroupConfig, ownership, store, offsets, nodes,
                  topic_watcher=None, *, conn=None, kafka_forwarder: KafkaForwarder | None = None,
-                 member_disconnect_grace_ms: int = -1, rebalance_notice_hold_ms: int = 0):
+                 member_disconnect_grace_ms: int = -1, rebalance_notice_hold_ms: int = 0,
+                 cleanup_interval_ms: int = 600_000):
         self.node_id = node_id
         self.group_config = group_config
         self.ownership = ownership
@@ -87,6 +106,9 @@ class GroupManager:
         self.metrics = None  # DaemonMetrics, set by the daemon with --metrics-listen
         self.member_disconnect_grace_ms = member_disconnect_grace_ms  # -1: off
         self.rebalance_notice_hold_ms = rebalance_notice_hold_ms  # 0: heartbeats never held (core.notice)
+        self.cleanup_interval_ms = cleanup_interval_ms
+        self._cleanup_task: asyncio.Task | None = None
+        self._live: dict | None = None  # node id -> NodeInfo of the live daemons, while a watch holds
 
     # -- ownership ---------------------------------------------------------------
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
@@ -94,13 +116,16 @@ class GroupManager:
         owner = await self.find_owner(group_id)
         return owner.node_id, owner.host, owner.port
 
-    async def find_owner(self, group_id: str):
+    async def find_owner(self, group_id: str, eligible=None):
         """The registration (:class:`~zkcoord.zk.nodes.NodeInfo`) of the group's
-        owner, contending first when it has none; GroupUnavailableError."""
+        owner; with none, of the live daemon chosen for it (module docstring),
+        among those ``eligible(info)`` accepts. GroupUnavailableError."""
         try:
             owner = await self.ownership.current_owner(group_id)
-            if owner is None or (owner == self.node_id and not self.ownership.is_owned(group_id)):
-                owner = await self.ownership.contend(group_id)
+            if owner == self.node_id and not self.ownership.is_owned(group_id):
+                owner = None  # a contender of ours from a lost session, on its way out
+            if owner is None:
+                return await self._choose(group_id, eligible)
             if owner == self.node_id:
                 if self.ownership.is_suspended(group_id):
                     raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, "ZooKeeper suspended")
@@ -113,6 +138,33 @@ class GroupManager:
         if info is None:
             raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, f"owner {owner} not registered")
         return info
+
+    async def _choose(self, group_id: str, eligible):
+        """The live daemon FindCoordinator names for a group nobody owns."""
+        live = self._live
+        if live is None:
+            live = await self.nodes.nodes(on_change=self._nodes_changed)
+            self._live = live
+        candidates = {n: info for n, info in live.items() if eligible is None or eligible(info)}
+        chosen = choose_node(group_id, candidates)
+        if chosen is None:
+            raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, "no live zkcoord daemon registered")
+        return candidates[chosen]
+
+    def _nodes_changed(self) -> None:
+        self._live = None
+
+    async def _take(self, group_id: str) -> None:
+        """A request for a group we do not own: contend if nobody owns it;
+        NOT_COORDINATOR if another daemon owns it or wins."""
+        try:
+            owner = await self.ownership.current_owner(group_id)
+            if owner is None or owner == self.node_id:
+                owner = await self.ownership.contend(group_id)
+        except ZkcoordError as exc:
+            raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
+        if owner != self.node_id:
+            raise GroupUnavailableError(group_id, E.NOT_COORDINATOR, f"owned by node {owner}")
 
     async def _ensure_loaded(self, group_id: str) -> GroupRuntime:
         runtime = self.runtimes.get(group_id)
@@ -147,10 +199,13 @@ class GroupManager:
             self.mode_requests.watch(group_id)  # a request posted before we loaded is delivered now
         return runtime
 
-    async def runtime(self, group_id: str, loading_code: ErrorCode = E.COORDINATOR_LOAD_IN_PROGRESS):
-        """The runtime of an owned, loaded group, or GroupUnavailableError.
-        Returns None only when ``loading_code`` is NONE and the group loads."""
-        code = validate_group_id(group_id)
+    async def runtime(self, group_id: str, loading_code: ErrorCode = E.COORDINATOR_LOAD_IN_PROGRESS,
+                      allow_empty: bool = False):
+        """The runtime of an owned, loaded group (contending first if nobody
+        owns it), or GroupUnavailableError. Returns None only when
+        ``loading_code`` is NONE and the group loads. ``allow_empty``: the
+        API takes the empty group id (Kafka's rule, ``validate_group_id``)."""
+        code = validate_group_id(group_id, allow_empty=allow_empty)
         if code is not E.NONE:
             raise GroupUnavailableError(group_id, code, "invalid group id")
         if group_id in self._broken:
@@ -161,7 +216,10 @@ class GroupManager:
                 return None
             raise GroupUnavailableError(group_id, loading_code, "loading or ZooKeeper suspended")
         if not self.ownership.is_owned(group_id):
-            raise GroupUnavailableError(group_id, E.NOT_COORDINATOR, "not the owner")
+            await self._take(group_id)
+            if self.ownership.is_suspended(group_id):
+                raise GroupUnavailableError(group_id, loading_code if loading_code is not E.NONE
+                                            else E.COORDINATOR_LOAD_IN_PROGRESS, "ZooKeeper suspended")
         runtime = self.runtimes.get(group_id)
         if runtime is not None and runtime.active:
             return runtime
@@ -231,8 +289,46 @@ class GroupManager:
                 if runtime is not None:
                     self._background.spawn(runtime.unload(change.reason), f"unload group {group_id}")
 
+    # -- cleanup of groups that hold nothing -------------------------------------------
+    def start_cleanup(self) -> None:
+        """Start the periodic cleanup (module docstring); stopped by :meth:`release_all`."""
+        if self._cleanup_task is None:
+            self._cleanup_task = self._background.spawn(self._cleanup_loop(), "remove empty groups")
+
+    async def _cleanup_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cleanup_interval_ms / 1000)
+            await self.cleanup_empty_groups()
+
+    async def cleanup_empty_groups(self) -> list[str]:
+        """Remove every owned group that holds nothing; the ids removed."""
+        removed = []
+        for group_id, runtime in list(self.runtimes.items()):
+            try:
+                if await self._remove_if_empty(group_id, runtime):
+                    removed.append(group_id)
+            except ZkcoordError as exc:  # the next round tries again
+                log.warning("group %s: not removed although empty: %s", group_id, exc)
+        return removed
+
+    async def _remove_if_empty(self, group_id: str, runtime: GroupRuntime) -> bool:
+        if self.serving(group_id) is not runtime or not _holds_nothing(runtime.group):
+            return False
+        if await self.offsets.fetch(group_id):
+            return False
+        removed = await runtime.retire(_holds_nothing)
+        if not removed:
+            return False
+        self._stepped_down(group_id)
+        await self.ownership.retire(group_id)
+        log.info("group %s: Empty with no committed offsets, removed with its znodes", group_id)
+        return True
+
     async def release_all(self) -> None:
         """Graceful stop: unload every group and give up its election node."""
+        if self._cleanup_task is not None:
+            self._cleanup_task.cancel()
+            self._cleanup_task = None
         runtimes, self.runtimes = self.runtimes, {}
         if self.mode_requests is not None:
             self.mode_requests.unwatch_all()
@@ -295,7 +391,7 @@ class GroupManager:
         land after them (Kafka appends to its log under the group lock too).
         """
         try:
-            runtime = await self.runtime(group_id)
+            runtime = await self.runtime(group_id, allow_empty=True)
             exists = generation_id < 0 or await self._exists(runtime)
             missing = await self._missing_partitions(wanted)
             kept = {(t, p): (o, m or "") for t, p, o, m in wanted if (t, p) not in missing}
@@ -364,7 +460,7 @@ class GroupManager:
     async def fetch_offsets(self, group_id, wanted):
         """OffsetFetch: (group error, [(topic, partition, offset, metadata, error)])."""
         try:
-            runtime = await self.runtime(group_id)
+            runtime = await self.runtime(group_id, allow_empty=True)
             stored = await self._fetch_stored(runtime, wanted)
         except GroupUnavailableError as exc:
             return exc.code, []
@@ -400,7 +496,7 @@ class GroupManager:
     # -- describe, list, delete ------------------------------------------------------
     async def describe(self, group_id):
         try:
-            runtime = await self.runtime(group_id)
+            runtime = await self.runtime(group_id, allow_empty=True)
         except GroupUnavailableError as exc:
             return exc.code, None
         exists = await self._exists(runtime)
@@ -427,14 +523,14 @@ class GroupManager:
     async def list_groups(self):
         listed = []
         for group_id, runtime in list(self.runtimes.items()):
-            if runtime.active:
+            if runtime.active and (runtime.version is not None or runtime.group.size > 0):
                 g = runtime.group
                 listed.append((group_id, g.state.value, g.protocol_type or ""))
         return listed
 
     async def delete_group(self, group_id: str) -> ErrorCode:
         try:
-            runtime = await self.runtime(group_id)
+            runtime = await self.runtime(group_id, allow_empty=True)
             token = runtime.next_token()
             exists = await self._exists(runtime)
             result = await runtime.call(token, lambda g, now: core.handle_delete(g, token, exists=exists))
@@ -447,6 +543,13 @@ class GroupManager:
         except ZkcoordError as exc:
             log.warning("DeleteGroups %s failed: %s", group_id, exc)
             return E.UNKNOWN_SERVER_ERROR
+
+
+def _holds_nothing(group: core.Group) -> bool:
+    """Empty, no members, offsets in ZooKeeper (a ``dual`` / ``kafka`` group's
+    state records its mode, which must not be lost)."""
+    return (group.state is core.GroupState.EMPTY and group.size == 0 and not group.pending_members
+            and group.offset_storage == "zookeeper")
 
 
 def merge_dual(zk: dict, kafka: dict) -> dict:

@@ -82,10 +82,10 @@ async def list_zkcoord_groups(conn: ZkConnection) -> list[str]:
             names = await aio.call(client.get_children_async, paths.COORDINATORS)
         except NoNodeError:
             return []
-        names = [n for n in names if _valid(n)]
-        stats = await aio.gather(asyncio.get_running_loop(), [client.exists_async(paths.state(n)) for n in names])
+        groups = paths.group_ids(names)  # znode names decoded; names that are no group's left out
+        stats = await aio.gather(asyncio.get_running_loop(), [client.exists_async(paths.state(g)) for g in groups])
         _raise_unexpected(*stats)
-        return sorted(n for n, stat in zip(names, stats) if isinstance(stat, ZnodeStat))
+        return sorted(g for g, stat in zip(groups, stats) if isinstance(stat, ZnodeStat))
     return await conn.retry("list the zkcoord groups", inner)
 
 
@@ -93,18 +93,10 @@ async def list_legacy_groups(conn: ZkConnection, offsets: paths.OffsetPaths) -> 
     """Every group under the legacy offsets root, sorted."""
     async def inner() -> list[str]:
         try:
-            return sorted(n for n in await aio.call(conn.client.get_children_async, offsets.root) if _valid(n))
+            return paths.group_ids(await aio.call(conn.client.get_children_async, offsets.root))
         except NoNodeError:
             return []
     return await conn.retry(f"list the groups under {offsets.root}", inner)
-
-
-def _valid(name: str) -> bool:
-    try:
-        paths.component(name, "group id")
-        return True
-    except Exception:  # a name zkcoord could not address; nothing to show
-        return False
 
 
 async def read_group(conn: ZkConnection, offsets: paths.OffsetPaths, group: str, *,

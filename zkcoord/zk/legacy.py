@@ -91,7 +91,7 @@ class LegacyOffsets:
 
     async def _inner_list_groups(self) -> list[str]:
         try:
-            return sorted(await aio.call(self._conn.client.get_children_async, self.root))
+            return paths.group_ids(await aio.call(self._conn.client.get_children_async, self.root))
         except NoNodeError:
             return []
 

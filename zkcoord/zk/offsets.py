@@ -561,6 +561,6 @@ class OffsetStore:
 
     async def _inner_list_groups(self) -> list[str]:
         try:
-            return sorted(await aio.call(self._conn.client.get_children_async, self.paths.root))
+            return paths.group_ids(await aio.call(self._conn.client.get_children_async, self.paths.root))
         except NoNodeError:
             return []

@@ -213,6 +213,7 @@ class GroupStateStore:
             children = await aio.call(client.get_children_async, paths.COORDINATORS)
         except NoNodeError:
             return []
+        children = paths.group_ids(children)  # znode names decoded; names that are no group's left out
         loop = asyncio.get_running_loop()
         outcomes = await aio.gather(loop, [client.exists_async(paths.state(g)) for g in children])
         for outcome in outcomes:
