@@ -72,7 +72,7 @@ E = ErrorCode
 # committed as if the topic exists (Kafka down must not stall a group's commits,
 # nor, behind them on the member's connection, its heartbeats).
 COMMIT_TOPIC_CHECK_WAIT_S = 2.0
-SLICE = 2000  # partitions or groups handled between two yields to the event loop
+SLICE = 500  # partitions or groups handled between two yields to the event loop
 
 
 async def pause_every(index: int) -> None:
