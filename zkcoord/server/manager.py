@@ -51,6 +51,15 @@ A ``dual`` / ``kafka`` group on a daemon without ``bootstrap_servers``
 answers COORDINATOR_NOT_AVAILABLE (logged once per group). Kafka not
 answering in time: COORDINATOR_NOT_AVAILABLE, so the client retries.
 
+Limits (:mod:`zkcoord.core.limits`): an OffsetCommit partition whose
+metadata is over ``offset_metadata_max_bytes`` gets OFFSET_METADATA_TOO_LARGE
+(one whose topic name is longer than a topic's can be,
+UNKNOWN_TOPIC_OR_PARTITION) once the group accepts the commit, and nothing
+is written for it; the other partitions are committed, as Kafka does. A
+request with thousands of partitions or groups is worked through in slices
+of :data:`SLICE`, yielding to the event loop between them, so other
+groups' requests are answered meanwhile.
+
 The mode changes while the group is served: a migrate command posts a mode
 request, the owner's :class:`~zkcoord.zk.modes.ModeRequestWatch` hands
 it to :meth:`GroupManager._on_mode_request`, which persists it through the
@@ -65,6 +74,7 @@ import logging
 
 from zkcoord.core import group as core
 from zkcoord.core.errors import ErrorCode, validate_group_id
+from zkcoord.core.limits import DEFAULT_OFFSET_METADATA_MAX_BYTES, offset_commit_error
 from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.core.migration import dual_fetch
 from zkcoord.core.placement import choose_node
@@ -80,13 +90,21 @@ E = ErrorCode
 # committed as if the topic exists (Kafka down must not stall a group's commits,
 # nor, behind them on the member's connection, its heartbeats).
 COMMIT_TOPIC_CHECK_WAIT_S = 2.0
+SLICE = 500  # partitions or groups handled between two yields to the event loop
+
+
+async def pause_every(index: int) -> None:
+    """Yield to the event loop at every SLICE-th item of a long request."""
+    if index and index % SLICE == 0:
+        await asyncio.sleep(0)
 
 
 class GroupManager:
     def __init__(self, node_id: int, group_config: core.GroupConfig, ownership, store, offsets, nodes,
                  topic_watcher=None, *, conn=None, kafka_forwarder: KafkaForwarder | None = None,
                  member_disconnect_grace_ms: int = -1, rebalance_notice_hold_ms: int = 0,
-                 cleanup_interval_ms: int = 600_000):
+                 cleanup_interval_ms: int = 600_000,
+                 offset_metadata_max_bytes: int = DEFAULT_OFFSET_METADATA_MAX_BYTES):
         self.node_id = node_id
         self.group_config = group_config
         self.ownership = ownership
@@ -109,6 +127,7 @@ class GroupManager:
         self.cleanup_interval_ms = cleanup_interval_ms
         self._cleanup_task: asyncio.Task | None = None
         self._live: dict | None = None  # node id -> NodeInfo of the live daemons, while a watch holds
+        self.offset_metadata_max_bytes = offset_metadata_max_bytes
 
     # -- ownership ---------------------------------------------------------------
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
@@ -394,13 +413,14 @@ class GroupManager:
             runtime = await self.runtime(group_id, allow_empty=True)
             exists = generation_id < 0 or await self._exists(runtime)
             missing = await self._missing_partitions(wanted)
-            kept = {(t, p): (o, m or "") for t, p, o, m in wanted if (t, p) not in missing}
+            kept, refused_early = await self._sort_commit(wanted, missing)
+            prepared = await self.offsets.prepare(group_id, kept) if kept else None
 
             def validate_and_queue(group, now):
                 code = core.validate_offset_commit(group if exists else None, member_id, generation_id, instance_id)
                 if code is not E.NONE or not kept:
                     return code, None, group.offset_storage
-                return code, self._queue_offsets(group_id, group.offset_storage, kept), group.offset_storage
+                return code, self._queue_offsets(group_id, group.offset_storage, kept, prepared), group.offset_storage
 
             code, queued, mode = await runtime.read(validate_and_queue)
             if code is E.NONE:
@@ -409,8 +429,8 @@ class GroupManager:
                     self.metrics.observe_offset_commit(mode)
                 if member_id:
                     await runtime.apply(lambda g, now: core.touch_member(g, member_id, now))
-                return [E.UNKNOWN_TOPIC_OR_PARTITION if (t, p) in missing else refused.get((t, p), E.NONE)
-                        for t, p, _, _ in wanted]
+                refused.update(refused_early)
+                return [refused.get((t, p), E.NONE) for t, p, _, _ in wanted]
         except GroupUnavailableError as exc:
             code = exc.code
         except NotOwnerError:
@@ -420,7 +440,26 @@ class GroupManager:
             code = E.COORDINATOR_LOAD_IN_PROGRESS if self.ownership.is_suspended(group_id) else E.UNKNOWN_SERVER_ERROR
         return [code] * len(wanted)
 
-    def _queue_offsets(self, group_id: str, mode: str, kept):
+    async def _sort_commit(self, wanted, missing) -> tuple[dict, dict]:
+        """``({(topic, partition): (offset, metadata)} to write, {(topic,
+        partition): error} refused before any write)`` of an OffsetCommit."""
+        kept, refused = {}, {}
+        limit = self.offset_metadata_max_bytes
+        for i, (t, p, o, m) in enumerate(wanted):
+            await pause_every(i)
+            if (t, p) in missing:
+                refused[(t, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            code = offset_commit_error(t, m, limit)
+            if code is not E.NONE:
+                refused[(t, p)] = code
+                kept.pop((t, p), None)  # a partition named twice: the last one counts
+            else:
+                kept[(t, p)] = (o, m or "")
+                refused.pop((t, p), None)
+        return kept, refused
+
+    def _queue_offsets(self, group_id: str, mode: str, kept, prepared=None):
         """Queue the fenced ZooKeeper write of a commit (modes ``zookeeper``
         and ``dual``) and return its awaitable; in ``kafka`` mode only check
         that we still own the group (NotOwnerError) and return None."""
@@ -429,7 +468,7 @@ class GroupManager:
         if mode == "kafka":
             self.ownership.fence(group_id)  # NotOwnerError if we were deposed meanwhile
             return None
-        return self.offsets.submit(group_id, kept, fence=self.ownership.fence(group_id))
+        return self.offsets.submit(group_id, kept if prepared is None else prepared, fence=self.ownership.fence(group_id))
 
     async def _store_offsets(self, group_id: str, mode: str, kept, queued) -> dict[tuple[str, int], ErrorCode]:
         """Finish a commit where the group's mode says: await the queued
@@ -469,7 +508,8 @@ class GroupManager:
             return E.COORDINATOR_LOAD_IN_PROGRESS, []
         keys = wanted if wanted is not None else sorted(stored)
         rows = []
-        for topic, partition in keys:
+        for i, (topic, partition) in enumerate(keys):
+            await pause_every(i)
             offset, metadata = stored.get((topic, partition), (-1, ""))
             rows.append((topic, partition, offset, metadata, E.NONE))
         return E.NONE, rows
@@ -522,7 +562,8 @@ class GroupManager:
 
     async def list_groups(self):
         listed = []
-        for group_id, runtime in list(self.runtimes.items()):
+        for i, (group_id, runtime) in enumerate(list(self.runtimes.items())):
+            await pause_every(i)
             if runtime.active and (runtime.version is not None or runtime.group.size > 0):
                 g = runtime.group
                 listed.append((group_id, g.state.value, g.protocol_type or ""))
