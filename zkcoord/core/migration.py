@@ -261,7 +261,8 @@ class GroupActivity:
     ``zkcoord_members`` the members in its zkcoord state record (None: no
     record), whose ``offset_storage`` is ``zookeeper``, ``dual`` or ``kafka``;
     ``legacy_consumers`` the old ZooKeeper consumers registered under
-    ``<root>/<group>/ids``.
+    ``<root>/<group>/ids``; ``state_error`` what is wrong with a zkcoord
+    state znode that is not a valid record (None: none, or valid).
     """
 
     kafka_state: str | None = None
@@ -269,6 +270,7 @@ class GroupActivity:
     zkcoord_members: int | None = None
     offset_storage: str | None = None
     legacy_consumers: int = 0
+    state_error: str | None = None
 
     @property
     def active(self) -> bool:
@@ -276,6 +278,9 @@ class GroupActivity:
 
     def warnings(self) -> tuple[str, ...]:
         found = []
+        if self.state_error:
+            found.append(f"zkcoord state unreadable, members and offset storage unknown; apply refuses the "
+                         f"group until it is repaired: {self.state_error}")
         if self.kafka_members:
             found.append(f"{self.kafka_members} active member(s) in Kafka (state {self.kafka_state}): Kafka "
                          "refuses offset commits from outside the group; stop them before applying")
