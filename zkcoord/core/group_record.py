@@ -12,9 +12,12 @@ Record format (version 1), JSON with short keys, bytes in base64::
             "h": "<client host>", "st": 10000, "rt": 300000,
             "p": [["range", "<b64 metadata>"]], "a": "<b64 assignment>"}]}
 
-``gr`` is the highest generation number reserved (absent: equal to ``g``):
+``gr`` is the last generation number reserved (absent: equal to ``g``):
 the owner may hand out generations up to it without writing, so a new owner
-starts above it. Absent / empty values are left out. Like Kafka's group metadata record, a
+starts after it. Generations wrap from 2^31 - 1 to 1 (int32, as on the
+wire; :func:`~zkcoord.core.rebalance.following_generation`), so ``gr`` is
+below ``g`` while a group's first block after the wrap is reserved but not
+yet used. Absent / empty values are left out. Like Kafka's group metadata record, a
 member keeps only the metadata of the selected protocol (all its protocols
 only if it does not support the selected one, or none is selected yet), and
 assignments are written only for a Stable group: in CompletingRebalance they
@@ -188,7 +191,7 @@ def to_record(group: Group) -> dict[str, Any]:
         "g": group.generation_id,
         "os": group.offset_storage,
     }
-    if group.generation_reserved > group.generation_id:
+    if group.generation_reserved != group.generation_id:  # below it once the block wrapped
         rec["gr"] = group.generation_reserved
     if group.protocol_type is not None:
         rec["pt"] = group.protocol_type
@@ -259,7 +262,7 @@ def _persisted_only(group: Group) -> Group:
         protocol_name=group.protocol_name, generation_id=group.generation_id,
         leader_id=group.leader_id, members=group.members, static_members=group.static_members,
         offset_storage=group.offset_storage, generation_reserved=group.generation_reserved,
-        generation_floor=group.generation_reserved if group.generation_reserved > group.generation_id else 0,
+        generation_floor=group.generation_reserved if group.generation_reserved != group.generation_id else 0,
     )
 
 
