@@ -81,11 +81,25 @@ from zkcoord.core.placement import choose_node
 from zkcoord.errors import NotOwnerError, ServiceUnavailableError, StateError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
 from zkcoord.zk.modes import ModeRequestWatch
+from zkcoord.zk.offsets import FetchedOffsets
 from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
 from zkcoord.tasks import Background
 
 log = logging.getLogger(__name__)
 E = ErrorCode
+
+#: OffsetFetch's per-partition error for a legacy offset znode that holds no
+#: offset (:mod:`zkcoord.core.legacy_values`). UNKNOWN_SERVER_ERROR is what a
+#: Kafka broker answers when it fails on its own side (``Errors.forException``
+#: of an unexpected exception), and clients treat it as fatal for that fetch:
+#: the Java consumer's poll throws "Unexpected error in fetch offset response
+#: for partition t-0: The server experienced an unexpected error ...", and
+#: kafka-python raises it, so the application and its operator see it at once.
+#: CORRUPT_MESSAGE would be wrong twice: it names a record batch that failed
+#: its CRC, and it is retriable (CorruptRecordException), so clients would
+#: retry forever a value that no retry can repair. The other partitions of the
+#: group are answered as usual; the znode is logged once with its path.
+CORRUPT_OFFSET_ERROR = E.UNKNOWN_SERVER_ERROR
 # How long an OffsetCommit waits to learn a topic's partition count; then it is
 # committed as if the topic exists (Kafka down must not stall a group's commits,
 # nor, behind them on the member's connection, its heartbeats).
@@ -497,7 +511,10 @@ class GroupManager:
         return self.forwarder
 
     async def fetch_offsets(self, group_id, wanted):
-        """OffsetFetch: (group error, [(topic, partition, offset, metadata, error)])."""
+        """OffsetFetch: (group error, [(topic, partition, offset, metadata, error)]).
+
+        A partition whose legacy znode holds no offset gets
+        :data:`CORRUPT_OFFSET_ERROR` (offset -1); the others are answered."""
         try:
             runtime = await self.runtime(group_id, allow_empty=True)
             stored = await self._fetch_stored(runtime, wanted)
@@ -506,10 +523,14 @@ class GroupManager:
         except ZkcoordError as exc:
             log.warning("OffsetFetch %s failed: %s", group_id, exc)
             return E.COORDINATOR_LOAD_IN_PROGRESS, []
-        keys = wanted if wanted is not None else sorted(stored)
+        corrupt = getattr(stored, "unparsable", {})
+        keys = wanted if wanted is not None else sorted(set(stored) | set(corrupt))
         rows = []
         for i, (topic, partition) in enumerate(keys):
             await pause_every(i)
+            if (topic, partition) in corrupt:
+                rows.append((topic, partition, -1, "", CORRUPT_OFFSET_ERROR))
+                continue
             offset, metadata = stored.get((topic, partition), (-1, ""))
             rows.append((topic, partition, offset, metadata, E.NONE))
         return E.NONE, rows
@@ -524,7 +545,10 @@ class GroupManager:
             return await self._kafka_fetch(forwarder, group_id, wanted)
         zk, kafka = await asyncio.gather(self.offsets.fetch(group_id, wanted),
                                          self._kafka_fetch(forwarder, group_id, wanted))
-        return merge_dual(zk, kafka)
+        merged = FetchedOffsets()
+        merged.update(merge_dual(zk, kafka))
+        merged.unparsable.update(getattr(zk, "unparsable", {}))  # the larger of the two is unknowable
+        return merged
 
     @staticmethod
     async def _kafka_fetch(forwarder: KafkaForwarder, group_id: str, wanted) -> dict:

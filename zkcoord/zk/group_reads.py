@@ -30,6 +30,7 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
+from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import StateError
 from zkcoord.zk import aio, election, paths
 from zkcoord.zk.connection import ZkConnection
@@ -180,9 +181,9 @@ async def _topic_partitions(client: Any, base: str) -> dict[TopicPartition, byte
         return {}
     listed = await aio.gather(loop, [client.get_children_async(f"{base}/{t}") for t in topics])
     _raise_unexpected(*listed)
-    names: list[tuple[str, str]] = []
+    names: list[tuple[str, str, int]] = []
     for topic, children in zip(topics, listed):
-        names += [(topic, n) for n in _children(children) if n.isascii() and n.isdigit()]
-    values = await aio.gather(loop, [client.get_async(f"{base}/{t}/{n}") for t, n in names])
+        names += [(topic, n, p) for n in _children(children) if (p := partition_number(n)) is not None]
+    values = await aio.gather(loop, [client.get_async(f"{base}/{t}/{n}") for t, n, _ in names])
     _raise_unexpected(*values)
-    return {(t, int(n)): v[0] for (t, n), v in zip(names, values) if not isinstance(v, NoNodeError)}
+    return {(t, p): v[0] for (t, _, p), v in zip(names, values) if not isinstance(v, NoNodeError)}

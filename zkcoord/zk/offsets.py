@@ -28,8 +28,10 @@ Rules:
    ``get_children`` (not one read per partition), parents are ensured once,
    and both are corrected when a multi proves them wrong.
 5. Fetch issues its reads in slices of ``FETCH_SLICE`` partitions and
-   reports unparsable values instead of failing. Everything runs on the
-   event loop; kazoo results hop onto it.
+   reports unparsable values (not an int64 decimal >= -1, by
+   :mod:`zkcoord.core.legacy_values`) per partition instead of failing,
+   logging each corrupt znode once. Everything runs on the event loop;
+   kazoo results hop onto it.
 6. A commit of thousands of partitions can be made ready with
    :meth:`OffsetStore.prepare` (its ops built and split in slices, yielding
    to the event loop between them) and then queued by :meth:`submit` at
@@ -42,7 +44,6 @@ import asyncio
 import collections
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -50,6 +51,7 @@ from kazoo.exceptions import (
     ConnectionClosedError, KazooException, NodeExistsError, NoNodeError, NotEmptyError, SessionExpiredError,
 )
 
+from zkcoord.core.legacy_values import Unparsable, partition_number, read_legacy_value, shown
 from zkcoord.errors import NotOwnerError, ServiceUnavailableError, UsageError, ZkcoordError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
@@ -65,7 +67,7 @@ _MAX_ATTEMPTS = 5  # a request re-sent this often because the cache was wrong fa
 _FENCE_RESERVE_BYTES = 2048  # what a prepared chunk leaves for its fence check (a path under 1 KB)
 _PREPARE_SLICE = 2000  # entries built between two yields to the event loop
 FETCH_SLICE = 1000  # partitions read at once by a fetch
-_DECIMAL = re.compile(rb"\s*(-?\d+)\s*")
+_MAX_REPORTED = 10_000  # corrupt znodes remembered as already logged
 
 
 @dataclass
@@ -80,11 +82,12 @@ class OffsetStats:
 
 class FetchedOffsets(dict):
     """``{(topic, partition): (offset, metadata)}`` of the committed offsets;
-    ``unparsable`` holds partitions whose znode is not a decimal (raw bytes)."""
+    ``unparsable`` holds partitions whose znode is not an offset, with the
+    reason (:func:`~zkcoord.core.legacy_values.read_legacy_value`)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.unparsable: dict[TopicPartition, bytes] = {}
+        self.unparsable: dict[TopicPartition, str] = {}
 
 
 @dataclass
@@ -151,6 +154,7 @@ class OffsetStore:
         self._children: dict[str, set[str] | None] = {}  # dir -> children; None: dir absent
         self._dirs: dict[tuple[str, str], tuple[str, str]] = {}
         self._dead_fences: set[str] = set()
+        self._reported: set[tuple[str, bytes | None]] = set()  # corrupt znodes logged already
         self._in_flight: _Batch | None = None
 
     # ------------------------------------------------------------ commits
@@ -585,12 +589,11 @@ class OffsetStore:
                     raise outcome
             if isinstance(value, NoNodeError):
                 continue
-            match = _DECIMAL.fullmatch(value[0])
-            if match is None:
-                found.unparsable[tp] = value[0]
-                log.warning("offset znode %s holds %r, not a decimal", self.paths.partition(group, *tp), value[0])
+            offset = read_legacy_value(value[0])
+            if isinstance(offset, Unparsable):
+                found.unparsable[tp] = offset.reason
+                self._report_unparsable(self.paths.partition(group, *tp), value[0], offset)
                 continue
-            offset = int(match.group(1))
             found[tp] = (offset, "" if isinstance(meta, NoNodeError) else self._metadata(meta[0], offset))
 
     async def _list_partitions(self, group: str) -> list[TopicPartition]:
@@ -608,11 +611,23 @@ class OffsetStore:
             if isinstance(outcome, BaseException):
                 raise outcome
             for name in outcome:
-                if name.isdigit():
-                    wanted.append((topic, int(name)))
+                if (number := partition_number(name)) is not None:
+                    wanted.append((topic, number))
                 else:
                     log.warning("ignoring %s/%s: not a partition number", self.paths.topic_dir(group, topic), name)
         return sorted(wanted)
+
+    def _report_unparsable(self, path: str, data: bytes | None, value: Unparsable) -> None:
+        """Log a corrupt offset znode once per path and value, not at every fetch."""
+        key = (path, data)
+        if key in self._reported:
+            return
+        if len(self._reported) >= _MAX_REPORTED:
+            self._reported.clear()
+        self._reported.add(key)
+        log.error("offset znode %s holds %s, not an offset (%s); OffsetFetch answers UNKNOWN_SERVER_ERROR for "
+                  "that partition until it is repaired (write a decimal offset, or delete the znode)",
+                  path, shown(data), value.reason)
 
     @staticmethod
     def _metadata(data: bytes, offset: int) -> str:
