@@ -23,10 +23,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from zkcoord.core import notice
+from zkcoord.core import limits, notice
 from zkcoord.errors import ConfigError
 
 ENV_PREFIX = "ZKCOORD_"
+# Old setting names still accepted (flag, environment variable, file key) -> their current name.
+ALIASES = {"max_frame_bytes": "socket_request_max_bytes"}
 
 
 def parse_host_port(value: str, setting: str) -> tuple[str, int]:
@@ -54,7 +56,13 @@ class DaemonConfig:
     group_initial_rebalance_delay_ms: int = 3_000
     group_max_size: int = 2**31 - 1
     offsets_zk_root: str = "/consumers"
-    max_frame_bytes: int = 100 * 1024 * 1024
+    # Request limits (zkcoord.core.limits): Kafka's names and defaults where Kafka has one.
+    socket_request_max_bytes: int = limits.DEFAULT_SOCKET_REQUEST_MAX_BYTES  # any frame; once max_frame_bytes
+    group_request_max_bytes: int = limits.DEFAULT_GROUP_REQUEST_MAX_BYTES  # OffsetCommit/Fetch, Join/SyncGroup
+    group_admin_request_max_bytes: int = limits.DEFAULT_GROUP_ADMIN_REQUEST_MAX_BYTES  # every other API
+    offset_metadata_max_bytes: int = limits.DEFAULT_OFFSET_METADATA_MAX_BYTES
+    connections_max_idle_ms: int = limits.DEFAULT_CONNECTIONS_MAX_IDLE_MS  # daemon and gateway connections
+    partial_requests_max_bytes: int = limits.DEFAULT_PARTIAL_REQUESTS_MAX_BYTES  # unanswered frames, per listener
     max_state_bytes: int = 1_000_000
     shutdown_timeout_ms: int = 5_000
     topic_metadata_refresh_ms: int = 5_000  # Kafka Metadata polling, when ZooKeeper has no topics for us
@@ -65,6 +73,9 @@ class DaemonConfig:
     # zkcoord's own clients keep a heartbeat in flight that is answered as soon as their group starts
     # rebalancing (zkcoord.core.notice); this is the longest such a heartbeat is held. 0: never held.
     rebalance_notice_hold_ms: int = notice.DEFAULT_HOLD_MS
+    # Kafka's name and default: how often the owner removes its groups that are Empty with no committed
+    # offsets (their state and election znodes), as Kafka's offsets cleanup removes such groups.
+    offsets_retention_check_interval_ms: int = 600_000
     # The gateway (zkcoord.gateway): stock Kafka clients bootstrap from it. "": no gateway.
     gateway_listen: str = ""  # HOST:PORT of the gateway's own port; broker ports follow it
     gateway_advertised: str = ""  # HOST or HOST:PORT clients are told; default: the listen host and port
@@ -92,8 +103,15 @@ class DaemonConfig:
         _check_range("group_initial_rebalance_delay_ms", self.group_initial_rebalance_delay_ms, 0, 2**31 - 1)
         _check_range("member_disconnect_grace_ms", self.member_disconnect_grace_ms, -1, 2**31 - 1)
         _check_range("rebalance_notice_hold_ms", self.rebalance_notice_hold_ms, 0, 600_000)
+        _check_range("offsets_retention_check_interval_ms", self.offsets_retention_check_interval_ms, 1, 2**31 - 1)
         _check_range("topic_metadata_refresh_ms", self.topic_metadata_refresh_ms, 100, 3_600_000)
-        _check_range("max_frame_bytes", self.max_frame_bytes, 1024, 2**31 - 1)
+        _check_range("socket_request_max_bytes", self.socket_request_max_bytes, 1024, 2**31 - 1)
+        _check_range("group_request_max_bytes", self.group_request_max_bytes, 1024, 2**31 - 1)
+        _check_range("group_admin_request_max_bytes", self.group_admin_request_max_bytes, 1024, 2**31 - 1)
+        _check_range("offset_metadata_max_bytes", self.offset_metadata_max_bytes, 0,
+                     limits.MAX_OFFSET_METADATA_MAX_BYTES)
+        _check_range("connections_max_idle_ms", self.connections_max_idle_ms, 100, 2**31 - 1)
+        _check_range("partial_requests_max_bytes", self.partial_requests_max_bytes, 1024, 2**40)
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)
         if not self.offsets_zk_root.startswith("/") or self.offsets_zk_root.endswith("/"):
             raise ConfigError(f"offsets_zk_root={self.offsets_zk_root!r} must start with '/' and not end with one")
@@ -122,6 +140,12 @@ class DaemonConfig:
                 parse_host_port(text, "gateway_advertised")
             elif not text.strip("[]"):
                 raise ConfigError(f"gateway_advertised={text!r} is not HOST or HOST:PORT")
+
+    @property
+    def request_limits(self) -> limits.RequestLimits:
+        """The largest request frame read, per API (:mod:`zkcoord.core.limits`)."""
+        return limits.RequestLimits(self.socket_request_max_bytes, self.group_request_max_bytes,
+                                    self.group_admin_request_max_bytes)
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -174,6 +198,7 @@ def read_config_file(path: Path, cls=DaemonConfig) -> dict[str, Any]:
     values = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
+        name = ALIASES.get(name, name) if cls is DaemonConfig else name
         if name not in known:
             raise ConfigError(f"config file {path}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
         values[name] = _coerce(name, known[name].type, value, f"config file {path}")
@@ -189,13 +214,19 @@ def build_config(flags: dict[str, Any], config_file: Path | None = None, cls=Dae
         config_file = Path(environ[f"{ENV_PREFIX}CONFIG"])
     if config_file is not None:
         values.update(read_config_file(config_file, cls))
-    for field in fields(cls):
+    known = {field.name: field for field in fields(cls)}
+    aliases = {old: new for old, new in ALIASES.items() if new in known}
+    for old, new in aliases.items():
+        env_name = ENV_PREFIX + old.upper()
+        if env_name in environ:
+            values[new] = _coerce(new, known[new].type, environ[env_name], f"${env_name}")
+    for field in known.values():
         env_name = ENV_PREFIX + field.name.upper()
         if env_name in environ:
             values[field.name] = _coerce(field.name, field.type, environ[env_name], f"${env_name}")
     for name, value in flags.items():
         if value is not None:
-            values[name] = value
+            values[aliases.get(name, name)] = value
     try:
         return cls(**values)
     except TypeError as exc:

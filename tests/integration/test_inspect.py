@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 
 import pytest
@@ -189,12 +188,12 @@ def test_groups_lists_every_source(scene):
     assert by_name[scene.live] == {
         "group": scene.live, "state": "Stable", "generation": scene.consumers[scene.live][0].membership().generation_id,
         "owner": {"node_id": node, "host": host, "port": int(port), "live": True}, "members": 2,
-        "storage": "zookeeper", "sources": ["zkcoord", "legacy"]}
+        "storage": "zookeeper", "sources": ["zkcoord", "legacy"], "error": None}
     assert (by_name[scene.dual]["storage"], by_name[scene.dual]["sources"]) == ("dual", ["zkcoord", "legacy", "kafka"])
     assert by_name[scene.legacy] == {"group": scene.legacy, "state": "Stable", "generation": None, "owner": None,
-                                     "members": 1, "storage": "zookeeper", "sources": ["legacy"]}
+                                     "members": 1, "storage": "zookeeper", "sources": ["legacy"], "error": None}
     assert by_name[scene.kafka_only] == {"group": scene.kafka_only, "state": "Empty", "generation": None,
-                                         "owner": None, "members": 0, "storage": "kafka", "sources": ["kafka"]}
+                                         "owner": None, "members": 0, "storage": "kafka", "sources": ["kafka"], "error": None}
     assert doc["notes"] == []
 
 
@@ -321,7 +320,8 @@ def test_describe_legacy_and_kafka_only_groups(scene):
             for r in legacy["offsets"]] == [
         (0, 7, 10, 3, f"{consumer_id}-0", "web-1.example"), (1, 10, 10, 0, None, None),
         (2, None, 10, None, None, None)]
-    assert f"legacy offset of {scene.topic}-2 is 'garbage', not an offset" in legacy["notes"]
+    assert (f"legacy offset of {scene.topic}-2 is unparsable: znode /consumers/{scene.legacy}/offsets/{scene.topic}/2 "
+            "holds 'garbage' (not a decimal number)") in legacy["notes"]
 
     assert (kafka_only["state"], kafka_only["storage"], kafka_only["read_from"], kafka_only["sources"]) == \
         ("Empty", "kafka", "kafka", ["kafka"])
@@ -440,11 +440,9 @@ def test_live_state_during_a_rebalance_and_watch(zk_hosts, zk, unique_name):
 
 
 def test_zookeeper_unreachable_is_exit_2():
-    started = time.monotonic()
     result = run("describe", "g", "--zookeeper", "127.0.0.1:1", "--timeout-ms", "2000")
     assert result.exit_code == 2
     assert "error: cannot connect to ZooKeeper at 127.0.0.1:1: no answer within 2 s" in result.output
-    assert time.monotonic() - started < 30
     listed = run("groups", "--zookeeper", "127.0.0.1:1", "--timeout-ms", "2000", "--output", "json")
     assert listed.exit_code == 2 and listed.stdout == ""
 

@@ -19,6 +19,7 @@ from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.producer import ProduceRequest
 from kafka.protocol.schemas.fields.codecs import Int32
 
+from zkcoord.core.limits import RequestLimits
 from zkcoord.gateway import connection as gc
 from zkcoord.gateway.connection import ClientConnection
 from zkcoord.server.codec import response_for
@@ -116,6 +117,7 @@ class FakeGateway:
     def __init__(self, broker_address, max_frame_bytes: int = 1 << 20) -> None:
         self.handler = Handler()
         self.max_frame_bytes = max_frame_bytes
+        self.request_limits = RequestLimits(max_frame_bytes, max_frame_bytes, max_frame_bytes)
         self.broker_address = broker_address
         self.metrics = None
         self.connections: list[ClientConnection] = []

@@ -182,12 +182,18 @@ def test_retriable():
 
 @pytest.mark.parametrize("group_id, ok", [
     ("payments", True), ("a.b-c_d", True), ("x" * 249, True), ("grüppe", True),
-    ("", False), (None, False), (".", False), ("..", False), ("a/b", False),
-    ("x" * 250, False), ("tab\there", False), ("nul\x00", False), ("del\x7f", False),
-    ("c1\x85", False), ("priv\ue000", False), ("spec\ufff0", False),
+    ("", False), (None, False), ("x" * 250, False),
+    # Kafka accepts these; zkcoord encodes them into znode names (zk/paths.group_name)
+    (".", True), ("..", True), ("a/b", True), ("tab\there", True), ("nul\x00", True), ("del\x7f", True),
+    ("c1\x85", True), ("priv\ue000", True), ("spec\ufff0", True), ("emoji\U0001F642", True),
 ])
 def test_validate_group_id(group_id, ok):
     assert validate_group_id(group_id) == (E.NONE if ok else E.INVALID_GROUP_ID)
+
+
+def test_empty_group_id_only_where_kafka_takes_it():
+    assert validate_group_id("", allow_empty=True) is E.NONE
+    assert validate_group_id(None, allow_empty=True) is E.INVALID_GROUP_ID
 
 
 # -- describe ------------------------------------------------------------------------

@@ -66,9 +66,9 @@ def test_groups_document():
         "groups": [
             {"group": "a", "state": "Stable", "generation": 3,
              "owner": {"node_id": 4, "host": None, "port": None, "live": False}, "members": 2,
-             "storage": "zookeeper", "sources": ["zkcoord"]},
+             "storage": "zookeeper", "sources": ["zkcoord"], "error": None},
             {"group": "b", "state": "Empty", "generation": None, "owner": None, "members": 0,
-             "storage": "zookeeper", "sources": ["legacy"]}]}
+             "storage": "zookeeper", "sources": ["legacy"], "error": None}]}
 
 
 def test_schema_versions():

@@ -155,7 +155,8 @@ def test_unparsable_legacy_offsets_and_missing_topics_are_notes():
     zk = ZkFacts("g", record=record(members=[]), owner_node_id=1, zk_offsets={("orders", 0): "abc", ("gone", 0): "1"})
     got = view(zk, kafka=KafkaFacts(asked=True, missing_topics=frozenset({"gone"})))
     assert [(r.topic, r.partition, r.current_offset) for r in got.offsets] == [("gone", 0, 1), ("orders", 0, None)]
-    assert got.notes[:2] == ("legacy offset of orders-0 is 'abc', not an offset",
+    assert got.notes[:2] == ("legacy offset of orders-0 is unparsable: znode /consumers/g/offsets/orders/0 holds "
+                             "'abc' (not a decimal number)",
                              "topic 'gone' does not exist in Kafka: no log end offset")
 
 

@@ -57,14 +57,15 @@ class ZkOffsets:
     async def commit(self, group, offsets, fence=None):
         await self.submit(group, offsets, fence)
 
+    async def prepare(self, group, offsets):
+        """OffsetStore.prepare's stand-in: submit takes the offsets themselves."""
+        return dict(offsets)
+
     def submit(self, group, offsets, fence=None):
         """Queued (here: stored) at the call, as OffsetStore.submit queues."""
         self.commits.append((group, dict(offsets), fence))
         self.stored.update(offsets)
         return asyncio.sleep(0)
-
-    def check(self, group, offsets):
-        pass
 
     async def fetch(self, group, partitions=None):
         found = FetchedOffsets()

@@ -111,7 +111,8 @@ def test_notes_say_what_and_why():
                                                "recreated?); --force commits the log end 100")
     assert decide(facts("120", 50), FORCE).note == ("legacy 120 is beyond the log end 100; commits the log end "
                                                     "100 (--force; Kafka at 50)")
-    assert decide(facts("abc")).note == "legacy value 'abc' is not a decimal offset from 0 to 9223372036854775807"
+    assert decide(facts("abc")).note == ("legacy value 'abc' is not a decimal offset from 0 to 9223372036854775807 "
+                                         "(not a decimal number)")
     assert decide(facts(None)).note == "the legacy znode holds no data"
     assert decide(facts("x" * 100)).note.startswith("legacy value '" + "x" * 37 + "...' is not")
 

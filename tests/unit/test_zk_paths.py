@@ -29,19 +29,23 @@ def test_offsets_layout_with_default_and_custom_root():
     assert not kafka.metadata("g", "t", 0).startswith(kafka.topic_dir("g", "t") + "/")
 
 
-@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "/", "x\x00y", "tab\there", "\ud800", 7, None])
+@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "/", "x\x00y", "tab\there", "\ud800", "\U0001F642", 7, None])
 def test_components_that_cannot_be_a_znode_name_are_refused(bad):
-    with pytest.raises(UsageError):
-        paths.state(bad)
     with pytest.raises(UsageError):
         paths.OffsetPaths().partition("g", bad, 0)
     with pytest.raises(UsageError):
         paths.broker_topic(bad)
 
 
+@pytest.mark.parametrize("bad", [7, None, b"g"])
+def test_group_ids_are_strings(bad):
+    with pytest.raises(UsageError, match="group id must be a string"):
+        paths.state(bad)
+
+
 def test_the_message_names_what_was_wrong():
-    with pytest.raises(UsageError, match=r"group id 'a/b' .* must not contain '/'"):
-        paths.owner_dir("a/b")
+    with pytest.raises(UsageError, match=r"topic 'a/b' .* must not contain '/'"):
+        paths.broker_topic("a/b")
     with pytest.raises(UsageError, match=r"topic '' .* must not be empty"):
         paths.OffsetPaths().topic_dir("g", "")
 

@@ -10,9 +10,11 @@
 
 Both read ZooKeeper directly (so they work with every daemon down, and say
 so), print tables or JSON (the schema is in :mod:`zkcoord.inspect.model`),
-and with ``--watch`` refresh in place. Exit codes: 0; 1 a group is unknown
-or its state is corrupt (the others are still shown); 2 ZooKeeper cannot be
-reached, or a bad option. The work is in :mod:`zkcoord.inspect`; rendering
+and with ``--watch`` refresh in place. Exit codes: 0; 1 a named group is
+unknown, or every named group's state znode is corrupt (a corrupt group is
+listed by ``groups`` as state Corrupt and reported by ``describe``, and the
+others are still shown: exit 0); 2 ZooKeeper cannot be reached, or a bad
+option. The work is in :mod:`zkcoord.inspect`; rendering
 lives here.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import sys
 import time
@@ -133,7 +136,7 @@ def _groups_table(report: GroupsReport) -> list[RenderableType]:
     for g in report.groups:
         owner = "-" if g.owner is None else g.owner.label()
         table.add_row(g.group, _state_text(g.state), owner, _cell(g.members), _cell(g.storage), "+".join(g.sources))
-    return out + [table]
+    return out + [table] + [_error(f"group {g.group}: {g.error}") for g in report.groups if g.error]
 
 
 # ------------------------------------------------------------------ describe
@@ -154,7 +157,9 @@ def describe(group_ids: tuple[str, ...], all_groups: bool, offsets_view: bool, m
     Reads ZooKeeper directly (and the owner daemon when it answers), so it
     works with every daemon down. LOG-END-OFFSET and LAG need
     --bootstrap-servers. A partition with a committed offset and no owner
-    shows "-" as its consumer. Exit 1 if a group is unknown.
+    shows "-" as its consumer. Exit 1 if a named group is unknown, or if
+    every named group's state znode is corrupt; a corrupt group among
+    others (or with --all-groups) is reported and the rest described, exit 0.
     """
     if sum((offsets_view, members_view, state_view)) > 1:
         raise UsageError("--offsets, --members and --state are different views: give at most one")
@@ -165,7 +170,7 @@ def describe(group_ids: tuple[str, ...], all_groups: bool, offsets_view: bool, m
 
     async def report(inspector: Inspector) -> DescribeReport:
         names = list(group_ids) or [g.group for g in (await inspector.groups()).groups]
-        return await inspector.describe(names)
+        return dataclasses.replace(await inspector.describe(names), listed=all_groups)
 
     title = "zkcoord describe " + (" ".join(group_ids) or "--all-groups") + f" --{view}"
     _execute(target, report, lambda r: _describe_tables(r, view, verbose), title)
@@ -258,7 +263,7 @@ def _cell(value: object) -> str:
 
 
 def _state_text(state: str) -> Text:
-    colour = {"Stable": "green", "Empty": "dim", "Dead": "red"}.get(state, "yellow")
+    colour = {"Stable": "green", "Empty": "dim", "Dead": "red", "Corrupt": "bold red"}.get(state, "yellow")
     return Text(state, style=colour)
 
 

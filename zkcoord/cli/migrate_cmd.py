@@ -36,6 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from zkcoord.cli.base import ZkcoordGroup, run_with_zookeeper as _run
+from zkcoord.core.legacy_values import Unparsable, read_legacy_value, shown
 from zkcoord.core.migration import Decision, Options, Plan, parse_legacy_offset
 from zkcoord.errors import UsageError
 from zkcoord.kafka.offsets import KafkaOffsets
@@ -104,6 +105,10 @@ def plan(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeep
     --allow-rewind: rewind), clamped-to-log-start, beyond-log-end-refused
     (--force: beyond-log-end-forced, commits the log end), topic-missing,
     partition-missing, unparsable.
+
+    A group whose zkcoord state znode is corrupt is planned with a note
+    naming the znode and what is wrong (apply refuses it); the exit code is
+    1 only when every --group named is such a group.
     """
     selection = Selection(tuple(groups), all_groups, pattern)
     options = Options(allow_rewind=allow_rewind, force=force)
@@ -119,6 +124,8 @@ def plan(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeep
 
     result = _run(zookeeper, timeout_ms, work)
     {"table": _print_table, "json": _print_json, "csv": _print_csv}[output](result, zk_root)
+    if selection.groups and result.groups and all(g.activity.state_error for g in result.groups):
+        sys.exit(1)  # every group asked for by name has a corrupt state: nothing it asked about is usable
 
 
 def _row_values(row) -> dict[str, Any]:
@@ -173,7 +180,8 @@ def _plan_dict(result: Plan, zk_root: str) -> dict[str, Any]:
         groups.append({
             "group": g.group, "kafka_state": a.kafka_state, "kafka_members": a.kafka_members,
             "zkcoord_members": a.zkcoord_members, "offset_storage": a.offset_storage,
-            "legacy_consumers": a.legacy_consumers, "active": a.active, "to_write": g.to_write,
+            "legacy_consumers": a.legacy_consumers, "state_error": a.state_error, "active": a.active,
+            "to_write": g.to_write,
             "flagged": g.flagged, "notes": list(g.notes),
             "partitions": [{k: v for k, v in _row_values(r).items() if k != "group"} for r in g.rows],
         })
@@ -227,8 +235,10 @@ def export(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zooke
         for (topic, partition), raw in sorted(group.offsets.items()):
             value = parse_legacy_offset(raw)
             if value is None:
-                click.echo(f"skipped {legacy.partition_path(name, topic, partition)}: {raw!r} is not an offset",
-                           err=True)
+                why = read_legacy_value(raw)
+                reason = why.reason if isinstance(why, Unparsable) else "no committed offset"
+                click.echo(f"skipped {legacy.partition_path(name, topic, partition)}: unparsable, it holds "
+                           f"{shown(raw)} ({reason})", err=True)
                 continue
             offsets.setdefault(name, {})[(topic, partition)] = value
     with_group = None if fmt != "csv" else len(groups) != 1
@@ -288,7 +298,8 @@ def import_(file: Path, fmt: str, group: str | None, zookeeper: str, zk_root: st
         current = outcome[name].offsets
         for (topic, partition), value in sorted(offsets[name].items()):
             now = current.get((topic, partition), "-")
-            cells = (name, topic, str(partition), "-" if now is None else str(now), str(value))
+            now = "-" if now is None else now if len(now) <= 40 else shown(now)  # a corrupt value, cut short
+            cells = (name, topic, str(partition), now, str(value))
             table.add_row(*(Text(cell) for cell in cells))
     console.print(table)
     console.print(Text(f"dry run: would write {count} offset(s) of {len(offsets)} group(s); nothing was written"))

@@ -25,7 +25,19 @@ def _options(func):
         ("--group-initial-rebalance-delay-ms", int, "Wait for more members before the first rebalance of an empty group [default: 3000]."),
         ("--group-max-size", int, "Most members a group may have [default: unlimited]."),
         ("--offsets-zk-root", str, "Root of the legacy offsets layout [default: /consumers]."),
-        ("--max-frame-bytes", int, "Largest request frame accepted [default: 104857600]."),
+        ("--socket-request-max-bytes", int, "Largest request frame accepted, Kafka's socket.request.max.bytes; "
+         "the gateway forwards frames up to this size [default: 104857600]."),
+        ("--max-frame-bytes", int, "Old name of --socket-request-max-bytes."),
+        ("--group-request-max-bytes", int, "Largest OffsetCommit, OffsetFetch, JoinGroup or SyncGroup request "
+         "read; a larger one closes the connection [default: 8388608]."),
+        ("--group-admin-request-max-bytes", int, "Largest request of any other group API (DescribeGroups, "
+         "DeleteGroups, ListGroups, Heartbeat, ...) read [default: 1048576]."),
+        ("--offset-metadata-max-bytes", int, "Longest OffsetCommit metadata stored (Kafka's "
+         "offset.metadata.max.bytes); longer gets OFFSET_METADATA_TOO_LARGE [default: 4096]."),
+        ("--connections-max-idle-ms", int, "Close a daemon or gateway connection idle this long, or whose "
+         "unfinished request started this long ago (Kafka's connections.max.idle.ms) [default: 600000]."),
+        ("--partial-requests-max-bytes", int, "Most bytes of unanswered requests all connections of a listener "
+         "hold; the connection going over it is closed [default: 67108864]."),
         ("--max-state-bytes", int, "Largest group state znode written [default: 1000000]."),
         ("--topic-metadata-refresh-ms", int, "How often to poll Kafka for partition counts when ZooKeeper has no broker metadata for this daemon [default: 5000]."),
         ("--metrics-listen", str, "HOST:PORT serving Prometheus /metrics and /health over HTTP [default: off]."),
@@ -33,6 +45,8 @@ def _options(func):
          "without LeaveGroup, instead of at its session timeout; -1: off, as Kafka [default: -1]."),
         ("--rebalance-notice-hold-ms", int, "Longest a heartbeat on a zkcoord client's notice connection is held "
          "waiting for its group to rebalance; 0: never hold, Kafka clients are never held [default: 5000]."),
+        ("--offsets-retention-check-interval-ms", int, "How often a daemon removes the groups it owns that are "
+         "Empty with no committed offsets, and their znodes [default: 600000]."),
         ("--gateway-listen", str, "HOST:PORT of the gateway stock Kafka clients bootstrap from; needs "
          "--bootstrap-servers [default: no gateway]."),
         ("--gateway-advertised", str, "HOST or HOST:PORT of the gateway as clients are told [default: the "

@@ -86,7 +86,7 @@ class ConsumerConfig:
             raise ConfigError("group_id (--group, ZKCOORD_GROUP_ID) is required: the consumer group to join")
         if validate_group_id(self.group_id) is not ErrorCode.NONE:
             raise ConfigError(f"group_id={self.group_id!r} is not a valid group id: it must be 1 to 249 "
-                              "characters, not '.' or '..', without '/' or control characters")
+                              "characters")
         if self.group_instance_id and not _INSTANCE_ID.match(self.group_instance_id):
             raise ConfigError(f"group_instance_id={self.group_instance_id!r} must be 1 to 249 characters "
                               "from A-Z, a-z, 0-9, '.', '_' and '-'")

@@ -80,30 +80,24 @@ _RETRIABLE = frozenset(
 MAX_GROUP_ID_LENGTH = 249
 
 
-# ZooKeeper's PathUtils.validatePath rejects these code points in a znode
-# name, and the group id becomes a znode name; "/" would split it in two.
-# One compiled class instead of a per-character loop: this check runs on every
-# request, so it must cost far less than the request.
-_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff/]")
-
-
-def validate_group_id(group_id: str | None) -> ErrorCode:
+def validate_group_id(group_id: str | None, *, allow_empty: bool = False) -> ErrorCode:
     """Return ``ErrorCode.NONE`` if ``group_id`` can name a group, else
     ``ErrorCode.INVALID_GROUP_ID``.
 
-    Kafka itself only refuses an empty id; zkcoord stores each group under a
-    znode named by its id, so it also refuses what cannot be a znode name:
-    ``None``, ``""``, ``"."``, ``".."``, ids containing ``/`` or control /
-    reserved characters, and ids longer than 249 characters (Kafka's topic
-    name limit, which keeps paths short).
+    Kafka's rules (``GroupCoordinator.isValidGroupId``): any string names a
+    group; the empty id only for FindCoordinator and the APIs Kafka keeps it
+    for (OffsetCommit, OffsetFetch, DescribeGroups, DeleteGroups:
+    ``allow_empty``). Characters a znode name cannot hold are encoded by
+    :func:`zkcoord.zk.paths.group_name`, so they are served too. zkcoord
+    refuses only ids longer than 249 characters (Kafka's topic name limit):
+    each commit's multi-op repeats the group's path once per partition and
+    must stay under ZooKeeper's ``jute.maxbuffer``.
 
-    >>> validate_group_id("payments")
-    <ErrorCode.NONE: 0>
-    >>> validate_group_id("a/b")
-    <ErrorCode.INVALID_GROUP_ID: 24>
+    >>> validate_group_id("payments"), validate_group_id("a/b"), validate_group_id("\U0001F642")
+    (<ErrorCode.NONE: 0>, <ErrorCode.NONE: 0>, <ErrorCode.NONE: 0>)
+    >>> validate_group_id(""), validate_group_id("", allow_empty=True)
+    (<ErrorCode.INVALID_GROUP_ID: 24>, <ErrorCode.NONE: 0>)
     """
-    if not isinstance(group_id, str) or group_id in ("", ".", ".."):
-        return ErrorCode.INVALID_GROUP_ID
-    if len(group_id) > MAX_GROUP_ID_LENGTH or _FORBIDDEN.search(group_id) is not None:
+    if not isinstance(group_id, str) or (not group_id and not allow_empty) or len(group_id) > MAX_GROUP_ID_LENGTH:
         return ErrorCode.INVALID_GROUP_ID
     return ErrorCode.NONE

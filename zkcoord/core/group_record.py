@@ -12,14 +12,23 @@ Record format (version 1), JSON with short keys, bytes in base64::
             "h": "<client host>", "st": 10000, "rt": 300000,
             "p": [["range", "<b64 metadata>"]], "a": "<b64 assignment>"}]}
 
-``gr`` is the highest generation number reserved (absent: equal to ``g``):
+``gr`` is the last generation number reserved (absent: equal to ``g``):
 the owner may hand out generations up to it without writing, so a new owner
-starts above it. Absent / empty values are left out. Like Kafka's group metadata record, a
+starts after it. Generations wrap from 2^31 - 1 to 1 (int32, as on the
+wire; :func:`~zkcoord.core.rebalance.following_generation`), so ``gr`` is
+below ``g`` while a group's first block after the wrap is reserved but not
+yet used. Absent / empty values are left out. Like Kafka's group metadata record, a
 member keeps only the metadata of the selected protocol (all its protocols
 only if it does not support the selected one, or none is selected yet), and
 assignments are written only for a Stable group: in CompletingRebalance they
 are the previous generation's and would be thrown away on load anyway. The
 record never holds in-memory state (parked requests, deadlines).
+
+:func:`record_problem` is the one check of a decoded record, used wherever
+one is read (the daemon's load, ``describe``, ``groups``, ``migrate``):
+types, known version and state, and every number the wire carries as an
+int32 (generations, timeouts) within int32, so a corrupt znode is reported
+for its group and never breaks an answer or a listing of the others.
 """
 
 from __future__ import annotations
@@ -30,15 +39,120 @@ from collections.abc import Mapping
 from typing import Any
 
 from zkcoord.core.group_states import GroupState
-from zkcoord.core.membership import Group, GroupConfig, Member
+from zkcoord.core.legacy_values import INT32_MAX
+from zkcoord.core.membership import OFFSET_STORAGES, Group, GroupConfig, Member
 from zkcoord.core.messages import JOIN_KEY, Outcome
 from zkcoord.core.rebalance import Draft, prepare_rebalance, schedule_session, try_complete_join
 from zkcoord.errors import StateError
 
-__all__ = ["RECORD_VERSION", "to_record", "from_record", "load_group"]
+__all__ = ["RECORD_VERSION", "record_problem", "to_record", "from_record", "load_group"]
 
 RECORD_VERSION = 1
 S = GroupState
+
+
+INT32_MIN = -(2**31)
+_STATES = tuple(s.value for s in GroupState)
+
+
+def _int(value: object, low: int, high: int = INT32_MAX) -> bool:
+    return type(value) is int and low <= value <= high  # noqa: E721 (a bool is not a number here)
+
+
+def _b64_problem(value: object) -> str | None:
+    if not isinstance(value, str):
+        return f"is {_kind(value)}, not base64 text"
+    try:
+        _unb64(value)
+    except (binascii.Error, ValueError):
+        return "is not valid base64"
+    return None
+
+
+_JSON_KINDS = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}
+
+
+def _kind(value: object) -> str:
+    """The JSON kind of a decoded value, for messages."""
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _optional_str(record: Mapping[str, Any], key: str, what: str) -> str | None:
+    if key in record and not isinstance(record[key], str):
+        return f"{what} {key!r} is {_kind(record[key])}, not a string"
+    return None
+
+
+def _member_problem(index: int, rec: object) -> str | None:
+    where = f"member {index}"
+    if not isinstance(rec, dict):
+        return f"{where} is {_kind(rec)}, not an object"
+    if not isinstance(rec.get("id"), str) or not rec["id"]:
+        return f"{where} has no member id ('id')"
+    where = f"member {rec['id']!r}"
+    for key in ("i", "c", "h"):
+        if (problem := _optional_str(rec, key, where)) is not None:
+            return problem
+    if not _int(rec.get("st"), 0):
+        return f"{where}: session timeout 'st' is {rec.get('st')!r}, not a whole number from 0 to {INT32_MAX}"
+    if not _int(rec.get("rt"), INT32_MIN):
+        return f"{where}: rebalance timeout 'rt' is {rec.get('rt')!r}, not a 32-bit whole number"
+    protocols = rec.get("p", [])
+    if not isinstance(protocols, list):
+        return f"{where}: protocols 'p' is {_kind(protocols)}, not a list"
+    for entry in protocols:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)):
+            return f"{where}: protocol {entry!r} is not a [name, metadata] pair"
+        if (problem := _b64_problem(entry[1])) is not None:
+            return f"{where}: metadata of protocol {entry[0]!r} {problem}"
+    if "a" in rec and (problem := _b64_problem(rec["a"])) is not None:
+        return f"{where}: assignment 'a' {problem}"
+    return None
+
+
+def record_problem(record: object) -> str | None:
+    """What is wrong with a decoded state record, or None if it is a valid
+    version-1 record that :func:`from_record` can rebuild.
+
+    >>> record_problem({"v": 1, "s": "Empty", "g": 3, "os": "zookeeper"}) is None
+    True
+    >>> record_problem({"v": 1, "s": "Empty", "g": 3, "m": 5})
+    "members 'm' is a number, not a list"
+    >>> record_problem({"v": 1, "s": "Stable", "g": 2**31})
+    "generation 'g' is 2147483648, not a whole number from 0 to 2147483647"
+    >>> record_problem({"v": 2, "s": "Stable", "g": 1})
+    'unsupported record version 2 (this zkcoord reads version 1; a newer zkcoord wrote it?)'
+    """
+    if not isinstance(record, dict):
+        return f"the record is {_kind(record)}, not an object"
+    if record.get("v") != RECORD_VERSION or type(record.get("v")) is not int:  # noqa: E721
+        if "v" not in record:
+            return "the record has no version ('v')"
+        return (f"unsupported record version {record['v']!r} (this zkcoord reads version {RECORD_VERSION}; "
+                "a newer zkcoord wrote it?)")
+    if record.get("s") not in _STATES:
+        return f"state 's' is {record.get('s')!r}, not one of {', '.join(_STATES)}"
+    if not _int(record.get("g"), 0):
+        return f"generation 'g' is {record.get('g')!r}, not a whole number from 0 to {INT32_MAX}"
+    if "gr" in record and not _int(record["gr"], 0):
+        return f"reserved generation 'gr' is {record['gr']!r}, not a whole number from 0 to {INT32_MAX}"
+    if "os" in record and record["os"] not in OFFSET_STORAGES:
+        return f"offset storage 'os' is {record['os']!r}, not one of {', '.join(OFFSET_STORAGES)}"
+    for key, what in (("pt", "protocol type"), ("pn", "protocol name"), ("l", "leader")):
+        if (problem := _optional_str(record, key, what)) is not None:
+            return problem
+    members = record.get("m", [])
+    if not isinstance(members, list):
+        return f"members 'm' is {_kind(members)}, not a list"
+    ids = set()
+    for index, member in enumerate(members):
+        if (problem := _member_problem(index, member)) is not None:
+            return problem
+        if member["id"] in ids:
+            return f"member {member['id']!r} appears twice"
+        ids.add(member["id"])
+    return None
 
 
 def _b64(data: bytes) -> str:
@@ -77,7 +191,7 @@ def to_record(group: Group) -> dict[str, Any]:
         "g": group.generation_id,
         "os": group.offset_storage,
     }
-    if group.generation_reserved > group.generation_id:
+    if group.generation_reserved != group.generation_id:  # below it once the block wrapped
         rec["gr"] = group.generation_reserved
     if group.protocol_type is not None:
         rec["pt"] = group.protocol_type
@@ -109,18 +223,21 @@ def from_record(group_id: str, record: Mapping[str, Any]) -> Group:
 
     Raises :class:`StateError` if the record is not a version-1 group record.
     """
+    problem = record_problem(record)
+    if problem is not None:
+        raise StateError(f"stored record of group {group_id!r} is not a valid group record ({problem}); "
+                         "inspect the group's znode, then repair or delete it")
     try:
-        if record.get("v") != RECORD_VERSION:
-            raise ValueError(f"unsupported record version {record.get('v')!r}")
         protocol_type = record.get("pt")
         members = [_member_from_record(m, protocol_type or "") for m in record.get("m", ())]
+        generation = record["g"]
         return Group(
             group_id=group_id,
             state=GroupState(record["s"]),
             protocol_type=protocol_type,
             protocol_name=record.get("pn"),
-            generation_id=int(record["g"]),
-            generation_reserved=max(int(record.get("gr", 0)), int(record["g"])),
+            generation_id=generation,
+            generation_reserved=record.get("gr", generation),
             leader_id=record.get("l"),
             members={m.member_id: m for m in members},
             static_members={m.group_instance_id: m.member_id
@@ -145,7 +262,7 @@ def _persisted_only(group: Group) -> Group:
         protocol_name=group.protocol_name, generation_id=group.generation_id,
         leader_id=group.leader_id, members=group.members, static_members=group.static_members,
         offset_storage=group.offset_storage, generation_reserved=group.generation_reserved,
-        generation_floor=group.generation_reserved if group.generation_reserved > group.generation_id else 0,
+        generation_floor=group.generation_reserved if group.generation_reserved != group.generation_id else 0,
     )
 
 

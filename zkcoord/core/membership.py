@@ -159,10 +159,12 @@ class Group:
     ``generation_id``, ``leader_id``, ``members``, ``offset_storage``,
     ``generation_reserved`` (``static_members`` is derived from ``members``).
 
-    ``generation_reserved`` is the highest generation number this group's
+    ``generation_reserved`` is the last generation number this group's
     owners may hand out without writing first: a JoinGroup answer never
-    carries a generation above the stored value, so a new owner that loads
-    the record starts above it and never hands a number out twice, while a
+    carries a generation past the stored value, so a new owner that loads
+    the record starts after it and never hands a number out twice (numbers
+    wrap from 2^31 - 1 to 1, int32 as on the wire; see
+    :func:`~zkcoord.core.rebalance.following_generation`), while a
     rebalance whose number is already reserved writes only its end (the
     leader's assignment), as Kafka does.
 

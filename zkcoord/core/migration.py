@@ -42,12 +42,12 @@ Rules:
 from __future__ import annotations
 
 import enum
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from zkcoord.core.frozenmap import FrozenMap
+from zkcoord.core.legacy_values import Unparsable, read_legacy_value, shown
 from zkcoord.errors import UsageError
 
 __all__ = [
@@ -56,7 +56,6 @@ __all__ = [
 ]
 
 MAX_OFFSET = 2**63 - 1  # Kafka offsets are int64
-_DECIMAL = re.compile(r"\s*([0-9]+)\s*", re.ASCII)
 
 
 class Decision(enum.Enum):
@@ -158,28 +157,27 @@ class PartitionPlan:
 
 
 def parse_legacy_offset(raw: str | None) -> int | None:
-    """The offset in a legacy znode's text, or None if it is not one.
+    """The offset in a legacy znode's text, or None if it is not one to migrate.
 
-    Legacy consumers write a plain decimal; surrounding whitespace is
-    tolerated, signs and anything else are not.
+    The value is read by :func:`zkcoord.core.legacy_values.read_legacy_value`
+    (decimal, whitespace tolerated, bounded before conversion); -1 (Kafka's
+    "no offset") is not an offset to migrate either.
 
     >>> parse_legacy_offset("42"), parse_legacy_offset(" 7\\n"), parse_legacy_offset("-1")
     (42, 7, None)
+    >>> parse_legacy_offset("9" * 5000) is None
+    True
     """
-    if raw is None:
-        return None
-    match = _DECIMAL.fullmatch(raw)
-    if match is None:
-        return None
-    value = int(match.group(1))
-    return value if value <= MAX_OFFSET else None
+    value = read_legacy_value(raw)
+    return value if isinstance(value, int) and 0 <= value <= MAX_OFFSET else None
 
 
 def _unparsable_note(raw: str | None) -> str:
+    value = read_legacy_value(raw)
+    why = value.reason if isinstance(value, Unparsable) else "not an offset to migrate"
     if raw is None:
         return "the legacy znode holds no data"
-    shown = raw if len(raw) <= 40 else raw[:37] + "..."
-    return f"legacy value {shown!r} is not a decimal offset from 0 to {MAX_OFFSET}"
+    return f"legacy value {shown(raw)} is not a decimal offset from 0 to {MAX_OFFSET} ({why})"
 
 
 def decide(facts: PartitionFacts, options: Options = Options()) -> PartitionPlan:
@@ -263,7 +261,8 @@ class GroupActivity:
     ``zkcoord_members`` the members in its zkcoord state record (None: no
     record), whose ``offset_storage`` is ``zookeeper``, ``dual`` or ``kafka``;
     ``legacy_consumers`` the old ZooKeeper consumers registered under
-    ``<root>/<group>/ids``.
+    ``<root>/<group>/ids``; ``state_error`` what is wrong with a zkcoord
+    state znode that is not a valid record (None: none, or valid).
     """
 
     kafka_state: str | None = None
@@ -271,6 +270,7 @@ class GroupActivity:
     zkcoord_members: int | None = None
     offset_storage: str | None = None
     legacy_consumers: int = 0
+    state_error: str | None = None
 
     @property
     def active(self) -> bool:
@@ -278,6 +278,9 @@ class GroupActivity:
 
     def warnings(self) -> tuple[str, ...]:
         found = []
+        if self.state_error:
+            found.append(f"zkcoord state unreadable, members and offset storage unknown; apply refuses the "
+                         f"group until it is repaired: {self.state_error}")
         if self.kafka_members:
             found.append(f"{self.kafka_members} active member(s) in Kafka (state {self.kafka_state}): Kafka "
                          "refuses offset commits from outside the group; stop them before applying")

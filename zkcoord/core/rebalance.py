@@ -62,6 +62,13 @@ S = GroupState
 #: After a fail-over the numbers jump by up to this much; Kafka clients only
 #: compare generations for equality.
 GENERATION_BLOCK = 100
+#: Kafka's generation id is an int32 (``GroupMetadata.generationId``, written
+#: as INT32 in JoinGroup, SyncGroup, Heartbeat, OffsetCommit ...).
+MAX_GENERATION = 2**31 - 1
+#: Where generations start again after :data:`MAX_GENERATION` (see
+#: :func:`next_generation`). Not 0: generation 0 is a new group's, which the
+#: initial rebalance delay treats specially.
+WRAP_GENERATION = 1
 
 
 @dataclass
@@ -353,19 +360,53 @@ def maybe_prepare_rebalance(w: Draft) -> None:
         prepare_rebalance(w)
 
 
+def following_generation(generation: int) -> int:
+    """The generation after ``generation``, wrapping from int32's maximum.
+
+    Kafka's ``initNextGeneration`` does ``generationId += 1`` on a Java int,
+    which would overflow to a negative number, and a negative generation is
+    what clients send when they have none (-1). zkcoord wraps instead to
+    :data:`WRAP_GENERATION`: the only members that can hold a generation are
+    those of the current block (the current generation and the numbers
+    reserved with it, all near the top), so 1 cannot be confused with a live
+    member's generation; they get ILLEGAL_GENERATION and rejoin, as at any
+    new generation. Clients compare generations only for equality.
+
+    >>> following_generation(7), following_generation(MAX_GENERATION)
+    (8, 1)
+    """
+    return WRAP_GENERATION if generation >= MAX_GENERATION else generation + 1
+
+
 def next_generation(w: Draft) -> int:
-    """The number the next generation gets: above the current one and above
-    any the previous owner may have handed out (``generation_floor``)."""
-    return max(w.generation_id, w.generation_floor) + 1
+    """The number the next generation gets: after the current one, or after
+    every number the previous owner may have handed out (``generation_floor``,
+    the loaded reservation), wrapping at int32 (:func:`following_generation`)."""
+    return following_generation(w.generation_floor or w.generation_id)
+
+
+def generation_reserved(generation: int, reserved: int) -> bool:
+    """Is ``generation`` inside the block that ends at ``reserved``?
+
+    A block is the :data:`GENERATION_BLOCK` numbers ending at ``reserved``
+    (shorter at the int32 top, never past it). Comparing with the block, not
+    with ``reserved`` alone, keeps a wrapped generation (1, far below a
+    reservation near 2^31 - 1) from counting as reserved.
+
+    >>> generation_reserved(5, 103), generation_reserved(104, 103), generation_reserved(1, MAX_GENERATION)
+    (True, False, False)
+    """
+    return reserved - GENERATION_BLOCK < generation <= reserved
 
 
 def reserve_generation(w: Draft, generation: int) -> None:
     """Make sure ``generation`` is covered by the stored reservation; if it
-    is not, reserve it and the :data:`GENERATION_BLOCK` - 1 after it.
+    is not, reserve it and the :data:`GENERATION_BLOCK` - 1 after it (up to
+    :data:`MAX_GENERATION`: a block never passes int32; the next one wraps).
 
     Persist: only when a new block is reserved."""
-    if generation > w.generation_reserved:
-        w.generation_reserved = generation + GENERATION_BLOCK - 1
+    if not generation_reserved(generation, w.generation_reserved):
+        w.generation_reserved = min(generation + GENERATION_BLOCK - 1, MAX_GENERATION)
         w.persist = True
 
 

@@ -29,6 +29,11 @@ Rules:
    client sees what it would see without the gateway.
 6. A Produce with ``acks=0`` gets no answer from the broker, so it gets no
    slot.
+7. **Limits** (:mod:`zkcoord.core.limits`): a group request the gateway
+   decodes is refused (the connection closes) above its API's limit, as on
+   the daemon's own port. The connection notes when it last read from or
+   wrote to its client and when its unfinished frame started, for the
+   gateway's idle sweep; it is busy while any answer is owed.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -45,7 +51,8 @@ from kafka.protocol.schemas.fields.codecs import Int32
 from zkcoord.core.gateway import PRODUCE, Route, needs_rewrite, route_of
 from zkcoord.gateway.frames import RequestFrames, produce_expects_response, request_prefix
 from zkcoord.server.codec import (
-    COORDINATOR_APIS, FRAME_SIZE_PREFIX_BYTES, MessageBuildError, WireProtocolError, build_message,
+    COORDINATOR_APIS, FRAME_SIZE_PREFIX_BYTES, MessageBuildError, RequestTooLargeError, WireProtocolError,
+    build_message,
     decode_request, encode_response, encode_response_frame,
 )
 from zkcoord.server.transport import ConnectionInfo
@@ -62,6 +69,10 @@ VERSIONS_WAIT_S = 5.0  # an ApiVersions waits this long for the brokers' version
 UNSUPPORTED_VERSION = 35
 API_VERSIONS_SERVED = COORDINATOR_APIS[18].max_version
 _HEAD_BYTES = FRAME_SIZE_PREFIX_BYTES + 4  # an answer's size and correlation id
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 class RefusedRequestError(WireProtocolError):
@@ -107,6 +118,8 @@ class ClientConnection(asyncio.Protocol):
         self._upstream_full = False
         self._client_full = False  # our writes to the client are paused: so is reading the broker
         self._reading = True
+        self.last_active_ms = _now_ms()  # last read from or write to the client
+        self.partial_since_ms: int | None = None  # when the unfinished request frame started
         self.closed = False
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -125,8 +138,18 @@ class ClientConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        now = self.last_active_ms = _now_ms()
+        if self.partial_since_ms is None:
+            self.partial_since_ms = now
         self._frames.feed(data)
         self._process()
+        if not self._frames.buffered_bytes:
+            self.partial_since_ms = None
+
+    @property
+    def busy(self) -> bool:
+        """An answer is owed to the client, or a request waits for the broker connection."""
+        return bool(self._order) or self._local is not None or bool(self._backlog) or self._streaming
 
     def eof_received(self) -> bool:
         self.close()
@@ -170,6 +193,7 @@ class ClientConnection(asyncio.Protocol):
                 frame = self._frames.next_frame()
                 if frame is None:
                     break
+                self.partial_since_ms = _now_ms() if self._frames.buffered_bytes else None
                 self._route(frame)
         except WireProtocolError as exc:
             log.warning("closing gateway %s: %s", self.info, exc)
@@ -190,8 +214,10 @@ class ClientConnection(asyncio.Protocol):
             rewrite = route is Route.REWRITE and needs_rewrite(api_key, version)
             self._forward(frame, correlation_id, api_key, version, rewrite, answered)
         elif route is Route.LOCAL:
+            self._check_size(frame, api_key)
             self._handle(decode_request(memoryview(frame)[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS))
         elif route is Route.COORDINATOR:
+            self._check_size(frame, api_key)
             decoded = decode_request(memoryview(frame)[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS)
             if (getattr(decoded.request, "key_type", 0) or 0) == 0:
                 self._handle(decoded)
@@ -202,6 +228,14 @@ class ClientConnection(asyncio.Protocol):
         else:
             raise RefusedRequestError(f"api key {api_key} v{version} (correlation id {correlation_id}) is a "
                                       "group API zkcoord does not serve; the gateway does not advertise it")
+
+    def _check_size(self, frame: bytes, api_key: int) -> None:
+        """A group request above its API's limit is refused before it is decoded (rule 7)."""
+        size = len(frame) - FRAME_SIZE_PREFIX_BYTES
+        request_limits = self._gateway.request_limits
+        if size > request_limits.request_max_bytes(api_key):
+            raise RequestTooLargeError(size, request_limits.request_max_bytes(api_key), api_key,
+                                       request_limits.setting_of(api_key))
 
     def _check_upstream_api(self, api_key: int, version: int) -> None:
         table = self._gateway.advertised(self.broker_id)
@@ -416,6 +450,7 @@ class ClientConnection(asyncio.Protocol):
             else:
                 self._transport.writelines(out)
             self._through = []
+            self.last_active_ms = _now_ms()
 
     def _update_reading(self) -> None:
         if self.closed or self._transport is None:

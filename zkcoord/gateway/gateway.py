@@ -9,6 +9,11 @@ of the brokers, and the list of the daemons' gateways read from their
 registrations in ZooKeeper (they are the nodes Metadata adds, and where
 FindCoordinator sends a group's members).
 
+A client connection idle for ``connections_max_idle_ms`` (nothing read from
+or written to the client, nothing in flight), or whose unfinished request
+frame started that long ago, is closed, as the daemon's listener closes
+its own (:func:`zkcoord.core.limits.idle_expired`).
+
 ``stop()`` closes the listeners and every connection (each closes its broker
 connection), then stops the background refreshes.
 """
@@ -19,6 +24,7 @@ import asyncio
 import itertools
 import logging
 import socket
+import time
 from dataclasses import dataclass
 
 from kafka.protocol.admin.cluster import DescribeClusterResponse
@@ -27,6 +33,7 @@ from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 
 from zkcoord.config import DaemonConfig, parse_host_port
+from zkcoord.core import limits
 from zkcoord.core.gateway import (
     DESCRIBE_CLUSTER, FETCH, METADATA, PRODUCE, BrokerPorts, advertised_versions, colliding_broker_ids,
     gateway_node_id, parse_broker_ids,
@@ -39,6 +46,10 @@ from zkcoord.server.codec import COORDINATOR_APIS, decode_response_frame, encode
 from zkcoord.tasks import Background
 
 __all__ = ["Gateway", "GatewaySettings"]
+
+
+def limits_now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +74,8 @@ class GatewaySettings:
     refresh_ms: int
     max_frame_bytes: int
     leader_hints: bool = False
+    connections_max_idle_ms: int = limits.DEFAULT_CONNECTIONS_MAX_IDLE_MS
+    request_limits: limits.RequestLimits = limits.RequestLimits()
 
     @classmethod
     def from_config(cls, config: DaemonConfig) -> GatewaySettings | None:
@@ -85,7 +98,8 @@ class GatewaySettings:
         bootstrap = tuple(parse_host_port(s.strip(), "bootstrap_servers")
                           for s in config.bootstrap_servers.split(",") if s.strip())
         return cls(host, port, adv_host, adv_port, BrokerPorts(low, high), bootstrap,
-                   config.topic_metadata_refresh_ms, config.max_frame_bytes, config.gateway_leader_hints == "on")
+                   config.topic_metadata_refresh_ms, config.socket_request_max_bytes,
+                   config.gateway_leader_hints == "on", config.connections_max_idle_ms, config.request_limits)
 
 
 class Gateway:
@@ -95,6 +109,8 @@ class Gateway:
         self.settings = settings
         self.handler = handler
         self.max_frame_bytes = settings.max_frame_bytes
+        self.request_limits = settings.request_limits
+        self._sweeper: asyncio.Task | None = None
         self.cluster = ClusterView(list(settings.bootstrap), settings.refresh_ms, on_broker=self._on_broker)
         self._own: socket.socket | None = None
         self._bound_port = 0
@@ -178,6 +194,20 @@ class Gateway:
                 except Exception:
                     log.exception("the handler failed on the close of gateway %s", connection.info)
 
+    async def _sweep_idle(self) -> None:
+        """Close the client connections idle for connections_max_idle_ms."""
+        idle_ms = self.settings.connections_max_idle_ms
+        period_s = min(max(idle_ms / 4, 10), 1000) / 1000
+        while True:
+            await asyncio.sleep(period_s)
+            now = limits_now_ms()
+            for connection in list(self._connections.values()):
+                why = limits.idle_expired(now, connection.last_active_ms, connection.partial_since_ms,
+                                          connection.busy, idle_ms)
+                if why is not None:
+                    log.info("closing gateway %s: %s (connections_max_idle_ms=%d)", connection.info, why, idle_ms)
+                    connection.close()
+
     def upstream_candidates(self, broker_id: int | None) -> list[tuple[str, int]]:
         if broker_id is None:
             return self.cluster.upstream_candidates()
@@ -226,6 +256,7 @@ class Gateway:
         await self.prepare()
         await self._serve(self._own, None)
         self._own = None
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle(), name="gateway-idle-sweep")
         self._registry = registry
         if registry is not None:
             await self._read_nodes(None)
@@ -236,6 +267,8 @@ class Gateway:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for server in self._servers:
             server.close()
         for sock in list(self._unserved):

@@ -44,7 +44,12 @@ a refresh that failed is ``{"error": "...", "at": "..."}``.
      "daemons": [...], "notes": [...],
      "groups": [{"group": "billing", "state": "Stable", "generation": 7 | null,
                  "owner": {"node_id": 1, "host": ..., "port": ..., "live": true} | null,
-                 "members": 2 | null, "storage": "dual" | null, "sources": ["zkcoord", "legacy"]}]}
+                 "members": 2 | null, "storage": "dual" | null, "sources": ["zkcoord", "legacy"],
+                 "error": null | "state znode /coordinators/g/state of group 'g' is ..."}]}
+
+A group whose state znode is not a valid record is listed with state
+``"Corrupt"`` and ``error`` saying what is wrong (``describe`` reports it
+in ``errors`` with ``"error": "corrupt"``); the other groups are unaffected.
 
 Meanings: ``current_offset`` is where the group resumes: the ZooKeeper
 offset in ``zookeeper`` storage, Kafka's in ``kafka``, the larger of the two
@@ -226,10 +231,19 @@ class DescribeReport:
     groups: tuple[GroupView, ...]
     errors: tuple[GroupError, ...] = ()
     notes: tuple[str, ...] = ()
+    listed: bool = False  # the groups were listed (--all-groups), not named
 
     @property
     def exit_code(self) -> int:
-        return max((e.exit_code for e in self.errors), default=0)
+        """1 for a named group that does not exist; a corrupt group is 1 only
+        when it is all that was asked for (every named group corrupt), never
+        with --all-groups: the other groups were described."""
+        missing = [e for e in self.errors if e.error != "corrupt"]
+        if missing:
+            return max(e.exit_code for e in missing)
+        if self.errors and not self.groups and not self.listed:
+            return max(e.exit_code for e in self.errors)
+        return 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"schema": DESCRIBE_SCHEMA, "zookeeper": self.zookeeper, "zk_root": self.zk_root,
@@ -249,11 +263,12 @@ class GroupSummary:
     members: int | None = None
     generation: int | None = None
     owner: Coordinator | None = None
+    error: str | None = None  # state "Corrupt": what is wrong with its state znode
 
     def as_dict(self) -> dict[str, Any]:
         return {"group": self.group, "state": self.state, "generation": self.generation,
                 "owner": None if self.owner is None else self.owner.as_dict(), "members": self.members,
-                "storage": self.storage, "sources": list(self.sources)}
+                "storage": self.storage, "sources": list(self.sources), "error": self.error}
 
 
 @dataclass(frozen=True)

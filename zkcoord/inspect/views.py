@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
 from zkcoord.core.group import GroupDescription, describe, from_record
+from zkcoord.core.legacy_values import Unparsable, read_legacy_value
+from zkcoord.core.legacy_values import shown as shown_value
 from zkcoord.core.migration import dual_fetch, parse_legacy_offset
 from zkcoord.errors import StateError
 from zkcoord.zk.group_reads import ZkFacts
@@ -50,6 +52,7 @@ __all__ = ["TopicPartition", "ZkFacts", "LiveFacts", "KafkaFacts", "decode_assig
 TopicPartition = tuple[str, int]
 CONSUMER = "consumer"
 NO_MEMBERS = "Consumer group {group!r} has no active members."
+CORRUPT = "Corrupt"  # the state ``groups`` lists for a group whose state znode is not a valid record
 
 
 @dataclass(frozen=True)
@@ -169,14 +172,20 @@ def _owners(members: tuple[MemberView, ...]) -> dict[TopicPartition, MemberView]
 
 
 def offset_rows(group: str, storage: str, members: tuple[MemberView, ...], zk: ZkFacts,
-                kafka: KafkaFacts) -> tuple[tuple[OffsetRow, ...], list[str]]:
-    """The offsets view's rows, sorted by topic and partition, and notes on them."""
+                kafka: KafkaFacts, zk_root: str = "/consumers") -> tuple[tuple[OffsetRow, ...], list[str]]:
+    """The offsets view's rows, sorted by topic and partition, and notes on them.
+
+    A legacy value that is not an offset (:mod:`zkcoord.core.legacy_values`)
+    shows ``-`` and a note naming its znode; the other rows are as usual."""
     notes: list[str] = []
     zk_parsed: dict[TopicPartition, int] = {}
     for tp, raw in sorted(zk.zk_offsets.items()):
         value = parse_legacy_offset(raw)
         if value is None:
-            notes.append(f"legacy offset of {tp[0]}-{tp[1]} is {raw!r}, not an offset")
+            why = read_legacy_value(raw)
+            reason = why.reason if isinstance(why, Unparsable) else "no committed offset"
+            notes.append(f"legacy offset of {tp[0]}-{tp[1]} is unparsable: znode "
+                         f"{zk_root}/{group}/offsets/{tp[0]}/{tp[1]} holds {shown_value(raw)} ({reason})")
         else:
             zk_parsed[tp] = value
     committed = dict(kafka.committed or {})
@@ -245,7 +254,8 @@ def in_kafka(kafka: KafkaFacts) -> bool:
 
 
 def _sources(zk: ZkFacts, kafka_knows: bool) -> tuple[str, ...]:
-    return tuple(s for s, present in (("zkcoord", zk.record is not None), ("legacy", zk.legacy),
+    has_state = zk.record is not None or zk.record_error is not None
+    return tuple(s for s, present in (("zkcoord", has_state), ("legacy", zk.legacy),
                                       ("kafka", kafka_knows)) if present)
 
 
@@ -262,21 +272,22 @@ def build_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping
     except StateError as exc:
         return GroupError(zk.group, "corrupt", str(exc))
     if zk.record is not None:
-        return _zkcoord_view(zk, live, kafka, daemons, description, sources, bootstrap_servers, tool_node_id)
+        return _zkcoord_view(zk, live, kafka, daemons, description, sources, bootstrap_servers, tool_node_id,
+                             zk_root)
     if zk.legacy:
-        return _legacy_view(zk, kafka, sources)
+        return _legacy_view(zk, kafka, sources, zk_root)
     return _kafka_view(zk, kafka, sources)
 
 
 def _zkcoord_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping[int, Daemon],
                   description: GroupDescription, sources: tuple[str, ...], bootstrap_servers: str | None,
-                  tool_node_id: int) -> GroupView:
+                  tool_node_id: int, zk_root: str) -> GroupView:
     record = zk.record or {}
     storage = str(record.get("os", "zookeeper"))
     coordinator = coordinator_of(zk.owner_node_id, daemons)
     notes = _owner_notes(coordinator, live, daemons, tool_node_id)
     members = _members(description)
-    rows, row_notes = offset_rows(zk.group, storage, members, zk, kafka)
+    rows, row_notes = offset_rows(zk.group, storage, members, zk, kafka, zk_root)
     notes += row_notes
     if storage != "zookeeper" and not kafka.asked:
         notes.append(f"the group's offsets are in Kafka too ({storage} storage); pass --bootstrap-servers "
@@ -302,9 +313,9 @@ def kafka_side_warning(group: KafkaGroupInfo) -> str:
             "coordinators assign the partitions, and Kafka refuses the commits zkcoord forwards while they stay")
 
 
-def _legacy_view(zk: ZkFacts, kafka: KafkaFacts, sources: tuple[str, ...]) -> GroupView:
+def _legacy_view(zk: ZkFacts, kafka: KafkaFacts, sources: tuple[str, ...], zk_root: str) -> GroupView:
     members = _legacy_members(zk)
-    rows, notes = offset_rows(zk.group, "zookeeper", (), zk, kafka)
+    rows, notes = offset_rows(zk.group, "zookeeper", (), zk, kafka, zk_root)
     notes.insert(0, f"legacy group: no zkcoord state; {len(members)} old ZooKeeper consumer(s) registered")
     if not members:
         notes.append(NO_MEMBERS.format(group=zk.group))
@@ -329,6 +340,9 @@ def summarize(zk: ZkFacts, kafka_group: KafkaGroupInfo | None, known_to_kafka: b
     """One line of ``zkcoord groups``, from the record (as stored), legacy ids or Kafka."""
     sources = _sources(zk, known_to_kafka)
     record = zk.record
+    if zk.record_error is not None:  # its state znode is corrupt: listed as such, with what is wrong
+        return GroupSummary(zk.group, CORRUPT, sources, owner=coordinator_of(zk.owner_node_id, daemons),
+                            error=zk.record_error)
     if record is not None:
         return GroupSummary(zk.group, str(record.get("s", "-")), sources, str(record.get("os", "zookeeper")),
                             len(record.get("m") or ()), record.get("g"), coordinator_of(zk.owner_node_id, daemons))

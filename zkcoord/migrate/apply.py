@@ -176,6 +176,8 @@ async def apply_group(adapters: Adapters, group: str, options: ApplyOptions = Ap
     skipped: tuple = ()
     if phase in (Phase.ZOOKEEPER, Phase.BACKED_UP):
         plan = await plan_one(adapters, group, Options(options.allow_rewind, options.force))
+        if plan.activity.state_error:  # before any backup or commit: nothing half-done
+            return ApplyResult(group, "refused", phase.value, message=f"refused: {plan.activity.state_error}")
         skipped = tuple((r.facts.topic, r.facts.partition, r.decision.value, r.plan.note)
                         for r in plan.rows if not r.decision.writes and r.decision is not Decision.EQUAL)
         if phase is Phase.ZOOKEEPER:

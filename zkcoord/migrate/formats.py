@@ -26,6 +26,7 @@ import csv
 import io
 from collections.abc import Mapping
 
+from zkcoord.core.legacy_values import shown
 from zkcoord.core.migration import MAX_OFFSET
 from zkcoord.errors import UsageError
 from zkcoord.zk import paths
@@ -69,8 +70,10 @@ class _Collector:
 
     def _number(self, line: int, what: str, text: str, most: int) -> int:
         value = text.strip()
-        if not (value.isascii() and value.isdigit()) or int(value) > most:
-            raise self.fail(line, f"{what} {text!r} is not a whole number from 0 to {most}")
+        # the length first: a value of thousands of digits never reaches int() (and its digit limit)
+        if not (value.isascii() and value.isdigit()) or len(value.lstrip("0")) > len(str(most)) \
+                or int(value) > most:
+            raise self.fail(line, f"{what} {shown(text)} is not a whole number from 0 to {most}")
         return int(value)
 
     def result(self) -> Offsets:

@@ -126,6 +126,7 @@ def _plan_one(group: LegacyGroup, counts: Mapping[str, int | None], ranges: Mapp
         zkcoord_members=group.zkcoord_members,
         offset_storage=group.offset_storage,
         legacy_consumers=group.legacy_consumers,
+        state_error=group.state_error,
     )
     kafka_only = {tp: offset for tp, offset in committed.items() if tp not in group.offsets}
     return plan_group(group.group, facts, options, activity, kafka_only)

@@ -24,6 +24,14 @@ at that moment would get (without restarting the member's session again).
 Such heartbeats skip the fast path, are not counted in the request latency
 histogram, and do not count as the member's connection for the disconnect
 grace (the member's own connection does).
+
+Big requests (:mod:`zkcoord.core.limits`): a handler walking thousands of
+group ids, partitions or groups yields to the event loop every
+:data:`~zkcoord.server.manager.SLICE` of them, and an answer listing more
+than :data:`BIG_ANSWER_ITEMS` entries is built and encoded in a worker
+thread (:func:`_answer`), so one client's DescribeGroups, DeleteGroups,
+ListGroups, OffsetFetch or OffsetCommit never holds other groups'
+heartbeats for long.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from zkcoord.server.codec import (
     response_for,
 )
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
+from zkcoord.server.manager import pause_every
 from zkcoord.server.member_connections import MemberConnections
 from zkcoord.server.transport import ConnectionInfo
 
@@ -64,6 +73,7 @@ API_VERSIONS, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP =
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 8, 9, 15, 16, 42
 TRANSACTION_KEY_TYPE = 1
 SMALL_COMMIT_PARTITIONS = 8  # OffsetCommit answers cached up to this many partitions
+BIG_ANSWER_ITEMS = 1000  # answers listing more entries are built and encoded in a worker thread
 # Answers to a Heartbeat / SyncGroup that show the member id is one the group knows.
 _KNOWN_MEMBER = frozenset((E.NONE, E.REBALANCE_IN_PROGRESS, E.ILLEGAL_GENERATION))
 
@@ -173,8 +183,11 @@ class ApiHandler:
         request = decoded.request
         key_type = getattr(request, "key_type", 0) or 0
         if decoded.api_version >= 4:
-            results = [await self._find_one(key, key_type) for key in request.coordinator_keys]
-            return response_for(decoded, throttle_time_ms=0, coordinators=[
+            results = []
+            for i, key in enumerate(request.coordinator_keys):
+                await pause_every(i)
+                results.append(await self._find_one(key, key_type))
+            return await _answer(decoded, len(results), throttle_time_ms=0, coordinators=[
                 {"key": key, "node_id": node, "host": host, "port": port, "error_code": int(code),
                  "error_message": message}
                 for key, (code, message, node, host, port) in zip(request.coordinator_keys, results)])
@@ -188,11 +201,11 @@ class ApiHandler:
                     "coordinators on the Kafka brokers", -1, "", -1)
         if key_type != 0:
             return E.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
-        code = validate_group_id(key)
+        code = validate_group_id(key, allow_empty=True)  # Kafka looks up the empty id too
         if code is not E.NONE:
-            return code, f"invalid group id {key!r}", -1, "", -1
+            return code, f"invalid group id {key!r}: longer than 249 characters", -1, "", -1
         try:
-            owner = await self.manager.find_owner(key)
+            owner = await self.manager.find_owner(key, self._nameable)
         except GroupUnavailableError as exc:
             return exc.code, str(exc), -1, "", -1
         address = self.coordinator_address(owner)
@@ -200,6 +213,10 @@ class ApiHandler:
             return E.COORDINATOR_NOT_AVAILABLE, address, -1, "", -1
         node_id, host, port = address
         return E.NONE, None, node_id, host, port
+
+    def _nameable(self, info: NodeInfo) -> bool:
+        """Can FindCoordinator name this daemon to our clients (a gateway's clients need its gateway)?"""
+        return not isinstance(self.coordinator_address(info), str)
 
     # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -------------------------------
     async def join_group(self, decoded, connection):
@@ -363,7 +380,7 @@ class ApiHandler:
                     "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
 
         if len(wanted) > SMALL_COMMIT_PARTITIONS:
-            return response_for(decoded, **fields())
+            return await _answer(decoded, len(wanted), **fields())
         # The answer is a function of (topic, partition, error) in order: the same for every commit of those
         # partitions, so it is encoded once.
         return cached_response(decoded, tuple((t, p, int(c)) for (t, p, _, _), c in zip(wanted, errors)), fields)
@@ -372,21 +389,25 @@ class ApiHandler:
         r = decoded.request
         if decoded.api_version >= 8:
             groups = []
-            for g in r.groups:
+            count = 0
+            for i, g in enumerate(r.groups):
+                await pause_every(i)
                 wanted = None if g.topics is None else [(t.name, p) for t in g.topics for p in t.partition_indexes]
                 code, rows = await self.manager.fetch_offsets(g.group_id, wanted)
                 groups.append({"group_id": g.group_id, "error_code": int(code), "topics": _fetch_topics(rows)})
-            return response_for(decoded, throttle_time_ms=0, groups=groups)
+                count += 1 + len(rows)
+            return await _answer(decoded, count, throttle_time_ms=0, groups=groups)
         wanted = None if r.topics is None else [(t.name, p) for t in r.topics for p in t.partition_indexes]
         code, rows = await self.manager.fetch_offsets(r.group_id, wanted)
         if decoded.api_version < 2 and code is not E.NONE:
             rows = [(t, p, -1, "", code) for t, p in (wanted or [])]
-        return response_for(decoded, throttle_time_ms=0, error_code=int(code), topics=_fetch_topics(rows))
+        return await _answer(decoded, len(rows), throttle_time_ms=0, error_code=int(code), topics=_fetch_topics(rows))
 
     # -- DescribeGroups, ListGroups, DeleteGroups ------------------------------------
     async def describe_groups(self, decoded, connection):
         groups = []
-        for group_id in decoded.request.groups:
+        for i, group_id in enumerate(decoded.request.groups):
+            await pause_every(i)
             code, description = await self.manager.describe(group_id)
             groups.append({
                 "error_code": int(code), "group_id": group_id,
@@ -398,28 +419,39 @@ class ApiHandler:
                              "member_metadata": m.metadata, "member_assignment": m.assignment}
                             for m in (description.members if description else ())],
             })
-        return response_for(decoded, throttle_time_ms=0, groups=groups)
+        return await _answer(decoded, len(groups), throttle_time_ms=0, groups=groups)
 
     async def list_groups(self, decoded, connection):
         r = decoded.request
         states = set(getattr(r, "states_filter", None) or []) if decoded.api_version >= 4 else set()
         types = set(getattr(r, "types_filter", None) or []) if decoded.api_version >= 5 else set()
         listed = []
-        for group_id, state, protocol_type in await self.manager.list_groups():
+        for i, (group_id, state, protocol_type) in enumerate(await self.manager.list_groups()):
+            await pause_every(i)
             if states and state.lower() not in {s.lower() for s in states}:
                 continue
             if types and "classic" not in {t.lower() for t in types}:
                 continue
             listed.append({"group_id": group_id, "protocol_type": protocol_type, "group_state": state,
                            "group_type": "classic"})
-        return response_for(decoded, throttle_time_ms=0, error_code=0, groups=listed)
+        return await _answer(decoded, len(listed), throttle_time_ms=0, error_code=0, groups=listed)
 
     async def delete_groups(self, decoded, connection):
         results = []
-        for group_id in dict.fromkeys(decoded.request.groups_names):  # once per name, as Kafka
+        for i, group_id in enumerate(dict.fromkeys(decoded.request.groups_names)):  # once per name, as Kafka
+            await pause_every(i)
             code = await self.manager.delete_group(group_id)
             results.append({"group_id": group_id, "error_code": int(code)})
-        return response_for(decoded, throttle_time_ms=0, results=results)
+        return await _answer(decoded, len(results), throttle_time_ms=0, results=results)
+
+
+async def _answer(decoded, items: int, **fields):
+    """The answer to ``decoded``; with more than BIG_ANSWER_ITEMS entries,
+    built and encoded in a worker thread (kafka-python spends several
+    microseconds per entry, all of it holding the event loop otherwise)."""
+    if items <= BIG_ANSWER_ITEMS:
+        return response_for(decoded, **fields)
+    return await asyncio.to_thread(lambda: encoded_response(decoded, response_for(decoded, **fields)))
 
 
 def _state_error_code(exc: StateError) -> ErrorCode:

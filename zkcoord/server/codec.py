@@ -39,6 +39,7 @@ Exceptions (all raised from this module; `transport.py` reacts to them)::
 
     WireProtocolError            base class
     ├── FrameSizeError           size prefix negative or above the limit
+    │   └── RequestTooLargeError the frame is above its API's limit
     ├── MalformedFrameError      header or body does not decode
     ├── UnsupportedRequestError  api key not served, or version out of range
     └── MessageBuildError        a message cannot be built or encoded
@@ -96,6 +97,22 @@ class FrameSizeError(WireProtocolError):
             "max_frame_bytes")
         self.size = size
         self.max_frame_bytes = max_frame_bytes
+
+
+class RequestTooLargeError(FrameSizeError):
+    """A frame larger than its API may be (:mod:`zkcoord.core.limits`, rule 3)."""
+
+    def __init__(self, size: int, max_bytes: int, api_key: int, setting: str) -> None:
+        try:
+            name = ApiKey(api_key).name
+        except ValueError:
+            name = f"api key {api_key}"
+        WireProtocolError.__init__(
+            self, f"a {size}-byte {name} request is larger than the {max_bytes} bytes {setting} allows "
+                  f"for it; not read")
+        self.size = size
+        self.max_frame_bytes = max_bytes
+        self.api_key = api_key
 
 
 class MalformedFrameError(WireProtocolError):

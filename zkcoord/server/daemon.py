@@ -88,7 +88,12 @@ class Daemon:
             raise
         host, port = config.listen_address
         handler = _LateHandler()
-        self.server = KafkaProtocolServer(handler, host, port, max_frame_bytes=config.max_frame_bytes)
+        limits = config.request_limits
+        self.server = KafkaProtocolServer(
+            handler, host, port, max_frame_bytes=config.socket_request_max_bytes,
+            request_max_bytes=limits.request_max_bytes, request_limit_setting=limits.setting_of,
+            connections_max_idle_ms=config.connections_max_idle_ms,
+            partial_requests_max_bytes=config.partial_requests_max_bytes)
         await self.server.start()
         try:
             await self._start_metrics()
@@ -136,7 +141,10 @@ class Daemon:
             node_id, group_config, self.ownership, store, self.offsets, self.nodes, topic_watcher=self.topics,
             conn=self.conn, member_disconnect_grace_ms=config.member_disconnect_grace_ms,
             rebalance_notice_hold_ms=config.rebalance_notice_hold_ms,
+            cleanup_interval_ms=config.offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
             kafka_forwarder=KafkaForwarder(config.bootstrap_servers) if config.bootstrap_servers else None)
+        self.manager.start_cleanup()
         if self.metrics is not None:
             self.metrics.manager = self.manager
             self.manager.metrics = self.metrics

@@ -120,10 +120,12 @@ class ForwardedOffsets:
         self._metrics_of = metrics_of  # -> DaemonMetrics or None, read when used
 
     async def commit(self, forwarder: KafkaForwarder, group: str, mode: str, kept: Mapping, slot: Slot,
-                     fence) -> dict[TopicPartition, ErrorCode]:
+                     fence, prepared=None) -> dict[TopicPartition, ErrorCode]:
         """Steps 1-5 of the module's table; the client's code per refused
-        partition. ServiceUnavailableError: Kafka did not answer (nothing
-        written); other ZkcoordError: ZooKeeper refused (Kafka ahead, logged)."""
+        partition. ``prepared``: the ZooKeeper write of all of ``kept``
+        (``OffsetStore.prepare``), used when Kafka stored every partition.
+        ServiceUnavailableError: Kafka did not answer (nothing written);
+        other ZkcoordError: ZooKeeper refused (Kafka ahead, logged)."""
         written = None
         try:
             await slot.turn()
@@ -131,7 +133,8 @@ class ForwardedOffsets:
             stored = {tp: om for tp, om in kept.items() if tp not in refused}
             if mode == "dual" and stored:
                 try:
-                    written = self.offsets.submit(group, stored, fence=fence)
+                    whole = not refused and prepared is not None
+                    written = self.offsets.submit(group, prepared if whole else stored, fence=fence)
                 except ZkcoordError as exc:
                     self._diverged(group, stored, exc)
                     raise

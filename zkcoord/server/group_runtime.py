@@ -198,6 +198,24 @@ class GroupRuntime:
         async with self._lock:
             self._unload_locked(reason)
 
+    async def retire(self, holds_nothing: Callable[[core.Group], bool]) -> bool:
+        """Remove the group if ``holds_nothing(group)`` still holds under the
+        lock: delete its state znode (fenced, at its version) and stop serving
+        it. False (nothing changed) if it no longer holds or is not active."""
+        async with self._lock:
+            if not self.active or not holds_nothing(self.group):
+                return False
+            if self.version is not None:
+                try:
+                    await self._persist(self.group_id, None, self.version)
+                except NotOwnerError as exc:
+                    self._unload_locked(f"write refused: {exc}")
+                    self._on_step_down(self.group_id)
+                    return False
+                self.version = None
+            self._unload_locked("removed: Empty with no committed offsets")
+            return True
+
     def _unload_locked(self, reason: str) -> None:
         if not self.active:
             return

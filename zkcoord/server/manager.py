@@ -4,16 +4,33 @@ Owns the map group id -> :class:`GroupRuntime` of the groups this daemon
 owns, their loading after an election win, and the reaction to ZooKeeper's
 connection state:
 
-* FindCoordinator: the group's elected owner; with none, this daemon
-  contends, and if it wins loads the group before answering, so the client's
-  next request finds it ready.
-* A request for a group this daemon does not own: NOT_COORDINATOR. For one
-  still loading, or while the ZooKeeper connection is SUSPENDED:
+* FindCoordinator: the group's elected owner. With none, nobody contends: a
+  lookup must leave nothing in ZooKeeper (an anonymous client could look up
+  group ids without end). The answer is the live daemon
+  :func:`zkcoord.core.placement.choose_node` picks (rendezvous hashing over
+  ``/zkcoord/nodes``; only daemons the caller can name, e.g. with a
+  gateway). A daemon that owns nothing for this group answers itself only
+  when it is that choice.
+* A request for a group nobody owns (JoinGroup, OffsetCommit, ... whatever
+  comes first): this daemon contends, and if it wins loads the group and
+  serves the request; if another daemon wins, or the group has an owner
+  already: NOT_COORDINATOR, and the client looks up again, as with Kafka.
+  For a group still loading, or while the ZooKeeper connection is SUSPENDED:
   COORDINATOR_LOAD_IN_PROGRESS (SyncGroup gets REBALANCE_IN_PROGRESS and
   Heartbeat NONE while loading, as Kafka does).
 * Ownership lost (our contender node vanished, a fenced write refused, the
   session LOST): the runtime is unloaded at once; parked requests get
   NOT_COORDINATOR.
+
+Cleanup, every ``cleanup_interval_ms`` (Kafka's
+``offsets.retention.check.interval.ms``): a group this daemon owns that is
+Empty, has no members, uses ``zookeeper`` offset storage and has no committed
+offsets is removed, as Kafka's offsets cleanup removes such groups: its state
+znode (fenced, at its version), then its election znodes
+(:meth:`~zkcoord.zk.ownership.GroupOwnership.retire`). A request that made
+this daemon contend for a group with nothing stored (a DescribeGroups or
+OffsetFetch of an unknown group) so leaves no znodes for long, and
+ListGroups never lists such a group.
 
 Offsets go where the group's offset storage mode (``"os"`` in its state
 record, :mod:`zkcoord.zk.modes`) says:
@@ -41,6 +58,15 @@ A ``dual`` / ``kafka`` group on a daemon without ``bootstrap_servers``
 answers COORDINATOR_NOT_AVAILABLE (logged once per group). Kafka not
 answering in time: COORDINATOR_NOT_AVAILABLE, so the client retries.
 
+Limits (:mod:`zkcoord.core.limits`): an OffsetCommit partition whose
+metadata is over ``offset_metadata_max_bytes`` gets OFFSET_METADATA_TOO_LARGE
+(one whose topic name is longer than a topic's can be,
+UNKNOWN_TOPIC_OR_PARTITION) once the group accepts the commit, and nothing
+is written for it; the other partitions are committed, as Kafka does. A
+request with thousands of partitions or groups is worked through in slices
+of :data:`SLICE`, yielding to the event loop between them, so other
+groups' requests are answered meanwhile.
+
 The mode changes while the group is served: a migrate command posts a mode
 request, the owner's :class:`~zkcoord.zk.modes.ModeRequestWatch` hands
 it to :meth:`GroupManager._on_mode_request`, which persists it through the
@@ -55,27 +81,52 @@ import logging
 
 from zkcoord.core import group as core
 from zkcoord.core.errors import ErrorCode, validate_group_id
+from zkcoord.core.limits import DEFAULT_OFFSET_METADATA_MAX_BYTES, offset_commit_error
 from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.core.migration import dual_fetch
+from zkcoord.core.placement import choose_node
 from zkcoord.errors import NotOwnerError, ServiceUnavailableError, StateError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
 from zkcoord.zk.modes import ModeRequestWatch
+from zkcoord.zk.offsets import FetchedOffsets
 from zkcoord.server.dual_commit import ForwardedOffsets
 from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
 from zkcoord.tasks import Background
 
 log = logging.getLogger(__name__)
 E = ErrorCode
+
+#: OffsetFetch's per-partition error for a legacy offset znode that holds no
+#: offset (:mod:`zkcoord.core.legacy_values`). UNKNOWN_SERVER_ERROR is what a
+#: Kafka broker answers when it fails on its own side (``Errors.forException``
+#: of an unexpected exception), and clients treat it as fatal for that fetch:
+#: the Java consumer's poll throws "Unexpected error in fetch offset response
+#: for partition t-0: The server experienced an unexpected error ...", and
+#: kafka-python raises it, so the application and its operator see it at once.
+#: CORRUPT_MESSAGE would be wrong twice: it names a record batch that failed
+#: its CRC, and it is retriable (CorruptRecordException), so clients would
+#: retry forever a value that no retry can repair. The other partitions of the
+#: group are answered as usual; the znode is logged once with its path.
+CORRUPT_OFFSET_ERROR = E.UNKNOWN_SERVER_ERROR
 # How long an OffsetCommit waits to learn a topic's partition count; then it is
 # committed as if the topic exists (Kafka down must not stall a group's commits,
 # nor, behind them on the member's connection, its heartbeats).
 COMMIT_TOPIC_CHECK_WAIT_S = 2.0
+SLICE = 500  # partitions or groups handled between two yields to the event loop
+
+
+async def pause_every(index: int) -> None:
+    """Yield to the event loop at every SLICE-th item of a long request."""
+    if index and index % SLICE == 0:
+        await asyncio.sleep(0)
 
 
 class GroupManager:
     def __init__(self, node_id: int, group_config: core.GroupConfig, ownership, store, offsets, nodes,
                  topic_watcher=None, *, conn=None, kafka_forwarder: KafkaForwarder | None = None,
-                 member_disconnect_grace_ms: int = -1, rebalance_notice_hold_ms: int = 0):
+                 member_disconnect_grace_ms: int = -1, rebalance_notice_hold_ms: int = 0,
+                 cleanup_interval_ms: int = 600_000,
+                 offset_metadata_max_bytes: int = DEFAULT_OFFSET_METADATA_MAX_BYTES):
         self.node_id = node_id
         self.group_config = group_config
         self.ownership = ownership
@@ -97,6 +148,10 @@ class GroupManager:
         self.metrics = None  # DaemonMetrics, set by the daemon with --metrics-listen
         self.member_disconnect_grace_ms = member_disconnect_grace_ms  # -1: off
         self.rebalance_notice_hold_ms = rebalance_notice_hold_ms  # 0: heartbeats never held (core.notice)
+        self.cleanup_interval_ms = cleanup_interval_ms
+        self._cleanup_task: asyncio.Task | None = None
+        self._live: dict | None = None  # node id -> NodeInfo of the live daemons, while a watch holds
+        self.offset_metadata_max_bytes = offset_metadata_max_bytes
 
     # -- ownership ---------------------------------------------------------------
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
@@ -104,13 +159,16 @@ class GroupManager:
         owner = await self.find_owner(group_id)
         return owner.node_id, owner.host, owner.port
 
-    async def find_owner(self, group_id: str):
+    async def find_owner(self, group_id: str, eligible=None):
         """The registration (:class:`~zkcoord.zk.nodes.NodeInfo`) of the group's
-        owner, contending first when it has none; GroupUnavailableError."""
+        owner; with none, of the live daemon chosen for it (module docstring),
+        among those ``eligible(info)`` accepts. GroupUnavailableError."""
         try:
             owner = await self.ownership.current_owner(group_id)
-            if owner is None or (owner == self.node_id and not self.ownership.is_owned(group_id)):
-                owner = await self.ownership.contend(group_id)
+            if owner == self.node_id and not self.ownership.is_owned(group_id):
+                owner = None  # a contender of ours from a lost session, on its way out
+            if owner is None:
+                return await self._choose(group_id, eligible)
             if owner == self.node_id:
                 if self.ownership.is_suspended(group_id):
                     raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, "ZooKeeper suspended")
@@ -123,6 +181,33 @@ class GroupManager:
         if info is None:
             raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, f"owner {owner} not registered")
         return info
+
+    async def _choose(self, group_id: str, eligible):
+        """The live daemon FindCoordinator names for a group nobody owns."""
+        live = self._live
+        if live is None:
+            live = await self.nodes.nodes(on_change=self._nodes_changed)
+            self._live = live
+        candidates = {n: info for n, info in live.items() if eligible is None or eligible(info)}
+        chosen = choose_node(group_id, candidates)
+        if chosen is None:
+            raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, "no live zkcoord daemon registered")
+        return candidates[chosen]
+
+    def _nodes_changed(self) -> None:
+        self._live = None
+
+    async def _take(self, group_id: str) -> None:
+        """A request for a group we do not own: contend if nobody owns it;
+        NOT_COORDINATOR if another daemon owns it or wins."""
+        try:
+            owner = await self.ownership.current_owner(group_id)
+            if owner is None or owner == self.node_id:
+                owner = await self.ownership.contend(group_id)
+        except ZkcoordError as exc:
+            raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
+        if owner != self.node_id:
+            raise GroupUnavailableError(group_id, E.NOT_COORDINATOR, f"owned by node {owner}")
 
     async def _ensure_loaded(self, group_id: str) -> GroupRuntime:
         runtime = self.runtimes.get(group_id)
@@ -177,10 +262,13 @@ class GroupManager:
             if self.repairs.get(group_id) is asyncio.current_task():
                 del self.repairs[group_id]
 
-    async def runtime(self, group_id: str, loading_code: ErrorCode = E.COORDINATOR_LOAD_IN_PROGRESS):
-        """The runtime of an owned, loaded group, or GroupUnavailableError.
-        Returns None only when ``loading_code`` is NONE and the group loads."""
-        code = validate_group_id(group_id)
+    async def runtime(self, group_id: str, loading_code: ErrorCode = E.COORDINATOR_LOAD_IN_PROGRESS,
+                      allow_empty: bool = False):
+        """The runtime of an owned, loaded group (contending first if nobody
+        owns it), or GroupUnavailableError. Returns None only when
+        ``loading_code`` is NONE and the group loads. ``allow_empty``: the
+        API takes the empty group id (Kafka's rule, ``validate_group_id``)."""
+        code = validate_group_id(group_id, allow_empty=allow_empty)
         if code is not E.NONE:
             raise GroupUnavailableError(group_id, code, "invalid group id")
         if group_id in self._broken:
@@ -191,7 +279,10 @@ class GroupManager:
                 return None
             raise GroupUnavailableError(group_id, loading_code, "loading or ZooKeeper suspended")
         if not self.ownership.is_owned(group_id):
-            raise GroupUnavailableError(group_id, E.NOT_COORDINATOR, "not the owner")
+            await self._take(group_id)
+            if self.ownership.is_suspended(group_id):
+                raise GroupUnavailableError(group_id, loading_code if loading_code is not E.NONE
+                                            else E.COORDINATOR_LOAD_IN_PROGRESS, "ZooKeeper suspended")
         runtime = self.runtimes.get(group_id)
         if runtime is not None and runtime.active:
             return runtime
@@ -263,8 +354,46 @@ class GroupManager:
                 if runtime is not None:
                     self._background.spawn(runtime.unload(change.reason), f"unload group {group_id}")
 
+    # -- cleanup of groups that hold nothing -------------------------------------------
+    def start_cleanup(self) -> None:
+        """Start the periodic cleanup (module docstring); stopped by :meth:`release_all`."""
+        if self._cleanup_task is None:
+            self._cleanup_task = self._background.spawn(self._cleanup_loop(), "remove empty groups")
+
+    async def _cleanup_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cleanup_interval_ms / 1000)
+            await self.cleanup_empty_groups()
+
+    async def cleanup_empty_groups(self) -> list[str]:
+        """Remove every owned group that holds nothing; the ids removed."""
+        removed = []
+        for group_id, runtime in list(self.runtimes.items()):
+            try:
+                if await self._remove_if_empty(group_id, runtime):
+                    removed.append(group_id)
+            except ZkcoordError as exc:  # the next round tries again
+                log.warning("group %s: not removed although empty: %s", group_id, exc)
+        return removed
+
+    async def _remove_if_empty(self, group_id: str, runtime: GroupRuntime) -> bool:
+        if self.serving(group_id) is not runtime or not _holds_nothing(runtime.group):
+            return False
+        if await self.offsets.fetch(group_id):
+            return False
+        removed = await runtime.retire(_holds_nothing)
+        if not removed:
+            return False
+        self._stepped_down(group_id)
+        await self.ownership.retire(group_id)
+        log.info("group %s: Empty with no committed offsets, removed with its znodes", group_id)
+        return True
+
     async def release_all(self) -> None:
         """Graceful stop: unload every group and give up its election node."""
+        if self._cleanup_task is not None:
+            self._cleanup_task.cancel()
+            self._cleanup_task = None
         runtimes, self.runtimes = self.runtimes, {}
         if self.mode_requests is not None:
             self.mode_requests.unwatch_all()
@@ -329,16 +458,17 @@ class GroupManager:
         log under the group lock too).
         """
         try:
-            runtime = await self.runtime(group_id)
+            runtime = await self.runtime(group_id, allow_empty=True)
             exists = generation_id < 0 or await self._exists(runtime)
             missing = await self._missing_partitions(wanted)
-            kept = {(t, p): (o, m or "") for t, p, o, m in wanted if (t, p) not in missing}
+            kept, refused_early = await self._sort_commit(wanted, missing)
+            prepared = await self.offsets.prepare(group_id, kept) if kept else None
 
             def validate_and_queue(group, now):
                 code = core.validate_offset_commit(group if exists else None, member_id, generation_id, instance_id)
                 if code is not E.NONE or not kept:
                     return code, None, group.offset_storage
-                return code, self._queue_offsets(group_id, group.offset_storage, kept), group.offset_storage
+                return code, self._queue_offsets(group_id, group.offset_storage, kept, prepared), group.offset_storage
 
             code, queued, mode = await runtime.read(validate_and_queue)
             if code is E.NONE:
@@ -347,8 +477,8 @@ class GroupManager:
                     self.metrics.observe_offset_commit(mode)
                 if member_id:
                     await runtime.apply(lambda g, now: core.touch_member(g, member_id, now))
-                return [E.UNKNOWN_TOPIC_OR_PARTITION if (t, p) in missing else refused.get((t, p), E.NONE)
-                        for t, p, _, _ in wanted]
+                refused.update(refused_early)
+                return [refused.get((t, p), E.NONE) for t, p, _, _ in wanted]
         except GroupUnavailableError as exc:
             code = exc.code
         except NotOwnerError:
@@ -358,18 +488,37 @@ class GroupManager:
             code = E.COORDINATOR_LOAD_IN_PROGRESS if self.ownership.is_suspended(group_id) else E.UNKNOWN_SERVER_ERROR
         return [code] * len(wanted)
 
-    def _queue_offsets(self, group_id: str, mode: str, kept):
+    async def _sort_commit(self, wanted, missing) -> tuple[dict, dict]:
+        """``({(topic, partition): (offset, metadata)} to write, {(topic,
+        partition): error} refused before any write)`` of an OffsetCommit."""
+        kept, refused = {}, {}
+        limit = self.offset_metadata_max_bytes
+        for i, (t, p, o, m) in enumerate(wanted):
+            await pause_every(i)
+            if (t, p) in missing:
+                refused[(t, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            code = offset_commit_error(t, m, limit)
+            if code is not E.NONE:
+                refused[(t, p)] = code
+                kept.pop((t, p), None)  # a partition named twice: the last one counts
+            else:
+                kept[(t, p)] = (o, m or "")
+                refused.pop((t, p), None)
+        return kept, refused
+
+    def _queue_offsets(self, group_id: str, mode: str, kept, prepared=None):
         """``zookeeper``: queue the fenced ZooKeeper write and return its
         awaitable. ``dual`` and ``kafka``: check that we own the group
-        (NotOwnerError) and that ZooKeeper would take the offsets, and return
-        (place in the group's commit order, fence); nothing is written yet."""
+        (NotOwnerError) and return (place in the group's commit order, fence,
+        the prepared ZooKeeper write); nothing is written yet (what ZooKeeper
+        would refuse was refused by ``prepare``, before Kafka saw anything)."""
+        commit = kept if prepared is None else prepared
         if mode == "zookeeper":
-            return self.offsets.submit(group_id, kept, fence=self.ownership.fence(group_id))
+            return self.offsets.submit(group_id, commit, fence=self.ownership.fence(group_id))
         self._forwarder_for(group_id, mode)  # no Kafka: refused before anything is written
         fence = self.ownership.fence(group_id)  # NotOwnerError if we were deposed meanwhile
-        if mode == "dual":
-            self.offsets.check(group_id, kept)  # what ZooKeeper would refuse never reaches Kafka
-        return self.forwarded.order.take(group_id), fence
+        return self.forwarded.order.take(group_id), fence, commit
 
     async def _store_offsets(self, group_id: str, mode: str, kept, queued) -> dict[tuple[str, int], ErrorCode]:
         """Finish a commit where the group's mode says (``dual``: Kafka, then
@@ -378,14 +527,14 @@ class GroupManager:
         if mode == "zookeeper":
             await queued
             return {}
-        slot, fence = queued
+        slot, fence, prepared = queued
         try:
             forwarder = self._forwarder_for(group_id, mode)
         except GroupUnavailableError:
             slot.release()
             raise
         try:
-            return await self.forwarded.commit(forwarder, group_id, mode, kept, slot, fence)
+            return await self.forwarded.commit(forwarder, group_id, mode, kept, slot, fence, prepared)
         except ServiceUnavailableError as exc:
             raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
 
@@ -400,18 +549,26 @@ class GroupManager:
         return self.forwarder
 
     async def fetch_offsets(self, group_id, wanted):
-        """OffsetFetch: (group error, [(topic, partition, offset, metadata, error)])."""
+        """OffsetFetch: (group error, [(topic, partition, offset, metadata, error)]).
+
+        A partition whose legacy znode holds no offset gets
+        :data:`CORRUPT_OFFSET_ERROR` (offset -1); the others are answered."""
         try:
-            runtime = await self.runtime(group_id)
+            runtime = await self.runtime(group_id, allow_empty=True)
             stored = await self._fetch_stored(runtime, wanted)
         except GroupUnavailableError as exc:
             return exc.code, []
         except ZkcoordError as exc:
             log.warning("OffsetFetch %s failed: %s", group_id, exc)
             return E.COORDINATOR_LOAD_IN_PROGRESS, []
-        keys = wanted if wanted is not None else sorted(stored)
+        corrupt = getattr(stored, "unparsable", {})
+        keys = wanted if wanted is not None else sorted(set(stored) | set(corrupt))
         rows = []
-        for topic, partition in keys:
+        for i, (topic, partition) in enumerate(keys):
+            await pause_every(i)
+            if (topic, partition) in corrupt:
+                rows.append((topic, partition, -1, "", CORRUPT_OFFSET_ERROR))
+                continue
             offset, metadata = stored.get((topic, partition), (-1, ""))
             rows.append((topic, partition, offset, metadata, E.NONE))
         return E.NONE, rows
@@ -426,7 +583,10 @@ class GroupManager:
             return await self._kafka_fetch(forwarder, group_id, wanted)
         zk, kafka = await asyncio.gather(self.offsets.fetch(group_id, wanted),
                                          self._kafka_fetch(forwarder, group_id, wanted))
-        return merge_dual(zk, kafka)
+        merged = FetchedOffsets()
+        merged.update(merge_dual(zk, kafka))
+        merged.unparsable.update(getattr(zk, "unparsable", {}))  # the larger of the two is unknowable
+        return merged
 
     @staticmethod
     async def _kafka_fetch(forwarder: KafkaForwarder, group_id: str, wanted) -> dict:
@@ -438,7 +598,7 @@ class GroupManager:
     # -- describe, list, delete ------------------------------------------------------
     async def describe(self, group_id):
         try:
-            runtime = await self.runtime(group_id)
+            runtime = await self.runtime(group_id, allow_empty=True)
         except GroupUnavailableError as exc:
             return exc.code, None
         exists = await self._exists(runtime)
@@ -464,15 +624,16 @@ class GroupManager:
 
     async def list_groups(self):
         listed = []
-        for group_id, runtime in list(self.runtimes.items()):
-            if runtime.active:
+        for i, (group_id, runtime) in enumerate(list(self.runtimes.items())):
+            await pause_every(i)
+            if runtime.active and (runtime.version is not None or runtime.group.size > 0):
                 g = runtime.group
                 listed.append((group_id, g.state.value, g.protocol_type or ""))
         return listed
 
     async def delete_group(self, group_id: str) -> ErrorCode:
         try:
-            runtime = await self.runtime(group_id)
+            runtime = await self.runtime(group_id, allow_empty=True)
             token = runtime.next_token()
             exists = await self._exists(runtime)
             result = await runtime.call(token, lambda g, now: core.handle_delete(g, token, exists=exists))
@@ -485,6 +646,13 @@ class GroupManager:
         except ZkcoordError as exc:
             log.warning("DeleteGroups %s failed: %s", group_id, exc)
             return E.UNKNOWN_SERVER_ERROR
+
+
+def _holds_nothing(group: core.Group) -> bool:
+    """Empty, no members, offsets in ZooKeeper (a ``dual`` / ``kafka`` group's
+    state records its mode, which must not be lost)."""
+    return (group.state is core.GroupState.EMPTY and group.size == 0 and not group.pending_members
+            and group.offset_storage == "zookeeper")
 
 
 def merge_dual(zk: dict, kafka: dict) -> dict:

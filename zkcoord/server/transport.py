@@ -30,6 +30,17 @@ Rules:
    and a handler with a synchronous `handle_now(decoded, connection)` answers
    without a task when it can (it returns None to take the awaited path).
    The answers to one read go out in one write.
+7. Limits (:mod:`zkcoord.core.limits`): a frame above its API's limit
+   (``request_max_bytes(api_key)``) closes the connection as soon as its
+   size and api key are read, before the rest is buffered. A frame above
+   ``INLINE_DECODE_BYTES`` is decoded in a worker thread while the
+   connection waits, so the loop keeps answering others. A connection with
+   no request in flight that read and wrote nothing for
+   ``connections_max_idle_ms``, or whose unfinished frame started that
+   long ago, is closed (a sweep every quarter of that time, at most every
+   second). The bytes of unanswered frames of all connections together stay
+   under ``partial_requests_max_bytes``: the connection whose read would go
+   over is closed.
 """
 
 from __future__ import annotations
@@ -37,20 +48,30 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kafka.protocol.api_message import ApiMessage
 
+from zkcoord.core.limits import (
+    DEFAULT_CONNECTIONS_MAX_IDLE_MS, DEFAULT_PARTIAL_REQUESTS_MAX_BYTES, INLINE_DECODE_BYTES, idle_expired,
+)
+
 from .codec import (
     COORDINATOR_APIS, FRAME_SIZE_PREFIX_BYTES, ApiRegistry, DecodedRequest,
-    FrameSizeError, MalformedFrameError, ResponseEncodingError, UnsupportedRequestError,
+    FrameSizeError, MalformedFrameError, RequestTooLargeError, ResponseEncodingError, UnsupportedRequestError,
     decode_request, encode_response, frame_size,
 )
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+_API_KEY_END = FRAME_SIZE_PREFIX_BYTES + 2  # the size prefix and the api key
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(frozen=True)
@@ -81,11 +102,19 @@ class KafkaProtocolServer:
     `codec.response_for`). If the handler also has `handle_now(decoded,
     connection_info)`, that is tried first: a response answers at once, None
     means "await the handler". Construction does no I/O; call `start()`.
+
+    `request_max_bytes(api_key)` (default: `max_frame_bytes` for every API)
+    and `request_limit_setting(api_key)` (the setting's name, for the log)
+    give each API's frame limit (rule 7).
     """
 
     def __init__(self, handler: Handler, host: str, port: int,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *,
-                 apis: ApiRegistry = COORDINATOR_APIS) -> None:
+                 apis: ApiRegistry = COORDINATOR_APIS,
+                 request_max_bytes: Callable[[int], int] | None = None,
+                 request_limit_setting: Callable[[int], str] | None = None,
+                 connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+                 partial_requests_max_bytes: int = DEFAULT_PARTIAL_REQUESTS_MAX_BYTES) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port {port} is not in 0..65535 (0 picks a free port)")
         if max_frame_bytes <= 0:
@@ -93,8 +122,18 @@ class KafkaProtocolServer:
         self._handler = handler
         self._host = host
         self._port = port
+        if connections_max_idle_ms <= 0 or partial_requests_max_bytes <= 0:
+            raise ValueError("connections_max_idle_ms and partial_requests_max_bytes must be positive")
         self._max_frame_bytes = max_frame_bytes
         self._apis = apis
+        self._request_max_bytes = request_max_bytes or (lambda api_key: max_frame_bytes)
+        self._request_limit_setting = request_limit_setting or (lambda api_key: "max_frame_bytes")
+        # Frames up to this size need no api key to be accepted (every API may be that large).
+        self._any_api_bytes = min([max_frame_bytes] + [self._request_max_bytes(spec.api_key) for spec in apis])
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self.partial_requests_max_bytes = partial_requests_max_bytes
+        self.partial_bytes = 0  # bytes buffered by all connections, not yet handled
+        self._sweeper: asyncio.Task | None = None
         self._server: asyncio.Server | None = None
         self._stopping = False
         self._connections: dict[int, _Connection] = {}
@@ -112,6 +151,7 @@ class KafkaProtocolServer:
             raise RuntimeError("KafkaProtocolServer.start() may be called once")
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _Connection(self), self._host, self._port)
+        self._sweeper = loop.create_task(self._sweep_idle(), name="kafka-idle-sweep")
         log.info("serving the Kafka protocol on %s:%d", self._host, self.bound_port)
 
     async def stop(self) -> None:
@@ -119,6 +159,8 @@ class KafkaProtocolServer:
         if self._stopping:
             return
         self._stopping = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         server = self._server
         if server is not None:
             port = self.bound_port
@@ -130,6 +172,34 @@ class KafkaProtocolServer:
         if server is not None:
             await server.wait_closed()
             log.info("stopped serving the Kafka protocol on %s:%d", self._host, port)
+
+    async def _sweep_idle(self) -> None:
+        """Close the connections idle for connections_max_idle_ms (rule 7)."""
+        idle_ms = self.connections_max_idle_ms
+        period_s = min(max(idle_ms / 4, 10), 1000) / 1000
+        while True:
+            await asyncio.sleep(period_s)
+            now = _now_ms()
+            for connection in list(self._connections.values()):
+                why = idle_expired(now, connection.last_active_ms, connection.partial_since_ms,
+                                   connection.busy, idle_ms)
+                if why is not None:
+                    log.info("closing %s: %s (connections_max_idle_ms=%d)", connection.info, why, idle_ms)
+                    connection.shut()
+
+    def _frame_limit(self, buffer: bytearray, pos: int) -> int | None:
+        """The size of the frame at ``pos``, checked against its API's limit;
+        None when more bytes are needed to know. Raises FrameSizeError."""
+        size = frame_size(buffer[pos:pos + FRAME_SIZE_PREFIX_BYTES], self._max_frame_bytes)
+        if size <= self._any_api_bytes:
+            return size
+        if len(buffer) - pos < _API_KEY_END:
+            return None
+        api_key = int.from_bytes(buffer[pos + FRAME_SIZE_PREFIX_BYTES:pos + _API_KEY_END], "big", signed=True)
+        limit = self._request_max_bytes(api_key)
+        if size > limit:
+            raise RequestTooLargeError(size, limit, api_key, self._request_limit_setting(api_key))
+        return size
 
     def _handle_now(self, decoded: DecodedRequest, info: ConnectionInfo) -> ApiMessage | None:
         """The handler's immediate answer, or None to await it. Raises what the handler raises."""
@@ -178,6 +248,9 @@ class _Connection(asyncio.Protocol):
         self._reading_paused = False
         self._eof = False
         self._done = False
+        self._held = 0  # bytes of ours counted in the server's partial_bytes
+        self.last_active_ms = _now_ms()  # last read or write
+        self.partial_since_ms: int | None = None  # when the unfinished frame in the buffer started
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     # -- asyncio.Protocol ------------------------------------------------------
@@ -192,10 +265,32 @@ class _Connection(asyncio.Protocol):
         server._connections[self.info.connection_id] = self
         log.debug("%s opened", self.info)
 
+    @property
+    def busy(self) -> bool:
+        """A request of this connection is in flight."""
+        return self._task is not None
+
     def data_received(self, data: bytes) -> None:
+        server = self._server
+        now = self.last_active_ms = _now_ms()
+        if server.partial_bytes + len(data) > server.partial_requests_max_bytes:
+            log.warning("closing %s: its %d more bytes would make the unanswered requests of all connections "
+                        "hold more than partial_requests_max_bytes=%d", self.info, len(data),
+                        server.partial_requests_max_bytes)
+            self._close()
+            return
+        if not self._buffer:
+            self.partial_since_ms = now
         self._buffer += data
         if self._task is None and not self._write_paused:
             self._process()
+        self._account()
+
+    def _account(self) -> None:
+        """Keep the server's partial_bytes up to date with our buffer."""
+        held = 0 if self._done else len(self._buffer)
+        self._server.partial_bytes += held - self._held
+        self._held = held
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -216,6 +311,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._done = True
         server = self._server
+        self._account()
         registered = server._connections.pop(self.info.connection_id, None) is not None
         if self._task is not None:
             self._task.cancel()
@@ -245,12 +341,17 @@ class _Connection(asyncio.Protocol):
             while not self._done:
                 if len(buffer) - pos < FRAME_SIZE_PREFIX_BYTES:
                     break
-                end = pos + FRAME_SIZE_PREFIX_BYTES + frame_size(
-                    buffer[pos:pos + FRAME_SIZE_PREFIX_BYTES], server._max_frame_bytes)
+                size = server._frame_limit(buffer, pos)
+                if size is None:
+                    break
+                end = pos + FRAME_SIZE_PREFIX_BYTES + size
                 if len(buffer) < end:
                     break
                 frame = bytes(buffer[pos + FRAME_SIZE_PREFIX_BYTES:end])
                 pos = end
+                if size > INLINE_DECODE_BYTES:
+                    self._await(None, frame)
+                    break
                 decoded = decode_request(frame, server._apis)
                 response = decoded.immediate_response
                 if response is not None:
@@ -278,17 +379,33 @@ class _Connection(asyncio.Protocol):
         finally:
             if pos:
                 del buffer[:pos]
+                self.partial_since_ms = _now_ms() if buffer else None
+            self._account()
         self._write(out)
         if self._eof and self._task is None:
             self._end_of_input()
 
-    def _await(self, decoded: DecodedRequest) -> None:
+    def _await(self, decoded: DecodedRequest | None, frame: bytes | None = None) -> None:
+        """Answer ``decoded`` in a task; with ``frame`` instead, decode it in
+        a worker thread first (rule 7)."""
         self._pause_reading()
         self._task = asyncio.get_running_loop().create_task(
-            self._answer(decoded), name=f"kafka-{self.info.connection_id}")
+            self._answer(decoded, frame), name=f"kafka-{self.info.connection_id}")
 
-    async def _answer(self, decoded: DecodedRequest) -> None:
-        response = await self._server._call_handler(decoded, self.info)
+    async def _answer(self, decoded: DecodedRequest | None, frame: bytes | None = None) -> None:
+        response = None
+        if decoded is None:
+            try:
+                decoded = await asyncio.to_thread(decode_request, frame, self._server._apis)
+            except (MalformedFrameError, UnsupportedRequestError) as exc:
+                self._task = None
+                log.warning("closing %s: %s", self.info, exc)
+                self._close()
+                return
+            del frame
+            response = decoded.immediate_response
+        if response is None:
+            response = await self._server._call_handler(decoded, self.info)
         self._task = None
         if self._done:
             return
@@ -302,6 +419,7 @@ class _Connection(asyncio.Protocol):
             self._close()
             return
         self._transport.write(data)
+        self.last_active_ms = _now_ms()
         if not self._write_paused:
             self._resume_reading()
             self._process()
@@ -317,6 +435,7 @@ class _Connection(asyncio.Protocol):
         if not out or self._done:
             return
         self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+        self.last_active_ms = _now_ms()
 
     def _fail(self, out: list[bytes]) -> None:
         """Send the answers already made, then close."""

@@ -44,6 +44,7 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.protocol.serialization import int_struct, multiheader_struct, read_buffer, read_string, stat_struct, \
     write_string
 
+from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import ServiceUnavailableError, ZkcoordError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.legacy import LegacyGroup, LegacyOffsets, TopicPartition
@@ -261,8 +262,8 @@ class MultiReadLegacy:
                 found[group] = aio.translate(failed, f"list {self.paths.topic_dir(group, topic)}", self._conn.hosts)
                 continue
             for name in names:
-                if name.isascii() and name.isdigit():
-                    wanted[group].append((topic, int(name)))
+                if (number := partition_number(name)) is not None:
+                    wanted[group].append((topic, number))
                 else:
                     log.warning("ignoring %s/%s: not a partition number", self.paths.topic_dir(group, topic), name)
         keys = [(g, tp) for g, tps in wanted.items() if isinstance(found[g], LegacyGroup) for tp in sorted(tps)]

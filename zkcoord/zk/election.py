@@ -33,6 +33,7 @@ from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
+from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import StateError
 from zkcoord.zk import aio, paths
 
@@ -48,7 +49,7 @@ def ordered(children: Iterable[str]) -> list[str]:
 def node_id_of(group: str, path: str, data: bytes) -> int:
     """The node id a contender znode holds; StateError if it holds anything else (rule 4)."""
     text = data.decode("ascii", errors="replace").strip()
-    if not text.isdigit():
+    if partition_number(text) is None:  # the same rule: ASCII digits up to int32, as node ids are on the wire
         raise StateError(f"contender znode {path} of group {group!r} holds {data[:40]!r}, not a node id, so "
                          "nobody can tell who owns the group; delete that znode if no daemon or zkcoord "
                          "command wrote it")

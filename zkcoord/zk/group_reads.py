@@ -30,6 +30,7 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
+from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import StateError
 from zkcoord.zk import aio, election, paths
 from zkcoord.zk.connection import ZkConnection
@@ -82,10 +83,10 @@ async def list_zkcoord_groups(conn: ZkConnection) -> list[str]:
             names = await aio.call(client.get_children_async, paths.COORDINATORS)
         except NoNodeError:
             return []
-        names = [n for n in names if _valid(n)]
-        stats = await aio.gather(asyncio.get_running_loop(), [client.exists_async(paths.state(n)) for n in names])
+        groups = paths.group_ids(names)  # znode names decoded; names that are no group's left out
+        stats = await aio.gather(asyncio.get_running_loop(), [client.exists_async(paths.state(g)) for g in groups])
         _raise_unexpected(*stats)
-        return sorted(n for n, stat in zip(names, stats) if isinstance(stat, ZnodeStat))
+        return sorted(g for g, stat in zip(groups, stats) if isinstance(stat, ZnodeStat))
     return await conn.retry("list the zkcoord groups", inner)
 
 
@@ -93,18 +94,10 @@ async def list_legacy_groups(conn: ZkConnection, offsets: paths.OffsetPaths) -> 
     """Every group under the legacy offsets root, sorted."""
     async def inner() -> list[str]:
         try:
-            return sorted(n for n in await aio.call(conn.client.get_children_async, offsets.root) if _valid(n))
+            return paths.group_ids(await aio.call(conn.client.get_children_async, offsets.root))
         except NoNodeError:
             return []
     return await conn.retry(f"list the groups under {offsets.root}", inner)
-
-
-def _valid(name: str) -> bool:
-    try:
-        paths.component(name, "group id")
-        return True
-    except Exception:  # a name zkcoord could not address; nothing to show
-        return False
 
 
 async def read_group(conn: ZkConnection, offsets: paths.OffsetPaths, group: str, *,
@@ -188,9 +181,9 @@ async def _topic_partitions(client: Any, base: str) -> dict[TopicPartition, byte
         return {}
     listed = await aio.gather(loop, [client.get_children_async(f"{base}/{t}") for t in topics])
     _raise_unexpected(*listed)
-    names: list[tuple[str, str]] = []
+    names: list[tuple[str, str, int]] = []
     for topic, children in zip(topics, listed):
-        names += [(topic, n) for n in _children(children) if n.isascii() and n.isdigit()]
-    values = await aio.gather(loop, [client.get_async(f"{base}/{t}/{n}") for t, n in names])
+        names += [(topic, n, p) for n in _children(children) if (p := partition_number(n)) is not None]
+    values = await aio.gather(loop, [client.get_async(f"{base}/{t}/{n}") for t, n, _ in names])
     _raise_unexpected(*values)
-    return {(t, int(n)): v[0] for (t, n), v in zip(names, values) if not isinstance(v, NoNodeError)}
+    return {(t, p): v[0] for (t, _, p), v in zip(names, values) if not isinstance(v, NoNodeError)}

@@ -16,7 +16,8 @@ Rules:
 2. Values are decoded as UTF-8 (undecodable bytes shown as ``\\xNN``); a
    znode without data reads as None. Znode names under a topic that are not
    partition numbers are skipped (legacy tools ignore them too).
-3. A corrupt zkcoord state record is a StateError naming its znode.
+3. A corrupt zkcoord state record is that group's ``state_error`` (the
+   StateError's message, naming its znode): the other groups are read.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from dataclasses import dataclass, field
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
-from zkcoord.errors import ConflictError
+from zkcoord.core.legacy_values import partition_number
+from zkcoord.errors import ConflictError, StateError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.offsets import OffsetStore
@@ -57,6 +59,7 @@ class LegacyGroup:
     zkcoord_members: int | None = None
     offset_storage: str | None = None
     legacy_consumers: int = 0
+    state_error: str | None = None  # its zkcoord state znode is corrupt: what is wrong
 
 
 def _text(data: bytes | None) -> str | None:
@@ -91,7 +94,7 @@ class LegacyOffsets:
 
     async def _inner_list_groups(self) -> list[str]:
         try:
-            return sorted(await aio.call(self._conn.client.get_children_async, self.root))
+            return paths.group_ids(await aio.call(self._conn.client.get_children_async, self.root))
         except NoNodeError:
             return []
 
@@ -118,12 +121,16 @@ class LegacyOffsets:
             client.get_children_async(f"{self.paths.group(group)}/{_IDS}"),
         ])
         _raise_unexpected(topics, state, ids)
-        members = storage = None
+        members = storage = state_error = None
         if not isinstance(state, NoNodeError):
-            record = decode_state(group, state_path, state[0])
-            members, storage = len(record.get("m") or ()), str(record.get("os", "zookeeper"))
+            try:
+                record = decode_state(group, state_path, state[0])
+                members, storage = len(record.get("m") or ()), str(record.get("os", "zookeeper"))
+            except StateError as exc:
+                state_error = str(exc)
         offsets = {} if isinstance(topics, NoNodeError) else await self._read_offsets(group, sorted(topics))
-        return LegacyGroup(group, offsets, members, storage, 0 if isinstance(ids, NoNodeError) else len(ids))
+        return LegacyGroup(group, offsets, members, storage, 0 if isinstance(ids, NoNodeError) else len(ids),
+                           state_error)
 
     async def _read_offsets(self, group: str, topics: list[str]) -> dict[TopicPartition, str | None]:
         client = self._conn.client
@@ -135,8 +142,8 @@ class LegacyOffsets:
             if isinstance(names, NoNodeError):
                 continue  # deleted meanwhile
             for name in names:
-                if name.isascii() and name.isdigit():
-                    wanted.append((topic, int(name)))
+                if (number := partition_number(name)) is not None:
+                    wanted.append((topic, number))
                 else:
                     log.warning("ignoring %s/%s: not a partition number", self.paths.topic_dir(group, topic), name)
         wanted.sort()
@@ -169,8 +176,8 @@ class LegacyOffsets:
             except NoNodeError:
                 return {}
             listed = await aio.gather(loop, [client.get_children_async(layout.topic_dir(group, t)) for t in topics])
-            wanted = [(t, int(n)) for t, names in zip(topics, listed) if isinstance(names, list)
-                      for n in names if n.isascii() and n.isdigit()]
+            wanted = [(t, p) for t, names in zip(topics, listed) if isinstance(names, list)
+                      for p in map(partition_number, names) if p is not None]
             values = await aio.gather(loop, [client.get_async(layout.partition(group, t, p)) for t, p in wanted])
             found: LegacyVersions = {}
             for tp, value in zip(wanted, values):

@@ -59,7 +59,7 @@ class MigrationRecords:
     async def list_groups(self) -> list[str]:
         async def inner() -> list[str]:
             try:
-                return sorted(await aio.call(self._conn.client.get_children_async, paths.MIGRATIONS))
+                return paths.group_ids(await aio.call(self._conn.client.get_children_async, paths.MIGRATIONS))
             except NoNodeError:
                 return []
         return await self._conn.retry("list the migration records", inner)

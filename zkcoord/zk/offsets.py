@@ -16,8 +16,10 @@ Rules:
    behind, and fetch then reports ``""`` for it.
 3. One multi is in flight at a time. Requests arriving meanwhile queue and go
    together in the next multi (at most ``max_ops_per_multi`` ops and
-   ``max_multi_bytes`` bytes; a request too big for one multi by itself is
-   split). A failed merged multi names its culprit op: that request gets its
+   ``max_multi_bytes`` bytes, below ZooKeeper's 1 MB packet limit,
+   jute.maxbuffer; a request too big for one multi by itself is split, and
+   one partition whose ops alone would not fit is refused with UsageError
+   before anything is queued: no multi is ever sent over the limit). A failed merged multi names its culprit op: that request gets its
    own error, the others are sent again; a failure nobody can be blamed for
    sends each request alone. A failed fence fails every request holding it,
    and is reported once to ``on_deposed(fence, reason)`` (the daemon drops
@@ -25,8 +27,15 @@ Rules:
 4. What exists is known per (group, topic) directory from one
    ``get_children`` (not one read per partition), parents are ensured once,
    and both are corrected when a multi proves them wrong.
-5. Fetch issues every read at once and reports unparsable values instead of
-   failing. Everything runs on the event loop; kazoo results hop onto it.
+5. Fetch issues its reads in slices of ``FETCH_SLICE`` partitions and
+   reports unparsable values (not an int64 decimal >= -1, by
+   :mod:`zkcoord.core.legacy_values`) per partition instead of failing,
+   logging each corrupt znode once. Everything runs on the event loop;
+   kazoo results hop onto it.
+6. A commit of thousands of partitions can be made ready with
+   :meth:`OffsetStore.prepare` (its ops built and split in slices, yielding
+   to the event loop between them) and then queued by :meth:`submit` at
+   once, so a caller holding a group's lock holds the loop only briefly.
 """
 
 from __future__ import annotations
@@ -35,7 +44,6 @@ import asyncio
 import collections
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -43,19 +51,23 @@ from kazoo.exceptions import (
     ConnectionClosedError, KazooException, NodeExistsError, NoNodeError, NotEmptyError, SessionExpiredError,
 )
 
+from zkcoord.core.legacy_values import Unparsable, partition_number, read_legacy_value, shown
 from zkcoord.errors import NotOwnerError, ServiceUnavailableError, UsageError, ZkcoordError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.ownership import Fence
 
-__all__ = ["OffsetStore", "FetchedOffsets", "OffsetStats", "TopicPartition"]
+__all__ = ["OffsetStore", "FetchedOffsets", "OffsetStats", "PreparedCommit", "TopicPartition"]
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 _OP_OVERHEAD_BYTES = 64  # multi header, op header, ACL of a create
 _MAX_ATTEMPTS = 5  # a request re-sent this often because the cache was wrong fails
-_DECIMAL = re.compile(rb"\s*(-?\d+)\s*")
+_FENCE_RESERVE_BYTES = 2048  # what a prepared chunk leaves for its fence check (a path under 1 KB)
+_PREPARE_SLICE = 2000  # entries built between two yields to the event loop
+FETCH_SLICE = 1000  # partitions read at once by a fetch
+_MAX_REPORTED = 10_000  # corrupt znodes remembered as already logged
 
 
 @dataclass
@@ -70,11 +82,12 @@ class OffsetStats:
 
 class FetchedOffsets(dict):
     """``{(topic, partition): (offset, metadata)}`` of the committed offsets;
-    ``unparsable`` holds partitions whose znode is not a decimal (raw bytes)."""
+    ``unparsable`` holds partitions whose znode is not an offset, with the
+    reason (:func:`~zkcoord.core.legacy_values.read_legacy_value`)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.unparsable: dict[TopicPartition, bytes] = {}
+        self.unparsable: dict[TopicPartition, str] = {}
 
 
 @dataclass
@@ -111,6 +124,18 @@ async def _done() -> None:
     """An awaitable that is already complete: nothing to commit."""
 
 
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode())
+
+
+@dataclass
+class PreparedCommit:
+    """A commit's ops, built and split by :meth:`OffsetStore.prepare`."""
+
+    group: str
+    chunks: list[tuple[list[_Entry], int, int]]
+
+
 class OffsetStore:
     """Commits and fetches legacy ZooKeeper offsets for many groups."""
 
@@ -129,6 +154,7 @@ class OffsetStore:
         self._children: dict[str, set[str] | None] = {}  # dir -> children; None: dir absent
         self._dirs: dict[tuple[str, str], tuple[str, str]] = {}
         self._dead_fences: set[str] = set()
+        self._reported: set[tuple[str, bytes | None]] = set()  # corrupt znodes logged already
         self._in_flight: _Batch | None = None
 
     # ------------------------------------------------------------ commits
@@ -142,13 +168,18 @@ class OffsetStore:
         """
         await self.submit(group, offsets, fence)
 
-    def check(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]]) -> None:
-        """UsageError if :meth:`submit` would refuse these offsets; writes nothing
-        (a dual commit checks before it forwards anything to Kafka)."""
-        for tp, om in offsets.items():
-            self._entry(group, tp, om)
+    async def prepare(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]]) -> PreparedCommit:
+        """Build and split the ops of a commit in slices, yielding to the
+        event loop between them (rule 6); queue it with :meth:`submit`.
+        Raises UsageError (bad names or values, a partition too big)."""
+        entries = []
+        for i, (tp, om) in enumerate(offsets.items()):
+            if i and i % _PREPARE_SLICE == 0:
+                await asyncio.sleep(0)
+            entries.append(self._entry(group, tp, om))
+        return PreparedCommit(group, self._chunks(entries, None, reserve=True) if entries else [])
 
-    def submit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]],
+    def submit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]] | PreparedCommit,
                fence: Fence | None = None) -> Awaitable[None]:
         """Queue the commit now, in call order, and return what to await for
         its outcome (see :meth:`commit`).
@@ -158,15 +189,30 @@ class OffsetStore:
         commit validated against generation N is queued before any commit of
         N+1. UsageError and NotOwnerError are raised here, before queuing.
         """
-        entries = [self._entry(group, tp, om) for tp, om in offsets.items()]
-        if not entries:
+        if isinstance(offsets, PreparedCommit):
+            if offsets.group != group:
+                raise UsageError(f"a commit prepared for group {offsets.group!r} cannot be submitted for {group!r}")
+            if fence is not None and len(fence.path) + _OP_OVERHEAD_BYTES > _FENCE_RESERVE_BYTES:
+                raise UsageError(f"fence path {fence.path!r} is longer than a prepared commit leaves room for")
+            chunks = offsets.chunks
+        else:
+            chunks = None
+            entries = [self._entry(group, tp, om) for tp, om in offsets.items()]
+            if not entries:
+                return _done()
+        if chunks is not None and not chunks:
             return _done()
         if fence is not None and fence.group != group:
             raise UsageError(f"the fence of group {fence.group!r} cannot guard a commit of group {group!r}")
         if fence is not None and fence.path in self._dead_fences:
             raise self._not_owner(fence)
+        if chunks is None:
+            chunks = list(self._chunks(entries, fence))
+        elif fence is not None:  # the fence's check, in the room every prepared chunk left for it
+            extra = _utf8_len(fence.path) + _OP_OVERHEAD_BYTES
+            chunks = [(chunk, nbytes + extra, nops + 1) for chunk, nbytes, nops in chunks]
         loop = asyncio.get_running_loop()
-        futures = [self._enqueue(loop, group, chunk, fence) for chunk in self._chunks(entries, fence)]
+        futures = [self._enqueue(loop, group, chunk, fence) for chunk in chunks]
         self._wakeup.set()
         if self._worker is None or self._worker.done():
             self._worker = loop.create_task(self._run())
@@ -207,23 +253,40 @@ class OffsetStore:
 
     @staticmethod
     def _cost(entry: _Entry) -> tuple[int, int]:
-        nbytes = len(entry.odir) + len(entry.name) + len(entry.value) + _OP_OVERHEAD_BYTES
+        """(bytes, ops) the entry adds to a multi (paths in UTF-8, as ZooKeeper sends them)."""
+        nbytes = _utf8_len(entry.odir) + _utf8_len(entry.name) + len(entry.value) + _OP_OVERHEAD_BYTES
         if entry.meta is None:
             return nbytes, 1
-        return nbytes + len(entry.mdir) + len(entry.name) + len(entry.meta) + _OP_OVERHEAD_BYTES, 2
+        return nbytes + _utf8_len(entry.mdir) + _utf8_len(entry.name) + len(entry.meta) + _OP_OVERHEAD_BYTES, 2
 
-    def _chunks(self, entries: list[_Entry], fence: Fence | None) -> Iterable[tuple[list[_Entry], int, int]]:
-        """The request as one chunk, or several if it cannot fit one multi."""
-        base = (len(fence.path) + _OP_OVERHEAD_BYTES, 1) if fence else (0, 0)
+    def _chunks(self, entries: list[_Entry], fence: Fence | None,
+                reserve: bool = False) -> Iterable[tuple[list[_Entry], int, int]]:
+        """The request as one chunk, or several if it cannot fit one multi
+        (bytes or ops); with ``reserve``, each chunk leaves room for a fence
+        check added later. UsageError, before anything is queued, for an
+        entry too big for any multi."""
+        if reserve:
+            room_bytes, room_ops = self.max_multi_bytes - _FENCE_RESERVE_BYTES, self.max_ops_per_multi - 1
+            base = (0, 0)
+        else:
+            base = (_utf8_len(fence.path) + _OP_OVERHEAD_BYTES, 1) if fence else (0, 0)
+            room_bytes, room_ops = self.max_multi_bytes, self.max_ops_per_multi
+        chunks = []
         chunk, nbytes, nops = [], *base
         for entry in entries:
             b, n = self._cost(entry)
-            if chunk and nbytes + b > self.max_multi_bytes:
-                yield chunk, nbytes, nops
+            if base[0] + b > room_bytes:
+                raise UsageError(
+                    f"the offset of {entry.topic}-{entry.partition} needs a {b}-byte ZooKeeper write, more than "
+                    f"one multi may carry ({room_bytes - base[0]} bytes, under ZooKeeper's 1 MB jute.maxbuffer); "
+                    "shorten its metadata")
+            if chunk and (nbytes + b > room_bytes or nops + n > room_ops):
+                chunks.append((chunk, nbytes, nops))
                 chunk, nbytes, nops = [], *base
             chunk.append(entry)
             nbytes, nops = nbytes + b, nops + n
-        yield chunk, nbytes, nops
+        chunks.append((chunk, nbytes, nops))
+        return chunks
 
     def _enqueue(self, loop, group: str, chunk: tuple[list[_Entry], int, int], fence: Fence | None):
         entries, nbytes, nops = chunk
@@ -508,12 +571,17 @@ class OffsetStore:
     async def _inner_fetch(self, group: str, wanted: list[TopicPartition] | None) -> FetchedOffsets:
         if wanted is None:
             wanted = await self._list_partitions(group)
+        found = FetchedOffsets()
+        for start in range(0, len(wanted), FETCH_SLICE):
+            await self._fetch_slice(group, wanted[start:start + FETCH_SLICE], found)
+        return found
+
+    async def _fetch_slice(self, group: str, wanted: list[TopicPartition], found: FetchedOffsets) -> None:
         client = self._conn.client
         loop = asyncio.get_running_loop()
         reads = [client.get_async(self.paths.partition(group, t, p)) for t, p in wanted]
         reads += [client.get_async(self.paths.metadata(group, t, p)) for t, p in wanted]
         outcomes = await aio.gather(loop, reads)
-        found = FetchedOffsets()
         for i, tp in enumerate(wanted):
             value, meta = outcomes[i], outcomes[len(wanted) + i]
             for outcome in (value, meta):
@@ -521,14 +589,12 @@ class OffsetStore:
                     raise outcome
             if isinstance(value, NoNodeError):
                 continue
-            match = _DECIMAL.fullmatch(value[0])
-            if match is None:
-                found.unparsable[tp] = value[0]
-                log.warning("offset znode %s holds %r, not a decimal", self.paths.partition(group, *tp), value[0])
+            offset = read_legacy_value(value[0])
+            if isinstance(offset, Unparsable):
+                found.unparsable[tp] = offset.reason
+                self._report_unparsable(self.paths.partition(group, *tp), value[0], offset)
                 continue
-            offset = int(match.group(1))
             found[tp] = (offset, "" if isinstance(meta, NoNodeError) else self._metadata(meta[0], offset))
-        return found
 
     async def _list_partitions(self, group: str) -> list[TopicPartition]:
         client = self._conn.client
@@ -545,11 +611,23 @@ class OffsetStore:
             if isinstance(outcome, BaseException):
                 raise outcome
             for name in outcome:
-                if name.isdigit():
-                    wanted.append((topic, int(name)))
+                if (number := partition_number(name)) is not None:
+                    wanted.append((topic, number))
                 else:
                     log.warning("ignoring %s/%s: not a partition number", self.paths.topic_dir(group, topic), name)
         return sorted(wanted)
+
+    def _report_unparsable(self, path: str, data: bytes | None, value: Unparsable) -> None:
+        """Log a corrupt offset znode once per path and value, not at every fetch."""
+        key = (path, data)
+        if key in self._reported:
+            return
+        if len(self._reported) >= _MAX_REPORTED:
+            self._reported.clear()
+        self._reported.add(key)
+        log.error("offset znode %s holds %s, not an offset (%s); OffsetFetch answers UNKNOWN_SERVER_ERROR for "
+                  "that partition until it is repaired (write a decimal offset, or delete the znode)",
+                  path, shown(data), value.reason)
 
     @staticmethod
     def _metadata(data: bytes, offset: int) -> str:
@@ -567,6 +645,6 @@ class OffsetStore:
 
     async def _inner_list_groups(self) -> list[str]:
         try:
-            return sorted(await aio.call(self._conn.client.get_children_async, self.paths.root))
+            return paths.group_ids(await aio.call(self._conn.client.get_children_async, self.paths.root))
         except NoNodeError:
             return []

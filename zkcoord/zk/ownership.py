@@ -30,7 +30,19 @@ contender deleted   any          dropped (LOST)
 :meth:`drop`        any          dropped (LOST): the state store's fenced
                                  write failed
 :meth:`release`     any          contender deleted, dropped (no report)
+:meth:`retire`      any          contender deleted with the group's empty
+                                 ``owner`` and ``/coordinators/<group>``
+                                 znodes, dropped (no report)
 ==================  ===========  ==============================================
+
+:meth:`retire` is how a group that holds nothing (no state, no offsets)
+leaves no znodes behind: one multi deletes our contender, the ``owner``
+directory and the group's znode. ZooKeeper refuses to delete a znode with
+children, so the multi fails as a whole if another contender or a state
+znode appeared meanwhile; then only our contender is deleted, as
+:meth:`release` does. A daemon contending at the same moment either created
+its contender first (the multi fails) or after (its ``makepath`` create
+makes the directories again): the election rules do not change.
 
 Threading: all state lives on the event loop thread. kazoo's watch and
 session callbacks only hop onto the loop (``aio.post``); ``on_change`` runs
@@ -323,6 +335,29 @@ class GroupOwnership:
             return
         self._invalidate(group)
         await self._conn.retry(f"release group {group!r}", self._inner_delete, owned.path)
+
+    async def retire(self, group: str) -> None:
+        """Stop owning ``group`` and delete its election's znodes when nothing
+        else is under them (module docstring); else as :meth:`release`."""
+        owned = self._owned.pop(group, None)
+        if owned is None:
+            return
+        self._invalidate(group)
+        await self._conn.retry(f"retire group {group!r}", self._inner_retire, group, owned.path)
+
+    async def _inner_retire(self, group: str, contender_path: str) -> None:
+        txn = self._conn.client.transaction()
+        txn.delete(contender_path)
+        txn.delete(paths.owner_dir(group))
+        txn.delete(paths.coordinator(group))
+        results = await aio.future_of(asyncio.get_running_loop(), txn.commit_async())
+        failure = aio.transaction_failure(results)
+        if failure is None:
+            log.info("node %s retired group %r: its election znodes are deleted", self.node_id, group)
+            return
+        if isinstance(failure[1], ConnectionLoss):
+            raise failure[1]  # retried: every step of the multi is idempotent but the first
+        await self._inner_delete(contender_path)  # something is still under them: keep the directories
 
     async def release_all(self) -> None:
         """Release every group; raises the first failure after trying all."""

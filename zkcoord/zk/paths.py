@@ -23,14 +23,37 @@ The contender names follow kazoo's ``Lock`` recipe, so
 
 Rules: every variable component goes through :func:`component`, which refuses
 what cannot be one znode name (empty, ``.``/``..``, ``/``, characters
-ZooKeeper's ``PathUtils`` rejects) with a :class:`~zkcoord.errors.UsageError`.
+ZooKeeper's ``PathUtils`` rejects, characters above U+FFFF, which Java sees as
+UTF-16 surrogates) with a :class:`~zkcoord.errors.UsageError`.
 Nothing here does I/O.
+
+Group ids are the exception: Kafka accepts any string as a group id (the
+empty one too, for OffsetCommit / OffsetFetch / DescribeGroups /
+DeleteGroups), so a group's znode name is :func:`group_name` of its id, and
+every listing of ``/coordinators``, ``<consumers>`` or
+``/zkcoord/migrations`` turns names back into ids with :func:`group_ids`:
+
+* An id that is a valid znode name and does not start with
+  :data:`ENCODED_MARKER` (``%%``) is its own name: every group a legacy
+  consumer or an earlier zkcoord stored keeps its znodes.
+* Any other id is named ``%%`` followed by the id with each character that
+  cannot be in a znode name (those above, ``/``) and ``%`` itself written
+  as ``%XX`` per UTF-8 byte: ``"🙂"`` is ``%%%F0%9F%99%82``, ``"a/b"`` is
+  ``%%a%2Fb``, ``""`` is ``%%``, ``".."`` is ``%%..``, ``"%%x"`` is
+  ``%%%25%25x``.
+
+Names that start with ``%%`` are only ever encoded ones, and the escaped
+part decodes one way, so two ids never share a name; a name that is not
+exactly what :func:`group_name` makes of its decoding (``%%%41``, say) is
+nobody's and listings skip it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from zkcoord.errors import ConfigError, UsageError
 
@@ -38,7 +61,8 @@ __all__ = [
     "ROOT", "NODES", "NODE_ID_SEQUENCE", "LAYOUT", "COORDINATORS", "BROKER_TOPICS",
     "DEFAULT_CONSUMERS_ROOT", "CONTENDER_MARKER", "component", "node", "coordinator",
     "owner_dir", "contender", "contender_sequence", "state", "broker_topic",
-    "check_absolute", "partition_name", "OffsetPaths",
+    "check_absolute", "partition_name", "OffsetPaths", "ENCODED_MARKER", "group_name", "group_id_of",
+    "group_ids",
 ]
 
 ROOT = "/zkcoord"
@@ -59,8 +83,9 @@ OFFSETS_METADATA = "offsets-metadata"
 
 
 def _forbidden(ch: str) -> bool:
-    code = ord(ch)  # the code points ZooKeeper's PathUtils.validatePath rejects
-    return code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xF8FF or 0xFFF0 <= code <= 0xFFFF
+    code = ord(ch)  # the code points ZooKeeper's PathUtils.validatePath rejects; above U+FFFF
+    # Java holds a surrogate pair, which it rejects too
+    return code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xF8FF or code >= 0xFFF0
 
 
 def component(value: object, what: str) -> str:
@@ -75,6 +100,53 @@ def component(value: object, what: str) -> str:
     if bad is not None:
         raise UsageError(f"{what} {value!r} cannot name a znode: character U+{ord(bad):04X} is not allowed")
     return value
+
+
+ENCODED_MARKER = "%%"
+_UNNAMEABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff/]")  # _forbidden, and '/'
+_ESCAPED = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff/%]")  # and '%' once encoded
+
+
+def _escape(match: re.Match) -> str:
+    return "".join(f"%{byte:02X}" for byte in match.group().encode("utf-8", "surrogatepass"))
+
+
+def group_name(group: object) -> str:
+    """The znode name of a group id (module docstring); UsageError if it is not a string.
+
+    >>> group_name("payments"), group_name("a/b"), group_name(""), group_name("\U0001F642")
+    ('payments', '%%a%2Fb', '%%', '%%%F0%9F%99%82')
+    """
+    if not isinstance(group, str):
+        raise UsageError(f"group id must be a string, got {group!r}")
+    if group not in ("", ".", "..") and not group.startswith(ENCODED_MARKER) and _UNNAMEABLE.search(group) is None:
+        return group  # '%' alone is allowed here: only names starting with '%%' are encoded
+    return ENCODED_MARKER + _ESCAPED.sub(_escape, group)
+
+
+def group_id_of(name: str) -> str | None:
+    """The group id whose znode name is ``name``; None if no id has that name.
+
+    >>> group_id_of("payments"), group_id_of("%%a%2Fb"), group_id_of("%%%41")
+    ('payments', 'a/b', None)
+    """
+    if not name.startswith(ENCODED_MARKER):
+        group = name
+    else:
+        try:
+            group = unquote(name[len(ENCODED_MARKER):], encoding="utf-8", errors="surrogatepass")
+        except UnicodeDecodeError:
+            return None
+    try:
+        return group if group_name(group) == name else None
+    except UsageError:
+        return None
+
+
+def group_ids(names: Iterable[str]) -> list[str]:
+    """The group ids of the znode names of a listing, sorted; names that are no
+    group's (module docstring) are left out."""
+    return sorted(g for g in map(group_id_of, names) if g is not None)
 
 
 def partition_name(value: object) -> str:
@@ -105,7 +177,7 @@ def node(node_id: int) -> str:
 
 
 def coordinator(group: str) -> str:
-    return f"{COORDINATORS}/{component(group, 'group id')}"
+    return f"{COORDINATORS}/{group_name(group)}"
 
 
 def owner_dir(group: str) -> str:
@@ -149,7 +221,7 @@ class OffsetPaths:
             raise ConfigError("offsets root must not be '/'; the legacy default is /consumers")
 
     def group(self, group: str) -> str:
-        return f"{self.root}/{component(group, 'group id')}"
+        return f"{self.root}/{group_name(group)}"
 
     def offsets_dir(self, group: str) -> str:
         return f"{self.group(group)}/{OFFSETS}"
@@ -182,7 +254,7 @@ __all__ += ["MIGRATIONS", "migration", "migration_backup", "migration_archive", 
 
 
 def migration(group: str) -> str:
-    return f"{MIGRATIONS}/{component(group, 'group id')}"
+    return f"{MIGRATIONS}/{group_name(group)}"
 
 
 def migration_backup(group: str) -> str:

@@ -34,6 +34,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import ZnodeStat
 
+from zkcoord.core.group_record import record_problem
 from zkcoord.errors import NotOwnerError, StateError, StateTooLargeError, UsageError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
@@ -60,7 +61,9 @@ def encode_state(group: str, record: dict[str, Any], max_bytes: int = DEFAULT_MA
 
 
 def decode_state(group: str, path: str, data: bytes) -> dict[str, Any]:
-    """The record in a state znode; StateError saying what is wrong with it."""
+    """The record in a state znode, checked by
+    :func:`~zkcoord.core.group_record.record_problem`; StateError naming the
+    znode and saying what is wrong with it."""
     fix = f"; repair it, or delete {path} to start the group afresh"
     if not data:
         raise StateError(f"state znode {path} of group {group!r} is empty{fix}")
@@ -73,6 +76,9 @@ def decode_state(group: str, path: str, data: bytes) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise StateError(f"state znode {path} of group {group!r} holds a JSON {type(record).__name__} "
                          f"where an object was expected{fix}")
+    problem = record_problem(record)
+    if problem is not None:
+        raise StateError(f"state znode {path} of group {group!r} is not a valid group record: {problem}{fix}")
     return record
 
 
@@ -213,6 +219,7 @@ class GroupStateStore:
             children = await aio.call(client.get_children_async, paths.COORDINATORS)
         except NoNodeError:
             return []
+        children = paths.group_ids(children)  # znode names decoded; names that are no group's left out
         loop = asyncio.get_running_loop()
         outcomes = await aio.gather(loop, [client.exists_async(paths.state(g)) for g in children])
         for outcome in outcomes:

@@ -1,0 +1,196 @@
+"""Another group's heartbeat latency while a hostile client sends the largest
+requests a daemon reads (issue 16; :mod:`zkcoord.core.limits`).
+
+Starts the usual bench environment (``bench_env.Environment``: a sandbox,
+one ``zkcoord run`` daemon), joins one member to a victim group, and has it
+heartbeat back to back for ``--seconds`` with no hostile client, then
+``--seconds`` per hostile kind, each hostile client in a process of its own
+sending its request again as soon as the last is answered:
+
+* ``describe``: DescribeGroups with ~1,000,000 empty ids (just under
+  group_admin_request_max_bytes, 1 MiB);
+* ``delete``: DeleteGroups with ~110,000 distinct names (1 MiB);
+* ``commit``: OffsetCommit with ~460,000 partitions (just under
+  group_request_max_bytes, 8 MiB), committed to ZooKeeper;
+* ``fetch``: OffsetFetch of one group with ~2,000,000 partitions (8 MiB);
+* ``metadata``: OffsetCommit of 2 partitions with 2 MB of metadata each.
+
+Prints per kind the heartbeat p50/p99/max, the p99 ratio to the quiet run,
+and whether the p99 meets the 50 ms goal. Run by hand:
+
+    PYTHONPATH=. python bench/bench_hostile.py --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kafka.protocol.admin.groups import DeleteGroupsRequest, DescribeGroupsRequest  # noqa: E402
+from kafka.protocol.consumer.group import (  # noqa: E402
+    HeartbeatRequest, JoinGroupRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
+)
+from kafka.protocol.metadata import FindCoordinatorRequest  # noqa: E402
+from kafka.protocol.parser import KafkaProtocol  # noqa: E402
+
+GOAL_P99_MS = 50.0
+KINDS = ("describe", "delete", "commit", "fetch", "metadata")
+Topic = OffsetCommitRequest.OffsetCommitRequestTopic
+Partition = Topic.OffsetCommitRequestPartition
+
+
+class Wire:
+    """kafka-python's client framing over asyncio, one request at a time."""
+
+    def __init__(self, reader, writer, client_id: str):
+        self.reader, self.writer = reader, writer
+        self.protocol = KafkaProtocol(client_id=client_id)
+
+    @classmethod
+    async def connect(cls, host: str, port: int, client_id: str) -> "Wire":
+        return cls(*await asyncio.open_connection(host, port), client_id)
+
+    async def call(self, request):
+        self.protocol.send_request(request)
+        self.writer.write(self.protocol.send_bytes())
+        received = []
+        while not received:
+            data = await self.reader.read(1 << 20)
+            if not data:
+                raise ConnectionError("closed by the daemon")
+            received = self.protocol.receive_bytes(data)
+        return received[0][1]
+
+
+def hostile_request(kind: str):
+    if kind == "describe":
+        return DescribeGroupsRequest(version=5, groups=[""] * 1_040_000, include_authorized_operations=False)
+    if kind == "delete":
+        return DeleteGroupsRequest(version=2, groups_names=[f"d{i:07d}" for i in range(110_000)])
+    if kind == "commit":
+        return OffsetCommitRequest(version=8, group_id="hostile", generation_id_or_member_epoch=-1, member_id="",
+                                   group_instance_id=None, topics=[Topic(name="t", partitions=[
+                                       Partition(partition_index=i, committed_offset=1, committed_leader_epoch=-1,
+                                                 committed_metadata="") for i in range(460_000)])])
+    if kind == "fetch":
+        return OffsetFetchRequest(version=8, require_stable=False, groups=[
+            OffsetFetchRequest.OffsetFetchRequestGroup(group_id="hostile", topics=[
+                OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics(
+                    name="t", partition_indexes=list(range(2_000_000)))])])
+    if kind == "metadata":
+        return OffsetCommitRequest(version=8, group_id="hostile", generation_id_or_member_epoch=-1, member_id="",
+                                   group_instance_id=None, topics=[Topic(name="t", partitions=[
+                                       Partition(partition_index=i, committed_offset=1, committed_leader_epoch=-1,
+                                                 committed_metadata="m" * 2_000_000) for i in range(2)])])
+    raise ValueError(kind)
+
+
+async def hostile(kind: str, host: str, port: int) -> None:
+    """Send the kind's request again and again; answers are read as raw frames."""
+    wire = await Wire.connect(host, port, "hostile")
+    await wire.call(FindCoordinatorRequest(version=3, key="hostile", key_type=0))
+    protocol = KafkaProtocol(client_id="hostile")
+    protocol.send_request(hostile_request(kind))
+    frame = protocol.send_bytes()
+    print(f"hostile {kind}: {len(frame)}-byte request", flush=True)
+    while True:
+        wire.writer.write(frame)
+        size = int.from_bytes(await wire.reader.readexactly(4), "big")
+        await wire.reader.readexactly(size)
+
+
+async def heartbeats(address: tuple[str, int], seconds: float) -> list[float]:
+    """Latencies (ms) of back-to-back heartbeats of a fresh member of a victim group."""
+    group = f"victim-{time.monotonic_ns()}"
+    wire = await Wire.connect(*address, "victim")
+    await wire.call(FindCoordinatorRequest(version=3, key=group, key_type=0))
+    protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+
+    def join(member_id):
+        return JoinGroupRequest(version=5, group_id=group, session_timeout_ms=30_000, rebalance_timeout_ms=30_000,
+                                member_id=member_id, group_instance_id=None, protocol_type="consumer",
+                                protocols=protocols)
+
+    member_id = (await wire.call(join(""))).member_id
+    joined = await wire.call(join(member_id))
+    await wire.call(SyncGroupRequest(version=3, group_id=group, generation_id=joined.generation_id,
+                                     member_id=member_id, group_instance_id=None, assignments=[]))
+    request = HeartbeatRequest(version=3, group_id=group, generation_id=joined.generation_id, member_id=member_id,
+                               group_instance_id=None)
+    latencies = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start = time.perf_counter()
+        answer = await wire.call(request)
+        latencies.append((time.perf_counter() - start) * 1000)
+        if answer.error_code != 0:
+            raise RuntimeError(f"heartbeat answered error {answer.error_code}")
+        await asyncio.sleep(0.005)
+    wire.writer.close()
+    return latencies
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure(env, kinds: list[str], seconds: float) -> None:
+    from bench_env import cpu_snapshot  # noqa: F401 - the same environment as the other benchmarks
+
+    address = env.daemon_address
+    quiet = asyncio.run(heartbeats(address, seconds))
+    rows = [("none", quiet)]
+    for kind in kinds:
+        proc = subprocess.Popen([sys.executable, __file__, "--hostile", kind, f"{address[0]}:{address[1]}"])
+        try:
+            time.sleep(3.0)  # it encodes its request first
+            rows.append((kind, asyncio.run(heartbeats(address, seconds))))
+        finally:
+            proc.terminate()
+            proc.wait()
+    base = percentile(quiet, 0.99)
+    print(f"\nheartbeat latency of another group on the same daemon, {seconds:g} s per row (goal: p99 under "
+          f"{GOAL_P99_MS:g} ms)")
+    print(f"{'hostile':<10} {'beats':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'p99/quiet':>10}  goal")
+    for kind, values in rows:
+        p99 = percentile(values, 0.99)
+        print(f"{kind:<10} {len(values):>6} {percentile(values, 0.5):>8.2f} {p99:>8.2f} {max(values):>8.2f} "
+              f"{p99 / base:>10.1f}  {'met' if p99 < GOAL_P99_MS else 'MISSED'}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--hostile", nargs=2, metavar=("KIND", "HOST:PORT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.hostile:
+        kind, where = args.hostile
+        host, _, port = where.rpartition(":")
+        try:
+            asyncio.run(hostile(kind, host, int(port)))
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            print(f"hostile {kind}: {exc!r}", flush=True)
+        return 0
+    from bench_env import Environment
+
+    with tempfile.TemporaryDirectory(prefix="zkcoord-bench-hostile-") as workdir:
+        env = Environment(Path(workdir), topic="t", topic_partitions=1)
+        try:
+            env.start()
+            measure(env, args.kinds.split(","), args.seconds)
+        finally:
+            env.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

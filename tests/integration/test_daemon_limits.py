@@ -1,0 +1,205 @@
+"""Hostile and oversized input on a real daemon and ZooKeeper
+(:mod:`zkcoord.core.limits`): each limit is answered with Kafka's error code
+or a closed connection, nothing is written for what is refused, and other
+clients are served meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from kafka.protocol.admin.groups import DescribeGroupsRequest
+from kafka.protocol.consumer.group import HeartbeatRequest, OffsetCommitRequest, SyncGroupRequest
+from kafka.protocol.metadata import FindCoordinatorRequest
+from kafka.protocol.parser import KafkaProtocol
+
+from tests.integration.test_daemon_protocol import E_NONE, daemon_config, join, join_with_id
+from tests.support.wire import WireClient
+from zkcoord.core.errors import ErrorCode
+from zkcoord.server.daemon import Daemon
+
+pytestmark = pytest.mark.integration
+Topic = OffsetCommitRequest.OffsetCommitRequestTopic
+Partition = Topic.OffsetCommitRequestPartition
+WAIT_S = 60.0
+
+
+def commit(group: str, metadata_by_partition: dict[int, str], topic: str = "orders") -> OffsetCommitRequest:
+    """A simple-consumer OffsetCommit (generation -1): offset 10 + p per partition."""
+    return OffsetCommitRequest(
+        version=8, group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=[Topic(name=topic, partitions=[
+            Partition(partition_index=p, committed_offset=10 + p, committed_leader_epoch=-1, committed_metadata=m)
+            for p, m in metadata_by_partition.items()])])
+
+
+def frame_of(request, client_id: str = "hostile") -> bytes:
+    protocol = KafkaProtocol(client_id=client_id)
+    protocol.send_request(request)
+    return protocol.send_bytes()
+
+
+async def running_daemon(zk_hosts: str, **settings):
+    daemon = Daemon(dataclasses.replace(daemon_config(zk_hosts, 1), **settings))
+    return daemon, await daemon.start()
+
+
+async def closed_by_daemon(reader: asyncio.StreamReader) -> bool:
+    """True once the daemon closes the connection (EOF or reset)."""
+    try:
+        while await asyncio.wait_for(reader.read(65536), WAIT_S):
+            pass
+    except ConnectionError:
+        pass
+    return True
+
+
+def test_offset_metadata_over_the_limit_is_refused_per_partition(zk_hosts, zk, unique_name):
+    group = unique_name("g")
+
+    async def scenario():
+        daemon, running = await running_daemon(zk_hosts)
+        client = await WireClient.connect(*running.advertised, "c")
+        try:
+            assert (await client.call(FindCoordinatorRequest(version=3, key=group, key_type=0))).error_code == E_NONE
+            answer = await client.call(commit(group, {
+                0: "x" * 4097,  # one over offset.metadata.max.bytes
+                1: "ok",
+                2: "y" * (2 << 20),  # the issue's 2 MB: over ZooKeeper's packet limit by itself
+                3: "\U0001F600" * 2049,  # 2,049 code points, 4,098 UTF-16 units: Kafka counts the units
+                4: "z" * 4096,  # exactly the limit
+            }))
+            codes = {p.partition_index: p.error_code for t in answer.topics for p in t.partitions}
+            too_large = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            assert codes == {0: too_large, 1: E_NONE, 2: too_large, 3: too_large, 4: E_NONE}
+            assert sorted(zk.get_children(f"/consumers/{group}/offsets/orders")) == ["1", "4"]
+            assert zk.get(f"/consumers/{group}/offsets/orders/1")[0] == b"11"
+            # The daemon's session survived: a later commit of another group lands.
+            other = unique_name("g")
+            assert (await client.call(FindCoordinatorRequest(version=3, key=other, key_type=0))).error_code == E_NONE
+            later = await client.call(commit(other, {0: "fine"}))
+            assert later.topics[0].partitions[0].error_code == E_NONE
+            assert zk.get(f"/consumers/{other}/offsets/orders/0")[0] == b"10"
+        finally:
+            await client.close()
+            await daemon.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_over_its_api_limit_closes_that_connection_only(zk_hosts, zk, unique_name):
+    async def scenario():
+        daemon, running = await running_daemon(zk_hosts, group_admin_request_max_bytes=4096)
+        reader, writer = await asyncio.open_connection(*running.advertised)
+        bystander = await WireClient.connect(*running.advertised, "c")
+        try:
+            describe = DescribeGroupsRequest(version=5, groups=["g"] * 3000, include_authorized_operations=False)
+            writer.write(frame_of(describe)[:8192])  # the size and api key are enough to refuse it
+            await writer.drain()
+            assert await closed_by_daemon(reader)
+            small = await bystander.call(DescribeGroupsRequest(version=5, groups=["g"],
+                                                               include_authorized_operations=False))
+            assert small.groups[0].group_id == "g"
+        finally:
+            writer.close()
+            await bystander.close()
+            await daemon.stop()
+
+    asyncio.run(scenario())
+
+
+def test_idle_and_half_frame_connections_are_closed(zk_hosts, zk):
+    async def scenario():
+        daemon, running = await running_daemon(zk_hosts, connections_max_idle_ms=300)
+        idle_reader, idle_writer = await asyncio.open_connection(*running.advertised)
+        half_reader, half_writer = await asyncio.open_connection(*running.advertised)
+        try:
+            whole = frame_of(DescribeGroupsRequest(version=5, groups=["g"], include_authorized_operations=False))
+            half_writer.write(whole[:len(whole) // 2])
+            await half_writer.drain()
+            assert await closed_by_daemon(half_reader)
+            assert await closed_by_daemon(idle_reader)
+            # A client that keeps talking is not idle.
+            client = await WireClient.connect(*running.advertised, "c")
+            for _ in range(5):
+                answer = await client.call(DescribeGroupsRequest(version=5, groups=["g"],
+                                                                 include_authorized_operations=False))
+                assert answer.groups[0].group_id == "g"
+            await client.close()
+        finally:
+            idle_writer.close()
+            half_writer.close()
+            await daemon.stop()
+
+    asyncio.run(scenario())
+
+
+def test_unanswered_bytes_over_the_cap_close_the_newest_offender(zk_hosts, zk, unique_name):
+    group = unique_name("g")
+
+    async def scenario():
+        daemon, running = await running_daemon(zk_hosts, partial_requests_max_bytes=100_000)
+        first_reader, first_writer = await asyncio.open_connection(*running.advertised)
+        second_reader, second_writer = await asyncio.open_connection(*running.advertised)
+        finder = await WireClient.connect(*running.advertised, "c")
+        try:
+            assert (await finder.call(FindCoordinatorRequest(version=3, key=group, key_type=0))).error_code == E_NONE
+            big = frame_of(commit(group, {p: "m" * 200 for p in range(400)}))  # about 90 KB
+            assert 60_000 < len(big) < 100_000
+            first_writer.write(big[:60_000])
+            await first_writer.drain()
+            second_writer.write(big[:60_000])  # 120 KB unanswered together: this one is over
+            await second_writer.drain()
+            assert await closed_by_daemon(second_reader)
+            first_writer.write(big[60_000:])  # the first finishes its request and is answered
+            await first_writer.drain()
+            size = int.from_bytes(await asyncio.wait_for(first_reader.readexactly(4), WAIT_S), "big")
+            assert size > 0
+            assert len(zk.get_children(f"/consumers/{group}/offsets/orders")) == 400
+        finally:
+            first_writer.close()
+            second_writer.close()
+            await finder.close()
+            await daemon.stop()
+
+    asyncio.run(scenario())
+
+
+def test_heartbeats_of_another_group_are_answered_while_a_huge_describe_is_served(zk_hosts, zk, unique_name):
+    group = unique_name("g")
+
+    async def scenario():
+        daemon, running = await running_daemon(zk_hosts)
+        member = await WireClient.connect(*running.advertised, "c")
+        reader, writer = await asyncio.open_connection(*running.advertised)
+        try:
+            assert (await member.call(FindCoordinatorRequest(version=3, key=group, key_type=0))).error_code == E_NONE
+            member_id = await join_with_id(member, group)
+            joined = await member.call(join(group, member_id))
+            synced = await member.call(SyncGroupRequest(
+                version=3, group_id=group, generation_id=joined.generation_id, member_id=member_id,
+                group_instance_id=None, assignments=[]))
+            assert (joined.error_code, synced.error_code) == (E_NONE, E_NONE)
+            heartbeat = HeartbeatRequest(version=3, group_id=group, generation_id=joined.generation_id,
+                                         member_id=member_id, group_instance_id=None)
+            # Just under group_admin_request_max_bytes: about 500,000 empty group ids.
+            huge = frame_of(DescribeGroupsRequest(version=5, groups=[""] * 500_000,
+                                                  include_authorized_operations=False))
+            assert len(huge) < 1 << 20
+            writer.write(huge)
+            await writer.drain()
+            answer_started = asyncio.ensure_future(reader.readexactly(4))
+            answered_meanwhile = 0
+            while not answer_started.done():
+                assert (await member.call(heartbeat)).error_code == E_NONE
+                if not answer_started.done():
+                    answered_meanwhile += 1
+            await answer_started
+            assert answered_meanwhile >= 20
+        finally:
+            writer.close()
+            await member.close()
+            await daemon.stop()
+
+    asyncio.run(scenario())

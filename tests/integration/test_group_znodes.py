@@ -1,0 +1,143 @@
+"""Issue 16, znodes and group ids, on real ZooKeeper, daemons and Kafka:
+lookups of group ids nobody uses leave nothing in ZooKeeper, a group that
+holds nothing is removed with its znodes, and a group id that is no znode
+name (an emoji) is served to a stock client and listed by `zkcoord groups`."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kafka import KafkaConsumer
+from kafka.protocol.admin.groups import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.consumer.group import LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.metadata import FindCoordinatorRequest
+from kafka.structs import TopicPartition as KafkaTP
+
+from tests.integration.test_daemon_protocol import Cluster, E_NONE, E_NOT_COORDINATOR, join
+from tests.integration.test_gateway_clients import (
+    consume_all_with,
+    create_topic,
+    gateways,
+    log_ends,
+    produce_python,
+)
+from tests.integration.test_inspect import run_json
+from tests.support.daemons import gateway_fleet
+
+pytestmark = pytest.mark.integration
+EMOJI = "billing-\U0001F9FE-\U0001F642"
+
+
+def coordinator_names(zk) -> list[str]:
+    return zk.get_children("/coordinators") if zk.exists("/coordinators") else []
+
+
+async def listed(client) -> list[str]:
+    answer = await client.call(ListGroupsRequest(version=2))
+    assert answer.error_code == E_NONE
+    return sorted(g[0] for g in answer.groups)
+
+
+def test_unused_lookups_leave_no_znodes(zk_hosts, zk):
+    async def scenario():
+        async with Cluster(zk_hosts, 2) as cluster:
+            first, second = await cluster.client(0), await cluster.client(1)
+            named = {}
+            for i in range(200):
+                group = f"unused-{i}"
+                a = await first.call(FindCoordinatorRequest(version=3, key=group, key_type=0))
+                b = await second.call(FindCoordinatorRequest(version=3, key=group, key_type=0))
+                assert a.error_code == b.error_code == E_NONE, (a, b)
+                assert a.node_id == b.node_id  # both daemons name the same one
+                named[group] = a.node_id
+            assert set(named.values()) == {1, 2}  # spread over the live daemons
+            assert coordinator_names(zk) == []
+            assert await listed(first) == [] and await listed(second) == []
+
+            # The daemon named contends when the group's first request arrives.
+            group = "unused-7"
+            index = named[group] - 1
+            member = await cluster.client(index)
+            first = await member.call(join(group))
+            joined = await member.call(join(group, member_id=first.member_id))
+            assert joined.error_code == E_NONE
+            assert zk.exists(f"/coordinators/{group}/state") or zk.get_children(f"/coordinators/{group}/owner")
+            # ...and the other daemon, asked now, names the owner, and refuses the group's requests.
+            found = await second.call(FindCoordinatorRequest(version=3, key=group, key_type=0))
+            assert found.node_id == named[group]
+            other = await cluster.client(1 - index)
+            refused = await other.call(join(group))
+            assert refused.error_code == E_NOT_COORDINATOR
+
+    asyncio.run(scenario())
+
+
+def test_groups_that_hold_nothing_are_removed_with_their_znodes(zk_hosts, zk):
+    async def scenario():
+        async with Cluster(zk_hosts, 1) as cluster:
+            client = await cluster.client(0)
+            manager = cluster.running[0].manager
+            # A describe of an unknown group makes the daemon contend: the election's znodes appear.
+            described = await client.call(DescribeGroupsRequest(version=0, groups=["ghost"]))
+            assert described.groups[0].error_code == E_NONE
+            # A group whose member joins and leaves without committing: Empty, no offsets.
+            first = await client.call(join("left"))
+            joined = await client.call(join("left", member_id=first.member_id))
+            assert joined.error_code == E_NONE
+            left = await client.call(LeaveGroupRequest(version=1, group_id="left", member_id=first.member_id))
+            assert left.error_code == E_NONE
+            # A group with a committed offset is kept.
+            committed = await client.call(OffsetCommitRequest(
+                version=7, group_id="kept", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name="t", partitions=[
+                    OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=42, committed_leader_epoch=-1,
+                        committed_metadata="")])]))
+            assert committed.topics[0].partitions[0].error_code == E_NONE
+            assert sorted(coordinator_names(zk)) == ["ghost", "kept", "left"]
+            assert await listed(client) == ["left"]  # "ghost" holds nothing; "kept" has no state
+
+            removed = await manager.cleanup_empty_groups()
+
+            assert sorted(removed) == ["ghost", "left"]
+            assert coordinator_names(zk) == ["kept"]
+            assert zk.get("/consumers/kept/offsets/t/0")[0] == b"42"
+            assert await listed(client) == []
+            # The group is served again on its next request.
+            fetched = await client.call(OffsetFetchRequest(version=5, group_id="kept", topics=None))
+            assert [(t.name, p.partition_index, p.committed_offset)
+                    for t in fetched.topics for p in t.partitions] == [("t", 0, 42)]
+            again = await client.call(join("left"))
+            assert again.error_code == 79  # MEMBER_ID_REQUIRED: a new group, served
+
+    asyncio.run(scenario())
+
+
+@pytest.fixture
+def fleet(services, zk_hosts, zk, tmp_path):
+    with gateway_fleet(zk_hosts, zk, tmp_path / "logs", services.bootstrap_servers, 1, 2) as fleet:
+        yield fleet
+
+
+def test_an_emoji_group_id_is_served_and_listed(services, fleet, zk, zk_hosts, unique_name):
+    bootstrap = gateways(fleet)
+    topic = unique_name("t")
+    create_topic(bootstrap, topic, 2)
+    expected = produce_python(bootstrap, topic, 20, 2)
+    consume_all_with("kafka-python", bootstrap, EMOJI, topic, expected)  # joins, syncs, commits
+
+    ends = log_ends(services.bootstrap_servers, topic, 2)
+    name = "%%billing-%F0%9F%A7%BE-%F0%9F%99%82"  # zkcoord.zk.paths.group_name(EMOJI)
+    assert {int(p): int(zk.get(f"/consumers/{name}/offsets/{topic}/{p}")[0])
+            for p in zk.get_children(f"/consumers/{name}/offsets/{topic}")} == ends
+    assert zk.exists(f"/coordinators/{name}/state")
+
+    fetcher = KafkaConsumer(bootstrap_servers=bootstrap, group_id=EMOJI, enable_auto_commit=False)
+    try:  # OffsetFetch through the gateway
+        assert {p: fetcher.committed(KafkaTP(topic, p)) for p in range(2)} == ends
+    finally:
+        fetcher.close()
+
+    doc = run_json("groups", "--zookeeper", zk_hosts)
+    assert EMOJI in [g["group"] for g in doc["groups"]]
