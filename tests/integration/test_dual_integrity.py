@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_client_support import read_group_state
 from test_gateway_daemon import gateway_config
 from test_migrate_flow import (  # noqa: F401 (fixtures)
-    OneDaemon, adapters_for, json_cli, kafka_offsets, layout, legacy, seed, topic,
+    OneDaemon, adapters_for, fetch, json_cli, kafka_offsets, layout, legacy, seed, topic,
 )
 
 from tests.support.http import http_get
@@ -138,7 +138,9 @@ def test_verify_reports_both_directions_and_a_kafka_only_commit_is_repaired_on_l
 
     async def load_the_group():
         async with OneDaemon(zk_hosts, services.bootstrap_servers) as one:
-            await one.coordinator(group)  # the daemon loads the group before answering
+            client = await one.coordinator(group)
+            code, rows = await fetch(client, group)  # the first group request: the daemon contends and loads
+            assert (code, rows[(topic, 0)]) == (0, (15, "m"))  # the larger offset, whatever the repair did yet
             repair = one.daemon.manager.repairs.get(group)
             if repair is not None:
                 await repair
