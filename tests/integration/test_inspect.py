@@ -453,5 +453,8 @@ def test_bad_usage_is_exit_2(zk_hosts):
     assert both.exit_code == 2 and "give at most one" in both.output
     none = run("describe", env=env)
     assert none.exit_code == 2 and "name the groups to describe" in none.output
-    bad_name = run("describe", "a/b", env=env)
-    assert bad_name.exit_code == 2 and "cannot name a znode" in bad_name.output
+    bad_timeout = run("describe", "g", "--timeout-ms", "5", env=env)
+    assert bad_timeout.exit_code == 2 and "'--timeout-ms': 5 is not in the range" in bad_timeout.output
+    # Any id Kafka accepts is a group id (zk/paths encodes it into a znode name): not a usage error
+    slashed = run("describe", "a/b", "--output", "json", env=env)
+    assert slashed.exit_code != 2 and "Traceback" not in slashed.output and "a/b" in slashed.output
