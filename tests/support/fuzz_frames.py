@@ -111,10 +111,18 @@ def _value(fld, version: int, depth: int):
     return st.one_of(st.none(), strategy) if nullable else strategy
 
 
+_STRUCTS: dict[tuple[int, int, int], tuple[object, st.SearchStrategy]] = {}
+
+
 def _struct(schema, version: int, depth: int = 0):
-    fields = {name: _value(f, version, depth) for name, f in schema.items()
-              if f.for_version_q(version) and not f.tagged_field_q(version)}
-    return st.fixed_dictionaries(fields)
+    """A strategy of field-value mappings for ``schema`` at ``version`` (built once, cached)."""
+    key = (id(schema), version, depth)
+    found = _STRUCTS.get(key)
+    if found is None or found[0] is not schema:
+        fields = {name: _value(f, version, depth) for name, f in schema.items()
+                  if f.for_version_q(version) and not f.tagged_field_q(version)}
+        found = _STRUCTS[key] = (schema, st.fixed_dictionaries(fields))  # the schema kept: its id stays its own
+    return found[1]
 
 
 # -- frames ------------------------------------------------------------------------------------
