@@ -16,11 +16,19 @@ committed offsets after every rebalance; the thin consumer must too
 
 The interleaving, made deterministic: A consumes both partitions of the
 topic; C (subscribed to another topic) is stopped, so the next JoinGroup
-round waits for it; B joins; A revokes, commits, sends JoinGroup and is
-stopped with it pending; C and then A are dropped, B alone takes both
-partitions and commits 20; A continues, its old JoinGroup/SyncGroup fail,
+round waits for it; B joins; A revokes, commits and is stopped before
+it rejoins; C and then A are dropped, B alone takes both
+partitions and commits 20; A continues, its JoinGroup as the old member fails,
 it joins as a new member and is given one of its old partitions. Without
 the fix it resumes at 10 (asserted on the position it logs when assigned).
+
+A stops itself (the worker's ``--stop-after-revoke``) right after the commit
+in its ``on_revoked``. The test used to SIGSTOP it when its log showed a
+revocation followed by a commit, which also held while A was already in the
+``on_assigned`` of the rebalance C's arrival started, positions read (10)
+but not yet logged: the event then appeared after SIGCONT, after B's
+commits, and looked like a stale resume (seen once under load; an injected
+sleep before the log line reproduced it every time).
 """
 
 from __future__ import annotations
@@ -51,6 +59,11 @@ def produce(bootstrap: str, topic: str, per_partition: int) -> None:
     producer.close()
 
 
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state T in /proc/<pid>/stat)."""
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T"
+
+
 def test_a_member_back_from_a_missed_generation_resumes_from_the_committed_offsets(fault_sandbox, fault_chroot,
                                                                                    tmp_path):
     hosts, zk = fault_chroot
@@ -79,29 +92,20 @@ def test_a_member_back_from_a_missed_generation_resumes_from_the_committed_offse
     with DaemonFleet(hosts, zk, tmp_path / "daemons", options=dict(
             zk_session_timeout_ms=4000, group_initial_rebalance_delay_ms=0, bootstrap_servers=bootstrap)) as fleet:
         daemon = fleet.start(1)
+        arm = tmp_path / "stop-a-after-revoke"
         pool = ConsumerPool(3, tmp_path, coordinators=f"127.0.0.1:{daemon.port}", bootstrap=bootstrap, group=group,
                             topic=topic, session_timeout_ms=6000)
         try:
             produce(bootstrap, topic, 10)
-            pool.start(0)  # A consumes both partitions of the topic
+            pool.start(0, stop_after_revoke=arm)  # A consumes both partitions of the topic
             wait_for(lambda: offsets() == {0: 10, 1: 10}, LIVENESS_S, "A committed 10 on both partitions", 0.1)
             pool.start(1, topic=other)  # C, of another topic: A keeps both partitions
             wait_for(lambda: len(members()) == 2, LIVENESS_S, "A and C in the group", 0.1)
             pool.procs[1].send_signal(signal.SIGSTOP)  # C will not rejoin: the next JoinGroup round waits for it
-            pool.start(2)  # B joins: A revokes and sends JoinGroup, which stays pending; A is stopped then
-
-            def a_revoked_and_committed() -> bool:
-                # A holds no partitions (its last assignment event is a revocation of
-                # some) and committed after it. The revocation may also come from A
-                # itself: as the leader it rejoins once when the group's other topic
-                # reaches its metadata. Either way its JoinGroup then waits for C.
-                seen = [e for e in events(0) if e["ev"] in ("assigned", "revoked", "commit")]
-                changes = [e for e in seen if e["ev"] != "commit"]
-                return bool(changes and changes[-1]["ev"] == "revoked" and changes[-1]["partitions"]
-                            and seen[-1]["ev"] == "commit")
-
-            wait_for(a_revoked_and_committed, LIVENESS_S, "A revoked and committed", 0.01)
-            pool.procs[0].send_signal(signal.SIGSTOP)
+            arm.touch()  # A's next revocation (B joining, or A's own rejoin as leader) stops A after its commit
+            pool.start(2)  # B joins: A revokes, commits and stops itself before its JoinGroup
+            wait_for(lambda: stopped(pool.procs[0].pid), LIVENESS_S, "A stopped itself after revoking", 0.01)
+            arm.unlink()
             try:
                 wait_for(lambda: members() and all(m.startswith("c2-") for m in members()), LIVENESS_S,
                          "the group went on with B alone", 0.1)

@@ -11,7 +11,8 @@ anything is committed), ``commit`` (the offsets, whether the commit was
 acknowledged, and the member's generation read just before and after the
 call, which bound the generation the request carried). It commits the
 positions of its partitions at most every ``--commit-interval-ms`` after
-records arrived, and in ``on_revoked``. SIGTERM: commit, leave, exit 0.
+records arrived, and in ``on_revoked``. SIGTERM: commit, leave, exit 0. With ``--stop-after-revoke FILE``, while FILE
+exists the worker SIGSTOPs itself right after committing in ``on_revoked``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,16 @@ class Worker(RebalanceListener):
                        partitions=sorted(tp.partition for tp in partitions))
         if partitions:
             self.commit(partitions)
+            self.stop_if_armed()
+
+    def stop_if_armed(self) -> None:
+        """SIGSTOP this process if ``--stop-after-revoke FILE`` exists: a
+        test can then stop a member exactly after it revoked and committed,
+        before its JoinGroup (and so before any later assignment)."""
+        arm = self.args.stop_after_revoke
+        if arm and os.path.exists(arm):
+            self.log.write("self-stop")
+            os.kill(os.getpid(), signal.SIGSTOP)
 
     def on_lost(self, partitions):
         m = self.consumer.membership()
@@ -139,6 +150,7 @@ def main(argv=None) -> int:
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--session-timeout-ms", type=int, default=10_000)
     parser.add_argument("--commit-interval-ms", type=int, default=500)
+    parser.add_argument("--stop-after-revoke", default="")
     worker = Worker(parser.parse_args(argv))
 
     def stop(*_):

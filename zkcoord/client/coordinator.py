@@ -48,6 +48,19 @@ ends that wait as soon as the coordinator asks for a rejoin
 (:meth:`ZkcoordCoordinator.rejoin_wakeup`), so ``poll()`` goes on to
 rejoin at once; records, positions and everything else are unchanged.
 
+A fifth fix is about committed offsets. kafka-python 3.0.12 keeps each
+OffsetFetch's future in a map keyed by the set of partitions asked for, so a
+caller whose timeout ran out (a short ``poll()``, ``committed()`` with a
+small timeout) finds the same request again on its next try; only a caller
+that sees the future done removes it. When every caller gave up, the finished
+answer stays, and the next fetch of the same partitions returns it without
+asking, however much later: a member given those partitions back after
+another member committed further resumed from the old offset and committed
+it, rewinding the group. Java's consumer reuses a pending fetch only for the
+same partitions in the same generation (``PendingCommittedOffsetRequest``);
+:class:`ZkcoordCoordinator` forgets the kept fetches when the generation
+(or member id) changed since they were sent (fix 5).
+
 Beyond the fixes, a member learns of a rebalance sooner through the daemon's
 rebalance notice (:mod:`zkcoord.client.notice`) when the consumer is built
 with ``rebalance_notice=True`` (the thin consumer's default): a thread keeps
@@ -92,6 +105,7 @@ class ZkcoordCoordinator(ConsumerCoordinator):
     def __init__(self, *args, **kwargs):
         self._rejoin_waiters: set[Future] = set()
         self._notice: RebalanceNotice | None = None
+        self._offset_fetch_generation: tuple[int, str] | None = None
         super().__init__(*args, **kwargs)
 
     # -- the rebalance notice ------------------------------------------------------------
@@ -184,6 +198,16 @@ class ZkcoordCoordinator(ConsumerCoordinator):
         await self._on_join_complete_async(self._generation.generation_id, self._generation.member_id,
                                            self._generation.protocol, assignment_bytes)
         return True
+
+
+    # -- fix 5 -----------------------------------------------------------------------------
+    async def fetch_committed_offsets_async(self, partitions, timeout_ms=None):
+        generation = (self._generation.generation_id, self._generation.member_id)
+        if generation != self._offset_fetch_generation:
+            # Answers kept from another generation may be stale (fix 5): ask again.
+            self._offset_fetch_futures.clear()
+            self._offset_fetch_generation = generation
+        return await super().fetch_committed_offsets_async(partitions, timeout_ms=timeout_ms)
 
 
 class ZkcoordFetcher(Fetcher):

@@ -314,7 +314,7 @@ class ClientConnection(asyncio.Protocol):
         if slot is None:
             slot = _Slot()
             self._order.append(slot)
-        if version > API_VERSIONS_SERVED:  # KIP-511: v0 error answer listing what we serve
+        if not 0 <= version <= API_VERSIONS_SERVED:  # KIP-511 (negative too): v0 error answer listing what we serve
             response = build_message(ApiVersionsResponse, 0, error_code=UNSUPPORTED_VERSION, api_keys=entries)
             slot.data = encode_response_frame(response, 0, correlation_id)
         else:
