@@ -463,7 +463,10 @@ def test_a_pending_request_is_applied_when_a_daemon_loads_the_group(zk_hosts, la
 
     async def scenario():
         async with OneDaemon(zk_hosts) as one:
-            await one.coordinator(group)  # loads the group: the request is read at once
+            client = await one.coordinator(group)  # a lookup alone: nobody contends, nothing is loaded
+            assert not zk.exists(f"/coordinators/{group}/owner")
+            # The group's first request makes the daemon take and load it: the request is read at once.
+            await client.call(OffsetFetchRequest(version=5, group_id=group, topics=None))
             for _ in range(200):
                 if zk.exists(f"/coordinators/{group}/state") and state(zk, group)["os"] == "dual":
                     return
