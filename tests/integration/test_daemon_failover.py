@@ -546,8 +546,8 @@ def test_node_id_in_use_is_one_clear_error_line(fleet):
 
 @pytest.mark.parametrize("corrupt, why", [
     (b"{not json", "/state of group {group!r} is not valid JSON"),
-    (b'{"v":99,"s":"Stable"}', "stored record of group {group!r} is not a valid group record "
-                               "(unsupported record version 99)"),
+    (b'{"v":99,"s":"Stable"}', "/state of group {group!r} is not a valid group record: "
+                               "unsupported record version 99"),
 ], ids=["bad-json", "not-a-record"])
 def test_corrupt_state_fails_that_group_only(fleet, zk, unique_name, corrupt, why):
     d1 = fleet.start(1)
