@@ -10,6 +10,12 @@ its stored state and generation, what the members were told, which offsets
 are stored. Waits are bounded waits for a condition, never sleeps for time
 to pass. Every daemon is killed at teardown, pass or fail.
 
+A lookup of a group nobody owns names a live daemon (rendezvous hashing,
+``zkcoord.core.placement``) and makes nobody contend; the group's first
+group request makes the daemon that gets it contend. Tests about one
+daemon's groups so draw group ids that lookups send to it, and after a kill
+to the daemon that should take over (``tests/support/placement.py``).
+
 What the design promises (the 0.9 consumer rewrite design, "Co-ordinator
 failure during rebalance"): a new owner loads the group from ZooKeeper and
 restarts failure detection for its members; members that carry on with the
@@ -39,6 +45,7 @@ from kazoo.exceptions import NoNodeError
 
 from tests.support.daemons import DaemonFleet, DaemonProcess, wait_for
 from tests.support.members import Ledger, Member, close_all, converge
+from tests.support.placement import placed_name
 from tests.support.wire import WireClient
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.group import from_record
@@ -143,13 +150,23 @@ def bootstrap_of(*daemons: DaemonProcess):
 
 def test_three_daemons_spread_groups_and_agree_on_every_owner(fleet, unique_name):
     daemons = fleet.start_many(1, 2, 3)
-    groups = [unique_name("g") for _ in range(9)]
+    live = [d.node_id for d in daemons]
+    groups = [placed_name(unique_name, "g", (live, daemons[i % 3].node_id)) for i in range(9)]
     raced = [unique_name("race") for _ in range(6)]
 
     async def scenario():
-        # Nobody owns a new group: the daemon asked first contends and wins.
+        # Nobody owns a new group: every daemon names the same live daemon
+        # (the placement's choice), and a lookup alone makes nobody contend.
         for i, group in enumerate(groups):
-            assert owner_of(await find(daemons[i % 3], group)) == owned_by(daemons[i % 3]), group
+            for daemon in daemons:
+                assert owner_of(await find(daemon, group)) == owned_by(daemons[i % 3]), (group, daemon.node_id)
+        assert {g: fleet.contenders(g) for g in groups} == {g: [] for g in groups}
+        # A member bootstrapped from all three is sent there and joins: that daemon contends and wins.
+        members = [Member("m", group, bootstrap_of(*daemons), Ledger()) for group in groups]
+        for member in members:
+            assert await converge([member]) == 1
+        assert [m.coordinator_id for m in members] == [daemons[i % 3].node_id for i in range(9)]
+        await close_all(members)
         # Every daemon names the same owner for every group.
         for i, group in enumerate(groups):
             for daemon in daemons:
@@ -158,13 +175,17 @@ def test_three_daemons_spread_groups_and_agree_on_every_owner(fleet, unique_name
         for i, daemon in enumerate(daemons):
             listed = await call(daemon, ListGroupsRequest(version=4, states_filter=[]))
             assert sorted(g.group_id for g in listed.groups) == sorted(groups[i::3])
-        # Three daemons racing for a fresh group agree on one winner.
+        # Three daemons racing for a fresh group (each gets a group request
+        # for it at once) agree on one winner; the others answer NOT_COORDINATOR.
         winners = {}
         for group in raced:
-            answers = await asyncio.gather(*(find(d, group) for d in daemons))
-            assert len({owner_of(a) for a in answers}) == 1, [owner_of(a) for a in answers]
-            assert answers[0].error_code == E.NONE
-            winners[group] = answers[0].node_id
+            answers = await asyncio.gather(*(describe(d, group) for d in daemons))
+            codes = [a.error_code for a in answers]
+            assert sorted(codes) == sorted([E.NONE, E.NOT_COORDINATOR, E.NOT_COORDINATOR]), codes
+            winner = daemons[codes.index(E.NONE)]
+            for daemon in daemons:
+                assert owner_of(await find(daemon, group)) == owned_by(winner), (group, daemon.node_id)
+            winners[group] = winner.node_id
         return winners
 
     winners = asyncio.run(scenario())
@@ -178,7 +199,8 @@ def test_three_daemons_spread_groups_and_agree_on_every_owner(fleet, unique_name
 
 def test_kill_9_of_stable_owner_new_owner_loads_group_members_and_offsets(fleet, zk, unique_name):
     d1, d2, d3 = fleet.start_many(1, 2, 3)
-    group = unique_name("g")
+    # Lookups name daemon 1 while it lives, then daemon 2.
+    group = placed_name(unique_name, "g", ([1, 2, 3], 1), ([2, 3], 2))
     ledger = Ledger()
     a = Member("a", group, bootstrap_of(d1, d2, d3), ledger, session_timeout_ms=6000)
     b = Member("b", group, bootstrap_of(d1, d2, d3), ledger, session_timeout_ms=6000)
@@ -187,6 +209,7 @@ def test_kill_9_of_stable_owner_new_owner_loads_group_members_and_offsets(fleet,
         assert owner_of(await find(d1, group)) == owned_by(d1)
         assert await converge([a]) == 1
         assert await converge([a, b]) == 2
+        assert fleet.contenders(group) == [1]
         assert stored(zk, group) == ("Stable", 2, {a.member_id, b.member_id})
         deadline = time.monotonic() + WAIT_S
         for m in (a, b):
@@ -196,15 +219,18 @@ def test_kill_9_of_stable_owner_new_owner_loads_group_members_and_offsets(fleet,
 
         d1.kill()
         wait_for(lambda: fleet.session_gone(1), WAIT_S, "daemon 1's ZooKeeper session expired")
-        # Asking daemon 2 makes it contend, win and load the group before it answers.
-        found = await find_until(d2, group, lambda f: f.error_code == E.NONE and f.node_id != 1,
-                                 "daemon 2 names a live owner")
-        assert owner_of(found) == owned_by(d2)
-        assert owner_of(await find(d3, group)) == owned_by(d2)
-        assert fleet.contenders(group) == [2]
+        # Nobody owns the group now: both survivors name daemon 2, and a lookup alone makes nobody contend.
+        for daemon in (d2, d3):
+            found = await find_until(daemon, group, lambda f: f.error_code == E.NONE and f.node_id != 1,
+                                     f"daemon {daemon.node_id} names a live daemon")
+            assert owner_of(found) == owned_by(d2)
+        assert fleet.contenders(group) == []
 
-        # Loaded as stored: same generation, members and assignments.
+        # The group's first request makes daemon 2 contend, win and load the group before it answers:
+        # loaded as stored, same generation, members and assignments.
         described = await describe(d2, group)
+        assert fleet.contenders(group) == [2]
+        assert owner_of(await find(d3, group)) == owned_by(d2)
         assert (described.error_code, described.group_state, described.protocol_data) == (E.NONE, "Stable", "range")
         assert {m.member_id: tuple(json.loads(m.member_assignment)) for m in described.members} == ledger.synced[2]
         # The members carry on with generation 2 on the new owner.
@@ -243,7 +269,7 @@ def test_kill_9_of_owner_during_rebalance_ends_stable_in_a_new_generation(fleet,
     stored either), the follower's SyncGroup waits for the leader's.
     before-sync: the same, but no SyncGroup was sent."""
     d1, d2 = fleet.start_many(1, 2)
-    group = unique_name("g")
+    group = placed_name(unique_name, "g", ([1, 2], 1))
     ledger = Ledger()
     a, b, c = (Member(n, group, bootstrap_of(d1, d2), ledger) for n in "abc")
 
@@ -251,6 +277,7 @@ def test_kill_9_of_owner_during_rebalance_ends_stable_in_a_new_generation(fleet,
         assert owner_of(await find(d1, group)) == owned_by(d1)
         assert await converge([a]) == 1
         assert await converge([a, b]) == 2
+        assert fleet.contenders(group) == [1]
         await close_all([a, b])
         parked: list[asyncio.Task] = []
         clients = [await WireClient.connect(*d1.address, n) for n in "abc"]
@@ -327,7 +354,7 @@ async def wait_state(daemon: DaemonProcess, group: str, state: str) -> None:
 
 def test_paused_owner_is_fenced_and_steps_down_after_another_daemon_moved_on(fleet, zk, unique_name):
     d1, d2 = fleet.start_many(1, 2)
-    group = unique_name("g")
+    group = placed_name(unique_name, "g", ([1, 2], 1))
     ledger = Ledger()
     # Long member sessions: the paused daemon's own member timers must not be
     # what ends its reign when it continues.
@@ -337,6 +364,7 @@ def test_paused_owner_is_fenced_and_steps_down_after_another_daemon_moved_on(fle
         assert owner_of(await find(d1, group)) == owned_by(d1)
         assert await converge([a]) == 1
         assert await converge([a, b]) == 2
+        assert fleet.contenders(group) == [1]
         old_a, old_b = a.member_id, b.member_id
         await close_all([a, b])
 
@@ -345,10 +373,14 @@ def test_paused_owner_is_fenced_and_steps_down_after_another_daemon_moved_on(fle
         assert fleet.contenders(group) == []
         for m in (a, b, c):
             m.bootstrap = bootstrap_of(d2)
-        found = await find_until(d2, group, lambda f: f.error_code == E.NONE, "daemon 2 takes the group")
+        found = await find_until(d2, group, lambda f: f.error_code == E.NONE and f.node_id != 1,
+                                 "daemon 2 names itself")
         assert owner_of(found) == owned_by(d2)
-        # Daemon 2 moves the group on: c joins, generation 101 (above daemon 1's reservation).
+        assert fleet.contenders(group) == []  # a lookup alone
+        # Daemon 2 takes the group on the members' requests and moves it on:
+        # c joins, generation 101 (above daemon 1's reservation).
         assert await converge([a, b, c]) == 101
+        assert fleet.contenders(group) == [2]
         assert stored(zk, group) == ("Stable", 101, {old_a, old_b, c.member_id})
         deadline = time.monotonic() + WAIT_S
         owner0 = next(m for m in (a, b, c) if 0 in m.assignment)
@@ -410,7 +442,7 @@ def test_paused_owner_is_fenced_and_steps_down_after_another_daemon_moved_on(fle
 
 def test_daemons_recover_from_a_zookeeper_restart(fleet, zk, sandbox, unique_name):
     d1, d2 = fleet.start_many(1, 2)
-    group = unique_name("g")
+    group = placed_name(unique_name, "g", ([1, 2], 1))
     ledger = Ledger()
     # Member sessions outlast the restart: the group itself must not change.
     a, b = (Member(n, group, bootstrap_of(d1, d2), ledger, session_timeout_ms=60_000) for n in "ab")
@@ -419,6 +451,7 @@ def test_daemons_recover_from_a_zookeeper_restart(fleet, zk, sandbox, unique_nam
         assert owner_of(await find(d1, group)) == owned_by(d1)
         assert await converge([a]) == 1
         assert await converge([a, b]) == 2
+        assert fleet.contenders(group) == [1]
         deadline = time.monotonic() + WAIT_S
         leader = next(m for m in (a, b) if 0 in m.assignment)
         assert await leader.commit({0: 10}, deadline) == [E.NONE]
@@ -452,28 +485,34 @@ def test_daemons_recover_from_a_zookeeper_restart(fleet, zk, sandbox, unique_nam
 def test_sigterm_releases_groups_at_once_for_another_daemon(fleet, zk, unique_name):
     # A long session: a take-over that waited for it would miss the bound below.
     d1, d2 = fleet.start_many(1, 2, zk_session_timeout_ms=30_000)
-    busy, idle = unique_name("busy"), unique_name("idle")
+    busy, idle = (placed_name(unique_name, prefix, ([1, 2], 1)) for prefix in ("busy", "idle"))
     ledger = Ledger()
     a, b = (Member(n, busy, bootstrap_of(d1, d2), ledger) for n in "ab")
 
     async def scenario():
         for group in (busy, idle):
             assert owner_of(await find(d1, group)) == owned_by(d1)
+        # Daemon 1 takes idle on a request that stores nothing, busy on its members' requests.
+        assert (await describe(d1, idle)).error_code == E.NONE
         assert await converge([a]) == 1
         assert await converge([a, b]) == 2
         deadline = time.monotonic() + WAIT_S
         for m in (a, b):
             assert await m.commit({p: 7 for p in m.assignment}, deadline) == [E.NONE] * len(m.assignment)
         await close_all([a, b])
+        assert (fleet.contenders(busy), fleet.contenders(idle)) == ([1], [1])
 
         assert d1.terminate(timeout_s=10) == 0
         # Gone at once, not after a session time-out.
         assert fleet.registration(1) is None
         assert (fleet.contenders(busy), fleet.contenders(idle)) == ([], [])
         for group in (busy, idle):
-            found = await find_until(d2, group, lambda f: f.error_code == E.NONE, f"daemon 2 takes {group}",
-                                     timeout_s=10)
+            found = await find_until(d2, group, lambda f: f.error_code == E.NONE and f.node_id != 1,
+                                     f"daemon 2 names itself for {group}", timeout_s=10)
             assert owner_of(found) == owned_by(d2)
+        # Daemon 2 takes idle on its next request, at once: nothing of daemon 1 is left to wait for.
+        assert (await describe(d2, idle)).error_code == E.NONE
+        assert fleet.contenders(idle) == [2]
         a.bootstrap = b.bootstrap = bootstrap_of(d2)
         for m in (a, b):
             assert await m.heartbeat(deadline) is E.NONE
@@ -507,8 +546,8 @@ def test_node_id_in_use_is_one_clear_error_line(fleet):
 
 @pytest.mark.parametrize("corrupt, why", [
     (b"{not json", "/state of group {group!r} is not valid JSON"),
-    (b'{"v":99,"s":"Stable"}', "stored record of group {group!r} is not a valid group record "
-                               "(unsupported record version 99)"),
+    (b'{"v":99,"s":"Stable"}', "/state of group {group!r} is not a valid group record: "
+                               "unsupported record version 99"),
 ], ids=["bad-json", "not-a-record"])
 def test_corrupt_state_fails_that_group_only(fleet, zk, unique_name, corrupt, why):
     d1 = fleet.start(1)
@@ -518,10 +557,16 @@ def test_corrupt_state_fails_that_group_only(fleet, zk, unique_name, corrupt, wh
     a, b = (Member(n, good, bootstrap_of(d1), ledger) for n in "ab")
 
     async def scenario():
+        # A lookup alone reads nothing of the group: it names the daemon, which does not contend.
+        assert owner_of(await find(d1, bad)) == owned_by(d1)
+        assert fleet.contenders(bad) == []
+        # The first group request makes the daemon contend, win and fail to load the state.
+        assert (await call(d1, join_request(bad, "", "x"))).error_code == E.UNKNOWN_SERVER_ERROR
+        assert fleet.contenders(bad) == [1]
+        # Lookups now name the failure, with what is wrong.
         found = await find(d1, bad)
         assert found.error_code == E.UNKNOWN_SERVER_ERROR
         assert why.format(group=bad) in found.error_message
-        assert (await call(d1, join_request(bad, "", "x"))).error_code == E.UNKNOWN_SERVER_ERROR
         assert (await call(d1, HeartbeatRequest(version=3, group_id=bad, generation_id=1, member_id="m",
                                                 group_instance_id=None))).error_code == E.UNKNOWN_SERVER_ERROR
         assert (await call(d1, OffsetFetchRequest(version=5, group_id=bad, topics=None))).error_code == \

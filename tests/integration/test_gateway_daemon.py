@@ -11,6 +11,7 @@ import json
 
 import pytest
 from kafka.protocol.admin.cluster import DescribeClusterRequest
+from kafka.protocol.admin.groups import DescribeGroupsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -150,8 +151,15 @@ def test_an_owner_without_a_gateway_is_named_as_unavailable(services, zk_hosts, 
         plain_running = await plain.start()
         running = await with_gateway.start()
         try:
+            # Nobody owns the group: the gateway names only a daemon it can name, daemon 2.
+            unowned = await call(running.gateway, FindCoordinatorRequest(version=3, key=group, key_type=0))
+            assert (unowned.error_code, unowned.node_id) == (0, GATEWAY_NODE_ID_BASE + 2)
+            # A group request to daemon 1 makes it the owner.
+            described = await call(plain_running.advertised, DescribeGroupsRequest(version=4, groups=[group],
+                                                                                   include_authorized_operations=False))
+            assert described.groups[0].error_code == 0
             owned = await call(plain_running.advertised, FindCoordinatorRequest(version=3, key=group, key_type=0))
-            assert owned.node_id == 1
+            assert (owned.error_code, owned.node_id) == (0, 1)
             found = await call(running.gateway, FindCoordinatorRequest(version=3, key=group, key_type=0))
             assert found.error_code == 15 and "runs no gateway" in found.error_message
         finally:

@@ -27,6 +27,7 @@ from tests.integration.test_gateway_clients import (
 )
 from tests.support import java_tools as jt
 from tests.support.daemons import gateway_fleet, wait_for
+from tests.support.placement import placed_name
 from tests.support.wire import WireClient
 
 pytestmark = pytest.mark.integration
@@ -108,7 +109,8 @@ async def _closed_after(address: tuple[str, int], request) -> bool:
 
 
 def test_a_broker_that_goes_away_closes_its_connections_and_groups_go_on(services, fleet, sandbox, unique_name):
-    group, topic = unique_name("g"), unique_name("t")
+    # Lookups through either gateway name daemon 1's, so the member's requests and the describe below meet there.
+    group, topic = placed_name(unique_name, "g", ([1, 2], 1)), unique_name("t")
     create_topic(services.bootstrap_servers, topic, 1)
     daemon = fleet.daemons[1]
     metadata = MetadataRequest(version=4, topics=None, allow_auto_topic_creation=False)

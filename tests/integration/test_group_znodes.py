@@ -24,6 +24,7 @@ from tests.integration.test_gateway_clients import (
 )
 from tests.integration.test_inspect import run_json
 from tests.support.daemons import gateway_fleet
+from tests.support.placement import placed_name
 
 pytestmark = pytest.mark.integration
 EMOJI = "billing-\U0001F9FE-\U0001F642"
@@ -68,6 +69,29 @@ def test_unused_lookups_leave_no_znodes(zk_hosts, zk):
             assert found.node_id == named[group]
             other = await cluster.client(1 - index)
             refused = await other.call(join(group))
+            assert refused.error_code == E_NOT_COORDINATOR
+
+    asyncio.run(scenario())
+
+
+def test_a_daemon_that_answered_a_lookup_names_the_owner_another_daemon_became(zk_hosts, zk, unique_name):
+    group = placed_name(unique_name, "g", ([1, 2], 1))
+
+    async def scenario():
+        async with Cluster(zk_hosts, 2) as cluster:
+            first, second = await cluster.client(0), await cluster.client(1)
+            for client in (first, second):  # nobody owns it: both name daemon 1, nobody contends
+                found = await client.call(FindCoordinatorRequest(version=3, key=group, key_type=0))
+                assert (found.error_code, found.node_id) == (E_NONE, 1)
+            assert coordinator_names(zk) == []
+            # The group's first request goes to daemon 2 (a client with an old answer, say): it wins.
+            described = await second.call(DescribeGroupsRequest(version=0, groups=[group]))
+            assert described.groups[0].error_code == E_NONE
+            # Daemon 1, asked before, names the owner now and refuses the group's requests.
+            for client in (first, second):
+                found = await client.call(FindCoordinatorRequest(version=3, key=group, key_type=0))
+                assert (found.error_code, found.node_id) == (E_NONE, 2)
+            refused = await first.call(join(group))
             assert refused.error_code == E_NOT_COORDINATOR
 
     asyncio.run(scenario())

@@ -367,7 +367,7 @@ async def stable_member(daemons: ThreadDaemons, group: str, topic: str, client_i
     """A member that joined and synced alone, owning partitions 0 and 1: (client, member id)."""
     host, port = daemons.running[0].advertised
     client = await WireClient.connect(host, port, client_id)
-    found = await client.call(FindCoordinatorRequest(version=3, key=group, key_type=0))  # the daemon takes the group
+    found = await client.call(FindCoordinatorRequest(version=3, key=group, key_type=0))  # names this daemon
     assert found.error_code == 0, found
     first = await client.call(join_request(group, "", topic))
     joined = await client.call(join_request(group, first.member_id, topic))

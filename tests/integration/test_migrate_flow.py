@@ -21,7 +21,6 @@ import pytest
 from click.testing import CliRunner
 from kafka import KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
-from kafka.protocol.admin.groups import DescribeGroupsRequest
 from kafka.protocol.consumer.group import HeartbeatRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.structs import OffsetAndMetadata
@@ -464,9 +463,10 @@ def test_a_pending_request_is_applied_when_a_daemon_loads_the_group(zk_hosts, la
 
     async def scenario():
         async with OneDaemon(zk_hosts) as one:
-            client = await one.coordinator(group)  # a lookup alone loads nothing (zkcoord.core.placement)
-            # the group's first request makes the daemon contend and load it: the request is read at once
-            await client.call(DescribeGroupsRequest(version=5, groups=[group], include_authorized_operations=False))
+            client = await one.coordinator(group)  # a lookup alone: nobody contends, nothing is loaded
+            assert not zk.exists(f"/coordinators/{group}/owner")
+            # The group's first request makes the daemon take and load it: the request is read at once.
+            await client.call(OffsetFetchRequest(version=5, group_id=group, topics=None))
             for _ in range(200):
                 if zk.exists(f"/coordinators/{group}/state") and state(zk, group)["os"] == "dual":
                     return

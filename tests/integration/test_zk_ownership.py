@@ -67,6 +67,27 @@ def test_release_lets_the_other_daemon_win(zk_hosts, zk):
     asyncio.run(scenario())
 
 
+def test_an_owner_looked_up_before_any_election_is_seen_once_another_daemon_wins(zk_hosts, zk):
+    """Lookups no longer contend (issue 16), so a daemon asks for the owner of
+    a group that has no election directory yet. No watch can be set there,
+    so that answer must not be cached: it would hide the winner for good."""
+    async def scenario():
+        async with connection(zk_hosts) as c1, connection(zk_hosts) as c2:
+            o1, o2 = await start_ownership(c1, 1), await start_ownership(c2, 2)
+            assert await o1.current_owner("g") is None
+            assert zk.exists(paths.owner_dir("g")) is None  # asking wrote nothing
+            assert await o2.contend("g") == 2
+            assert await o1.current_owner("g") == 2
+            # Now the directory's watch holds, and the cached answer goes with it.
+            await o2.release("g")
+            await eventually_equal(lambda: o1.current_owner("g"), None, "o1 to see no owner")
+            assert await o1.contend("g") == 1
+            assert await o2.current_owner("g") == 1
+            await o1.stop()
+            await o2.stop()
+    asyncio.run(scenario())
+
+
 def test_many_groups_are_shared_and_each_has_one_owner(zk_hosts, zk):
     async def scenario():
         async with connection(zk_hosts) as c1, connection(zk_hosts) as c2:

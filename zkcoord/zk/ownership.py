@@ -170,7 +170,9 @@ class GroupOwnership:
     async def current_owner(self, group: str) -> int | None:
         """The owner's node id, or None if nobody owns ``group``.
 
-        Cached per group while a children watch on its contenders holds.
+        Cached per group while a children watch on its contenders holds
+        (never for a group without an ``owner`` directory: no watch can
+        tell when its first contender comes).
         """
         if group in self._owned:
             return self.node_id
@@ -182,7 +184,13 @@ class GroupOwnership:
         epoch = self._cache_epoch.get(group, 0)
         loop = asyncio.get_running_loop()
         watch = lambda event: aio.post(loop, self._invalidate, group)  # noqa: E731
-        found = await election.lowest(self._conn.client, group, watch)
+        try:
+            children = await aio.call(self._conn.client.get_children_async, paths.owner_dir(group), watch)
+        except NoNodeError:
+            # No election directory, so no watch was set: a cached None would outlive another daemon's
+            # win. Not cached (a lookup of an unused id also leaves no cache entry behind).
+            return None
+        found = await election.lowest(self._conn.client, group, children=children)
         owner = None if found is None else found[0]
         if self._cache_epoch.get(group, 0) == epoch:
             self._owner_cache[group] = owner
