@@ -5,6 +5,7 @@ connection trouble and session expiry do to ownership and fenced writes."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from test_zk_support import CuttableProxy, connection, eventually, eventually_equal
@@ -14,6 +15,11 @@ from zkcoord.zk import paths
 from zkcoord.zk.connection import SessionEvent
 from zkcoord.zk.ownership import ChangeKind, GroupOwnership
 from zkcoord.zk.state_store import GroupStateStore
+
+
+def _record(generation: int) -> dict:
+    """A valid state record (the store refuses to load anything else) at ``generation``."""
+    return {"v": 1, "s": "Empty", "g": generation, "os": "zookeeper"}
 
 pytestmark = pytest.mark.integration
 
@@ -110,7 +116,7 @@ def test_owner_session_expiry_loses_groups_and_the_other_takes_over(zk_hosts, zk
             o1, o2 = await start_ownership(c1, 1, changes), await start_ownership(c2, 2)
             s1, s2 = GroupStateStore(c1, o1), GroupStateStore(c2, o2)
             assert await o1.contend("g") == 1
-            assert await s1.write("g", {"gen": 1}, None) == 0
+            assert await s1.write("g", _record(1), None) == 0
             stale_fence = o1.fence("g")
 
             await asyncio.to_thread(expire_session, c1.client)
@@ -118,21 +124,21 @@ def test_owner_session_expiry_loses_groups_and_the_other_takes_over(zk_hosts, zk
             lost = [c for c in changes if c.kind is ChangeKind.LOST]
             assert lost[0].groups == {"g"} and o1.owned() == frozenset()
             with pytest.raises(NotOwnerError):
-                await s1.write("g", {"gen": 2}, 0)
+                await s1.write("g", _record(2), 0)
 
             assert await o2.contend("g") == 2
             record, version = await s2.load("g")
-            assert (record, version) == ({"gen": 1}, 0)
-            assert await s2.write("g", {"gen": 2}, 0) == 1
+            assert (record, version) == (_record(1), 0)
+            assert await s2.write("g", _record(2), 0) == 1
 
             # a deposed owner that has not heard the news yet: its fence fails in the multi
             await eventually(lambda: events[-1:] == [SessionEvent.CONNECTED] and len(events) > 1,
                              "daemon 1 in a new session")
             deposed = DeposedOwnership(1, stale_fence)
             with pytest.raises(NotOwnerError, match="deposed"):
-                await GroupStateStore(c1, deposed).write("g", {"gen": 99}, 1)
+                await GroupStateStore(c1, deposed).write("g", _record(99), 1)
             assert deposed.dropped == ["g"]
-            assert zk.get(paths.state("g"))[0] == b'{"gen":2}'
+            assert zk.get(paths.state("g"))[0] == json.dumps(_record(2), separators=(",", ":")).encode()
     asyncio.run(scenario())
 
 
