@@ -406,9 +406,12 @@ class ApiHandler:
     # -- DescribeGroups, ListGroups, DeleteGroups ------------------------------------
     async def describe_groups(self, decoded, connection):
         groups = []
+        described: dict[str, tuple] = {}  # each distinct id once: a request may repeat one 500,000 times
         for i, group_id in enumerate(decoded.request.groups):
             await pause_every(i)
-            code, description = await self.manager.describe(group_id)
+            if group_id not in described:
+                described[group_id] = await self.manager.describe(group_id)
+            code, description = described[group_id]
             groups.append({
                 "error_code": int(code), "group_id": group_id,
                 "group_state": description.state if description else "",
