@@ -16,7 +16,7 @@ from zkcoord.zk.state_store import ABSENT, GroupStateStore, encode_state
 
 pytestmark = pytest.mark.integration
 
-RECORD = {"v": 1, "s": "Stable", "g": 7, "pt": "consumer", "pn": "range", "m": [{"id": "m-1", "st": 10000}]}
+RECORD = {"v": 1, "s": "Stable", "g": 7, "pt": "consumer", "pn": "range", "m": [{"id": "m-1", "st": 10000, "rt": 30000}]}
 
 
 async def owner_of(conn, groups, changes=None, **store_options):
@@ -40,7 +40,7 @@ def test_write_and_load_round_trip_with_versions(zk_hosts, zk):
             assert await store.write("g", changed, 0) == 1
             assert await store.write("g", {**changed, "g": 9}, 1) == 2
             assert await store.load("g") == ({**changed, "g": 9}, 2)
-            unicode = {"v": 1, "h": "hôte-ü"}
+            unicode = {**RECORD, "m": [{"id": "m-1", "st": 10000, "rt": 30000, "h": "hôte-ü"}]}
             assert await store.write("g", unicode, 2) == 3
             assert await store.load("g") == (unicode, 3)
     asyncio.run(scenario())
@@ -90,11 +90,12 @@ def test_default_limit_is_just_under_a_mebibyte_and_fits_zookeeper(zk_hosts, zk)
     async def scenario():
         async with connection(zk_hosts) as conn:
             _, store = await owner_of(conn, ["g"])
-            filler = 1_000_000 - len(encode_state("g", {"b": ""}))
-            assert await store.write("g", {"b": "y" * filler}, None) == 0  # exactly the limit
+            empty = {"v": 1, "s": "Empty", "g": 0, "os": "zookeeper"}  # a valid record, padded below
+            filler = 1_000_000 - len(encode_state("g", {**empty, "b": ""}))
+            assert await store.write("g", {**empty, "b": "y" * filler}, None) == 0  # exactly the limit
             assert len(zk.get(paths.state("g"))[0]) == 1_000_000
             with pytest.raises(StateError, match="1000001 bytes, over the limit of 1000000"):
-                await store.write("g", {"b": "y" * (filler + 1)}, 0)
+                await store.write("g", {**empty, "b": "y" * (filler + 1)}, 0)
             assert (await store.load("g"))[1] == 0
     asyncio.run(scenario())
 
