@@ -67,6 +67,7 @@ _MAX_ATTEMPTS = 5  # a request re-sent this often because the cache was wrong fa
 _FENCE_RESERVE_BYTES = 2048  # what a prepared chunk leaves for its fence check (a path under 1 KB)
 _PREPARE_SLICE = 2000  # entries built between two yields to the event loop
 FETCH_SLICE = 1000  # partitions read at once by a fetch
+_VALIDATE_SLICE = 10_000  # partition numbers checked between two yields to the event loop
 _MAX_REPORTED = 10_000  # corrupt znodes remembered as already logged
 
 
@@ -562,8 +563,14 @@ class OffsetStore:
         wanted = None
         if partitions is not None:
             wanted = [(t, p) for t, p in partitions]
-            for topic, partition in wanted:
-                self.paths.partition(group, topic, partition)  # validates
+            # Validated before any read, each distinct topic once: a request may name
+            # millions of partitions of a few topics, and this runs on the event loop.
+            for topic in {t for t, _ in wanted}:
+                self.paths.topic_dir(group, topic)
+            for i, (_, partition) in enumerate(wanted):
+                paths.partition_name(partition)
+                if i % _VALIDATE_SLICE == _VALIDATE_SLICE - 1:
+                    await asyncio.sleep(0)
         else:
             self.paths.group(group)
         return await self._conn.retry(f"fetch the offsets of group {group!r}", self._inner_fetch, group, wanted)
@@ -579,8 +586,13 @@ class OffsetStore:
     async def _fetch_slice(self, group: str, wanted: list[TopicPartition], found: FetchedOffsets) -> None:
         client = self._conn.client
         loop = asyncio.get_running_loop()
-        reads = [client.get_async(self.paths.partition(group, t, p)) for t, p in wanted]
-        reads += [client.get_async(self.paths.metadata(group, t, p)) for t, p in wanted]
+        values, metas = {}, {}  # topic -> its directories, built once per slice (fetch validated them)
+        for topic, _ in wanted:
+            if topic not in values:
+                values[topic] = self.paths.topic_dir(group, topic)
+                metas[topic] = self.paths.metadata_topic_dir(group, topic)
+        reads = [client.get_async(f"{values[t]}/{p}") for t, p in wanted]
+        reads += [client.get_async(f"{metas[t]}/{p}") for t, p in wanted]
         outcomes = await aio.gather(loop, reads)
         for i, tp in enumerate(wanted):
             value, meta = outcomes[i], outcomes[len(wanted) + i]
