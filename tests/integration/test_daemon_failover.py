@@ -108,6 +108,14 @@ async def describe(daemon: DaemonProcess, group: str):
     return response.groups[0]
 
 
+async def take(daemon: DaemonProcess, group: str) -> int:
+    """A request that makes a daemon contend for a group and stores nothing:
+    a first JoinGroup (v4+), MEMBER_ID_REQUIRED from the owner. Its error code.
+    (A read, such as DescribeGroups, of a group that exists nowhere contends
+    for nothing.)"""
+    return (await call(daemon, join_request(group, "", "taker"))).error_code
+
+
 def stored(zk, group: str) -> tuple[str, int, set[str]]:
     """(state, generation, member ids) of the group's state znode."""
     data, _ = zk.get(f"/coordinators/{group}/state")
@@ -179,10 +187,9 @@ def test_three_daemons_spread_groups_and_agree_on_every_owner(fleet, unique_name
         # for it at once) agree on one winner; the others answer NOT_COORDINATOR.
         winners = {}
         for group in raced:
-            answers = await asyncio.gather(*(describe(d, group) for d in daemons))
-            codes = [a.error_code for a in answers]
-            assert sorted(codes) == sorted([E.NONE, E.NOT_COORDINATOR, E.NOT_COORDINATOR]), codes
-            winner = daemons[codes.index(E.NONE)]
+            codes = list(await asyncio.gather(*(take(d, group) for d in daemons)))
+            assert sorted(codes) == sorted([E.MEMBER_ID_REQUIRED, E.NOT_COORDINATOR, E.NOT_COORDINATOR]), codes
+            winner = daemons[codes.index(E.MEMBER_ID_REQUIRED)]
             for daemon in daemons:
                 assert owner_of(await find(daemon, group)) == owned_by(winner), (group, daemon.node_id)
             winners[group] = winner.node_id
@@ -493,7 +500,7 @@ def test_sigterm_releases_groups_at_once_for_another_daemon(fleet, zk, unique_na
         for group in (busy, idle):
             assert owner_of(await find(d1, group)) == owned_by(d1)
         # Daemon 1 takes idle on a request that stores nothing, busy on its members' requests.
-        assert (await describe(d1, idle)).error_code == E.NONE
+        assert await take(d1, idle) == E.MEMBER_ID_REQUIRED
         assert await converge([a]) == 1
         assert await converge([a, b]) == 2
         deadline = time.monotonic() + WAIT_S

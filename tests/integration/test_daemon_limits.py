@@ -10,7 +10,9 @@ import dataclasses
 
 import pytest
 from kafka.protocol.admin.groups import DescribeGroupsRequest
-from kafka.protocol.consumer.group import HeartbeatRequest, OffsetCommitRequest, SyncGroupRequest
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
+)
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.protocol.parser import KafkaProtocol
 
@@ -203,3 +205,51 @@ def test_heartbeats_of_another_group_are_answered_while_a_huge_describe_is_serve
             await daemon.stop()
 
     asyncio.run(scenario())
+
+
+def packets_received(zk) -> int:
+    """ZooKeeper's count of packets received (its ``mntr`` four-letter word)."""
+    stats = dict(line.split("\t", 1) for line in zk.command(b"mntr").splitlines() if "\t" in line)
+    return int(stats["zk_packets_received"])
+
+
+def test_an_offset_fetch_naming_many_partitions_reads_only_the_committed_ones(zk_hosts, zk, unique_name):
+    """An 8 MiB OffsetFetch names two million partitions; the daemon answers
+    every one but reads only those with a znode (before: two reads per
+    partition asked, 600,000 ZooKeeper requests for this one)."""
+    group = unique_name("g")
+    asked = [*range(300_000), 5]  # a duplicate is answered twice, as asked
+    Wanted = OffsetFetchRequest.OffsetFetchRequestTopic
+
+    async def scenario():
+        daemon, running = await running_daemon(zk_hosts)
+        client = await WireClient.connect(*running.advertised, "c")
+        try:
+            assert (await client.call(FindCoordinatorRequest(version=3, key=group, key_type=0))).error_code == 0
+            committed = await client.call(commit(group, {5: "five", 150_000: ""}))
+            assert [p.error_code for t in committed.topics for p in t.partitions] == [E_NONE, E_NONE]
+            zk.create(f"/consumers/{group}/offsets/orders/7", b"not a number")
+            before = packets_received(zk)
+            single = await client.call(OffsetFetchRequest(version=5, group_id=group, topics=[
+                Wanted(name="orders", partition_indexes=asked), Wanted(name="absent", partition_indexes=[0, 1])]))
+            reads = packets_received(zk) - before
+            grouped = await client.call(OffsetFetchRequest(version=8, groups=[
+                OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group, topics=[
+                    OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics(
+                        name="orders", partition_indexes=asked)])], require_stable=False))
+            return single, reads, grouped
+        finally:
+            await client.close()
+            await daemon.stop()
+
+    single, reads, grouped = asyncio.run(scenario())
+    assert reads < 1_000, reads
+    expected = {5: (15, "five", E_NONE), 150_000: (150_010, "", E_NONE), 7: (-1, "", ErrorCode.UNKNOWN_SERVER_ERROR)}
+    for topics in (single.topics, grouped.groups[0].topics):
+        orders = topics[0]
+        assert orders.name == "orders" and [p.partition_index for p in orders.partitions] == asked
+        answered = {p.partition_index: (p.committed_offset, p.metadata, p.error_code) for p in orders.partitions
+                    if p.committed_offset != -1 or p.error_code != E_NONE}
+        assert answered == expected
+    assert single.error_code == E_NONE and grouped.groups[0].error_code == E_NONE
+    assert [(p.partition_index, p.committed_offset) for p in single.topics[1].partitions] == [(0, -1), (1, -1)]

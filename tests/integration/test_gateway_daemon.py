@@ -11,11 +11,10 @@ import json
 
 import pytest
 from kafka.protocol.admin.cluster import DescribeClusterRequest
-from kafka.protocol.admin.groups import DescribeGroupsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.test_daemon_protocol import daemon_config
+from tests.integration.test_daemon_protocol import daemon_config, join
 from tests.support.http import http_get
 from tests.support.wire import WireClient, parse_address
 from zkcoord.core.gateway import GATEWAY_NODE_ID_BASE
@@ -154,10 +153,9 @@ def test_an_owner_without_a_gateway_is_named_as_unavailable(services, zk_hosts, 
             # Nobody owns the group: the gateway names only a daemon it can name, daemon 2.
             unowned = await call(running.gateway, FindCoordinatorRequest(version=3, key=group, key_type=0))
             assert (unowned.error_code, unowned.node_id) == (0, GATEWAY_NODE_ID_BASE + 2)
-            # A group request to daemon 1 makes it the owner.
-            described = await call(plain_running.advertised, DescribeGroupsRequest(version=4, groups=[group],
-                                                                                   include_authorized_operations=False))
-            assert described.groups[0].error_code == 0
+            # A group's first JoinGroup to daemon 1 makes it the owner (MEMBER_ID_REQUIRED).
+            taken = await call(plain_running.advertised, join(group))
+            assert taken.error_code == 79
             owned = await call(plain_running.advertised, FindCoordinatorRequest(version=3, key=group, key_type=0))
             assert (owned.error_code, owned.node_id) == (0, 1)
             found = await call(running.gateway, FindCoordinatorRequest(version=3, key=group, key_type=0))

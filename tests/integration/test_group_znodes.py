@@ -9,12 +9,16 @@ import asyncio
 
 import pytest
 from kafka import KafkaConsumer
-from kafka.protocol.admin.groups import DescribeGroupsRequest, ListGroupsRequest
-from kafka.protocol.consumer.group import LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.admin.groups import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest, LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
+)
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.structs import TopicPartition as KafkaTP
 
-from tests.integration.test_daemon_protocol import Cluster, E_NONE, E_NOT_COORDINATOR, join
+from tests.integration.test_daemon_protocol import (
+    E_MEMBER_ID_REQUIRED, E_NONE, E_NOT_COORDINATOR, E_UNKNOWN_MEMBER_ID, Cluster, join,
+)
 from tests.integration.test_gateway_clients import (
     consume_all_with,
     create_topic,
@@ -28,6 +32,7 @@ from tests.support.placement import placed_name
 
 pytestmark = pytest.mark.integration
 EMOJI = "billing-\U0001F9FE-\U0001F642"
+E_OFFSET_METADATA_TOO_LARGE, E_GROUP_ID_NOT_FOUND = 12, 69
 
 
 def coordinator_names(zk) -> list[str]:
@@ -85,8 +90,8 @@ def test_a_daemon_that_answered_a_lookup_names_the_owner_another_daemon_became(z
                 assert (found.error_code, found.node_id) == (E_NONE, 1)
             assert coordinator_names(zk) == []
             # The group's first request goes to daemon 2 (a client with an old answer, say): it wins.
-            described = await second.call(DescribeGroupsRequest(version=0, groups=[group]))
-            assert described.groups[0].error_code == E_NONE
+            taken = await second.call(join(group))
+            assert taken.error_code == E_MEMBER_ID_REQUIRED
             # Daemon 1, asked before, names the owner now and refuses the group's requests.
             for client in (first, second):
                 found = await client.call(FindCoordinatorRequest(version=3, key=group, key_type=0))
@@ -97,14 +102,63 @@ def test_a_daemon_that_answered_a_lookup_names_the_owner_another_daemon_became(z
     asyncio.run(scenario())
 
 
+def commit(group: str, metadata: str = "") -> OffsetCommitRequest:
+    """A simple-consumer commit of offset 42 on t-0."""
+    return OffsetCommitRequest(
+        version=7, group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name="t", partitions=[
+            OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=42, committed_leader_epoch=-1, committed_metadata=metadata)])])
+
+
+def test_requests_about_a_group_that_exists_nowhere_create_nothing(zk_hosts, zk):
+    """Reads, and requests of members a group does not have, are answered as
+    Kafka answers them for a group it never heard of, and no daemon contends:
+    ZooKeeper holds nothing afterwards (before: every one of them left the
+    group's election znodes behind until the next cleanup)."""
+    async def scenario():
+        async with Cluster(zk_hosts, 2) as cluster:
+            client = await cluster.client(0)
+            described = await client.call(DescribeGroupsRequest(version=0, groups=["never", "never-2"]))
+            assert [(g.error_code, g.group_id, g.group_state) for g in described.groups] == [
+                (E_NONE, "never", "Dead"), (E_NONE, "never-2", "Dead")]
+            fetched = await client.call(OffsetFetchRequest(version=5, group_id="never", topics=[
+                OffsetFetchRequest.OffsetFetchRequestTopic(name="t", partition_indexes=[0, 1])]))
+            assert fetched.error_code == E_NONE
+            assert [(p.partition_index, p.committed_offset, p.error_code) for p in fetched.topics[0].partitions] \
+                == [(0, -1, E_NONE), (1, -1, E_NONE)]
+            every = await client.call(OffsetFetchRequest(version=5, group_id="never", topics=None))
+            assert (every.error_code, every.topics) == (E_NONE, [])
+            beat = await client.call(HeartbeatRequest(version=3, group_id="never", generation_id=1, member_id="m",
+                                                      group_instance_id=None))
+            assert beat.error_code == E_UNKNOWN_MEMBER_ID
+            synced = await client.call(SyncGroupRequest(version=3, group_id="never", generation_id=1, member_id="m",
+                                                        group_instance_id=None, assignments=[]))
+            assert synced.error_code == E_UNKNOWN_MEMBER_ID
+            left = await client.call(LeaveGroupRequest(version=3, group_id="never", members=[
+                LeaveGroupRequest.MemberIdentity(member_id="m", group_instance_id=None)]))
+            assert (left.error_code, [m.error_code for m in left.members]) == (E_NONE, [E_UNKNOWN_MEMBER_ID])
+            deleted = await client.call(DeleteGroupsRequest(version=1, groups_names=["never"]))
+            assert deleted.results[0].error_code == E_GROUP_ID_NOT_FOUND
+            assert coordinator_names(zk) == [] and not zk.exists("/consumers/never")
+            assert await listed(client) == []
+            # A group's first JoinGroup still makes the daemon contend, and the group is served.
+            first = await client.call(join("never"))
+            assert first.error_code in (E_MEMBER_ID_REQUIRED, E_NOT_COORDINATOR)
+            assert coordinator_names(zk) == ["never"]
+
+    asyncio.run(scenario())
+
+
 def test_groups_that_hold_nothing_are_removed_with_their_znodes(zk_hosts, zk):
     async def scenario():
         async with Cluster(zk_hosts, 1) as cluster:
             client = await cluster.client(0)
             manager = cluster.running[0].manager
-            # A describe of an unknown group makes the daemon contend: the election's znodes appear.
-            described = await client.call(DescribeGroupsRequest(version=0, groups=["ghost"]))
-            assert described.groups[0].error_code == E_NONE
+            # A commit the group refuses whole makes the daemon contend and stores nothing: the
+            # election's znodes appear.
+            refused = await client.call(commit("ghost", metadata="m" * 5000))
+            assert refused.topics[0].partitions[0].error_code == E_OFFSET_METADATA_TOO_LARGE
             # A group whose member joins and leaves without committing: Empty, no offsets.
             first = await client.call(join("left"))
             joined = await client.call(join("left", member_id=first.member_id))
@@ -112,12 +166,7 @@ def test_groups_that_hold_nothing_are_removed_with_their_znodes(zk_hosts, zk):
             left = await client.call(LeaveGroupRequest(version=1, group_id="left", member_id=first.member_id))
             assert left.error_code == E_NONE
             # A group with a committed offset is kept.
-            committed = await client.call(OffsetCommitRequest(
-                version=7, group_id="kept", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
-                topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name="t", partitions=[
-                    OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
-                        partition_index=0, committed_offset=42, committed_leader_epoch=-1,
-                        committed_metadata="")])]))
+            committed = await client.call(commit("kept"))
             assert committed.topics[0].partitions[0].error_code == E_NONE
             assert sorted(coordinator_names(zk)) == ["ghost", "kept", "left"]
             assert await listed(client) == ["left"]  # "ghost" holds nothing; "kept" has no state

@@ -13,6 +13,7 @@ from kafka.structs import OffsetAndMetadata
 
 from zkcoord.core.errors import ErrorCode as E
 from zkcoord.core.group import GroupConfig
+from zkcoord.core.offset_fetch import pairs, wanted_by_topic
 from zkcoord.errors import ServiceUnavailableError
 from zkcoord.kafka.forwarder import KafkaGroupOffsets
 from zkcoord.kafka.offsets import KafkaGroup
@@ -69,8 +70,15 @@ class ZkOffsets:
 
     async def fetch(self, group, partitions=None):
         found = FetchedOffsets()
-        found.update({tp: v for tp, v in self.stored.items() if partitions is None or tp in partitions})
+        asked = None if partitions is None else set(pairs(partitions))
+        found.update({tp: v for tp, v in self.stored.items() if asked is None or tp in asked})
         return found
+
+
+def fetched(m, partitions):
+    """(group error, rows) of an OffsetFetch of group g."""
+    code, answer = run(m.fetch_offsets("g", None if partitions is None else wanted_by_topic(partitions)))
+    return code, answer.rows()
 
 
 class Kafka:
@@ -92,7 +100,8 @@ class Kafka:
     async def fetch(self, group, partitions=None):
         if self.down:
             raise ServiceUnavailableError("Kafka at k:9092 did not answer")
-        return {tp: v for tp, v in self.stored.items() if partitions is None or tp in partitions}
+        asked = None if partitions is None else set(pairs(partitions))
+        return {tp: v for tp, v in self.stored.items() if asked is None or tp in asked}
 
     async def close(self):
         pass
@@ -122,7 +131,7 @@ def test_dual_mode_commits_kafka_then_zookeeper_and_fetches_the_max():
     assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "m")])) == [E.NONE]
     assert zk.commits == [("g", {T0: (5, "m")}, "fence-g")] and kafka.commits == [("g", {T0: (5, "m")})]
     kafka.stored[T0] = (8, "k0")  # Kafka ahead on 0, ZooKeeper ahead on 1, equal on 2
-    code, rows = run(m.fetch_offsets("g", None))
+    code, rows = fetched(m, None)
     assert (code, rows) == (E.NONE, [("t", 0, 8, "k0", E.NONE), ("t", 1, 9, "z1", E.NONE), ("t", 2, 3, "z2", E.NONE)])
 
 
@@ -131,7 +140,7 @@ def test_kafka_mode_commits_and_fetches_kafka_only():
     m, _ = manager("kafka", zk, kafka)
     assert run(m.commit_offsets("g", "", -1, None, [("t", 1, 2, "")])) == [E.NONE]
     assert zk.commits == [] and kafka.commits == [("g", {T1: (2, "")})]
-    assert run(m.fetch_offsets("g", [T0, T2])) == (E.NONE, [("t", 0, 7, "k", E.NONE), ("t", 2, -1, "", E.NONE)])
+    assert fetched(m, [T0, T2]) == (E.NONE, [("t", 0, 7, "k", E.NONE), ("t", 2, -1, "", E.NONE)])
 
 
 def test_kafka_refusals_are_passed_on_per_partition_and_never_reach_zookeeper():
@@ -233,10 +242,10 @@ def test_loading_a_dual_group_copies_kafka_where_zookeeper_is_behind():
 def test_kafka_down_or_not_configured_is_coordinator_not_available(mode):
     m, _ = manager(mode, kafka=Kafka(down=True))
     assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])) == [E.COORDINATOR_NOT_AVAILABLE]
-    assert run(m.fetch_offsets("g", None)) == (E.COORDINATOR_NOT_AVAILABLE, [])
+    assert fetched(m, None) == (E.COORDINATOR_NOT_AVAILABLE, [])
     bare, _ = manager(mode, kafka=None)
     assert run(bare.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])) == [E.COORDINATOR_NOT_AVAILABLE]
-    assert run(bare.fetch_offsets("g", None)) == (E.COORDINATOR_NOT_AVAILABLE, [])
+    assert fetched(bare, None) == (E.COORDINATOR_NOT_AVAILABLE, [])
 
 
 def test_a_mode_request_is_persisted_by_the_owner_and_used_at_once():

@@ -42,6 +42,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from zkcoord.core.offset_fetch import Wanted, pairs
 from zkcoord.errors import UsageError, ZkcoordError
 from zkcoord.kafka.offsets import KafkaGroup, KafkaOffsets, TopicPartition
 
@@ -129,10 +130,16 @@ class KafkaForwarder:
         Raises ServiceUnavailableError when Kafka does not take them in time."""
         return await asyncio.to_thread(self._started_call, self.kafka.commit_with_metadata, group, dict(offsets))
 
-    async def fetch(self, group: str,
-                    partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, CommitEntry]:
-        wanted = None if partitions is None else list(partitions)
-        return await asyncio.to_thread(self._started_call, self.kafka.fetch_with_metadata, group, wanted)
+    async def fetch(self, group: str, partitions: Iterable[TopicPartition] | Wanted | None = None
+                    ) -> dict[TopicPartition, CommitEntry]:
+        """``partitions``: ``[(topic, partition)]`` or ``{topic: [partition]}``
+        (expanded in the worker thread: a request may name millions)."""
+        def call():
+            wanted = None if partitions is None else list(
+                pairs(partitions) if isinstance(partitions, Mapping) else partitions)
+            return self._started_call(self.kafka.fetch_with_metadata, group, wanted)
+
+        return await asyncio.to_thread(call)
 
     async def group(self, group: str) -> KafkaGroup:
         """The group as Kafka's own coordinator sees it (state, members)."""

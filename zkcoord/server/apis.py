@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 from zkcoord.core import group as core
 from zkcoord.core import notice
 from zkcoord.core.errors import ErrorCode, validate_group_id
+from zkcoord.core.offset_fetch import count
 from zkcoord.errors import StateError, StateTooLargeError
 from zkcoord.server.codec import (
     COORDINATOR_APIS,
@@ -58,7 +59,8 @@ from zkcoord.server.codec import (
     response_for,
 )
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
-from zkcoord.server.manager import pause_every
+from zkcoord.server.bulk_work import off_loop
+from zkcoord.server.manager import UNKNOWN_TOKEN, pause_every
 from zkcoord.server.member_connections import MemberConnections
 from zkcoord.server.transport import ConnectionInfo
 
@@ -266,6 +268,10 @@ class ApiHandler:
 
         if not _sync_has_protocol(decoded):
             return answer(E.INCONSISTENT_GROUP_PROTOCOL)  # mandatory from v5, checked before the group
+        unknown = await self.manager.reply_if_unknown(r.group_id, lambda g, now: core.handle_sync(
+            g, _sync_request(decoded, UNKNOWN_TOKEN), now, self.manager.group_config))
+        if unknown is not None:
+            return answer(unknown.error, unknown.protocol_type, unknown.protocol_name, unknown.assignment)
         try:
             runtime = await self.manager.runtime(r.group_id, loading_code=E.REBALANCE_IN_PROGRESS)
             token = runtime.next_token()
@@ -288,14 +294,18 @@ class ApiHandler:
 
     async def heartbeat(self, decoded, connection):
         r = decoded.request
+        instance = getattr(r, "group_instance_id", None) if decoded.api_version >= 3 else None
+        unknown = await self.manager.reply_if_unknown(r.group_id, lambda g, now: core.handle_heartbeat(
+            g, core.HeartbeatRequest(UNKNOWN_TOKEN, r.member_id, r.generation_id, instance), now,
+            self.manager.group_config))
+        if unknown is not None:
+            return constant_response(decoded, throttle_time_ms=0, error_code=int(unknown.error))
         try:
             runtime = await self.manager.runtime(r.group_id, loading_code=E.NONE)
             if runtime is None:  # loading: Kafka answers NONE
                 return constant_response(decoded, throttle_time_ms=0, error_code=0)
             token = runtime.next_token()
-            request = core.HeartbeatRequest(
-                token, r.member_id, r.generation_id,
-                getattr(r, "group_instance_id", None) if decoded.api_version >= 3 else None)
+            request = core.HeartbeatRequest(token, r.member_id, r.generation_id, instance)
             result = await runtime.call(token, lambda g, now: core.handle_heartbeat(g, request, now, runtime.config))
             if connection.connection_id in self._notice_connections:
                 if result.error is E.NONE:
@@ -343,10 +353,13 @@ class ApiHandler:
                 for m in results])
 
         try:
-            runtime = await self.manager.runtime(r.group_id)
-            token = runtime.next_token()
-            request = core.LeaveRequest(token, members)
-            result = await runtime.call(token, lambda g, now: core.handle_leave(g, request, now, runtime.config))
+            result = await self.manager.reply_if_unknown(r.group_id, lambda g, now: core.handle_leave(
+                g, core.LeaveRequest(UNKNOWN_TOKEN, members), now, self.manager.group_config))
+            if result is None:
+                runtime = await self.manager.runtime(r.group_id)
+                token = runtime.next_token()
+                request = core.LeaveRequest(token, members)
+                result = await runtime.call(token, lambda g, now: core.handle_leave(g, request, now, runtime.config))
         except GroupUnavailableError as exc:
             return answer(exc.code)
         except StateError as exc:
@@ -388,29 +401,33 @@ class ApiHandler:
     async def offset_fetch(self, decoded, connection):
         r = decoded.request
         if decoded.api_version >= 8:
-            groups = []
-            count = 0
+            answers = []
             for i, g in enumerate(r.groups):
                 await pause_every(i)
-                wanted = None if g.topics is None else [(t.name, p) for t in g.topics for p in t.partition_indexes]
-                code, rows = await self.manager.fetch_offsets(g.group_id, wanted)
-                groups.append({"group_id": g.group_id, "error_code": int(code), "topics": _fetch_topics(rows)})
-                count += 1 + len(rows)
-            return await _answer(decoded, count, throttle_time_ms=0, groups=groups)
-        wanted = None if r.topics is None else [(t.name, p) for t in r.topics for p in t.partition_indexes]
-        code, rows = await self.manager.fetch_offsets(r.group_id, wanted)
-        if decoded.api_version < 2 and code is not E.NONE:
-            rows = [(t, p, -1, "", code) for t, p in (wanted or [])]
-        return await _answer(decoded, len(rows), throttle_time_ms=0, error_code=int(code), topics=_fetch_topics(rows))
+                code, answer = await self.manager.fetch_offsets(g.group_id, _wanted(g.topics))
+                answers.append((g.group_id, code, answer))
+            return await _answer(decoded, sum(1 + len(a) for _, _, a in answers), lambda: {
+                "throttle_time_ms": 0,
+                "groups": [{"group_id": group_id, "error_code": int(code), "topics": answer.response_topics()}
+                           for group_id, code, answer in answers]})
+        wanted = _wanted(r.topics)
+        code, answer = await self.manager.fetch_offsets(r.group_id, wanted)
+        if decoded.api_version < 2 and code is not E.NONE:  # no group error field: it goes on every partition
+            topics = lambda: [{"name": t, "partitions": [  # noqa: E731
+                {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                 "error_code": int(code)} for p in parts]} for t, parts in (wanted or {}).items()]
+        else:
+            topics = answer.response_topics
+        return await _answer(decoded, max(len(answer), count(wanted)), lambda: {
+            "throttle_time_ms": 0, "error_code": int(code), "topics": topics()})
 
     # -- DescribeGroups, ListGroups, DeleteGroups ------------------------------------
     async def describe_groups(self, decoded, connection):
         groups = []
-        described: dict[str, tuple] = {}  # each distinct id once: a request may repeat one 500,000 times
+        # Each distinct id once: a request may repeat one 500,000 times.
+        described = await self.manager.describe_groups(list(dict.fromkeys(decoded.request.groups)))
         for i, group_id in enumerate(decoded.request.groups):
             await pause_every(i)
-            if group_id not in described:
-                described[group_id] = await self.manager.describe(group_id)
             code, description = described[group_id]
             groups.append({
                 "error_code": int(code), "group_id": group_id,
@@ -440,21 +457,36 @@ class ApiHandler:
         return await _answer(decoded, len(listed), throttle_time_ms=0, error_code=0, groups=listed)
 
     async def delete_groups(self, decoded, connection):
-        results = []
-        for i, group_id in enumerate(dict.fromkeys(decoded.request.groups_names)):  # once per name, as Kafka
-            await pause_every(i)
-            code = await self.manager.delete_group(group_id)
-            results.append({"group_id": group_id, "error_code": int(code)})
+        deleted = await self.manager.delete_groups(list(dict.fromkeys(decoded.request.groups_names)))  # once each
+        results = [{"group_id": group_id, "error_code": int(code)} for group_id, code in deleted.items()]
         return await _answer(decoded, len(results), throttle_time_ms=0, results=results)
 
 
-async def _answer(decoded, items: int, **fields):
-    """The answer to ``decoded``; with more than BIG_ANSWER_ITEMS entries,
-    built and encoded in a worker thread (kafka-python spends several
-    microseconds per entry, all of it holding the event loop otherwise)."""
+async def _answer(decoded, items: int, build=None, /, **fields):
+    """The answer to ``decoded``, of ``fields`` or of the fields ``build()``
+    returns; with more than BIG_ANSWER_ITEMS entries, built and encoded in a
+    worker thread (kafka-python spends several microseconds per entry, all of
+    it holding the event loop otherwise)."""
+    def answer():
+        return response_for(decoded, **(build() if build is not None else fields))
+
     if items <= BIG_ANSWER_ITEMS:
-        return response_for(decoded, **fields)
-    return await asyncio.to_thread(lambda: encoded_response(decoded, response_for(decoded, **fields)))
+        return answer()
+    return await off_loop(lambda: encoded_response(decoded, answer()))
+
+
+def _wanted(topics) -> dict[str, list[int]] | None:
+    """An OffsetFetch's topics as :data:`~zkcoord.core.offset_fetch.Wanted`
+    (None: all), its partition lists kept as decoded, not copied per item."""
+    if topics is None:
+        return None
+    wanted: dict[str, list[int]] = {}
+    for topic in topics:
+        if topic.name in wanted:
+            wanted[topic.name] = [*wanted[topic.name], *topic.partition_indexes]
+        else:
+            wanted[topic.name] = topic.partition_indexes
+    return wanted
 
 
 def _state_error_code(exc: StateError) -> ErrorCode:
@@ -504,11 +536,3 @@ def _sync_response(decoded, code, protocol_type=None, protocol_name=None, assign
                         protocol_name=protocol_name, assignment=assignment)
 
 
-def _fetch_topics(rows):
-    """[(topic, partition, offset, metadata, error)] -> OffsetFetch topics."""
-    topics: dict[str, list] = {}
-    for topic, partition, offset, metadata, code in rows:
-        topics.setdefault(topic, []).append({
-            "partition_index": partition, "committed_offset": offset, "committed_leader_epoch": -1,
-            "metadata": metadata, "error_code": int(code)})
-    return [{"name": name, "partitions": parts} for name, parts in topics.items()]

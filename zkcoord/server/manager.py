@@ -65,7 +65,9 @@ UNKNOWN_TOPIC_OR_PARTITION) once the group accepts the commit, and nothing
 is written for it; the other partitions are committed, as Kafka does. A
 request with thousands of partitions or groups is worked through in slices
 of :data:`SLICE`, yielding to the event loop between them, so other
-groups' requests are answered meanwhile.
+groups' requests are answered meanwhile; an OffsetFetch keeps its partitions
+per topic as asked (:mod:`zkcoord.core.offset_fetch`) and the store reads
+only those with a committed offset.
 
 The mode changes while the group is served: a migrate command posts a mode
 request, the owner's :class:`~zkcoord.zk.modes.ModeRequestWatch` hands
@@ -84,35 +86,26 @@ from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.core.limits import DEFAULT_OFFSET_METADATA_MAX_BYTES, offset_commit_error
 from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.core.migration import dual_fetch
+from zkcoord.core.offset_fetch import FetchAnswer, Wanted
 from zkcoord.core.placement import choose_node
 from zkcoord.errors import NotOwnerError, ServiceUnavailableError, StateError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
+from zkcoord.zk.group_reads import unknown_groups
 from zkcoord.zk.modes import ModeRequestWatch
 from zkcoord.zk.offsets import FetchedOffsets
 from zkcoord.server.dual_commit import ForwardedOffsets
-from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
+from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError, monotonic_ms
 from zkcoord.tasks import Background
 
 log = logging.getLogger(__name__)
 E = ErrorCode
 
-#: OffsetFetch's per-partition error for a legacy offset znode that holds no
-#: offset (:mod:`zkcoord.core.legacy_values`). UNKNOWN_SERVER_ERROR is what a
-#: Kafka broker answers when it fails on its own side (``Errors.forException``
-#: of an unexpected exception), and clients treat it as fatal for that fetch:
-#: the Java consumer's poll throws "Unexpected error in fetch offset response
-#: for partition t-0: The server experienced an unexpected error ...", and
-#: kafka-python raises it, so the application and its operator see it at once.
-#: CORRUPT_MESSAGE would be wrong twice: it names a record batch that failed
-#: its CRC, and it is retriable (CorruptRecordException), so clients would
-#: retry forever a value that no retry can repair. The other partitions of the
-#: group are answered as usual; the znode is logged once with its path.
-CORRUPT_OFFSET_ERROR = E.UNKNOWN_SERVER_ERROR
 # How long an OffsetCommit waits to learn a topic's partition count; then it is
 # committed as if the topic exists (Kafka down must not stall a group's commits,
 # nor, behind them on the member's connection, its heartbeats).
 COMMIT_TOPIC_CHECK_WAIT_S = 2.0
 SLICE = 500  # partitions or groups handled between two yields to the event loop
+UNKNOWN_TOKEN = 0  # the token of a request answered for a group that exists nowhere (runtimes count from 1)
 
 
 async def pause_every(index: int) -> None:
@@ -133,6 +126,7 @@ class GroupManager:
         self.store = store
         self.offsets = offsets
         self.nodes = nodes
+        self.conn = conn
         self.topic_watcher = topic_watcher
         self._background = Background(log, "group manager")
         self.runtimes: dict[str, GroupRuntime] = {}
@@ -548,30 +542,22 @@ class GroupManager:
                                         f"{mode} offset storage needs --bootstrap-servers")
         return self.forwarder
 
-    async def fetch_offsets(self, group_id, wanted):
-        """OffsetFetch: (group error, [(topic, partition, offset, metadata, error)]).
-
-        A partition whose legacy znode holds no offset gets
-        :data:`CORRUPT_OFFSET_ERROR` (offset -1); the others are answered."""
+    async def fetch_offsets(self, group_id: str, wanted: Wanted | None) -> tuple[ErrorCode, FetchAnswer]:
+        """OffsetFetch: (group error, answer); ``wanted`` None asks for every
+        committed partition. A partition whose legacy znode holds no offset
+        gets :data:`~zkcoord.core.offset_fetch.CORRUPT_OFFSET_ERROR`; the
+        others are answered."""
+        if group_id in await self._unknown([group_id]):
+            return E.NONE, FetchAnswer(wanted)
         try:
             runtime = await self.runtime(group_id, allow_empty=True)
             stored = await self._fetch_stored(runtime, wanted)
         except GroupUnavailableError as exc:
-            return exc.code, []
+            return exc.code, FetchAnswer({})
         except ZkcoordError as exc:
             log.warning("OffsetFetch %s failed: %s", group_id, exc)
-            return E.COORDINATOR_LOAD_IN_PROGRESS, []
-        corrupt = getattr(stored, "unparsable", {})
-        keys = wanted if wanted is not None else sorted(set(stored) | set(corrupt))
-        rows = []
-        for i, (topic, partition) in enumerate(keys):
-            await pause_every(i)
-            if (topic, partition) in corrupt:
-                rows.append((topic, partition, -1, "", CORRUPT_OFFSET_ERROR))
-                continue
-            offset, metadata = stored.get((topic, partition), (-1, ""))
-            rows.append((topic, partition, offset, metadata, E.NONE))
-        return E.NONE, rows
+            return E.COORDINATOR_LOAD_IN_PROGRESS, FetchAnswer({})
+        return E.NONE, FetchAnswer(wanted, stored, getattr(stored, "unparsable", {}))
 
     async def _fetch_stored(self, runtime: GroupRuntime, wanted) -> dict:
         """``{(topic, partition): (offset, metadata)}`` from the store(s) of the group's mode."""
@@ -596,7 +582,59 @@ class GroupManager:
             raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
 
     # -- describe, list, delete ------------------------------------------------------
+    async def _unknown(self, group_ids: list[str]) -> set[str]:
+        """Of ``group_ids``, those that exist nowhere: not served here, and
+        nothing of them in ZooKeeper (:func:`~zkcoord.zk.group_reads.unknown_groups`).
+        Reads of such a group (DescribeGroups, OffsetFetch, DeleteGroups) are
+        answered as Kafka answers a group it never heard of, without
+        contending for it: asking about a name creates nothing in ZooKeeper.
+        (A group created meanwhile is answered as it was when read.) Empty
+        when ZooKeeper cannot tell: :meth:`runtime` then answers the error."""
+        if self.conn is None:
+            return set()
+        candidates = [g for g in group_ids
+                      if g not in self.runtimes and g not in self._loading and g not in self._broken
+                      and not self.ownership.is_owned(g) and validate_group_id(g, allow_empty=True) is E.NONE]
+        if not candidates:
+            return set()
+        try:
+            return await unknown_groups(self.conn, self.offsets.paths, candidates)
+        except ZkcoordError as exc:
+            log.debug("could not tell whether %d group(s) exist: %s", len(candidates), exc)
+            return set()
+
+    async def reply_if_unknown(self, group_id: str, decide) -> object | None:
+        """For a group that exists nowhere (:meth:`_unknown`): the payload of
+        the reply ``decide(group, now_ms)`` (a core handler, its request
+        carrying :data:`UNKNOWN_TOKEN`) gives on a new empty group, when it
+        writes nothing and starts no timer. None otherwise: the request goes
+        to the group's owner (:meth:`runtime`). A Heartbeat, SyncGroup or
+        LeaveGroup naming a group nobody has is answered as the group would
+        answer it, without contending for it."""
+        if group_id not in await self._unknown([group_id]):
+            return None
+        outcome = decide(core.new_group(group_id), monotonic_ms())
+        reply = outcome.reply_for(UNKNOWN_TOKEN)
+        if outcome.persist or outcome.timers or reply is None:
+            return None
+        return reply.payload
+
+    async def describe_groups(self, group_ids: list[str]) -> dict[str, tuple[ErrorCode, object]]:
+        """DescribeGroups of distinct ids: {id: (error, description)}, the
+        unknown ones looked up together in slices of :data:`SLICE`."""
+        described = {}
+        for start in range(0, len(group_ids), SLICE):
+            chunk = group_ids[start:start + SLICE]
+            unknown = await self._unknown(chunk)
+            for group_id in chunk:
+                described[group_id] = ((E.NONE, core.describe_missing(group_id)) if group_id in unknown
+                                       else await self._describe(group_id))
+        return described
+
     async def describe(self, group_id):
+        return (await self.describe_groups([group_id]))[group_id]
+
+    async def _describe(self, group_id):
         try:
             runtime = await self.runtime(group_id, allow_empty=True)
         except GroupUnavailableError as exc:
@@ -630,6 +668,17 @@ class GroupManager:
                 g = runtime.group
                 listed.append((group_id, g.state.value, g.protocol_type or ""))
         return listed
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        """DeleteGroups of distinct names: {name: error}; an unknown group is
+        GROUP_ID_NOT_FOUND without contending for it."""
+        deleted = {}
+        for start in range(0, len(group_ids), SLICE):
+            chunk = group_ids[start:start + SLICE]
+            unknown = await self._unknown(chunk)
+            for group_id in chunk:
+                deleted[group_id] = E.GROUP_ID_NOT_FOUND if group_id in unknown else await self.delete_group(group_id)
+        return deleted
 
     async def delete_group(self, group_id: str) -> ErrorCode:
         try:

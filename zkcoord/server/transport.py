@@ -58,6 +58,7 @@ from zkcoord.core.limits import (
     DEFAULT_CONNECTIONS_MAX_IDLE_MS, DEFAULT_PARTIAL_REQUESTS_MAX_BYTES, INLINE_DECODE_BYTES, idle_expired,
 )
 
+from .bulk_work import off_loop
 from .codec import (
     COORDINATOR_APIS, FRAME_SIZE_PREFIX_BYTES, ApiRegistry, DecodedRequest,
     FrameSizeError, MalformedFrameError, RequestTooLargeError, ResponseEncodingError, UnsupportedRequestError,
@@ -396,7 +397,7 @@ class _Connection(asyncio.Protocol):
         response = None
         if decoded is None:
             try:
-                decoded = await asyncio.to_thread(decode_request, frame, self._server._apis)
+                decoded = await off_loop(decode_request, frame, self._server._apis)
             except (MalformedFrameError, UnsupportedRequestError) as exc:
                 self._task = None
                 log.warning("closing %s: %s", self.info, exc)

@@ -24,170 +24,31 @@ Rules:
 2. multiRead returns every op's outcome on its own, so a missing znode is a
    NoNodeError in its slot, as with one read per znode; requests stay under
    512 KiB (ZooKeeper's jute.maxbuffer is 1 MiB).
-3. kazoo has no multiRead: :class:`_MultiRead` is a request class shaped like
-   kazoo's own (``type``, ``serialize``, ``deserialize``), queued with the
-   client's ``_call`` as kazoo's ``*_async`` methods queue theirs.
+3. kazoo has no multiRead: :mod:`zkcoord.zk.multi_read` adds it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
-import select
-from collections import namedtuple
 from collections.abc import Iterable, Sequence
 
-from kazoo.exceptions import EXCEPTIONS, NoNodeError, ZookeeperError
-from kazoo.handlers.threading import SequentialThreadingHandler
-from kazoo.protocol.states import ZnodeStat
-from kazoo.protocol.serialization import int_struct, multiheader_struct, read_buffer, read_string, stat_struct, \
-    write_string
+from kazoo.exceptions import NoNodeError
 
 from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import ServiceUnavailableError, ZkcoordError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.legacy import LegacyGroup, LegacyOffsets, TopicPartition
-from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.connection import SelectHandler, ZkConnection
+from zkcoord.zk.multi_read import (  # noqa: F401 (GET_DATA, GET_CHILDREN, read_znodes: this module's API too)
+    _BYTES_PER_READ, _GET_CHILDREN, _GET_DATA, _OPS_PER_READ, GET_CHILDREN, GET_DATA, _MultiRead,
+    multi_read_supported, read_znodes,
+)
 from zkcoord.zk.state_store import decode_state
 
-__all__ = ["GET_DATA", "GET_CHILDREN", "SelectHandler", "read_znodes", "Reads", "MultiReadLegacy", "SingleReads", "ReaderLegacy", "multi_read_supported", "reader_for"]
+__all__ = ["GET_DATA", "GET_CHILDREN", "SelectHandler", "read_znodes", "read_many", "Reads", "MultiReadLegacy", "SingleReads", "ReaderLegacy", "multi_read_supported", "reader_for"]
 
 log = logging.getLogger(__name__)
-
-_GET_DATA, _GET_CHILDREN, _ERROR = 4, 8, -1
-GET_DATA, GET_CHILDREN = _GET_DATA, _GET_CHILDREN  # the op kinds of read_znodes
-_OPS_PER_READ = 1000
-_BYTES_PER_READ = 512 * 1024  # well under jute.maxbuffer (1 MiB)
-_VERSION = re.compile(r"Zookeeper version: (\d+)\.(\d+)")
-
-class SelectHandler(SequentialThreadingHandler):
-    """kazoo's threading handler, waiting with ``select.select`` while every
-    descriptor fits it (below ``FD_SETSIZE``), else as kazoo does.
-
-    kazoo's connection thread waits once per request it sends and per answer
-    it reads, and kazoo's own wait builds, fills and closes a new epoll
-    object each time: about 100 us of CPU per request, which for a task's
-    thousands of pipelined requests was the largest single cost of apply.
-    """
-
-    def select(self, rlist, wlist, xlist, timeout=None):  # noqa: D102 (kazoo's signature)
-        try:
-            low = all(_fileno(f) < _FD_SETSIZE for f in (*rlist, *wlist, *xlist))
-        except (TypeError, ValueError, OSError):
-            low = False
-        if not low:
-            return super().select(rlist, wlist, xlist, timeout)
-        try:
-            return select.select(rlist, wlist, xlist, timeout)
-        except ValueError:  # a descriptor closed meanwhile: kazoo's own wait says so as kazoo expects
-            return super().select(rlist, wlist, xlist, timeout)
-
-_FD_SETSIZE = 1024
-
-def _fileno(obj) -> int:
-    return obj if isinstance(obj, int) else obj.fileno()
-
-class _MultiRead(namedtuple("_MultiRead", "ops")):
-    """ZooKeeper's multiRead request (OpCode 22, 3.6+): ``ops`` are
-    ``(_GET_DATA | _GET_CHILDREN, absolute path)``; the answer is each op's
-    data, children or exception instance, in order. kazoo's own request
-    classes look the same (``type``, ``serialize``, ``deserialize``)."""
-
-    type = 22
-    stats = False  # True (:class:`_MultiReadStats`): a data op answers ``(data, ZnodeStat)``
-
-    def serialize(self) -> bytes:
-        out = bytearray()
-        for op, path in self.ops:
-            out += multiheader_struct.pack(op, False, -1)
-            out += write_string(path)
-            out.append(0)  # no watch
-        out += multiheader_struct.pack(-1, True, -1)
-        return bytes(out)
-
-    @classmethod
-    def deserialize(cls, buf: bytes, offset: int) -> list:
-        results: list = []
-        while True:
-            op, done, _ = multiheader_struct.unpack_from(buf, offset)
-            offset += multiheader_struct.size
-            if done:
-                return results
-            if op == _GET_DATA:
-                data, offset = read_buffer(buf, offset)
-                if cls.stats:
-                    results.append((data, ZnodeStat._make(stat_struct.unpack_from(buf, offset))))
-                else:
-                    results.append(data)
-                offset += stat_struct.size
-            elif op == _GET_CHILDREN:
-                count = int_struct.unpack_from(buf, offset)[0]
-                offset += int_struct.size
-                children = []
-                for _ in range(max(count, 0)):
-                    child, offset = read_string(buf, offset)
-                    children.append(child)
-                results.append(children)
-            elif op == _ERROR:
-                code = int_struct.unpack_from(buf, offset)[0]
-                offset += int_struct.size
-                kind = EXCEPTIONS.get(code)  # .get: the defaultdict raises for codes it does not know
-                results.append(kind() if kind is not None else ZookeeperError(f"ZooKeeper error code {code}"))
-            else:
-                raise ValueError(f"multiRead answer with op type {op}")
-
-class _MultiReadStats(_MultiRead):
-    """multiRead whose data ops answer ``(data, ZnodeStat)``: for versioned writes after the read."""
-
-    stats = True
-
-async def read_znodes(conn: ZkConnection, ops: list[tuple[int, str]], *, multi: bool, stats: bool = False) -> list:
-    """Every op's outcome, in order (``GET_DATA``: the data, or ``(data,
-    ZnodeStat)`` with ``stats``; ``GET_CHILDREN``: the names; a failure:
-    the exception instance, NoNodeError included). ``multi``: in multiRead
-    requests (ZooKeeper 3.6+), else one pipelined request per znode. Never
-    raises for one op; a lost connection shows as each op's ConnectionLoss."""
-    client = conn.client
-    if not multi:
-        calls = [client.get_children_async(path) if op == GET_CHILDREN else client.get_async(path)
-                 for op, path in ops]
-        outcomes = await aio.gather(asyncio.get_running_loop(), calls)
-        return [o[0] if op == GET_DATA and not stats and isinstance(o, tuple) else o
-                for (op, _), o in zip(ops, outcomes)]
-    kind = _MultiReadStats if stats else _MultiRead
-    chroot = client.chroot or ""
-    pending, sizes, chunk, size = [], [], [], 0
-    for op, path in ops:
-        full = chroot + path
-        if chunk and (len(chunk) >= _OPS_PER_READ or size + len(full) + 16 > _BYTES_PER_READ):
-            pending.append(_send(client, kind(chunk)))
-            sizes.append(len(chunk))
-            chunk, size = [], 0
-        chunk.append((op, full))
-        size += len(full) + 16
-    if chunk:
-        pending.append(_send(client, kind(chunk)))
-        sizes.append(len(chunk))
-    results: list = []
-    for outcome, count in zip(await aio.gather(asyncio.get_running_loop(), pending), sizes):
-        results += [outcome] * count if isinstance(outcome, BaseException) else outcome
-    return results
-
-def _send(client, request):
-    result = client.handler.async_result()
-    client._call(request, result)  # how kazoo's own *_async methods queue a request
-    return result
-
-async def multi_read_supported(conn: ZkConnection) -> bool:
-    """True if the server we are connected to says (``srvr``) it is 3.6 or later."""
-    try:
-        answer = await asyncio.to_thread(conn.client.command, b"srvr")
-    except Exception as exc:  # 4lw disabled or refused: do not guess
-        log.info("ZooKeeper srvr failed (%r); reading one znode per request", exc)
-        return False
-    match = _VERSION.search(answer)
-    return match is not None and (int(match.group(1)), int(match.group(2))) >= (3, 6)
 
 def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="backslashreplace")

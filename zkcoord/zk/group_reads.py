@@ -31,8 +31,9 @@ from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from zkcoord.core.legacy_values import partition_number
-from zkcoord.errors import StateError
+from zkcoord.errors import StateError, ZkcoordError
 from zkcoord.zk import aio, election, paths
+from zkcoord.zk.multi_read import GET_DATA, read_many
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.legacy import TopicPartition
 from zkcoord.zk.nodes import NodeInfo, read_nodes
@@ -98,6 +99,27 @@ async def list_legacy_groups(conn: ZkConnection, offsets: paths.OffsetPaths) -> 
         except NoNodeError:
             return []
     return await conn.retry(f"list the groups under {offsets.root}", inner)
+
+
+async def unknown_groups(conn: ZkConnection, offsets: paths.OffsetPaths, groups: list[str]) -> set[str]:
+    """Those of ``groups`` ZooKeeper holds nothing of: no coordinator
+    directory (election, state), no offsets directory in the legacy layout,
+    no migration record. Names that cannot be a znode are left out (the
+    caller's own checks answer them). Three reads per group, in multiRead
+    requests (:func:`~zkcoord.zk.bulk_reads.read_many`)."""
+    valid = []
+    for group in groups:
+        try:
+            valid.append((group, (paths.coordinator(group), offsets.offsets_dir(group), paths.migration(group))))
+        except ZkcoordError:
+            continue
+
+    async def inner() -> set[str]:
+        found = await read_many(conn, [(GET_DATA, path) for _, where in valid for path in where])
+        _raise_unexpected(*found)
+        return {group for i, (group, _) in enumerate(valid)
+                if all(isinstance(outcome, NoNodeError) for outcome in found[3 * i:3 * i + 3])}
+    return await conn.retry(f"look up {len(valid)} group(s)", inner) if valid else set()
 
 
 async def read_group(conn: ZkConnection, offsets: paths.OffsetPaths, group: str, *,

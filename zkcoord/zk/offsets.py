@@ -27,8 +27,9 @@ Rules:
 4. What exists is known per (group, topic) directory from one
    ``get_children`` (not one read per partition), parents are ensured once,
    and both are corrected when a multi proves them wrong.
-5. Fetch issues its reads in slices of ``FETCH_SLICE`` partitions and
-   reports unparsable values (not an int64 decimal >= -1, by
+5. Fetch issues its reads in slices of ``FETCH_SLICE`` partitions (of a
+   topic asked for by more than that many, only those its directory lists:
+   a request naming millions reads the few that exist) and reports unparsable values (not an int64 decimal >= -1, by
    :mod:`zkcoord.core.legacy_values`) per partition instead of failing,
    logging each corrupt znode once. Everything runs on the event loop;
    kazoo results hop onto it.
@@ -44,7 +45,7 @@ import asyncio
 import collections
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kazoo.exceptions import (
@@ -52,8 +53,10 @@ from kazoo.exceptions import (
 )
 
 from zkcoord.core.legacy_values import Unparsable, partition_number, read_legacy_value, shown
+from zkcoord.core.offset_fetch import Wanted, wanted_by_topic
 from zkcoord.errors import NotOwnerError, ServiceUnavailableError, UsageError, ZkcoordError
 from zkcoord.zk import aio, paths
+from zkcoord.zk.multi_read import GET_DATA, read_many
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.ownership import Fence
 
@@ -69,6 +72,19 @@ _PREPARE_SLICE = 2000  # entries built between two yields to the event loop
 FETCH_SLICE = 1000  # partitions read at once by a fetch
 _VALIDATE_SLICE = 10_000  # partition numbers checked between two yields to the event loop
 _MAX_REPORTED = 10_000  # corrupt znodes remembered as already logged
+
+
+def _check_partition_numbers(numbers: Sequence[int]) -> None:
+    """UsageError unless every one is a partition number (an int >= 0), in C-speed passes."""
+    try:
+        lowest = min(numbers, default=0)
+        ints = all(type(n) is int for n in numbers) if len(numbers) < 64 else isinstance(lowest, int)
+    except TypeError:
+        ints = False
+    if not ints:
+        for n in numbers:
+            paths.partition_name(n)
+    paths.partition_name(lowest)
 
 
 @dataclass
@@ -554,46 +570,72 @@ class OffsetStore:
         return below + [root]
 
     # -------------------------------------------------------------- reads
-    async def fetch(self, group: str, partitions: Iterable[TopicPartition] | None = None) -> FetchedOffsets:
+    async def fetch(self, group: str, partitions: Iterable[TopicPartition] | Wanted | None = None) -> FetchedOffsets:
         """Committed offsets of ``partitions`` (all of the group's if None).
 
+        ``partitions`` is ``[(topic, partition)]`` or ``{topic: [partition]}``
+        (:data:`~zkcoord.core.offset_fetch.Wanted`, as a request names them).
         Partitions without a committed offset are left out; values that are
         not decimals are in ``.unparsable``.
         """
-        wanted = None
+        wanted: Wanted | None = None
         if partitions is not None:
-            wanted = [(t, p) for t, p in partitions]
-            # Validated before any read, each distinct topic once: a request may name
-            # millions of partitions of a few topics, and this runs on the event loop.
-            for topic in {t for t, _ in wanted}:
+            wanted = partitions if isinstance(partitions, Mapping) else wanted_by_topic(partitions)
+            # Validated before any read, each topic once and its partitions in slices: one request may
+            # name millions of partitions of a few topics, and this runs on the event loop.
+            for topic, numbers in wanted.items():
                 self.paths.topic_dir(group, topic)
-            for i, (_, partition) in enumerate(wanted):
-                paths.partition_name(partition)
-                if i % _VALIDATE_SLICE == _VALIDATE_SLICE - 1:
+                for start in range(0, len(numbers), _VALIDATE_SLICE):
+                    _check_partition_numbers(numbers[start:start + _VALIDATE_SLICE])
                     await asyncio.sleep(0)
         else:
             self.paths.group(group)
         return await self._conn.retry(f"fetch the offsets of group {group!r}", self._inner_fetch, group, wanted)
 
-    async def _inner_fetch(self, group: str, wanted: list[TopicPartition] | None) -> FetchedOffsets:
+    async def _inner_fetch(self, group: str, wanted: Wanted | None) -> FetchedOffsets:
         if wanted is None:
-            wanted = await self._list_partitions(group)
+            listed = await self._list_partitions(group)
+        else:
+            listed = []
+            for topic, numbers in wanted.items():
+                listed += await self._present(group, topic, numbers)
         found = FetchedOffsets()
-        for start in range(0, len(wanted), FETCH_SLICE):
-            await self._fetch_slice(group, wanted[start:start + FETCH_SLICE], found)
+        for start in range(0, len(listed), FETCH_SLICE):
+            await self._fetch_slice(group, listed[start:start + FETCH_SLICE], found)
         return found
 
+    async def _present(self, group: str, topic: str, numbers: Sequence[int]) -> list[TopicPartition]:
+        """The partitions of ``numbers`` worth a read: all of them when few
+        (one round trip reads them), else those with a znode in the topic's
+        directory (one ``get_children``; a request naming two million
+        partitions of a topic with ten committed reads ten)."""
+        if len(numbers) <= FETCH_SLICE:
+            return [(topic, n) for n in dict.fromkeys(numbers)]
+        directory = self.paths.topic_dir(group, topic)
+        try:
+            names = await aio.call(self._conn.client.get_children_async, directory)
+        except NoNodeError:
+            return []
+        committed: set[int] = set()
+        for start in range(0, len(names), _VALIDATE_SLICE):
+            committed.update(n for name in names[start:start + _VALIDATE_SLICE]
+                             if (n := partition_number(name)) is not None)
+            await asyncio.sleep(0)
+        present: set[int] = set()
+        for start in range(0, len(numbers), _VALIDATE_SLICE):
+            present |= committed.intersection(numbers[start:start + _VALIDATE_SLICE])
+            await asyncio.sleep(0)
+        return [(topic, n) for n in sorted(present)]
+
     async def _fetch_slice(self, group: str, wanted: list[TopicPartition], found: FetchedOffsets) -> None:
-        client = self._conn.client
-        loop = asyncio.get_running_loop()
         values, metas = {}, {}  # topic -> its directories, built once per slice (fetch validated them)
         for topic, _ in wanted:
             if topic not in values:
                 values[topic] = self.paths.topic_dir(group, topic)
                 metas[topic] = self.paths.metadata_topic_dir(group, topic)
-        reads = [client.get_async(f"{values[t]}/{p}") for t, p in wanted]
-        reads += [client.get_async(f"{metas[t]}/{p}") for t, p in wanted]
-        outcomes = await aio.gather(loop, reads)
+        reads = [(GET_DATA, f"{values[t]}/{p}") for t, p in wanted]
+        reads += [(GET_DATA, f"{metas[t]}/{p}") for t, p in wanted]
+        outcomes = await read_many(self._conn, reads)
         for i, tp in enumerate(wanted):
             value, meta = outcomes[i], outcomes[len(wanted) + i]
             for outcome in (value, meta):
@@ -601,12 +643,12 @@ class OffsetStore:
                     raise outcome
             if isinstance(value, NoNodeError):
                 continue
-            offset = read_legacy_value(value[0])
+            offset = read_legacy_value(value)
             if isinstance(offset, Unparsable):
                 found.unparsable[tp] = offset.reason
-                self._report_unparsable(self.paths.partition(group, *tp), value[0], offset)
+                self._report_unparsable(self.paths.partition(group, *tp), value, offset)
                 continue
-            found[tp] = (offset, "" if isinstance(meta, NoNodeError) else self._metadata(meta[0], offset))
+            found[tp] = (offset, "" if isinstance(meta, NoNodeError) else self._metadata(meta, offset))
 
     async def _list_partitions(self, group: str) -> list[TopicPartition]:
         client = self._conn.client

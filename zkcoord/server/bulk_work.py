@@ -1,0 +1,59 @@
+"""A request's millions of objects, made off the event loop and without the
+cyclic garbage collector's full passes.
+
+An 8 MiB request names up to two million partitions; decoding it, and
+building and encoding its answer, make millions of objects. That work runs in
+a worker thread (:func:`off_loop`), so the event loop keeps serving other
+clients meanwhile. But while those objects live, each of the collector's full
+collections walks all of them with the GIL held, and stops the whole daemon:
+another group's heartbeats measured up to 1 s late (``bench/bench_hostile.py``,
+OffsetFetch of 2M partitions). Decoded requests and encoded answers hold no
+reference cycles, so reference counting frees them; the cyclic collector is
+paused while such work runs, counted, so overlapping work keeps it paused
+until the last ends, and only if it was enabled before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["off_loop"]
+
+T = TypeVar("T")
+_lock = threading.Lock()
+_running = 0
+_resume = False  # re-enable the collector when the last work ends
+
+
+def _begin() -> None:
+    global _running, _resume
+    with _lock:
+        if _running == 0:
+            _resume = gc.isenabled()
+            gc.disable()
+        _running += 1
+
+
+def _end() -> None:
+    global _running
+    with _lock:
+        _running -= 1
+        if _running == 0 and _resume:
+            gc.enable()
+
+
+def _without_collector(fn: Callable[..., T], *args: Any) -> T:
+    _begin()
+    try:
+        return fn(*args)
+    finally:
+        _end()
+
+
+async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a worker thread, the cyclic collector paused meanwhile."""
+    return await asyncio.to_thread(_without_collector, fn, *args)
