@@ -129,6 +129,15 @@ def test_daemon_answers_a_corrupt_group_with_an_error_and_serves_the_others(zk_h
                 assert answer.error_code == E_UNKNOWN_SERVER_ERROR, (group, found, answer)
             joined = await join_group(client, good)  # same connection: still served
             assert (joined.error_code, joined.generation_id) == (E_NONE, 1)
+            # An operator repairs one: the daemon reads it again (after BROKEN_RECHECK_MS) and serves it,
+            # with no restart.
+            repaired = bad["wrong-type"]
+            zk.set(f"/coordinators/{repaired}/state", state())
+            deadline = asyncio.get_running_loop().time() + 30
+            while (answer := await client.call(join(repaired))).error_code == E_UNKNOWN_SERVER_ERROR:
+                assert asyncio.get_running_loop().time() < deadline, "the repaired group is still refused"
+                await asyncio.sleep(0.5)
+            assert answer.error_code == E_MEMBER_ID_REQUIRED
         finally:
             await client.close()
             await daemon.stop()
@@ -270,3 +279,29 @@ def test_import_refuses_a_value_that_is_not_an_offset_and_writes_nothing(zk_host
     result, output = run("migrate", "import", "--file", str(file), "--zookeeper", zk_hosts)
     assert result.exit_code == 2 and f"line 1: offset '{2**70}' is not a whole number" in output
     assert zk.exists(f"/consumers/{group}") is None
+
+
+def test_a_node_registration_named_by_a_huge_number_is_skipped(zk_hosts, zk, unique_name):
+    """/zkcoord/nodes/<5,000 digits>: Python's int() refuses such a string
+    (ValueError, its 4,300-digit limit), which once failed every lookup."""
+    group = unique_name("g")
+
+    async def scenario():
+        daemon, client = await start_daemon(zk_hosts)  # it initialises the layout
+        await client.close()
+        await daemon.stop()
+        put(zk, "/zkcoord/nodes/" + "9" * 5000, b'{"host":"h","port":1}')
+        put(zk, "/zkcoord/nodes/" + "9" * 12, b'{"host":"h","port":1}')  # beyond int32: not a node id
+        daemon, client = await start_daemon(zk_hosts)  # reads the registrations as it starts
+        try:
+            found = await client.call(FindCoordinatorRequest(version=3, key=group, key_type=0))
+            assert (found.error_code, found.node_id) == (E_NONE, 1)
+            joined = await join_group(client, group)
+            assert joined.error_code == E_NONE
+        finally:
+            await client.close()
+            await daemon.stop()
+
+    asyncio.run(scenario())
+    result = CliRunner().invoke(cli, ["groups", "--zookeeper", zk_hosts])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output

@@ -118,6 +118,8 @@ class FakeGateway:
         self.handler = Handler()
         self.max_frame_bytes = max_frame_bytes
         self.request_limits = RequestLimits(max_frame_bytes, max_frame_bytes, max_frame_bytes)
+        self.partial_requests_max_bytes = 4 * max_frame_bytes
+        self.partial_bytes = 0
         self.broker_address = broker_address
         self.metrics = None
         self.connections: list[ClientConnection] = []
@@ -324,3 +326,37 @@ async def test_a_client_that_does_not_read_stops_the_broker_being_read(scene):
 
 def test_the_in_flight_limit_is_a_sane_number():
     assert 5 <= gc.MAX_IN_FLIGHT <= 4096
+
+
+@in_scene
+async def test_a_group_request_over_its_limit_is_refused_from_its_first_bytes(scene):
+    """Only the size prefix and API key of a 512 KiB JoinGroup (limit 64 KiB)
+    are sent: the connection is closed without the rest being waited for
+    (before, the gateway buffered up to max_frame_bytes first)."""
+    broker, gateway, connect = scene
+    gateway.request_limits = RequestLimits(1 << 20, 64 << 10, 64 << 10)
+    client, bystander = await connect(), await connect()
+    await client.send((512 << 10).to_bytes(4, "big") + (11).to_bytes(2, "big"))  # JoinGroup's api key
+    assert await client.closed()
+    await bystander.send(_frame(LIST_OFFSETS, 5, 3))  # a forwarded request of the same size is not capped
+    assert await bystander.answer() == (3, b"ok")
+
+
+@in_scene
+async def test_unfinished_requests_of_all_connections_are_capped_together(scene):
+    """Each connection sends part of a frame; the one whose bytes would take
+    the total over partial_requests_max_bytes is closed, the others stay."""
+    broker, gateway, connect = scene
+    gateway.partial_requests_max_bytes = 300_000
+    first, second, third = await connect(), await connect(), await connect()
+    part = (900_000).to_bytes(4, "big") + _frame(LIST_OFFSETS, 5, 1)[4:12] + bytes(140_000)
+    await first.send(part)
+    await second.send(part)
+    while gateway.partial_bytes < 2 * len(part):
+        await asyncio.sleep(0.01)
+    await third.send(part)
+    assert await third.closed()
+    assert gateway.partial_bytes == 2 * len(part)
+    first.writer.close()
+    while gateway.partial_bytes > len(part):  # a closed connection's bytes no longer count
+        await asyncio.sleep(0.01)

@@ -51,7 +51,7 @@ from kafka.protocol.schemas.fields.codecs import Int32
 from zkcoord.core.gateway import PRODUCE, Route, needs_rewrite, route_of
 from zkcoord.gateway.frames import RequestFrames, produce_expects_response, request_prefix
 from zkcoord.server.codec import (
-    COORDINATOR_APIS, FRAME_SIZE_PREFIX_BYTES, MessageBuildError, RequestTooLargeError, WireProtocolError,
+    COORDINATOR_APIS, FRAME_SIZE_PREFIX_BYTES, MessageBuildError, WireProtocolError,
     build_message,
     decode_request, encode_response, encode_response_frame,
 )
@@ -105,7 +105,8 @@ class ClientConnection(asyncio.Protocol):
         self.broker_id = broker_id
         self._transport: asyncio.Transport | None = None
         self.info = ConnectionInfo(0, "?", 0)
-        self._frames = RequestFrames(gateway.max_frame_bytes)
+        self._frames = RequestFrames(gateway.max_frame_bytes, self._limit_of)
+        self._held = 0  # bytes of ours counted in the gateway's partial_bytes
         self._order: deque[_Slot] = deque()  # answers not written yet, in request order
         self._awaiting: deque[_Pending] = deque()  # forwarded, answer not started
         self._upstream: Upstream | None = None
@@ -139,6 +140,13 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         now = self.last_active_ms = _now_ms()
+        gateway = self._gateway
+        if gateway.partial_bytes + len(data) > gateway.partial_requests_max_bytes:
+            log.warning("closing gateway %s: its %d more bytes would make the unfinished requests of all "
+                        "connections hold more than %d bytes (partial_requests_max_bytes, at least "
+                        "socket_request_max_bytes)", self.info, len(data), gateway.partial_requests_max_bytes)
+            self.close()
+            return
         if self.partial_since_ms is None:
             self.partial_since_ms = now
         self._frames.feed(data)
@@ -167,6 +175,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._account()
         if exc is not None:
             log.info("gateway %s lost: %r", self.info, exc)
         for task in (self._local, self._connecting):
@@ -203,6 +212,7 @@ class ClientConnection(asyncio.Protocol):
             if self._outbox:
                 self._upstream.writelines(self._outbox)
                 self._outbox = []
+            self._account()
         self._update_reading()
 
     def _route(self, frame: bytes) -> None:
@@ -214,10 +224,8 @@ class ClientConnection(asyncio.Protocol):
             rewrite = route is Route.REWRITE and needs_rewrite(api_key, version)
             self._forward(frame, correlation_id, api_key, version, rewrite, answered)
         elif route is Route.LOCAL:
-            self._check_size(frame, api_key)
             self._handle(decode_request(memoryview(frame)[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS))
         elif route is Route.COORDINATOR:
-            self._check_size(frame, api_key)
             decoded = decode_request(memoryview(frame)[FRAME_SIZE_PREFIX_BYTES:], COORDINATOR_APIS)
             if (getattr(decoded.request, "key_type", 0) or 0) == 0:
                 self._handle(decoded)
@@ -229,13 +237,20 @@ class ClientConnection(asyncio.Protocol):
             raise RefusedRequestError(f"api key {api_key} v{version} (correlation id {correlation_id}) is a "
                                       "group API zkcoord does not serve; the gateway does not advertise it")
 
-    def _check_size(self, frame: bytes, api_key: int) -> None:
-        """A group request above its API's limit is refused before it is decoded (rule 7)."""
-        size = len(frame) - FRAME_SIZE_PREFIX_BYTES
-        request_limits = self._gateway.request_limits
-        if size > request_limits.request_max_bytes(api_key):
-            raise RequestTooLargeError(size, request_limits.request_max_bytes(api_key), api_key,
-                                       request_limits.setting_of(api_key))
+    def _limit_of(self, api_key: int) -> tuple[int, str] | None:
+        """A group request's limit, checked as soon as its size and API key
+        are read, before the rest is buffered (rule 7); None: forwarded
+        requests, bounded by max_frame_bytes."""
+        if route_of(api_key) in (Route.LOCAL, Route.COORDINATOR):
+            request_limits = self._gateway.request_limits
+            return request_limits.request_max_bytes(api_key), request_limits.setting_of(api_key)
+        return None
+
+    def _account(self) -> None:
+        """Keep the gateway's partial_bytes up to date with what we hold."""
+        held = 0 if self.closed else self._frames.buffered_bytes
+        self._gateway.partial_bytes += held - self._held
+        self._held = held
 
     def _check_upstream_api(self, api_key: int, version: int) -> None:
         table = self._gateway.advertised(self.broker_id)

@@ -14,18 +14,21 @@ what goes to the broker unchanged.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 from kafka.protocol.producer import ProduceRequest
 from kafka.protocol.schemas.fields.codecs import Int16, Int32, UnsignedVarInt32
 
 from zkcoord.server.codec import (
-    FRAME_SIZE_PREFIX_BYTES, FrameSizeError, MalformedFrameError, decode_request_header, frame_size,
+    FRAME_SIZE_PREFIX_BYTES, FrameSizeError, MalformedFrameError, RequestTooLargeError, decode_request_header,
+    frame_size,
 )
 
 __all__ = ["RequestFrames", "request_prefix", "produce_expects_response", "REQUEST_PREFIX_BYTES"]
 
 REQUEST_PREFIX_BYTES = FRAME_SIZE_PREFIX_BYTES + 8  # size, api key, api version, correlation id
 _COMPACT_BUFFER_BYTES = 64 * 1024
+_API_KEY_END = FRAME_SIZE_PREFIX_BYTES + 2  # the size prefix and the api key
 
 
 class RequestFrames:
@@ -34,15 +37,19 @@ class RequestFrames:
     ``feed`` what the socket gave, then take frames with ``next_frame`` until
     it returns None. A size prefix that is negative or above
     ``max_frame_bytes`` raises FrameSizeError before the frame is buffered,
-    so a client cannot make the gateway hold more than one frame's worth.
+    so a client cannot make the gateway hold more than one frame's worth;
+    with ``limit_of``, a frame over its API's limit raises RequestTooLargeError
+    as soon as its size and API key are read.
     """
 
-    __slots__ = ("_buffer", "_pos", "_max_frame_bytes")
+    __slots__ = ("_buffer", "_pos", "_max_frame_bytes", "_limit_of")
 
-    def __init__(self, max_frame_bytes: int) -> None:
+    def __init__(self, max_frame_bytes: int,
+                 limit_of: Callable[[int], tuple[int, str] | None] | None = None) -> None:
         self._buffer = bytearray()
         self._pos = 0
         self._max_frame_bytes = max_frame_bytes
+        self._limit_of = limit_of  # api key -> (its largest frame, the setting), None: max_frame_bytes
 
     def feed(self, data: bytes) -> None:
         self._buffer += data
@@ -53,8 +60,13 @@ class RequestFrames:
         if available < FRAME_SIZE_PREFIX_BYTES:
             self._compact()
             return None
-        end = pos + FRAME_SIZE_PREFIX_BYTES + frame_size(buffer[pos:pos + FRAME_SIZE_PREFIX_BYTES],
-                                                         self._max_frame_bytes)
+        size = frame_size(buffer[pos:pos + FRAME_SIZE_PREFIX_BYTES], self._max_frame_bytes)
+        if self._limit_of is not None and available >= _API_KEY_END:
+            api_key = int.from_bytes(buffer[pos + FRAME_SIZE_PREFIX_BYTES:pos + _API_KEY_END], "big", signed=True)
+            limit = self._limit_of(api_key)
+            if limit is not None and size > limit[0]:  # refused before the rest of it is buffered
+                raise RequestTooLargeError(size, limit[0], api_key, limit[1])
+        end = pos + FRAME_SIZE_PREFIX_BYTES + size
         if end > len(buffer):
             self._compact()
             return None

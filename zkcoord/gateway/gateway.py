@@ -76,6 +76,7 @@ class GatewaySettings:
     leader_hints: bool = False
     connections_max_idle_ms: int = limits.DEFAULT_CONNECTIONS_MAX_IDLE_MS
     request_limits: limits.RequestLimits = limits.RequestLimits()
+    partial_requests_max_bytes: int = limits.DEFAULT_PARTIAL_REQUESTS_MAX_BYTES
 
     @classmethod
     def from_config(cls, config: DaemonConfig) -> GatewaySettings | None:
@@ -99,7 +100,8 @@ class GatewaySettings:
                           for s in config.bootstrap_servers.split(",") if s.strip())
         return cls(host, port, adv_host, adv_port, BrokerPorts(low, high), bootstrap,
                    config.topic_metadata_refresh_ms, config.socket_request_max_bytes,
-                   config.gateway_leader_hints == "on", config.connections_max_idle_ms, config.request_limits)
+                   config.gateway_leader_hints == "on", config.connections_max_idle_ms, config.request_limits,
+                   config.partial_requests_max_bytes)
 
 
 class Gateway:
@@ -110,6 +112,10 @@ class Gateway:
         self.handler = handler
         self.max_frame_bytes = settings.max_frame_bytes
         self.request_limits = settings.request_limits
+        # What all client connections may hold of unfinished requests together; at least one whole frame
+        # (a Produce may be socket_request_max_bytes).
+        self.partial_requests_max_bytes = max(settings.partial_requests_max_bytes, settings.max_frame_bytes)
+        self.partial_bytes = 0
         self._sweeper: asyncio.Task | None = None
         self.cluster = ClusterView(list(settings.bootstrap), settings.refresh_ms, on_broker=self._on_broker)
         self._own: socket.socket | None = None

@@ -105,6 +105,7 @@ E = ErrorCode
 # nor, behind them on the member's connection, its heartbeats).
 COMMIT_TOPIC_CHECK_WAIT_S = 2.0
 SLICE = 500  # partitions or groups handled between two yields to the event loop
+BROKEN_RECHECK_MS = 5_000  # a group whose state could not be loaded is read again after this long
 UNKNOWN_TOKEN = 0  # the token of a request answered for a group that exists nowhere (runtimes count from 1)
 
 
@@ -131,7 +132,9 @@ class GroupManager:
         self._background = Background(log, "group manager")
         self.runtimes: dict[str, GroupRuntime] = {}
         self._loading: dict[str, asyncio.Task] = {}
-        self._broken: dict[str, str] = {}  # group -> why its state cannot be loaded
+        # group -> (why its state cannot be loaded, when that was found): its requests get UNKNOWN_SERVER_ERROR
+        # without a read for BROKEN_RECHECK_MS, then the state is read again (an operator may have repaired it).
+        self._broken: dict[str, tuple[str, int]] = {}
         # Without a ZooKeeper connection (unit tests) no mode request reaches the groups; without a
         # forwarder (no --bootstrap-servers) dual and kafka groups are not available.
         self.mode_requests = ModeRequestWatch(conn, self._on_mode_request) if conn is not None else None
@@ -225,7 +228,7 @@ class GroupManager:
             await runtime.load(record, None if version is None or version < 0 else version)
             self._track_topics(runtime.group)
         except StateError as exc:
-            self._broken[group_id] = str(exc)
+            self._broken[group_id] = (str(exc), monotonic_ms())
             log.error("group %s cannot be served: %s", group_id, exc)
             raise GroupUnavailableError(group_id, E.UNKNOWN_SERVER_ERROR, str(exc)) from exc
         except ZkcoordError as exc:
@@ -266,7 +269,9 @@ class GroupManager:
         if code is not E.NONE:
             raise GroupUnavailableError(group_id, code, "invalid group id")
         if group_id in self._broken:
-            raise GroupUnavailableError(group_id, E.UNKNOWN_SERVER_ERROR, self._broken[group_id])
+            reason, since = self._broken[group_id]
+            if monotonic_ms() - since < BROKEN_RECHECK_MS:
+                raise GroupUnavailableError(group_id, E.UNKNOWN_SERVER_ERROR, reason)
         if group_id in self._loading or (self.ownership.is_owned(group_id)
                                          and self.ownership.is_suspended(group_id)):
             if loading_code is E.NONE:

@@ -36,6 +36,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.retry import ForceRetryError
 
 import zkcoord
+from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import NodeIdInUseError, StateError, ZkcoordError
 from zkcoord.tasks import Background
 from zkcoord.zk import aio, paths
@@ -275,7 +276,7 @@ async def read_nodes(client, watch: Callable | None = None) -> dict[int, NodeInf
         if watch is not None:  # the first daemon's registration creates it
             await aio.call(client.exists_async, paths.NODES, watch)
         return {}
-    ids = sorted(int(c) for c in children if c.isascii() and c.isdigit() and int(c) < 2**31)
+    ids = sorted(n for c in children if (n := partition_number(c)) is not None)  # ASCII digits up to int32
     outcomes = await aio.gather(asyncio.get_running_loop(), [client.get_async(paths.node(i)) for i in ids])
     found = {}
     for node_id, outcome in zip(ids, outcomes):
