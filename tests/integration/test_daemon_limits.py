@@ -9,7 +9,7 @@ import asyncio
 import dataclasses
 
 import pytest
-from kafka.protocol.admin.groups import DescribeGroupsRequest
+from kafka.protocol.admin.groups import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer.group import (
     HeartbeatRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
 )
@@ -253,3 +253,27 @@ def test_an_offset_fetch_naming_many_partitions_reads_only_the_committed_ones(zk
         assert answered == expected
     assert single.error_code == E_NONE and grouped.groups[0].error_code == E_NONE
     assert [(p.partition_index, p.committed_offset) for p in single.topics[1].partitions] == [(0, -1), (1, -1)]
+
+
+def test_a_list_groups_filter_holding_a_null_is_answered(zk_hosts, zk, unique_name):
+    """Found by the fuzzer (bench/fuzz_daemon.py): a null in ListGroups'
+    states filter (a non-nullable array of strings) failed the handler and
+    closed the connection."""
+    group = unique_name("g")
+
+    async def scenario():
+        daemon, running = await running_daemon(zk_hosts)
+        client = await WireClient.connect(*running.advertised, "c")
+        try:
+            joined = await client.call(join(group, await join_with_id(client, group)))  # listed: filtered
+            assert joined.error_code == E_NONE
+            stable = await client.call(ListGroupsRequest(version=4, states_filter=[None, "completingrebalance"]))
+            typed = await client.call(ListGroupsRequest(version=5, states_filter=[], types_filter=[None, "Classic"]))
+            return stable, typed
+        finally:
+            await client.close()
+            await daemon.stop()
+
+    stable, typed = asyncio.run(scenario())
+    assert stable.error_code == E_NONE and [g.group_id for g in stable.groups] == [group]
+    assert typed.error_code == E_NONE and [g.group_id for g in typed.groups] == [group]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 # JVM heaps: ZooKeeper is tiny; each broker gets enough for the benchmarks.
-ZOOKEEPER_HEAP = ("-Xms64m", "-Xmx256m")
+ZOOKEEPER_HEAP = ("-Xms64m", "-Xmx768m")  # an 8 MiB OffsetCommit makes 460,000 znodes; 256m ran out
 KAFKA_HEAP = ("-Xms256m", "-Xmx768m")
 JVM_COMMON = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
 

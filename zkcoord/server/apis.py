@@ -443,14 +443,18 @@ class ApiHandler:
 
     async def list_groups(self, decoded, connection):
         r = decoded.request
-        states = set(getattr(r, "states_filter", None) or []) if decoded.api_version >= 4 else set()
-        types = set(getattr(r, "types_filter", None) or []) if decoded.api_version >= 5 else set()
+        # Filters compared case-insensitively, as Kafka does; a null entry (the field is not nullable,
+        # but a decoder lets one through) matches nothing.
+        states = {s.lower() for s in (getattr(r, "states_filter", None) or []) if isinstance(s, str)} \
+            if decoded.api_version >= 4 else set()
+        types = {t.lower() for t in (getattr(r, "types_filter", None) or []) if isinstance(t, str)} \
+            if decoded.api_version >= 5 else set()
+        if types and "classic" not in types:
+            return await _answer(decoded, 0, throttle_time_ms=0, error_code=0, groups=[])
         listed = []
         for i, (group_id, state, protocol_type) in enumerate(await self.manager.list_groups()):
             await pause_every(i)
-            if states and state.lower() not in {s.lower() for s in states}:
-                continue
-            if types and "classic" not in {t.lower() for t in types}:
+            if states and state.lower() not in states:
                 continue
             listed.append({"group_id": group_id, "protocol_type": protocol_type, "group_state": state,
                            "group_type": "classic"})
