@@ -3,7 +3,8 @@
 The fault tests restart ZooKeeper and the broker, so they do not share the
 session sandbox of ``tests/conftest.py``: ``fault_sandbox`` starts a
 :class:`~tests.faults.harness.MarkedSandbox` once for ``tests/faults`` in
-``$ZKCOORD_TEST_STATE_DIR-faults`` (or a fresh temporary directory) and
+``$ZKCOORD_TEST_STATE_DIR-faults`` (or a fresh temporary directory,
+removed at the end: :func:`~tests.faults.harness.state_directory`) and
 always takes it down at the end, pass or fail. Its JVMs, like every daemon
 and worker the tests start, carry ``-X``/``-D zkcoord-test-process=...``, the
 marker ``.ci/run`` kills stray processes by.
@@ -12,15 +13,13 @@ marker ``.ci/run`` kills stray processes by.
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
-from tests.faults.harness import MarkedSandbox
+from tests.faults.harness import MarkedSandbox, state_directory
 from tests.support.kafka_ready import wait_group_coordinator
 from zkcoord.local.sandbox import Sandbox
 
@@ -34,15 +33,14 @@ class FaultServices:
 
 @pytest.fixture(scope="session")
 def fault_sandbox():
-    base = os.environ.get("ZKCOORD_TEST_STATE_DIR")
-    state_dir = Path(f"{base}-faults") if base else Path(tempfile.mkdtemp(prefix="zkcoord-faults-")) / "sandbox"
-    sandbox = MarkedSandbox(state_dir, log=print)
-    try:
-        state, _ = sandbox.up(brokers=1)
-        wait_group_coordinator(sandbox.bootstrap_servers(state))
-        yield FaultServices(sandbox, sandbox.zookeeper_address(state), sandbox.bootstrap_servers(state))
-    finally:
-        sandbox.down()
+    with state_directory(os.environ.get("ZKCOORD_TEST_STATE_DIR")) as state_dir:
+        sandbox = MarkedSandbox(state_dir, log=print)
+        try:
+            state, _ = sandbox.up(brokers=1)
+            wait_group_coordinator(sandbox.bootstrap_servers(state))
+            yield FaultServices(sandbox, sandbox.zookeeper_address(state), sandbox.bootstrap_servers(state))
+        finally:
+            sandbox.down()
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 
 * :class:`MarkedSandbox` - the fault tests' own ZooKeeper + Kafka
   (:class:`zkcoord.local.sandbox.Sandbox`), its JVMs carrying the
-  ``zkcoord-test-process=$ZKCOORD_TEST_STATE_DIR`` marker ``.ci/run`` kills by.
+  ``zkcoord-test-process=$ZKCOORD_TEST_STATE_DIR`` marker ``.ci/run`` kills by;
+  :func:`state_directory` - where it keeps its state.
 * :func:`expire_session` - make ZooKeeper end any session, for real: a
   session's password is ``java.util.Random(id ^ 0xB3415C00).nextBytes(16)``
   (``ZooKeeperServer.generatePasswd``), so a second client can attach to it
@@ -22,14 +23,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import signal
 import subprocess
+import shutil
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from kafka import KafkaProducer
@@ -46,6 +51,22 @@ LIVENESS_S = 120.0  # bound of every wait for the system to come back
 class MarkedSandbox(Sandbox):
     def _java(self, name, heap, classpath, main, *args, props=()):
         return super()._java(name, heap, classpath, main, *args, props=(f"-D{process_marker()}", *props))
+
+
+@contextlib.contextmanager
+def state_directory(base: str | None) -> Iterator[Path]:
+    """The fault sandbox's state directory: ``<base>-faults`` (``.ci/run``
+    gives the base and cleans it), else a new temporary directory, removed
+    on the way out whatever the sandbox left in it (its ``down()`` removes
+    its own state only)."""
+    if base:
+        yield Path(f"{base}-faults")
+        return
+    made = Path(tempfile.mkdtemp(prefix="zkcoord-faults-"))
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 # -- sessions ---------------------------------------------------------------------------
