@@ -186,9 +186,10 @@ def check_round(zk, hosts, bootstrap, tmp_path, seed, topic, groups, legacy, bef
     code = wait_exit(verify)
     assert code == (1 if any(ahead.values()) else 0), out.read_text()[-3000:]
     text = out.read_text()
-    start = next(i for i, line in enumerate(text.splitlines(keepends=True)) if line.startswith("["))
-    results, _ = json.JSONDecoder().raw_decode("".join(text.splitlines(keepends=True)[start:]))  # a summary follows
-    found = {r["group"]: r for r in results}
+    start = next(i for i, line in enumerate(text.splitlines(keepends=True)) if line.startswith("{"))
+    document, _ = json.JSONDecoder().raw_decode("".join(text.splitlines(keepends=True)[start:]))  # a summary follows
+    assert document["schema"] == "zkcoord/migrate-verify/v1"
+    found = {r["group"]: r for r in document["groups"]}
     assert {g: found[g]["behind"] for g in groups} == {g: [] for g in groups}, f"seed {seed}: Kafka behind"
     assert {g: [[b["topic"], b["partition"], b["zookeeper"], b["kafka"]] for b in found[g]["zookeeper_behind"]]
             for g in groups} == ahead, f"seed {seed}: ZooKeeper behind Kafka elsewhere than where Kafka was ahead"

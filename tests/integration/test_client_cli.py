@@ -39,7 +39,8 @@ def test_consume_prints_commits_and_continues(services, zk_hosts, zk, unique_nam
         assert first.exit_code == 0, first.output
         rows = [json.loads(line) for line in first.stdout.splitlines()]
         assert len(rows) == 5
-        assert all(set(r) == {"topic", "partition", "offset", "timestamp", "key", "value"} for r in rows)
+        assert all(set(r) == {"schema", "topic", "partition", "offset", "timestamp", "key", "value"} for r in rows)
+        assert {r["schema"] for r in rows} == {"zkcoord/consume/v1"}
         assert all(r["topic"] == topic and r["value"] == f"value of {r['key']}" for r in rows)
         stored = {p: int(zk.get(f"/consumers/{group}/offsets/{topic}/{p}")[0])
                   for p in range(3) if zk.exists(f"/consumers/{group}/offsets/{topic}/{p}")}

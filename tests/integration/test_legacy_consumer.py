@@ -84,7 +84,9 @@ def migrate(*args: str, code: int = 0):
     result = CliRunner().invoke(cli, ["migrate", *args, "--output", "json"], env={"COLUMNS": "300"})
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
     assert result.exit_code == code, result.output
-    return json.loads(result.stdout)
+    document = json.loads(result.stdout)
+    assert document["schema"] == f"zkcoord/migrate-{args[0]}/v1"
+    return document if args[0] == "plan" else document["groups"]
 
 
 def committed_by_events(events) -> dict[int, int]:

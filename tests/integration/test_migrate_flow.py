@@ -52,9 +52,12 @@ def run_cli(*args: str):
 
 
 def json_cli(*args: str, code: int = 0):
+    """The command's JSON document; of the per-group commands, its groups."""
     result = run_cli(*args, "--output", "json")
     assert result.exit_code == code, result.output
-    return json.loads(result.stdout)
+    document = json.loads(result.stdout)
+    assert document["schema"] == f"zkcoord/migrate-{args[0]}/v1"
+    return document if args[0] == "plan" else document["groups"]
 
 
 @pytest.fixture
@@ -391,7 +394,7 @@ def test_mode_switch_reaches_a_running_daemon_without_restart(services, zk_hosts
             assert kafka_offsets(admin, group) == {}  # zookeeper storage: Kafka untouched
 
             applied = json.loads((await asyncio.to_thread(run_cli, "apply", "--group", group, *z, "--output",
-                                                          "json")).stdout)
+                                                          "json")).stdout)["groups"]
             assert applied[0]["mode"]["via"] == "owner 1"
             record = state(zk, group)
             assert (record["os"], record["s"], record["g"], [m["id"] for m in record["m"]]) == \

@@ -254,6 +254,8 @@ def test_plan_cli_outputs_table_json_and_csv(zk, zk_hosts, kafka, services, topi
     as_json = run_cli("plan", *common, "--output", "json", "--force")
     assert as_json.exit_code == 0
     document = json.loads(as_json.stdout)
+    assert (document["schema"], document["zookeeper"], document["zk_root"], document["bootstrap_servers"]) == (
+        "zkcoord/migrate-plan/v1", zk_hosts, "/consumers", services.bootstrap_servers)
     found = {(grp["group"], p["topic"], p["partition"]): (p["decision"], p["target"])
              for grp in document["groups"] for p in grp["partitions"]}
     assert found == expected | {(g.odd, topic, 1): ("beyond-log-end-forced", RECORDS)}

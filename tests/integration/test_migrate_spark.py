@@ -314,6 +314,7 @@ def test_cli_prints_the_summary_and_writes_the_report(zk, zk_hosts, kafka, servi
     out = run_cli(*common, "--report-dir", str(tmp_path / "json"), "--output", "json")
     assert out.exit_code == 0, out.output
     document = json.loads(out.stdout)
+    assert document["schema"] == "zkcoord/migrate-run-job/v1"
     assert document["totals"] == expected.totals.as_dict()
     assert document["groups_selected"] == GROUPS + 1 and document["error_groups"] == 0
     assert Path(urlparse(document["report"]["parquet"]).path).is_dir()

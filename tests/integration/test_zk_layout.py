@@ -40,7 +40,7 @@ def test_status_on_an_empty_zookeeper(zk_hosts, zk):
     result = invoke("status", "--zookeeper", zk_hosts, "--output", "json")
     assert result.exit_code == 1, result.output
     assert json.loads(result.stdout) == {
-        "zookeeper": zk_hosts, "state": "empty", "version": 0, "known_version": 1,
+        "schema": "zkcoord/migrate-layout-status/v1", "zookeeper": zk_hosts, "state": "empty", "version": 0, "known_version": 1,
         "migrations": [{"version": 1, "description": "create zkcoord's root znodes", "state": "pending",
                         "applied_at_ms": None, "applied_by": None}]}
     table = invoke("status", "--zookeeper", zk_hosts)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from zkcoord.cli import inspect_cmd as cmd
+from zkcoord.cli.render import print_out
 from zkcoord.inspect.gather import NO_KAFKA
 from zkcoord.inspect.model import (
     Coordinator, DescribeReport, GroupsReport, GroupSummary, GroupView, MemberView, Migration, OffsetRow,
@@ -25,7 +26,7 @@ DUAL = GroupView("mig", ("zkcoord", "kafka"), "Empty", "zookeeper", "dual", gene
 
 
 def printed(renderables, capsys) -> list[str]:
-    cmd._print(renderables)
+    print_out(*renderables)
     return [line.rstrip() for line in capsys.readouterr().out.splitlines()]
 
 
@@ -108,13 +109,14 @@ def test_watch_goes_on_after_a_failed_refresh(capsys):
     def target(output: str) -> cmd._Target:
         return cmd._Target("zk:2181", "/consumers", None, 1000, output, True, 0.2, 2)
 
-    code = asyncio.run(cmd._watch(target("json"), report, lambda r: [], "zkcoord describe billing"))
+    code = asyncio.run(cmd._watch(target("json"), report, lambda r: [], "zkcoord describe billing", "describe"))
     first, second = (json.loads(line) for line in capsys.readouterr().out.splitlines())
     assert code == 0 and first["error"] == "ZooKeeper at zk:2181 did not answer within 1 s" and first["at"]
+    assert first["schema"] == "zkcoord/describe/v1"  # a failed refresh is a document of the same schema
     assert second["schema"] == "zkcoord/describe/v1" and second["groups"][0]["group"] == "billing"
 
     answers[:] = [ServiceUnavailableError("down"), ServiceUnavailableError("still down")]
-    code = asyncio.run(cmd._watch(target("table"), report, lambda r: [], "zkcoord describe billing"))
+    code = asyncio.run(cmd._watch(target("table"), report, lambda r: [], "zkcoord describe billing", "describe"))
     out = capsys.readouterr().out
     assert code == 2 and out.count("Every 0.2s: zkcoord describe billing") == 2
     assert "error: down (retrying)" in out and "error: still down (retrying)" in out

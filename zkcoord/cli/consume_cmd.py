@@ -19,6 +19,7 @@ from contextlib import contextmanager
 
 import click
 
+from zkcoord.cli.render import SCHEMAS
 from zkcoord.config import build_config
 
 POLL_MS = 200
@@ -87,7 +88,7 @@ def consume(topics, from_beginning, max_records, output, **flags):
 
 def _render(record, output: str) -> str:
     if output == "json":
-        row = {"topic": record.topic, "partition": record.partition, "offset": record.offset,
+        row = {"schema": SCHEMAS["consume"], "topic": record.topic, "partition": record.partition, "offset": record.offset,
                "timestamp": record.timestamp}
         for name, raw in (("key", record.key), ("value", record.value)):
             if raw is None:

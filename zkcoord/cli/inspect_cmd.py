@@ -33,10 +33,10 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from zkcoord.cli.render import document as document_of, print_out, stdout_console
 from zkcoord.core.group_states import GroupState
 from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.errors import UsageError, ZkcoordError
@@ -116,7 +116,7 @@ def groups(states: tuple[str, ...], modes: tuple[str, ...], **options: Any) -> N
                             select(found.groups, wanted, modes), found.notes)
 
     title = "zkcoord groups" + "".join(f" --state {s}" for s in wanted) + "".join(f" --mode {m}" for m in modes)
-    _execute(target, report, _groups_table, title)
+    _execute(target, report, _groups_table, title, "groups")
 
 
 def _parse_states(states: tuple[str, ...]) -> tuple[str, ...]:
@@ -173,7 +173,7 @@ def describe(group_ids: tuple[str, ...], all_groups: bool, offsets_view: bool, m
         return dataclasses.replace(await inspector.describe(names), listed=all_groups)
 
     title = "zkcoord describe " + (" ".join(group_ids) or "--all-groups") + f" --{view}"
-    _execute(target, report, lambda r: _describe_tables(r, view, verbose), title)
+    _execute(target, report, lambda r: _describe_tables(r, view, verbose), title, "describe")
 
 
 def _describe_tables(report: DescribeReport, view: str, verbose: bool) -> list[RenderableType]:
@@ -279,26 +279,9 @@ def _error_lines(report: DescribeReport | GroupsReport) -> list[str]:
     return [e.message for e in getattr(report, "errors", ())]
 
 
-def _print(renderables: list[RenderableType], console: Console | None = None) -> None:
-    """Print without wrapping when not on a terminal (pipes, files): one row per line, as
-    kafka-consumer-groups does, so grep and awk see whole rows."""
-    console = console or Console(highlight=False)
-    if console.is_terminal:
-        for renderable in renderables:
-            console.print(renderable)
-        return
-    unbounded = console.options.update_width(1_000_000)
-    widths = [Measurement.get(console, unbounded, r).maximum for r in renderables]
-    wide = Console(highlight=False, width=max([80, *widths]), no_color=True)
-    with wide.capture() as captured:
-        for renderable in renderables:
-            wide.print(renderable)
-    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
-
-
 # ------------------------------------------------------------------ running
 def _execute(target: _Target, report: Callable[[Inspector], Awaitable[R]],
-             tables: Callable[[R], list[RenderableType]], title: str) -> None:
+             tables: Callable[[R], list[RenderableType]], title: str, command: str) -> None:
     kafka = KafkaOffsets(target.bootstrap_servers, request_timeout_ms=target.timeout_ms,
                          client_id="zkcoord-inspect") if target.bootstrap_servers else None
     conn = ZkConnection(target.zookeeper, connect_timeout_ms=target.timeout_ms, request_timeout_ms=target.timeout_ms)
@@ -309,7 +292,7 @@ def _execute(target: _Target, report: Callable[[Inspector], Awaitable[R]],
                                   live_timeout_s=min(3.0, target.timeout_ms / 1000))
             try:
                 if target.watch:
-                    return await _watch(target, lambda: report(inspector), tables, title)
+                    return await _watch(target, lambda: report(inspector), tables, title, command)
                 return _emit(target, await report(inspector), tables)
             finally:
                 if kafka is not None:
@@ -329,7 +312,7 @@ def _emit(target: _Target, report: R, tables: Callable[[R], list[RenderableType]
     if target.output == "json":
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:
-        _print(tables(report))
+        print_out(*tables(report))
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     for message in _error_lines(report):
         errors.print(_error(message))
@@ -337,11 +320,11 @@ def _emit(target: _Target, report: R, tables: Callable[[R], list[RenderableType]
 
 
 async def _watch(target: _Target, report: Callable[[], Awaitable[R]],
-                 tables: Callable[[R], list[RenderableType]], title: str) -> int:
+                 tables: Callable[[R], list[RenderableType]], title: str, command: str) -> int:
     """Refresh every ``interval`` s: in place on a terminal, one snapshot after
     another elsewhere, one JSON document per line with --output json. A
     refresh that fails shows its error and the watch goes on."""
-    console = Console(highlight=False)
+    console = stdout_console()
     live = Live(console=console, auto_refresh=False) if target.output == "table" and console.is_terminal else None
     code, done = 0, 0
     with live if live is not None else contextlib.nullcontext():
@@ -355,7 +338,7 @@ async def _watch(target: _Target, report: Callable[[], Awaitable[R]],
             done += 1
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             if target.output == "json":
-                document = {"error": failure} if found is None else found.as_dict()
+                document = document_of(command, {"error": failure}) if found is None else found.as_dict()
                 click.echo(json.dumps(dict(document, at=stamp), separators=(",", ":")))
             else:
                 header = Text.assemble((f"Every {target.interval:g}s: {title}", "bold"), f"    {stamp}")
@@ -364,7 +347,7 @@ async def _watch(target: _Target, report: Callable[[], Awaitable[R]],
                 if live is not None:
                     live.update(Group(header, *body), refresh=True)
                 else:
-                    _print([header, *body, Text("")], console)
+                    print_out(header, *body, Text(""), console=console)
             if target.count is None or done < target.count:
                 await asyncio.sleep(target.interval)
     return code

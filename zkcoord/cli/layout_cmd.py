@@ -12,17 +12,16 @@ Rendering lives here; the work is in :mod:`zkcoord.zk.layout`.
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import datetime, timezone
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from zkcoord.cli.base import ZkcoordGroup, run_with_zookeeper as _run
+from zkcoord.cli.render import echo_document, print_out
 from zkcoord.zk import layout as zk_layout
 from zkcoord.zk.layout import Layout, LayoutState, Migration
 
@@ -62,7 +61,7 @@ def status(zookeeper: str, timeout_ms: int, output: str) -> None:
     state = found.state(migrations)
     hosts = zookeeper.strip()
     if output == "json":
-        click.echo(json.dumps(_status_dict(found, migrations, hosts), indent=2))
+        echo_document("migrate layout status", _status_dict(found, migrations, hosts))
     else:
         _print_status(found, migrations, hosts)
     error = zk_layout.refusal(found, migrations, hosts, daemon=False)
@@ -107,7 +106,7 @@ def _print_status(found: Layout, migrations: tuple[Migration, ...], hosts: str) 
               LayoutState.NEWER: "newer than this zkcoord"}.get(state, state.value)
     click.echo(f"ZooKeeper layout of {hosts}: version {found.version} ({detail}); this zkcoord knows version "
                f"{len(migrations)}")
-    table = Table()
+    table = Table(title_justify="left")
     for column in COLUMNS:
         table.add_column(column, overflow="fold")
     colours = {"applied": "green", "pending": "yellow"}
@@ -117,7 +116,7 @@ def _print_status(found: Layout, migrations: tuple[Migration, ...], hosts: str) 
         cells[2].stylize(colours.get(row["state"], "red"))
         table.add_row(*cells)
     if table.rows:
-        Console(highlight=False).print(table)
+        print_out(table)
     pending = found.pending(migrations)
     if pending and state is not LayoutState.NEWER:
         click.echo(f"{len(pending)} migration(s) pending: run `zkcoord migrate layout up --zookeeper {hosts}`"

@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from zkcoord.cli.base import ZkcoordGroup, run_with_zookeeper as _run
+from zkcoord.cli.render import echo_document, print_out
 from zkcoord.core.legacy_values import Unparsable, read_legacy_value, shown
 from zkcoord.core.migration import Decision, Options, Plan, parse_legacy_offset
 from zkcoord.errors import UsageError
@@ -123,7 +124,10 @@ def plan(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeep
             await asyncio.to_thread(kafka.close)
 
     result = _run(zookeeper, timeout_ms, work)
-    {"table": _print_table, "json": _print_json, "csv": _print_csv}[output](result, zk_root)
+    if output == "json":
+        echo_document("migrate plan", _plan_dict(result, zookeeper, zk_root, bootstrap_servers))
+    else:
+        {"table": _print_table, "csv": _print_csv}[output](result, zk_root)
     if selection.groups and result.groups and all(g.activity.state_error for g in result.groups):
         sys.exit(1)  # every group asked for by name has a corrupt state: nothing it asked about is usable
 
@@ -150,30 +154,27 @@ def _totals_lines(result: Plan) -> list[str]:
 
 
 def _print_table(result: Plan, zk_root: str) -> None:
-    console = Console(highlight=False)
-    table = Table(title=Text(f"migration plan ({zk_root} -> Kafka)"))
-    for column in ("GROUP", "TOPIC", "PARTITION", "LEGACY", "KAFKA", "LOG START", "LOG END", "DECISION",
-                   "TARGET", "NOTE"):
-        table.add_column(column, overflow="fold")
+    out: list[RenderableType] = []
+    table = _new_table(f"migration plan ({zk_root} -> Kafka)", ("GROUP", "TOPIC", "PARTITION", "LEGACY", "KAFKA",
+                                                                 "LOG START", "LOG END", "DECISION", "TARGET", "NOTE"))
     for row in result.rows:
         values = _row_values(row)
         cells = [Text("-" if values[c] is None else str(values[c])) for c in PLAN_COLUMNS]
         cells[7].stylize(_decision_style(row.decision))
         table.add_row(*cells)
     if result.rows:
-        console.print(table)
+        out.append(table)
     elif not result.groups:
-        console.print(Text(f"no group under {zk_root} is selected"))
+        out.append(Text(f"no group under {zk_root} is selected"))
     for group in result.groups:
         if not group.rows:
-            console.print(Text(f"group {group.group}: no legacy offsets"))
+            out.append(Text(f"group {group.group}: no legacy offsets"))
         for note in group.notes:
-            console.print(Text.assemble((f"group {group.group}: ", "bold"), note))
-    for line in _totals_lines(result):
-        console.print(Text(line))
+            out.append(Text.assemble((f"group {group.group}: ", "bold"), note))
+    print_out(*out, *(Text(line) for line in _totals_lines(result)))
 
 
-def _plan_dict(result: Plan, zk_root: str) -> dict[str, Any]:
+def _plan_dict(result: Plan, zookeeper: str, zk_root: str, bootstrap_servers: str) -> dict[str, Any]:
     groups = []
     for g in result.groups:
         a = g.activity
@@ -185,13 +186,9 @@ def _plan_dict(result: Plan, zk_root: str) -> dict[str, Any]:
             "flagged": g.flagged, "notes": list(g.notes),
             "partitions": [{k: v for k, v in _row_values(r).items() if k != "group"} for r in g.rows],
         })
-    return {"zk_root": zk_root, "options": {"allow_rewind": result.options.allow_rewind,
-                                            "force": result.options.force},
+    return {"zookeeper": zookeeper.strip(), "zk_root": zk_root, "bootstrap_servers": bootstrap_servers,
+            "options": {"allow_rewind": result.options.allow_rewind, "force": result.options.force},
             "groups": groups, "totals": result.totals.as_dict()}
-
-
-def _print_json(result: Plan, zk_root: str) -> None:
-    click.echo(json.dumps(_plan_dict(result, zk_root), indent=2))
 
 
 def _print_csv(result: Plan, zk_root: str) -> None:
@@ -290,10 +287,7 @@ def import_(file: Path, fmt: str, group: str | None, zookeeper: str, zk_root: st
     if not dry_run:
         click.echo(f"wrote {count} offset(s) of {len(offsets)} group(s) under {zk_root}")
         return
-    console = Console(highlight=False)
-    table = Table(title=Text(f"import {source} into {zk_root} (dry run)"))
-    for column in ("GROUP", "TOPIC", "PARTITION", "CURRENT", "NEW"):
-        table.add_column(column, overflow="fold")
+    table = _new_table(f"import {source} into {zk_root} (dry run)", ("GROUP", "TOPIC", "PARTITION", "CURRENT", "NEW"))
     for name in sorted(offsets):
         current = outcome[name].offsets
         for (topic, partition), value in sorted(offsets[name].items()):
@@ -301,8 +295,7 @@ def import_(file: Path, fmt: str, group: str | None, zookeeper: str, zk_root: st
             now = "-" if now is None else now if len(now) <= 40 else shown(now)  # a corrupt value, cut short
             cells = (name, topic, str(partition), now, str(value))
             table.add_row(*(Text(cell) for cell in cells))
-    console.print(table)
-    console.print(Text(f"dry run: would write {count} offset(s) of {len(offsets)} group(s); nothing was written"))
+    print_out(table, Text(f"dry run: would write {count} offset(s) of {len(offsets)} group(s); nothing was written"))
 
 
 def _read_file(file: Path) -> str:
@@ -355,23 +348,27 @@ def _json_lines_sink(file: Path | None):
     return sink
 
 
-def _table(title: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
-    table = Table(title=Text(title))
+def _new_table(title: str, columns: tuple[str, ...]) -> Table:
+    table = Table(title=Text(title), title_justify="left")
     for column in columns:
         table.add_column(column, overflow="fold")
+    return table
+
+
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
+    table = _new_table(title, columns)
     for row in rows:
         table.add_row(*(Text("-" if cell is None else str(cell)) for cell in row))
-    Console(highlight=False).print(table)
+    print_out(table)
 
 
-def _echo_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, default=_jsonable))
-
-
-def _jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        return dataclasses.asdict(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+def _echo_groups(command: str, groups: list[dict[str, Any]], zookeeper: str, zk_root: str,
+                 bootstrap_servers: str | None = None) -> None:
+    """The JSON document of a per-group migrate command (see zkcoord.cli.render)."""
+    context = {"zookeeper": zookeeper.strip(), "zk_root": zk_root}
+    if command != "migrate status":
+        context["bootstrap_servers"] = bootstrap_servers
+    echo_document(command, {**context, "groups": groups})
 
 
 def _finish(failed: int, what: str) -> None:
@@ -408,7 +405,7 @@ def apply(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap
     results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
                              lambda a: apply_groups(a, selection, options, on_step=progress, backup_sink=sink))
     if output == "json":
-        _echo_json([dataclasses.asdict(r) for r in results])
+        _echo_groups("migrate apply", [dataclasses.asdict(r) for r in results], zookeeper, zk_root, bootstrap_servers)
     else:
         _table("migrate apply", ("GROUP", "OUTCOME", "PHASE", "COMMITTED", "SKIPPED", "MODE", "MESSAGE"),
                [(r.group, r.outcome, r.phase, len(r.committed), len(r.skipped),
@@ -438,7 +435,8 @@ def verify(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstra
     results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
                              lambda a: verify_groups(a, selection))
     if output == "json":
-        _echo_json([dataclasses.asdict(r) for r in results])
+        _echo_groups("migrate verify", [dataclasses.asdict(r) for r in results], zookeeper, zk_root,
+                     bootstrap_servers)
     else:
         _table("migrate verify", ("GROUP", "PHASE", "RESULT", "CHECKED", "NOTES"),
                [(r.group, r.phase, _verdict(r), r.checked, "; ".join(r.notes) or None) for r in results])
@@ -482,7 +480,8 @@ def finalize(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootst
     results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
                              lambda a: finalize_groups(a, selection, delete_legacy=delete_legacy, archive_sink=sink))
     if output == "json":
-        _echo_json([dataclasses.asdict(r) for r in results])
+        _echo_groups("migrate finalize", [dataclasses.asdict(r) for r in results], zookeeper, zk_root,
+                     bootstrap_servers)
     else:
         _table("migrate finalize", ("GROUP", "OUTCOME", "PHASE", "ARCHIVED", "DELETED", "MESSAGE"),
                [(r.group, r.outcome, r.phase, r.archived, r.deleted, r.message or None) for r in results])
@@ -507,7 +506,8 @@ def rollback(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootst
     results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
                              lambda a: rollback_groups(a, selection, to_backup=to_backup))
     if output == "json":
-        _echo_json([dataclasses.asdict(r) for r in results])
+        _echo_groups("migrate rollback", [dataclasses.asdict(r) for r in results], zookeeper, zk_root,
+                     bootstrap_servers)
     else:
         _table("migrate rollback", ("GROUP", "OUTCOME", "PHASE", "ZK WRITTEN", "KAFKA RESTORED", "KAFKA DELETED",
                                     "MESSAGE"),
@@ -534,7 +534,7 @@ def status(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, output) 
 
     found = _with_adapters(zookeeper, zk_root, timeout_ms, None, work, writes=False)
     if output == "json":
-        _echo_json([s.as_dict() for s in found])
+        _echo_groups("migrate status", [s.as_dict() for s in found], zookeeper, zk_root)
         return
     if not found:
         click.echo("no migrated group")

@@ -15,7 +15,6 @@ group was refused or failed (as ``migrate verify`` / ``migrate apply``);
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from datetime import datetime, timezone
 from typing import Any
@@ -25,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from zkcoord.cli.render import echo_document
 from zkcoord.core.migration import Options
 from zkcoord.errors import UsageError
 from zkcoord.migrate.plan import Selection
@@ -136,7 +136,7 @@ def run_and_report(config, *, spark_master: str | None = None, spark_conf: dict[
             result = run_job(config, spark, on_progress=bar.update)
         # the summary before the session ends: a first local session then still saves its class archive
         if output == "json":
-            click.echo(json.dumps(_as_dict(result), indent=2))
+            echo_document("migrate run-job", _as_dict(result))
         else:
             _print_summary(result, config.record_verify)
     failing = sum(result.outcomes.get(name, 0) for name in _FAILING[mode]) + result.error_groups
