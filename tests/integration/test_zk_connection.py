@@ -1,14 +1,20 @@
-"""Starting and stopping a daemon's ZooKeeper session, and its errors."""
+"""Starting and stopping a ZooKeeper session (a daemon's, a command's), and its errors."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 
 import pytest
-from test_zk_support import connection, eventually
+from click.testing import CliRunner
+from test_zk_support import CuttableProxy, connection, eventually
 
+from zkcoord.cli.main import cli
+from zkcoord.config import DaemonConfig
 from zkcoord.errors import ConfigError, ServiceUnavailableError
 from zkcoord.local.procs import free_port
+from zkcoord.server.daemon import Daemon
 from zkcoord.zk.connection import SessionEvent, ZkConnection
 
 pytestmark = pytest.mark.integration
@@ -40,3 +46,90 @@ def test_events_and_stop(zk_hosts, zk):
         assert zk.exists("/eph") is None  # the session ended with stop()
         assert events == [SessionEvent.CONNECTED]  # no events after stop()
     asyncio.run(scenario())
+
+
+# -- a command's connection fails at once when nothing listens; a daemon's waits ------------------
+
+def refusing_hosts(count: int, chroot: str = "/x") -> str:
+    return ",".join(f"127.0.0.1:{free_port()}" for _ in range(count)) + chroot
+
+
+def test_a_command_gives_up_at_once_when_every_server_refuses():
+    hosts = refusing_hosts(2)
+    conn = ZkConnection(hosts, connect_timeout_ms=120_000, fail_when_refused=True)  # not waited for
+    servers = hosts.removesuffix("/x").split(",")
+    with pytest.raises(ServiceUnavailableError) as caught:
+        conn.start()
+    assert str(caught.value) == (f"cannot connect to ZooKeeper at {hosts}: {servers[0]} refused the connection, "
+                                 f"{servers[1]} refused the connection; check the address and that ZooKeeper is up")
+    assert not conn.connected
+    unresolved = ZkConnection("no-such-host.invalid:2181", connect_timeout_ms=120_000, fail_when_refused=True)
+    with pytest.raises(ServiceUnavailableError, match=r"at no-such-host.invalid:2181: no-such-host.invalid does "
+                                                      r"not resolve \("):
+        unresolved.start()
+
+
+def test_a_command_connects_when_one_server_of_several_refuses(services):
+    conn = ZkConnection(f"127.0.0.1:{free_port()},{services.zookeeper}", connect_timeout_ms=120_000,
+                        fail_when_refused=True)
+    conn.start()
+    try:
+        assert conn.connected and conn.client.exists("/") is not None
+    finally:
+        conn.stop()
+
+
+def test_a_command_waits_its_time_out_for_a_server_that_accepts_and_does_not_answer():
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts; nothing answers
+        hosts = f"127.0.0.1:{silent.getsockname()[1]}"
+        conn = ZkConnection(hosts, connect_timeout_ms=1_500, fail_when_refused=True)
+        with pytest.raises(ServiceUnavailableError, match=rf"ZooKeeper at {hosts}: no answer within 1.5 s"):
+            conn.start()
+
+
+def test_a_command_waits_for_a_server_that_drops_connections_for_a_while(services):
+    proxy = CuttableProxy(services.zookeeper)
+    proxy.cut()  # accepts and closes at once, as a ZooKeeper still starting does
+    threading.Timer(1.0, proxy.resume).start()
+    conn = ZkConnection(proxy.hosts(""), connect_timeout_ms=120_000, fail_when_refused=True)
+    try:
+        conn.start()
+        assert conn.connected
+    finally:
+        conn.stop()
+        proxy.close()
+
+
+def test_a_daemon_waits_for_a_zookeeper_that_starts_after_it(services, zk_hosts):
+    port = free_port()
+    chroot = zk_hosts[len(services.zookeeper):]
+    late: list[CuttableProxy] = []
+    starting = threading.Timer(1.0, lambda: late.append(CuttableProxy(services.zookeeper, port=port)))
+    daemon = Daemon(DaemonConfig(zookeeper=f"127.0.0.1:{port}{chroot}", listen="127.0.0.1:0", node_id=1,
+                                 zk_connect_timeout_ms=120_000))
+
+    async def scenario():
+        starting.start()  # refused until then
+        running = await daemon.start()
+        try:
+            assert running.node_id == 1 and daemon.conn.connected
+        finally:
+            await daemon.stop()
+    try:
+        asyncio.run(scenario())
+    finally:
+        starting.join()
+        for proxy in late:
+            proxy.close()
+
+
+@pytest.mark.parametrize("command", [
+    ["describe", "g"], ["groups"], ["migrate", "status"], ["migrate", "export", "--all"],
+    ["migrate", "plan", "--all", "--bootstrap-servers", "127.0.0.1:1"], ["migrate", "layout", "status"]],
+    ids=lambda c: " ".join(c[:2]))
+def test_cli_commands_say_at_once_that_zookeeper_refuses(command):
+    hosts = refusing_hosts(1, chroot="")
+    result = CliRunner().invoke(cli, [*command, "--zookeeper", hosts, "--timeout-ms", "120000"])
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (f"error: cannot connect to ZooKeeper at {hosts}: {hosts} refused the connection; "
+                             "check the address and that ZooKeeper is up\n")

@@ -55,10 +55,10 @@ class CuttableProxy:
     new ones until ``resume()``: the client sees SUSPENDED, and reconnects
     with the same session after ``resume()`` (if it did not expire)."""
 
-    def __init__(self, upstream: str) -> None:
-        host, _, port = upstream.rpartition(":")
-        self._upstream = (host, int(port))
-        self._listener = socket.create_server(("127.0.0.1", 0))
+    def __init__(self, upstream: str, port: int = 0) -> None:
+        host, _, upstream_port = upstream.rpartition(":")
+        self._upstream = (host, int(upstream_port))
+        self._listener = socket.create_server(("127.0.0.1", port))
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []

@@ -39,8 +39,10 @@ class ZkcoordGroup(click.Group):
 
 
 def run_with_zookeeper(zookeeper: str, timeout_ms: int, work: Callable[[ZkConnection], Awaitable[T]]) -> T:
-    """Run ``work(conn)`` with a started ZooKeeper connection, then stop it."""
-    conn = ZkConnection(zookeeper, connect_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms)
+    """Run ``work(conn)`` with a started ZooKeeper connection, then stop it.
+    A command: ZooKeeper refusing every connection is an error at once."""
+    conn = ZkConnection(zookeeper, connect_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms,
+                        fail_when_refused=True)
 
     async def main() -> T:
         async with conn:

@@ -284,7 +284,8 @@ def _execute(target: _Target, report: Callable[[Inspector], Awaitable[R]],
              tables: Callable[[R], list[RenderableType]], title: str, command: str) -> None:
     kafka = KafkaOffsets(target.bootstrap_servers, request_timeout_ms=target.timeout_ms,
                          client_id="zkcoord-inspect") if target.bootstrap_servers else None
-    conn = ZkConnection(target.zookeeper, connect_timeout_ms=target.timeout_ms, request_timeout_ms=target.timeout_ms)
+    conn = ZkConnection(target.zookeeper, connect_timeout_ms=target.timeout_ms, request_timeout_ms=target.timeout_ms,
+                        fail_when_refused=True)
 
     async def main() -> int:
         async with conn:

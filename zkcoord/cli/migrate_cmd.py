@@ -326,7 +326,7 @@ def _with_adapters(zookeeper: str, zk_root: str, timeout_ms: int, bootstrap_serv
     """Run ``work`` with started adapters; commands that write zkcoord znodes
     (``writes``) first make sure the ZooKeeper layout is current."""
     return run_with_adapters(zookeeper, bootstrap_servers, work, zk_root=zk_root, timeout_ms=timeout_ms,
-                             ensure_layout=writes)
+                             ensure_layout=writes, fail_when_refused=True)
 
 
 def _json_lines_sink(file: Path | None):

@@ -413,7 +413,7 @@ async def _list_groups(config: JobConfig) -> tuple[list[str], frozenset[str]]:
     with a migration record (named groups: any), as ``migrate verify`` does.
     """
     conn = ZkConnection(config.zookeeper, connect_timeout_ms=config.timeout_ms,
-                        request_timeout_ms=config.timeout_ms)
+                        request_timeout_ms=config.timeout_ms, fail_when_refused=True)  # the command's own
     async with conn:
         legacy = LegacyOffsets(conn, config.zk_root)
         if config.mode != "verify":

@@ -22,6 +22,13 @@ Rules:
    still reported as LOST then CONNECTED, so listeners can rely on LOST.
 3. No events after :meth:`ZkConnection.stop` starts: whoever stops the
    connection cleans up itself.
+4. :meth:`ZkConnection.start` waits up to the connect time-out for a
+   session: a daemon may start before ZooKeeper. A command
+   (``fail_when_refused``) gives up within a fraction of a second when
+   nothing listens: every listed server refused the TCP connection (or its
+   name does not resolve) three times in a row, 0.1 s apart. A server that
+   accepts, slowly or only to drop the connection (ZooKeeper starting up),
+   or that does not answer at all, is still waited for up to the time-out.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ import asyncio
 import enum
 import logging
 import select
+import socket
+import threading
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +52,7 @@ from zkcoord.errors import ConfigError, ServiceUnavailableError
 from zkcoord.zk import aio
 from zkcoord.zk.paths import check_absolute
 
-__all__ = ["SessionEvent", "ZkConnection", "parse_hosts"]
+__all__ = ["SessionEvent", "ZkConnection", "parse_hosts", "refusals"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +84,37 @@ def parse_hosts(hosts: str) -> tuple[list[tuple[str, int]], str | None]:
                               "(expected HOST:PORT[,HOST:PORT...][/chroot])")
         found.append((host, int(port)))
     return found, chroot_path
+
+
+_FIRST_WAIT_S = 0.05  # a server that is up answers sooner: no probe then
+_REFUSED_ROUNDS = 3  # refused this many times in a row, _REFUSED_GAP_S apart: nothing listens
+_REFUSED_GAP_S = 0.1
+_PROBE_TIMEOUT_S = 1.0
+
+
+def refusals(servers: list[tuple[str, int]], timeout_s: float = _PROBE_TIMEOUT_S) -> list[str] | None:
+    """Why no server can be connected to, when each one refuses the TCP
+    connection or does not resolve; None as soon as one accepts or does not
+    answer within ``timeout_s`` (it may be slow: not a refusal)."""
+    reasons = []
+    for host, port in servers:
+        try:
+            addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            reasons.append(f"{host} does not resolve ({exc.strerror})")
+            continue
+        for family, kind, proto, _, address in addresses:
+            try:
+                with socket.socket(family, kind, proto) as probe:
+                    probe.settimeout(timeout_s)
+                    probe.connect(address)
+            except ConnectionRefusedError:
+                continue
+            except OSError:  # timed out, unreachable for now: not a refusal
+                return None
+            return None  # it listens
+        reasons.append(f"{host}:{port} refused the connection")
+    return reasons
 
 
 class SelectHandler(SequentialThreadingHandler):
@@ -114,7 +155,8 @@ class ZkConnection:
     """
 
     def __init__(self, hosts: str, *, session_timeout_ms: int = 10_000, connect_timeout_ms: int = 15_000,
-                 request_timeout_ms: int | None = None, require_chroot: bool = True, handler: Any = None) -> None:
+                 request_timeout_ms: int | None = None, require_chroot: bool = True, handler: Any = None,
+                 fail_when_refused: bool = False) -> None:
         self.servers, self.chroot = parse_hosts(hosts)
         self.handler = handler  # a kazoo handler; None: a new SelectHandler per client
         self.multi_read: bool | None = None  # the server has multiRead (bulk_reads.read_many asks once)
@@ -123,6 +165,7 @@ class ZkConnection:
         self.connect_timeout_ms = connect_timeout_ms
         self.request_timeout_ms = request_timeout_ms or session_timeout_ms
         self.require_chroot = require_chroot
+        self.fail_when_refused = fail_when_refused  # a command's: rule 4 of the module docstring
         self.retry = aio.AsyncRetry(self.hosts, self.request_timeout_ms / 1000)
         self._client: KazooClient | None = None
         self._listeners: dict[Listener, asyncio.AbstractEventLoop | None] = {}
@@ -158,19 +201,35 @@ class ZkConnection:
         client.add_listener(self._on_kazoo_state)
         self._stopping = False
         self._client = client  # before start: the first CONNECTED reads its session id
-        try:
-            with warnings.catch_warnings():  # kazoo warns of a missing chroot; we check it below
-                warnings.filterwarnings("ignore", "No chroot path exists", UserWarning)
-                client.start(timeout=self.connect_timeout_ms / 1000)
-        except KazooTimeoutError:  # kazoo has stopped and closed the client already
+        live = client.start_async()
+        failure = self._wait_for_session(live)
+        if failure is not None:
             self._client = None
-            raise ServiceUnavailableError(
-                f"cannot connect to ZooKeeper at {self.hosts}: no answer within "
-                f"{self.connect_timeout_ms / 1000:g} s; check the address and that ZooKeeper is up") from None
+            client.stop()
+            client.close()
+            raise ServiceUnavailableError(f"cannot connect to ZooKeeper at {self.hosts}: {failure}; check the "
+                                          "address and that ZooKeeper is up") from None
         if self.chroot and self.require_chroot and client.exists("/") is None:
             self.stop()
             raise ConfigError(f"the chroot {self.chroot} of {self.hosts} does not exist in ZooKeeper; "
                               "create it (zkCli.sh create " + self.chroot + ") or fix the connection string")
+
+    def _wait_for_session(self, live: threading.Event) -> str | None:
+        """Wait for kazoo's first session (``live``): None once it is up, else why not."""
+        deadline = time.monotonic() + self.connect_timeout_ms / 1000
+        wait_s, refused = _FIRST_WAIT_S, 0
+        while self.fail_when_refused and refused < _REFUSED_ROUNDS:
+            if live.wait(max(0.0, min(wait_s, deadline - time.monotonic()))):
+                return None
+            reasons = refusals(self.servers, min(_PROBE_TIMEOUT_S, max(0.01, deadline - time.monotonic())))
+            if reasons is None:
+                break  # something listens: wait for it
+            refused, wait_s = refused + 1, _REFUSED_GAP_S
+            if refused == _REFUSED_ROUNDS and not live.is_set():
+                return ", ".join(reasons)
+        if live.wait(max(0.0, deadline - time.monotonic())):
+            return None
+        return f"no answer within {self.connect_timeout_ms / 1000:g} s"
 
     def stop(self) -> None:
         """End the session (its ephemeral znodes go at once) and free the client."""
