@@ -1,9 +1,13 @@
 """How the local Spark session of ``migrate run-job`` starts: its class-data-sharing archive
 (:mod:`zkcoord.migrate.spark_cds`), its Python worker daemon's path
-(:mod:`zkcoord.migrate.spark_daemon`) and the kazoo handler of its tasks."""
+(:mod:`zkcoord.migrate.spark_daemon`), the kazoo handler of its tasks, and
+what the command says of its slow steps."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import socket
 import subprocess
 import sys
@@ -12,12 +16,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.support.daemons import process_marker
 from zkcoord.migrate import spark_cds
 from zkcoord.migrate.spark_cds import ClassArchive, archive_key, class_archive
 from zkcoord.migrate.spark_daemon import prefer_installed_pyspark
 from zkcoord.zk.bulk_reads import SelectHandler
 
 pytestmark = pytest.mark.integration  # needs Java and Spark's jars (the class archive is made by a JVM)
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -146,3 +152,47 @@ def test_select_handler_waits_like_kazoos_own():
     finally:
         left.close()
         right.close()
+
+
+# -- what run-job says of its slow steps off a terminal, and the times it reports ----------------
+
+def run_job(zk_hosts: str, bootstrap: str, cache: Path, report: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``zkcoord migrate run-job`` as a user runs it, its output piped (not a terminal)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZKCOORD_") or k == "ZKCOORD_TEST_STATE_DIR"}
+    env.update(ZKCOORD_CACHE_DIR=str(cache.parent), COLUMNS="80")
+    env.pop(spark_cds.ENV, None)
+    return subprocess.run([sys.executable, "-X", process_marker(), "-m", "zkcoord", "migrate", "run-job", "--all",
+                           "--zookeeper", zk_hosts, "--bootstrap-servers", bootstrap, "--report-dir", str(report),
+                           *extra], cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=900)
+
+
+def test_off_a_terminal_the_first_run_says_it_saves_the_class_archive_and_the_times_add_up(
+        services, zk, zk_hosts, cache, tmp_path):
+    zk.create("/consumers/g1/offsets/no-such-topic/0", b"5", makepath=True)
+    first = run_job(zk_hosts, services.bootstrap_servers, cache, tmp_path / "first")
+    assert first.returncode == 0, first.stderr
+    (archive,) = cache.glob("*.jsa")
+    lines = [line for line in first.stderr.splitlines() if not line.startswith("WARNING: Using incubator")]
+    assert lines[0] == ("starting Spark (local[*]); the first run with this Java and Spark also saves a class "
+                        "archive of the JVM when the job ends (once: later runs map it and start faster) ...")
+    assert re.fullmatch(r"Spark started in \d+\.\d s", lines[1])
+    assert lines[2] == (f"saving the Spark JVM's class archive {archive} (once: later runs with this Java and Spark "
+                        "map it and start faster) ...")
+    assert re.fullmatch(r"class archive saved in \d+\.\d s", lines[3]) and len(lines) == 4
+    out = first.stdout.splitlines()
+    assert out[0].startswith("migrate plan on Spark (local[*], 1 partition(s)): 1 group(s), job ")
+    start, job, saving, whole = (float(x) for x in re.fullmatch(
+        r"whole run (\S+) s: Spark start (\S+) s, job (\S+) s, saving the class archive (\S+) s \(first run only\)",
+        out[-1]).group(2, 3, 4, 1))
+    assert (start, saving) == (float(lines[1].split()[-2]), float(lines[3].split()[-2]))  # the same steps
+    assert whole >= start + job + saving - 0.15  # each rounded to 0.1 s: the parts are within the whole
+
+    later = run_job(zk_hosts, services.bootstrap_servers, cache, tmp_path / "later", "--output", "json")
+    assert later.returncode == 0, later.stderr
+    assert [line for line in later.stderr.splitlines() if not line.startswith("WARNING: Using incubator")][0] == \
+        "starting Spark (local[*]) ..."
+    assert "class archive" not in later.stderr
+    timings = json.loads(later.stdout)["timings"]
+    assert timings["class_archive_s"] is None and timings["spark_start_s"] > 0 and timings["job_s"] > 0
+    assert timings["total_s"] >= timings["spark_start_s"] + timings["job_s"]

@@ -2,9 +2,13 @@
 
 This module owns the command line of :mod:`zkcoord.migrate.spark_job`: its
 options, the progress bar (rich, on stderr, fed by the job's progress
-callback) and the summary printed at the end (text or JSON, on stdout). The
-per-partition report is written by the job (Parquet and CSV under
-``--report-dir``); this module only says where.
+callback), the session's slow steps (starting Spark; on the first local run,
+saving the JVM's class archive as the session ends): a spinner on a
+terminal, a line when each starts and ends elsewhere, both on stderr; and
+the summary (text or JSON, on stdout) with where the time went: Spark's
+start, the job, the class archive, the whole run. The per-partition report
+is written by the job (Parquet and CSV under ``--report-dir``); this module
+only says where.
 
 Exit codes: 0; 1 when a group could not be read, and also, in verify, when
 a partition is behind or a named group is not migrated, in apply, when a
@@ -16,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -107,6 +113,7 @@ def run_job_command(mode: str, groups: tuple[str, ...], all_groups: bool, patter
     """
     from zkcoord.migrate.spark_job import JobConfig
 
+    started = time.monotonic()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     config = JobConfig(
         zookeeper, bootstrap_servers, Selection(tuple(groups), all_groups, pattern),
@@ -115,35 +122,76 @@ def run_job_command(mode: str, groups: tuple[str, ...], all_groups: bool, patter
         record_verify=record, timeout_ms=timeout_ms, spark_partitions=spark_partitions, batch_groups=batch_groups,
         apply_concurrency=apply_concurrency, zk_reads=zk_reads, overwrite=overwrite)
     run_and_report(config, spark_master=spark_master, spark_conf=_spark_conf(spark_conf), ship_package=ship_package,
-                   progress=progress, output=output)
+                   progress=progress, output=output, started=started)
 
 
 def run_and_report(config, *, spark_master: str | None = None, spark_conf: dict[str, str] | None = None,
-                   ship_package: bool | None = None, progress: bool | None = None, output: str = "text") -> None:
+                   ship_package: bool | None = None, progress: bool | None = None, output: str = "text",
+                   started: float | None = None) -> None:
     """Run the job of ``config`` (a :class:`~zkcoord.migrate.spark_job.JobConfig`)
     with a progress bar, print its summary, exit 1 if a group needs attention.
-    For commands that hand their work to Spark (``--engine spark``)."""
+    For commands that hand their work to Spark (``--engine spark``).
+    ``started``: ``time.monotonic()`` when the command started (the whole run's start)."""
     from zkcoord.migrate.spark_job import run_job, spark_session
 
     mode = config.mode
-    err = Console(stderr=True, highlight=False)
+    started = time.monotonic() if started is None else started
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     show = err.is_terminal if progress is None else progress
+    steps = _Steps(err, spinner=show and err.is_terminal, lines=progress is not False and not err.is_terminal)
     with contextlib.ExitStack() as stack:
-        starting = err.status(f"starting Spark ({spark_master or 'local[*]'})") if show else contextlib.nullcontext()
-        with starting:
-            spark = stack.enter_context(spark_session(spark_master, ship_package=ship_package, conf=spark_conf))
+        spark = stack.enter_context(spark_session(spark_master, ship_package=ship_package, conf=spark_conf,
+                                                  steps=steps))
         with _ProgressBar(err, mode, show) as bar:
             result = run_job(config, spark, on_progress=bar.update)
-        # the summary before the session ends: a first local session then still saves its class archive
-        if output == "json":
-            echo_document("migrate run-job", _as_dict(result))
-        else:
+        if output == "text":  # before the session ends: a first local session then still saves its class archive
             _print_summary(result, config.record_verify)
+    timings = {"spark_start_s": steps.seconds.get("start"), "job_s": round(result.elapsed_s, 3),
+               "class_archive_s": steps.seconds.get("class-archive"), "total_s": round(time.monotonic() - started, 3)}
+    if output == "json":
+        echo_document("migrate run-job", {**_as_dict(result), "timings": timings})
+    else:
+        click.echo(_timings_line(timings))
     failing = sum(result.outcomes.get(name, 0) for name in _FAILING[mode]) + result.error_groups
     if failing or (mode == "verify" and result.errors):
         click.echo(f"{failing or len(result.errors)} group(s) need attention: see their rows' status in "
                    f"{result.report.csv} and their messages in {result.report.groups_csv}", err=True)
         sys.exit(1)
+
+
+_DONE = {"start": "Spark started", "class-archive": "class archive saved"}
+
+
+class _Steps:
+    """The session's slow steps (:data:`zkcoord.migrate.spark_job.Steps`) on
+    stderr: a spinner while one runs on a terminal (``spinner``), a line when
+    it starts and one when it ends elsewhere (``lines``); and how long each took."""
+
+    def __init__(self, console: Console, *, spinner: bool, lines: bool) -> None:
+        self._console, self._spinner, self._lines = console, spinner, lines
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, what: str, message: str) -> Iterator[None]:
+        if self._lines:
+            self._console.print(Text(f"{message} ..."))
+        started = time.monotonic()
+        try:
+            with self._console.status(message) if self._spinner else contextlib.nullcontext():
+                yield
+        finally:
+            self.seconds[what] = round(time.monotonic() - started, 3)
+        if self._lines or (self._spinner and what == "class-archive"):
+            self._console.print(Text(f"{_DONE.get(what, what)} in {self.seconds[what]:.1f} s"))
+
+
+def _timings_line(timings: dict[str, float | None]) -> str:
+    """Where the whole run's time went (``timings`` as in the JSON document)."""
+    parts = [f"Spark start {timings['spark_start_s']:.1f} s"] if timings["spark_start_s"] is not None else []
+    parts.append(f"job {timings['job_s']:.1f} s")
+    if timings["class_archive_s"] is not None:
+        parts.append(f"saving the class archive {timings['class_archive_s']:.1f} s (first run only)")
+    return f"whole run {timings['total_s']:.1f} s: " + ", ".join(parts)
 
 
 class _ProgressBar:
@@ -194,7 +242,7 @@ def _print_summary(result, recorded: bool) -> None:
     t = result.totals
     rate = t.partitions / result.elapsed_s if result.elapsed_s > 0 else 0.0
     console.print(Text(f"migrate {result.mode} on Spark ({result.spark_master}, {result.spark_partitions} "
-                       f"partition(s)): {result.groups_selected:,} group(s) in {result.elapsed_s:.1f} s "
+                       f"partition(s)): {result.groups_selected:,} group(s), job {result.elapsed_s:.1f} s "
                        f"({rate:,.0f} offsets/s)"))
     decisions = _counts({d.value: n for d, n in t.by_decision.items()})
     console.print(Text(f"{t.groups:,} group(s) read, {t.partitions:,} partition(s)" + (f": {decisions}" if decisions

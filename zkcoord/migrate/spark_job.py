@@ -91,7 +91,7 @@ from zkcoord.zk.connection import ZkConnection, parse_hosts
 from zkcoord.zk import paths
 from zkcoord.zk.paths import OffsetPaths
 
-__all__ = ["JobConfig", "JobProgress", "JobResult", "ReportPaths", "spark_session", "run_job", "LOCAL_CONF"]
+__all__ = ["JobConfig", "JobProgress", "JobResult", "ReportPaths", "Steps", "spark_session", "run_job", "LOCAL_CONF"]
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +219,14 @@ class JobResult:
 
 
 ProgressCallback = Callable[[JobProgress], None]
+# The slow steps of a session, ``steps(what, message)`` around each: ``start`` (the JVM and the
+# Python workers) and, on a first local run only, ``class-archive`` (its class archive saved while
+# the session ends). The CLI shows ``message`` while it runs and times it.
+Steps = Callable[[str, str], contextlib.AbstractContextManager[None]]
+
+
+def _no_steps(what: str, message: str) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
 
 
 # ------------------------------------------------------------------ the session
@@ -228,11 +236,13 @@ def _is_local(master: str | None) -> bool:
 
 @contextlib.contextmanager
 def spark_session(master: str | None = None, *, app_name: str = "zkcoord-migrate",
-                  ship_package: bool | None = None, conf: Mapping[str, str] | None = None) -> Iterator[Any]:
+                  ship_package: bool | None = None, conf: Mapping[str, str] | None = None,
+                  steps: Steps = _no_steps) -> Iterator[Any]:
     """A SparkSession for the job: ``master`` None means ``local[*]``, or
     spark-submit's master when run under spark-submit. ``ship_package``
     (default: when the master is not local) adds a zip of zkcoord to the
-    executors' Python path. A session already running is used and not stopped."""
+    executors' Python path. A session already running is used and not stopped.
+    ``steps`` is told of the start and of saving the class archive (:data:`Steps`)."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -259,15 +269,20 @@ def spark_session(master: str | None = None, *, app_name: str = "zkcoord-migrate
         builder = builder.config(key, value)
     local = _is_local(master) and not submitted
     workdir = Path(tempfile.mkdtemp(prefix="zkcoord-spark-"))
+    starting = f"starting Spark ({master or LOCAL_MASTER})"
+    if archive.mode == "create":
+        starting += ("; the first run with this Java and Spark also saves a class archive of the JVM when the job "
+                     "ends (once: later runs map it and start faster)")
     try:
         try:
-            try:
-                spark = _create(builder, local)
-            except Exception:
-                if archive.mode != "use":
-                    raise
-                archive.discard()  # a damaged archive must not keep Spark from starting
-                spark = _create(builder.config("spark.driver.extraJavaOptions", java_options), local)
+            with steps("start", starting):
+                try:
+                    spark = _create(builder, local)
+                except Exception:
+                    if archive.mode != "use":
+                        raise
+                    archive.discard()  # a damaged archive must not keep Spark from starting
+                    spark = _create(builder.config("spark.driver.extraJavaOptions", java_options), local)
         except Exception as exc:
             raise errors.ServiceUnavailableError(
                 f"cannot start Spark (master {master or LOCAL_MASTER}): {_first_line(exc)}; check the master URL "
@@ -279,9 +294,13 @@ def spark_session(master: str | None = None, *, app_name: str = "zkcoord-migrate
             yield spark
         finally:
             if archive.mode == "create":  # first run only: the archive holds the classes loaded by now
-                _exercise_report(spark, workdir)
-            spark.stop()
-            archive.finish(SparkContext)  # first run only: the JVM exits and its class archive is kept
+                with steps("class-archive", f"saving the Spark JVM's class archive {archive.path} (once: later "
+                                            "runs with this Java and Spark map it and start faster)"):
+                    _exercise_report(spark, workdir)
+                    spark.stop()
+                    archive.finish(SparkContext)  # the JVM exits and writes it; checked, then kept
+            else:
+                spark.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
