@@ -33,9 +33,10 @@ def test_consume_prints_commits_and_continues(services, zk_hosts, zk, unique_nam
     create_topic(services.bootstrap_servers, topic, 3)
     produced = produce(services.bootstrap_servers, topic, range(3), 4)
     with ThreadDaemons(zk_hosts, 2) as daemons:
-        env = {"ZKCOORD_COORDINATORS": daemons.addresses, "ZKCOORD_BOOTSTRAP_SERVERS": services.bootstrap_servers}
-        first = CliRunner().invoke(consume, [topic, "--group", group, "--from-beginning", "--max-records", "5",
-                                             "--output", "json", "--heartbeat-interval-ms", "500"], env=env)
+        env = {"ZKCOORD_BOOTSTRAP_SERVERS": services.bootstrap_servers}
+        first = CliRunner().invoke(consume, [topic, "--group", group, "--coordinators", daemons.addresses,
+                                             "--from-beginning", "--max-records", "5", "--output", "json",
+                                             "--heartbeat-interval-ms", "500"], env=env)
         assert first.exit_code == 0, first.output
         rows = [json.loads(line) for line in first.stdout.splitlines()]
         assert len(rows) == 5
@@ -48,7 +49,8 @@ def test_consume_prints_commits_and_continues(services, zk_hosts, zk, unique_nam
         assert {p: stored.get(p, 0) for p in range(3)} == {p: printed.get(p, 0) for p in range(3)}
         assert read_group_state(zk, group)[0] == "Empty"  # left the group on exit
 
-        second = CliRunner().invoke(consume, [topic, "--group", group, "--max-records", "7"], env=env)
+        second = CliRunner().invoke(consume, [topic, "--group", group, "--max-records", "7",
+                                              "--zkcoord", daemons.addresses], env=env)  # the old name still works
         assert second.exit_code == 0, second.output
         lines = [line.split(" ", 4) for line in second.stdout.splitlines()]
         assert len(lines) == 7 and {t for t, *_ in lines} == {topic}
@@ -66,6 +68,17 @@ def test_consume_errors_are_one_line(services):
     assert result.exit_code == 2
     assert "error: group_id (--group, ZKCOORD_GROUP_ID) is required" in result.output
 
+    nowhere = CliRunner().invoke(group, ["consume", "t", "--group", "g", "--bootstrap-servers", "k:9092"],
+                                 env={"ZKCOORD_COORDINATORS": ""})
+    assert (nowhere.exit_code, nowhere.stderr.splitlines()[0]) == (
+        2, "error: coordinators (--coordinators, ZKCOORD_COORDINATORS) is required: the zkcoord daemons as "
+           "HOST:PORT[,HOST:PORT...]")
+    both = CliRunner().invoke(group, ["consume", "t", "--group", "g", "--coordinators", "a:1", "--zkcoord", "b:2"])
+    assert (both.exit_code, both.stderr) == (
+        2, "error: --zkcoord is the old name of --coordinators: give the daemons once\n")
+    shown = CliRunner().invoke(group, ["consume", "--help"]).stdout
+    assert "--coordinators" in shown and "--zkcoord" not in shown  # the old name is hidden
+
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_leaves_the_group(services, zk_hosts, zk, unique_name, sig):
@@ -78,7 +91,7 @@ def test_signal_leaves_the_group(services, zk_hosts, zk, unique_name, sig):
         proc = subprocess.Popen(
             [sys.executable, "-X", process_marker(), "-c", "from zkcoord.cli.consume_cmd import consume; consume()",
              topic,
-             "--group", group, "--zkcoord", daemons.addresses, "--bootstrap-servers", services.bootstrap_servers,
+             "--group", group, "--coordinators", daemons.addresses, "--bootstrap-servers", services.bootstrap_servers,
              "--from-beginning", "--session-timeout-ms", "120000", "--heartbeat-interval-ms", "1000"],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines: list[str] = []

@@ -48,7 +48,7 @@ def test_environment_and_text_values():
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(coordinators=""), "coordinators (--zkcoord, ZKCOORD_COORDINATORS) is required"),
+    (dict(coordinators=""), "coordinators (--coordinators, ZKCOORD_COORDINATORS) is required"),
     (dict(coordinators="zkc-1"), "coordinators='zkc-1' is not HOST:PORT"),
     (dict(bootstrap_servers=""), "bootstrap_servers (--bootstrap-servers, ZKCOORD_BOOTSTRAP_SERVERS) is required"),
     (dict(group_id=""), "group_id (--group, ZKCOORD_GROUP_ID) is required"),

@@ -223,7 +223,7 @@ def test_no_command_prints_a_traceback_on_corrupt_znodes(zk_hosts, services, see
         ["migrate", "finalize", "--all", *zk_opt, *bs], ["migrate", "rollback", "--all", *zk_opt, *bs],
         ["migrate", "layout", "status", *zk_opt],
         ["migrate", "status", "--all", *zk_opt], ["migrate", "verify", "--all", *zk_opt, *bs],  # migrated groups only
-        ["consume", seeded["legacy"], "--group", bad, "--zkcoord", "127.0.0.1:1", *bs, "--max-records", "1"],
+        ["consume", seeded["legacy"], "--group", bad, "--coordinators", "127.0.0.1:1", *bs, "--max-records", "1"],
     ]
     for args in single:
         run(*args)

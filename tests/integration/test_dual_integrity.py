@@ -91,9 +91,15 @@ def test_a_kafka_side_member_neither_fences_zkcoord_members_nor_splits_the_store
                 assert [m["member_id"] for m in described["kafka_group"]["member_list"]] == [outsider_id]
                 assert any(n.startswith("warning: Kafka's own coordinator reports 1 member(s)") and outsider_id in n
                            for n in described["notes"])
+                assert described["sources"] == ["zkcoord", "kafka"]  # a consumer outside zkcoord uses the group
+                listed = CliRunner().invoke(cli, ["groups", "--zookeeper", zk_hosts, "--bootstrap-servers",
+                                                  services.bootstrap_servers, "--output", "json"])
+                assert [g["sources"] for g in json.loads(listed.stdout)["groups"] if g["group"] == group] == \
+                    [["zkcoord", "kafka"]]
             # The outsider left: Kafka's group is Empty, the commit goes to both stores.
             member.commit({tp0: OffsetAndMetadata(15, "", -1)})
             assert (legacy(zk, group, topic, 0), kafka_offsets(admin, group)[(topic, 0)]) == (b"15", 15)
+            assert describe_json(zk_hosts, services.bootstrap_servers, group)["sources"] == ["zkcoord"]
             assert metrics_of(running.metrics_port)[("zkcoord_groups_with_kafka_members", ())] == 0
             assert read_group_state(zk, group) == before
         finally:

@@ -188,8 +188,9 @@ def test_groups_lists_every_source(scene):
     assert by_name[scene.live] == {
         "group": scene.live, "state": "Stable", "generation": scene.consumers[scene.live][0].membership().generation_id,
         "owner": {"node_id": node, "host": host, "port": int(port), "live": True}, "members": 2,
-        "storage": "zookeeper", "sources": ["zkcoord", "legacy"], "error": None}
-    assert (by_name[scene.dual]["storage"], by_name[scene.dual]["sources"]) == ("dual", ["zkcoord", "legacy", "kafka"])
+        "storage": "zookeeper", "sources": ["zkcoord"], "error": None}  # its offsets under /consumers are its own
+    # its Kafka offsets are zkcoord's too, and Kafka's own coordinator has no members in it
+    assert (by_name[scene.dual]["storage"], by_name[scene.dual]["sources"]) == ("dual", ["zkcoord"])
     assert by_name[scene.legacy] == {"group": scene.legacy, "state": "Stable", "generation": None, "owner": None,
                                      "members": 1, "storage": "zookeeper", "sources": ["legacy"], "error": None}
     assert by_name[scene.kafka_only] == {"group": scene.kafka_only, "state": "Empty", "generation": None,
@@ -211,7 +212,7 @@ def test_groups_filters_and_table(scene):
     assert lines[1].split() == ["GROUP", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE"]
     node, address = owner_address(scene, scene.live)
     assert [line.split() for line in lines if line.startswith(scene.live)] == [
-        [scene.live, "Stable", address, f"({node})", "2", "zookeeper", "zkcoord+legacy"]]
+        [scene.live, "Stable", address, f"({node})", "2", "zookeeper", "zkcoord"]]
     assert [line.split() for line in lines if line.startswith(scene.legacy)] == [
         [scene.legacy, "Stable", "-", "1", "zookeeper", "legacy"]]
 
@@ -234,7 +235,8 @@ def test_describe_offsets_of_a_live_group(scene):
     assert all(r["client_id"] in names and r["member_id"].startswith(r["client_id"] + "-") for r in group["offsets"])
     assert all(r["host"] and r["host"].startswith("/127.0.0.1") for r in group["offsets"])
     assert (group["state"], group["read_from"], group["storage"], group["sources"]) == \
-        ("Stable", "daemon", "zookeeper", ["zkcoord", "legacy"])
+        ("Stable", "daemon", "zookeeper", ["zkcoord"])
+    assert group["kafka_group"] is None  # Kafka's own coordinator never saw the group (it says "Dead")
 
     table = run("describe", scene.live, env=scene.env())
     lines = table.stdout.splitlines()
@@ -339,10 +341,15 @@ def test_unknown_group_is_exit_1_and_the_others_are_shown(scene):
     result = run("describe", scene.live, missing, "--state", env=scene.env())
     assert result.exit_code == 1
     assert scene.live in result.stdout
-    assert f"error: consumer group {missing!r} does not exist: no state at /coordinators/{missing}/state, nothing " \
-           f"under /consumers/{missing}, and Kafka at {scene.bootstrap} does not know it" in result.output
+    assert f"error: Consumer group {missing!r} does not exist (no state at /coordinators/{missing}/state, nothing " \
+           f"under /consumers/{missing}, and Kafka at {scene.bootstrap} does not know it)" in result.stderr
     doc = run_json("describe", missing, env=scene.env(kafka=False))
     assert doc["groups"] == [] and [e["error"] for e in doc["errors"]] == ["not-found"]
+    for kafka in (True, False):  # only the error: no empty line, no note about log ends of nothing
+        alone = run("describe", missing, env=scene.env(kafka=kafka))
+        assert (alone.exit_code, alone.stdout) == (1, "")
+        assert alone.stderr.startswith(f"error: Consumer group {missing!r} does not exist (")
+        assert len(alone.stderr.splitlines()) == 1
 
 
 # -- without daemons, during a rebalance, watching ---------------------------------------

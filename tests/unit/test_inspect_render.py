@@ -10,7 +10,7 @@ from zkcoord.cli import inspect_cmd as cmd
 from zkcoord.cli.render import print_out
 from zkcoord.inspect.gather import NO_KAFKA
 from zkcoord.inspect.model import (
-    Coordinator, DescribeReport, GroupsReport, GroupSummary, GroupView, MemberView, Migration, OffsetRow,
+    Coordinator, DescribeReport, GroupError, GroupsReport, GroupSummary, GroupView, MemberView, Migration, OffsetRow,
 )
 
 LIVE = GroupView(
@@ -89,6 +89,14 @@ def test_rows_are_never_wrapped_off_a_terminal(capsys):
                      offsets=(OffsetRow("t", 0, 1, 1, None, None, long_id, "h", "c"),))
     lines = printed(cmd._describe_tables(DescribeReport("z", "/c", "k:9092", (), (view,)), "offsets", False), capsys)
     assert cells(lines, "g") == [["g", "t", "0", "1", "-", "-", long_id, "h", "c"]]
+
+
+def test_an_unknown_group_alone_prints_nothing_on_stdout(capsys):
+    missing = GroupError("nope", "not-found", "Consumer group 'nope' does not exist (...)")
+    for view in ("offsets", "members", "state"):
+        report = DescribeReport("z", "/consumers", None, (), (), (missing,), notes=(NO_KAFKA,))
+        assert printed(cmd._describe_tables(report, view, False), capsys) == []  # no empty line, no note
+    assert printed([], capsys) == []
 
 
 def test_watch_goes_on_after_a_failed_refresh(capsys):

@@ -14,7 +14,7 @@ from zkcoord.inspect.model import (
     Coordinator, Daemon, GroupError, GroupSummary, GroupView, KafkaGroupInfo, MemberView, Migration, OffsetRow,
 )
 from zkcoord.inspect.views import (
-    KafkaFacts, LiveFacts, build_view, decode_assignment, legacy_host, summarize, wanted_partitions,
+    KafkaFacts, LiveFacts, build_view, decode_assignment, legacy_host, sources, summarize, wanted_partitions,
 )
 from zkcoord.zk.group_reads import ZkFacts
 
@@ -78,7 +78,7 @@ def test_stored_group_with_its_owner_down():
                  zk_offsets={("orders", 0): "42", ("orders", 1): "7", ("orders", 5): "3"})
     got = view(zk)
     assert got == GroupView(
-        "g", ("zkcoord", "legacy"), "Stable", "zookeeper", "zookeeper", generation=7, protocol_type="consumer",
+        "g", ("zkcoord",), "Stable", "zookeeper", "zookeeper", generation=7, protocol_type="consumer",
         assignment_strategy="range", coordinator=Coordinator(3, None, None, live=False),
         members=(MemberView("m1", None, "c1", "/10.0.0.1", (("orders", (0, 1)),)),
                  MemberView("m2", None, "c2", "/10.0.0.2", (("orders", (2,)),))),
@@ -127,7 +127,7 @@ def test_dual_storage_shows_both_stores_and_resumes_from_the_larger():
              r.member_id) for r in got.offsets] == [
         (0, 42, 42, 40, 50, 8, "m1"), (1, 9, 7, 9, 9, 0, "m1"), (2, None, None, None, None, None, "m2"),
         (3, 1, None, 1, None, None, None)]
-    assert got.sources == ("zkcoord", "legacy", "kafka")
+    assert got.sources == ("zkcoord",)  # the Kafka offsets are zkcoord's own, Kafka's coordinator has no members
     assert got.migration == Migration("dual", 1700000000000)
     assert got.kafka_group == KafkaGroupInfo("Empty", 0)
 
@@ -187,9 +187,9 @@ def test_kafka_only_group():
 def test_unknown_and_corrupt_groups():
     assert view(ZkFacts("nope"), kafka=KafkaFacts(asked=True, committed={}, group=KafkaGroupInfo("Dead", 0)),
                 bootstrap="k1:9092") == GroupError(
-        "nope", "not-found", "consumer group 'nope' does not exist: no state at /coordinators/nope/state, nothing "
-        "under /consumers/nope, and Kafka at k1:9092 does not know it; `zkcoord groups` lists the groups")
-    assert view(ZkFacts("nope")).message.endswith("(Kafka not asked: no --bootstrap-servers); `zkcoord groups` "
+        "nope", "not-found", "Consumer group 'nope' does not exist (no state at /coordinators/nope/state, nothing "
+        "under /consumers/nope, and Kafka at k1:9092 does not know it); `zkcoord groups` lists the groups")
+    assert view(ZkFacts("nope")).message.endswith("; Kafka not asked: no --bootstrap-servers); `zkcoord groups` "
                                                   "lists the groups")
     corrupt = view(ZkFacts("c", record_error="state znode /coordinators/c/state of group 'c' is empty"))
     assert (corrupt.error, corrupt.exit_code) == ("corrupt", 1)
@@ -204,10 +204,47 @@ def test_wanted_partitions():
     assert wanted_partitions(zk, desc, {("k", 2): 5}) == {("a", 0), ("b", 1), ("k", 2), ("orders", 0), ("orders", 1)}
 
 
+# -- who uses a group (SOURCE), and Kafka's view of it -----------------------------------------
+@pytest.mark.parametrize("zk, kafka_knows, kafka_group, expected", [
+    # a zkcoord group keeps its own offsets under the root in zookeeper storage: that is not legacy
+    (ZkFacts("g", record=record(), legacy=True), False, None, ("zkcoord",)),
+    # old ZooKeeper consumers registered beside zkcoord's members
+    (ZkFacts("g", record=record(), legacy=True, legacy_ids=("g_h-1-abcd1234",)), False, None, ("zkcoord", "legacy")),
+    # offsets under the root without zkcoord state: old consumers or tools wrote them
+    (ZkFacts("g", legacy=True), False, None, ("legacy",)),
+    (ZkFacts("g", legacy=True, legacy_ids=("g_h-1-abcd1234",)), True, KafkaGroupInfo("Empty", 0), ("legacy", "kafka")),
+    # in dual / kafka storage zkcoord writes the group's Kafka offsets itself: kafka only with Kafka-side members
+    (ZkFacts("g", record=record(os="dual"), legacy=True), True, KafkaGroupInfo("Empty", 0), ("zkcoord",)),
+    (ZkFacts("g", record=record(os="kafka")), True, KafkaGroupInfo("Stable", 2), ("zkcoord", "kafka")),
+    # in zookeeper storage, offsets in Kafka are somebody else's
+    (ZkFacts("g", record=record()), True, KafkaGroupInfo("Empty", 0), ("zkcoord", "kafka")),
+    (ZkFacts("g", record_error="corrupt"), False, None, ("zkcoord",)),
+    (ZkFacts("g"), True, KafkaGroupInfo("Stable", 1), ("kafka",)),
+])
+def test_sources_say_who_uses_the_group(zk, kafka_knows, kafka_group, expected):
+    assert sources(zk, kafka_knows, kafka_group) == expected
+    if zk.record_error is None:
+        assert summarize(zk, kafka_group, kafka_knows, DAEMONS).sources == expected
+        kafka = KafkaFacts(asked=True, committed={("t", 0): 1} if kafka_knows else {}, group=kafka_group)
+        assert view(zk, kafka=kafka, bootstrap="k1:9092").sources == expected
+
+
+def test_a_group_kafka_never_saw_has_no_kafka_view():
+    never = KafkaFacts(asked=True, committed={}, group=KafkaGroupInfo("Dead", 0))
+    got = view(ZkFacts("g", record=record()), kafka=never, bootstrap="k1:9092")
+    assert got.kafka_group is None and got.sources == ("zkcoord",)
+    assert got.as_dict()["kafka_group"] is None
+    legacy = view(ZkFacts("g", legacy=True), kafka=never, bootstrap="k1:9092")
+    assert legacy.kafka_group is None
+    seen = view(ZkFacts("g", record=record()), kafka=KafkaFacts(asked=True, group=KafkaGroupInfo("Empty", 0)),
+                bootstrap="k1:9092")
+    assert seen.kafka_group == KafkaGroupInfo("Empty", 0)
+
+
 # -- the groups listing ------------------------------------------------------------------------
 def test_summaries_and_selection():
     zkcoord = summarize(ZkFacts("a", record=record(os="dual"), owner_node_id=2, legacy=True), None, True, DAEMONS)
-    assert zkcoord == GroupSummary("a", "Stable", ("zkcoord", "legacy", "kafka"), "dual", 2, 7,
+    assert zkcoord == GroupSummary("a", "Stable", ("zkcoord",), "dual", 2, 7,
                                    Coordinator(2, "coord-2", 9302, live=True))
     legacy = summarize(ZkFacts("b", legacy=True, legacy_ids=("b_h-1-x",)), None, False, DAEMONS)
     assert legacy == GroupSummary("b", "Stable", ("legacy",), "zookeeper", 1)

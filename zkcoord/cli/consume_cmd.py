@@ -21,13 +21,14 @@ import click
 
 from zkcoord.cli.render import SCHEMAS
 from zkcoord.config import build_config
+from zkcoord.errors import UsageError
 
 POLL_MS = 200
 
 
 def _options(func):
     specs = [
-        ("--zkcoord", "coordinators", str, "zkcoord daemons HOST:PORT[,HOST:PORT...] (ZKCOORD_COORDINATORS)."),
+        ("--coordinators", "coordinators", str, "zkcoord daemons HOST:PORT[,HOST:PORT...] (ZKCOORD_COORDINATORS)."),
         ("--bootstrap-servers", "bootstrap_servers", str, "Kafka brokers HOST:PORT[,...] (ZKCOORD_BOOTSTRAP_SERVERS)."),
         ("--group", "group_id", str, "Consumer group id (ZKCOORD_GROUP_ID). Required."),
         ("--client-id", "client_id", str, "Client id shown in the group [default: zkcoord-consumer]."),
@@ -42,7 +43,8 @@ def _options(func):
     ]
     for flag, name, kind, help_text in reversed(specs):
         func = click.option(flag, name, type=kind, default=None, help=help_text)(func)
-    return func
+    # the old name of --coordinators, kept working for scripts
+    return click.option("--zkcoord", "coordinators_old_flag", type=str, default=None, hidden=True)(func)
 
 
 @click.command()
@@ -62,6 +64,11 @@ def consume(topics, from_beginning, max_records, output, **flags):
     """
     from zkcoord.client import CommitFailedError, Consumer, ConsumerConfig
 
+    old = flags.pop("coordinators_old_flag")
+    if old is not None:
+        if flags["coordinators"] is not None and flags["coordinators"] != old:
+            raise UsageError("--zkcoord is the old name of --coordinators: give the daemons once")
+        flags["coordinators"] = old
     flags["auto_offset_reset"] = "earliest" if from_beginning else "latest"
     flags["enable_auto_commit"] = False
     environ = {k: v for k, v in os.environ.items() if k != "ZKCOORD_CONFIG"}  # that file is the daemon's

@@ -177,7 +177,8 @@ def describe(group_ids: tuple[str, ...], all_groups: bool, offsets_view: bool, m
 
 
 def _describe_tables(report: DescribeReport, view: str, verbose: bool) -> list[RenderableType]:
-    out: list[RenderableType] = [_note(n) for n in report.notes if view == "offsets" or n != NO_KAFKA]
+    kafka_matters = view == "offsets" and bool(report.groups)  # log ends of the groups shown
+    out: list[RenderableType] = [_note(n) for n in report.notes if kafka_matters or n != NO_KAFKA]
     if view == "state":
         return out + _state_view(report.groups, verbose)
     for g in report.groups:

@@ -55,6 +55,8 @@ def stdout_console() -> Console:
 
 def print_out(*renderables: RenderableType, console: Console | None = None) -> None:
     """Print ``renderables`` on stdout: as they are on a terminal, else unwrapped."""
+    if not renderables:
+        return  # not even an empty line
     console = console or stdout_console()
     if console.is_terminal:
         for renderable in renderables:

@@ -74,7 +74,7 @@ class ConsumerConfig:
     def __post_init__(self) -> None:
         self._normalise()
         if not self.coordinators:
-            raise ConfigError("coordinators (--zkcoord, ZKCOORD_COORDINATORS) is required: the zkcoord "
+            raise ConfigError("coordinators (--coordinators, ZKCOORD_COORDINATORS) is required: the zkcoord "
                               "daemons as HOST:PORT[,HOST:PORT...]")
         if not self.bootstrap_servers:
             raise ConfigError("bootstrap_servers (--bootstrap-servers, ZKCOORD_BOOTSTRAP_SERVERS) is required: "

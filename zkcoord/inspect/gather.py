@@ -154,7 +154,9 @@ class Inspector:
             notes.append("groups only Kafka knows are not listed: pass --bootstrap-servers (or set "
                          "ZKCOORD_BOOTSTRAP_SERVERS)")
         else:
-            in_kafka, kafka_groups, kafka_notes = await asyncio.to_thread(self._kafka_for_groups, set(names))
+            kafka_written = {zk.group for zk in facts if zk.record and zk.record.get("os", "zookeeper") != "zookeeper"}
+            in_kafka, kafka_groups, kafka_notes = await asyncio.to_thread(self._kafka_for_groups, set(names),
+                                                                          kafka_written)
             notes += kafka_notes
         summaries = [views.summarize(zk, kafka_groups.get(zk.group), zk.group in in_kafka, daemons) for zk in facts]
         summaries += [views.summarize(ZkFacts(g), kafka_groups.get(g), True, daemons)
@@ -164,11 +166,14 @@ class Inspector:
         return GroupsReport(self._conn.hosts, self.paths.root, self.bootstrap_servers, tuple(daemons.values()),
                             tuple(sorted(summaries, key=lambda s: s.group)), tuple(notes))
 
-    def _kafka_for_groups(self, known: set[str]) -> tuple[set[str], dict[str, KafkaGroupInfo], list[str]]:
+    def _kafka_for_groups(self, known: set[str],
+                          kafka_written: set[str]) -> tuple[set[str], dict[str, KafkaGroupInfo], list[str]]:
+        """Kafka's groups, and its view of those zkcoord does not manage or whose offsets zkcoord writes to
+        Kafka (``kafka_written``: whether Kafka's coordinator has members of its own in them)."""
         try:
             self._kafka.start()
             listed = set(self._kafka.list_groups())
-            described = self._kafka.groups(listed - known)
+            described = self._kafka.groups((listed - known) | (listed & kafka_written))
         except ZkcoordError as exc:
             return set(), {}, [f"Kafka: {exc}; groups only Kafka knows are not listed"]
         return listed, {g: KafkaGroupInfo(s.state, s.members) for g, s in described.items()}, []

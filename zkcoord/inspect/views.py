@@ -24,10 +24,21 @@ and everything below is a pure function of them (unit-tested exactly):
   partition owners ``<root>/<g>/owners/<topic>/<p>`` (a consumer thread id,
   ``<consumer id>-<thread>``); state Stable while consumers are registered,
   else Empty. Storage is ``zookeeper``.
+* **Sources** say who uses a group, not where its offsets are (that is its
+  storage): ``zkcoord`` it has a state record (zkcoord coordinates it);
+  ``legacy`` old ZooKeeper consumers are registered under ``<root>/<g>/ids``,
+  or ZooKeeper holds offsets of it under the root without a state record
+  (nobody in zkcoord wrote them: a zkcoord group in ``zookeeper`` storage
+  keeps its own offsets there, which is not legacy); ``kafka`` Kafka's own
+  coordinator has members in it, or Kafka holds offsets of it that zkcoord
+  does not write (it writes them in ``dual`` and ``kafka`` storage).
+* **Kafka's view** of a group Kafka's coordinator does not have (it answers
+  DescribeGroups with state Dead and no members) is absent (``None``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
 from collections.abc import Iterable, Mapping
@@ -47,7 +58,8 @@ from zkcoord.inspect.model import (
 )
 
 __all__ = ["TopicPartition", "ZkFacts", "LiveFacts", "KafkaFacts", "decode_assignment", "legacy_host", "in_kafka",
-           "coordinator_of", "description_of", "wanted_partitions", "build_view", "not_found", "summarize"]
+           "kafka_group_of", "sources", "coordinator_of", "description_of", "wanted_partitions", "build_view",
+           "not_found", "summarize"]
 
 TopicPartition = tuple[str, int]
 CONSUMER = "consumer"
@@ -217,8 +229,8 @@ def offset_rows(group: str, storage: str, members: tuple[MemberView, ...], zk: Z
 def not_found(group: str, zk_root: str, bootstrap_servers: str | None) -> GroupError:
     where = f"no state at /coordinators/{group}/state, nothing under {zk_root}/{group}"
     where += f", and Kafka at {bootstrap_servers} does not know it" if bootstrap_servers else \
-        " (Kafka not asked: no --bootstrap-servers)"
-    return GroupError(group, "not-found", f"consumer group {group!r} does not exist: {where}; "
+        "; Kafka not asked: no --bootstrap-servers"
+    return GroupError(group, "not-found", f"Consumer group {group!r} does not exist ({where}); "
                                           "`zkcoord groups` lists the groups")
 
 
@@ -250,13 +262,23 @@ def _owner_notes(coordinator: Coordinator | None, live: LiveFacts, daemons: Mapp
 
 def in_kafka(kafka: KafkaFacts) -> bool:
     """Kafka knows the group: it has committed offsets there, or Kafka's coordinator has it."""
-    return bool(kafka.committed) or (kafka.group is not None and kafka.group.state != "Dead")
+    return bool(kafka.committed) or kafka_group_of(kafka) is not None
 
 
-def _sources(zk: ZkFacts, kafka_knows: bool) -> tuple[str, ...]:
+def kafka_group_of(kafka: KafkaFacts) -> KafkaGroupInfo | None:
+    """The group as Kafka's coordinator has it; None when it does not (DescribeGroups says Dead)."""
+    group = kafka.group
+    return None if group is None or (group.state == "Dead" and not group.members) else group
+
+
+def sources(zk: ZkFacts, kafka_knows: bool, kafka_group: KafkaGroupInfo | None = None) -> tuple[str, ...]:
+    """Who uses the group (module docstring): ``kafka_knows`` Kafka has it or
+    offsets of it; ``kafka_group`` what its coordinator says (members)."""
     has_state = zk.record is not None or zk.record_error is not None
-    return tuple(s for s, present in (("zkcoord", has_state), ("legacy", zk.legacy),
-                                      ("kafka", kafka_knows)) if present)
+    legacy = bool(zk.legacy_ids) or (zk.legacy and not has_state)
+    zkcoord_writes_kafka = zk.record is not None and zk.record.get("os", "zookeeper") != "zookeeper"
+    kafka = bool(kafka_group and kafka_group.members) if zkcoord_writes_kafka else kafka_knows
+    return tuple(s for s, present in (("zkcoord", has_state), ("legacy", legacy), ("kafka", kafka)) if present)
 
 
 def build_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping[int, Daemon], *,
@@ -264,19 +286,20 @@ def build_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping
     """The group's view, or why it has none (not found, corrupt record)."""
     if zk.record_error is not None:
         return GroupError(zk.group, "corrupt", zk.record_error)
-    sources = _sources(zk, in_kafka(kafka))
-    if not sources:
+    found_in = sources(zk, in_kafka(kafka), kafka_group_of(kafka))
+    kafka = dataclasses.replace(kafka, group=kafka_group_of(kafka))
+    if not found_in:
         return not_found(zk.group, zk_root, bootstrap_servers)
     try:
         description = description_of(zk, live)
     except StateError as exc:
         return GroupError(zk.group, "corrupt", str(exc))
     if zk.record is not None:
-        return _zkcoord_view(zk, live, kafka, daemons, description, sources, bootstrap_servers, tool_node_id,
+        return _zkcoord_view(zk, live, kafka, daemons, description, found_in, bootstrap_servers, tool_node_id,
                              zk_root)
     if zk.legacy:
-        return _legacy_view(zk, kafka, sources, zk_root)
-    return _kafka_view(zk, kafka, sources)
+        return _legacy_view(zk, kafka, found_in, zk_root)
+    return _kafka_view(zk, kafka, found_in)
 
 
 def _zkcoord_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping[int, Daemon],
@@ -338,16 +361,16 @@ def _kafka_view(zk: ZkFacts, kafka: KafkaFacts, sources: tuple[str, ...]) -> Gro
 def summarize(zk: ZkFacts, kafka_group: KafkaGroupInfo | None, known_to_kafka: bool,
               daemons: Mapping[int, Daemon]) -> GroupSummary:
     """One line of ``zkcoord groups``, from the record (as stored), legacy ids or Kafka."""
-    sources = _sources(zk, known_to_kafka)
+    found_in = sources(zk, known_to_kafka, kafka_group)
     record = zk.record
     if zk.record_error is not None:  # its state znode is corrupt: listed as such, with what is wrong
-        return GroupSummary(zk.group, CORRUPT, sources, owner=coordinator_of(zk.owner_node_id, daemons),
+        return GroupSummary(zk.group, CORRUPT, found_in, owner=coordinator_of(zk.owner_node_id, daemons),
                             error=zk.record_error)
     if record is not None:
-        return GroupSummary(zk.group, str(record.get("s", "-")), sources, str(record.get("os", "zookeeper")),
+        return GroupSummary(zk.group, str(record.get("s", "-")), found_in, str(record.get("os", "zookeeper")),
                             len(record.get("m") or ()), record.get("g"), coordinator_of(zk.owner_node_id, daemons))
     if zk.legacy:
-        return GroupSummary(zk.group, "Stable" if zk.legacy_ids else "Empty", sources, "zookeeper",
+        return GroupSummary(zk.group, "Stable" if zk.legacy_ids else "Empty", found_in, "zookeeper",
                             len(zk.legacy_ids))
     group = kafka_group or KafkaGroupInfo("Dead", 0)
-    return GroupSummary(zk.group, group.state, sources, "kafka", group.members)
+    return GroupSummary(zk.group, group.state, found_in, "kafka", group.members)
