@@ -54,7 +54,7 @@ def _options(func):
                                                      "(else only new records).")
 @click.option("--max-records", type=click.IntRange(min=1), default=None, help="Stop after this many records.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="text: one line per record; json: one JSON object per line.")
+              help="text: one line per record; json: one JSON object per line (with \"schema\").")
 def consume(topics, from_beginning, max_records, output, **flags):
     """Consume TOPIC... as a member of --group, coordinated by zkcoord.
 

@@ -103,9 +103,11 @@ def groups(states: tuple[str, ...], modes: tuple[str, ...], **options: Any) -> N
     """List consumer groups: zkcoord's, legacy ones and (with --bootstrap-servers) Kafka's.
 
     Columns: GROUP, STATE, OWNER (the daemon coordinating it), MEMBERS,
-    STORAGE (zookeeper, dual, kafka) and SOURCE (zkcoord: a state znode;
-    legacy: a node under --zk-root; kafka: Kafka knows it). States of zkcoord
-    groups are as last stored in ZooKeeper.
+    STORAGE (where its offsets are: zookeeper, dual, kafka) and SOURCE (who
+    uses it: zkcoord, a state znode; legacy, old ZooKeeper consumers
+    registered under --zk-root, or offsets there and no zkcoord state; kafka,
+    members in Kafka's own coordinator, or offsets in Kafka zkcoord did not
+    write). States of zkcoord groups are as last stored in ZooKeeper.
     """
     wanted = _parse_states(states)
     target = _target(**options)
@@ -157,9 +159,12 @@ def describe(group_ids: tuple[str, ...], all_groups: bool, offsets_view: bool, m
     Reads ZooKeeper directly (and the owner daemon when it answers), so it
     works with every daemon down. LOG-END-OFFSET and LAG need
     --bootstrap-servers. A partition with a committed offset and no owner
-    shows "-" as its consumer. Exit 1 if a named group is unknown, or if
-    every named group's state znode is corrupt; a corrupt group among
-    others (or with --all-groups) is reported and the rest described, exit 0.
+    shows "-" as its consumer. A named group that exists nowhere is an
+    error line on stderr ("Consumer group 'x' does not exist (...)", as
+    kafka-consumer-groups says it) and exit 1 (that tool exits 0: a script
+    could not tell). Exit 1 too if every named group's state znode is corrupt;
+    a corrupt group among others (or with --all-groups) is reported and the
+    rest described, exit 0.
     """
     if sum((offsets_view, members_view, state_view)) > 1:
         raise UsageError("--offsets, --members and --state are different views: give at most one")

@@ -15,7 +15,7 @@ line and refresh)::
      "notes": ["..."],
      "groups": [{
         "group": "billing",
-        "sources": ["zkcoord", "legacy", "kafka"],   # where the group was found
+        "sources": ["zkcoord", "legacy", "kafka"],   # who uses the group (zkcoord.inspect.views)
         "state": "Stable",               # Empty PreparingRebalance CompletingRebalance Stable Dead
         "read_from": "daemon",           # daemon (live) | zookeeper (stored) | kafka
         "generation": 7 | null,
@@ -25,6 +25,7 @@ line and refresh)::
         "coordinator": {"node_id": 1, "host": "coord-1", "port": 9300, "live": true} | null,
         "migration": {"phase": "dual", "since_ms": 1795315596682} | null,
         "kafka_group": {"state": "Empty", "members": 0, "member_list": [{"member_id", "client_id", "host"}]} | null,
+                                         # null: Kafka not asked, or its coordinator does not have the group
         "members": [{"member_id": "...", "group_instance_id": null, "client_id": "...",
                      "host": "/10.0.0.5", "partitions": 2 | null,
                      "assignment": {"orders": [0, 2]} | null}],
@@ -71,7 +72,7 @@ __all__ = [
 
 DESCRIBE_SCHEMA = "zkcoord/describe/v1"
 GROUPS_SCHEMA = "zkcoord/groups/v1"
-SOURCES = ("zkcoord", "legacy", "kafka")  # a state znode; a node under the legacy root; Kafka
+SOURCES = ("zkcoord", "legacy", "kafka")  # who uses a group: zkcoord.inspect.views says when each applies
 
 
 @dataclass(frozen=True)
