@@ -296,20 +296,26 @@ class Sandbox:
                    "-Dzookeeper.admin.enableServer=false"),
         )
 
-    def _wait_registration_gone(self, state: SandboxState, broker: Server) -> None:
-        """A broker killed with -9 leaves its ephemeral ``/brokers/ids/<id>``
-        until its ZooKeeper session times out; a new broker with that id would
-        fail to register, so wait for it to go."""
+    def _wait_registration_gone(self, state: SandboxState, server: Server) -> None:
+        """A broker or daemon killed with -9 leaves its ephemeral registration
+        (``/brokers/ids/<id>``, ``/zkcoord/nodes/<id>``) until its ZooKeeper
+        session times out; a new one with that id would fail to register, so
+        wait for it to go."""
+        from zkcoord.zk.nodes import wait_node_unregistered
         from zkcoord.zk.topics import wait_broker_unregistered
 
         try:
-            wait_broker_unregistered(self.zookeeper_address(state), broker.broker_id)
+            if server.broker_id is not None:
+                wait_broker_unregistered(self.zookeeper_address(state), server.broker_id)
+            else:
+                wait_node_unregistered(self.zookeeper_address(state), server.node_id)
         except ServiceUnavailableError as exc:
             raise SandboxError(f"cannot reach the sandbox ZooKeeper at {self.zookeeper_address(state)}: {exc}")
 
     def _start_daemon(self, state: SandboxState, daemon: Server) -> None:
         """A ``zkcoord run`` daemon; ``-X`` carries the pid marker (Python
         keeps unknown -X options without acting on them)."""
+        self._wait_registration_gone(state, daemon)
         if daemon.metrics_port is None:  # recorded by a zkcoord that gave daemons none
             daemon.metrics_port = procs.free_port(avoid=state.ports())
         node_id = str(daemon.node_id)
