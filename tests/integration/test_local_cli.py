@@ -1,5 +1,6 @@
 """`zkcoord local` as a user runs it: up, up again, status, env, a broker
-killed by hand, down, twice over, in a state directory of the test's own."""
+killed by hand, down, twice over, in a state directory of the test's own;
+with daemons, their metrics and health endpoints."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
+from kafka import KafkaAdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.integration
 
@@ -63,6 +67,7 @@ def _round_trip(state_dir):
     env = zkcoord("env", state_dir=state_dir).stdout.splitlines()
     assert env[0].startswith("export ZKCOORD_ZOOKEEPER=127.0.0.1:")
     assert env[1].startswith("export ZKCOORD_BOOTSTRAP_SERVERS=127.0.0.1:")
+    assert len(env) == 2  # no daemons: no ZKCOORD_COORDINATORS, ZKCOORD_GATEWAY_SERVERS, ZKCOORD_METRICS_URLS
 
     os.kill(started["kafka-0"], signal.SIGKILL)
     deadline = time.monotonic() + 10
@@ -84,3 +89,70 @@ def test_bad_broker_count_is_a_clear_error(tmp_path):
     assert proc.returncode == 2
     assert "--brokers" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "s" / "sandbox.json").exists()
+
+
+def daemon_ports(state_dir):
+    state = json.loads((state_dir / "sandbox.json").read_text())
+    return {d["name"]: (d["pid"], d["port"], d["gateway_port"], d["metrics_port"]) for d in state["daemons"]}
+
+
+def get(url):
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=10) as response:
+        return response.status, response.read().decode()
+
+
+def test_daemons_serve_metrics_and_health_on_kept_ports(tmp_path):
+    """`up --daemons 2`: status shows each daemon's metrics URL, env exports
+    them, each answers /health and /metrics (the gateway's metrics too); a
+    daemon killed with -9 comes back from `up` on the same ports."""
+    state_dir = tmp_path / "sandbox"
+    try:
+        _metrics_round_trip(state_dir)
+    finally:
+        if state_dir.exists():
+            zkcoord("down", state_dir=state_dir, check=False)
+
+
+def _metrics_round_trip(state_dir):
+    zkcoord("up", "--daemons", "2", state_dir=state_dir)
+    ports = daemon_ports(state_dir)
+    urls = [f"http://127.0.0.1:{ports[name][3]}" for name in ("zkcoord-1", "zkcoord-2")]
+    assert len({port for *_, port in ports.values()}) == 2
+
+    status = zkcoord("status", state_dir=state_dir).stdout.splitlines()
+    for name, url in zip(("zkcoord-1", "zkcoord-2"), urls):
+        [row] = [line.split() for line in status if line.startswith(f"{name} metrics ")]
+        assert row[2:5] == [url, str(ports[name][0]), "up"]
+
+    env = dict(line.removeprefix("export ").split("=", 1) for line in zkcoord("env", state_dir=state_dir).stdout.splitlines())
+    assert env["ZKCOORD_METRICS_URLS"] == ",".join(urls)
+
+    gateway = env["ZKCOORD_GATEWAY_SERVERS"].split(",")[0]
+    admin = KafkaAdminClient(bootstrap_servers=gateway, client_id="metrics-test")
+    assert admin.describe_cluster()["brokers"]
+    admin.close()
+    for url in urls:
+        assert get(f"{url}/health") == (200, '{"status": "ready", "groups_owned": 0}\n')
+        status_code, text = get(f"{url}/metrics")
+        names = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+        assert status_code == 200
+        assert {"zkcoord_groups_owned", "zkcoord_group_members", "zkcoord_zookeeper_connected",
+                "zkcoord_gateway_connections", "zkcoord_gateway_brokers"} <= names
+    first = dict((s.name, s.value) for family in text_string_to_metric_families(get(f"{urls[0]}/metrics")[1])
+                 for s in family.samples)
+    assert first["zkcoord_gateway_brokers"] == 1 and first["zkcoord_zookeeper_connected"] == 1
+    assert first["zkcoord_gateway_forwarded_requests_total"] >= 1  # the admin client's requests, through the gateway
+
+    demo = subprocess.run([sys.executable, "-m", "zkcoord.local.demo_metrics"], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=60)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert [line for line in demo.stdout.splitlines() if "/health:" in line] == [
+        f"{url}  /health: 200 ready" for url in urls]
+
+    os.kill(ports["zkcoord-1"][0], signal.SIGKILL)
+    again = zkcoord("up", "--daemons", "2", state_dir=state_dir)
+    assert "started: zkcoord-1" in again.stdout
+    restarted = daemon_ports(state_dir)
+    assert restarted["zkcoord-1"][1:] == ports["zkcoord-1"][1:] and restarted["zkcoord-1"][0] != ports["zkcoord-1"][0]
+    assert restarted["zkcoord-2"] == ports["zkcoord-2"]
+    assert get(f"{urls[0]}/health")[0] == 200
