@@ -99,7 +99,8 @@ def main() -> int:
         text = metrics[1].decode() if metrics and metrics[0] == 200 else None
         print("\n".join(summary(url, health, text)))
         ok = ok and health is not None and health[0] == 200 and text is not None
-    print(f"All the metrics (Prometheus text): curl {urls[0]}/metrics; readiness: curl {urls[0]}/health")
+    print(f"All the metrics, as Prometheus text: curl -s {urls[0]}/metrics (each daemon's URL is in "
+          f"$ZKCOORD_METRICS_URLS); the readiness probe: curl -s {urls[0]}/health")
     return 0 if ok else 1
 
 
