@@ -331,7 +331,8 @@ class ApiHandler:
         if hold > 0:
             waiter = runtime.until_unsettled(request.generation_id)
             try:
-                await asyncio.wait_for(waiter, hold / 1000)
+                async with asyncio.timeout(hold / 1000):  # not wait_for: 3.11's can swallow a cancel (gh-86296)
+                    await waiter
             except TimeoutError:
                 pass
             finally:
