@@ -50,6 +50,7 @@ def _register() -> None:
     from zkcoord.cli.burrow_cmd import burrow_config
     cli.add_command(burrow_config)
 
+
 _register()
 
 
