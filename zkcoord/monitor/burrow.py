@@ -125,7 +125,7 @@ class BurrowSettings:
         found = []
         for item in check_bootstrap_servers(self.bootstrap_servers).split(","):
             host, sep, port = item.rpartition(":")
-            if not sep or "]" in port:  # "host" or "[v6]" alone
+            if not sep:  # a host alone: Kafka's port
                 host, port = item, str(DEFAULT_KAFKA_PORT)
             found.append(_burrow_address(host.strip("[]"), int(port), "--bootstrap-servers",
                                          self.bootstrap_servers))
