@@ -11,6 +11,7 @@ line naming it, exit 2.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -18,9 +19,19 @@ from pathlib import Path
 import click
 
 from zkcoord.errors import UsageError
-from zkcoord.monitor.burrow import LOG_LEVELS, BurrowSettings, burrow_toml
+from zkcoord.monitor.burrow import LOG_LEVELS, NUMBERS, BurrowSettings, burrow_toml
 
 CONFIG_NAME = "burrow.toml"  # the name Burrow looks for in its -config-dir
+_DEFAULTS = {field.name: field.default for field in dataclasses.fields(BurrowSettings)}
+
+
+def _number_options(func):
+    """One ``--<name>`` option per whole number Burrow takes; their ranges are
+    checked by :class:`BurrowSettings`, so the error names the range."""
+    for number in reversed(NUMBERS):
+        func = click.option(number.flag, number.field, type=int, default=_DEFAULTS[number.field],
+                            show_default=True, help=f"Burrow's {number.meaning} ({number.low} to {number.high}).")(func)
+    return func
 
 
 @click.command("burrow-config")
@@ -36,24 +47,12 @@ CONFIG_NAME = "burrow.toml"  # the name Burrow looks for in its -config-dir
               help="[HOST]:PORT of Burrow's HTTP server (no host: every interface; port 0: any free port).")
 @click.option("--output", "output", default="-", show_default=True, metavar="FILE",
               help=f"Where to write the configuration (Burrow reads {CONFIG_NAME} in its -config-dir); - is stdout.")
-@click.option("--intervals", type=int, default=10, show_default=True,
-              help="Offsets kept per partition: Burrow's evaluation window, in commits.")
-@click.option("--min-distance-s", type=int, default=1, show_default=True,
-              help="Commits closer than this share a window slot (>= 1: folds a dual group's two reports).")
-@click.option("--offset-refresh-s", type=int, default=10, show_default=True,
-              help="How often Burrow reads the brokers' log end offsets.")
-@click.option("--topic-refresh-s", type=int, default=60, show_default=True,
-              help="How often Burrow reads the topic list.")
-@click.option("--expire-group-s", type=int, default=604_800, show_default=True,
-              help="A group with no commit for this long is dropped.")
-@click.option("--expire-cache-s", type=int, default=10, show_default=True,
-              help="How long Burrow keeps a group's evaluated status.")
+@_number_options
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
 @click.option("--log-file", default="", help="Burrow's log file (default: its stdout).")
 @click.option("--pidfile", default="", help="Burrow's pid file (default: burrow.pid in its working directory).")
 def burrow_config(zookeeper: str, bootstrap_servers: str, cluster: str, zk_root: str, http_listen: str,
-                  output: str, intervals: int, min_distance_s: int, offset_refresh_s: int, topic_refresh_s: int,
-                  expire_group_s: int, expire_cache_s: int, log_level: str, log_file: str, pidfile: str) -> None:
+                  output: str, log_level: str, log_file: str, pidfile: str, **numbers: int) -> None:
     """Write a Burrow configuration monitoring zkcoord's consumer groups.
 
     Groups in zookeeper storage are read from the legacy layout through
@@ -62,11 +61,9 @@ def burrow_config(zookeeper: str, bootstrap_servers: str, cluster: str, zk_root:
     cluster: a group in dual storage is one group there. Changes nothing
     and connects to nothing.
     """
-    settings = BurrowSettings(
-        zookeeper=zookeeper, bootstrap_servers=bootstrap_servers, cluster=cluster, zk_root=zk_root,
-        http_listen=http_listen, intervals=intervals, min_distance_s=min_distance_s,
-        offset_refresh_s=offset_refresh_s, topic_refresh_s=topic_refresh_s, expire_group_s=expire_group_s,
-        expire_cache_s=expire_cache_s, log_level=log_level, log_file=log_file, pidfile=pidfile)
+    settings = BurrowSettings(zookeeper=zookeeper, bootstrap_servers=bootstrap_servers, cluster=cluster,
+                              zk_root=zk_root, http_listen=http_listen, log_level=log_level, log_file=log_file,
+                              pidfile=pidfile, **numbers)
     text = burrow_toml(settings)
     if output == "-":
         click.echo(text, nl=False)

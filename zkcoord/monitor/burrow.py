@@ -38,14 +38,15 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from zkcoord.errors import UsageError
 from zkcoord.kafka.offsets import check_bootstrap_servers
 from zkcoord.zk.connection import parse_hosts
 from zkcoord.zk.paths import DEFAULT_CONSUMERS_ROOT, check_absolute
 
-__all__ = ["BurrowSettings", "LOG_LEVELS", "KAFKA_VERSION", "CLIENT_PROFILE", "sections", "render", "burrow_toml"]
+__all__ = ["BurrowSettings", "Number", "NUMBERS", "LOG_LEVELS", "KAFKA_VERSION", "CLIENT_PROFILE", "sections",
+           "render", "burrow_toml"]
 
 KAFKA_VERSION = "2.1.0"  # the newest protocol version Burrow 1.2.1 knows (helpers/sarama.go)
 CLIENT_PROFILE = "zkcoord"
@@ -60,14 +61,28 @@ _ZNODE = re.compile(r"^[a-zA-Z0-9_\-][a-zA-Z0-9_\-.]*$")
 _CLUSTER = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _IPV4 = re.compile(r"^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$")
 
-# (field, lowest, highest, Burrow's key): the whole seconds and counts Burrow takes.
-_NUMBERS = (
-    ("intervals", 2, 1_000, "storage intervals: offsets kept per partition, the evaluation window"),
-    ("min_distance_s", 1, 3_600, "storage min-distance: commits closer than this share a window slot"),
-    ("offset_refresh_s", 1, 3_600, "cluster offset-refresh: how often the brokers' log end offsets are read"),
-    ("topic_refresh_s", 1, 86_400, "cluster topic-refresh: how often the topic list is read"),
-    ("expire_group_s", 60, 31_536_000, "storage expire-group: a group without commits this long is dropped"),
-    ("expire_cache_s", 1, 3_600, "evaluator expire-cache: how long a group's status is kept"),
+
+
+class Number(NamedTuple):
+    """A whole number Burrow takes (seconds or a count), with its range."""
+
+    field: str
+    low: int
+    high: int
+    meaning: str  # Burrow's key and what it does
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.field.replace("_", "-")
+
+
+NUMBERS = (
+    Number("intervals", 2, 1_000, "storage intervals: offsets kept per partition, the evaluation window"),
+    Number("min_distance_s", 1, 3_600, "storage min-distance: commits closer than this share a window slot"),
+    Number("offset_refresh_s", 1, 3_600, "cluster offset-refresh: how often the brokers' log end offsets are read"),
+    Number("topic_refresh_s", 1, 86_400, "cluster topic-refresh: how often the topic list is read"),
+    Number("expire_group_s", 60, 31_536_000, "storage expire-group: a group without commits this long is dropped"),
+    Number("expire_cache_s", 1, 3_600, "evaluator expire-cache: how long a group's evaluated status is kept"),
 )
 
 
@@ -102,11 +117,11 @@ class BurrowSettings:
         if not sep or not port.isdigit() or int(port) > 65535 or (host and not _burrow_host(host.strip("[]"))):
             raise UsageError(f"--http-listen {self.http_listen!r} is not [HOST]:PORT with a port from 0 to 65535 "
                              "(':8000' listens on every interface)")
-        for name, low, high, meaning in _NUMBERS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise UsageError(f"--{name.replace('_', '-')} {value!r} must be a whole number from {low} to "
-                                 f"{high} ({meaning})")
+        for number in NUMBERS:
+            value = getattr(self, number.field)
+            if isinstance(value, bool) or not isinstance(value, int) or not number.low <= value <= number.high:
+                raise UsageError(f"{number.flag} {value!r} must be a whole number from {number.low} to "
+                                 f"{number.high} ({number.meaning})")
         if self.log_level not in LOG_LEVELS:
             raise UsageError(f"--log-level {self.log_level!r} must be one of {', '.join(LOG_LEVELS)}")
         for flag, value in (("--log-file", self.log_file), ("--pidfile", self.pidfile)):
