@@ -35,6 +35,7 @@ brokers run in ZooKeeper mode (up to Kafka 3.9), which still serve it.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from dataclasses import dataclass
@@ -60,7 +61,6 @@ _HOSTNAME = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
 _ZNODE = re.compile(r"^[a-zA-Z0-9_\-][a-zA-Z0-9_\-.]*$")
 _CLUSTER = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _IPV4 = re.compile(r"^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$")
-
 
 
 class Number(NamedTuple):
@@ -107,9 +107,8 @@ class BurrowSettings:
     pidfile: str = ""  # "": Burrow's default, burrow.pid in its working directory
 
     def __post_init__(self) -> None:
-        for check in (lambda: self.zookeeper_servers, lambda: self.kafka_servers, lambda: self.zookeeper_path,
-                      lambda: self.burrow_root_path):
-            check()  # each raises what is wrong with its input
+        for derived in ("zookeeper_servers", "kafka_servers", "zookeeper_path", "burrow_root_path"):
+            getattr(self, derived)  # each raises what is wrong with its input
         if not _CLUSTER.match(self.cluster):
             raise UsageError(f"--cluster {self.cluster!r} must be lower-case letters, digits, '-' and '_' "
                              "(Burrow lower-cases section names, so it is also the name in its HTTP paths)")
@@ -155,7 +154,7 @@ class BurrowSettings:
         """The kafka_zk module's ``zookeeper-path``: the chroot and the root
         without its ``/consumers``, which Burrow adds (``""`` for ``/consumers``)."""
         check_absolute(self.zk_root, "--zk-root")
-        if self.zk_root != CONSUMERS and not self.zk_root.endswith(CONSUMERS):
+        if not self.zk_root.endswith(CONSUMERS):
             raise UsageError(f"--zk-root {self.zk_root!r} cannot be watched by Burrow 1.2: its ZooKeeper module "
                              "reads <path>/consumers/<group>/offsets, so the root must end in /consumers")
         prefix = self.chroot + self.zk_root[:-len(CONSUMERS)]
@@ -181,8 +180,6 @@ def _burrow_host(host: str) -> bool:
 
 
 def _is_ipv6(host: str) -> bool:
-    import ipaddress
-
     try:
         return isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address)
     except ValueError:
