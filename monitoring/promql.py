@@ -6,7 +6,8 @@ selectors and the labels they group by, found with a PromQL parser
 the generated dashboard (panel targets and the variables' ``label_values``
 queries) and of a rules file; :func:`uses` parses one expression into the
 :class:`Use` of each series selector it contains; :func:`unmatched` tells
-which of those a scrape of a real daemon does not satisfy.
+which metric names and labels of those a scrape of a real daemon lacks, and
+:func:`unknown_values` which label values named cannot occur.
 
 Labels Prometheus attaches to every scraped series (``job``, ``instance``)
 are not in a daemon's exposition: matchers on them are left out, and
@@ -35,15 +36,6 @@ class Matcher:
     name: str
     op: str  # "=", "!=", "=~", "!~"
     value: str
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        actual = labels.get(self.name, "")
-        if self.op == "=":
-            return actual == self.value
-        if self.op == "!=":
-            return actual != self.value
-        found = re.fullmatch(self.value, actual) is not None
-        return found if self.op == "=~" else not found
 
 
 @dataclass(frozen=True)
@@ -150,23 +142,41 @@ def rule_queries(rules: Mapping) -> list[tuple[str, str]]:
 
 
 def unmatched(selected: Iterable[Use], samples: Iterable[tuple[str, Mapping[str, str]]]) -> list[str]:
-    """What a scrape does not satisfy: a selector no sample matches, or a
-    grouping label none of its matching samples has. ``samples`` are
-    (sample name, labels) of one daemon's ``/metrics``."""
-    by_name: dict[str, list[Mapping[str, str]]] = {}
+    """What a scrape of a real daemon does not have: a metric a selector
+    names, or a label it matches on or is grouped by. ``samples`` are
+    (sample name, labels) of one daemon's ``/metrics``. Label values are
+    :func:`unknown_values`'s business: a daemon in good health never
+    answers UNKNOWN_SERVER_ERROR, yet a rule may select it."""
+    labels_of: dict[str, set[str]] = {}
     for name, labels in samples:
-        by_name.setdefault(name, []).append(labels)
+        labels_of.setdefault(name, set()).update(labels)
     problems = []
     for use in selected:
         if use.metric in PROMETHEUS_SERIES:
             continue
-        found = [labels for labels in by_name.get(use.metric, []) if all(m.matches(labels) for m in use.matchers)]
-        if not found:
-            problems.append(f"no sample matches {use}" if use.metric in by_name
-                            else f"no metric {use.metric!r} ({use})")
+        if use.metric not in labels_of:
+            problems.append(f"no metric {use.metric!r} ({use})")
             continue
-        missing = sorted(label for label in use.grouped_by - TARGET_LABELS
-                         if not any(label in labels for labels in found))
+        wanted = {m.name for m in use.matchers} | (use.grouped_by - TARGET_LABELS)
+        missing = sorted(wanted - labels_of[use.metric])
         if missing:
-            problems.append(f"no label {', '.join(missing)} on {use}")
+            problems.append(f"no label {', '.join(missing)} on {use.metric} ({use})")
+    return problems
+
+
+def unknown_values(selected: Iterable[Use], known: Mapping[str, Iterable[str]]) -> list[str]:
+    """Label values a selector names that cannot occur: ``known`` maps a
+    label to every value it can take. A regular expression counts when it
+    is alternatives of plain names (``NONE|MEMBER_ID_REQUIRED``)."""
+    problems = []
+    for use in selected:
+        for m in use.matchers:
+            if m.name not in known:
+                continue
+            names = m.value.split("|") if m.op in ("=~", "!~") else [m.value]
+            if m.op in ("=~", "!~") and not all(re.fullmatch(r"[A-Za-z0-9_]+", n) for n in names):
+                continue  # a real pattern: nothing to compare
+            unknown = sorted(set(names) - set(known[m.name]))
+            if unknown:
+                problems.append(f"{m.name} value {', '.join(unknown)} cannot occur ({use})")
     return problems
