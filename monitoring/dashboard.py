@@ -240,7 +240,8 @@ def label_variable(name: str, label: str, values_query: str) -> d.QueryVariable:
 def variables(builder: d.Dashboard) -> d.Dashboard:
     datasource = d.DatasourceVariable("datasource").label("Data source").type("prometheus")
     job = label_variable("job", "Job", "label_values(zkcoord_zookeeper_connected, job)")
-    instance = label_variable("instance", "Instance", 'label_values(zkcoord_zookeeper_connected{job=~"$job"}, instance)')
+    instance = label_variable("instance", "Instance",
+                              'label_values(zkcoord_zookeeper_connected{job=~"$job"}, instance)')
     return builder.with_variable(datasource).with_variable(job).with_variable(instance)
 
 

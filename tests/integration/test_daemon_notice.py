@@ -14,7 +14,7 @@ import pytest
 from kafka.protocol.consumer.group import HeartbeatRequest, LeaveGroupRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from tests.integration.test_daemon_disconnect import Member, find, serve, stable_pair, stored
+from tests.integration.test_daemon_disconnect import Member, find, rejoin_alone, serve, stable_pair, stored
 from tests.support.wire import WireClient
 from zkcoord.core import notice
 from zkcoord.core.messages import session_key
@@ -223,5 +223,30 @@ def test_a_members_own_leave_answers_its_held_heartbeat_first(zk_hosts, unique_n
         after = counts()
         assert {error: after[error] - before[error] for error in after} == {
             "NONE": 1, "REBALANCE_IN_PROGRESS": 1, "UNKNOWN_MEMBER_ID": 1}
+
+    play(zk_hosts, unique_name("g"), 600_000, scenario, metrics_listen="127.0.0.1:0")
+
+
+def test_a_lone_members_own_rejoin_answers_its_held_heartbeat_first(zk_hosts, zk, unique_name):
+    """A member alone in its group rejoins (a leader whose assignment
+    changed the metadata does) with its heartbeat held: its JoinGroup
+    completes the rebalance at once, into the next generation. The held
+    heartbeat arrived before the JoinGroup and is answered as of then,
+    NONE, not ILLEGAL_GENERATION for the generation the rejoin ended."""
+
+    async def scenario(s: Scene):
+        left = await s.b.client.call(LeaveGroupRequest(
+            version=3, group_id=s.group, members=[LeaveGroupRequest.MemberIdentity(
+                member_id=s.b.member_id, group_instance_id=None)]))
+        assert left.error_code == E_NONE
+        await rejoin_alone(s.a, zk, s.group)  # generation 3: a alone
+        held = held_heartbeat(await s.notice_channel(s.a), s.a)
+        assert await still_held(held)
+        illegal = {"api": "Heartbeat", "error": "ILLEGAL_GENERATION"}
+        before = s.daemon.metrics.registry.get_sample_value("zkcoord_requests_total", illegal) or 0
+        rejoined = await s.a.join()
+        assert rejoined.generation_id == 4
+        assert (await asyncio.wait_for(held, LIVENESS_S)).error_code == E_NONE
+        assert (s.daemon.metrics.registry.get_sample_value("zkcoord_requests_total", illegal) or 0) == before
 
     play(zk_hosts, unique_name("g"), 600_000, scenario, metrics_listen="127.0.0.1:0")

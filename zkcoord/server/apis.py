@@ -23,10 +23,11 @@ held while their group stays Stable (up to the daemon's
 at that moment would get (without restarting the member's session again).
 Such heartbeats skip the fast path, are not counted in the request latency
 histogram, and do not count as the member's connection for the disconnect
-grace (the member's own connection does). A LeaveGroup naming a member
-answers that member's held heartbeats first, on the group as it was before
-the leave (zkcoord's consumer leaves with one held; after the leave it would
-read, and count as, UNKNOWN_MEMBER_ID).
+grace (the member's own connection does). A JoinGroup or LeaveGroup of a
+member answers that member's held heartbeats first, on the group as it was
+before (zkcoord's consumer leaves and rejoins with one held; after the
+request it would read, and count as, UNKNOWN_MEMBER_ID or
+ILLEGAL_GENERATION).
 
 Big requests (:mod:`zkcoord.core.limits`): a handler walking thousands of
 group ids, partitions or groups yields to the event loop every
@@ -257,8 +258,11 @@ class ApiHandler:
                     members.seen(r.group_id, result.member_id, connection.connection_id)
                 return _join_response(decoded, result)
 
-            return await runtime.call(token, lambda g, now: core.handle_join(g, request, now, runtime.config),
-                                      render=render)
+            def join(g, now):
+                self._end_holds(g, now, runtime.config, ((r.member_id, instance),))
+                return core.handle_join(g, request, now, runtime.config)
+
+            return await runtime.call(token, join, render=render)
         except GroupUnavailableError as exc:
             return failed(exc.code)
         except StateError as exc:
@@ -352,13 +356,14 @@ class ApiHandler:
             lambda g, now: core.handle_heartbeat(g, request, now, runtime.config).replies[0].payload)
 
     def _end_holds(self, group: core.Group, now: int, config, members) -> None:
-        """A LeaveGroup of ``members`` ((member id, instance id) pairs) is about
-        to be applied to ``group``: their held heartbeats are answered first,
-        on the group as it is before the leave. They arrived before the
-        LeaveGroup, so Kafka, which answers each heartbeat as it arrives,
-        would have answered them before it too; answered after it, they would
-        read UNKNOWN_MEMBER_ID (and count as that error) for a member that
-        only closed, which zkcoord's consumer does with a heartbeat held."""
+        """A JoinGroup or LeaveGroup of ``members`` ((member id, instance id)
+        pairs) is about to be applied to ``group``: their held heartbeats are
+        answered first, on the group as it is before. They arrived before
+        that request, so Kafka, which answers each heartbeat as it arrives,
+        would have answered them before it too. Answered after it they would
+        read, and count as, UNKNOWN_MEMBER_ID (a member that closed: zkcoord's
+        consumer leaves with a heartbeat held) or ILLEGAL_GENERATION (a lone
+        member's rejoin completes its rebalance at once)."""
         holds = self._holds.get(group.group_id)
         if not holds:
             return
