@@ -84,6 +84,18 @@ def rate(metric: str, by: str, extra: str = "") -> str:
     return f"sum by ({by}) (rate({metric}{{{selector}}}[{RATE}]))"
 
 
+def rate_panel(metric: str, by: str, unit: str, title: str, description: str, *, extra: str = "",
+               width: int = 8) -> Timeseries:
+    """A panel of one counter's per-second rate, one series per ``by`` labels."""
+    legend = " ".join(f"{{{{{label.strip()}}}}}" for label in by.split(","))
+    return timeseries(title, description, [query(rate(metric, by, extra), legend)], unit, width=width)
+
+
+def increase(metric: str) -> str:
+    """``sum by (instance) (increase(metric{SEL}[$__rate_interval]))``: events per interval."""
+    return f"sum by (instance) (increase({metric}{{{SEL}}}[{RATE}]))"
+
+
 def quantiles(metric: str, by: str = "", legend_prefix: str = "") -> list[Dataquery]:
     """p50, p95 and p99 of a histogram, per ``by`` labels if given."""
     group = f"{by}, le" if by else "le"
@@ -133,8 +145,8 @@ def groups_row(builder: d.Dashboard) -> d.Dashboard:
                                           "members {{instance}}"),
                                     query(f"sum by (instance) (zkcoord_held_heartbeats{{{SEL}}})",
                                           "held {{instance}}")]))
-            .with_panel(timeseries("Rebalances", "New generations started, per second.",
-                                   [query(rate("zkcoord_rebalances_total", "instance"), "{{instance}}")], "ops"))
+            .with_panel(rate_panel("zkcoord_rebalances_total", "instance", "ops", "Rebalances",
+                                   "New generations started, per second."))
             .with_panel(timeseries("Rebalance duration", "From PreparingRebalance to the group's Stable write.",
                                    quantiles("zkcoord_rebalance_duration_seconds"), "s"))
             .with_panel(timeseries("Groups owned per daemon", "How the groups are spread over the daemons.",
@@ -145,13 +157,11 @@ def requests_row(builder: d.Dashboard) -> d.Dashboard:
     errors = 'error!="NONE"'
     ratio = (f"{rate('zkcoord_requests_total', 'api', errors)} / {rate('zkcoord_requests_total', 'api')}")
     return (builder.with_row(d.Row("Requests"))
-            .with_panel(timeseries("Requests by API", "Kafka requests answered per second (daemon listeners and "
-                                   "gateways), by API.",
-                                   [query(rate("zkcoord_requests_total", "api"), "{{api}}")], "reqps"))
-            .with_panel(timeseries("Error responses by API and error", "Answers whose error code is not NONE, per "
-                                   "second, by API and Kafka error name (as Kafka's ErrorsPerSec).",
-                                   [query(rate("zkcoord_requests_total", "api, error", errors),
-                                          "{{api}} {{error}}")], "reqps"))
+            .with_panel(rate_panel("zkcoord_requests_total", "api", "reqps", "Requests by API",
+                                   "Kafka requests answered per second (daemon listeners and gateways), by API."))
+            .with_panel(rate_panel("zkcoord_requests_total", "api, error", "reqps", "Error responses by API and error",
+                                   "Answers whose error code is not NONE, per second, by API and Kafka error name "
+                                   "(as Kafka's ErrorsPerSec).", extra=errors))
             .with_panel(timeseries("Error ratio by API", "Share of each API's answers that carry an error.",
                                    [query(ratio, "{{api}}")], "percentunit"))
             .with_panel(timeseries("Latency p99 by API", "Time to answer, 99th percentile (held heartbeats left "
@@ -176,27 +186,22 @@ def zookeeper_row(builder: d.Dashboard) -> d.Dashboard:
                                    [query(f"zkcoord_zookeeper_connected{{{SEL}}}", "{{instance}}")]))
             .with_panel(timeseries("Connection losses", "ZooKeeper connections lost (session suspended) per "
                                    "interval.",
-                                   [query(f"sum by (instance) (increase(zkcoord_zookeeper_suspensions_total"
-                                          f"{{{SEL}}}[{RATE}]))", "{{instance}}")]))
+                                   [query(increase("zkcoord_zookeeper_suspensions_total"), "{{instance}}")]))
             .with_panel(timeseries("Session expiries", "ZooKeeper sessions lost per interval: the daemon's "
                                    "groups were released and are loaded again.",
-                                   [query(f"sum by (instance) (increase(zkcoord_zookeeper_session_expiries_total"
-                                          f"{{{SEL}}}[{RATE}]))", "{{instance}}")])))
+                                   [query(increase("zkcoord_zookeeper_session_expiries_total"), "{{instance}}")])))
 
 
 def offsets_row(builder: d.Dashboard) -> d.Dashboard:
     return (builder.with_row(d.Row("Offsets and migration"))
-            .with_panel(timeseries("Offset commits by storage mode", "OffsetCommits stored per second, by the "
-                                   "group's offset storage mode.",
-                                   [query(rate("zkcoord_offset_commits_total", "mode"), "{{mode}}")], "ops"))
-            .with_panel(timeseries("Forwarded commit refusals", "Partitions of dual/kafka commits Kafka refused, "
-                                   "per second, by Kafka's error name.",
-                                   [query(rate("zkcoord_forwarded_commit_refusals_total", "error"), "{{error}}")],
-                                   "ops"))
+            .with_panel(rate_panel("zkcoord_offset_commits_total", "mode", "ops", "Offset commits by storage mode",
+                                   "OffsetCommits stored per second, by the group's offset storage mode."))
+            .with_panel(rate_panel("zkcoord_forwarded_commit_refusals_total", "error", "ops",
+                                   "Forwarded commit refusals", "Partitions of dual/kafka commits Kafka refused, "
+                                   "per second, by Kafka's error name."))
             .with_panel(timeseries("Dual-commit divergences", "Dual commits stored in Kafka and not in ZooKeeper, "
                                    "per interval (Kafka ahead; repaired by the next owner's load).",
-                                   [query(f"sum by (instance) (increase(zkcoord_dual_commit_divergences_total"
-                                          f"{{{SEL}}}[{RATE}]))", "{{instance}}")]))
+                                   [query(increase("zkcoord_dual_commit_divergences_total"), "{{instance}}")]))
             .with_panel(timeseries("Members in Kafka's own coordinator", "Owned dual/kafka groups with members in "
                                    "Kafka's own group coordinator, and those members, as last seen.",
                                    [query(f"sum(zkcoord_groups_with_kafka_members{{{SEL}}})", "groups"),
@@ -211,21 +216,16 @@ def gateway_row(builder: d.Dashboard) -> d.Dashboard:
                                           "connections {{instance}}"),
                                     query(f"sum by (instance) (zkcoord_gateway_brokers{{{SEL}}})",
                                           "brokers {{instance}}")]))
-            .with_panel(timeseries("Forwarded requests by API", "Requests the gateways passed to a broker, per "
-                                   "second (the group APIs they answer are under Requests).",
-                                   [query(rate("zkcoord_gateway_forwarded_requests_total", "api"), "{{api}}")],
-                                   "reqps"))
-            .with_panel(timeseries("Forwarded bytes", "Bytes per second of forwarded requests and of the "
-                                   "brokers' answers to them.",
-                                   [query(rate("zkcoord_gateway_forwarded_bytes_total", "direction"),
-                                          "{{direction}}")], "Bps"))
-            .with_panel(timeseries("Forwarded bytes by API", "The same, by API.",
-                                   [query(rate("zkcoord_gateway_forwarded_bytes_total", "api, direction"),
-                                          "{{api}} {{direction}}")], "Bps", width=16))
-            .with_panel(timeseries("Gateway errors", "Client connections closed because no broker accepted the "
-                                   "gateway's connection, per second.",
-                                   [query(rate("zkcoord_gateway_broker_connect_failures_total", "instance"),
-                                          "{{instance}}")], "ops")))
+            .with_panel(rate_panel("zkcoord_gateway_forwarded_requests_total", "api", "reqps",
+                                   "Forwarded requests by API", "Requests the gateways passed to a broker, per "
+                                   "second (the group APIs they answer are under Requests)."))
+            .with_panel(rate_panel("zkcoord_gateway_forwarded_bytes_total", "direction", "Bps", "Forwarded bytes",
+                                   "Bytes per second of forwarded requests and of the brokers' answers to them."))
+            .with_panel(rate_panel("zkcoord_gateway_forwarded_bytes_total", "api, direction", "Bps",
+                                   "Forwarded bytes by API", "The same, by API.", width=16))
+            .with_panel(rate_panel("zkcoord_gateway_broker_connect_failures_total", "instance", "ops", "Gateway errors",
+                                   "Client connections closed because no broker accepted the gateway's connection, "
+                                   "per second.")))
 
 
 def label_variable(name: str, label: str, values_query: str) -> d.QueryVariable:

@@ -20,27 +20,28 @@ import asyncio
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 from prometheus_client.parser import text_string_to_metric_families
-from test_gateway_daemon import gateway_config
-from test_migrate_flow import RECORDS, adapters_for, layout, seed, topic  # noqa: F401 (fixtures)
+from test_dual_integrity import serve_a_dual_group
+from test_migrate_flow import RECORDS, layout, seed, topic  # noqa: F401 (fixtures)
 
 from tests.support.http import http_get
 from tests.support.kafka_ready import JOIN_POLL_MS, active_kafka_member, poll_until_assigned
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.group_states import GroupState
 from zkcoord.core.membership import OFFSET_STORAGES
-from zkcoord.migrate.apply import apply_group
-from zkcoord.server.daemon import Daemon
 
 promql = pytest.importorskip("monitoring.promql", reason="pip install -e '.[test]' (promql-parser)")
 
 pytestmark = pytest.mark.integration
+DASHBOARD = Path(__file__).resolve().parents[2] / "monitoring" / "grafana" / "zkcoord-dashboard.json"
+RULES = DASHBOARD.parents[1] / "prometheus" / "zkcoord-alerts.yml"
 
 # Every value zkcoord can give these labels (from the code that sets them).
 KNOWN_VALUES = {
@@ -52,6 +53,8 @@ KNOWN_VALUES = {
 
 
 def drive_the_group_apis(gateway: str, bootstrap: str, topic: str, group: str) -> None:  # noqa: F811
+    """Join, sync, heartbeat, fetch, commit and fetch offsets through the
+    gateway; then a commit Kafka refuses (a member in its own coordinator)."""
     member = KafkaConsumer(topic, bootstrap_servers=gateway, group_id=group, client_id="monitoring-test",
                            enable_auto_commit=False, session_timeout_ms=10000, heartbeat_interval_ms=300,
                            auto_offset_reset="earliest")
@@ -77,22 +80,13 @@ def scrape(port: int) -> tuple[str, list[tuple[str, dict]]]:
 
 
 def selectors() -> list:
-    dashboard = json.loads(promql_dashboard_path().read_text())
-    rules = yaml.safe_load(promql_rules_path().read_text())
+    """Every series selector of the generated dashboard and of the rules file."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    rules = yaml.safe_load(RULES.read_text())
     found = [use for where, expr in promql.dashboard_queries(dashboard) + promql.rule_queries(rules)
              for use in promql.uses(expr, where)]
     assert len(found) > 40
     return found
-
-
-def promql_dashboard_path():
-    from monitoring.dashboard import OUTPUT
-
-    return OUTPUT
-
-
-def promql_rules_path():
-    return promql_dashboard_path().parents[1] / "prometheus" / "zkcoord-alerts.yml"
 
 
 def test_every_metric_and_label_the_dashboard_and_rules_use_is_exported(
@@ -101,19 +95,12 @@ def test_every_metric_and_label_the_dashboard_and_rules_use_is_exported(
     seed(zk, group, {(topic, p): b"0" for p in range(4)})
     scraped: dict = {}
 
-    async def scenario():
-        applied = await adapters_for(zk_hosts, services.bootstrap_servers, lambda a: apply_group(a, group))
-        assert applied.phase == "dual"
-        daemon = Daemon(gateway_config(zk_hosts, services.bootstrap_servers, 1))
-        running = await daemon.start()
-        try:
-            gateway = "%s:%d" % running.gateway
-            await asyncio.to_thread(drive_the_group_apis, gateway, services.bootstrap_servers, topic, group)
-            scraped["text"], scraped["samples"] = await asyncio.to_thread(scrape, running.metrics_port)
-        finally:
-            await daemon.stop()
+    def with_a_running_daemon(running) -> None:
+        gateway = "%s:%d" % running.gateway
+        drive_the_group_apis(gateway, services.bootstrap_servers, topic, group)
+        scraped["text"], scraped["samples"] = scrape(running.metrics_port)
 
-    asyncio.run(scenario())
+    serve_a_dual_group(services.bootstrap_servers, zk_hosts, group, with_a_running_daemon)
     samples = scraped["samples"]
     used = selectors()
     assert promql.unmatched(used, samples) == []
