@@ -36,6 +36,8 @@ UID = "zkcoord-overview"
 DATASOURCE = models.DataSourceRef(type_val="prometheus", uid="${datasource}")
 SEL = 'job=~"$job", instance=~"$instance"'
 RATE = "$__rate_interval"
+# Answers with these codes are steps of the group protocol, not failures (as in the alerting rules).
+PROTOCOL_STEPS = "NONE|MEMBER_ID_REQUIRED|REBALANCE_IN_PROGRESS"
 
 
 def query(expr: str, legend: str = "", *, instant: bool = False) -> Dataquery:
@@ -155,14 +157,17 @@ def groups_row(builder: d.Dashboard) -> d.Dashboard:
 
 def requests_row(builder: d.Dashboard) -> d.Dashboard:
     errors = 'error!="NONE"'
-    ratio = (f"{rate('zkcoord_requests_total', 'api', errors)} / {rate('zkcoord_requests_total', 'api')}")
+    failures = f'error!~"{PROTOCOL_STEPS}"'
+    ratio = f"{rate('zkcoord_requests_total', 'api', failures)} / {rate('zkcoord_requests_total', 'api')}"
     return (builder.with_row(d.Row("Requests"))
             .with_panel(rate_panel("zkcoord_requests_total", "api", "reqps", "Requests by API",
                                    "Kafka requests answered per second (daemon listeners and gateways), by API."))
             .with_panel(rate_panel("zkcoord_requests_total", "api, error", "reqps", "Error responses by API and error",
                                    "Answers whose error code is not NONE, per second, by API and Kafka error name "
                                    "(as Kafka's ErrorsPerSec).", extra=errors))
-            .with_panel(timeseries("Error ratio by API", "Share of each API's answers that carry an error.",
+            .with_panel(timeseries("Error ratio by API", "Share of each API's answers that carry an error other "
+                                   "than the group protocol's own steps (MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS): "
+                                   "what the ZkcoordRequestErrors alert watches.",
                                    [query(ratio, "{{api}}")], "percentunit"))
             .with_panel(timeseries("Latency p99 by API", "Time to answer, 99th percentile (held heartbeats left "
                                    "out).", quantiles_by_api(0.99), "s"))

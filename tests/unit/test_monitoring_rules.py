@@ -73,3 +73,12 @@ def test_every_rule_parses_as_promql():
     assert len(queries) == len(alert_names())
     for where, expr in queries:
         assert promql.uses(expr, where), where
+
+
+def test_the_error_alert_and_the_dashboards_error_ratio_leave_out_the_same_codes():
+    pytest.importorskip("grafana_foundation_sdk", reason="pip install -e '.[test]' (grafana-foundation-sdk)")
+    from monitoring.dashboard import PROTOCOL_STEPS
+
+    rule = next(rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]
+                if rule["alert"] == "ZkcoordRequestErrors")
+    assert f'error!~"{PROTOCOL_STEPS}"' in rule["expr"]
