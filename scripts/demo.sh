@@ -11,6 +11,7 @@ $ZKC local status
 eval "$($ZKC local env)"
 echo "ZKCOORD_ZOOKEEPER=$ZKCOORD_ZOOKEEPER ZKCOORD_BOOTSTRAP_SERVERS=$ZKCOORD_BOOTSTRAP_SERVERS ZKCOORD_COORDINATORS=$ZKCOORD_COORDINATORS"
 echo "ZKCOORD_GATEWAY_SERVERS=$ZKCOORD_GATEWAY_SERVERS  (stock Kafka clients bootstrap from these)"
+echo "ZKCOORD_METRICS_URLS=${ZKCOORD_METRICS_URLS:-}  (each daemon's /metrics and /health)"
 echo
 echo "== 2. a worker pool under zkcoord: three consumers share a topic, one stops"
 .venv/bin/python -m zkcoord.local.demo | tee /tmp/zkcoord-demo.$$
@@ -50,5 +51,8 @@ $ZKC migrate verify --group "$LEGACY"
 $ZKC migrate finalize --group "$LEGACY"
 $ZKC migrate status --group "$LEGACY"
 $ZKC describe "$LEGACY" --state
+echo
+echo "== 6. the daemons' health and metrics, from ZKCOORD_METRICS_URLS (each daemon's --metrics-listen)"
+.venv/bin/python -m zkcoord.local.demo_metrics
 echo
 echo "The sandbox keeps running; stop it with: make down"

@@ -79,3 +79,27 @@ def test_without_the_hold_a_member_hears_of_the_rebalance_from_its_heartbeat(
     assert (notices, unsupported) == (0, True)  # the daemon did not advertise the notice
     assert HEARTBEAT in steps and JOIN in steps
     assert steps.index(HEARTBEAT) < steps.index(JOIN), steps
+
+
+def test_closing_with_a_held_heartbeat_counts_no_heartbeat_error(services, zk_hosts, unique_name):
+    """A zkcoord consumer that closes has a heartbeat held on its notice
+    connection; its LeaveGroup answers it first, so closing adds no
+    Heartbeat UNKNOWN_MEMBER_ID to the daemon's error counts."""
+    topic, group = unique_name("t"), unique_name("g")
+    create_topic(services.bootstrap_servers, topic, 2)
+    with ThreadDaemons(zk_hosts, 1, rebalance_notice_hold_ms=30_000, metrics_listen="127.0.0.1:0") as daemons:
+        cfg = config(daemons.addresses, services.bootstrap_servers, group, session_timeout_ms=60_000)
+        member = start_member("closing", cfg, [topic])
+        daemon = daemons.daemons[0]
+        try:
+            eventually(lambda: len(member.consumer.assignment()) == 2, "the member owns both partitions",
+                       step=poll_all([member]))
+            eventually(lambda: daemon.manager.runtimes[group].held_heartbeats == 1, "its heartbeat is held",
+                       step=poll_all([member]))
+        finally:
+            member.consumer.close()
+        count = daemon.metrics.registry.get_sample_value
+        eventually(lambda: count("zkcoord_requests_total", {"api": "LeaveGroup", "error": "NONE"}) == 1,
+                   "the LeaveGroup is counted")
+        eventually(lambda: daemon.manager.runtimes[group].held_heartbeats == 0, "the hold ended")
+        assert count("zkcoord_requests_total", {"api": "Heartbeat", "error": "UNKNOWN_MEMBER_ID"}) is None

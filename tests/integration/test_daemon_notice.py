@@ -14,14 +14,14 @@ import pytest
 from kafka.protocol.consumer.group import HeartbeatRequest, LeaveGroupRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from tests.integration.test_daemon_disconnect import Member, find, serve, stable_pair, stored
+from tests.integration.test_daemon_disconnect import Member, find, rejoin_alone, serve, stable_pair, stored
 from tests.support.wire import WireClient
 from zkcoord.core import notice
 from zkcoord.core.messages import session_key
 from zkcoord.server.group_runtime import monotonic_ms
 
 pytestmark = pytest.mark.integration
-E_NONE, E_REBALANCE_IN_PROGRESS = 0, 27
+E_NONE, E_REBALANCE_IN_PROGRESS, E_UNKNOWN_MEMBER_ID = 0, 27, 25
 E_COORDINATOR_NOT_AVAILABLE, E_NOT_COORDINATOR = 15, 16
 LIVENESS_S = 30.0
 
@@ -50,11 +50,11 @@ class Scene:
         await self.daemon.stop()
 
 
-def play(zk_hosts: str, group: str, hold_ms: int, scenario, session_ms: int = 120_000) -> None:
+def play(zk_hosts: str, group: str, hold_ms: int, scenario, session_ms: int = 120_000, **settings) -> None:
     """Run ``await scenario(scene)`` on a fresh daemon and Stable pair."""
 
     async def main():
-        daemon, address = await serve(zk_hosts, -1, rebalance_notice_hold_ms=hold_ms)
+        daemon, address = await serve(zk_hosts, -1, rebalance_notice_hold_ms=hold_ms, **settings)
         scene = None
         try:
             await find(address, group)
@@ -190,3 +190,63 @@ def test_a_held_heartbeat_is_released_when_the_daemon_stops(zk_hosts, unique_nam
         assert answer.error_code in (E_NOT_COORDINATOR, E_COORDINATOR_NOT_AVAILABLE), answer
 
     play(zk_hosts, unique_name("g"), 600_000, scenario)
+
+
+def test_a_members_own_leave_answers_its_held_heartbeat_first(zk_hosts, unique_name):
+    """zkcoord's consumer leaves with a heartbeat held on its notice
+    connection. That heartbeat arrived before the LeaveGroup, so Kafka would
+    have answered it NONE; it is answered as of before the leave, not
+    UNKNOWN_MEMBER_ID after it, and counted so. A heartbeat sent after the
+    LeaveGroup is still UNKNOWN_MEMBER_ID, answered and counted as Kafka
+    answers and counts it."""
+
+    async def scenario(s: Scene):
+        def counts() -> dict[str, float]:
+            return {error: s.daemon.metrics.registry.get_sample_value(
+                "zkcoord_requests_total", {"api": "Heartbeat", "error": error}) or 0
+                for error in ("NONE", "REBALANCE_IN_PROGRESS", "UNKNOWN_MEMBER_ID")}
+
+        channel = await s.notice_channel(s.b)
+        held = held_heartbeat(channel, s.b)
+        assert await still_held(held)
+        others = held_heartbeat(await s.notice_channel(s.a), s.a)
+        assert await still_held(others)
+        before = counts()
+        left = await s.b.client.call(LeaveGroupRequest(
+            version=3, group_id=s.group, members=[LeaveGroupRequest.MemberIdentity(
+                member_id=s.b.member_id, group_instance_id=None)]))
+        assert (left.error_code, [m.error_code for m in left.members]) == (E_NONE, [E_NONE])
+        assert (await asyncio.wait_for(held, LIVENESS_S)).error_code == E_NONE
+        # The member that stays hears of the rebalance its partner's leave started.
+        assert (await asyncio.wait_for(others, LIVENESS_S)).error_code == E_REBALANCE_IN_PROGRESS
+        assert await s.b.heartbeat() == E_UNKNOWN_MEMBER_ID  # really after the leave: an error
+        after = counts()
+        assert {error: after[error] - before[error] for error in after} == {
+            "NONE": 1, "REBALANCE_IN_PROGRESS": 1, "UNKNOWN_MEMBER_ID": 1}
+
+    play(zk_hosts, unique_name("g"), 600_000, scenario, metrics_listen="127.0.0.1:0")
+
+
+def test_a_lone_members_own_rejoin_answers_its_held_heartbeat_first(zk_hosts, zk, unique_name):
+    """A member alone in its group rejoins (a leader whose assignment
+    changed the metadata does) with its heartbeat held: its JoinGroup
+    completes the rebalance at once, into the next generation. The held
+    heartbeat arrived before the JoinGroup and is answered as of then,
+    NONE, not ILLEGAL_GENERATION for the generation the rejoin ended."""
+
+    async def scenario(s: Scene):
+        left = await s.b.client.call(LeaveGroupRequest(
+            version=3, group_id=s.group, members=[LeaveGroupRequest.MemberIdentity(
+                member_id=s.b.member_id, group_instance_id=None)]))
+        assert left.error_code == E_NONE
+        await rejoin_alone(s.a, zk, s.group)  # generation 3: a alone
+        held = held_heartbeat(await s.notice_channel(s.a), s.a)
+        assert await still_held(held)
+        illegal = {"api": "Heartbeat", "error": "ILLEGAL_GENERATION"}
+        before = s.daemon.metrics.registry.get_sample_value("zkcoord_requests_total", illegal) or 0
+        rejoined = await s.a.join()
+        assert rejoined.generation_id == 4
+        assert (await asyncio.wait_for(held, LIVENESS_S)).error_code == E_NONE
+        assert (s.daemon.metrics.registry.get_sample_value("zkcoord_requests_total", illegal) or 0) == before
+
+    play(zk_hosts, unique_name("g"), 600_000, scenario, metrics_listen="127.0.0.1:0")

@@ -105,10 +105,18 @@ def test_a_kafka_side_member_neither_fences_zkcoord_members_nor_splits_the_store
         finally:
             member.close()
 
+    serve_a_dual_group(services.bootstrap_servers, zk_hosts, group, with_a_running_daemon)
+
+
+def serve_a_dual_group(bootstrap: str, zk_hosts: str, group: str, with_a_running_daemon) -> None:
+    """``migrate apply`` puts ``group`` in dual, then an in-process daemon with
+    a gateway and metrics serves it while ``with_a_running_daemon(running)``
+    runs in a thread."""
+
     async def scenario():
-        applied = await adapters_for(zk_hosts, services.bootstrap_servers, lambda a: apply_group(a, group))
+        applied = await adapters_for(zk_hosts, bootstrap, lambda a: apply_group(a, group))
         assert applied.phase == "dual"
-        daemon = Daemon(gateway_config(zk_hosts, services.bootstrap_servers, 1))
+        daemon = Daemon(gateway_config(zk_hosts, bootstrap, 1))
         running = await daemon.start()
         try:
             await asyncio.to_thread(with_a_running_daemon, running)

@@ -1,5 +1,6 @@
 """`zkcoord local` as a user runs it: up, up again, status, env, a broker
-killed by hand, down, twice over, in a state directory of the test's own."""
+killed by hand, down, twice over, in a state directory of the test's own;
+with daemons, their metrics and health endpoints."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections import defaultdict
 
 import pytest
+from kafka import KafkaAdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.integration
 
@@ -37,18 +42,18 @@ def gone(pid):
     return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
 
 
-@pytest.mark.parametrize("round_", [1, 2])
-def test_up_status_env_kill_down(tmp_path, round_):
-    """The whole life cycle; run twice to prove nothing is left behind."""
+@pytest.fixture
+def state_dir(tmp_path):
+    """A sandbox directory of the test's own, brought down when it ends."""
     state_dir = tmp_path / "sandbox"
-    try:
-        _round_trip(state_dir)
-    finally:
-        if state_dir.exists():
-            zkcoord("down", state_dir=state_dir, check=False)
+    yield state_dir
+    if state_dir.exists():
+        zkcoord("down", state_dir=state_dir, check=False)
 
 
-def _round_trip(state_dir):
+@pytest.mark.parametrize("round_", [1, 2])
+def test_up_status_env_kill_down(state_dir, round_):
+    """The whole life cycle; run twice to prove nothing is left behind."""
     first = zkcoord("up", state_dir=state_dir)
     assert "started: zookeeper, kafka-0" in first.stdout
     started = pids(state_dir)
@@ -63,6 +68,7 @@ def _round_trip(state_dir):
     env = zkcoord("env", state_dir=state_dir).stdout.splitlines()
     assert env[0].startswith("export ZKCOORD_ZOOKEEPER=127.0.0.1:")
     assert env[1].startswith("export ZKCOORD_BOOTSTRAP_SERVERS=127.0.0.1:")
+    assert len(env) == 2  # no daemons: no ZKCOORD_COORDINATORS, ZKCOORD_GATEWAY_SERVERS, ZKCOORD_METRICS_URLS
 
     os.kill(started["kafka-0"], signal.SIGKILL)
     deadline = time.monotonic() + 10
@@ -84,3 +90,69 @@ def test_bad_broker_count_is_a_clear_error(tmp_path):
     assert proc.returncode == 2
     assert "--brokers" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "s" / "sandbox.json").exists()
+
+
+def daemon_ports(state_dir):
+    state = json.loads((state_dir / "sandbox.json").read_text())
+    return {d["name"]: (d["pid"], d["port"], d["gateway_port"], d["metrics_port"]) for d in state["daemons"]}
+
+
+def get(url):
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=10) as response:
+        return response.status, response.read().decode()
+
+
+def scrape(url) -> dict[str, float]:
+    """A daemon's /metrics: each sample name with its values summed over its labels."""
+    status, text = get(f"{url}/metrics")
+    assert status == 200
+    totals: dict[str, float] = defaultdict(float)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            totals[sample.name] += sample.value
+    return totals
+
+
+def test_daemons_serve_metrics_and_health_on_kept_ports(state_dir):
+    """`up --daemons 2`: status shows each daemon's metrics URL, env exports
+    them, each answers /health and /metrics (the gateway's metrics too); a
+    daemon killed with -9 comes back from `up` on the same ports."""
+    zkcoord("up", "--daemons", "2", state_dir=state_dir)
+    ports = daemon_ports(state_dir)
+    urls = [f"http://127.0.0.1:{ports[name][3]}" for name in ("zkcoord-1", "zkcoord-2")]
+    assert len(set(urls)) == 2
+
+    status = zkcoord("status", state_dir=state_dir).stdout.splitlines()
+    for name, url in zip(("zkcoord-1", "zkcoord-2"), urls):
+        [row] = [line.split() for line in status if line.startswith(f"{name} metrics ")]
+        assert row[2:5] == [url, str(ports[name][0]), "up"]
+
+    exports = zkcoord("env", state_dir=state_dir).stdout.splitlines()
+    env = dict(line.removeprefix("export ").split("=", 1) for line in exports)
+    assert env["ZKCOORD_METRICS_URLS"] == ",".join(urls)
+
+    # requests through daemon 1's gateway: its counters are on the daemon's endpoint
+    admin = KafkaAdminClient(bootstrap_servers=env["ZKCOORD_GATEWAY_SERVERS"].split(",")[0], client_id="t")
+    assert admin.describe_cluster()["brokers"]
+    admin.close()
+    for url in urls:
+        assert get(f"{url}/health") == (200, '{"status": "ready", "groups_owned": 0}\n')
+        metrics = scrape(url)
+        assert (metrics["zkcoord_groups_owned"], metrics["zkcoord_zookeeper_connected"]) == (0, 1)
+        assert (metrics["zkcoord_gateway_brokers"], metrics["zkcoord_gateway_connections"]) == (1, 0)
+    assert scrape(urls[0])["zkcoord_gateway_forwarded_requests_total"] >= 1
+
+    demo = subprocess.run([sys.executable, "-m", "zkcoord.local.demo_metrics"], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=60)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert [line for line in demo.stdout.splitlines() if "/health:" in line] == [
+        f"{url}  /health: 200 ready" for url in urls]
+
+    os.kill(ports["zkcoord-1"][0], signal.SIGKILL)
+    again = zkcoord("up", "--daemons", "2", state_dir=state_dir)
+    assert "started: zkcoord-1" in again.stdout
+    restarted = daemon_ports(state_dir)
+    assert restarted["zkcoord-1"][0] != ports["zkcoord-1"][0]
+    assert restarted["zkcoord-1"][1:] == ports["zkcoord-1"][1:]  # listener, gateway and metrics ports kept
+    assert restarted["zkcoord-2"] == ports["zkcoord-2"]
+    assert get(f"{urls[0]}/health")[0] == 200

@@ -1,4 +1,4 @@
-"""The import graph's rooms (README, Layout): kazoo only behind zkcoord/zk/,
+"""The import graph's rooms (docs/design.md, Code layout): kazoo only behind zkcoord/zk/,
 the daemon (server, gateway) below the migration toolkit, never above it.
 The core's own purity is tests/unit/test_core_purity.py."""
 

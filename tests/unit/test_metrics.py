@@ -70,3 +70,48 @@ def test_rebalances_are_counted_and_timed_from_preparing_to_stable_written_or_no
     assert value("zkcoord_rebalance_duration_seconds_sum") == 1.25
     step(GroupState.EMPTY, 6, 20.0)  # everybody left: a new (empty) generation, no duration
     assert value("zkcoord_rebalances_total") == 2 and value("zkcoord_rebalance_duration_seconds_count") == 1
+
+
+def test_groups_by_state_and_mode_list_every_pair_and_count_only_active_groups():
+    from types import SimpleNamespace
+
+    from zkcoord.core.group_states import GroupState
+
+    def runtime(state, mode, active=True):
+        return SimpleNamespace(active=active, held_heartbeats=0,
+                               group=SimpleNamespace(state=state, offset_storage=mode, size=2))
+
+    manager = SimpleNamespace(_loading=set(), runtimes={
+        "a": runtime(GroupState.STABLE, "zookeeper"), "b": runtime(GroupState.STABLE, "zookeeper"),
+        "c": runtime(GroupState.PREPARING_REBALANCE, "dual"), "d": runtime(GroupState.EMPTY, "kafka"),
+        "e": runtime(GroupState.STABLE, "kafka", active=False)})
+    metrics = DaemonMetrics(manager=manager)
+    got = {(s.labels["state"], s.labels["mode"]): s.value
+           for family in metrics.registry.collect() if family.name == "zkcoord_groups" for s in family.samples}
+    assert len(got) == 15  # 5 states x 3 modes, so a selector finds every pair even at 0
+    assert {k: v for k, v in got.items() if v} == {
+        ("Stable", "zookeeper"): 2, ("PreparingRebalance", "dual"): 1, ("Empty", "kafka"): 1}
+    assert metrics.registry.get_sample_value("zkcoord_groups_owned") == 4
+    assert metrics.registry.get_sample_value("zkcoord_group_members") == 8
+
+
+def test_forwarded_requests_and_bytes_by_api_and_direction():
+    metrics = DaemonMetrics()
+    metrics.observe_forward(1, 120)  # Fetch
+    metrics.observe_forward(1, 80)
+    metrics.observe_forwarded_answer(1, 5000)
+    value = metrics.registry.get_sample_value
+    assert value("zkcoord_gateway_forwarded_requests_total", {"api": "Fetch"}) == 2
+    assert value("zkcoord_gateway_forwarded_bytes_total", {"api": "Fetch", "direction": "request"}) == 200
+    assert value("zkcoord_gateway_forwarded_bytes_total", {"api": "Fetch", "direction": "response"}) == 5000
+
+
+def test_zookeeper_suspensions_and_expiries_are_counted_apart():
+    from zkcoord.zk.connection import SessionEvent
+
+    metrics = DaemonMetrics()
+    for event in (SessionEvent.SUSPENDED, SessionEvent.RECONNECTED, SessionEvent.SUSPENDED, SessionEvent.LOST):
+        metrics.on_session_event(event)
+    value = metrics.registry.get_sample_value
+    assert value("zkcoord_zookeeper_suspensions_total") == 2
+    assert value("zkcoord_zookeeper_session_expiries_total") == 1

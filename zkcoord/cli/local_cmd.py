@@ -50,27 +50,50 @@ def up(brokers: int, daemons: int, state_dir: Path | None) -> None:
     if state.daemons:
         console.print(f"zkcoord daemons:   {sandbox.daemon_addresses(state)}")
         console.print(f"gateways:          {sandbox.gateway_addresses(state)}  (bootstrap.servers of stock Kafka clients)")
+        if sandbox.metrics_urls(state):
+            console.print(f"metrics, health:   {sandbox.metrics_urls(state)}  (GET /metrics, /health)")
 
 
 @local.command()
 @state_dir_option
 def status(state_dir: Path | None) -> None:
-    """Show each server, its pid and whether it answers. Exit 1 if any is down."""
+    """Show each server (a daemon's gateway and metrics endpoint on rows of
+    their own), its pid and whether it answers. Exit 1 if any is not up.
+
+    On a terminal: a table. Piped: plain columns, nothing cut or wrapped."""
     sandbox = Sandbox(state_dir)
     rows = sandbox.status()
     if not rows:
         console.print(f"no sandbox in {sandbox.state_dir} (run `zkcoord local up`)")
         sys.exit(3)
-    table = Table(title=f"sandbox {sandbox.state_dir}")
-    for column in ("SERVER", "ADDRESS", "PID", "STATE", "LOG"):
-        table.add_column(column)
-    colours = {"up": "green", "down": "red", "unresponsive": "yellow"}
-    for row in rows:
-        table.add_row(row.name, row.address, str(row.pid or "-"),
-                      f"[{colours[row.state]}]{row.state}[/]", row.log_file)
-    console.print(table)
+    cells = [(row.name, row.address, str(row.pid or "-"), row.state, row.log_file) for row in rows]
+    if console.is_terminal:
+        _print_table(f"sandbox {sandbox.state_dir}", cells)
+    else:
+        for line in plain_columns([STATUS_COLUMNS, *cells]):
+            click.echo(line)
     if any(row.state != "up" for row in rows):
         sys.exit(1)
+
+
+STATUS_COLUMNS = ("SERVER", "ADDRESS", "PID", "STATE", "LOG")
+STATE_COLOURS = {"up": "green", "down": "red", "unresponsive": "yellow", "not ready": "yellow"}
+
+
+def _print_table(title: str, cells: list[tuple[str, ...]]) -> None:
+    """A narrow terminal folds the long cells (addresses, log paths), never cuts them."""
+    table = Table(title=title)
+    for column in STATUS_COLUMNS:
+        table.add_column(column, overflow="fold")
+    for name, address, pid, state, log_file in cells:
+        table.add_row(name, address, pid, f"[{STATE_COLOURS[state]}]{state}[/]", log_file)
+    console.print(table)
+
+
+def plain_columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as left-aligned columns two spaces apart, as wide as their longest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
 @local.command()
@@ -86,7 +109,10 @@ def down(state_dir: Path | None) -> None:
 @local.command()
 @state_dir_option
 def env(state_dir: Path | None) -> None:
-    """Print export lines for the sandbox addresses (eval "$(zkcoord local env)")."""
+    """Print export lines for the sandbox addresses (eval "$(zkcoord local env)").
+
+    With daemons also ZKCOORD_COORDINATORS, ZKCOORD_GATEWAY_SERVERS and
+    ZKCOORD_METRICS_URLS (their /metrics and /health base URLs, node-id order)."""
     sandbox = Sandbox(state_dir)
     state = sandbox.load()
     if state is None:
@@ -97,6 +123,8 @@ def env(state_dir: Path | None) -> None:
     if state.daemons:
         click.echo(f"export ZKCOORD_COORDINATORS={sandbox.daemon_addresses(state)}")
         click.echo(f"export ZKCOORD_GATEWAY_SERVERS={sandbox.gateway_addresses(state)}")
+        if sandbox.metrics_urls(state):
+            click.echo(f"export ZKCOORD_METRICS_URLS={sandbox.metrics_urls(state)}")
 
 
 @local.command()

@@ -47,6 +47,9 @@ def _register() -> None:
     cli.add_command(migrate_cmd.migrate)
     cli.add_command(run_cmd.run)
 
+    from zkcoord.cli.burrow_cmd import burrow_config
+    cli.add_command(burrow_config)
+
 
 _register()
 

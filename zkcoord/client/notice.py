@@ -23,7 +23,16 @@ left to kafka-python's own heartbeat, which meets it within one interval;
 the thread backs off, then follows the coordinator and generation it then
 has. A NONE answer that came at once instead of after a hold (the group is
 loading, or between states after a fail-over) is followed by a pause of
-``retry_backoff_ms``, so the thread never spins. Encoding and framing are kafka-python's (``KafkaProtocol``).
+``retry_backoff_ms``, so the thread never spins. The member's generation is
+read again right before a heartbeat is sent, under the coordinator's lock
+(kafka-python marks a rejoin under it before sending the JoinGroup):
+opening the connection takes a round trip or two, in which a member that
+has just joined may rejoin (a leader whose assignment changed the
+metadata), and a heartbeat of the old generation would only earn, and count
+on the daemon as, ILLEGAL_GENERATION. Only the two connections' own
+ordering is left to chance: a heartbeat written just before the JoinGroup
+can still reach the daemon after it.
+Encoding and framing are kafka-python's (``KafkaProtocol``).
 """
 
 from __future__ import annotations
@@ -113,9 +122,16 @@ class RebalanceNotice:
                 log.info("group %s: coordinator %s:%d does not hold heartbeats; rebalances are heard "
                          "through the member's heartbeats only", self._coordinator.group_id, *address)
                 return
-            answer = self._call(sock, protocol, HeartbeatRequest(
+            request = HeartbeatRequest(
                 version=HEARTBEAT_VERSION, group_id=self._coordinator.group_id, generation_id=generation_id,
-                member_id=member_id, group_instance_id=self._coordinator.group_instance_id))
+                member_id=member_id, group_instance_id=self._coordinator.group_instance_id)
+            # Checked and sent under the lock kafka-python takes to start a rejoin, so no JoinGroup is
+            # sent between: a member that rejoined meanwhile would only earn ILLEGAL_GENERATION.
+            with self._coordinator._lock:
+                if not self._still(generation_id, member_id):
+                    return
+                self._send(sock, protocol, request)
+            answer = self._receive(sock, protocol)
         except Exception as exc:  # noqa: BLE001 - connection trouble of any kind: back off
             if not self._stopping.is_set():
                 log.debug("group %s: notice connection to %s:%d: %r", self._coordinator.group_id, *address, exc)
@@ -190,8 +206,16 @@ class RebalanceNotice:
         return sock, protocol
 
     def _call(self, sock: socket.socket, protocol: KafkaProtocol, request):
+        self._send(sock, protocol, request)
+        return self._receive(sock, protocol)
+
+    @staticmethod
+    def _send(sock: socket.socket, protocol: KafkaProtocol, request) -> None:
         protocol.send_request(request)
-        sock.sendall(protocol.send_bytes())
+        sock.sendall(protocol.send_bytes())  # a heartbeat on a connection of its own: the buffer has room
+
+    @staticmethod
+    def _receive(sock: socket.socket, protocol: KafkaProtocol):
         while True:
             data = sock.recv(65536)
             if not data:

@@ -184,7 +184,8 @@ class ClusterView:
                 return False
             self._wake.set()
             try:
-                await asyncio.wait_for(self._pulse.wait(), remaining)
+                async with asyncio.timeout(remaining):  # not wait_for: on 3.11 it can swallow a cancel (gh-86296)
+                    await self._pulse.wait()
             except TimeoutError:
                 return False
         return True
@@ -231,7 +232,8 @@ class ClusterView:
     async def _loop(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), self.refresh_s)
+                async with asyncio.timeout(self.refresh_s):  # not wait_for: on 3.11 it can swallow a cancel (gh-86296)
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()

@@ -355,7 +355,7 @@ class ClientConnection(asyncio.Protocol):
             self._awaiting.append(_Pending(slot, correlation_id, api_key, version, rewrite))
         metrics = self._gateway.metrics
         if metrics is not None:
-            metrics.observe_forward(api_key)
+            metrics.observe_forward(api_key, len(frame))
         if self._upstream is not None:
             self._outbox.append(frame)  # written at the end of _process, with the others of this read
             return
@@ -420,14 +420,18 @@ class ClientConnection(asyncio.Protocol):
             self.close()
 
     # -- answers -------------------------------------------------------------------
-    def begin_answer(self, correlation_id: int) -> _Pending:
-        """A broker answer starts: whose it is, and whether it streams (rule 2)."""
+    def begin_answer(self, correlation_id: int, frame_bytes: int) -> _Pending:
+        """A broker answer of ``frame_bytes`` (size prefix included) starts:
+        whose it is, and whether it streams (rule 2)."""
         if not self._awaiting:
             raise RefusedRequestError(f"the broker sent an answer (correlation id {correlation_id}) to no request")
         pending = self._awaiting.popleft()
         if pending.correlation_id != correlation_id:
             raise RefusedRequestError(f"the broker answered correlation id {correlation_id}, expected "
                                       f"{pending.correlation_id}")
+        metrics = self._gateway.metrics
+        if metrics is not None:
+            metrics.observe_forwarded_answer(pending.api_key, frame_bytes)
         if not pending.rewrite and self._order and self._order[0] is pending.slot:
             self._order.popleft()
             self._streaming = pending.streamed = True
@@ -581,7 +585,7 @@ class Upstream(asyncio.Protocol):
                 correlation_id, _ = Int32.decode_from(head, FRAME_SIZE_PREFIX_BYTES)
                 if size < 4:
                     raise ValueError(f"an answer of {size} bytes cannot hold a correlation id")
-                pending = self._pending = client.begin_answer(correlation_id)
+                pending = self._pending = client.begin_answer(correlation_id, FRAME_SIZE_PREFIX_BYTES + size)
                 self._remaining = size - 4
                 if pending.streamed:
                     client.write_through(head)

@@ -365,7 +365,9 @@ class Gateway:
             except ZkcoordError as exc:
                 log.warning("gateway: cannot read the daemons' registrations: %s", exc)
             try:
-                await asyncio.wait_for(changed.wait(), self.settings.refresh_ms / 1000)
+                # not wait_for: on 3.11 it can swallow a cancel (gh-86296)
+                async with asyncio.timeout(self.settings.refresh_ms / 1000):
+                    await changed.wait()
             except TimeoutError:
                 continue
             changed.clear()

@@ -1,6 +1,7 @@
 """Process and port plumbing shared by the sandbox, the tests and the demo.
 
-Owns: picking free loopback ports, starting a detached process with its
+Owns: picking free loopback ports, probing them (a TCP connect, an HTTP
+GET), starting a detached process with its
 output in a log file, telling whether a recorded pid is still *our* process
 (pids are reused), stopping by pid with a grace period, and reading a log's
 last lines for error messages.
@@ -8,12 +9,15 @@ last lines for error messages.
 
 from __future__ import annotations
 
+import http.client
 import os
 import random
 import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections import deque
 from pathlib import Path
 
@@ -24,11 +28,14 @@ from pathlib import Path
 PORT_RANGE = (20000, 32000)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on, outside the ephemeral range."""
+def free_port(host: str = "127.0.0.1", avoid: frozenset[int] = frozenset()) -> int:
+    """A port nobody listens on, outside the ephemeral range and not in
+    ``avoid`` (ports already promised to a server that is not up yet)."""
     rng = random.Random()
     for _ in range(200):
         port = rng.randint(*PORT_RANGE)
+        if port in avoid:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((host, port))
@@ -38,12 +45,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise OSError(f"no free port on {host} in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
 
 
-def free_port_range(count: int, host: str = "127.0.0.1") -> int:
-    """The first of ``count`` consecutive ports nobody listens on (a gateway's
-    own port and its broker ports)."""
+def free_port_range(count: int, host: str = "127.0.0.1", avoid: frozenset[int] = frozenset()) -> int:
+    """The first of ``count`` consecutive ports nobody listens on and none in
+    ``avoid`` (a gateway's own port and its broker ports)."""
     rng = random.Random()
     for _ in range(200):
         first = rng.randint(PORT_RANGE[0], PORT_RANGE[1] - count)
+        if avoid.intersection(range(first, first + count)):
+            continue
         sockets = []
         try:
             for port in range(first, first + count):
@@ -65,6 +74,26 @@ def port_open(port: int, host: str = "127.0.0.1", timeout_s: float = 0.5) -> boo
             return True
     except OSError:
         return False
+
+
+# Loopback servers only: never through an http_proxy of the environment.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def http_get(url: str, timeout_s: float = 2.0) -> tuple[int, bytes] | None:
+    """(status, body) of ``GET url``; None when nothing answers HTTP."""
+    try:
+        with _DIRECT.open(url, timeout=timeout_s) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+
+
+def http_status(url: str, timeout_s: float = 2.0) -> int | None:
+    answer = http_get(url, timeout_s)
+    return answer[0] if answer else None
 
 
 def spawn(cmd: list[str], log_file: Path, cwd: Path | None = None, env: dict | None = None) -> int:

@@ -9,8 +9,10 @@ Owns the sandbox's state directory::
     <state-dir>/logs/<server>.log each server's output
 
 ``up`` starts what is not running (and only that), waits until ZooKeeper
-answers ``ruok`` and each broker answers a metadata request, and records the
-result; ``down`` stops by pid (checking the pid is still ours) and removes
+answers ``ruok``, each broker answers a metadata request and each zkcoord
+daemon's ``/health`` answers 200, and records the result. Every port is
+picked once, when its server is first added, and kept in ``sandbox.json``:
+a server started again gets the same one. ``up`` ``down`` stops by pid (checking the pid is still ours) and removes
 the state directory. Fault tests use :meth:`Sandbox.stop_server` /
 :meth:`Sandbox.start_server` to kill and restart single servers.
 """
@@ -51,6 +53,22 @@ class Server:
     port: int
     pid: int | None = None
     gateway_port: int | None = None  # daemons: the gateway's own port; brokers 0..2 follow it
+    metrics_port: int | None = None  # daemons: --metrics-listen, serving /metrics and /health
+
+    @property
+    def ports(self) -> set[int]:
+        """Every port this server listens on (a gateway's broker ports too)."""
+        gateway = range(self.gateway_port, self.gateway_port + 1 + MAX_BROKERS) if self.gateway_port else ()
+        return {self.port, *gateway, *([self.metrics_port] if self.metrics_port else [])}
+
+    @property
+    def node_id(self) -> int | None:
+        return int(self.name.split("-", 1)[1]) if self.name.startswith("zkcoord-") else None
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The base URL of a daemon's /metrics and /health."""
+        return f"http://127.0.0.1:{self.metrics_port}" if self.metrics_port else None
 
     @property
     def broker_id(self) -> int | None:
@@ -62,7 +80,7 @@ class ServerStatus:
     name: str
     address: str
     pid: int | None
-    state: str  # "up", "down", "unresponsive"
+    state: str  # "up", "down", "unresponsive"; a daemon's metrics endpoint also "not ready" (/health 503)
     log_file: str
 
 
@@ -76,6 +94,10 @@ class SandboxState:
     @property
     def servers(self) -> list[Server]:
         return [self.zookeeper, *self.brokers, *self.daemons]
+
+    def ports(self) -> frozenset[int]:
+        """The ports promised to the servers, running or not."""
+        return frozenset().union(*(server.ports for server in self.servers))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -122,6 +144,16 @@ def broker_answers_metadata(port: int, expected_brokers: int, timeout_s: float =
         return False
     finally:
         admin.close()
+
+
+HEALTH_STATES = {200: "up", 503: "not ready"}  # a daemon's /health answer -> its status row
+
+
+def daemon_ready(daemon: Server) -> bool:
+    """The daemon and its gateway accept connections and its /health says ready."""
+    return (procs.port_open(daemon.port)
+            and (daemon.gateway_port is None or procs.port_open(daemon.gateway_port))
+            and (daemon.metrics_url is None or procs.http_status(f"{daemon.metrics_url}/health") == 200))
 
 
 class Sandbox:
@@ -197,19 +229,20 @@ class Sandbox:
                     "run `zkcoord local down` first to change --brokers."
                 )
             for node_id in range(len(state.daemons) + 1, daemons + 1):
-                state.daemons.append(Server(f"zkcoord-{node_id}", procs.free_port(),
-                                            gateway_port=procs.free_port_range(1 + MAX_BROKERS)))
+                daemon = Server(f"zkcoord-{node_id}", procs.free_port(avoid=state.ports()))
+                state.daemons.append(daemon)
+                daemon.gateway_port = procs.free_port_range(1 + MAX_BROKERS, avoid=state.ports())
+                daemon.metrics_port = procs.free_port(avoid=state.ports())
             started = self._start_missing(state)
             return state, started
 
     def _fresh_state(self, brokers: int) -> SandboxState:
         for sub in ["zookeeper", "logs", *(f"kafka-{i}" for i in range(MAX_BROKERS))]:
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
-        return SandboxState(
-            zookeeper=Server("zookeeper", procs.free_port()),
-            brokers=[Server(f"kafka-{i}", procs.free_port()) for i in range(brokers)],
-            started_at=time.time(),
-        )
+        state = SandboxState(zookeeper=Server("zookeeper", procs.free_port()), started_at=time.time())
+        for i in range(brokers):
+            state.brokers.append(Server(f"kafka-{i}", procs.free_port(avoid=state.ports())))
+        return state
 
     def _start_missing(self, state: SandboxState) -> list[str]:
         started: list[str] = []
@@ -231,8 +264,8 @@ class Sandbox:
                     started.append(daemon.name)
             self._save(state)
             for daemon in state.daemons:
-                self._wait(daemon, lambda d=daemon: procs.port_open(d.port) and (
-                    d.gateway_port is None or procs.port_open(d.gateway_port)), "accept connections")
+                self._wait(daemon, lambda d=daemon: daemon_ready(d),
+                           "accept connections and answer /health with 200")
         except BaseException:
             for name in reversed(started):
                 server = next(s for s in state.servers if s.name == name)
@@ -263,29 +296,39 @@ class Sandbox:
                    "-Dzookeeper.admin.enableServer=false"),
         )
 
-    def _wait_registration_gone(self, state: SandboxState, broker: Server) -> None:
-        """A broker killed with -9 leaves its ephemeral ``/brokers/ids/<id>``
-        until its ZooKeeper session times out; a new broker with that id would
-        fail to register, so wait for it to go."""
+    def _wait_registration_gone(self, state: SandboxState, server: Server) -> None:
+        """A broker or daemon killed with -9 leaves its ephemeral registration
+        (``/brokers/ids/<id>``, ``/zkcoord/nodes/<id>``) until its ZooKeeper
+        session times out; a new one with that id would fail to register, so
+        wait for it to go."""
+        from zkcoord.zk.nodes import wait_node_unregistered
         from zkcoord.zk.topics import wait_broker_unregistered
 
         try:
-            wait_broker_unregistered(self.zookeeper_address(state), broker.broker_id)
+            if server.broker_id is not None:
+                wait_broker_unregistered(self.zookeeper_address(state), server.broker_id)
+            else:
+                wait_node_unregistered(self.zookeeper_address(state), server.node_id)
         except ServiceUnavailableError as exc:
             raise SandboxError(f"cannot reach the sandbox ZooKeeper at {self.zookeeper_address(state)}: {exc}")
 
     def _start_daemon(self, state: SandboxState, daemon: Server) -> None:
         """A ``zkcoord run`` daemon; ``-X`` carries the pid marker (Python
         keeps unknown -X options without acting on them)."""
-        node_id = daemon.name.split("-", 1)[1]
+        self._wait_registration_gone(state, daemon)
+        if daemon.metrics_port is None:  # recorded by a zkcoord that gave daemons none
+            daemon.metrics_port = procs.free_port(avoid=state.ports())
+        node_id = str(daemon.node_id)
         cmd = [sys.executable, "-X", self._match(daemon.name), "-m", "zkcoord", "run",
                "--zookeeper", self.zookeeper_address(state), "--listen", f"127.0.0.1:{daemon.port}",
-               "--node-id", node_id, "--bootstrap-servers", self.bootstrap_servers(state)]
+               "--node-id", node_id, "--bootstrap-servers", self.bootstrap_servers(state),
+               "--metrics-listen", f"127.0.0.1:{daemon.metrics_port}"]
         if daemon.gateway_port is not None:
             cmd += ["--gateway-listen", f"127.0.0.1:{daemon.gateway_port}",
                     "--gateway-broker-ids", f"0-{MAX_BROKERS - 1}"]
         self.log(f"starting zkcoord daemon {node_id} on 127.0.0.1:{daemon.port}"
-                 + (f", gateway on 127.0.0.1:{daemon.gateway_port}" if daemon.gateway_port else ""))
+                 + (f", gateway on 127.0.0.1:{daemon.gateway_port}" if daemon.gateway_port else "")
+                 + f", metrics on {daemon.metrics_url}")
         daemon.pid = procs.spawn(cmd, self.log_file(daemon.name), cwd=self.state_dir)
 
     @staticmethod
@@ -296,6 +339,12 @@ class Sandbox:
     def gateway_addresses(state: SandboxState) -> str:
         """The daemons' gateways, a bootstrap.servers value for stock Kafka clients."""
         return ",".join(f"127.0.0.1:{d.gateway_port}" for d in state.daemons if d.gateway_port)
+
+    @staticmethod
+    def metrics_urls(state: SandboxState) -> str:
+        """The daemons' /metrics and /health base URLs, in node-id order."""
+        daemons = sorted(state.daemons, key=lambda d: d.node_id)
+        return ",".join(d.metrics_url for d in daemons if d.metrics_url)
 
     def _start_broker(self, state: SandboxState, broker: Server) -> None:
         self._wait_registration_gone(state, broker)
@@ -355,6 +404,11 @@ class Sandbox:
                     "up" if procs.port_open(server.gateway_port) else "unresponsive")
                 result.append(ServerStatus(f"{server.name} gateway", f"127.0.0.1:{server.gateway_port}",
                                            server.pid, gateway, str(self.log_file(server.name))))
+            if server.metrics_url:
+                metrics = "down" if condition == "down" else HEALTH_STATES.get(
+                    procs.http_status(f"{server.metrics_url}/health"), "unresponsive")
+                result.append(ServerStatus(f"{server.name} metrics", server.metrics_url,
+                                           server.pid, metrics, str(self.log_file(server.name))))
         return result
 
     def down(self) -> list[str]:

@@ -23,7 +23,11 @@ held while their group stays Stable (up to the daemon's
 at that moment would get (without restarting the member's session again).
 Such heartbeats skip the fast path, are not counted in the request latency
 histogram, and do not count as the member's connection for the disconnect
-grace (the member's own connection does).
+grace (the member's own connection does). A JoinGroup or LeaveGroup of a
+member answers that member's held heartbeats first, on the group as it was
+before (zkcoord's consumer leaves and rejoins with one held; after the
+request it would read, and count as, UNKNOWN_MEMBER_ID or
+ILLEGAL_GENERATION).
 
 Big requests (:mod:`zkcoord.core.limits`): a handler walking thousands of
 group ids, partitions or groups yields to the event loop every
@@ -95,6 +99,8 @@ class ApiHandler:
             MemberConnections() if getattr(manager, "member_disconnect_grace_ms", -1) >= 0 else None)
         self.notice_hold_ms: int = getattr(manager, "rebalance_notice_hold_ms", 0)  # 0: never hold
         self._notice_connections: set[int] = set()  # connection ids that asked for held heartbeats
+        # group id -> {held heartbeat's waiter: its request}, for the LeaveGroup that ends a hold
+        self._holds: dict[str, dict[asyncio.Future, core.HeartbeatRequest]] = {}
         self._routes = {
             API_VERSIONS: self.api_versions, FIND_COORDINATOR: self.find_coordinator,
             JOIN_GROUP: self.join_group, SYNC_GROUP: self.sync_group, HEARTBEAT: self.heartbeat,
@@ -252,8 +258,11 @@ class ApiHandler:
                     members.seen(r.group_id, result.member_id, connection.connection_id)
                 return _join_response(decoded, result)
 
-            return await runtime.call(token, lambda g, now: core.handle_join(g, request, now, runtime.config),
-                                      render=render)
+            def join(g, now):
+                self._end_holds(g, now, runtime.config, ((r.member_id, instance),))
+                return core.handle_join(g, request, now, runtime.config)
+
+            return await runtime.call(token, join, render=render)
         except GroupUnavailableError as exc:
             return failed(exc.code)
         except StateError as exc:
@@ -330,14 +339,41 @@ class ApiHandler:
         hold = notice.hold_ms(runtime.group, request.member_id, request.generation_id, self.notice_hold_ms)
         if hold > 0:
             waiter = runtime.until_unsettled(request.generation_id)
+            holds = self._holds.setdefault(runtime.group_id, {})
+            holds[waiter] = request
             try:
-                await asyncio.wait_for(waiter, hold / 1000)
+                async with asyncio.timeout(hold / 1000):  # not wait_for: 3.11's can swallow a cancel (gh-86296)
+                    answered = await waiter
+                if answered is not None:  # by the member's LeaveGroup (_end_holds)
+                    return answered
             except TimeoutError:
                 pass
             finally:
                 runtime.forget_waiter(waiter)
+                holds.pop(waiter, None)
+                if not holds:
+                    self._holds.pop(runtime.group_id, None)
         return await runtime.read(
             lambda g, now: core.handle_heartbeat(g, request, now, runtime.config).replies[0].payload)
+
+    def _end_holds(self, group: core.Group, now: int, config, members) -> None:
+        """A JoinGroup or LeaveGroup of ``members`` ((member id, instance id)
+        pairs) is about to be applied to ``group``: their held heartbeats are
+        answered first, on the group as it is before. They arrived before
+        that request, so Kafka, which answers each heartbeat as it arrives,
+        would have answered them before it too. Answered after it they would
+        read, and count as, UNKNOWN_MEMBER_ID (a member that closed: zkcoord's
+        consumer leaves with a heartbeat held) or ILLEGAL_GENERATION (a lone
+        member's rejoin completes its rebalance at once)."""
+        holds = self._holds.get(group.group_id)
+        if not holds:
+            return
+        member_ids = {m for m, _ in members if m}
+        instance_ids = {i for _, i in members if i}
+        for waiter, request in list(holds.items()):
+            if not waiter.done() and (request.member_id in member_ids or (
+                    request.group_instance_id is not None and request.group_instance_id in instance_ids)):
+                waiter.set_result(core.handle_heartbeat(group, request, now, config).replies[0].payload)
 
     async def leave_group(self, decoded, connection):
         r = decoded.request
@@ -359,7 +395,12 @@ class ApiHandler:
                 runtime = await self.manager.runtime(r.group_id)
                 token = runtime.next_token()
                 request = core.LeaveRequest(token, members)
-                result = await runtime.call(token, lambda g, now: core.handle_leave(g, request, now, runtime.config))
+
+                def leave(g, now):
+                    self._end_holds(g, now, runtime.config, members)
+                    return core.handle_leave(g, request, now, runtime.config)
+
+                result = await runtime.call(token, leave)
         except GroupUnavailableError as exc:
             return answer(exc.code)
         except StateError as exc:

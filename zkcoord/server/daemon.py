@@ -3,7 +3,8 @@ and the Kafka-protocol server together, and stops them in order.
 
 Start: connect to ZooKeeper (a clear error naming the address when it does
 not answer), check the layout version (:mod:`zkcoord.zk.layout`; on an empty
-ZooKeeper apply the layout migrations first), bind the listener, register
+ZooKeeper apply the layout migrations first), create the offsets root
+(``/consumers``) if missing, bind the listener, register
 ``/zkcoord/nodes/<id>`` with the
 advertised address (a node id in use is an error), then serve.
 
@@ -40,7 +41,7 @@ from zkcoord.server.transport import KafkaProtocolServer
 from zkcoord.zk import layout
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.nodes import NodeRegistry
-from zkcoord.zk.offsets import OffsetStore
+from zkcoord.zk.offsets import OffsetStore, ensure_offsets_root
 from zkcoord.zk.ownership import GroupOwnership
 from zkcoord.zk.state_store import GroupStateStore
 from zkcoord.zk.topics import TopicRegistry
@@ -83,6 +84,7 @@ class Daemon:
             # An empty ZooKeeper gets zkcoord's layout (first run); any other
             # layout must be the one this version knows.
             await layout.ensure_layout(self.conn)
+            await ensure_offsets_root(self.conn, config.offsets_zk_root)
         except BaseException:
             self.conn.stop()
             raise

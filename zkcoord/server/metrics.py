@@ -7,6 +7,8 @@ the process-wide one), so several daemons in one process do not clash.
 metric                                     type       meaning
 =========================================  =========  ==========================================
 ``zkcoord_groups_owned``                   gauge      groups this daemon serves (loaded, active)
+``zkcoord_groups{state,mode}``             gauge      the same groups by Kafka state name and offset
+                                                      storage mode (every pair present, 0 or more)
 ``zkcoord_group_members``                  gauge      members summed over the owned groups
 ``zkcoord_held_heartbeats``                gauge      heartbeats held for the rebalance notice
                                                       (about one per zkcoord-consumer member)
@@ -20,6 +22,8 @@ metric                                     type       meaning
 ``zkcoord_request_latency_seconds{api}``   histogram  time spent answering a request
 ``zkcoord_zookeeper_connected``            gauge      1 while the ZooKeeper session is connected
 ``zkcoord_zookeeper_session_expiries_total`` counter  ZooKeeper sessions lost
+``zkcoord_zookeeper_suspensions_total``    counter    ZooKeeper connections lost (the session
+                                                      suspended; it may come back or expire)
 ``zkcoord_offset_commits_total{mode}``     counter    OffsetCommits stored, by the group's offset
                                                       storage mode (zookeeper, dual, kafka)
 ``zkcoord_forwarded_commit_refusals_total{error}``  counter  partitions of forwarded commits Kafka
@@ -32,6 +36,9 @@ metric                                     type       meaning
 ``zkcoord_gateway_connections``            gauge      client connections open on the gateway
 ``zkcoord_gateway_brokers``                gauge      brokers the gateway has a port for
 ``zkcoord_gateway_forwarded_requests_total{api}``  counter  requests the gateway passed to a broker
+``zkcoord_gateway_forwarded_bytes_total{api,direction}``  counter  bytes of those requests
+                                                      (``direction="request"``) and of the brokers'
+                                                      answers to them (``"response"``), frames whole
 ``zkcoord_gateway_broker_connect_failures_total``  counter  client connections closed because no
                                                       broker accepted the gateway's connection
 =========================================  =========  ==========================================
@@ -63,6 +70,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.group_states import GroupState
+from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.zk.connection import SessionEvent
 
 log = logging.getLogger(__name__)
@@ -119,6 +127,8 @@ class DaemonMetrics:
                                          ["api"], registry=r)
         self.session_expiries = Counter("zkcoord_zookeeper_session_expiries_total",
                                         "ZooKeeper sessions lost.", registry=r)
+        self.session_suspensions = Counter("zkcoord_zookeeper_suspensions_total",
+                                           "ZooKeeper connections lost (session suspended).", registry=r)
         self.offset_commits = Counter("zkcoord_offset_commits_total", "OffsetCommits stored, by storage mode.",
                                       ["mode"], registry=r)
         self.forward_refusals = Counter("zkcoord_forwarded_commit_refusals_total",
@@ -127,10 +137,13 @@ class DaemonMetrics:
                                         "Dual commits stored in Kafka but not in ZooKeeper.", registry=r)
         self.forwarded = Counter("zkcoord_gateway_forwarded_requests_total",
                                  "Requests the gateway passed to a broker.", ["api"], registry=r)
+        self.forwarded_bytes = Counter("zkcoord_gateway_forwarded_bytes_total",
+                                       "Bytes of forwarded requests and of the brokers' answers.",
+                                       ["api", "direction"], registry=r)
         self.broker_connect_failures = Counter(
             "zkcoord_gateway_broker_connect_failures_total",
             "Gateway client connections closed because no broker accepted a connection.", registry=r)
-        self._forwarded_by_key: dict[int, object] = {}
+        self._forwarded_by_key: dict[int, tuple] = {}  # api key -> (requests, request bytes, answer bytes)
         self.gateway = None  # the daemon's Gateway, read at scrape time; None without one
         r.register(_ScrapeTimeCollector(self))
         self._generations: dict[str, int] = {}  # group -> last generation seen
@@ -165,17 +178,29 @@ class DaemonMetrics:
             if group.state is GroupState.DEAD:
                 self._generations.pop(group_id, None)
 
-    def observe_forward(self, api_key: int) -> None:
-        child = self._forwarded_by_key.get(api_key)
-        if child is None:
+    def _forward_children(self, api_key: int) -> tuple:
+        children = self._forwarded_by_key.get(api_key)
+        if children is None:
             try:
                 from kafka.protocol.api_key import ApiKey
 
                 name = ApiKey(api_key).name
             except ValueError:
                 name = str(api_key)
-            child = self._forwarded_by_key[api_key] = self.forwarded.labels(name)
-        child.inc()
+            children = self._forwarded_by_key[api_key] = (
+                self.forwarded.labels(name), self.forwarded_bytes.labels(name, "request"),
+                self.forwarded_bytes.labels(name, "response"))
+        return children
+
+    def observe_forward(self, api_key: int, size: int) -> None:
+        """The gateway passed a request frame of ``size`` bytes to a broker."""
+        requests, request_bytes, _ = self._forward_children(api_key)
+        requests.inc()
+        request_bytes.inc(size)
+
+    def observe_forwarded_answer(self, api_key: int, size: int) -> None:
+        """A broker's answer of ``size`` bytes to a forwarded request began."""
+        self._forward_children(api_key)[2].inc(size)
 
     def observe_broker_connect_failure(self) -> None:
         self.broker_connect_failures.inc()
@@ -193,6 +218,8 @@ class DaemonMetrics:
         """ZkConnection listener (may run on kazoo's thread; counters are thread-safe)."""
         if event is SessionEvent.LOST:
             self.session_expiries.inc()
+        elif event is SessionEvent.SUSPENDED:
+            self.session_suspensions.inc()
 
     # -- scrape / health ------------------------------------------------------------
     def _active_runtimes(self) -> list:
@@ -228,6 +255,15 @@ class _ScrapeTimeCollector:
     def collect(self):
         runtimes = self.metrics._active_runtimes()
         yield GaugeMetricFamily("zkcoord_groups_owned", "Groups this daemon serves.", value=len(runtimes))
+        counts = dict.fromkeys(((s.value, m) for s in GroupState for m in OFFSET_STORAGES), 0)
+        for rt in runtimes:
+            key = (rt.group.state.value, rt.group.offset_storage)
+            counts[key] = counts.get(key, 0) + 1
+        by_state = GaugeMetricFamily("zkcoord_groups", "Groups this daemon serves, by state and offset storage.",
+                                     labels=["state", "mode"])
+        for (state, mode), count in counts.items():
+            by_state.add_metric([state, mode], count)
+        yield by_state
         yield GaugeMetricFamily("zkcoord_group_members", "Members summed over the owned groups.",
                                 value=sum(rt.group.size for rt in runtimes))
         yield GaugeMetricFamily("zkcoord_held_heartbeats", "Heartbeats held for the rebalance notice.",

@@ -2,7 +2,9 @@
 
 This module owns the :class:`~kazoo.client.KazooClient` of a daemon: parsing
 the ``host:port[,host:port][/chroot]`` string, connecting within a time-out,
-stopping, and reporting session changes as :class:`SessionEvent`:
+stopping, and reporting session changes as :class:`SessionEvent`; also the
+short-lived client of :func:`wait_znode_gone` (the sandbox waits with it for
+a killed server's registration to expire before starting another):
 
 =============  ==========================================================
 CONNECTED      a new session is live (first start, or after LOST);
@@ -40,12 +42,12 @@ import select
 import socket
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.states import KazooState
 
 from zkcoord.errors import ConfigError, ServiceUnavailableError
@@ -291,3 +293,25 @@ class ZkConnection:
                 listener(event)
             except Exception:  # a listener's bug must not stop the others
                 log.exception("ZooKeeper session listener %r failed", listener)
+
+
+def wait_znode_gone(hosts: str, path: str, timeout_s: float = 60.0) -> bool:
+    """Block, with a short-lived session of its own, until ``path`` does not
+    exist in the ZooKeeper at ``hosts`` (an ephemeral registration of a
+    process killed with -9 stays until its session times out); whether it
+    went within ``timeout_s``. ServiceUnavailableError if ZooKeeper cannot be
+    reached. For the sandbox's restarts, never on an event loop."""
+    client = KazooClient(hosts=hosts, timeout=10)
+    try:
+        client.start(timeout=30)
+        deadline = time.monotonic() + timeout_s
+        while client.exists(path):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.25)
+        return True
+    except (KazooException, OSError) as exc:
+        raise ServiceUnavailableError(f"cannot reach ZooKeeper at {hosts}: {exc}") from None
+    finally:
+        client.stop()
+        client.close()

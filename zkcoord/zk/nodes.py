@@ -40,9 +40,9 @@ from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import NodeIdInUseError, StateError, ZkcoordError
 from zkcoord.tasks import Background
 from zkcoord.zk import aio, paths
-from zkcoord.zk.connection import SessionEvent, ZkConnection
+from zkcoord.zk.connection import SessionEvent, ZkConnection, wait_znode_gone
 
-__all__ = ["NodeInfo", "NodeRegistry", "ALLOCATED_ID_BASE", "read_nodes"]
+__all__ = ["NodeInfo", "NodeRegistry", "ALLOCATED_ID_BASE", "read_nodes", "wait_node_unregistered"]
 
 log = logging.getLogger(__name__)
 
@@ -290,3 +290,11 @@ async def read_nodes(client, watch: Callable | None = None) -> dict[int, NodeInf
             log.warning("%s", exc)
     return found
 
+
+def wait_node_unregistered(hosts: str, node_id: int, timeout_s: float = 60.0) -> bool:
+    """Block until ``/zkcoord/nodes/<node_id>`` is gone from the ZooKeeper at
+    ``hosts``: a daemon killed with -9 keeps it until its session times out,
+    and a new daemon with that id fails with NodeIdInUseError meanwhile.
+    Whether it went within ``timeout_s``; ServiceUnavailableError if
+    ZooKeeper cannot be reached."""
+    return wait_znode_gone(hosts, paths.node(node_id), timeout_s)

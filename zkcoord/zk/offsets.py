@@ -153,6 +153,15 @@ class PreparedCommit:
     chunks: list[tuple[list[_Entry], int, int]]
 
 
+async def ensure_offsets_root(conn: ZkConnection, root: str = paths.DEFAULT_CONSUMERS_ROOT) -> None:
+    """Create the offsets root (``/consumers``) where missing, persistent and
+    empty. A daemon does it at start: a tool that lists the root once (Burrow
+    1.2's ZooKeeper module lists it at its own start, and never again if it
+    was absent) then finds it before the first group commits."""
+    path = paths.OffsetPaths(root).root
+    await conn.retry(f"create {path}", aio.call, conn.client.ensure_path_async, path)
+
+
 class OffsetStore:
     """Commits and fetches legacy ZooKeeper offsets for many groups."""
 

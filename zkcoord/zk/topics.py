@@ -32,7 +32,7 @@ from kazoo.recipe.watchers import DataWatch
 
 from zkcoord.errors import ServiceUnavailableError, StateError
 from zkcoord.zk import aio, paths
-from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.connection import ZkConnection, wait_znode_gone
 
 __all__ = ["TopicRegistry", "TopicWatch", "parse_partition_count", "wait_broker_unregistered"]
 
@@ -139,24 +139,4 @@ def wait_broker_unregistered(hosts: str, broker_id: int, timeout_s: float = 60.0
     times out, and a new broker with that id cannot register meanwhile);
     whether it went within ``timeout_s``. ServiceUnavailableError if ZooKeeper
     cannot be reached."""
-    import time
-
-    from kazoo.client import KazooClient
-    from kazoo.exceptions import KazooException
-
-    path = paths.broker_registration(broker_id)
-    client = KazooClient(hosts=hosts, timeout=10)
-    try:
-        client.start(timeout=30)
-        deadline = time.monotonic() + timeout_s
-        while client.exists(path):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.25)
-        return True
-    except (KazooException, OSError) as exc:
-        raise ServiceUnavailableError(f"cannot reach ZooKeeper at {hosts}: {exc}") from None
-    finally:
-        client.stop()
-        client.close()
-
+    return wait_znode_gone(hosts, paths.broker_registration(broker_id), timeout_s)
