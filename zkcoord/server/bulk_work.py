@@ -10,7 +10,11 @@ another group's heartbeats measured up to 1 s late (``bench/bench_hostile.py``,
 OffsetFetch of 2M partitions). Decoded requests and encoded answers hold no
 reference cycles, so reference counting frees them; the cyclic collector is
 paused while such work runs, counted, so overlapping work keeps it paused
-until the last ends, and only if it was enabled before.
+until the last ends, and only if it was enabled before. A pause lasts at most
+about ``MAX_PAUSE_S`` plus one piece of work: work that starts later, while
+others still hold the pause, does not join it, so the collector runs again
+once those end even under a steady flood of big requests (whatever cyclic
+garbage the rest of the daemon made meanwhile is then collected).
 """
 
 from __future__ import annotations
@@ -18,24 +22,32 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 __all__ = ["off_loop"]
 
 T = TypeVar("T")
+MAX_PAUSE_S = 10.0
 _lock = threading.Lock()
-_running = 0
+_running = 0  # pieces of work holding the pause
 _resume = False  # re-enable the collector when the last work ends
+_since = 0.0  # when the pause began
+_clock = time.monotonic
 
 
-def _begin() -> None:
-    global _running, _resume
+def _begin() -> bool:
+    """Join (or start) the pause; False when it has lasted MAX_PAUSE_S already."""
+    global _running, _resume, _since
     with _lock:
         if _running == 0:
-            _resume = gc.isenabled()
+            _resume, _since = gc.isenabled(), _clock()
             gc.disable()
+        elif _clock() - _since > MAX_PAUSE_S:
+            return False
         _running += 1
+        return True
 
 
 def _end() -> None:
@@ -47,7 +59,8 @@ def _end() -> None:
 
 
 def _without_collector(fn: Callable[..., T], *args: Any) -> T:
-    _begin()
+    if not _begin():
+        return fn(*args)
     try:
         return fn(*args)
     finally:
