@@ -624,17 +624,21 @@ class GroupManager:
             return None
         return reply.payload
 
-    async def describe_groups(self, group_ids: list[str]) -> dict[str, tuple[ErrorCode, object]]:
-        """DescribeGroups of distinct ids: {id: (error, description)}, the
-        unknown ones looked up together in slices of :data:`SLICE`."""
-        described = {}
+    async def _each_group(self, group_ids: list[str], if_unknown, served) -> dict:
+        """{id: if_unknown(id) for a group that exists nowhere, else await
+        served(id)}, the unknown ones looked up together in slices of :data:`SLICE`."""
+        answers = {}
         for start in range(0, len(group_ids), SLICE):
             chunk = group_ids[start:start + SLICE]
             unknown = await self._unknown(chunk)
             for group_id in chunk:
-                described[group_id] = ((E.NONE, core.describe_missing(group_id)) if group_id in unknown
-                                       else await self._describe(group_id))
-        return described
+                answers[group_id] = if_unknown(group_id) if group_id in unknown else await served(group_id)
+        return answers
+
+    async def describe_groups(self, group_ids: list[str]) -> dict[str, tuple[ErrorCode, object]]:
+        """DescribeGroups of distinct ids: {id: (error, description)}; an
+        unknown group is Dead without contending for it."""
+        return await self._each_group(group_ids, lambda g: (E.NONE, core.describe_missing(g)), self._describe)
 
     async def describe(self, group_id):
         return (await self.describe_groups([group_id]))[group_id]
@@ -677,13 +681,7 @@ class GroupManager:
     async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
         """DeleteGroups of distinct names: {name: error}; an unknown group is
         GROUP_ID_NOT_FOUND without contending for it."""
-        deleted = {}
-        for start in range(0, len(group_ids), SLICE):
-            chunk = group_ids[start:start + SLICE]
-            unknown = await self._unknown(chunk)
-            for group_id in chunk:
-                deleted[group_id] = E.GROUP_ID_NOT_FOUND if group_id in unknown else await self.delete_group(group_id)
-        return deleted
+        return await self._each_group(group_ids, lambda g: E.GROUP_ID_NOT_FOUND, self.delete_group)
 
     async def delete_group(self, group_id: str) -> ErrorCode:
         try:
