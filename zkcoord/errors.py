@@ -9,6 +9,8 @@ with the error's ``exit_code`` instead of a traceback::
     ├── ConfigError              exit 2  a flag, variable or config key is wrong
     ├── UsageError               exit 2  bad input named by the message
     ├── ServiceUnavailableError  exit 2  ZooKeeper / Kafka cannot be reached
+    ├── AuthenticationError      exit 2  ZooKeeper / Kafka / a daemon refused our login
+    ├── AuthorizationError       exit 2  logged in, but an ACL refuses what we asked
     ├── SandboxError             exit 1  the local sandbox could not do its job
     │   └── MissingToolError     exit 3  Java / Maven / an install is missing
     ├── NotFoundError            exit 1  a named group, topic or znode is absent
@@ -39,6 +41,21 @@ class UsageError(ZkcoordError):
 
 
 class ServiceUnavailableError(ZkcoordError):
+    exit_code = 2
+
+
+class AuthenticationError(ZkcoordError):
+    """A server refused our credentials (SASL, TLS client certificate,
+    ZooKeeper auth). The message names the server, the mechanism and the
+    user, never a password."""
+
+    exit_code = 2
+
+
+class AuthorizationError(ZkcoordError):
+    """Logged in, but the server's ACLs refuse what we asked (Kafka's
+    *_AUTHORIZATION_FAILED, ZooKeeper's NoAuth)."""
+
     exit_code = 2
 
 
