@@ -25,10 +25,31 @@ from typing import Any
 
 from zkcoord.core import limits, notice
 from zkcoord.errors import ConfigError
+from zkcoord.security.secrets import Password
 
 ENV_PREFIX = "ZKCOORD_"
 # Old setting names still accepted (flag, environment variable, file key) -> their current name.
 ALIASES = {"max_frame_bytes": "socket_request_max_bytes"}
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # what zkcoord's listeners check
+ACL_AUTHORIZERS = ("kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer")
+CLIENT_AUTH = ("none", "requested", "required")
+
+
+def parse_listener(value: str, setting: str) -> tuple[str, str, int]:
+    """``[PROTOCOL://]HOST:PORT`` (Kafka's ``listeners`` form) -> (protocol, host, port);
+    no protocol means PLAINTEXT."""
+    protocol, sep, address = value.partition("://")
+    if not sep:
+        protocol, address = "PLAINTEXT", value
+    protocol = protocol.upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"{setting}={value!r}: unknown security protocol {protocol!r}; expected one of "
+                          f"{', '.join(SECURITY_PROTOCOLS)} (PROTOCOL://HOST:PORT)")
+    host, port = parse_host_port(address, setting)
+    return protocol, host, port
 
 
 def parse_host_port(value: str, setting: str) -> tuple[str, int]:
@@ -83,18 +104,40 @@ class DaemonConfig:
     # "on": offer Fetch v16+ / Produce v10+, whose answers may carry KIP-951 leader hints (node endpoints),
     # decoded and rewritten; "off": those versions are not offered, and every Fetch/Produce answer streams.
     gateway_leader_hints: str = "off"
+    # Security (docs/security.md), with Kafka's names. A listener's protocol is the PROTOCOL:// of `listen`
+    # and `gateway_listen`; both listeners share the TLS and SASL settings.
+    ssl_keystore_type: str = ""  # PEM or PKCS12; "": from the file
+    ssl_keystore_location: str = ""
+    ssl_keystore_password: Password | None = None
+    ssl_key_password: Password | None = None
+    ssl_truststore_type: str = ""
+    ssl_truststore_location: str = ""  # CAs client certificates are checked against
+    ssl_truststore_password: Password | None = None
+    ssl_client_auth: str = "none"  # none, requested, required
+    ssl_enabled_protocols: str = "TLSv1.2,TLSv1.3"
+    ssl_cipher_suites: str = ""  # "": the TLS library's defaults
+    ssl_principal_mapping_rules: str = "DEFAULT"  # a client certificate's DN -> principal name
+    sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512"
+    sasl_plain_users_file: str = ""  # PLAIN: a JAAS file with user_<name>="<password>", or name=password lines
+    authorizer_class_name: str = ""  # kafka.security.authorizer.AclAuthorizer: Kafka's ACLs in ZooKeeper
+    super_users: str = ""  # User:admin;User:ops
+    allow_everyone_if_no_acl_found: bool = False
+    # Java client properties (security.protocol, sasl.*, ssl.*) for every connection the daemon opens to
+    # the brokers: offsets and metadata, the gateway's own requests and its broker connections.
+    kafka_client_config: str = ""
 
     def __post_init__(self) -> None:
         if not self.zookeeper:
             raise ConfigError("--zookeeper (ZKCOORD_ZOOKEEPER) is required: HOST:PORT[,HOST:PORT...][/chroot]")
         for host_port in self.zookeeper.split("/", 1)[0].split(","):
             parse_host_port(host_port, "zookeeper")
-        parse_host_port(self.listen, "listen")
+        parse_listener(self.listen, "listen")
         if self.advertised:
-            parse_host_port(self.advertised, "advertised")
+            parse_host_port(self.advertised.partition("://")[2] or self.advertised, "advertised")
         if self.metrics_listen:
             parse_host_port(self.metrics_listen, "metrics_listen")
         self._check_gateway()
+        self._check_security()
         _check_range("node_id", self.node_id, -1, 2**31 - 1)
         _check_range("zk_session_timeout_ms", self.zk_session_timeout_ms, 1_000, 600_000)
         _check_range("group_min_session_timeout_ms", self.group_min_session_timeout_ms, 1, 2**31 - 1)
@@ -127,7 +170,7 @@ class DaemonConfig:
             raise ConfigError(f"gateway_leader_hints={self.gateway_leader_hints!r} must be on or off")
         if not self.gateway_listen:
             return
-        _, port = parse_host_port(self.gateway_listen, "gateway_listen")
+        _, _, port = parse_listener(self.gateway_listen, "gateway_listen")
         if not self.bootstrap_servers:
             raise ConfigError("gateway_listen needs bootstrap_servers (--bootstrap-servers): the Kafka brokers "
                               "the gateway forwards to")
@@ -141,6 +184,49 @@ class DaemonConfig:
             elif not text.strip("[]"):
                 raise ConfigError(f"gateway_advertised={text!r} is not HOST or HOST:PORT")
 
+    def _check_security(self) -> None:
+        protocols = {self.listener_protocol} | ({self.gateway_protocol} if self.gateway_listen else set())
+        if self.ssl_client_auth not in CLIENT_AUTH:
+            raise ConfigError(f"ssl_client_auth={self.ssl_client_auth!r} must be one of {', '.join(CLIENT_AUTH)}")
+        if any(p.endswith("SSL") for p in protocols) and not self.ssl_keystore_location:
+            raise ConfigError("a listener speaks TLS (SSL or SASL_SSL in listen/gateway_listen) but "
+                              "ssl_keystore_location (--ssl-keystore-location) is not set: the server certificate "
+                              "and key")
+        mechanisms = self.sasl_mechanisms
+        unknown = [m for m in mechanisms if m not in SASL_MECHANISMS]
+        if unknown:
+            raise ConfigError(f"sasl_enabled_mechanisms={self.sasl_enabled_mechanisms!r}: zkcoord's listeners check "
+                              f"{', '.join(SASL_MECHANISMS)}, not {', '.join(unknown)}")
+        if any(p.startswith("SASL") for p in protocols):
+            if not mechanisms:
+                raise ConfigError("a listener speaks SASL but sasl_enabled_mechanisms is empty")
+            if "PLAIN" in mechanisms and not self.sasl_plain_users_file:
+                raise ConfigError("sasl_enabled_mechanisms has PLAIN but sasl_plain_users_file "
+                                  "(--sasl-plain-users-file) is not set: the users PLAIN logins are checked against")
+        if self.authorizer_class_name and self.authorizer_class_name not in ACL_AUTHORIZERS:
+            raise ConfigError(f"authorizer_class_name={self.authorizer_class_name!r}: zkcoord enforces Kafka's "
+                              f"ZooKeeper ACLs, {ACL_AUTHORIZERS[0]}, or nothing ('')")
+        for principal in self.super_user_principals:
+            if ":" not in principal.strip(":"):
+                raise ConfigError(f"super_users={self.super_users!r}: {principal!r} is not TYPE:NAME "
+                                  "(User:admin;User:ops)")
+
+    @property
+    def listener_protocol(self) -> str:
+        return parse_listener(self.listen, "listen")[0]
+
+    @property
+    def gateway_protocol(self) -> str:
+        return parse_listener(self.gateway_listen, "gateway_listen")[0] if self.gateway_listen else "PLAINTEXT"
+
+    @property
+    def sasl_mechanisms(self) -> tuple[str, ...]:
+        return tuple(m.strip().upper() for m in self.sasl_enabled_mechanisms.split(",") if m.strip())
+
+    @property
+    def super_user_principals(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.super_users.split(";") if p.strip())
+
     @property
     def request_limits(self) -> limits.RequestLimits:
         """The largest request frame read, per API (:mod:`zkcoord.core.limits`)."""
@@ -149,7 +235,7 @@ class DaemonConfig:
 
     @property
     def listen_address(self) -> tuple[str, int]:
-        return parse_host_port(self.listen, "listen")
+        return parse_listener(self.listen, "listen")[1:]
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:
@@ -159,7 +245,7 @@ class DaemonConfig:
         """What FindCoordinator tells clients: --advertised, else the
         listen host (0.0.0.0 becomes this host's name) and bound port."""
         if self.advertised:
-            return parse_host_port(self.advertised, "advertised")
+            return parse_host_port(self.advertised.partition("://")[2] or self.advertised, "advertised")
         import socket
 
         host, _ = self.listen_address
@@ -173,7 +259,23 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
         raise ConfigError(f"{name}={value} is out of range: {low} to {high}")
 
 
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
 def _coerce(name: str, kind: Any, raw: Any, source: str) -> Any:
+    if kind in (bool, "bool"):
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower() if isinstance(raw, (str, int)) else None
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise ConfigError(f"{name} from {source} must be true or false, got {raw!r}")
+    if kind in ("Password | None", "Password"):
+        if isinstance(raw, Password):
+            return raw
+        if not isinstance(raw, str):
+            raise ConfigError(f"{name} from {source} must be a string")  # never echo a secret
+        return Password(raw) if raw else None
     if kind in (int, "int"):
         if isinstance(raw, bool):
             raise ConfigError(f"{name} from {source} must be a whole number, got {raw!r}")
@@ -196,13 +298,26 @@ def read_config_file(path: Path, cls=DaemonConfig) -> dict[str, Any]:
         raise ConfigError(f"config file {path} cannot be read: {exc}") from None
     known = {f.name: f for f in fields(cls)}
     values = {}
-    for key, value in raw.items():
-        name = key.replace("-", "_")
+    for key, value in _flatten(raw).items():
+        name = key.replace("-", "_").replace(".", "_")
         name = ALIASES.get(name, name) if cls is DaemonConfig else name
         if name not in known:
             raise ConfigError(f"config file {path}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
         values[name] = _coerce(name, known[name].type, value, f"config file {path}")
     return values
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """TOML's dotted keys are nested tables: ``ssl.keystore.location = ...`` is
+    read as the key ``ssl.keystore.location`` (Kafka's spelling of ``ssl_keystore_location``)."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
 
 
 def build_config(flags: dict[str, Any], config_file: Path | None = None, cls=DaemonConfig,
@@ -226,7 +341,11 @@ def build_config(flags: dict[str, Any], config_file: Path | None = None, cls=Dae
             values[field.name] = _coerce(field.name, field.type, environ[env_name], f"${env_name}")
     for name, value in flags.items():
         if value is not None:
-            values[aliases.get(name, name)] = value
+            name = aliases.get(name, name)
+            kind = known[name].type if name in known else None
+            if kind in ("bool", "Password | None"):
+                value = _coerce(name, kind, value, "--" + name.replace("_", "-"))
+            values[name] = value
     try:
         return cls(**values)
     except TypeError as exc:

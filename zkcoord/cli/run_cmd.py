@@ -14,7 +14,8 @@ def _options(func):
     """One click option per DaemonConfig field with a flag of its own."""
     specs = [
         ("--zookeeper", str, "ZooKeeper connection string HOST:PORT[,HOST:PORT...][/chroot]."),
-        ("--listen", str, "HOST:PORT the Kafka-protocol server binds [default: 127.0.0.1:9300]."),
+        ("--listen", str, "[PROTOCOL://]HOST:PORT the Kafka-protocol server binds; PROTOCOL is PLAINTEXT, SSL, "
+         "SASL_PLAINTEXT or SASL_SSL [default: PLAINTEXT://127.0.0.1:9300]."),
         ("--advertised", str, "HOST:PORT returned to clients by FindCoordinator [default: the bound address]."),
         ("--node-id", int, "This daemon's id, unique among daemons [default: allocate one]."),
         ("--bootstrap-servers", str, "Kafka brokers, for topic metadata without ZooKeeper and the kafka/dual offset modes."),
@@ -47,14 +48,37 @@ def _options(func):
          "waiting for its group to rebalance; 0: never hold, Kafka clients are never held [default: 5000]."),
         ("--offsets-retention-check-interval-ms", int, "How often a daemon removes the groups it owns that are "
          "Empty with no committed offsets, and their znodes [default: 600000]."),
-        ("--gateway-listen", str, "HOST:PORT of the gateway stock Kafka clients bootstrap from; needs "
-         "--bootstrap-servers [default: no gateway]."),
+        ("--gateway-listen", str, "[PROTOCOL://]HOST:PORT of the gateway stock Kafka clients bootstrap from; "
+         "needs --bootstrap-servers [default: no gateway]."),
         ("--gateway-advertised", str, "HOST or HOST:PORT of the gateway as clients are told [default: the "
          "listen host and port]."),
         ("--gateway-broker-ids", str, "LOW-HIGH: broker B is served on the gateway port + 1 + (B - LOW) "
          "[default: 0-31]."),
         ("--gateway-leader-hints", str, "on: offer Fetch v16+/Produce v10+, decoding their answers to rewrite "
          "KIP-951 leader hints; off: offer the versions before, every answer streams [default: off]."),
+        ("--ssl-keystore-location", str, "The listeners' certificate chain and key (Kafka's ssl.keystore.location)."),
+        ("--ssl-keystore-type", str, "PEM or PKCS12 [default: from the file]."),
+        ("--ssl-keystore-password", str, "The keystore's password; prefer ZKCOORD_SSL_KEYSTORE_PASSWORD or the "
+         "config file (a command line shows in ps)."),
+        ("--ssl-key-password", str, "The private key's password (ZKCOORD_SSL_KEY_PASSWORD)."),
+        ("--ssl-truststore-location", str, "CAs that client certificates are checked against."),
+        ("--ssl-truststore-type", str, "PEM or PKCS12 [default: from the file]."),
+        ("--ssl-truststore-password", str, "The truststore's password (ZKCOORD_SSL_TRUSTSTORE_PASSWORD)."),
+        ("--ssl-client-auth", str, "none, requested or required: client certificates [default: none]."),
+        ("--ssl-enabled-protocols", str, "TLS versions offered [default: TLSv1.2,TLSv1.3]."),
+        ("--ssl-cipher-suites", str, "Cipher suites offered [default: the TLS library's]."),
+        ("--ssl-principal-mapping-rules", str, "Kafka's rules mapping a client certificate's DN to a principal "
+         "[default: DEFAULT]."),
+        ("--sasl-enabled-mechanisms", str, "SASL mechanisms the SASL listeners accept: SCRAM-SHA-256, "
+         "SCRAM-SHA-512 (users from ZooKeeper's /config/users), PLAIN [default: SCRAM-SHA-256,SCRAM-SHA-512]."),
+        ("--sasl-plain-users-file", str, "PLAIN's users: a JAAS file with user_NAME=\"PASSWORD\" options (a "
+         "broker's KafkaServer section) or NAME=PASSWORD lines."),
+        ("--authorizer-class-name", str, "kafka.security.authorizer.AclAuthorizer: enforce Kafka's ACLs from "
+         "ZooKeeper [default: none]."),
+        ("--super-users", str, "Principals allowed everything: User:admin;User:ops."),
+        ("--allow-everyone-if-no-acl-found", str, "true: a resource without ACLs is open to all [default: false]."),
+        ("--kafka-client-config", str, "Java client properties (security.protocol, sasl.mechanism, "
+         "sasl.jaas.config, ssl.*) for the daemon's and gateway's connections to the brokers."),
         ("--shutdown-timeout-ms", int, "How long SIGTERM may take before connections are cut [default: 5000]."),
     ]
     for flag, kind, help_text in reversed(specs):
