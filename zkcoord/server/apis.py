@@ -29,6 +29,11 @@ before (zkcoord's consumer leaves and rejoins with one held; after the
 request it would read, and count as, UNKNOWN_MEMBER_ID or
 ILLEGAL_GENERATION).
 
+Authorization (:mod:`.authorization`): with an authorizer, every API asks
+what Kafka's ``KafkaApis`` asks, before anything else about the group, and
+answers a refusal as a broker does (GROUP_AUTHORIZATION_FAILED for the
+group, TOPIC_AUTHORIZATION_FAILED for each refused topic's partitions).
+
 Big requests (:mod:`zkcoord.core.limits`): a handler walking thousands of
 group ids, partitions or groups yields to the event loop every
 :data:`~zkcoord.server.manager.SLICE` of them, and an answer listing more
@@ -49,8 +54,9 @@ from typing import TYPE_CHECKING
 
 from zkcoord.core import group as core
 from zkcoord.core import notice
+from zkcoord.core.acl import Operation
 from zkcoord.core.errors import ErrorCode, validate_group_id
-from zkcoord.core.offset_fetch import count
+from zkcoord.core.offset_fetch import FetchAnswer, count
 from zkcoord.errors import StateError, StateTooLargeError
 from zkcoord.server.codec import (
     COORDINATOR_APIS,
@@ -62,6 +68,7 @@ from zkcoord.server.codec import (
     encoded_response,
     response_for,
 )
+from zkcoord.server.authorization import OPEN, UNKNOWN_OPERATIONS, GroupAccess
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
 from zkcoord.server.bulk_work import off_loop
 from zkcoord.server.manager import UNKNOWN_TOKEN, pause_every
@@ -88,9 +95,12 @@ class ApiHandler:
     """The transport's handler: ``await handler(decoded, connection)``."""
 
     def __init__(self, manager: "GroupManager", metrics=None, *,
-                 coordinator_address: Callable[[NodeInfo], tuple[int, str, int] | str] | None = None):
+                 coordinator_address: Callable[[NodeInfo], tuple[int, str, int] | str] | None = None,
+                 access: GroupAccess = OPEN, apis=COORDINATOR_APIS):
         self.manager = manager
         self.metrics = metrics
+        self.access = access
+        self.apis = apis  # what ApiVersions lists: the listener's APIs (the SASL ones on SASL listeners)
         # How FindCoordinator names the owner: (node id, host, port), or a reason it cannot.
         # Default: the owner's daemon listener; the gateway names the owner's gateway.
         self.coordinator_address = coordinator_address or _daemon_address
@@ -130,6 +140,8 @@ class ApiHandler:
             return None  # may be held
         started = time.perf_counter()
         r = decoded.request
+        if self.access.enforcing and not self.access.group(connection, Operation.READ, r.group_id):
+            return None  # the awaited path answers the refusal
         runtime = self.manager.serving(r.group_id)
         if runtime is None:
             return None
@@ -171,7 +183,7 @@ class ApiHandler:
 
     # -- ApiVersions, FindCoordinator --------------------------------------------
     async def api_versions(self, decoded, connection):
-        return api_versions_response(decoded.api_version, COORDINATOR_APIS,
+        return api_versions_response(decoded.api_version, self.apis,
                                      supported_features=self.notice_features(decoded, connection))
 
     def notice_features(self, decoded, connection) -> list[dict]:
@@ -194,16 +206,18 @@ class ApiHandler:
             results = []
             for i, key in enumerate(request.coordinator_keys):
                 await pause_every(i)
-                results.append(await self._find_one(key, key_type))
+                results.append(await self._find_one(key, key_type, connection))
             return await _answer(decoded, len(results), throttle_time_ms=0, coordinators=[
                 {"key": key, "node_id": node, "host": host, "port": port, "error_code": int(code),
                  "error_message": message}
                 for key, (code, message, node, host, port) in zip(request.coordinator_keys, results)])
-        code, message, node, host, port = await self._find_one(request.key, key_type)
+        code, message, node, host, port = await self._find_one(request.key, key_type, connection)
         return response_for(decoded, throttle_time_ms=0, error_code=int(code), error_message=message,
                             node_id=node, host=host, port=port)
 
-    async def _find_one(self, key: str, key_type: int):
+    async def _find_one(self, key: str, key_type: int, connection):
+        if key_type == 0 and not self.access.group(connection, Operation.DESCRIBE, key):
+            return E.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", -1, "", -1
         if key_type == TRANSACTION_KEY_TYPE:
             return (E.INVALID_REQUEST, "zkcoord coordinates consumer groups only; find transaction "
                     "coordinators on the Kafka brokers", -1, "", -1)
@@ -238,6 +252,8 @@ class ApiHandler:
 
         instance = getattr(r, "group_instance_id", None) if version >= 5 else None
         prefix = instance if instance else (decoded.client_id or "")
+        if not self.access.group(connection, Operation.READ, r.group_id):
+            return failed(E.GROUP_AUTHORIZATION_FAILED)
         try:
             runtime = await self.manager.runtime(r.group_id)
             token = runtime.next_token()
@@ -277,6 +293,8 @@ class ApiHandler:
 
         if not _sync_has_protocol(decoded):
             return answer(E.INCONSISTENT_GROUP_PROTOCOL)  # mandatory from v5, checked before the group
+        if not self.access.group(connection, Operation.READ, r.group_id):
+            return answer(E.GROUP_AUTHORIZATION_FAILED)
         unknown = await self.manager.reply_if_unknown(r.group_id, lambda g, now: core.handle_sync(
             g, _sync_request(decoded, UNKNOWN_TOKEN), now, self.manager.group_config))
         if unknown is not None:
@@ -304,6 +322,8 @@ class ApiHandler:
     async def heartbeat(self, decoded, connection):
         r = decoded.request
         instance = getattr(r, "group_instance_id", None) if decoded.api_version >= 3 else None
+        if not self.access.group(connection, Operation.READ, r.group_id):
+            return constant_response(decoded, throttle_time_ms=0, error_code=int(E.GROUP_AUTHORIZATION_FAILED))
         unknown = await self.manager.reply_if_unknown(r.group_id, lambda g, now: core.handle_heartbeat(
             g, core.HeartbeatRequest(UNKNOWN_TOKEN, r.member_id, r.generation_id, instance), now,
             self.manager.group_config))
@@ -388,6 +408,8 @@ class ApiHandler:
                 {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "error_code": int(m.error)}
                 for m in results])
 
+        if not self.access.group(connection, Operation.READ, r.group_id):
+            return answer(E.GROUP_AUTHORIZATION_FAILED)
         try:
             result = await self.manager.reply_if_unknown(r.group_id, lambda g, now: core.handle_leave(
                 g, core.LeaveRequest(UNKNOWN_TOKEN, members), now, self.manager.group_config))
@@ -421,8 +443,7 @@ class ApiHandler:
         wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata)
                   for t in r.topics for p in t.partitions]
         instance = getattr(r, "group_instance_id", None) if version >= 7 else None
-        errors = await self.manager.commit_offsets(
-            r.group_id, r.member_id, r.generation_id_or_member_epoch, instance, wanted)
+        errors = await self._commit_authorized(decoded, connection, wanted, instance)
         if self.members is not None and r.member_id and instance is None and E.NONE in errors:
             self.members.seen(r.group_id, r.member_id, connection.connection_id)
 
@@ -439,26 +460,63 @@ class ApiHandler:
         # partitions, so it is encoded once.
         return cached_response(decoded, tuple((t, p, int(c)) for (t, p, _, _), c in zip(wanted, errors)), fields)
 
+    async def _commit_authorized(self, decoded, connection, wanted, instance) -> list[ErrorCode]:
+        """The commit's error per partition: GROUP_AUTHORIZATION_FAILED for all
+        without READ on the group, TOPIC_AUTHORIZATION_FAILED for the
+        partitions of topics without READ, the manager's answer for the rest."""
+        r = decoded.request
+        if not self.access.group(connection, Operation.READ, r.group_id):
+            return [E.GROUP_AUTHORIZATION_FAILED] * len(wanted)
+        if not self.access.enforcing:
+            return await self.manager.commit_offsets(
+                r.group_id, r.member_id, r.generation_id_or_member_epoch, instance, wanted)
+        allowed = self.access.topics(connection, Operation.READ, (w[0] for w in wanted))
+        kept = [w for w in wanted if w[0] in allowed]
+        answers = iter(await self.manager.commit_offsets(
+            r.group_id, r.member_id, r.generation_id_or_member_epoch, instance, kept) if kept else ())
+        return [next(answers) if w[0] in allowed else E.TOPIC_AUTHORIZATION_FAILED for w in wanted]
+
+    async def _fetch_authorized(self, connection, group_id: str, wanted) -> tuple[ErrorCode, FetchAnswer, list]:
+        """OffsetFetch of one group as Kafka authorizes it: (group error,
+        answer of the topics the principal may DESCRIBE, the refused topics
+        ``[(topic, partitions)]`` asked for by name); an all-topics fetch
+        leaves the refused topics out."""
+        if not self.access.group(connection, Operation.DESCRIBE, group_id):
+            return E.GROUP_AUTHORIZATION_FAILED, FetchAnswer({}), []
+        if not self.access.enforcing:
+            return (*await self.manager.fetch_offsets(group_id, wanted), [])
+        if wanted is None:
+            code, answer = await self.manager.fetch_offsets(group_id, None)
+            allowed = self.access.topics(connection, Operation.DESCRIBE, (t for t, _ in answer.stored))
+            allowed |= self.access.topics(connection, Operation.DESCRIBE, (t for t, _ in answer.corrupt))
+            return code, FetchAnswer(None, {tp: v for tp, v in answer.stored.items() if tp[0] in allowed},
+                                     {tp: v for tp, v in answer.corrupt.items() if tp[0] in allowed}), []
+        allowed = self.access.topics(connection, Operation.DESCRIBE, wanted)
+        refused = [(t, parts) for t, parts in wanted.items() if t not in allowed]
+        code, answer = await self.manager.fetch_offsets(group_id, {t: p for t, p in wanted.items() if t in allowed})
+        return code, answer, refused
+
     async def offset_fetch(self, decoded, connection):
         r = decoded.request
         if decoded.api_version >= 8:
             answers = []
             for i, g in enumerate(r.groups):
                 await pause_every(i)
-                code, answer = await self.manager.fetch_offsets(g.group_id, _wanted(g.topics))
-                answers.append((g.group_id, code, answer))
-            return await _answer(decoded, sum(1 + len(a) for _, _, a in answers), lambda: {
+                code, answer, refused = await self._fetch_authorized(connection, g.group_id, _wanted(g.topics))
+                answers.append((g.group_id, code, answer, refused))
+            return await _answer(decoded, sum(1 + len(a) for _, _, a, _ in answers), lambda: {
                 "throttle_time_ms": 0,
-                "groups": [{"group_id": group_id, "error_code": int(code), "topics": answer.response_topics()}
-                           for group_id, code, answer in answers]})
+                "groups": [{"group_id": group_id, "error_code": int(code),
+                            "topics": _with_refused(answer.response_topics(), refused)}
+                           for group_id, code, answer, refused in answers]})
         wanted = _wanted(r.topics)
-        code, answer = await self.manager.fetch_offsets(r.group_id, wanted)
+        code, answer, refused = await self._fetch_authorized(connection, r.group_id, wanted)
         if decoded.api_version < 2 and code is not E.NONE:  # no group error field: it goes on every partition
             topics = lambda: [{"name": t, "partitions": [  # noqa: E731
                 {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
                  "error_code": int(code)} for p in parts]} for t, parts in (wanted or {}).items()]
         else:
-            topics = answer.response_topics
+            topics = lambda: _with_refused(answer.response_topics(), refused)  # noqa: E731
         return await _answer(decoded, max(len(answer), count(wanted)), lambda: {
             "throttle_time_ms": 0, "error_code": int(code), "topics": topics()})
 
@@ -466,11 +524,17 @@ class ApiHandler:
     async def describe_groups(self, decoded, connection):
         groups = []
         # Each distinct id once: a request may repeat one 500,000 times.
-        described = await self.manager.describe_groups(list(dict.fromkeys(decoded.request.groups)))
+        distinct = list(dict.fromkeys(decoded.request.groups))
+        refused = {g for g in distinct if not self.access.group(connection, Operation.DESCRIBE, g)}
+        described = await self.manager.describe_groups([g for g in distinct if g not in refused])
+        operations = decoded.api_version >= 3 and getattr(decoded.request, "include_authorized_operations", False)
         for i, group_id in enumerate(decoded.request.groups):
             await pause_every(i)
-            code, description = described[group_id]
+            code, description = described[group_id] if group_id not in refused else (
+                E.GROUP_AUTHORIZATION_FAILED, None)
             groups.append({
+                "authorized_operations": self.access.group_operations(connection, group_id)
+                if operations and code is E.NONE else UNKNOWN_OPERATIONS,
                 "error_code": int(code), "group_id": group_id,
                 "group_state": description.state if description else "",
                 "protocol_type": description.protocol_type if description else "",
@@ -493,17 +557,24 @@ class ApiHandler:
         if types and "classic" not in types:
             return await _answer(decoded, 0, throttle_time_ms=0, error_code=0, groups=[])
         listed = []
+        everything = self.access.cluster(connection, Operation.DESCRIBE)
         for i, (group_id, state, protocol_type) in enumerate(await self.manager.list_groups()):
             await pause_every(i)
             if states and state.lower() not in states:
+                continue
+            if not everything and not self.access.group(connection, Operation.DESCRIBE, group_id):
                 continue
             listed.append({"group_id": group_id, "protocol_type": protocol_type, "group_state": state,
                            "group_type": "classic"})
         return await _answer(decoded, len(listed), throttle_time_ms=0, error_code=0, groups=listed)
 
     async def delete_groups(self, decoded, connection):
-        deleted = await self.manager.delete_groups(list(dict.fromkeys(decoded.request.groups_names)))  # once each
+        distinct = list(dict.fromkeys(decoded.request.groups_names))  # once each
+        allowed = [g for g in distinct if self.access.group(connection, Operation.DELETE, g)]
+        deleted = await self.manager.delete_groups(allowed)
         results = [{"group_id": group_id, "error_code": int(code)} for group_id, code in deleted.items()]
+        results += [{"group_id": g, "error_code": int(E.GROUP_AUTHORIZATION_FAILED)}  # after, as Kafka does
+                    for g in distinct if g not in deleted]
         return await _answer(decoded, len(results), throttle_time_ms=0, results=results)
 
 
@@ -518,6 +589,16 @@ async def _answer(decoded, items: int, build=None, /, **fields):
     if items <= BIG_ANSWER_ITEMS:
         return answer()
     return await off_loop(lambda: encoded_response(decoded, answer()))
+
+
+def _with_refused(topics: list[dict], refused: list) -> list[dict]:
+    """OffsetFetch answer topics plus the refused ones, each partition
+    TOPIC_AUTHORIZATION_FAILED (after the others, as Kafka lists them)."""
+    if not refused:
+        return topics
+    return topics + [{"name": topic, "partitions": [
+        {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+         "error_code": int(E.TOPIC_AUTHORIZATION_FAILED)} for p in parts]} for topic, parts in refused]
 
 
 def _wanted(topics) -> dict[str, list[int]] | None:

@@ -72,6 +72,10 @@ from kafka.protocol.metadata import (
     ApiVersionsRequest, ApiVersionsResponse,
     FindCoordinatorRequest, FindCoordinatorResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest, SaslAuthenticateResponse,
+    SaslHandshakeRequest, SaslHandshakeResponse,
+)
 from kafka.protocol.schemas.fields.codecs import Int16, Int32
 from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 
@@ -241,6 +245,13 @@ COORDINATOR_APIS = ApiRegistry([
     ApiSpec(ApiVersionsRequest, ApiVersionsResponse, 0, 3),
     ApiSpec(DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
 ])
+
+# A SASL listener's login APIs (docs/security-design.md rule 3): SaslHandshake v1 only (v0's raw
+# tokens are gone in Kafka 4 too), SaslAuthenticate as Kafka 3.9 serves it.
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+SASL_APIS = (ApiSpec(SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
+             ApiSpec(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2))
+SASL_COORDINATOR_APIS = COORDINATOR_APIS.extended(*SASL_APIS)
 
 
 @dataclass(frozen=True)

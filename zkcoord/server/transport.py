@@ -41,6 +41,14 @@ Rules:
    second). The bytes of unanswered frames of all connections together stay
    under ``partial_requests_max_bytes``: the connection whose read would go
    over is closed.
+8. Security (:mod:`.listener_security`): with an SSL context the listener
+   speaks TLS (the handshake is done before a connection is seen). On a
+   SASL listener a connection's :class:`~.listener_security.Login` answers
+   its SaslHandshake and SaslAuthenticate requests; until the login is done
+   only ApiVersions and those are read (anything else closes the
+   connection, as Kafka does), and frames are at most
+   ``SASL_MAX_RECEIVE_BYTES``. The principal the handler sees on
+   :class:`ConnectionInfo` is set when the login completes.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kafka.protocol.api_message import ApiMessage
 
@@ -60,9 +68,12 @@ from zkcoord.core.limits import (
 
 from .bulk_work import off_loop
 from .codec import (
-    COORDINATOR_APIS, FRAME_SIZE_PREFIX_BYTES, ApiRegistry, DecodedRequest,
+    COORDINATOR_APIS, FRAME_SIZE_PREFIX_BYTES, SASL_AUTHENTICATE, SASL_HANDSHAKE, ApiRegistry, DecodedRequest,
     FrameSizeError, MalformedFrameError, RequestTooLargeError, ResponseEncodingError, UnsupportedRequestError,
     decode_request, encode_response, frame_size,
+)
+from .listener_security import (
+    ANONYMOUS, PLAINTEXT_LISTENER, SASL_MAX_RECEIVE_BYTES, TLS_HANDSHAKE_TIMEOUT_S, ListenerSecurity,
 )
 
 log = logging.getLogger(__name__)
@@ -82,6 +93,7 @@ class ConnectionInfo:
     connection_id: int
     peer_host: str
     peer_port: int
+    principal: str = ANONYMOUS  # who is on the other end (listener_security rule 1)
 
     @property
     def client_host(self) -> str:
@@ -89,7 +101,8 @@ class ConnectionInfo:
         return "/" + self.peer_host
 
     def __str__(self) -> str:
-        return f"connection {self.connection_id} from {self.peer_host}:{self.peer_port}"
+        who = "" if self.principal == ANONYMOUS else f" ({self.principal})"
+        return f"connection {self.connection_id} from {self.peer_host}:{self.peer_port}{who}"
 
 
 Handler = Callable[[DecodedRequest, ConnectionInfo], Awaitable[ApiMessage]]
@@ -115,7 +128,8 @@ class KafkaProtocolServer:
                  request_max_bytes: Callable[[int], int] | None = None,
                  request_limit_setting: Callable[[int], str] | None = None,
                  connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
-                 partial_requests_max_bytes: int = DEFAULT_PARTIAL_REQUESTS_MAX_BYTES) -> None:
+                 partial_requests_max_bytes: int = DEFAULT_PARTIAL_REQUESTS_MAX_BYTES,
+                 security: ListenerSecurity = PLAINTEXT_LISTENER) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port {port} is not in 0..65535 (0 picks a free port)")
         if max_frame_bytes <= 0:
@@ -126,7 +140,8 @@ class KafkaProtocolServer:
         if connections_max_idle_ms <= 0 or partial_requests_max_bytes <= 0:
             raise ValueError("connections_max_idle_ms and partial_requests_max_bytes must be positive")
         self._max_frame_bytes = max_frame_bytes
-        self._apis = apis
+        self.security = security
+        self._apis = security.apis if security.sasl and apis is COORDINATOR_APIS else apis
         self._request_max_bytes = request_max_bytes or (lambda api_key: max_frame_bytes)
         self._request_limit_setting = request_limit_setting or (lambda api_key: "max_frame_bytes")
         # Frames up to this size need no api key to be accepted (every API may be that large).
@@ -151,9 +166,11 @@ class KafkaProtocolServer:
         if self._server is not None or self._stopping:
             raise RuntimeError("KafkaProtocolServer.start() may be called once")
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), self._host, self._port)
+        tls = {} if self.security.ssl_context is None else {
+            "ssl": self.security.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
+        self._server = await loop.create_server(lambda: _Connection(self), self._host, self._port, **tls)
         self._sweeper = loop.create_task(self._sweep_idle(), name="kafka-idle-sweep")
-        log.info("serving the Kafka protocol on %s:%d", self._host, self.bound_port)
+        log.info("serving the Kafka protocol (%s) on %s:%d", self.security.protocol, self._host, self.bound_port)
 
     async def stop(self) -> None:
         """Close the listener and every connection. Safe to call twice."""
@@ -188,9 +205,12 @@ class KafkaProtocolServer:
                     log.info("closing %s: %s (connections_max_idle_ms=%d)", connection.info, why, idle_ms)
                     connection.shut()
 
-    def _frame_limit(self, buffer: bytearray, pos: int) -> int | None:
-        """The size of the frame at ``pos``, checked against its API's limit;
-        None when more bytes are needed to know. Raises FrameSizeError."""
+    def _frame_limit(self, buffer: bytearray, pos: int, logging_in: bool = False) -> int | None:
+        """The size of the frame at ``pos``, checked against its API's limit
+        (``SASL_MAX_RECEIVE_BYTES`` before a SASL login is done); None when
+        more bytes are needed to know. Raises FrameSizeError."""
+        if logging_in:
+            return frame_size(buffer[pos:pos + FRAME_SIZE_PREFIX_BYTES], SASL_MAX_RECEIVE_BYTES)
         size = frame_size(buffer[pos:pos + FRAME_SIZE_PREFIX_BYTES], self._max_frame_bytes)
         if size <= self._any_api_bytes:
             return size
@@ -253,16 +273,21 @@ class _Connection(asyncio.Protocol):
         self.last_active_ms = _now_ms()  # last read or write
         self.partial_since_ms: int | None = None  # when the unfinished frame in the buffer started
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._login = None  # the SASL login (rule 8) until it is done
 
     # -- asyncio.Protocol ------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         server = self._server
         peer = transport.get_extra_info("peername") or ("?", 0)
-        self.info = ConnectionInfo(next(server._connection_ids), str(peer[0]), int(peer[1]))
+        security = server.security
+        self.info = ConnectionInfo(next(server._connection_ids), str(peer[0]), int(peer[1]),
+                                   security.principal_of(transport))
         if server._stopping:
             self._close()
             return
+        if security.new_login is not None:
+            self._login = security.new_login(self.info)
         server._connections[self.info.connection_id] = self
         log.debug("%s opened", self.info)
 
@@ -342,7 +367,10 @@ class _Connection(asyncio.Protocol):
             while not self._done:
                 if len(buffer) - pos < FRAME_SIZE_PREFIX_BYTES:
                     break
-                size = server._frame_limit(buffer, pos)
+                login = self._login
+                if login is not None and login.done:
+                    login = None
+                size = server._frame_limit(buffer, pos, login is not None)
                 if size is None:
                     break
                 end = pos + FRAME_SIZE_PREFIX_BYTES + size
@@ -350,11 +378,20 @@ class _Connection(asyncio.Protocol):
                     break
                 frame = bytes(buffer[pos + FRAME_SIZE_PREFIX_BYTES:end])
                 pos = end
+                if login is not None:
+                    api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
+                    if not login.admits(api_key):
+                        log.warning("closing %s: api key %d before its SASL login was done", info, api_key)
+                        self._fail(out)
+                        return
                 if size > INLINE_DECODE_BYTES:
                     self._await(None, frame)
                     break
                 decoded = decode_request(frame, server._apis)
                 response = decoded.immediate_response
+                if decoded.api_key == SASL_HANDSHAKE or decoded.api_key == SASL_AUTHENTICATE:
+                    self._await(decoded)
+                    break
                 if response is not None:
                     log.debug("%s: answered %s v%d (correlation id %d) from the codec",
                               info, decoded.api_name, decoded.api_version, decoded.correlation_id)
@@ -405,7 +442,10 @@ class _Connection(asyncio.Protocol):
                 return
             del frame
             response = decoded.immediate_response
-        if response is None:
+        close_after = False
+        if decoded.api_key == SASL_HANDSHAKE or decoded.api_key == SASL_AUTHENTICATE:
+            response, close_after = await self._log_in(decoded)
+        elif response is None:
             response = await self._server._call_handler(decoded, self.info)
         self._task = None
         if self._done:
@@ -421,9 +461,24 @@ class _Connection(asyncio.Protocol):
             return
         self._transport.write(data)
         self.last_active_ms = _now_ms()
+        if close_after:
+            self._close()
+            return
         if not self._write_paused:
             self._resume_reading()
             self._process()
+
+    async def _log_in(self, decoded: DecodedRequest) -> tuple[ApiMessage, bool]:
+        """A login request's answer (rule 8); once the login is done the
+        connection's principal is its user."""
+        login = self._login
+        if login is None:  # not decodable on a listener without SASL: the codec refused it already
+            raise RuntimeError("a SASL request reached a listener without SASL")
+        response, close_after = await login.answer(decoded)
+        if login.done and self.info.principal != login.principal:
+            self.info = replace(self.info, principal=login.principal)
+            log.info("%s logged in", self.info)
+        return response, close_after
 
     def _end_of_input(self) -> None:
         if self._buffer and not self._done:
