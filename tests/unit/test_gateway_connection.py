@@ -23,6 +23,7 @@ from zkcoord.core.limits import RequestLimits
 from zkcoord.gateway import connection as gc
 from zkcoord.gateway.connection import ClientConnection
 from zkcoord.server.codec import response_for
+from zkcoord.server.listener_security import PLAINTEXT_LISTENER
 
 LIST_OFFSETS, PRODUCE = 2, 0
 
@@ -122,6 +123,8 @@ class FakeGateway:
         self.partial_bytes = 0
         self.broker_address = broker_address
         self.metrics = None
+        self.security = PLAINTEXT_LISTENER
+        self.upstream_ssl = None
         self.connections: list[ClientConnection] = []
         self._ids = iter(range(1, 1000))
 

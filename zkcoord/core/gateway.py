@@ -20,6 +20,9 @@ brokers. This module owns the rules it follows:
    HIDDEN     group-coordinator APIs zkcoord does not serve (yet): never
               advertised, never forwarded (a broker would act on a group
               it does not coordinate)
+   LOGIN      SaslHandshake, SaslAuthenticate: the gateway's SASL login,
+              checked by the gateway, and passed through to the client's
+              broker when the brokers speak SASL too (docs/security.md)
    ========== =============================================================
 
 2. **ApiVersions** advertises, per API: for LOCAL APIs zkcoord's own range
@@ -29,7 +32,8 @@ brokers. This module owns the rules it follows:
    decode (``decodable`` leaves it out), at the last version whose answers
    carry no address (Fetch v15, Produce v9 unless the gateway decodes their
    KIP-951 leader hints); for FindCoordinator and ApiVersions the
-   intersection of both; HIDDEN APIs are left out.
+   intersection of both; so for the LOGIN APIs on a SASL listener (on any
+   other listener they are left out); HIDDEN APIs are left out.
 
 3. **Ports.** A client must reach every broker through the gateway without
    TLS SNI, so each broker has a gateway port of its own: with the gateway
@@ -74,11 +78,14 @@ class Route(Enum):
     REWRITE = "rewrite"
     FORWARD = "forward"
     HIDDEN = "hidden"
+    LOGIN = "login"
 
 
 PRODUCE, FETCH, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 3, 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
 API_VERSIONS, DELETE_GROUPS, DESCRIBE_QUORUM, DESCRIBE_CLUSTER = 18, 42, 55, 60
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+LOGIN_APIS = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
 LOCAL_APIS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
                         DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS})
@@ -105,6 +112,8 @@ def route_of(api_key: int) -> Route:
         return Route.VERSIONS
     if api_key == FIND_COORDINATOR:
         return Route.COORDINATOR
+    if api_key in LOGIN_APIS:
+        return Route.LOGIN
     if api_key in HIDDEN_APIS:
         return Route.HIDDEN
     if api_key in REWRITE_FROM_VERSION:
@@ -154,7 +163,7 @@ def advertised_versions(broker: VersionTable, zkcoord: VersionTable,
         route = route_of(key)
         if route in (Route.HIDDEN, Route.LOCAL):
             continue
-        if route in (Route.VERSIONS, Route.COORDINATOR):
+        if route in (Route.VERSIONS, Route.COORDINATOR, Route.LOGIN):
             mine = zkcoord.get(key)
             versions = intersect_versions(versions, mine) if mine else None
         elif route is Route.REWRITE:
@@ -173,8 +182,10 @@ def advertised_versions(broker: VersionTable, zkcoord: VersionTable,
             table[key] = zkcoord[key]
     if API_VERSIONS not in table and API_VERSIONS in zkcoord:
         table[API_VERSIONS] = zkcoord[API_VERSIONS]  # no broker known yet: the group APIs alone
-    if FIND_COORDINATOR not in table and not broker and FIND_COORDINATOR in zkcoord:
-        table[FIND_COORDINATOR] = zkcoord[FIND_COORDINATOR]
+    if not broker:  # before any broker answered: what the gateway itself serves
+        for key in (FIND_COORDINATOR, *LOGIN_APIS):
+            if key not in table and key in zkcoord:
+                table[key] = zkcoord[key]
     return dict(sorted(table.items()))
 
 

@@ -28,7 +28,7 @@ from kafka.protocol.schemas.fields.codecs import Int32
 
 import zkcoord
 from zkcoord.core.gateway import METADATA, cluster_versions
-from zkcoord.errors import ServiceUnavailableError
+from zkcoord.errors import AuthenticationError, ServiceUnavailableError
 from zkcoord.server.codec import build_message, decode_response_frame
 
 __all__ = ["Broker", "BrokerVersions", "ClusterView", "ControlClient"]
@@ -72,7 +72,17 @@ class ControlClient:
         self._correlation_ids = itertools.count(1)
 
     @classmethod
-    async def open(cls, host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> ControlClient:
+    async def open(cls, host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S,
+                   security=None) -> ControlClient:
+        """A connection to the broker, logged in with the daemon's own Kafka
+        client settings (``security``, a KafkaClientSecurity; None: PLAINTEXT).
+        ServiceUnavailableError, or AuthenticationError when the broker refuses
+        the login."""
+        if security is not None:
+            from zkcoord.kafka.client_security import open_kafka_connection
+
+            connection = await open_kafka_connection(host, port, security, client_id=CLIENT_ID, timeout_s=timeout_s)
+            return cls(connection.reader, connection.writer, f"{host}:{port}")
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
         except (OSError, TimeoutError) as exc:
@@ -140,8 +150,9 @@ class ClusterView:
     """Brokers by id, their ApiVersions, kept current in the background."""
 
     def __init__(self, bootstrap: list[tuple[str, int]], refresh_ms: int,
-                 on_broker: Callable[[Broker], None] | None = None) -> None:
+                 on_broker: Callable[[Broker], None] | None = None, security=None) -> None:
         self.bootstrap = list(bootstrap)
+        self.security = security  # KafkaClientSecurity of the control connections; None: PLAINTEXT
         self.refresh_s = refresh_ms / 1000
         self.brokers: dict[int, Broker] = {}
         self.versions: dict[int, BrokerVersions] = {}
@@ -239,7 +250,7 @@ class ClusterView:
             self._wake.clear()
             try:
                 await self.refresh()
-            except ServiceUnavailableError as exc:
+            except (ServiceUnavailableError, AuthenticationError) as exc:
                 if self.last_error != str(exc):
                     log.warning("gateway: cannot refresh the broker list: %s", exc)
                 self.last_error = str(exc)
@@ -254,7 +265,7 @@ class ClusterView:
         errors = []
         for host, port in self.upstream_candidates():
             try:
-                client = await ControlClient.open(host, port)
+                client = await ControlClient.open(host, port, security=self.security)
             except ServiceUnavailableError as exc:
                 errors.append(str(exc))
                 continue
@@ -285,9 +296,8 @@ class ClusterView:
             elif isinstance(result, BaseException):
                 raise result
 
-    @staticmethod
-    async def _versions_of(broker: Broker) -> BrokerVersions:
-        client = await ControlClient.open(*broker.address)
+    async def _versions_of(self, broker: Broker) -> BrokerVersions:
+        client = await ControlClient.open(*broker.address, security=self.security)
         try:
             return await client.api_versions()
         finally:

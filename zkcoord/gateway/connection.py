@@ -29,7 +29,16 @@ Rules:
    client sees what it would see without the gateway.
 6. A Produce with ``acks=0`` gets no answer from the broker, so it gets no
    slot.
-7. **Limits** (:mod:`zkcoord.core.limits`): a group request the gateway
+7. **Login** (docs/security.md): on a SASL listener nothing but
+   ApiVersions, SaslHandshake and SaslAuthenticate is read until the
+   connection's login is done (anything else closes it, as a broker does),
+   and frames are at most ``SASL_MAX_RECEIVE_BYTES`` until then. The login
+   requests go to the connection's login: answered there
+   (:class:`~zkcoord.server.authentication.SaslLogin`), or passed through
+   to the broker and its answers shown to the login before they go out
+   (:class:`~.login.PassthroughLogin`). The principal the group APIs see is
+   the login's user (on SSL, the client certificate's).
+8. **Limits** (:mod:`zkcoord.core.limits`): a group request the gateway
    decodes is refused (the connection closes) above its API's limit, as on
    the daemon's own port. The connection notes when it last read from or
    wrote to its client and when its unfinished frame started, for the
@@ -43,10 +52,10 @@ import logging
 import socket
 import time
 from collections import deque
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kafka.protocol.metadata import ApiVersionsResponse
-from kafka.protocol.schemas.fields.codecs import Int32
 
 from zkcoord.core.gateway import PRODUCE, Route, needs_rewrite, route_of
 from zkcoord.gateway.frames import RequestFrames, produce_expects_response, request_prefix
@@ -55,6 +64,8 @@ from zkcoord.server.codec import (
     build_message,
     decode_request, encode_response, encode_response_frame,
 )
+from zkcoord.gateway.upstream import Upstream, open_upstream
+from zkcoord.server.listener_security import SASL_MAX_RECEIVE_BYTES
 from zkcoord.server.transport import ConnectionInfo
 
 if TYPE_CHECKING:
@@ -63,12 +74,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 256
-CONNECT_TIMEOUT_S = 10.0
 CLIENT_SEND_BUFFER_BYTES = 4 << 20
 VERSIONS_WAIT_S = 5.0  # an ApiVersions waits this long for the brokers' versions, then lists the group APIs alone
 UNSUPPORTED_VERSION = 35
 API_VERSIONS_SERVED = COORDINATOR_APIS[18].max_version
-_HEAD_BYTES = FRAME_SIZE_PREFIX_BYTES + 4  # an answer's size and correlation id
 
 
 def _now_ms() -> int:
@@ -89,12 +98,14 @@ class _Slot:
 class _Pending:
     """A forwarded request whose answer has not started to arrive."""
 
-    __slots__ = ("slot", "correlation_id", "api_key", "api_version", "rewrite", "streamed")
+    __slots__ = ("slot", "correlation_id", "api_key", "api_version", "rewrite", "streamed", "login")
 
-    def __init__(self, slot: _Slot, correlation_id: int, api_key: int, api_version: int, rewrite: bool) -> None:
+    def __init__(self, slot: _Slot, correlation_id: int, api_key: int, api_version: int, rewrite: bool,
+                 login=None) -> None:
         self.slot, self.correlation_id = slot, correlation_id
         self.api_key, self.api_version, self.rewrite = api_key, api_version, rewrite
         self.streamed = False
+        self.login = login  # a login request (decoded) whose answer the connection's login reads first
 
 
 class ClientConnection(asyncio.Protocol):
@@ -123,16 +134,21 @@ class ClientConnection(asyncio.Protocol):
         self.partial_since_ms: int | None = None  # when the unfinished request frame started
         self.closed = False
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._login = None  # the connection's SASL login (rule 7), on SASL listeners
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         _deep_send_buffer(transport)
         peer = transport.get_extra_info("peername") or ("?", 0)
-        self.info = ConnectionInfo(self._gateway.next_connection_id(), str(peer[0]), int(peer[1]))
+        security = self._gateway.security
+        self.info = ConnectionInfo(self._gateway.next_connection_id(), str(peer[0]), int(peer[1]),
+                                   security.principal_of(transport))
         if not self._gateway.register(self):
             self.close()
             return
+        if security.new_login is not None:
+            self._login = security.new_login(self.info)
         if self.broker_id is not None:
             self._connect_upstream()
 
@@ -217,6 +233,10 @@ class ClientConnection(asyncio.Protocol):
 
     def _route(self, frame: bytes) -> None:
         api_key, version, correlation_id = request_prefix(frame)
+        login = self._login
+        if login is not None and not login.done and not login.admits(api_key):
+            raise RefusedRequestError(f"api key {api_key} (correlation id {correlation_id}) before the SASL "
+                                      "login was done")
         route = route_of(api_key)
         if route is Route.FORWARD or route is Route.REWRITE:
             self._check_upstream_api(api_key, version)
@@ -233,14 +253,20 @@ class ClientConnection(asyncio.Protocol):
                 self._forward(frame, correlation_id, api_key, version, True, True)
         elif route is Route.VERSIONS:
             self._api_versions(frame, version, correlation_id)
+        elif route is Route.LOGIN and login is not None:
+            decoded = decode_request(memoryview(frame)[FRAME_SIZE_PREFIX_BYTES:], self._gateway.security.apis)
+            self._local = asyncio.get_running_loop().create_task(self._log_in(frame, decoded))
         else:
             raise RefusedRequestError(f"api key {api_key} v{version} (correlation id {correlation_id}) is a "
                                       "group API zkcoord does not serve; the gateway does not advertise it")
 
     def _limit_of(self, api_key: int) -> tuple[int, str] | None:
         """A group request's limit, checked as soon as its size and API key
-        are read, before the rest is buffered (rule 7); None: forwarded
-        requests, bounded by max_frame_bytes."""
+        are read, before the rest is buffered (rule 8); any request's before
+        the login is done (rule 7); None: forwarded requests, bounded by
+        max_frame_bytes."""
+        if self._login is not None and not self._login.done:
+            return SASL_MAX_RECEIVE_BYTES, "sasl.server.max.receive.size (before the login)"
         if route_of(api_key) in (Route.LOCAL, Route.COORDINATOR):
             request_limits = self._gateway.request_limits
             return request_limits.request_max_bytes(api_key), request_limits.setting_of(api_key)
@@ -300,6 +326,54 @@ class ClientConnection(asyncio.Protocol):
         self._flush()
         self._process()
 
+    async def _log_in(self, frame: bytes, decoded) -> None:
+        """A SaslHandshake / SaslAuthenticate (rule 7): answered by the login,
+        or passed to the broker."""
+        try:
+            response, close_after = await self._login.answer(decoded)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("closing gateway %s: the login failed on %s", self.info, decoded.api_name)
+            self._local = None
+            self.close()
+            return
+        self._local = None
+        if self.closed:
+            return
+        if response is None:
+            self._forward(frame, decoded.correlation_id, decoded.api_key, decoded.api_version, False, True,
+                          login=decoded)
+        else:
+            slot = _Slot()
+            self._order.append(slot)
+            slot.data = encode_response(decoded, response)
+            self._flush()
+            self._logged_in()
+            if close_after:
+                self.close()
+                return
+        self._process()
+
+    def _login_answered(self, pending: _Pending, frame: bytes) -> None:
+        """The broker's answer to a login request, as the login lets it out."""
+        try:
+            pending.slot.data, close_after = self._login.answered(pending.login, frame)
+        except WireProtocolError as exc:
+            log.warning("closing gateway %s: the broker's login answer: %s", self.info, exc)
+            self.close()
+            return
+        self._logged_in()
+        if close_after:
+            self._flush()
+            self.close()
+
+    def _logged_in(self) -> None:
+        login = self._login
+        if login.done and self.info.principal != login.principal:
+            self.info = replace(self.info, principal=login.principal)
+            log.info("gateway %s logged in", self.info)
+
     def _api_versions(self, frame: bytes, version: int, correlation_id: int) -> None:
         if not self._gateway.versions_known(self.broker_id):  # just started, or Kafka is down: ask first
             slot = _Slot()
@@ -344,15 +418,17 @@ class ClientConnection(asyncio.Protocol):
                 response = build_message(ApiVersionsResponse, version, error_code=0, api_keys=entries,
                                          throttle_time_ms=0)
             slot.data = encode_response(decoded, response)
+        if self._login is not None and not self._login.done:
+            self._login.versions_answered(0 if 0 <= version <= API_VERSIONS_SERVED else UNSUPPORTED_VERSION)
         self._flush()
 
     # -- forwarding ----------------------------------------------------------------
     def _forward(self, frame: bytes, correlation_id: int, api_key: int, version: int, rewrite: bool,
-                 answered: bool) -> None:
+                 answered: bool, login=None) -> None:
         if answered:
             slot = _Slot()
             self._order.append(slot)
-            self._awaiting.append(_Pending(slot, correlation_id, api_key, version, rewrite))
+            self._awaiting.append(_Pending(slot, correlation_id, api_key, version, rewrite, login))
         metrics = self._gateway.metrics
         if metrics is not None:
             metrics.observe_forward(api_key, len(frame))
@@ -374,17 +450,8 @@ class ClientConnection(asyncio.Protocol):
             self._connecting = None
             self.close()
             return
-        loop = asyncio.get_running_loop()
-        errors = []
-        for host, port in candidates:
-            try:
-                _, upstream = await asyncio.wait_for(
-                    loop.create_connection(lambda: Upstream(self), host, port), CONNECT_TIMEOUT_S)
-            except (OSError, TimeoutError) as exc:
-                errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
-                continue
-            break
-        else:
+        upstream, errors = await open_upstream(self, candidates, self._gateway.upstream_ssl)
+        if upstream is None:
             log.info("closing gateway %s: no broker accepts a connection (%s)", self.info, "; ".join(errors))
             if self._gateway.metrics is not None:
                 self._gateway.metrics.observe_broker_connect_failure()
@@ -432,7 +499,7 @@ class ClientConnection(asyncio.Protocol):
         metrics = self._gateway.metrics
         if metrics is not None:
             metrics.observe_forwarded_answer(pending.api_key, frame_bytes)
-        if not pending.rewrite and self._order and self._order[0] is pending.slot:
+        if not pending.rewrite and pending.login is None and self._order and self._order[0] is pending.slot:
             self._order.popleft()
             self._streaming = pending.streamed = True
         return pending
@@ -444,6 +511,8 @@ class ClientConnection(asyncio.Protocol):
     def end_answer(self, pending: _Pending, parts: list | None) -> None:
         if pending.streamed:
             self._streaming = False
+        elif pending.login is not None:
+            self._login_answered(pending, b"".join(parts))
         else:
             frame = b"".join(parts)
             pending.slot.data = self._gateway.rewrite(pending, frame) if pending.rewrite else frame
@@ -505,101 +574,3 @@ def _with_notice(extras: dict, handler, decoded, info) -> dict:
     if not features:
         return extras
     return {**extras, "supported_features": [*extras.get("supported_features", []), *features]}
-
-
-class Upstream(asyncio.Protocol):
-    """The broker side of one client connection: writes the client's frames,
-    cuts the broker's answers and hands them to the client connection."""
-
-    def __init__(self, client: ClientConnection) -> None:
-        self._client = client
-        self._transport: asyncio.Transport | None = None
-        self._head = bytearray()
-        self._pending: _Pending | None = None
-        self._remaining = 0
-        self._parts: list | None = None
-        self._closed = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-
-    def write(self, frame: bytes) -> None:
-        if not self._closed:
-            self._transport.write(frame)
-
-    def writelines(self, frames: list[bytes]) -> None:
-        if not self._closed:
-            if len(frames) == 1:
-                self._transport.write(frames[0])
-            else:
-                self._transport.writelines(frames)
-
-    def pause_writing(self) -> None:
-        self._client.upstream_full(True)
-
-    def resume_writing(self) -> None:
-        self._client.upstream_full(False)
-
-    def pause_reading(self) -> None:
-        if not self._closed:
-            self._transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if not self._closed:
-            self._transport.resume_reading()
-
-    def close(self) -> None:
-        self._closed = True
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
-        self._client.upstream_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self._cut(data)
-        except (WireProtocolError, ValueError) as exc:
-            log.warning("closing gateway %s: bad answer from its broker: %s", self._client.info, exc)
-            self.close()
-            self._client.close()
-            return
-        self._client.flush()
-
-    def _cut(self, data: bytes) -> None:
-        client = self._client
-        view = memoryview(data)
-        pos, end = 0, len(data)
-        while pos < end:
-            pending = self._pending
-            if pending is None:
-                take = view[pos:pos + _HEAD_BYTES - len(self._head)]
-                self._head += take
-                pos += len(take)
-                if len(self._head) < _HEAD_BYTES:
-                    return
-                head = bytes(self._head)
-                self._head.clear()
-                size, _ = Int32.decode_from(head, 0)
-                correlation_id, _ = Int32.decode_from(head, FRAME_SIZE_PREFIX_BYTES)
-                if size < 4:
-                    raise ValueError(f"an answer of {size} bytes cannot hold a correlation id")
-                pending = self._pending = client.begin_answer(correlation_id, FRAME_SIZE_PREFIX_BYTES + size)
-                self._remaining = size - 4
-                if pending.streamed:
-                    client.write_through(head)
-                else:
-                    self._parts = [head]
-            take = min(end - pos, self._remaining)
-            if take:
-                chunk = view[pos:pos + take]
-                pos += take
-                self._remaining -= take
-                if pending.streamed:
-                    client.write_through(chunk)
-                else:
-                    self._parts.append(chunk)
-            if self._remaining == 0:
-                parts, self._pending, self._parts = self._parts, None, None
-                client.end_answer(pending, parts)

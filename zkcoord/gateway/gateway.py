@@ -24,6 +24,7 @@ import asyncio
 import itertools
 import logging
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -32,7 +33,7 @@ from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 
-from zkcoord.config import DaemonConfig, parse_host_port
+from zkcoord.config import DaemonConfig, parse_host_port, parse_listener
 from zkcoord.core import limits
 from zkcoord.core.gateway import (
     DESCRIBE_CLUSTER, FETCH, METADATA, PRODUCE, BrokerPorts, advertised_versions, colliding_broker_ids,
@@ -42,7 +43,8 @@ from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.gateway.cluster import Broker, ClusterView
 from zkcoord.gateway.connection import ClientConnection
 from zkcoord.gateway.rewrite import RESPONSE_CLASSES, AddressBook, GatewayNode, rewrite_addresses
-from zkcoord.server.codec import COORDINATOR_APIS, decode_response_frame, encode_response_frame
+from zkcoord.server.codec import decode_response_frame, encode_response_frame
+from zkcoord.server.listener_security import PLAINTEXT_LISTENER, TLS_HANDSHAKE_TIMEOUT_S, ListenerSecurity
 from zkcoord.tasks import Background
 
 __all__ = ["Gateway", "GatewaySettings"]
@@ -59,7 +61,6 @@ log = logging.getLogger(__name__)
 DECODABLE = {METADATA: (0, MetadataResponse.max_version), DESCRIBE_CLUSTER: (0, DescribeClusterResponse.max_version)}
 LEADER_HINTS_DECODABLE = {**DECODABLE, FETCH: (FetchResponse.valid_versions[0], FetchResponse.max_version),
                           PRODUCE: (ProduceResponse.valid_versions[0], ProduceResponse.max_version)}
-ZKCOORD_VERSIONS = COORDINATOR_APIS.version_table()
 LISTEN_BACKLOG = 1024
 
 
@@ -77,12 +78,19 @@ class GatewaySettings:
     connections_max_idle_ms: int = limits.DEFAULT_CONNECTIONS_MAX_IDLE_MS
     request_limits: limits.RequestLimits = limits.RequestLimits()
     partial_requests_max_bytes: int = limits.DEFAULT_PARTIAL_REQUESTS_MAX_BYTES
+    # Security (docs/security.md): the listener's TLS and SASL login; TLS to the brokers; the gateway's
+    # own Kafka login (its control connections); whether a client's SASL login goes through to its broker.
+    security: ListenerSecurity = PLAINTEXT_LISTENER
+    upstream_ssl: ssl.SSLContext | None = None
+    client_security: object = None  # KafkaClientSecurity, None: PLAINTEXT
+    passthrough: bool = False
 
     @classmethod
-    def from_config(cls, config: DaemonConfig) -> GatewaySettings | None:
+    def from_config(cls, config: DaemonConfig, **security) -> GatewaySettings | None:
+        """The gateway's settings; ``security``: the fields above, built by the daemon."""
         if not config.gateway_listen:
             return None
-        host, port = parse_host_port(config.gateway_listen, "gateway_listen")
+        _, host, port = parse_listener(config.gateway_listen, "gateway_listen")
         adv_host, adv_port = host, 0
         if config.gateway_advertised:
             text = config.gateway_advertised
@@ -101,7 +109,7 @@ class GatewaySettings:
         return cls(host, port, adv_host, adv_port, BrokerPorts(low, high), bootstrap,
                    config.topic_metadata_refresh_ms, config.socket_request_max_bytes,
                    config.gateway_leader_hints == "on", config.connections_max_idle_ms, config.request_limits,
-                   config.partial_requests_max_bytes)
+                   config.partial_requests_max_bytes, **security)
 
 
 class Gateway:
@@ -117,7 +125,11 @@ class Gateway:
         self.partial_requests_max_bytes = max(settings.partial_requests_max_bytes, settings.max_frame_bytes)
         self.partial_bytes = 0
         self._sweeper: asyncio.Task | None = None
-        self.cluster = ClusterView(list(settings.bootstrap), settings.refresh_ms, on_broker=self._on_broker)
+        self.cluster = ClusterView(list(settings.bootstrap), settings.refresh_ms, on_broker=self._on_broker,
+                                   security=settings.client_security)
+        self.security = settings.security
+        self.upstream_ssl = settings.upstream_ssl
+        self._own_versions = settings.security.apis.version_table()  # what the gateway answers itself
         self._own: socket.socket | None = None
         self._bound_port = 0
         self._broker_ports: dict[int, int] = {}  # broker id -> bound port
@@ -227,7 +239,7 @@ class Gateway:
         token = None if versions is None else (id(versions) if broker_id is not None else tuple(
             sorted((k, id(v)) for k, v in self.cluster.versions.items())))
         if cached is None or cached[0] != token:
-            table = advertised_versions(versions.table if versions else {}, ZKCOORD_VERSIONS, self._decodable)
+            table = advertised_versions(versions.table if versions else {}, self._own_versions, self._decodable)
             cached = self._advertised[broker_id] = (token, table, dict(versions.extras) if versions else {})
         return cached[1], cached[2]
 
@@ -268,8 +280,9 @@ class Gateway:
             await self._read_nodes(None)
             self._follow = asyncio.get_running_loop().create_task(self._follow_nodes(), name="gateway-nodes")
         host, port = self.address
-        log.info("gateway on %s:%d (advertised %s:%d), brokers %s", self.settings.listen_host, self._bound_port,
-                 host, port, ", ".join(f"{h}:{p}" for h, p in self.settings.bootstrap))
+        log.info("gateway (%s) on %s:%d (advertised %s:%d), brokers %s", self.security.protocol,
+                 self.settings.listen_host, self._bound_port, host, port,
+                 ", ".join(f"{h}:{p}" for h, p in self.settings.bootstrap))
 
     async def stop(self) -> None:
         self._stopping = True
@@ -314,8 +327,10 @@ class Gateway:
     async def _serve(self, sock: socket.socket, broker_id: int | None) -> None:
         self._unserved.add(sock)
         try:
+            tls = {} if self.security.ssl_context is None else {
+                "ssl": self.security.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
             server = await asyncio.get_running_loop().create_server(
-                lambda: ClientConnection(self, broker_id), sock=sock)
+                lambda: ClientConnection(self, broker_id), sock=sock, **tls)
         finally:
             self._unserved.discard(sock)
         if self._stopping:

@@ -54,7 +54,6 @@ from typing import TYPE_CHECKING
 
 from zkcoord.core import group as core
 from zkcoord.core import notice
-from zkcoord.core.acl import Operation
 from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.core.offset_fetch import FetchAnswer, count
 from zkcoord.errors import StateError, StateTooLargeError
@@ -68,7 +67,7 @@ from zkcoord.server.codec import (
     encoded_response,
     response_for,
 )
-from zkcoord.server.authorization import OPEN, UNKNOWN_OPERATIONS, GroupAccess
+from zkcoord.server.authorization import OPEN, UNKNOWN_OPERATIONS, GroupAccess, Operation
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
 from zkcoord.server.bulk_work import off_loop
 from zkcoord.server.manager import UNKNOWN_TOKEN, pause_every

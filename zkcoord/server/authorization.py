@@ -24,44 +24,30 @@ DeleteGroups       DELETE on each group
 =================  ==========================================================
 
 The host is the client's address as Java's ``InetAddress.getHostAddress``
-prints it (an IPv6 address in full, ``0:0:0:0:0:0:0:1``; an IPv4-mapped one
-as IPv4), since ACLs name hosts as Kafka's tools wrote them.
+prints it (:func:`zkcoord.core.acl.java_host_address`), since ACLs name
+hosts as Kafka's tools wrote them.
 """
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from zkcoord.core.acl import Operation, ResourceType
+from zkcoord.core.acl import AclOperation as Operation
+from zkcoord.core.acl import ResourceType, java_host_address
 
 if TYPE_CHECKING:
     from zkcoord.core.acl import Authorizer
     from zkcoord.server.transport import ConnectionInfo
 
-__all__ = ["GroupAccess", "OPEN", "java_host_address", "CLUSTER_NAME"]
+__all__ = ["GroupAccess", "OPEN", "CLUSTER_NAME", "Operation"]
 
 CLUSTER_NAME = "kafka-cluster"  # Kafka's one Cluster resource
 # Kafka's DescribeGroups authorized operations: what a GROUP resource supports (AclOperation codes).
 _GROUP_OPERATIONS = (Operation.READ, Operation.DESCRIBE, Operation.DELETE)
 UNKNOWN_OPERATIONS = -2147483648  # Kafka's "not asked for" value of authorized_operations
-
-
-@lru_cache(maxsize=4096)
-def java_host_address(host: str) -> str:
-    """``::1`` -> ``0:0:0:0:0:0:0:1``, ``::ffff:10.0.0.1`` -> ``10.0.0.1``; anything else as it is."""
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return host
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
-        groups = address.exploded.split(":")
-        return ":".join(format(int(g, 16), "x") for g in groups)
-    return str(address)
+_host = lru_cache(maxsize=4096)(java_host_address)  # asked on every heartbeat: parse each address once
 
 
 class GroupAccess:
@@ -75,7 +61,7 @@ class GroupAccess:
         return self.authorizer is not None
 
     def _allowed(self, connection: ConnectionInfo, operation, resource_type, name: str) -> bool:
-        return self.authorizer.authorize(connection.principal, java_host_address(connection.peer_host),
+        return self.authorizer.authorize(connection.principal, _host(connection.peer_host),
                                          operation, resource_type, name)
 
     def group(self, connection: ConnectionInfo, operation: Operation, group_id: str) -> bool:

@@ -58,6 +58,9 @@ class Login(Protocol):
     def admits(self, api_key: int) -> bool:
         """May a request with this api key be read now? False: close the connection."""
 
+    def versions_answered(self, error_code: int) -> None:
+        """An ApiVersions request before the login was answered with ``error_code``."""
+
     def answer(self, decoded: DecodedRequest) -> Awaitable[tuple[ApiMessage, bool]]:
         """The answer to a SaslHandshake / SaslAuthenticate, and whether the
         connection closes once it is written."""

@@ -80,6 +80,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 _API_KEY_END = FRAME_SIZE_PREFIX_BYTES + 2  # the size prefix and the api key
+API_VERSIONS = 18
 
 
 def _now_ms() -> int:
@@ -251,6 +252,11 @@ class KafkaProtocolServer:
         return response
 
 
+def _error_code(response) -> int:
+    """A response's top-level error code (an encoded response carries its message)."""
+    return getattr(getattr(response, "message", response), "error_code", 0) or 0
+
+
 def _log_handler_failure(decoded: DecodedRequest, info: ConnectionInfo) -> None:
     log.exception("closing %s: handler failed on %s v%d (correlation id %d)",
                   info, decoded.api_name, decoded.api_version, decoded.correlation_id)
@@ -405,6 +411,8 @@ class _Connection(asyncio.Protocol):
                     if response is None:
                         self._await(decoded)
                         break
+                if login is not None and decoded.api_key == API_VERSIONS:
+                    login.versions_answered(_error_code(response))
                 out.append(encode_response(decoded, response))
         except (FrameSizeError, MalformedFrameError, UnsupportedRequestError) as exc:
             log.warning("closing %s: %s", info, exc)
@@ -453,6 +461,8 @@ class _Connection(asyncio.Protocol):
         if response is None:
             self._close()
             return
+        if self._login is not None and not self._login.done and decoded.api_key == API_VERSIONS:
+            self._login.versions_answered(_error_code(response))
         try:
             data = encode_response(decoded, response)
         except ResponseEncodingError:
