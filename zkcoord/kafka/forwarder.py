@@ -116,9 +116,9 @@ class KafkaForwarder:
     """The daemon's commits and fetches of ``dual`` / ``kafka`` groups. No I/O until used."""
 
     def __init__(self, bootstrap_servers: str, *, request_timeout_ms: int = 10_000,
-                 client_id: str = "zkcoord-daemon") -> None:
+                 client_id: str = "zkcoord-daemon", security=None) -> None:
         self.kafka = KafkaGroupOffsets(bootstrap_servers, request_timeout_ms=request_timeout_ms,
-                                       client_id=client_id)  # validates the address; no I/O
+                                       client_id=client_id, security=security)  # validates the address; no I/O
 
     @property
     def bootstrap_servers(self) -> str:

@@ -11,11 +11,13 @@ import asyncio
 import threading
 
 from zkcoord.errors import ServiceUnavailableError
+from zkcoord.kafka.offsets import security_options
 
 
 class KafkaTopicMetadata:
-    def __init__(self, bootstrap_servers: str, request_timeout_ms: int = 10_000):
+    def __init__(self, bootstrap_servers: str, request_timeout_ms: int = 10_000, security=None):
         self.bootstrap_servers = bootstrap_servers
+        self.security = security  # KafkaClientSecurity; None: PLAINTEXT
         self.request_timeout_ms = request_timeout_ms
         self._admin = None
         self._lock = threading.Lock()
@@ -29,7 +31,7 @@ class KafkaTopicMetadata:
                 if self._admin is None:
                     self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers,
                                                    request_timeout_ms=self.request_timeout_ms,
-                                                   client_id="zkcoord-metadata")
+                                                   client_id="zkcoord-metadata", **security_options(self.security))
                 described = self._admin.describe_topics(topics)
             except (KafkaError, OSError, ValueError) as exc:
                 self._close_locked()

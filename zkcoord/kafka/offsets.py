@@ -33,9 +33,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from zkcoord.errors import ConfigError, NotFoundError, ServiceUnavailableError, UsageError, ZkcoordError
+from zkcoord.errors import (
+    AuthenticationError, ConfigError, NotFoundError, ServiceUnavailableError, UsageError, ZkcoordError,
+)
 
-__all__ = ["KafkaOffsets", "LogRange", "KafkaGroup", "TopicPartition", "check_bootstrap_servers"]
+__all__ = ["KafkaOffsets", "LogRange", "KafkaGroup", "TopicPartition", "check_bootstrap_servers",
+           "security_options", "is_authentication_failure", "login_refused"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -63,6 +66,29 @@ class KafkaGroup:
     member_ids: tuple[tuple[str, str, str], ...] = ()
 
 
+def security_options(security) -> dict[str, Any]:
+    """kafka-python keyword arguments of a KafkaClientSecurity (None: PLAINTEXT, none)."""
+    return {} if security is None else dict(security.kafka_python_options())
+
+
+def is_authentication_failure(exc: BaseException) -> bool:
+    """A kafka-python error that means the broker refused our login (SASL or TLS)."""
+    from kafka import errors
+
+    kinds = tuple(getattr(errors, name) for name in ("SaslAuthenticationFailedError", "AuthenticationFailedError",
+                                                      "IllegalSaslStateError", "UnsupportedSaslMechanismError")
+                  if hasattr(errors, name))
+    import ssl
+
+    return isinstance(exc, kinds + (ssl.SSLCertVerificationError,))
+
+
+def login_refused(bootstrap_servers: str, security, exc: BaseException) -> AuthenticationError:
+    who = security.describe() if security is not None else "PLAINTEXT"
+    return AuthenticationError(f"Kafka at {bootstrap_servers} refused the login ({who}): {exc}; check the client "
+                               "settings (--command-config, kafka_client_config) and the user's credentials")
+
+
 def check_bootstrap_servers(value: str) -> str:
     """``host:port[,host:port...]`` (``host`` alone means port 9092), else ConfigError."""
     if not isinstance(value, str) or not value.strip():
@@ -80,8 +106,9 @@ class KafkaOffsets:
     """Offsets and log ranges of one Kafka cluster. No I/O until :meth:`start`."""
 
     def __init__(self, bootstrap_servers: str, *, request_timeout_ms: int = 15_000,
-                 client_id: str = "zkcoord-migrate") -> None:
+                 client_id: str = "zkcoord-migrate", security=None) -> None:
         self.bootstrap_servers = check_bootstrap_servers(bootstrap_servers)
+        self.security = security  # KafkaClientSecurity (security.protocol, SASL, TLS); None: PLAINTEXT
         if isinstance(request_timeout_ms, bool) or not isinstance(request_timeout_ms, int) \
                 or not 1_000 <= request_timeout_ms <= 3_600_000:
             raise ConfigError(f"request_timeout_ms must be from 1000 to 3600000, got {request_timeout_ms!r}")
@@ -102,8 +129,11 @@ class KafkaOffsets:
             try:
                 self._admin = KafkaAdminClient(
                     bootstrap_servers=self.bootstrap_servers, client_id=self.client_id,
-                    request_timeout_ms=self.request_timeout_ms, bootstrap_timeout_ms=self.request_timeout_ms)
+                    request_timeout_ms=self.request_timeout_ms, bootstrap_timeout_ms=self.request_timeout_ms,
+                    **security_options(self.security))
             except (KafkaError, OSError) as exc:
+                if is_authentication_failure(exc):
+                    raise login_refused(self.bootstrap_servers, self.security, exc) from None
                 raise ServiceUnavailableError(
                     f"cannot connect to Kafka at {self.bootstrap_servers}: no broker answered within "
                     f"{self.request_timeout_ms / 1000:g} s ({exc}); check the address and that Kafka is up"

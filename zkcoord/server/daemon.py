@@ -4,7 +4,9 @@ and the Kafka-protocol server together, and stops them in order.
 Start: connect to ZooKeeper (a clear error naming the address when it does
 not answer), check the layout version (:mod:`zkcoord.zk.layout`; on an empty
 ZooKeeper apply the layout migrations first), create the offsets root
-(``/consumers``) if missing, bind the listener, register
+(``/consumers``) if missing, load the security settings and start their
+watchers (:mod:`.daemon_security`: TLS, SASL credentials, Kafka's ACLs),
+bind the listener, register
 ``/zkcoord/nodes/<id>`` with the
 advertised address (a node id in use is an error), then serve.
 
@@ -32,6 +34,7 @@ from zkcoord.config import DaemonConfig
 from zkcoord.core.group import GroupConfig
 from zkcoord.gateway.gateway import Gateway, GatewaySettings
 from zkcoord.server.apis import ApiHandler
+from zkcoord.server.daemon_security import DaemonSecurity
 from zkcoord.kafka.forwarder import KafkaForwarder
 from zkcoord.kafka.metadata import KafkaTopicMetadata
 from zkcoord.server.manager import GroupManager
@@ -76,6 +79,7 @@ class Daemon:
         self.metrics_server: MetricsServer | None = None
         self.metrics_port: int | None = None
         self.gateway: Gateway | None = None
+        self.security: DaemonSecurity | None = None
 
     async def start(self) -> RunningDaemon:
         config = self.config
@@ -85,9 +89,11 @@ class Daemon:
             # layout must be the one this version knows.
             await layout.ensure_layout(self.conn)
             await ensure_offsets_root(self.conn, config.offsets_zk_root)
+            self.security = await DaemonSecurity.start(config, self.conn)
         except BaseException:
             self.conn.stop()
             raise
+        security = self.security
         host, port = config.listen_address
         handler = _LateHandler()
         limits = config.request_limits
@@ -95,12 +101,13 @@ class Daemon:
             handler, host, port, max_frame_bytes=config.socket_request_max_bytes,
             request_max_bytes=limits.request_max_bytes, request_limit_setting=limits.setting_of,
             connections_max_idle_ms=config.connections_max_idle_ms,
-            partial_requests_max_bytes=config.partial_requests_max_bytes)
-        await self.server.start()
+            partial_requests_max_bytes=config.partial_requests_max_bytes, security=security.listener)
         try:
+            await self.server.start()
             await self._start_metrics()
         except BaseException:
             await self.server.stop()
+            await security.stop()
             self.conn.stop()
             raise
         adv_host, adv_port = config.advertised_address(self.server.bound_port)
@@ -117,6 +124,7 @@ class Daemon:
                 await self.gateway.stop()
             await self._stop_metrics()
             await self.server.stop()
+            await security.stop()
             self.conn.stop()
             raise
         group_config = GroupConfig(
@@ -136,7 +144,8 @@ class Daemon:
         registry = TopicRegistry(self.conn)
         self.topics = TopicWatcher(
             lambda group_id: self.manager.metadata_changed(group_id), registry=registry,
-            kafka_metadata=KafkaTopicMetadata(config.bootstrap_servers) if config.bootstrap_servers else None,
+            kafka_metadata=KafkaTopicMetadata(config.bootstrap_servers, security=security.kafka_client)
+            if config.bootstrap_servers else None,
             refresh_ms=config.topic_metadata_refresh_ms)
         await self.topics.start(await registry.kafka_registers_topics())
         self.manager = GroupManager(
@@ -145,7 +154,8 @@ class Daemon:
             rebalance_notice_hold_ms=config.rebalance_notice_hold_ms,
             cleanup_interval_ms=config.offsets_retention_check_interval_ms,
             offset_metadata_max_bytes=config.offset_metadata_max_bytes,
-            kafka_forwarder=KafkaForwarder(config.bootstrap_servers) if config.bootstrap_servers else None)
+            kafka_forwarder=KafkaForwarder(config.bootstrap_servers, security=security.kafka_client)
+            if config.bootstrap_servers else None)
         self.manager.start_cleanup()
         if self.metrics is not None:
             self.metrics.manager = self.manager
@@ -153,10 +163,11 @@ class Daemon:
             if self.gateway is not None:
                 self.metrics.gateway = self.gateway
                 self.gateway.metrics = self.metrics
-        handler.ready(ApiHandler(self.manager, self.metrics))
+        handler.ready(ApiHandler(self.manager, self.metrics, access=security.access, apis=security.listener.apis))
         if self.gateway is not None:
-            gateway_handler.ready(ApiHandler(self.manager, self.metrics,
-                                             coordinator_address=self.gateway.coordinator_address))
+            gateway_handler.ready(ApiHandler(self.manager, self.metrics, access=security.access,
+                                             coordinator_address=self.gateway.coordinator_address,
+                                             apis=self.gateway.security.apis))
             await self.gateway.start(self.nodes)
         log.info("zkcoord node %d serving on %s:%d (advertised %s:%d), ZooKeeper %s", node_id, host,
                  self.server.bound_port, adv_host, adv_port, config.zookeeper)
@@ -165,7 +176,7 @@ class Daemon:
 
     def _bind_gateway(self, handler) -> tuple[str, int] | None:
         """Bind the gateway's own port (its address goes into the registration)."""
-        settings = GatewaySettings.from_config(self.config)
+        settings = GatewaySettings.from_config(self.config, **self.security.gateway)
         if settings is None:
             return None
         self.gateway = Gateway(settings, handler)
@@ -199,6 +210,7 @@ class Daemon:
             ("stop offset batching", self.offsets.stop() if self.offsets else None),
             ("stop topic watches", self.topics.stop() if self.topics else None),
             ("unregister", self.nodes.unregister() if self.nodes else None),
+            ("stop the security watchers", self.security.stop() if self.security else None),
         ]
         for what, step in steps:
             if step is None:

@@ -1,0 +1,170 @@
+"""A daemon's security, built from its settings and kept running beside it.
+
+Owns turning :class:`~zkcoord.config.DaemonConfig`'s security settings into
+what the listeners and handlers use, and the watchers that keep it current:
+
+* the daemon listener's and the gateway's :class:`ListenerSecurity` (TLS
+  context, client-certificate principals, SASL logins);
+* the :class:`Credentials` logins are checked against: SCRAM from
+  ZooKeeper (``/config/users``, cached and watched), PLAIN from a file;
+* the :class:`GroupAccess` of the API handlers: Kafka's ACLs from
+  ZooKeeper through :class:`~zkcoord.zk.kafka_acls.KafkaAclWatcher`, or
+  none (everything allowed) without ``authorizer_class_name``;
+* the daemon's own Kafka login (``kafka_client_config``), and what the
+  gateway needs to reach the brokers: TLS to them, and whether a client's
+  SASL login passes through to its broker (the brokers speak SASL too) or
+  is checked by the gateway alone (they do not).
+
+Loading a key store or a users file reads files: :meth:`DaemonSecurity.start`
+does it in a worker thread. Every problem is a ConfigError naming the
+setting, raised before the daemon serves anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from zkcoord.config import DaemonConfig
+from zkcoord.errors import ConfigError
+from zkcoord.server.authentication import Credentials, SaslLogin
+from zkcoord.server.authorization import OPEN, GroupAccess
+from zkcoord.server.listener_security import PLAINTEXT_LISTENER, ListenerSecurity
+
+__all__ = ["DaemonSecurity"]
+
+log = logging.getLogger(__name__)
+
+_SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def ssl_settings(config: DaemonConfig):
+    """The listeners' TLS settings (Kafka's ssl.* names)."""
+    from zkcoord.security.tls import SslSettings
+
+    return SslSettings(
+        keystore_type=config.ssl_keystore_type or None, keystore_location=config.ssl_keystore_location or None,
+        keystore_password=config.ssl_keystore_password, key_password=config.ssl_key_password,
+        truststore_type=config.ssl_truststore_type or None,
+        truststore_location=config.ssl_truststore_location or None,
+        truststore_password=config.ssl_truststore_password, client_auth=config.ssl_client_auth,
+        enabled_protocols=config.ssl_enabled_protocols, cipher_suites=config.ssl_cipher_suites,
+        principal_mapping_rules=config.ssl_principal_mapping_rules)
+
+
+@dataclass
+class DaemonSecurity:
+    """What :meth:`start` built; :meth:`stop` stops its watchers."""
+
+    listener: ListenerSecurity = PLAINTEXT_LISTENER
+    gateway: dict = field(default_factory=dict)  # GatewaySettings' security fields
+    access: GroupAccess = OPEN
+    kafka_client: object = None  # KafkaClientSecurity of the daemon's own Kafka connections; None: PLAINTEXT
+    _watchers: list = field(default_factory=list)
+
+    @classmethod
+    async def start(cls, config: DaemonConfig, conn) -> DaemonSecurity:
+        security = cls()
+        try:
+            await security._build(config, conn)
+        except BaseException:
+            await security.stop()
+            raise
+        return security
+
+    async def _build(self, config: DaemonConfig, conn) -> None:
+        protocols = {config.listener_protocol} | ({config.gateway_protocol} if config.gateway_listen else set())
+        if config.kafka_client_config:
+            from zkcoord.kafka.client_security import KafkaClientSecurity
+
+            self.kafka_client = await asyncio.to_thread(KafkaClientSecurity.from_file, config.kafka_client_config)
+        server_context = mapper = None
+        if any(p.endswith("SSL") for p in protocols):
+            settings = ssl_settings(config)
+            server_context = await asyncio.to_thread(settings.server_context)
+            mapper = settings.principal_mapper()
+        credentials = await self._credentials(config, conn) if any(p.startswith("SASL") for p in protocols) \
+            else Credentials()
+        self.listener = _listener(config.listener_protocol, config, server_context, mapper, credentials,
+                                  passthrough=False)
+        if config.gateway_listen:
+            self.gateway = self._gateway(config, server_context, mapper, credentials)
+        if config.authorizer_class_name:
+            self.access = GroupAccess(await self._authorizer(config, conn))
+
+    async def _credentials(self, config: DaemonConfig, conn) -> Credentials:
+        scram_store = plain = None
+        if any(m in _SCRAM for m in config.sasl_mechanisms):
+            from zkcoord.zk.scram_credentials import ScramCredentialStore
+
+            scram_store = ScramCredentialStore(conn)
+            await scram_store.start()
+            self._watchers.append(scram_store)
+        if "PLAIN" in config.sasl_mechanisms:
+            from zkcoord.security.plain_users import PlainUsers
+
+            plain = PlainUsers(config.sasl_plain_users_file)
+            await asyncio.to_thread(plain.load)
+        return Credentials(scram_store, plain)
+
+    def _gateway(self, config: DaemonConfig, server_context, mapper, credentials: Credentials) -> dict:
+        client = self.kafka_client
+        brokers_sasl = client is not None and client.uses_sasl
+        gateway_sasl = config.gateway_protocol.startswith("SASL")
+        if brokers_sasl and not gateway_sasl:
+            raise ConfigError(
+                f"the brokers speak {client.security_protocol} (kafka_client_config) but the gateway listens "
+                f"{config.gateway_protocol}: the gateway passes each client's SASL login through to its broker, "
+                "so its clients must log in too; make gateway_listen SASL_SSL:// or SASL_PLAINTEXT://")
+        return {
+            "security": _listener(config.gateway_protocol, config, server_context, mapper, credentials,
+                                  passthrough=brokers_sasl),
+            "upstream_ssl": client.ssl.client_context() if client is not None and client.uses_tls else None,
+            "client_security": client,
+            "passthrough": brokers_sasl,
+        }
+
+    async def _authorizer(self, config: DaemonConfig, conn):
+        from zkcoord.core.acl import Authorizer, AuthorizerSettings
+        from zkcoord.zk.kafka_acls import KafkaAclWatcher
+
+        authorizer = Authorizer(AuthorizerSettings.from_properties(config.super_users,
+                                                                   config.allow_everyone_if_no_acl_found))
+        watcher = KafkaAclWatcher(conn, authorizer)
+        await watcher.start()
+        self._watchers.append(watcher)
+        log.info("enforcing Kafka's ACLs from ZooKeeper: %d ACLs on %d resources, super users %s",
+                 authorizer.acl_count, authorizer.resource_count, config.super_users or "none")
+        return authorizer
+
+    async def stop(self) -> None:
+        for watcher in reversed(self._watchers):
+            try:
+                await watcher.stop()
+            except Exception as exc:  # keep stopping the others
+                log.warning("stopping %s: %s", type(watcher).__name__, exc)
+        self._watchers.clear()
+
+
+def _listener(protocol: str, config: DaemonConfig, server_context, mapper, credentials: Credentials,
+              passthrough: bool) -> ListenerSecurity:
+    tls = protocol.endswith("SSL")
+    new_login = None
+    if protocol.startswith("SASL"):
+        mechanisms = config.sasl_mechanisms
+        if passthrough:
+            from zkcoord.gateway.login import PassthroughLogin
+
+            def new_login(info):
+                return PassthroughLogin(mechanisms, credentials, info)
+        else:
+            def new_login(info):
+                return SaslLogin(mechanisms, credentials, info)
+    certificate_principal = None
+    if protocol == "SSL":
+        from zkcoord.security.ssl_principal import peer_principal
+
+        def certificate_principal(der):
+            return peer_principal(der, mapper)
+    return ListenerSecurity(protocol, server_context if tls else None, certificate_principal, new_login)
