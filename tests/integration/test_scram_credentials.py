@@ -6,18 +6,21 @@ session as the server, kafka-python's SCRAM client as the client."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import secrets
+import subprocess
 
 import pytest
 from kafka.net.sasl.scram import SaslMechanismScram
 from test_zk_support import CuttableProxy, connection, eventually
 
-from tests.support.java_tools import run_tool
+from tests.support.java_tools import _environment, java_command, run_tool
 from zkcoord.core import scram
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.sasl import AuthenticateReply, Lookup, SaslSession
+from zkcoord.core.scram import PassiveScramVerifier, ScramAuthenticationError
 from zkcoord.errors import ServiceUnavailableError
 from zkcoord.zk.scram_credentials import USERS, ScramCredentialStore, sanitize
 
@@ -244,3 +247,186 @@ def test_zookeeper_unreachable_is_service_unavailable(services, zk_chroot, zk):
         asyncio.run(scenario())
     finally:
         proxy.close()
+
+
+# ------------------------------------------------------------ Kafka's own SCRAM client and server
+SCRAM_INTEROP_JAVA = """\
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.util.Base64;
+import java.util.Collections;
+import javax.security.auth.callback.Callback;
+import javax.security.auth.callback.CallbackHandler;
+import javax.security.auth.callback.NameCallback;
+import javax.security.auth.callback.PasswordCallback;
+import javax.security.auth.callback.UnsupportedCallbackException;
+import javax.security.sasl.SaslClient;
+import javax.security.sasl.SaslServer;
+import org.apache.kafka.common.security.scram.ScramCredential;
+import org.apache.kafka.common.security.scram.ScramCredentialCallback;
+import org.apache.kafka.common.security.scram.internals.ScramCredentialUtils;
+import org.apache.kafka.common.security.scram.internals.ScramMechanism;
+import org.apache.kafka.common.security.scram.internals.ScramSaslClient;
+import org.apache.kafka.common.security.scram.internals.ScramSaslServer;
+
+/** Kafka's own SCRAM client and server, driven line by line (base64 payloads). */
+public class ScramInterop {
+    static String enc(byte[] b) { return b == null ? "-" : Base64.getEncoder().encodeToString(b); }
+    static byte[] dec(String s) { return Base64.getDecoder().decode(s); }
+    static String text(String s) { return new String(dec(s), StandardCharsets.UTF_8); }
+
+    public static void main(String[] args) throws Exception {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        SaslServer server = null;
+        SaslClient client = null;
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] p = line.split(" ", -1);
+            try {
+                switch (p[0]) {
+                    case "server": {
+                        ScramCredential credential = ScramCredentialUtils.credentialFromString(p[2]);
+                        CallbackHandler handler = callbacks -> {
+                            for (Callback cb : callbacks)
+                                if (cb instanceof ScramCredentialCallback)
+                                    ((ScramCredentialCallback) cb).scramCredential(credential);
+                        };
+                        server = new ScramSaslServer(ScramMechanism.forMechanismName(p[1]), Collections.emptyMap(), handler);
+                        System.out.println("ok");
+                        break;
+                    }
+                    case "client": {
+                        String user = text(p[2]);
+                        char[] password = text(p[3]).toCharArray();
+                        CallbackHandler handler = callbacks -> {
+                            for (Callback cb : callbacks) {
+                                if (cb instanceof NameCallback) ((NameCallback) cb).setName(user);
+                                else if (cb instanceof PasswordCallback) ((PasswordCallback) cb).setPassword(password);
+                                else throw new UnsupportedCallbackException(cb);
+                            }
+                        };
+                        client = new ScramSaslClient(ScramMechanism.forMechanismName(p[1]), handler);
+                        System.out.println("ok " + enc(client.evaluateChallenge(new byte[0])));
+                        break;
+                    }
+                    case "toserver":
+                        System.out.println("ok " + enc(server.evaluateResponse(dec(p[1]))) + " " + server.isComplete());
+                        break;
+                    case "toclient":
+                        System.out.println("ok " + enc(client.evaluateChallenge(dec(p[1]))) + " " + client.isComplete());
+                        break;
+                    default:
+                        System.out.println("err unknown command");
+                }
+            } catch (Exception e) {
+                System.out.println("err " + e.getClass().getSimpleName());
+            }
+            System.out.flush();
+        }
+    }
+}
+"""
+
+
+class KafkaScram:
+    """Kafka 3.9's ScramSaslClient and ScramSaslServer in one JVM, driven
+    line by line: ``client``/``server`` start one, ``to_client``/``to_server``
+    hand it a message and return its answer, or the name of the exception
+    it raised."""
+
+    def __init__(self, directory) -> None:
+        source = directory / "ScramInterop.java"
+        source.write_text(SCRAM_INTEROP_JAVA)
+        self.proc = subprocess.Popen(java_command(str(source)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, env=_environment(),
+                                     start_new_session=True)
+
+    def _ask(self, *words: str) -> list[str]:
+        self.proc.stdin.write(" ".join(words) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().split()
+        assert answer, "the Java SCRAM driver exited"
+        return answer
+
+    def client(self, mech: str, user: str, password: str) -> bytes:
+        b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+        status, first = self._ask("client", mech, b64(user), b64(password))
+        assert status == "ok"
+        return base64.b64decode(first)
+
+    def server(self, mech: str, credential: scram.ScramCredential) -> None:
+        assert self._ask("server", mech, scram.format_credential(credential)) == ["ok"]
+
+    def _step(self, command: str, data: bytes) -> bytes | str:
+        answer = self._ask(command, base64.b64encode(data).decode())
+        if answer[0] == "err":
+            return answer[1]
+        return b"" if answer[1] == "-" else base64.b64decode(answer[1])
+
+    def to_server(self, data: bytes) -> bytes | str:
+        return self._step("toserver", data)
+
+    def to_client(self, data: bytes) -> bytes | str:
+        return self._step("toclient", data)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def kafka_scram(tmp_path_factory):
+    driver = KafkaScram(tmp_path_factory.mktemp("scram-interop"))
+    yield driver
+    driver.close()
+
+
+@pytest.mark.parametrize("mech", [SHA256, SHA512])
+@pytest.mark.parametrize("user", ["alice", "a=b,c"])
+def test_kafkas_scram_client_logs_in_to_our_server(kafka_scram, mech, user):
+    credential = scram.make_credential(mech, "right", b"kafka-salt", 4096)
+    for password, accepted in (("right", True), ("wrong", False)):
+        session = SaslSession([mech])
+        session.handshake(mech)
+        lookup = session.authenticate(kafka_scram.client(mech, user, password))
+        assert lookup == Lookup(mech, user)  # Kafka's client escaped the name, we unescaped it
+        first = session.resume(credential, secrets.token_hex(16))
+        final = session.authenticate(kafka_scram.to_client(first.auth_bytes))
+        if accepted:
+            assert ok(final, user)
+            assert kafka_scram.to_client(final.auth_bytes) == b""  # Kafka's client checked our signature
+        else:
+            assert refused(final)
+
+
+@pytest.mark.parametrize("mech", [SHA256, SHA512])
+def test_the_passive_verifier_watching_kafkas_server(kafka_scram, mech):
+    credential = scram.make_credential(mech, "right", b"kafka-salt", 8192)
+    # kafka-python's client, then Kafka's own client, logging in to Kafka's server
+    for make_client in ("kafka-python", "kafka"):
+        for password in ("right", "wrong"):
+            kafka_scram.server(mech, credential)
+            if make_client == "kafka":
+                client_first = kafka_scram.client(mech, "a=b,c", password)
+                next_message = kafka_scram.to_client
+            else:
+                py_client = SaslMechanismScram(sasl_plain_username="bob", sasl_plain_password=password,
+                                               sasl_mechanism=mech)
+                client_first = py_client.auth_bytes()
+
+                def next_message(challenge, c=py_client):
+                    c.receive(challenge)
+                    return c.auth_bytes()
+            verifier = PassiveScramVerifier(mech, client_first)
+            server_first = kafka_scram.to_server(client_first)
+            verifier.observe_server_first(server_first)
+            client_final = next_message(server_first)
+            server_final = kafka_scram.to_server(client_final)
+            if password == "right":
+                verifier.observe_client_final(client_final, credential)
+                assert verifier.observe_server_final(server_final) == verifier.username
+            else:
+                assert server_final == "SaslException"  # Kafka's server refused the proof
+                with pytest.raises(ScramAuthenticationError, match="wrong password"):
+                    verifier.observe_client_final(client_final, credential)

@@ -59,7 +59,7 @@ __all__ = [
     "ScramCredentialMismatchError", "ClientFirst", "ServerFirst", "ClientFinal", "ServerFinal",
     "parse_client_first", "parse_server_first", "parse_client_final", "parse_server_final",
     "sasl_name", "unescape_sasl_name", "ScramServer", "PassiveScramVerifier", "TOKEN_AUTH",
-    "UNKNOWN_USER_ITERATIONS",
+    "UNKNOWN_USER_ITERATIONS", "mechanism_of", "unknown_user_credential",
 ]
 
 
