@@ -18,12 +18,13 @@ from zkcoord.security.secrets import Password
 
 ALL = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 METADATA, JOIN_GROUP = 3, 11
+KEY = b"a random key of the process"
 SCRAM_FAILED = "Authentication failed during authentication due to invalid credentials with SASL mechanism {}"
 
 
 def session_at(state: SaslState, mechanism: str = "SCRAM-SHA-512") -> SaslSession:
     """A session driven to ``state`` through its public steps."""
-    s = SaslSession(ALL)
+    s = SaslSession(ALL, unknown_user_key=KEY)
     if state is SaslState.HANDSHAKE_OR_VERSIONS:
         return s
     if state is SaslState.HANDSHAKE:
@@ -94,12 +95,19 @@ def test_mechanisms_must_be_known_and_some():
         SaslSession(["PLAIN", "GSSAPI"])
     with pytest.raises(ConfigError, match="it is empty"):
         SaslSession([])
-    assert SaslSession(["SCRAM-SHA-512", "PLAIN", "SCRAM-SHA-512"]).mechanisms == ("SCRAM-SHA-512", "PLAIN")
+    assert SaslSession(["SCRAM-SHA-512", "PLAIN", "SCRAM-SHA-512"], unknown_user_key=KEY).mechanisms == (
+        "SCRAM-SHA-512", "PLAIN")
+
+
+def test_scram_needs_the_key_for_unknown_users():
+    with pytest.raises(ValueError, match="needs unknown_user_key"):
+        SaslSession(["PLAIN", "SCRAM-SHA-256"])
+    assert SaslSession(["PLAIN"]).mechanisms == ("PLAIN",)
 
 
 # ------------------------------------------------------------ ApiVersions and SaslHandshake
 def test_api_versions_then_handshake():
-    s = SaslSession(["SCRAM-SHA-512", "PLAIN"])
+    s = SaslSession(["SCRAM-SHA-512", "PLAIN"], unknown_user_key=KEY)
     assert s.admit(API_VERSIONS)
     s.api_versions_answered(ErrorCode.UNSUPPORTED_VERSION)  # the client may ask again with a lower version
     assert s.state is SaslState.HANDSHAKE_OR_VERSIONS and s.admit(API_VERSIONS)
@@ -116,7 +124,7 @@ def test_handshake_with_an_enabled_mechanism(start):
 
 
 def test_handshake_with_another_mechanism_lists_ours_and_closes():
-    s = SaslSession(["SCRAM-SHA-512"])
+    s = SaslSession(["SCRAM-SHA-512"], unknown_user_key=KEY)
     reply = s.handshake("GSSAPI")
     assert (reply.error_code, reply.mechanisms, reply.close) == (
         ErrorCode.UNSUPPORTED_SASL_MECHANISM, ("SCRAM-SHA-512",), True)
@@ -124,7 +132,7 @@ def test_handshake_with_another_mechanism_lists_ours_and_closes():
 
 
 def test_handshake_v0_is_not_served():
-    s = SaslSession(ALL)
+    s = SaslSession(["PLAIN"])
     reply = s.handshake("PLAIN", version=0)
     assert (reply.error_code, reply.close, s.state) == (ErrorCode.UNSUPPORTED_VERSION, True, SaslState.FAILED)
 

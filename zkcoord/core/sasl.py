@@ -203,23 +203,27 @@ class SaslSession:
 
     ``mechanisms``: the enabled ones (``sasl.enabled.mechanisms``), in the
     order the handshake lists them. ``unknown_user_key``: the caller's
-    secret that makes the SCRAM salt of users that do not exist (drawn once
-    per process; see :class:`zkcoord.core.scram.ScramServer`).
+    secret that makes the SCRAM salt of users that do not exist (random
+    bytes drawn once per process; see :class:`zkcoord.core.scram.ScramServer`);
+    required when a SCRAM mechanism is enabled, since a salt anyone can
+    compute would tell which users exist.
     """
 
-    def __init__(self, mechanisms: Iterable[str], *, unknown_user_key: bytes = b"") -> None:
+    def __init__(self, mechanisms: Iterable[str], *, unknown_user_key: bytes | None = None) -> None:
         enabled = tuple(dict.fromkeys(mechanisms))
         unknown = [m for m in enabled if m not in SUPPORTED_MECHANISMS]
         if not enabled or unknown:
             raise ConfigError(f"sasl.enabled.mechanisms must list some of {', '.join(SUPPORTED_MECHANISMS)}"
                               + (f"; {', '.join(map(repr, unknown))} is not supported" if unknown else
                                  "; it is empty"))
+        if not unknown_user_key and any(m in scram.MECHANISMS for m in enabled):
+            raise ValueError("a SaslSession with SCRAM needs unknown_user_key: random bytes drawn once per process")
         self.mechanisms = enabled
         self.state = SaslState.HANDSHAKE_OR_VERSIONS
         self.mechanism: str | None = None
         self.username: str | None = None
         self.principal: str | None = None
-        self._unknown_user_key = unknown_user_key
+        self._unknown_user_key = unknown_user_key or b""
         self._plain: PlainMessage | None = None
         self._client_first: scram.ClientFirst | None = None
         self._scram: scram.ScramServer | None = None
