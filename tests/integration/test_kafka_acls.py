@@ -216,25 +216,33 @@ public class AclCheck {
 """
 
 SUPER_USERS = "User:admin;User:ops"
-PRINCIPALS = ["User:alice", "User:bob", "User:carol", "User:dave", "User:admin", "User:mallory", "Group:alice"]
+PRINCIPALS = ["User:alice", "User:bob", "User:carol", "User:dave", "User:admin", "User:mallory", "User:erin",
+              "Group:alice"]
 HOSTS = ["10.0.0.1", "10.0.0.2", "::1"]
-OPERATIONS = [READ, DESCRIBE, DELETE, WRITE, ALL]
-RESOURCES = [(GROUP, n) for n in ("alice-g", "alice-secret-1", "alice-", "alice", "shared-g", "bob-g", "dave-g",
-                                  "other", "*", "")] + \
+OPERATIONS = [READ, DESCRIBE, DELETE, WRITE, AclOperation.ALTER, ALL]
+RESOURCES = [(GROUP, n) for n in ("alice-g", "alice-secret-1", "alice-secret-ok-1", "alice-", "alice", "shared-g", "bob-g",
+                                  "dave-g", "erin-x1", "other", "*", "")] + \
             [(TOPIC, n) for n in ("alice.t", "alice", "other-t", "*")] + [(CLUSTER, "kafka-cluster")]
 
 
 def test_every_decision_equals_kafkas_own_authorizer(java_tools_available, zk_hosts, tmp_path: Path):
+    # kafka-acls gives each resource named every principal x host x operation named
     kafka_acls(zk_hosts, "--add", "--allow-principal", "User:alice", "--allow-principal", "User:carol",
                "--operation", "Read", "--operation", "Describe", "--group", "alice-g", "--group", "shared-g")
     kafka_acls(zk_hosts, "--add", "--resource-pattern-type", "prefixed", "--allow-principal", "User:alice",
-               "--operation", "Read", "--group", "alice-", "--topic", "alice.")
+               "--operation", "Read", "--group", "alice-", "--group", "alice-secret-ok", "--topic", "alice.")
     kafka_acls(zk_hosts, "--add", "--resource-pattern-type", "prefixed", "--deny-principal", "User:alice",
                "--deny-host", "10.0.0.2", "--operation", "All", "--group", "alice-secret")
     kafka_acls(zk_hosts, "--add", "--allow-principal", "User:*", "--allow-host", "10.0.0.1", "--operation", "Read",
                "--topic", "*", "--deny-principal", "User:carol", "--deny-host", "10.0.0.2")
-    kafka_acls(zk_hosts, "--add", "--allow-principal", "User:bob", "--operation", "Delete", "--group", "bob-g",
-               "--allow-principal", "User:dave", "--allow-host", "0:0:0:0:0:0:0:1", "--group", "dave-g")
+    kafka_acls(zk_hosts, "--add", "--allow-principal", "User:bob", "--allow-principal", "User:dave",
+               "--allow-host", "0:0:0:0:0:0:0:1", "--operation", "Delete", "--group", "bob-g", "--group", "dave-g",
+               "--deny-principal", "User:mallory")
+    kafka_acls(zk_hosts, "--add", "--allow-principal", "User:mallory", "--operation", "Write", "--topic", "other-t",
+               "--deny-principal", "User:*", "--deny-host", "10.0.0.2")
+    # by resource type: erin's only allow is dominated by a prefixed deny from 10.0.0.2
+    kafka_acls(zk_hosts, "--add", "--resource-pattern-type", "prefixed", "--allow-principal", "User:erin",
+               "--operation", "Read", "--group", "erin-x", "--deny-principal", "User:erin", "--deny-host", "10.0.0.2")
     checker = tmp_path / "AclCheck.java"
     checker.write_text(CHECKER)
 
@@ -250,7 +258,7 @@ def test_every_decision_equals_kafkas_own_authorizer(java_tools_available, zk_ho
     async def scenario():
         settings = [AuthorizerSettings.from_properties(SUPER_USERS, allow) for allow in ("false", "true")]
         async with watching(zk_hosts, settings[0]) as watcher:
-            assert watcher.resource_count == 8
+            assert watcher.resource_count == 11
             ours = []
             for p, h, op, t, n in questions:
                 answer = []
