@@ -30,7 +30,8 @@ from test_zk_support import CuttableProxy, connection, eventually
 
 from tests.support import java_tools as jt
 from zkcoord.core.acl import (
-    AclEntry, AclOperation, AclPermissionType, Authorizer, AuthorizerSettings, PatternType, ResourcePattern, ResourceType, java_host_address,
+    AclEntry, AclOperation, AclPermissionType, Authorizer, AuthorizerSettings, PatternType, ResourcePattern,
+    ResourceType, java_host_address,
 )
 from zkcoord.errors import MissingToolError
 from zkcoord.local import jars
@@ -220,8 +221,8 @@ PRINCIPALS = ["User:alice", "User:bob", "User:carol", "User:dave", "User:admin",
               "Group:alice"]
 HOSTS = ["10.0.0.1", "10.0.0.2", "::1"]
 OPERATIONS = [READ, DESCRIBE, DELETE, WRITE, AclOperation.ALTER, ALL]
-RESOURCES = [(GROUP, n) for n in ("alice-g", "alice-secret-1", "alice-secret-ok-1", "alice-", "alice", "shared-g", "bob-g",
-                                  "dave-g", "erin-x1", "other", "*", "")] + \
+RESOURCES = [(GROUP, n) for n in ("alice-g", "alice-secret-1", "alice-secret-ok-1", "alice-", "alice", "shared-g",
+                                  "bob-g", "dave-g", "erin-x1", "other", "*", "")] + \
             [(TOPIC, n) for n in ("alice.t", "alice", "other-t", "*")] + [(CLUSTER, "kafka-cluster")]
 
 

@@ -524,8 +524,10 @@ def test_kafka_names():
     assert ResourceType.from_enum_name("TransactionalId") is ResourceType.UNKNOWN
     assert PatternType.parse("PREFIXED") is PREFIXED
     assert PatternType.parse("Prefixed") is PatternType.UNKNOWN
-    assert str(ace("User:alice", "*", READ, ALLOW)) == "User:alice has ALLOW permission for operations: READ from hosts: *"
-    assert str(ResourcePattern(GROUP, "g", LITERAL)) == "ResourcePattern(resourceType=GROUP, name=g, patternType=LITERAL)"
+    assert str(ace("User:alice", "*", READ, ALLOW)) == (
+        "User:alice has ALLOW permission for operations: READ from hosts: *")
+    assert str(ResourcePattern(GROUP, "g", LITERAL)) == (
+        "ResourcePattern(resourceType=GROUP, name=g, patternType=LITERAL)")
 
 
 def test_change_notifications():

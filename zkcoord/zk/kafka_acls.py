@@ -276,6 +276,8 @@ class KafkaAclWatcher:
                     raise names
                 patterns += [ResourcePattern(resource_type, name, pattern_type) for name in names]
         outcomes = await read_many(self._conn, [(GET_DATA, acl_path(p)) for p in patterns])
+        present = {acl_path(p) for p, outcome in zip(patterns, outcomes) if not isinstance(outcome, NoNodeError)}
+        self._corrupt = {path: data for path, data in self._corrupt.items() if path in present}
         acls = {}
         for pattern, outcome in zip(patterns, outcomes):
             if isinstance(outcome, NoNodeError):
