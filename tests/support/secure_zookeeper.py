@@ -61,19 +61,23 @@ class SecureZooKeeper:
 
 
 def start_secure_zookeeper(home: Path, users: Mapping[str, str], require_auth: bool = False) -> SecureZooKeeper:
-    """Start the server in ``home`` with these SASL users (name -> password);
-    wait until it answers ``ruok``. Stops it again if it does not come up."""
+    """Start the server in ``home`` with these SASL users (name -> password;
+    none: a server without SASL, to see a SASL login go unanswered); wait
+    until it answers ``ruok``. Stops it again if it does not come up."""
     home.mkdir(parents=True, exist_ok=True)
     (home / "data").mkdir(exist_ok=True)
     port = procs.free_port()
     secrets = {name: Password(value) for name, value in users.items()}
     jaas = home / "server.jaas"
-    jaas.write_text(config_files.zookeeper_server_jaas(secrets).value)
-    (home / "zoo.cfg").write_text(config_files.zoo_cfg(home / "data", port, sasl=True, require_auth=require_auth))
+    if secrets:
+        jaas.write_text(config_files.zookeeper_server_jaas(secrets).value)
+    (home / "zoo.cfg").write_text(config_files.zoo_cfg(home / "data", port, sasl=bool(secrets),
+                                                       require_auth=require_auth))
     (home / "logback.xml").write_text(config_files.LOGBACK_XML)
     dist = jars.zookeeper_distribution()
+    login = [f"-Djava.security.auth.login.config={jaas}"] if secrets else []
     cmd = [jars.find_java(), "-Xms32m", "-Xmx256m", *config_files.JVM_COMMON, f"-D{process_marker()}",
-           f"-Djava.security.auth.login.config={jaas}", f"-Dlogback.configurationFile={home / 'logback.xml'}",
+           *login, f"-Dlogback.configurationFile={home / 'logback.xml'}",
            "-Dzookeeper.admin.enableServer=false", "-cp", dist.classpath,
            "org.apache.zookeeper.server.ZooKeeperServerMain", str(home / "zoo.cfg")]
     server = SecureZooKeeper(home, port, procs.spawn(cmd, home / "zookeeper.log", cwd=home), secrets)

@@ -144,8 +144,11 @@ def _print(result: znode_acls.AclRun, hosts: str) -> None:
             acls.add_row(acl or "(none)", str(count))
         out.append(acls)
     else:
+        verb = "would change" if result.dry_run else "changed"
         for s in result.subtrees:
-            out += [Text(f"  {'would change' if result.dry_run else 'changed'} {p}") for p in s.sample]
+            out += [Text(f"  {verb} {p}") for p in s.sample]
+            if s.changed > len(s.sample):
+                out.append(Text(f"  ... and {s.changed - len(s.sample)} more under {s.label}"))
         out.append(Text(f"dry run: would change {result.changed} znode(s); nothing was changed" if result.dry_run
                         else f"changed the ACL of {result.changed} znode(s)"))
     print_out(*out)

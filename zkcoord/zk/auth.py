@@ -192,10 +192,12 @@ class ZkSecurity:
         """The login for messages: ``SASL DIGEST-MD5 as user 'zkcoord' (JAAS file
         /etc/zk.jaas, section Client)``; never a password."""
         parts = []
-        sasl = self.sasl
-        if sasl is None and self.sasl_jaas_file:
+        try:
+            sasl = self.login()
+        except ConfigError:  # a file that cannot be read any more: name it at least
+            sasl = None
             parts.append(f"SASL (JAAS file {self.sasl_jaas_file}, section {self.sasl_client_section})")
-        elif sasl is not None:
+        if sasl is not None:
             parts.append(f"SASL {sasl.mechanism} as user {sasl.user!r} ({sasl.source})")
         if self.digest is not None:
             parts.append(f"digest as user {self.digest_user!r}")

@@ -60,9 +60,11 @@ from kazoo.exceptions import (
     AuthFailedError, ConnectionLoss, KazooException, NoNodeError, SessionClosedRequireSaslError,
 )
 from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.protocol.serialization import SASL, Auth
 from kazoo.protocol.states import KazooState, KeeperState
 
 from zkcoord.errors import AuthenticationError, ConfigError, ServiceUnavailableError, ZkcoordError
+from zkcoord.security.secrets import HIDDEN
 from zkcoord.zk import aio
 from zkcoord.zk.auth import ZkSecurity, digest_mismatch
 from zkcoord.zk.paths import ROOT, check_absolute
@@ -70,6 +72,29 @@ from zkcoord.zk.paths import ROOT, check_absolute
 __all__ = ["SessionEvent", "ZkConnection", "parse_hosts", "refusals", "login_refused", "wait_znode_gone"]
 
 log = logging.getLogger(__name__)
+
+
+class _HideCredentials(logging.Filter):
+    """kazoo logs every request it sends at DEBUG (``-vv``): an Auth packet
+    holds a digest login's password, a SASL packet a response computed from
+    one. Their text is replaced before any handler sees the record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, (Auth, SASL)) for a in args):
+            record.args = tuple(_hidden(a) for a in args)
+        return True
+
+
+def _hidden(arg: object) -> object:
+    if isinstance(arg, Auth):
+        return f"Auth(scheme={arg.scheme!r}, auth={HIDDEN})"
+    if isinstance(arg, SASL):
+        return f"SASL(token={HIDDEN})"
+    return arg
+
+
+logging.getLogger("kazoo.client").addFilter(_HideCredentials())  # every KazooClient logs there (ours included)
 
 
 class SessionEvent(enum.Enum):
