@@ -374,3 +374,50 @@ def test_migrate_layout_up_with_set_acl_creates_secure_znodes(hosts, anyone):
     assert {p: acls(anyone, p) for p in ("/zkcoord", "/zkcoord/layout", "/coordinators")} == \
         {p: DIGEST_SECURE_SEEN for p in ("/zkcoord", "/zkcoord/layout", "/coordinators")}
     assert not any(secret in created.output for secret in SECRETS)
+
+
+def test_migrate_import_with_set_acl_keeps_the_group_znode_open(hosts, anyone, tmp_path):
+    offsets = tmp_path / "imp.csv"
+    offsets.write_text("orders,0,42\norders,1,7\n")
+    env = {"ZKCOORD_ZOOKEEPER_DIGEST": DIGEST}
+    imported = _cli("migrate", "import", "--file", str(offsets), "--group", "imp", "--zookeeper", hosts,
+                    "--zookeeper-set-acl", env=env)
+    assert imported.exit_code == 0, imported.output
+    assert {p: acls(anyone, p) for p in ("/consumers", "/consumers/imp")} == {p: OPEN for p in ("/consumers",
+                                                                                                 "/consumers/imp")}
+    written = ["/consumers/imp/offsets", "/consumers/imp/offsets/orders", "/consumers/imp/offsets/orders/0",
+               "/consumers/imp/offsets/orders/1"]
+    assert {p: acls(anyone, p) for p in written} == {p: DIGEST_SECURE_SEEN for p in written}
+    exported = _cli("migrate", "export", "--group", "imp", "--zookeeper", hosts, env=env)
+    assert exported.exit_code == 0, exported.output
+    assert exported.output.splitlines()[:2] == ["orders,0,42", "orders,1,7"]
+
+
+def test_waiting_for_a_registration_with_a_refused_login(secure_zk: SecureZooKeeper, hosts):
+    from zkcoord.zk.nodes import wait_node_unregistered
+
+    assert wait_node_unregistered(hosts, 1, 5.0, ZkSecurity(str(secure_zk.client_jaas("zkcoord")))) is True
+    jaas = secure_zk.client_jaas("zkcoord", "wrong-Secret-3", name="wait.jaas")
+    with pytest.raises(AuthenticationError) as info:
+        wait_node_unregistered(hosts, 1, 5.0, ZkSecurity(str(jaas)))
+    assert str(info.value) == (
+        f"ZooKeeper at {hosts} refused the login (SASL DIGEST-MD5 as user 'zkcoord' (JAAS file {jaas}, section "
+        "Client)): a wrong password or a user the server does not know; check the login's user and password")
+
+
+def test_rollback_writes_keep_the_group_znode_open(hosts, anyone):
+    from zkcoord.zk.legacy import LegacyOffsets
+
+    conn = _connect(hosts, ZkSecurity(digest=DIGEST, set_acl=True))
+
+    async def write():
+        return await LegacyOffsets(conn, "/kafka/consumers").write_versioned("rb", [("t", 0, 5, None)])
+
+    try:
+        assert asyncio.run(write()) is True
+    finally:
+        conn.stop()
+    opened = ["/kafka", "/kafka/consumers", "/kafka/consumers/rb"]
+    written = ["/kafka/consumers/rb/offsets", "/kafka/consumers/rb/offsets/t", "/kafka/consumers/rb/offsets/t/0"]
+    assert {p: acls(anyone, p) for p in opened + written} == \
+        {**{p: OPEN for p in opened}, **{p: DIGEST_SECURE_SEEN for p in written}}

@@ -254,7 +254,7 @@ class ZkConnection:
             client.close()
             raise ServiceUnavailableError(f"cannot connect to ZooKeeper at {self.hosts}: {failure}; check the "
                                           "address and that ZooKeeper is up") from None
-        if self.security is not None and self.security.logs_in:
+        if self._logs_in:
             refused = self._login_refusal(client)
             if refused is not None:
                 self.stop()
@@ -269,6 +269,8 @@ class ZkConnection:
             raise ConfigError(f"the chroot {self.chroot} of {self.hosts} does not exist in ZooKeeper; "
                               "create it (zkCli.sh create " + self.chroot + ") or fix the connection string")
         self._started = True
+        if self._logs_in:
+            log.info("ZooKeeper session connected (%s), logged in with %s", self.hosts, self.security.describe())
 
     def _wait_for_session(self, live: threading.Event) -> str | None:
         """Wait for kazoo's first session (``live``): None once it is up, else why not."""
@@ -388,8 +390,13 @@ class ZkConnection:
             self._session_id = new_id
             self._emit(SessionEvent.CONNECTED)
 
+    @property
+    def _logs_in(self) -> bool:
+        return self.security is not None and self.security.logs_in
+
     def _emit(self, event: SessionEvent) -> None:
-        log.info("ZooKeeper session %s (%s)", event.value, self.hosts)
+        if self._started or not self._logs_in:  # a login not yet accepted: start() says how it went
+            log.info("ZooKeeper session %s (%s)", event.value, self.hosts)
         for listener, loop in list(self._listeners.items()):
             if loop is not None:
                 aio.post(loop, listener, event)
