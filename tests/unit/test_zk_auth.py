@@ -303,3 +303,16 @@ def test_server_and_client_jaas_read_back(tmp_path):
     client = config_files.zookeeper_client_jaas("zkcoord", Password('q"\\z'))
     path = jaas(tmp_path, client.value)
     assert ZkSecurity(path).login().password == Password('q"\\z')
+
+
+def test_run_job_tasks_get_the_login_read_on_the_driver(tmp_path):
+    from zkcoord.migrate.plan import Selection
+    from zkcoord.migrate.spark_job import JobConfig
+
+    path = jaas(tmp_path, digest_client())
+    security = ZkSecurity(path, set_acl=True).loaded()
+    spec = JobConfig("zk:2181", "k:9092", Selection(all_groups=True), str(tmp_path / "r"), zk_security=security).task_spec()
+    (tmp_path / "client.jaas").unlink()  # an executor has no such file
+    received = pickle.loads(pickle.dumps(spec))
+    assert received.zk_security.kazoo_options()["sasl_options"]["password"] == SECRET
+    assert SECRET not in repr(received)
