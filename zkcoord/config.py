@@ -125,8 +125,16 @@ class DaemonConfig:
     # Java client properties (security.protocol, sasl.*, ssl.*) for every connection the daemon opens to
     # the brokers: offsets and metadata, the gateway's own requests and its broker connections.
     kafka_client_config: str = ""
+    # The ZooKeeper login (zkcoord.zk.auth): a JAAS file's Client section (SASL), and/or digest USER:PASSWORD;
+    # zookeeper_set_acl: what zkcoord creates only its own identity may write (Kafka's zookeeper.set.acl).
+    zookeeper_sasl_jaas_file: str = ""
+    zookeeper_sasl_client_section: str = "Client"
+    zookeeper_digest: Password | None = None
+    zookeeper_set_acl: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.zookeeper_digest, str):  # a flag's text: a secret from now on
+            object.__setattr__(self, "zookeeper_digest", Password(self.zookeeper_digest))
         if not self.zookeeper:
             raise ConfigError("--zookeeper (ZKCOORD_ZOOKEEPER) is required: HOST:PORT[,HOST:PORT...][/chroot]")
         for host_port in self.zookeeper.split("/", 1)[0].split(","):
@@ -158,6 +166,7 @@ class DaemonConfig:
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)
         if not self.offsets_zk_root.startswith("/") or self.offsets_zk_root.endswith("/"):
             raise ConfigError(f"offsets_zk_root={self.offsets_zk_root!r} must start with '/' and not end with one")
+        self.zookeeper_security  # noqa: B018 (building it checks the ZooKeeper login settings)
 
     def _check_gateway(self) -> None:
         from zkcoord.core.gateway import parse_broker_ids
@@ -228,6 +237,14 @@ class DaemonConfig:
         return tuple(p.strip() for p in self.super_users.split(";") if p.strip())
 
     @property
+    def zookeeper_security(self):
+        """The ZooKeeper login and ACLs (:class:`zkcoord.zk.auth.ZkSecurity`), None for neither."""
+        from zkcoord.zk.auth import zk_security
+
+        return zk_security(self.zookeeper_sasl_jaas_file, self.zookeeper_sasl_client_section,
+                           self.zookeeper_digest, self.zookeeper_set_acl)
+
+    @property
     def request_limits(self) -> limits.RequestLimits:
         """The largest request frame read, per API (:mod:`zkcoord.core.limits`)."""
         return limits.RequestLimits(self.socket_request_max_bytes, self.group_request_max_bytes,
@@ -259,22 +276,22 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
         raise ConfigError(f"{name}={value} is out of range: {low} to {high}")
 
 
-_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 def _coerce(name: str, kind: Any, raw: Any, source: str) -> Any:
     if kind in (bool, "bool"):
         if isinstance(raw, bool):
             return raw
-        text = str(raw).strip().lower() if isinstance(raw, (str, int)) else None
-        if text in _TRUE or text in _FALSE:
-            return text in _TRUE
-        raise ConfigError(f"{name} from {source} must be true or false, got {raw!r}")
-    if kind in ("Password | None", "Password"):
+        text = raw.strip().lower() if isinstance(raw, str) else None
+        if text not in _TRUE + _FALSE:
+            raise ConfigError(f"{name} from {source} must be true or false, got {raw!r}")
+        return text in _TRUE
+    if kind in (Password, "Password", "Password | None"):
         if isinstance(raw, Password):
             return raw
-        if not isinstance(raw, str):
-            raise ConfigError(f"{name} from {source} must be a string")  # never echo a secret
+        if not isinstance(raw, str):  # the value is a secret: named by its type only
+            raise ConfigError(f"{name} from {source} must be a string, got a {type(raw).__name__}")
         return Password(raw) if raw else None
     if kind in (int, "int"):
         if isinstance(raw, bool):

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 from zkcoord.errors import ZkcoordError
+from zkcoord.zk.auth import ZkSecurity
 from zkcoord.zk.connection import ZkConnection
 
 T = TypeVar("T")
@@ -38,11 +39,13 @@ class ZkcoordGroup(click.Group):
             sys.exit(130)
 
 
-def run_with_zookeeper(zookeeper: str, timeout_ms: int, work: Callable[[ZkConnection], Awaitable[T]]) -> T:
-    """Run ``work(conn)`` with a started ZooKeeper connection, then stop it.
-    A command: ZooKeeper refusing every connection is an error at once."""
+def run_with_zookeeper(zookeeper: str, timeout_ms: int, work: Callable[[ZkConnection], Awaitable[T]],
+                       security: ZkSecurity | None = None) -> T:
+    """Run ``work(conn)`` with a started ZooKeeper connection (logged in with
+    ``security``), then stop it. A command: ZooKeeper refusing every
+    connection is an error at once."""
     conn = ZkConnection(zookeeper, connect_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms,
-                        fail_when_refused=True)
+                        fail_when_refused=True, security=security)
 
     async def main() -> T:
         async with conn:

@@ -37,6 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from zkcoord.cli.render import document as document_of, print_out, stdout_console
+from zkcoord.cli.zk_login import zookeeper_login_options
 from zkcoord.core.group_states import GroupState
 from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.errors import UsageError, ZkcoordError
@@ -44,6 +45,7 @@ from zkcoord.inspect import Inspector, select
 from zkcoord.inspect.gather import NO_KAFKA
 from zkcoord.inspect.model import DescribeReport, GroupsReport, GroupView
 from zkcoord.kafka.offsets import KafkaOffsets
+from zkcoord.zk.auth import ZkSecurity
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.paths import OffsetPaths
 
@@ -69,6 +71,7 @@ def _common_options(func):
         click.option("--count", type=click.IntRange(1), default=None,
                      help="With --watch: stop after this many refreshes."),
     ]
+    func = zookeeper_login_options(func)  # innermost: listed after --zookeeper
     for option in reversed(options):
         func = option(func)
     return func
@@ -84,12 +87,13 @@ class _Target:
     watch: bool
     interval: float
     count: int | None
+    security: ZkSecurity | None = None  # the ZooKeeper login
 
 
 def _target(**kw: Any) -> _Target:
     OffsetPaths(kw["zk_root"])  # ConfigError before any I/O
     return _Target(kw["zookeeper"], kw["zk_root"], kw["bootstrap_servers"] or None, kw["timeout_ms"],
-                   kw["output"], kw["watch"], kw["interval"], kw["count"])
+                   kw["output"], kw["watch"], kw["interval"], kw["count"], kw["zk_security"])
 
 
 # ------------------------------------------------------------------ groups
@@ -291,7 +295,7 @@ def _execute(target: _Target, report: Callable[[Inspector], Awaitable[R]],
     kafka = KafkaOffsets(target.bootstrap_servers, request_timeout_ms=target.timeout_ms,
                          client_id="zkcoord-inspect") if target.bootstrap_servers else None
     conn = ZkConnection(target.zookeeper, connect_timeout_ms=target.timeout_ms, request_timeout_ms=target.timeout_ms,
-                        fail_when_refused=True)
+                        fail_when_refused=True, security=target.security)
 
     async def main() -> int:
         async with conn:

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from zkcoord.cli.base import ZkcoordGroup, run_with_zookeeper as _run
 from zkcoord.cli.render import echo_document, print_out
+from zkcoord.cli.zk_login import zookeeper_login_options
 from zkcoord.zk import layout as zk_layout
 from zkcoord.zk.layout import Layout, LayoutState, Migration
 
@@ -35,6 +36,7 @@ def _zookeeper_options(func):
         click.option("--timeout-ms", type=click.IntRange(1_000, 3_600_000), default=15_000, show_default=True,
                      help="How long to wait for ZooKeeper."),
     ]
+    func = zookeeper_login_options(func)  # innermost: listed after --zookeeper
     for option in reversed(options):
         func = option(func)
     return func
@@ -50,14 +52,14 @@ def layout() -> None:
 @layout.command()
 @_zookeeper_options
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def status(zookeeper: str, timeout_ms: int, output: str) -> None:
+def status(zookeeper: str, timeout_ms: int, output: str, zk_security) -> None:
     """Show the layout version, and each migration: applied or pending. Changes nothing.
 
     Exit 0: up to date; 1: migrations to apply (`zkcoord migrate layout up`);
     2: the layout is newer than this zkcoord.
     """
     migrations = zk_layout.discover()
-    found = _run(zookeeper, timeout_ms, zk_layout.read_layout)
+    found = _run(zookeeper, timeout_ms, zk_layout.read_layout, zk_security)
     state = found.state(migrations)
     hosts = zookeeper.strip()
     if output == "json":
@@ -126,7 +128,7 @@ def _print_status(found: Layout, migrations: tuple[Migration, ...], hosts: str) 
 
 @layout.command()
 @_zookeeper_options
-def up(zookeeper: str, timeout_ms: int) -> None:
+def up(zookeeper: str, timeout_ms: int, zk_security) -> None:
     """Apply the pending layout migrations, in order.
 
     Each migration and its record in /zkcoord/layout are one ZooKeeper
@@ -135,7 +137,7 @@ def up(zookeeper: str, timeout_ms: int) -> None:
     running `up` again changes nothing.
     """
     migrations = zk_layout.discover()
-    result = _run(zookeeper, timeout_ms, lambda conn: zk_layout.apply_pending(conn, migrations))
+    result = _run(zookeeper, timeout_ms, lambda conn: zk_layout.apply_pending(conn, migrations), zk_security)
     hosts = zookeeper.strip()
     if not result.applied and not result.by_others:
         click.echo(f"ZooKeeper layout of {hosts} is at version {result.after.version}, up to date; "

@@ -50,6 +50,9 @@ def _register() -> None:
     from zkcoord.cli.burrow_cmd import burrow_config
     cli.add_command(burrow_config)
 
+    from zkcoord.cli.zookeeper_acl_cmd import zookeeper_acl
+    cli.add_command(zookeeper_acl)
+
 
 _register()
 

@@ -37,6 +37,7 @@ from rich.text import Text
 
 from zkcoord.cli.base import ZkcoordGroup, run_with_zookeeper as _run
 from zkcoord.cli.render import echo_document, print_out
+from zkcoord.cli.zk_login import zookeeper_login_options
 from zkcoord.core.legacy_values import Unparsable, read_legacy_value, shown
 from zkcoord.core.migration import Decision, Options, Plan, parse_legacy_offset
 from zkcoord.errors import UsageError
@@ -66,6 +67,7 @@ def _zookeeper_options(func):
         click.option("--timeout-ms", type=click.IntRange(1_000, 3_600_000), default=15_000, show_default=True,
                      help="How long to wait for ZooKeeper and Kafka."),
     ]
+    func = zookeeper_login_options(func)  # innermost: listed after --zookeeper
     for option in reversed(options):
         func = option(func)
     return func
@@ -99,7 +101,7 @@ def migrate() -> None:
 @click.option("--force", is_flag=True, help="Plan the log end for legacy offsets beyond it.")
 @click.option("--output", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 def plan(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeeper: str, zk_root: str,
-         timeout_ms: int, bootstrap_servers: str, allow_rewind: bool, force: bool, output: str) -> None:
+         timeout_ms: int, bootstrap_servers: str, allow_rewind: bool, force: bool, output: str, zk_security) -> None:
     """Show, per partition, what migrating the legacy offsets would do. Changes nothing.
 
     Decisions: copy, equal, kafka-ahead-kept (Kafka is never rewound without
@@ -123,7 +125,7 @@ def plan(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeep
         finally:
             await asyncio.to_thread(kafka.close)
 
-    result = _run(zookeeper, timeout_ms, work)
+    result = _run(zookeeper, timeout_ms, work, zk_security)
     if output == "json":
         echo_document("migrate plan", _plan_dict(result, zookeeper, zk_root, bootstrap_servers))
     else:
@@ -211,7 +213,7 @@ def _print_csv(result: Plan, zk_root: str) -> None:
 @click.option("--file", "file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write here instead of to stdout.")
 def export(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeeper: str, zk_root: str,
-           timeout_ms: int, fmt: str, file: Path | None) -> None:
+           timeout_ms: int, fmt: str, file: Path | None, zk_security) -> None:
     """Write legacy offsets as CSV or ExportZkOffsets lines.
 
     CSV has no group column when exactly one --group is given, as
@@ -226,7 +228,7 @@ def export(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zooke
         chosen = await select_groups(legacy, selection)
         return legacy, await legacy.read_groups(chosen)
 
-    legacy, found = _run(zookeeper, timeout_ms, work)
+    legacy, found = _run(zookeeper, timeout_ms, work, zk_security)
     offsets: formats.Offsets = {}
     for name, group in found.items():
         for (topic, partition), raw in sorted(group.offsets.items()):
@@ -265,7 +267,7 @@ def _write_file(file: Path, text: str) -> None:
 @_zookeeper_options
 @click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
 def import_(file: Path, fmt: str, group: str | None, zookeeper: str, zk_root: str, timeout_ms: int,
-            dry_run: bool) -> None:
+            dry_run: bool, zk_security) -> None:
     """Write legacy offsets from a file into ZooKeeper.
 
     Every line is checked before anything is written. Each group's offsets
@@ -283,7 +285,7 @@ def import_(file: Path, fmt: str, group: str | None, zookeeper: str, zk_root: st
             return await legacy.read_groups(offsets)
         return await legacy.write(offsets)
 
-    outcome = _run(zookeeper, timeout_ms, work)
+    outcome = _run(zookeeper, timeout_ms, work, zk_security)
     if not dry_run:
         click.echo(f"wrote {count} offset(s) of {len(offsets)} group(s) under {zk_root}")
         return
@@ -322,11 +324,12 @@ _backup_file_option = click.option(
 
 
 def _with_adapters(zookeeper: str, zk_root: str, timeout_ms: int, bootstrap_servers: str | None,
-                   work: Callable[[Adapters], Awaitable[T]], writes: bool = True) -> T:
-    """Run ``work`` with started adapters; commands that write zkcoord znodes
-    (``writes``) first make sure the ZooKeeper layout is current."""
+                   work: Callable[[Adapters], Awaitable[T]], writes: bool = True, security=None) -> T:
+    """Run ``work`` with started adapters (ZooKeeper logged in with
+    ``security``); commands that write zkcoord znodes (``writes``) first make
+    sure the ZooKeeper layout is current."""
     return run_with_adapters(zookeeper, bootstrap_servers, work, zk_root=zk_root, timeout_ms=timeout_ms,
-                             ensure_layout=writes, fail_when_refused=True)
+                             ensure_layout=writes, fail_when_refused=True, security=security)
 
 
 def _json_lines_sink(file: Path | None):
@@ -388,7 +391,7 @@ def _finish(failed: int, what: str) -> None:
 @_backup_file_option
 @_output_option
 def apply(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, allow_rewind, force,
-          allow_active_kafka_members, backup_file, output) -> None:
+          allow_active_kafka_members, backup_file, output, zk_security) -> None:
     """Carry the plan out: per group back up, commit to Kafka, switch to dual.
 
     Resumable: a group continues from the phase a crash left it in; groups
@@ -403,7 +406,8 @@ def apply(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap
         click.echo(f"group {group}: {phase}", err=True)
 
     results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
-                             lambda a: apply_groups(a, selection, options, on_step=progress, backup_sink=sink))
+                             lambda a: apply_groups(a, selection, options, on_step=progress, backup_sink=sink),
+                             security=zk_security)
     if output == "json":
         _echo_groups("migrate apply", [dataclasses.asdict(r) for r in results], zookeeper, zk_root, bootstrap_servers)
     else:
@@ -422,7 +426,7 @@ def apply(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap
 @_zookeeper_options
 @_kafka_option()
 @_output_option
-def verify(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, output) -> None:
+def verify(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, output, zk_security) -> None:
     """List every partition where Kafka and ZooKeeper differ in migrated groups.
 
     Both directions: Kafka behind ZooKeeper, and ZooKeeper behind (or
@@ -433,7 +437,7 @@ def verify(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstra
     """
     selection = Selection(tuple(groups), all_groups, pattern)
     results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
-                             lambda a: verify_groups(a, selection))
+                             lambda a: verify_groups(a, selection), security=zk_security)
     if output == "json":
         _echo_groups("migrate verify", [dataclasses.asdict(r) for r in results], zookeeper, zk_root,
                      bootstrap_servers)
@@ -468,7 +472,7 @@ def _verdict(result) -> str:
 @_backup_file_option
 @_output_option
 def finalize(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, delete_legacy,
-             backup_file, output) -> None:
+             backup_file, output, zk_security) -> None:
     """Move groups in dual whose verify is clean to kafka.
 
     Verifies first; archives the legacy offsets under
@@ -478,7 +482,8 @@ def finalize(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootst
     selection = Selection(tuple(groups), all_groups, pattern)
     sink = _json_lines_sink(backup_file)
     results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
-                             lambda a: finalize_groups(a, selection, delete_legacy=delete_legacy, archive_sink=sink))
+                             lambda a: finalize_groups(a, selection, delete_legacy=delete_legacy, archive_sink=sink),
+                             security=zk_security)
     if output == "json":
         _echo_groups("migrate finalize", [dataclasses.asdict(r) for r in results], zookeeper, zk_root,
                      bootstrap_servers)
@@ -495,7 +500,7 @@ def finalize(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootst
 @click.option("--to-backup", is_flag=True, help="Restore the backup taken by apply instead of the max of both.")
 @_output_option
 def rollback(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, to_backup,
-             output) -> None:
+             output, zk_security) -> None:
     """Return migrated groups to ZooKeeper offset storage.
 
     Copies Kafka's offsets into ZooKeeper where they are ahead (the max of
@@ -504,7 +509,7 @@ def rollback(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootst
     """
     selection = Selection(tuple(groups), all_groups, pattern)
     results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
-                             lambda a: rollback_groups(a, selection, to_backup=to_backup))
+                             lambda a: rollback_groups(a, selection, to_backup=to_backup), security=zk_security)
     if output == "json":
         _echo_groups("migrate rollback", [dataclasses.asdict(r) for r in results], zookeeper, zk_root,
                      bootstrap_servers)
@@ -520,7 +525,7 @@ def rollback(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootst
 @_selection_options
 @_zookeeper_options
 @_output_option
-def status(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, output) -> None:
+def status(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, output, zk_security) -> None:
     """Each group's offset storage, migration phase, since when, and last verify.
 
     Without --group / --pattern: every group with a migration record.
@@ -532,7 +537,7 @@ def status(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, output) 
         chosen = selection.choose(set(recorded) | set(groups), "/zkcoord/migrations")
         return await group_status(adapters.conn, adapters.store, chosen)
 
-    found = _with_adapters(zookeeper, zk_root, timeout_ms, None, work, writes=False)
+    found = _with_adapters(zookeeper, zk_root, timeout_ms, None, work, writes=False, security=zk_security)
     if output == "json":
         _echo_groups("migrate status", [s.as_dict() for s in found], zookeeper, zk_root)
         return

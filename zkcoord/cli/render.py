@@ -42,6 +42,7 @@ SCHEMAS = {
     "migrate status": "zkcoord/migrate-status/v1",
     "migrate layout status": "zkcoord/migrate-layout-status/v1",
     "migrate run-job": "zkcoord/migrate-run-job/v1",
+    "zookeeper-acl": "zkcoord/zookeeper-acl/v1",
 }
 
 _MIN_WIDTH = 80

@@ -80,9 +80,18 @@ def _options(func):
         ("--kafka-client-config", str, "Java client properties (security.protocol, sasl.mechanism, "
          "sasl.jaas.config, ssl.*) for the daemon's and gateway's connections to the brokers."),
         ("--shutdown-timeout-ms", int, "How long SIGTERM may take before connections are cut [default: 5000]."),
+        ("--zookeeper-sasl-jaas-file", str, "JAAS file whose Client section logs in to ZooKeeper with SASL "
+         "(DigestLoginModule: DIGEST-MD5; Krb5LoginModule: GSSAPI) [default: no SASL]."),
+        ("--zookeeper-sasl-client-section", str, "The JAAS file's section to log in with, as ZooKeeper's "
+         "zookeeper.sasl.clientconfig [default: Client]."),
+        ("--zookeeper-digest", str, "USER:PASSWORD of a ZooKeeper digest login; prefer ZKCOORD_ZOOKEEPER_DIGEST or "
+         "the config file: a command line shows in ps [default: none]."),
     ]
     for flag, kind, help_text in reversed(specs):
         func = click.option(flag, type=kind, default=None, help=help_text)(func)
+    func = click.option("--zookeeper-set-acl/--no-zookeeper-set-acl", default=None,
+                        help="Create zkcoord's znodes so that only its own ZooKeeper login writes them and everybody "
+                             "reads them, as Kafka's zookeeper.set.acl; needs a ZooKeeper login [default: off].")(func)
     return func
 
 

@@ -1,7 +1,10 @@
 """Configuration files the sandbox writes for its servers.
 
-Owns the text of ``zoo.cfg``, Kafka's ``server.properties`` and the two
-logging configurations. Values are chosen for a 2-core, 24 GiB machine that
+Owns the text of ``zoo.cfg``, Kafka's ``server.properties``, the two
+logging configurations and, for a ZooKeeper that takes SASL logins
+(:func:`zoo_cfg` with ``sasl``), its JAAS ``Server`` section and a client's
+``Client`` section (:func:`zookeeper_server_jaas`,
+:func:`zookeeper_client_jaas`: Passwords, as they hold passwords). Values are chosen for a 2-core, 24 GiB machine that
 also runs the test suite: small heaps, few offsets-topic partitions, no
 initial rebalance delay, and a ZooKeeper tick short enough for session-expiry
 tests while still allowing Kafka's 18 s session.
@@ -9,7 +12,10 @@ tests while still allowing Kafka's 18 s session.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+
+from zkcoord.security.secrets import Password
 
 # JVM heaps: ZooKeeper is tiny; each broker gets enough for the benchmarks.
 ZOOKEEPER_HEAP = ("-Xms64m", "-Xmx768m")  # an 8 MiB OffsetCommit makes 460,000 znodes; 256m ran out
@@ -37,7 +43,15 @@ log4j.logger.kafka.log=WARN
 """
 
 
-def zoo_cfg(data_dir: Path, port: int) -> str:
+# ZooKeeper 3.8: SASL logins are checked by this provider against the JAAS file's Server section (the JVM's
+# -Djava.security.auth.login.config); an ``auth`` ACL then names the session's ``sasl:<user>``.
+SASL_AUTH_PROVIDER = "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
+DIGEST_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
+
+
+def zoo_cfg(data_dir: Path, port: int, *, sasl: bool = False, require_auth: bool = False) -> str:
+    """``sasl``: take SASL logins (:func:`zoo_cfg_sasl_lines`); ``require_auth``:
+    and close the session of a client that sends a request without one."""
     return "\n".join([
         "tickTime=500",
         "initLimit=10",
@@ -52,8 +66,41 @@ def zoo_cfg(data_dir: Path, port: int) -> str:
         "admin.enableServer=false",
         "4lw.commands.whitelist=*",
         "autopurge.purgeInterval=1",
+        *(zoo_cfg_sasl_lines(require_auth) if sasl else ()),
         "",
     ])
+
+
+def zoo_cfg_sasl_lines(require_auth: bool = False) -> list[str]:
+    """The zoo.cfg lines of a ZooKeeper 3.8 that takes SASL logins. The JVM
+    also needs ``-Djava.security.auth.login.config=<file with a Server
+    section>`` (:func:`zookeeper_server_jaas`). Without ``require_auth``
+    clients that do not log in are still served (their rights are what the
+    znodes' ACLs give ``world:anyone``)."""
+    lines = [f"authProvider.1={SASL_AUTH_PROVIDER}"]
+    if require_auth:  # ZooKeeper 3.7+: a session must log in with SASL before any request
+        lines += ["enforce.auth.enabled=true", "enforce.auth.schemes=sasl"]
+    return lines
+
+
+def _jaas_quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def zookeeper_server_jaas(users: Mapping[str, Password | str]) -> Password:
+    """The JAAS file text of a ZooKeeper server checking SASL DIGEST-MD5 logins
+    of ``users`` (name -> password): its ``Server`` section."""
+    if not users:
+        raise ValueError("a ZooKeeper Server section needs at least one user")
+    entries = "\n".join(f"  user_{name}={_jaas_quoted(Password(password).value)}" for name, password in users.items())
+    return Password(f"Server {{\n  {DIGEST_LOGIN_MODULE} required\n{entries};\n}};\n")
+
+
+def zookeeper_client_jaas(username: str, password: Password | str, section: str = "Client") -> Password:
+    """The JAAS file text of a ZooKeeper client logging in as ``username``
+    (what zkcoord's ``zookeeper_sasl_jaas_file`` reads, as Kafka's does)."""
+    return Password(f"{section} {{\n  {DIGEST_LOGIN_MODULE} required\n  username={_jaas_quoted(username)}\n"
+                    f"  password={_jaas_quoted(Password(password).value)};\n}};\n")
 
 
 def server_properties(broker_id: int, port: int, zookeeper: str, log_dir: Path, brokers: int) -> str:

@@ -87,6 +87,7 @@ from zkcoord.migrate.spark_cds import ClassArchive, class_archive
 from zkcoord.migrate.status import MigrationStore
 from zkcoord.migrate.spark_tasks import MODES, REPORT_COLUMNS, JobSummary, SummaryParam, TaskSpec, no_rows, \
     run_partition
+from zkcoord.zk.auth import ZkSecurity
 from zkcoord.zk.connection import ZkConnection, parse_hosts
 from zkcoord.zk import paths
 from zkcoord.zk.paths import OffsetPaths
@@ -155,6 +156,9 @@ class JobConfig:
     apply_concurrency: int = 4
     zk_reads: str = "auto"
     overwrite: bool = False
+    # The ZooKeeper login and ACLs of the driver and every task; ZkSecurity.loaded() when the executors
+    # cannot read its JAAS file (the Password in it pickles; it is never in the report or a log line).
+    zk_security: ZkSecurity | None = None
 
     def __post_init__(self) -> None:
         parse_hosts(self.zookeeper)
@@ -174,7 +178,7 @@ class JobConfig:
         return TaskSpec(self.zookeeper, self.bootstrap_servers, self.zk_root, self.mode, self.options,
                         self.allow_active_kafka_members, self.record_verify, self.timeout_ms, self.batch_groups,
                         self.apply_concurrency, self.zk_reads, bool(self.selection.groups), absent,
-                        progress_address, token)
+                        progress_address, token, self.zk_security)
 
 
 @dataclass(frozen=True)
@@ -432,7 +436,8 @@ async def _list_groups(config: JobConfig) -> tuple[list[str], frozenset[str]]:
     with a migration record (named groups: any), as ``migrate verify`` does.
     """
     conn = ZkConnection(config.zookeeper, connect_timeout_ms=config.timeout_ms,
-                        request_timeout_ms=config.timeout_ms, fail_when_refused=True)  # the command's own
+                        request_timeout_ms=config.timeout_ms, fail_when_refused=True,
+                        security=config.zk_security)  # the command's own
     async with conn:
         legacy = LegacyOffsets(conn, config.zk_root)
         if config.mode != "verify":

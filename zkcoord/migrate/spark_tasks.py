@@ -87,6 +87,7 @@ from zkcoord.zk.bulk_reads import MultiReadLegacy, ReaderLegacy, Reads, SelectHa
 from zkcoord.migrate.status import MigrationStore, Phase
 from zkcoord.migrate.verify import MIGRATED, VerifyResult, compare
 from zkcoord.zk import paths
+from zkcoord.zk.auth import ZkSecurity
 from zkcoord.zk.connection import ZkConnection
 
 __all__ = ["REPORT_COLUMNS", "MODES", "ZK_READS", "TaskSpec", "JobSummary", "SummaryParam", "ProgressReporter",
@@ -136,6 +137,7 @@ class TaskSpec:
     absent: frozenset[str] = frozenset()
     progress_address: tuple[str, int] | None = None
     progress_token: str = ""
+    zk_security: ZkSecurity | None = None  # the ZooKeeper login (its Password pickles; repr hides it)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -252,7 +254,8 @@ class _PartitionRun:
     def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec
         self.conn = ZkConnection(spec.zookeeper, connect_timeout_ms=spec.timeout_ms,
-                                 request_timeout_ms=spec.timeout_ms, handler=SelectHandler())
+                                 request_timeout_ms=spec.timeout_ms, handler=SelectHandler(),
+                                 security=spec.zk_security)
         self.kafka = KafkaOffsets(spec.bootstrap_servers, request_timeout_ms=spec.timeout_ms)
         self.reader: MultiReadLegacy | SingleReads | None = None
         self.adapters: Adapters | None = None

@@ -68,7 +68,7 @@ class Daemon:
     def __init__(self, config: DaemonConfig):
         self.config = config
         self.conn = ZkConnection(config.zookeeper, session_timeout_ms=config.zk_session_timeout_ms,
-                                 connect_timeout_ms=config.zk_connect_timeout_ms)
+                                 connect_timeout_ms=config.zk_connect_timeout_ms, security=config.zookeeper_security)
         self.server: KafkaProtocolServer | None = None
         self.nodes: NodeRegistry | None = None
         self.ownership: GroupOwnership | None = None

@@ -32,13 +32,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from kazoo.exceptions import (
-    ConnectionClosedError, ConnectionLoss, KazooException, NoAuthError, OperationTimeoutError,
-    RolledBackError, RuntimeInconsistency, SessionExpiredError,
+    AuthFailedError, ConnectionClosedError, ConnectionLoss, InvalidACLError, KazooException, NoAuthError,
+    OperationTimeoutError, RolledBackError, RuntimeInconsistency, SessionClosedRequireSaslError, SessionExpiredError,
 )
 
 from kazoo.retry import ForceRetryError
 
-from zkcoord.errors import ConfigError, ServiceUnavailableError, ZkcoordError
+from zkcoord.errors import AuthenticationError, AuthorizationError, ConfigError, ServiceUnavailableError, ZkcoordError
 
 __all__ = ["post", "future_of", "call", "gather", "transaction_failure", "AsyncRetry", "translate",
            "RETRYABLE"]
@@ -140,7 +140,18 @@ def translate(exc: BaseException, what: str, hosts: str) -> ZkcoordError:
     if isinstance(exc, (*RETRYABLE, SessionExpiredError)):
         return ServiceUnavailableError(f"cannot {what}: lost the connection to ZooKeeper at {hosts} ({exc!r})")
     if isinstance(exc, NoAuthError):
-        return ConfigError(f"ZooKeeper at {hosts} refused to {what}: no permission (check the znode ACLs)")
+        return AuthorizationError(f"ZooKeeper at {hosts} refused to {what}: no permission (the znode's ACL does "
+                                  "not let this login do it; check the ZooKeeper login, and the ACLs with "
+                                  "`zkcoord zookeeper-acl show`)")
+    if isinstance(exc, SessionClosedRequireSaslError):
+        return AuthenticationError(f"cannot {what}: ZooKeeper at {hosts} requires a SASL login and closed the "
+                                   "session; give one (zookeeper_sasl_jaas_file, --zookeeper-sasl-jaas-file)")
+    if isinstance(exc, AuthFailedError):
+        return AuthenticationError(f"cannot {what}: ZooKeeper at {hosts} refused our login; check the ZooKeeper "
+                                   "login settings (zookeeper_sasl_jaas_file, zookeeper_digest)")
+    if isinstance(exc, InvalidACLError):
+        return ConfigError(f"ZooKeeper at {hosts} refused to {what}: invalid ACL (zookeeper_set_acl gives what "
+                           "zkcoord creates to the identity it logged in as: this session has none)")
     if isinstance(exc, KazooException):
         return ZkcoordError(f"ZooKeeper at {hosts} failed to {what}: {type(exc).__name__} {exc}")
     return ZkcoordError(f"failed to {what}: {exc!r}")

@@ -31,6 +31,16 @@ Rules:
    name does not resolve) three times in a row, 0.1 s apart. A server that
    accepts, slowly or only to drop the connection (ZooKeeper starting up),
    or that does not answer at all, is still waited for up to the time-out.
+5. With a login (:class:`~zkcoord.zk.auth.ZkSecurity`), :meth:`start`
+   returns only once ZooKeeper accepted it. kazoo reports CONNECTED before
+   its SASL exchange, so a first request waits for the exchange's outcome:
+   a wrong password or an unknown user fails at once, a server without SASL
+   never answers the exchange and kazoo gives up after the session time-out
+   divided by the number of servers; either is one AuthenticationError line
+   naming the address, the mechanism and the user. A digest login
+   (ZooKeeper accepts any) is checked against the ACL of ``/zkcoord``. A
+   login refused later, on a reconnection, ends kazoo's reconnecting: logged
+   as an error, every request then fails with AuthenticationError.
 """
 
 from __future__ import annotations
@@ -46,17 +56,45 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import (
+    AuthFailedError, ConnectionLoss, KazooException, NoNodeError, SessionClosedRequireSaslError,
+)
 from kazoo.handlers.threading import SequentialThreadingHandler
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.serialization import SASL, Auth
+from kazoo.protocol.states import KazooState, KeeperState
 
-from zkcoord.errors import ConfigError, ServiceUnavailableError
+from zkcoord.errors import AuthenticationError, ConfigError, ServiceUnavailableError, ZkcoordError
+from zkcoord.security.secrets import HIDDEN
 from zkcoord.zk import aio
-from zkcoord.zk.paths import check_absolute
+from zkcoord.zk.auth import ZkSecurity, digest_mismatch
+from zkcoord.zk.paths import ROOT, check_absolute
 
-__all__ = ["SessionEvent", "ZkConnection", "parse_hosts", "refusals"]
+__all__ = ["SessionEvent", "ZkConnection", "parse_hosts", "refusals", "login_refused", "wait_znode_gone"]
 
 log = logging.getLogger(__name__)
+
+
+class _HideCredentials(logging.Filter):
+    """kazoo logs every request it sends at DEBUG (``-vv``): an Auth packet
+    holds a digest login's password, a SASL packet a response computed from
+    one. Their text is replaced before any handler sees the record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, (Auth, SASL)) for a in args):
+            record.args = tuple(_hidden(a) for a in args)
+        return True
+
+
+def _hidden(arg: object) -> object:
+    if isinstance(arg, Auth):
+        return f"Auth(scheme={arg.scheme!r}, auth={HIDDEN})"
+    if isinstance(arg, SASL):
+        return f"SASL(token={HIDDEN})"
+    return arg
+
+
+logging.getLogger("kazoo.client").addFilter(_HideCredentials())  # every KazooClient logs there (ours included)
 
 
 class SessionEvent(enum.Enum):
@@ -158,8 +196,9 @@ class ZkConnection:
 
     def __init__(self, hosts: str, *, session_timeout_ms: int = 10_000, connect_timeout_ms: int = 15_000,
                  request_timeout_ms: int | None = None, require_chroot: bool = True, handler: Any = None,
-                 fail_when_refused: bool = False) -> None:
+                 fail_when_refused: bool = False, security: ZkSecurity | None = None) -> None:
         self.servers, self.chroot = parse_hosts(hosts)
+        self.security = security  # the login and the ACL of what we create (rule 5); None: neither
         self.handler = handler  # a kazoo handler; None: a new SelectHandler per client
         self.multi_read: bool | None = None  # the server has multiRead (bulk_reads.read_many asks once)
         self.hosts = hosts.strip()
@@ -174,6 +213,7 @@ class ZkConnection:
         self._session_id: int | None = None
         self._suspended = False
         self._stopping = False
+        self._started = False  # start() returned: a refused login is then a reconnection's
 
     @property
     def client(self) -> KazooClient:
@@ -192,16 +232,19 @@ class ZkConnection:
         return self._client is not None and self._client.connected and not self._stopping
 
     def start(self) -> None:
-        """Connect, or raise ServiceUnavailableError naming address and time-out.
+        """Connect, or raise ServiceUnavailableError naming address and time-out
+        (AuthenticationError when ZooKeeper refuses the login: rule 5).
 
         Blocks up to ``connect_timeout_ms``: call it before serving, or with
         ``await asyncio.to_thread(conn.start)`` (``async with conn`` does).
         """
+        options = self.security.kazoo_options() if self.security is not None else {}  # reads a JAAS file
         client = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000,
                              connection_retry={"max_tries": -1, "max_delay": 1.0},
-                             handler=self.handler if self.handler is not None else SelectHandler())
+                             handler=self.handler if self.handler is not None else SelectHandler(), **options)
         client.add_listener(self._on_kazoo_state)
         self._stopping = False
+        self._started = False
         self._client = client  # before start: the first CONNECTED reads its session id
         live = client.start_async()
         failure = self._wait_for_session(live)
@@ -211,10 +254,23 @@ class ZkConnection:
             client.close()
             raise ServiceUnavailableError(f"cannot connect to ZooKeeper at {self.hosts}: {failure}; check the "
                                           "address and that ZooKeeper is up") from None
-        if self.chroot and self.require_chroot and client.exists("/") is None:
+        if self._logs_in:
+            refused = self._login_refusal(client)
+            if refused is not None:
+                self.stop()
+                raise refused
+        try:
+            chroot_missing = self.chroot and self.require_chroot and client.exists("/") is None
+        except KazooException as exc:  # ZooKeeper requires a login we do not have, say
+            self.stop()
+            raise aio.translate(exc, "read the chroot", self.hosts) from None
+        if chroot_missing:
             self.stop()
             raise ConfigError(f"the chroot {self.chroot} of {self.hosts} does not exist in ZooKeeper; "
                               "create it (zkCli.sh create " + self.chroot + ") or fix the connection string")
+        self._started = True
+        if self._logs_in:
+            log.info("ZooKeeper session connected (%s), logged in with %s", self.hosts, self.security.describe())
 
     def _wait_for_session(self, live: threading.Event) -> str | None:
         """Wait for kazoo's first session (``live``): None once it is up, else why not."""
@@ -232,6 +288,52 @@ class ZkConnection:
         if live.wait(max(0.0, deadline - time.monotonic())):
             return None
         return f"no answer within {self.connect_timeout_ms / 1000:g} s"
+
+    def _login_refusal(self, client: KazooClient) -> ZkcoordError | None:
+        """Wait for ZooKeeper's verdict on our login (rule 5): None once it is
+        accepted, else the error to raise."""
+        deadline = time.monotonic() + max(self.connect_timeout_ms, self.session_timeout_ms) / 1000 + 1
+        started = time.monotonic()
+        while True:
+            try:
+                # Queued behind the SASL exchange and the digest auth: answered once both are through.
+                client.exists_async("/").get(timeout=max(0.01, deadline - time.monotonic()))
+                break
+            except AuthFailedError:
+                return AuthenticationError(login_refused(self.hosts, self.security, len(self.servers),
+                                                         time.monotonic() - started, self.session_timeout_ms))
+            except SessionClosedRequireSaslError as exc:  # a digest login where ZooKeeper requires SASL
+                return aio.translate(exc, f"log in ({self.security.describe()})", self.hosts)
+            except ConnectionLoss:  # the connection dropped after CONNECTED: kazoo reconnects
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+            except client.handler.timeout_exception:
+                break
+        if not client.connected:
+            return ServiceUnavailableError(f"ZooKeeper at {self.hosts} did not confirm the login "
+                                           f"({self.security.describe()}) within "
+                                           f"{max(self.connect_timeout_ms, self.session_timeout_ms) / 1000:g} s")
+        return self._digest_refusal(client)
+
+    def _digest_refusal(self, client: KazooClient) -> ZkcoordError | None:
+        """ZooKeeper accepts any digest login: a wrong password shows as
+        zkcoord's root znode granting the same user under another password."""
+        if self.security.digest is None:
+            return None
+        try:
+            acls, _ = client.get_acls(ROOT)
+        except NoNodeError:
+            return None
+        except KazooException as exc:
+            return aio.translate(exc, f"read the ACL of {ROOT}", self.hosts)
+        user = digest_mismatch(acls, self.security)
+        if user is None:
+            return None
+        return AuthenticationError(
+            f"ZooKeeper at {self.hosts}: the digest login as user {user!r} has another password than the one "
+            f"{ROOT} was secured with (ZooKeeper accepts any digest login, so the password only shows in the "
+            "znodes' ACLs); check zookeeper_digest (ZKCOORD_ZOOKEEPER_DIGEST)")
 
     def stop(self) -> None:
         """End the session (its ephemeral znodes go at once) and free the client."""
@@ -267,6 +369,11 @@ class ZkConnection:
             self._emit(SessionEvent.SUSPENDED)
         elif state == KazooState.LOST:
             self._suspended = False
+            client = self._client
+            if client is not None and client.client_state == KeeperState.AUTH_FAILED and self._started:
+                log.error("ZooKeeper at %s refused our login (%s) on reconnecting; kazoo does not reconnect "
+                          "after that: restart once the login is fixed", self.hosts,
+                          self.security.describe() if self.security else "no login")
             if self._session_id is not None:
                 self._session_id = None
                 self._emit(SessionEvent.LOST)
@@ -283,8 +390,13 @@ class ZkConnection:
             self._session_id = new_id
             self._emit(SessionEvent.CONNECTED)
 
+    @property
+    def _logs_in(self) -> bool:
+        return self.security is not None and self.security.logs_in
+
     def _emit(self, event: SessionEvent) -> None:
-        log.info("ZooKeeper session %s (%s)", event.value, self.hosts)
+        if self._started or not self._logs_in:  # a login not yet accepted: start() says how it went
+            log.info("ZooKeeper session %s (%s)", event.value, self.hosts)
         for listener, loop in list(self._listeners.items()):
             if loop is not None:
                 aio.post(loop, listener, event)
@@ -295,13 +407,33 @@ class ZkConnection:
                 log.exception("ZooKeeper session listener %r failed", listener)
 
 
-def wait_znode_gone(hosts: str, path: str, timeout_s: float = 60.0) -> bool:
+def login_refused(hosts: str, security: ZkSecurity | None, servers: int, elapsed_s: float,
+                  session_timeout_ms: int) -> str:
+    """The one line saying ZooKeeper refused ``security``'s login. A server
+    without SASL never answers the exchange: kazoo gives up after the
+    session time-out over the number of servers, which tells it from a
+    refusal (answered at once)."""
+    what = security.describe() if security is not None else "the login"
+    sasl = security is not None and (security.sasl is not None or bool(security.sasl_jaas_file))
+    unanswered = sasl and elapsed_s >= 0.8 * session_timeout_ms / 1000 / max(1, servers)
+    if unanswered:
+        why = (f"the server did not answer the SASL exchange within {elapsed_s:.0f} s: is SASL enabled on it "
+               "(authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider in zoo.cfg and a "
+               "Server section in its JAAS file)?")
+    else:
+        why = "a wrong password or a user the server does not know; check the login's user and password"
+    return f"ZooKeeper at {hosts} refused the login ({what}): {why}"
+
+
+def wait_znode_gone(hosts: str, path: str, timeout_s: float = 60.0, security: ZkSecurity | None = None) -> bool:
     """Block, with a short-lived session of its own, until ``path`` does not
     exist in the ZooKeeper at ``hosts`` (an ephemeral registration of a
     process killed with -9 stays until its session times out); whether it
     went within ``timeout_s``. ServiceUnavailableError if ZooKeeper cannot be
-    reached. For the sandbox's restarts, never on an event loop."""
-    client = KazooClient(hosts=hosts, timeout=10)
+    reached, AuthenticationError if it refuses ``security``'s login. For the
+    sandbox's restarts, never on an event loop."""
+    client = KazooClient(hosts=hosts, timeout=10, **(security.kazoo_options() if security is not None else {}))
+    started = time.monotonic()
     try:
         client.start(timeout=30)
         deadline = time.monotonic() + timeout_s
@@ -310,6 +442,12 @@ def wait_znode_gone(hosts: str, path: str, timeout_s: float = 60.0) -> bool:
                 return False
             time.sleep(0.25)
         return True
+    except SessionClosedRequireSaslError as exc:
+        raise aio.translate(exc, f"wait for {path} to go", hosts) from None
+    except AuthFailedError:
+        servers = len(parse_hosts(hosts)[0])
+        raise AuthenticationError(login_refused(hosts, security, servers, time.monotonic() - started,
+                                                10_000)) from None
     except (KazooException, OSError) as exc:
         raise ServiceUnavailableError(f"cannot reach ZooKeeper at {hosts}: {exc}") from None
     finally:

@@ -18,6 +18,8 @@ Rules:
    partition numbers are skipped (legacy tools ignore them too).
 3. A corrupt zkcoord state record is that group's ``state_error`` (the
    StateError's message, naming its znode): the other groups are read.
+4. Writes create ``<root>/<group>`` with open ACLs, what is below it with
+   the connection's (:mod:`zkcoord.zk.auth` rule 1), as the offset store does.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import ConflictError, StateError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
-from zkcoord.zk.offsets import OffsetStore
+from zkcoord.zk.offsets import OffsetStore, ensure_group_dirs
 from zkcoord.zk.state_store import decode_state
 
 __all__ = ["LegacyGroup", "LegacyOffsets", "LegacyVersions", "TopicPartition"]
@@ -259,10 +261,9 @@ class LegacyOffsets:
         async def inner() -> bool:
             client, loop = self._conn.client, asyncio.get_running_loop()
             topics = sorted({t for t, _, _, _ in ops})
+            _raise_first(await ensure_group_dirs(self._conn, [layout.group(group)]))  # open: zkcoord.zk.auth rule 1
             ensured = await aio.gather(loop, [client.ensure_path_async(layout.topic_dir(group, t)) for t in topics])
-            for outcome in ensured:
-                if isinstance(outcome, BaseException):
-                    raise outcome
+            _raise_first(ensured)
             txn = client.transaction()
             for topic, partition, offset, version in ops:
                 path, value = layout.partition(group, topic, partition), str(offset).encode()
@@ -278,6 +279,12 @@ class LegacyOffsets:
             raise aio.translate(failure[1], f"write the legacy offsets of group {group!r}", self._conn.hosts)
 
         return await self._conn.retry(f"write the legacy offsets of group {group!r}", inner)
+
+
+def _raise_first(outcomes: Iterable[object]) -> None:
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
 
 
 def _raise_unexpected(*outcomes: object) -> None:

@@ -291,10 +291,10 @@ async def read_nodes(client, watch: Callable | None = None) -> dict[int, NodeInf
     return found
 
 
-def wait_node_unregistered(hosts: str, node_id: int, timeout_s: float = 60.0) -> bool:
+def wait_node_unregistered(hosts: str, node_id: int, timeout_s: float = 60.0, security=None) -> bool:
     """Block until ``/zkcoord/nodes/<node_id>`` is gone from the ZooKeeper at
     ``hosts``: a daemon killed with -9 keeps it until its session times out,
     and a new daemon with that id fails with NodeIdInUseError meanwhile.
     Whether it went within ``timeout_s``; ServiceUnavailableError if
-    ZooKeeper cannot be reached."""
-    return wait_znode_gone(hosts, paths.node(node_id), timeout_s)
+    ZooKeeper cannot be reached. ``security``: the ZooKeeper login (ZkSecurity)."""
+    return wait_znode_gone(hosts, paths.node(node_id), timeout_s, security)

@@ -37,6 +37,10 @@ Rules:
    :meth:`OffsetStore.prepare` (its ops built and split in slices, yielding
    to the event loop between them) and then queued by :meth:`submit` at
    once, so a caller holding a group's lock holds the loop only briefly.
+7. The root and ``<root>/<group>`` are created with open ACLs even with
+   ``zookeeper_set_acl`` (:mod:`zkcoord.zk.auth` rule 1: legacy consumers
+   register under them); ``offsets``, ``offsets-metadata`` and below get
+   the connection's ACL.
 """
 
 from __future__ import annotations
@@ -56,11 +60,13 @@ from zkcoord.core.legacy_values import Unparsable, partition_number, read_legacy
 from zkcoord.core.offset_fetch import Wanted, wanted_by_topic
 from zkcoord.errors import NotOwnerError, ServiceUnavailableError, UsageError, ZkcoordError
 from zkcoord.zk import aio, paths
+from zkcoord.zk.auth import OPEN_ACL
 from zkcoord.zk.multi_read import GET_DATA, read_many
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.ownership import Fence
 
-__all__ = ["OffsetStore", "FetchedOffsets", "OffsetStats", "PreparedCommit", "TopicPartition"]
+__all__ = ["OffsetStore", "FetchedOffsets", "OffsetStats", "PreparedCommit", "TopicPartition", "ensure_offsets_root",
+           "ensure_group_dirs"]
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +165,15 @@ async def ensure_offsets_root(conn: ZkConnection, root: str = paths.DEFAULT_CONS
     1.2's ZooKeeper module lists it at its own start, and never again if it
     was absent) then finds it before the first group commits."""
     path = paths.OffsetPaths(root).root
-    await conn.retry(f"create {path}", aio.call, conn.client.ensure_path_async, path)
+    await conn.retry(f"create {path}", aio.call, conn.client.ensure_path_async, path, OPEN_ACL)
+
+
+def ensure_group_dirs(conn: ZkConnection, group_dirs: Iterable[str]) -> asyncio.Future:
+    """Create each ``<root>/<group>`` (and the root) where missing, with open
+    ACLs whatever the connection's default (rule 7); a future of each
+    outcome (:func:`~zkcoord.zk.aio.gather`). Call on the event loop."""
+    client = conn.client
+    return aio.gather(asyncio.get_running_loop(), [client.ensure_path_async(d, OPEN_ACL) for d in group_dirs])
 
 
 class OffsetStore:
@@ -482,10 +496,13 @@ class OffsetStore:
         """Learn the children of every directory the batch touches; create
         the offset directories (and metadata ones it writes to) if absent."""
         need: dict[str, bool] = {}  # dir -> must exist
+        group_of: dict[str, str] = {}  # dir -> its <root>/<group>
         for request in batch.requests:
             for e in request.entries:
                 need[e.odir] = True
                 need[e.mdir] = need.get(e.mdir, False) or e.meta is not None
+                if e.odir not in group_of:
+                    group_of[e.odir] = group_of[e.mdir] = self.paths.group(request.group)
         client = self._conn.client
         loop = asyncio.get_running_loop()
         unknown = [d for d in need if d not in self._children]
@@ -498,6 +515,9 @@ class OffsetStore:
             else:
                 self._children[path] = set(outcome)
         missing = [d for d, must in need.items() if must and self._children.get(d) is None]
+        for outcome in await ensure_group_dirs(self._conn, sorted({group_of[d] for d in missing})):
+            if isinstance(outcome, BaseException):
+                raise outcome
         for path, outcome in zip(missing, await aio.gather(loop, [client.ensure_path_async(d) for d in missing])):
             if isinstance(outcome, BaseException):
                 raise outcome

@@ -133,10 +133,10 @@ class TopicRegistry:
         return handle
 
 
-def wait_broker_unregistered(hosts: str, broker_id: int, timeout_s: float = 60.0) -> bool:
+def wait_broker_unregistered(hosts: str, broker_id: int, timeout_s: float = 60.0, security=None) -> bool:
     """Block until broker ``broker_id``'s registration is gone from the
     ZooKeeper at ``hosts`` (a broker killed with -9 leaves it until its session
     times out, and a new broker with that id cannot register meanwhile);
     whether it went within ``timeout_s``. ServiceUnavailableError if ZooKeeper
-    cannot be reached."""
-    return wait_znode_gone(hosts, paths.broker_registration(broker_id), timeout_s)
+    cannot be reached. ``security``: the ZooKeeper login (ZkSecurity)."""
+    return wait_znode_gone(hosts, paths.broker_registration(broker_id), timeout_s, security)
