@@ -105,8 +105,9 @@ def new_ca(common_name: str = "zkcoord local CA", *, now: dt.datetime | None = N
            valid_days: int = CA_VALID_DAYS) -> Identity:
     """A self-signed CA that may sign leaf certificates only (path length 0)."""
     key = _new_key()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name),
-                      x509.NameAttribute(NameOID.ORGANIZATION_NAME, "zkcoord")])
+    # most significant first in DER, so the text reads CN=...,O=zkcoord (RFC 4514 prints it reversed)
+    name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "zkcoord"),
+                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     certificate = (_builder(name, name, key.public_key(), _now(now), valid_days)
                    .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
                    .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
@@ -150,9 +151,9 @@ def new_server_identity(ca: Identity, hosts: Sequence[str] = DEFAULT_HOSTS, *, c
     if not hosts:
         raise ConfigError("a server certificate needs at least one host name or IP address")
     cn = common_name or hosts[0]
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn),
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "zkcoord"),
                          x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "servers"),
-                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "zkcoord")])
+                         x509.NameAttribute(NameOID.COMMON_NAME, cn)])
     return _leaf(ca, subject, [_san(h) for h in dict.fromkeys(hosts)], now, valid_days)
 
 

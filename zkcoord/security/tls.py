@@ -311,6 +311,11 @@ class SslSettings:
         if openssl_names:
             context.set_ciphers(":".join(openssl_names))
 
+    def openssl_cipher_list(self) -> str:
+        """``ssl.cipher.suites``' TLS 1.2 suites in OpenSSL's names, ':'-joined ("" for the defaults)."""
+        names, _, _ = _cipher_plan(self.cipher_suites, _protocol_range(self.enabled_protocols))
+        return ":".join(names)
+
     def principal_mapper(self) -> SslPrincipalMapper:
         return SslPrincipalMapper(self.principal_mapping_rules)
 
