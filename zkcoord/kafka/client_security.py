@@ -413,10 +413,16 @@ async def _api_versions(connection: KafkaConnection, security: KafkaClientSecuri
         try:
             frame = await connection._exchange(request, version)
         except _Closed:
-            hint = ("; is it a TLS listener? security.protocol is " + security.security_protocol
-                    if not security.uses_tls else "; it may refuse our client certificate")
+            if security.uses_tls:
+                # A TLS 1.3 server checks our certificate after the handshake looked done to us, and
+                # may close without the alert that says so: the likeliest cause, not a certain one.
+                ours = "not trusted by it" if security.ssl.has_keystore else "we have none"
+                raise AuthenticationError(
+                    f"TLS with {connection.where}: the server closed the connection right after the handshake; "
+                    f"it probably refused our client certificate ({ours})") from None
             raise ServiceUnavailableError(f"{connection.where} closed the connection at its first request "
-                                          f"(ApiVersions){hint}") from None
+                                          f"(ApiVersions); is it a TLS listener? security.protocol is "
+                                          f"{security.security_protocol}") from None
         answer = ApiVersionsResponse.decode(frame[4:], version=version, header=True)
         table = {e.api_key: (e.min_version, e.max_version) for e in answer.api_keys}
         if answer.error_code == UNSUPPORTED_VERSION and API_VERSIONS in table:

@@ -19,6 +19,10 @@ Choices, each checked against the real software (tests/integration):
 * PKCS12 files use PBES2 (PBKDF2-HMAC-SHA256, AES-256-CBC) and an
   HMAC-SHA256 MAC: what Java 17's own keytool writes, readable by OpenSSL 3
   without its legacy provider (the old 3DES/RC2 defaults are not).
+* Encrypted PEM keys use PKCS#12's pbeWithSHAAnd3-KeyTripleDES-CBC: Java 17
+  has no SecretKeyFactory for the PBES2 keys cryptography writes, so Kafka's
+  PEM key store could not load them (see :func:`_pem_key`). Java also wants
+  such key passwords in ASCII.
 * PKCS12 trust stores carry Java's "trusted key usage" attribute
   (``serialize_java_truststore``); without it Java's KeyStore sees no trusted
   certificate entry in the file. PEM trust stores are the simplest choice for
@@ -34,7 +38,9 @@ here unless the caller leaves ``now`` out.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 import ipaddress
 import os
 import secrets
@@ -43,8 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.decrepit.ciphers.algorithms import TripleDES
+from cryptography.hazmat.primitives import hashes, padding, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.ciphers import Cipher, modes
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -189,20 +197,71 @@ def _write_private(path: Path, data: bytes) -> Path:
     return path
 
 
-def _key_encryption(password: Password | None) -> serialization.KeySerializationEncryption:
-    if password is None:
-        return serialization.NoEncryption()
-    return serialization.BestAvailableEncryption(password.value.encode("utf-8"))
-
-
 def _pem_certificates(certificates: Iterable[x509.Certificate]) -> bytes:
     return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certificates)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey, password: Password | None) -> bytes:
-    # PKCS#8 ("BEGIN [ENCRYPTED] PRIVATE KEY"): the only key form Kafka's PEM key store reads
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             _key_encryption(password))
+    """PKCS#8 ("BEGIN [ENCRYPTED] PRIVATE KEY"): the only key form Kafka's PEM key store reads."""
+    if password is None:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+    return _pkcs8_pbe_sha1_3des(key, password)
+
+
+# Kafka's PEM key store decrypts with SecretKeyFactory.getInstance(EncryptedPrivateKeyInfo.getAlgName()).
+# Java 17 names every PBES2 scheme (what cryptography and OpenSSL write by default) "PBES2", for
+# which there is no SecretKeyFactory: the load fails. PKCS#12's pbeWithSHAAnd3-KeyTripleDES-CBC
+# is the scheme Kafka's own tests encrypt PEM keys with; Java 17, OpenSSL 3 (default provider),
+# librdkafka and cryptography all read it. Weaker than PBES2, so PKCS12 stores keep PBES2.
+_PBE_SHA1_3DES = bytes.fromhex("060a2a864886f70d010c0103")  # OID 1.2.840.113549.1.12.1.3
+PEM_KEY_KDF_ROUNDS = 10_000
+
+
+def _der(tag: int, content: bytes) -> bytes:
+    size = len(content)
+    if size < 0x80:
+        return bytes([tag, size]) + content
+    length = size.to_bytes((size.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(length)]) + length + content
+
+
+def _pkcs12_kdf(password: str, salt: bytes, purpose: int, iterations: int, size: int) -> bytes:
+    """RFC 7292 appendix B.2 with SHA-1 (u = 20, v = 64); the password as a NUL-ended BMPString."""
+    u, v = 20, 64
+
+    def stretch(data: bytes) -> bytes:  # copies of data up to the next multiple of v bytes
+        length = v * -(-len(data) // v)
+        return (data * (length // max(len(data), 1) + 1))[:length]
+
+    diversifier = bytes([purpose]) * v
+    block = stretch(salt) + stretch(password.encode("utf-16-be") + b"\0\0")
+    out = b""
+    while len(out) < size:
+        digest = hashlib.sha1(diversifier + block).digest()
+        for _ in range(iterations - 1):
+            digest = hashlib.sha1(digest).digest()
+        out += digest
+        addend = int.from_bytes((digest * (v // u + 1))[:v], "big") + 1
+        block = b"".join(((int.from_bytes(block[j:j + v], "big") + addend) % (1 << (8 * v))).to_bytes(v, "big")
+                         for j in range(0, len(block), v))
+    return out[:size]
+
+
+def _pkcs8_pbe_sha1_3des(key: ec.EllipticCurvePrivateKey, password: Password) -> bytes:
+    plain = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption())
+    salt = secrets.token_bytes(8)
+    des_key = _pkcs12_kdf(password.value, salt, 1, PEM_KEY_KDF_ROUNDS, 24)
+    iv = _pkcs12_kdf(password.value, salt, 2, PEM_KEY_KDF_ROUNDS, 8)
+    padder = padding.PKCS7(64).padder()
+    encryptor = Cipher(TripleDES(des_key), modes.CBC(iv)).encryptor()
+    sealed = encryptor.update(padder.update(plain) + padder.finalize()) + encryptor.finalize()
+    parameters = _der(0x30, _der(0x04, salt) + _der(0x02, PEM_KEY_KDF_ROUNDS.to_bytes((PEM_KEY_KDF_ROUNDS.bit_length() + 8) // 8, "big")))
+    der = _der(0x30, _der(0x30, _PBE_SHA1_3DES + parameters) + _der(0x04, sealed))
+    body = base64.encodebytes(der).replace(b"\n", b"")
+    lines = b"\n".join(body[i:i + 64] for i in range(0, len(body), 64))
+    return b"-----BEGIN ENCRYPTED PRIVATE KEY-----\n" + lines + b"\n-----END ENCRYPTED PRIVATE KEY-----\n"
 
 
 def _pkcs12_encryption(password: Password) -> serialization.KeySerializationEncryption:
