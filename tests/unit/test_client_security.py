@@ -3,6 +3,10 @@ librdkafka and Java client settings (no network here)."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import hashlib
+import hmac
 import os
 import ssl
 import stat
@@ -11,9 +15,14 @@ import pytest
 from kafka.admin.client import KafkaAdminClient
 from kafka.consumer.group import KafkaConsumer
 from kafka.producer.kafka import KafkaProducer
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.sasl import (SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+                                 SaslHandshakeResponse)
 
-from zkcoord.errors import ConfigError
-from zkcoord.kafka.client_security import KafkaClientSecurity, format_java_properties
+from zkcoord.errors import AuthenticationError, ConfigError
+from zkcoord.kafka.client_security import KafkaClientSecurity, format_java_properties, open_kafka_connection
+from zkcoord.server.codec import (ApiRegistry, ApiSpec, api_versions_response, decode_request, encode_response,
+                                  response_for)
 from zkcoord.local import certs
 from zkcoord.security.properties import parse_properties
 from zkcoord.security.secrets import Password
@@ -220,3 +229,150 @@ def test_files_for_clients_are_private(ca, tmp_path):
                                                               truststore_password=STORE_PW))
     assert "ssl.ca.pem hold PEM text, which a librdkafka file cannot" in _error(
         lambda: pkcs12_trust.write_librdkafka_config(tmp_path / "x.conf"))
+
+
+# -- open_kafka_connection's SASL login, against a stand-in ------------------------------------
+# Real SASL listeners (the daemon's, the secure sandbox's brokers) are tested
+# with them; this stand-in speaks Kafka's SASL exchange with kafka-python's
+# generated classes and checks PLAIN and SCRAM as RFC 4616 / RFC 5802 say.
+
+SASL_APIS = ApiRegistry([ApiSpec(ApiVersionsRequest, ApiVersionsResponse, 0, 3),
+                         ApiSpec(SaslHandshakeRequest, SaslHandshakeResponse, 0, 1),
+                         ApiSpec(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2)])
+HASHES = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
+
+
+class SaslStandIn:
+    def __init__(self, *, apis: ApiRegistry = SASL_APIS, mechanisms=("PLAIN", "SCRAM-SHA-256"),
+                 users=None, lie: bool = False, close_on_authenticate: bool = False) -> None:
+        self.apis, self.mechanisms, self.lie, self.close_on_authenticate = apis, mechanisms, lie, close_on_authenticate
+        self.users = users if users is not None else {"alice": SECRET}
+        self.seen: list[tuple[int, int]] = []
+
+    async def __aenter__(self):
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _serve(self, reader, writer):
+        state: dict = {}
+        try:
+            while True:
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                decoded = decode_request(await reader.readexactly(size), self.apis)
+                self.seen.append((decoded.api_key, decoded.api_version))
+                if decoded.immediate_response is not None:
+                    response = decoded.immediate_response
+                elif decoded.api_key == 18:
+                    response = api_versions_response(decoded.api_version, self.apis)
+                elif decoded.api_key == 17:
+                    state["mechanism"] = decoded.request.mechanism
+                    known = state["mechanism"] in self.mechanisms
+                    response = response_for(decoded, error_code=0 if known else 33, mechanisms=list(self.mechanisms))
+                else:
+                    if self.close_on_authenticate:
+                        return
+                    response = response_for(decoded, **self._authenticate(state, bytes(decoded.request.auth_bytes)))
+                writer.write(encode_response(decoded, response))
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            pass
+        finally:
+            writer.close()
+
+    def _authenticate(self, state: dict, token: bytes) -> dict:
+        failed = dict(error_code=58, error_message="Authentication failed: Invalid username or password",
+                      auth_bytes=b"")
+        if state["mechanism"] == "PLAIN":
+            _, user, password = token.decode().split("\0")
+            ok = self.users.get(user) == password
+            return dict(auth_bytes=b"", session_lifetime_ms=3_600_000) if ok else failed
+        digest = HASHES[state["mechanism"]]
+        if "first" not in state:
+            bare = token.decode()[3:]
+            fields = dict(kv.split("=", 1) for kv in bare.split(","))
+            state["user"] = fields["n"].replace("=2C", ",").replace("=3D", "=")
+            state["first"] = f"r={fields['r']}server-nonce,s={base64.b64encode(b'salty').decode()},i=4096"
+            state["bare"] = bare
+            return dict(auth_bytes=state["first"].encode())
+        final = token.decode()
+        without_proof, proof = final.rsplit(",p=", 1)
+        message = f"{state['bare']},{state['first']},{without_proof}".encode()
+        salted = hashlib.pbkdf2_hmac(digest().name, self.users.get(state["user"], "").encode(), b"salty", 4096)
+        client_key = hmac.new(salted, b"Client Key", digest).digest()
+        signature = hmac.new(digest(client_key).digest(), message, digest).digest()
+        expected = bytes(a ^ b for a, b in zip(client_key, signature))
+        if state["user"] not in self.users or base64.b64decode(proof) != expected:
+            return failed
+        server_key = hmac.new(salted, b"Server Key", digest).digest()
+        verifier = hmac.new(server_key, message + (b"!" if self.lie else b""), digest).digest()
+        return dict(auth_bytes=b"v=" + base64.b64encode(verifier))
+
+
+def _login(stand_in: SaslStandIn, security: KafkaClientSecurity):
+    async def scenario():
+        async with stand_in:
+            connection = await open_kafka_connection("127.0.0.1", stand_in.port, security, timeout_s=10)
+            await connection.close()
+            return connection
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("mechanism, user", [("PLAIN", "alice"), ("SCRAM-SHA-256", "alice"),
+                                             ("SCRAM-SHA-512", "a,b=c")])
+def test_sasl_login(mechanism, user):
+    stand_in = SaslStandIn(mechanisms=(mechanism,), users={user: SECRET})
+    connection = _login(stand_in, KafkaClientSecurity("SASL_PLAINTEXT", mechanism, user, Password(SECRET)))
+    assert connection.user == user
+    rounds = 1 if mechanism == "PLAIN" else 2
+    assert stand_in.seen == [(18, 3), (17, 1)] + [(36, 2)] * rounds
+    assert connection.next_correlation_id == 3 + rounds
+    assert connection.session_lifetime_ms == (3_600_000 if mechanism == "PLAIN" else 0)
+
+
+def test_kip511_fallback_and_older_sasl_authenticate():
+    apis = ApiRegistry([ApiSpec(ApiVersionsRequest, ApiVersionsResponse, 0, 2),
+                        ApiSpec(SaslHandshakeRequest, SaslHandshakeResponse, 0, 1),
+                        ApiSpec(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 0)])
+    stand_in = SaslStandIn(apis=apis)
+    connection = _login(stand_in, KafkaClientSecurity("SASL_PLAINTEXT", "PLAIN", "alice", Password(SECRET)))
+    assert stand_in.seen == [(18, 3), (18, 2), (17, 1), (36, 0)]
+    assert connection.api_versions == {18: (0, 2), 17: (0, 1), 36: (0, 0)}
+
+
+def _refused_login(stand_in: SaslStandIn, security: KafkaClientSecurity) -> str:
+    with pytest.raises(AuthenticationError) as info:
+        _login(stand_in, security)
+    assert SECRET not in str(info.value) and "wrong-pw" not in str(info.value)
+    return str(info.value).replace(f"127.0.0.1:{stand_in.port}", "HOST")
+
+
+@pytest.mark.parametrize("stand_in, security, expected", [
+    (SaslStandIn(), KafkaClientSecurity("SASL_PLAINTEXT", "PLAIN", "alice", Password("wrong-pw")),
+     "HOST refused the PLAIN login of user 'alice': SaslAuthenticationFailedError: Authentication failed: "
+     "Invalid username or password"),
+    (SaslStandIn(), KafkaClientSecurity("SASL_PLAINTEXT", "SCRAM-SHA-256", "alice", Password("wrong-pw")),
+     "HOST refused the SCRAM-SHA-256 login of user 'alice': SaslAuthenticationFailedError: Authentication failed: "
+     "Invalid username or password"),
+    (SaslStandIn(), KafkaClientSecurity("SASL_PLAINTEXT", "SCRAM-SHA-256", "mallory", Password(SECRET)),
+     "HOST refused the SCRAM-SHA-256 login of user 'mallory': SaslAuthenticationFailedError"),
+    (SaslStandIn(), KafkaClientSecurity("SASL_PLAINTEXT", "SCRAM-SHA-512", "alice", Password(SECRET)),
+     "HOST refused the SCRAM-SHA-512 login of user 'alice': the server does not enable SCRAM-SHA-512; it offers "
+     "PLAIN, SCRAM-SHA-256"),
+    (SaslStandIn(lie=True), KafkaClientSecurity("SASL_PLAINTEXT", "SCRAM-SHA-256", "alice", Password(SECRET)),
+     "HOST refused the SCRAM-SHA-256 login of user 'alice': the server's answer fails the SCRAM-SHA-256 check: "
+     "Server sent wrong signature! (it does not hold this user's credentials)"),
+    (SaslStandIn(close_on_authenticate=True), KafkaClientSecurity("SASL_PLAINTEXT", "PLAIN", "alice", Password(SECRET)),
+     "HOST refused the PLAIN login of user 'alice': it closed the connection during the login (Kafka does this "
+     "on a mechanism or state error)"),
+    (SaslStandIn(apis=ApiRegistry([ApiSpec(ApiVersionsRequest, ApiVersionsResponse, 0, 3)])),
+     KafkaClientSecurity("SASL_PLAINTEXT", "PLAIN", "alice", Password(SECRET)),
+     "HOST offers no SaslHandshake v1 / SaslAuthenticate: not a SASL listener (security.protocol is SASL_PLAINTEXT)"),
+])
+def test_refused_logins(stand_in, security, expected):
+    assert _refused_login(stand_in, security).startswith(expected)

@@ -4,6 +4,7 @@ and the local CA of zkcoord.local.certs."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import logging
 import os
@@ -70,6 +71,18 @@ def test_pkcs12_files_read_back(ca):
     truststore = pkcs12.load_pkcs12(ca.truststore_pkcs12.read_bytes(), STORE_PW.encode())
     assert truststore.key is None and len(truststore.additional_certs) == 1
     # Java's view of both (a PrivateKeyEntry, a trustedCertEntry): tests/integration/test_client_security_connection.py
+
+
+def test_encrypted_pem_keys_are_ones_java_17_and_openssl_read(ca):
+    der = base64.b64decode(b"".join(ca.server_key_pem.read_bytes().splitlines()[1:-1]))
+    assert bytes.fromhex("060a2a864886f70d010c0103") in der[:24]  # pbeWithSHAAnd3-KeyTripleDES-CBC, not PBES2
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(ca.server_certificate_pem, ca.server_key_pem, password=KEY_PW)  # OpenSSL's own decryption
+    with pytest.raises(ssl.SSLError):
+        context.load_cert_chain(ca.server_certificate_pem, ca.server_key_pem, password="not-it")
+    key = serialization.load_pem_private_key(ca.clients["alice"].key_pem.read_bytes(), KEY_PW.encode())
+    alice = x509.load_pem_x509_certificate(ca.clients["alice"].certificate_pem.read_bytes())
+    assert key.public_key() == alice.public_key()
 
 
 def test_client_subject_that_is_not_rfc4514_is_a_config_error(ca):
