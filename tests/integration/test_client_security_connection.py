@@ -197,7 +197,8 @@ def test_a_required_client_certificate_that_is_missing(ca):
 
 def test_a_server_certificate_from_another_ca(ca, tmp_path):
     other = certs.make_local_ca(tmp_path / "other", store_password=Password(STORE_PW))
-    text = _refused(_server(ca, "none"), _client(ca, certificate=False, truststore_location=str(other.ca_certificate_pem)))
+    client = _client(ca, certificate=False, truststore_location=str(other.ca_certificate_pem))
+    text = _refused(_server(ca, "none"), client)
     assert "the server's certificate is not accepted: self-signed certificate in certificate chain" in text
 
 
@@ -290,7 +291,8 @@ JAVA_CLIENT = textwrap.dedent("""\
                     System.out.println("FAIL " + e + (e.getCause() != null ? " caused by " + e.getCause() : ""));
                     continue;
                 }
-                try (SSLSocket socket = (SSLSocket) factory.sslContext().getSocketFactory().createSocket("localhost", port)) {
+                SSLSocketFactory sockets = factory.sslContext().getSocketFactory();
+                try (SSLSocket socket = (SSLSocket) sockets.createSocket("localhost", port)) {
                     SSLParameters params = socket.getSSLParameters();
                     params.setEndpointIdentificationAlgorithm("HTTPS");
                     socket.setSSLParameters(params);

@@ -50,7 +50,8 @@ def _error(call, *secrets: str) -> str:
 def test_java_client_properties():
     security = KafkaClientSecurity.from_properties({
         "bootstrap.servers": "b:9093", "security.protocol": "sasl_ssl", "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.jaas.config": SCRAM_JAAS, "ssl.truststore.location": "/ca.pem", "ssl.truststore.type": "PEM"})
+        "sasl.jaas.config": SCRAM_JAAS, "ssl.truststore.location": "/ca.pem", "ssl.truststore.type": "PEM"},
+        load_stores=False)
     assert security == KafkaClientSecurity("SASL_SSL", "SCRAM-SHA-512", "alice", Password("a-pw"),
                                            SslSettings(truststore_type="PEM", truststore_location="/ca.pem"))
     assert security.describe() == "SASL_SSL, SCRAM-SHA-512 as alice"
@@ -66,7 +67,8 @@ def test_java_client_properties():
 def test_librdkafka_names_are_synonyms():
     security = KafkaClientSecurity.from_properties({
         "security.protocol": "SASL_SSL", "sasl.mechanisms": "scram-sha-256", "sasl.username": "carol",
-        "sasl.password": "c-pw", "ssl.ca.location": "/ca.pem", "ssl.endpoint.identification.algorithm": "none"})
+        "sasl.password": "c-pw", "ssl.ca.location": "/ca.pem", "ssl.endpoint.identification.algorithm": "none"},
+        load_stores=False)
     assert security == KafkaClientSecurity("SASL_SSL", "SCRAM-SHA-256", "carol", Password("c-pw"),
                                            SslSettings(truststore_location="/ca.pem",
                                                        endpoint_identification_algorithm=""))
@@ -117,6 +119,19 @@ def test_errors_name_the_setting_never_the_secret(props, expected):
     text = _error(lambda: KafkaClientSecurity.from_properties(props, "alice.properties"), "j-pw")
     assert text.startswith("alice.properties: ")
     assert expected in text
+
+
+def test_stores_are_loaded_when_read(ca):
+    props = {"security.protocol": "SSL", "ssl.keystore.location": str(ca.clients["alice"].keystore_pkcs12),
+             "ssl.keystore.password": "not-the-store-pw", "ssl.truststore.location": str(ca.ca_certificate_pem)}
+    text = _error(lambda: KafkaClientSecurity.from_properties(props, "alice.properties"), "not-the-store-pw")
+    assert text.startswith(f"alice.properties: ssl.keystore.location {ca.clients['alice'].keystore_pkcs12}: cannot "
+                           f"be opened with ssl.keystore.password")
+    assert KafkaClientSecurity.from_properties(props, load_stores=False).ssl.keystore_password == Password(
+        "not-the-store-pw")
+    missing = {"security.protocol": "SSL", "ssl.truststore.location": "/nowhere/ca.pem"}
+    assert _error(lambda: KafkaClientSecurity.from_properties(missing, "c")) == (
+        "c: ssl.truststore.location: /nowhere/ca.pem does not exist")
 
 
 def test_sasl_settings_are_dropped_without_a_sasl_protocol(caplog):

@@ -64,7 +64,8 @@ def test_a_brokers_jaas_file(tmp_path):
 def test_the_one_section_with_a_plain_module_or_the_named_one():
     listener = 'sasl_ssl.KafkaServer { org.apache.kafka.common.security.plain.PlainLoginModule required user_a="pa"; };'
     assert set(parse_plain_users(listener, "f")) == {"a"}
-    two = listener + ' other.KafkaServer { org.apache.kafka.common.security.plain.PlainLoginModule required user_b="pb"; };'
+    two = listener + (' other.KafkaServer { org.apache.kafka.common.security.plain.PlainLoginModule required '
+                      'user_b="pb"; };')
     with pytest.raises(ConfigError) as info:
         parse_plain_users(two, "users file f")
     assert str(info.value) == ("users file f: sections other.KafkaServer, sasl_ssl.KafkaServer each have a "

@@ -398,7 +398,8 @@ JAVA_NAMES = [
         A(NameOID.TITLE, "boss"), A(NameOID.STREET_ADDRESS, "Main St"), A(NameOID.STATE_OR_PROVINCE_NAME, "MD")]]),
      "ST=MD,STREET=Main St,2.5.4.12=#0c04626f7373,2.5.4.5=#1303313233,1.2.840.113549.1.9.1=#16056140622e63,"
      "DC=example,CN=multi+UID=u1"),
-    (x509.Name([A(NameOID.COMMON_NAME, "Ünïcødé 名前"), A(NameOID.ORGANIZATION_NAME, "bmp é", _type=_ASN1Type.BMPString),
+    (x509.Name([A(NameOID.COMMON_NAME, "Ünïcødé 名前"),
+                A(NameOID.ORGANIZATION_NAME, "bmp é", _type=_ASN1Type.BMPString),
                 A(NameOID.ORGANIZATIONAL_UNIT_NAME, "printable", _type=_ASN1Type.PrintableString),
                 A(NameOID.GIVEN_NAME, "x\x00y"), A(ObjectIdentifier("1.2.3.4.5"), "custom")]),
      # Java reads a BMPString's bytes as UTF-8 here: NULs escaped, the lone 0xE9 a replacement character

@@ -130,8 +130,11 @@ class KafkaClientSecurity:
     # -- reading --------------------------------------------------------------------------
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str], where: str = "client properties") -> KafkaClientSecurity:
-        """Settings from a Java client's (or librdkafka's) property names; other keys are ignored."""
+    def from_properties(cls, props: Mapping[str, str], where: str = "client properties", *,
+                        load_stores: bool = True) -> KafkaClientSecurity:
+        """Settings from a Java client's (or librdkafka's) property names; other keys are ignored.
+        With TLS the stores are loaded once here (``load_stores``), so a wrong path or
+        password is a ConfigError at start rather than at the first connection."""
         protocol = props.get("security.protocol", "PLAINTEXT")
         mechanism = props.get("sasl.mechanism") or props.get("sasl.mechanisms")
         username, password = props.get("sasl.username"), props.get("sasl.password")
@@ -157,16 +160,20 @@ class KafkaClientSecurity:
             if not sasl and (mechanism or username):
                 log.warning("%s: SASL settings ignored: security.protocol is %s", where, protocol)
                 mechanism = username = password = None
-            return cls(protocol, mechanism, username, Password(password) if password is not None else None,
-                       settings)
+            security = cls(protocol, mechanism, username, Password(password) if password is not None else None,
+                           settings)
+            if load_stores and security.uses_tls:
+                security.ssl.client_context()
+            return security
         except ConfigError as exc:
             text = str(exc)
             raise ConfigError(text if text.startswith(where) else f"{where}: {text}") from None
 
     @classmethod
-    def from_file(cls, path: str | Path) -> KafkaClientSecurity:
+    def from_file(cls, path: str | Path, *, load_stores: bool = True) -> KafkaClientSecurity:
         """From a client properties file (what Kafka's tools take as ``--command-config``)."""
-        return cls.from_properties(read_properties(path), where=f"client properties file {path}")
+        return cls.from_properties(read_properties(path), where=f"client properties file {path}",
+                                   load_stores=load_stores)
 
     # -- writing for each client library ----------------------------------------------------
 
