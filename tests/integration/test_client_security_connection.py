@@ -140,7 +140,8 @@ def test_sasl_login_on_a_plaintext_listener_is_refused_by_kafka(broker):
     with pytest.raises(AuthenticationError) as info:
         asyncio.run(open_kafka_connection(*broker, security))
     assert str(info.value) == (f"{broker[0]}:{broker[1]} refused the SCRAM-SHA-512 login of user 'alice': "
-                               f"IllegalSaslStateError")
+                               f"IllegalSaslStateError (the listener takes no SASL logins: is it a PLAINTEXT or "
+                               f"SSL listener?)")
     assert SASL_PW not in str(info.value)
 
 

@@ -58,7 +58,7 @@ LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModu
                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
-UNSUPPORTED_VERSION, UNSUPPORTED_SASL_MECHANISM = 35, 33
+UNSUPPORTED_VERSION, UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE = 35, 33, 34
 SECRET_KEYS = frozenset({"sasl_plain_password", "sasl.password", "sasl.jaas.config", "ssl.key.password",
                          "ssl.keystore.password", "ssl.truststore.password", "ssl.keystore.key",
                          "ssl.keystore.certificate.chain", "ssl.truststore.certificates", "ssl.key.pem"})
@@ -458,6 +458,9 @@ async def _sasl_login(connection: KafkaConnection, security: KafkaClientSecurity
         if answer.error_code == UNSUPPORTED_SASL_MECHANISM:
             raise _login_error(connection, security, f"the server does not enable {mechanism_name}; it offers "
                                                      f"{', '.join(answer.mechanisms) or 'none'}")
+        if answer.error_code == ILLEGAL_SASL_STATE:  # what a broker's PLAINTEXT or SSL listener answers
+            raise _login_error(connection, security, "IllegalSaslStateError (the listener takes no SASL logins: "
+                                                     "is it a PLAINTEXT or SSL listener?)")
         if answer.error_code:
             raise _login_error(connection, security, kafka.errors.for_code(answer.error_code).__name__)
         version = min(table[SASL_AUTHENTICATE][1], SaslAuthenticateRequest.max_version)
@@ -477,7 +480,7 @@ async def _sasl_login(connection: KafkaConnection, security: KafkaClientSecurity
     except _Closed:
         raise _login_error(connection, security, "it closed the connection during the login (Kafka does this "
                                                  "on a mechanism or state error)") from None
-    except ValueError as exc:  # kafka-python's SCRAM client: the server's nonce or signature is wrong
+    except (ValueError, KeyError) as exc:  # kafka-python's SCRAM client: a wrong nonce or signature, a bad message
         raise _login_error(connection, security, f"the server's answer fails the {mechanism_name} check: {exc} "
                                                  f"(it does not hold this user's credentials)") from None
     if not mechanism.is_authenticated():

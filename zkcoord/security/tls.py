@@ -36,6 +36,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
@@ -451,7 +452,7 @@ def _pem_keystore(data: bytes, key_password: Password | None, where: str) -> tup
     except ValueError:
         raise ConfigError(f"{where}: the private key cannot be decrypted with ssl.key.password "
                           f"(wrong password?) or read") from None
-    except (TypeError, serialization.UnsupportedAlgorithm) as exc:
+    except (TypeError, UnsupportedAlgorithm) as exc:
         raise ConfigError(f"{where}: the private key cannot be read: {exc}") from None
     chain = _pem_certificates(data, where)
     _check_pair(key, chain, where)
@@ -467,7 +468,7 @@ def _pkcs12_keystore(data: bytes, password: Password | None, key_password: Passw
         try:
             key, cert, more = pkcs12.load_key_and_certificates(data, candidate.value.encode())
             break
-        except ValueError:
+        except (ValueError, UnsupportedAlgorithm):
             continue
     else:
         raise ConfigError(f"{where}: cannot be opened with ssl.keystore.password (a wrong password, not a "
@@ -483,7 +484,7 @@ def _pkcs12_keystore(data: bytes, password: Password | None, key_password: Passw
 def _pkcs12_certificates(data: bytes, password: Password | None, where: str) -> list[x509.Certificate]:
     try:
         store = pkcs12.load_pkcs12(data, password.value.encode() if password is not None else None)
-    except ValueError:
+    except (ValueError, UnsupportedAlgorithm):
         hint = "wrong ssl.truststore.password?" if password is not None else "set ssl.truststore.password"
         raise ConfigError(f"{where}: cannot be opened as a PKCS12 trust store ({hint})") from None
     certificates = ([store.cert.certificate] if store.cert else []) + [c.certificate for c in store.additional_certs]
