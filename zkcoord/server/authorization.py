@@ -46,7 +46,7 @@ __all__ = ["GroupAccess", "OPEN", "CLUSTER_NAME", "Operation"]
 CLUSTER_NAME = "kafka-cluster"  # Kafka's one Cluster resource
 # Kafka's DescribeGroups authorized operations: what a GROUP resource supports (AclOperation codes).
 _GROUP_OPERATIONS = (Operation.READ, Operation.DESCRIBE, Operation.DELETE)
-UNKNOWN_OPERATIONS = -2147483648  # Kafka's "not asked for" value of authorized_operations
+UNKNOWN_OPERATIONS = None  # authorized_operations not asked for (kafka-python writes Kafka's INT32_MIN)
 _host = lru_cache(maxsize=4096)(java_host_address)  # asked on every heartbeat: parse each address once
 
 
@@ -77,14 +77,11 @@ class GroupAccess:
     def cluster(self, connection: ConnectionInfo, operation: Operation) -> bool:
         return self.authorizer is None or self._allowed(connection, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
-    def group_operations(self, connection: ConnectionInfo, group_id: str) -> int:
-        """DescribeGroups' ``authorized_operations`` bit field of a group (Kafka's
-        ``authorizedOperations``: bit ``code`` of each operation allowed)."""
-        bits = 0
-        for operation in _GROUP_OPERATIONS:
-            if self.group(connection, operation, group_id):
-                bits |= 1 << operation.code
-        return bits
+    def group_operations(self, connection: ConnectionInfo, group_id: str) -> set[int]:
+        """DescribeGroups' ``authorized_operations`` of a group (Kafka's
+        ``authorizedOperations``): the codes of the operations allowed, which
+        kafka-python's codec writes as the 32-bit field (bit ``code`` each)."""
+        return {op.code for op in _GROUP_OPERATIONS if self.group(connection, op, group_id)}
 
 
 OPEN = GroupAccess()

@@ -328,7 +328,8 @@ class _Connection(asyncio.Protocol):
         self._eof = True
         if self._task is None:
             self._end_of_input()
-        return True  # we close once the request in flight is answered
+        # we close once the request in flight is answered (TLS has no half-close: asyncio closes then)
+        return self._server.security.ssl_context is None
 
     def pause_writing(self) -> None:
         self._write_paused = True
