@@ -36,11 +36,14 @@ def local() -> None:
               help="Number of Kafka brokers.")
 @click.option("--daemons", type=click.IntRange(0, MAX_DAEMONS), default=0, show_default=True,
               help="Also run this many zkcoord coordinator daemons (node ids 1..N), each with a gateway.")
+@click.option("--secure", is_flag=True,
+              help="A secure sandbox: a local CA, SASL_SSL (SCRAM-SHA-512) brokers, daemons and gateways, "
+                   "ZooKeeper with SASL and ACLs, users admin, alice and bob with Kafka's ACLs.")
 @state_dir_option
-def up(brokers: int, daemons: int, state_dir: Path | None) -> None:
+def up(brokers: int, daemons: int, secure: bool, state_dir: Path | None) -> None:
     """Start the sandbox (fetching the jars with Maven the first time)."""
     sandbox = Sandbox(state_dir, log=_log)
-    state, started = sandbox.up(brokers, daemons)
+    state, started = sandbox.up(brokers, daemons, secure=secure)
     if started:
         console.print(f"sandbox up in {sandbox.state_dir} (started: {', '.join(started)})")
     else:
@@ -52,6 +55,11 @@ def up(brokers: int, daemons: int, state_dir: Path | None) -> None:
         console.print(f"gateways:          {sandbox.gateway_addresses(state)}  (bootstrap.servers of stock Kafka clients)")
         if sandbox.metrics_urls(state):
             console.print(f"metrics, health:   {sandbox.metrics_urls(state)}  (GET /metrics, /health)")
+    if state.secure:
+        exports = sandbox.secure_environment(state)
+        console.print("security:          SASL_SSL, SCRAM-SHA-512; users admin (super user), alice, bob")
+        console.print(f"client configs:    {exports['ZKCOORD_CLIENT_CONFIG_DIR']}  (<user>.properties, "
+                      "<user>.librdkafka.conf)")
 
 
 @local.command()
@@ -112,7 +120,10 @@ def env(state_dir: Path | None) -> None:
     """Print export lines for the sandbox addresses (eval "$(zkcoord local env)").
 
     With daemons also ZKCOORD_COORDINATORS, ZKCOORD_GATEWAY_SERVERS and
-    ZKCOORD_METRICS_URLS (their /metrics and /health base URLs, node-id order)."""
+    ZKCOORD_METRICS_URLS (their /metrics and /health base URLs, node-id order).
+    A secure sandbox adds ZKCOORD_CLIENT_CONFIG_DIR (a <user>.properties and
+    <user>.librdkafka.conf per user) and zkcoord's own logins:
+    ZKCOORD_KAFKA_CLIENT_CONFIG (admin) and ZKCOORD_ZOOKEEPER_SASL_JAAS_FILE."""
     sandbox = Sandbox(state_dir)
     state = sandbox.load()
     if state is None:
@@ -125,6 +136,8 @@ def env(state_dir: Path | None) -> None:
         click.echo(f"export ZKCOORD_GATEWAY_SERVERS={sandbox.gateway_addresses(state)}")
         if sandbox.metrics_urls(state):
             click.echo(f"export ZKCOORD_METRICS_URLS={sandbox.metrics_urls(state)}")
+    for name, value in sandbox.secure_environment(state).items():
+        click.echo(f"export {name}={value}")
 
 
 @local.command()

@@ -15,6 +15,10 @@ picked once, when its server is first added, and kept in ``sandbox.json``:
 a server started again gets the same one. ``up`` ``down`` stops by pid (checking the pid is still ours) and removes
 the state directory. Fault tests use :meth:`Sandbox.stop_server` /
 :meth:`Sandbox.start_server` to kill and restart single servers.
+
+``up(secure=True)`` makes a secure sandbox (:mod:`zkcoord.local.secure`):
+SASL_SSL brokers and daemons, ZooKeeper with SASL and ACLs, Kafka's users
+and ACLs. A sandbox stays what it was made: plain or secure.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from zkcoord.errors import SandboxError, ServiceUnavailableError, UsageError
-from zkcoord.local import config_files, jars, procs
+from zkcoord.local import config_files, jars, procs, secure
 
 MAX_BROKERS = 3
 MAX_DAEMONS = 5
@@ -90,6 +94,9 @@ class SandboxState:
     brokers: list[Server] = field(default_factory=list)
     started_at: float = 0.0
     daemons: list[Server] = field(default_factory=list)  # "zkcoord-<node id>"
+    secure: bool = False  # zkcoord.local.secure
+    admin_made: bool = False  # secure: the brokers' own SCRAM user exists
+    users_made: bool = False  # secure: alice, bob and the ACLs exist
 
     @property
     def servers(self) -> list[Server]:
@@ -106,7 +113,8 @@ class SandboxState:
     def from_json(cls, text: str) -> "SandboxState":
         raw = json.loads(text)
         return cls(Server(**raw["zookeeper"]), [Server(**b) for b in raw["brokers"]], raw["started_at"],
-                   [Server(**d) for d in raw.get("daemons", [])])
+                   [Server(**d) for d in raw.get("daemons", [])], raw.get("secure", False),
+                   raw.get("admin_made", False), raw.get("users_made", False))
 
 
 def zk_four_letter(port: int, word: str = "ruok", timeout_s: float = 2.0, host: str = "127.0.0.1") -> str:
@@ -125,16 +133,19 @@ def zk_four_letter(port: int, word: str = "ruok", timeout_s: float = 2.0, host: 
         return ""
 
 
-def broker_answers_metadata(port: int, expected_brokers: int, timeout_s: float = 5.0) -> bool:
+def broker_answers_metadata(port: int, expected_brokers: int, timeout_s: float = 5.0, security=None) -> bool:
     """True when the broker on ``port`` answers a metadata request listing
-    ``expected_brokers`` live brokers."""
+    ``expected_brokers`` live brokers (logged in with ``security``, a
+    KafkaClientSecurity, on a secure sandbox)."""
     from kafka import KafkaAdminClient  # imported late: the CLI starts faster
     from kafka.errors import KafkaError
+
+    from zkcoord.kafka.offsets import security_options
 
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=int(timeout_s * 1000),
-            client_id="zkcoord-sandbox-probe",
+            client_id="zkcoord-sandbox-probe", **security_options(security),
         )
     except (KafkaError, OSError, ValueError):
         return False
@@ -210,10 +221,11 @@ class Sandbox:
         return f"zkcoord.sandbox={self.state_dir / name}"
 
     # -- lifecycle -------------------------------------------------------
-    def up(self, brokers: int = 1, daemons: int = 0) -> tuple[SandboxState, list[str]]:
+    def up(self, brokers: int = 1, daemons: int = 0, secure: bool = False) -> tuple[SandboxState, list[str]]:
         """Start whatever is not running. Returns the state and the names of
         the servers started by this call (empty: it was already up).
-        ``daemons`` zkcoord coordinator daemons are added to the servers."""
+        ``daemons`` zkcoord coordinator daemons are added to the servers;
+        ``secure`` makes a new sandbox secure (an existing one stays as it is)."""
         if not 1 <= brokers <= MAX_BROKERS:
             raise UsageError(f"--brokers {brokers}: the sandbox runs 1 to {MAX_BROKERS} brokers.")
         if not 0 <= daemons <= MAX_DAEMONS:
@@ -223,11 +235,15 @@ class Sandbox:
             state = self.load()
             if state is None:
                 state = self._fresh_state(brokers)
+                state.secure = secure
             elif len(state.brokers) != brokers:
                 raise UsageError(
                     f"The sandbox in {self.state_dir} runs {len(state.brokers)} broker(s), not {brokers}; "
                     "run `zkcoord local down` first to change --brokers."
                 )
+            elif secure and not state.secure:
+                raise UsageError(f"The sandbox in {self.state_dir} is not secure; run `zkcoord local down` "
+                                 "first, then `zkcoord local up --secure`.")
             for node_id in range(len(state.daemons) + 1, daemons + 1):
                 daemon = Server(f"zkcoord-{node_id}", procs.free_port(avoid=state.ports()))
                 state.daemons.append(daemon)
@@ -237,7 +253,7 @@ class Sandbox:
             return state, started
 
     def _fresh_state(self, brokers: int) -> SandboxState:
-        for sub in ["zookeeper", "logs", *(f"kafka-{i}" for i in range(MAX_BROKERS))]:
+        for sub in ["zookeeper", "logs", "secure", "clients", *(f"kafka-{i}" for i in range(MAX_BROKERS))]:
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
         state = SandboxState(zookeeper=Server("zookeeper", procs.free_port()), started_at=time.time())
         for i in range(brokers):
@@ -246,11 +262,16 @@ class Sandbox:
 
     def _start_missing(self, state: SandboxState) -> list[str]:
         started: list[str] = []
+        material = secure.prepare(self.state_dir, self.log) if state.secure else None
         try:
             if not procs.alive(state.zookeeper.pid, self._match("zookeeper")):
                 self._start_zookeeper(state)
                 started.append("zookeeper")
             self._wait_zookeeper(state)
+            if material is not None and not state.admin_made:
+                secure.create_admin(material, self.zookeeper_address(state), self.log)
+                state.admin_made = True
+                self._save(state)
             for broker in state.brokers:
                 if not procs.alive(broker.pid, self._match(broker.name)):
                     self._start_broker(state, broker)
@@ -258,6 +279,10 @@ class Sandbox:
             self._save(state)
             for broker in state.brokers:
                 self._wait_broker(state, broker)
+            if material is not None and not state.users_made:
+                secure.create_users_and_acls(material, self.bootstrap_servers(state), self.log)
+                state.users_made = True
+                self._save(state)
             for daemon in state.daemons:
                 if not procs.alive(daemon.pid, self._match(daemon.name)):
                     self._start_daemon(state, daemon)
@@ -286,15 +311,22 @@ class Sandbox:
         dist = jars.zookeeper_distribution(self.log)
         home = self.state_dir / "zookeeper"
         (home / "data").mkdir(parents=True, exist_ok=True)
-        (home / "zoo.cfg").write_text(config_files.zoo_cfg(home / "data", state.zookeeper.port))
+        (home / "zoo.cfg").write_text(config_files.zoo_cfg(home / "data", state.zookeeper.port, sasl=state.secure))
         (home / "logback.xml").write_text(config_files.LOGBACK_XML)
         self.log(f"starting ZooKeeper {dist.version} on 127.0.0.1:{state.zookeeper.port}")
         state.zookeeper.pid = self._java(
             "zookeeper", config_files.ZOOKEEPER_HEAP, dist.classpath,
             "org.apache.zookeeper.server.ZooKeeperServerMain", str(home / "zoo.cfg"),
             props=(f"-Dlogback.configurationFile={home / 'logback.xml'}",
-                   "-Dzookeeper.admin.enableServer=false"),
+                   "-Dzookeeper.admin.enableServer=false", *self._secure_props(state, secure.zookeeper_jvm_props)),
         )
+
+    def _material(self, state: SandboxState):
+        return secure.load(self.state_dir) if state.secure else None
+
+    def _secure_props(self, state: SandboxState, props) -> tuple[str, ...]:
+        material = self._material(state)
+        return () if material is None else props(material)
 
     def _wait_registration_gone(self, state: SandboxState, server: Server) -> None:
         """A broker or daemon killed with -9 leaves its ephemeral registration
@@ -304,11 +336,13 @@ class Sandbox:
         from zkcoord.zk.nodes import wait_node_unregistered
         from zkcoord.zk.topics import wait_broker_unregistered
 
+        material = self._material(state)
+        login = None if material is None else secure.zookeeper_security(material)
         try:
             if server.broker_id is not None:
-                wait_broker_unregistered(self.zookeeper_address(state), server.broker_id)
+                wait_broker_unregistered(self.zookeeper_address(state), server.broker_id, security=login)
             else:
-                wait_node_unregistered(self.zookeeper_address(state), server.node_id)
+                wait_node_unregistered(self.zookeeper_address(state), server.node_id, security=login)
         except ServiceUnavailableError as exc:
             raise SandboxError(f"cannot reach the sandbox ZooKeeper at {self.zookeeper_address(state)}: {exc}")
 
@@ -320,16 +354,24 @@ class Sandbox:
             daemon.metrics_port = procs.free_port(avoid=state.ports())
         node_id = str(daemon.node_id)
         cmd = [sys.executable, "-X", self._match(daemon.name), "-m", "zkcoord", "run",
-               "--zookeeper", self.zookeeper_address(state), "--listen", f"127.0.0.1:{daemon.port}",
-               "--node-id", node_id, "--bootstrap-servers", self.bootstrap_servers(state),
+               "--zookeeper", self.zookeeper_address(state), "--node-id", node_id,
+               "--bootstrap-servers", self.bootstrap_servers(state),
                "--metrics-listen", f"127.0.0.1:{daemon.metrics_port}"]
         if daemon.gateway_port is not None:
-            cmd += ["--gateway-listen", f"127.0.0.1:{daemon.gateway_port}",
-                    "--gateway-broker-ids", f"0-{MAX_BROKERS - 1}"]
+            cmd += ["--gateway-broker-ids", f"0-{MAX_BROKERS - 1}"]
+        material = self._material(state)
+        environment = None
+        if material is None:
+            cmd += ["--listen", f"127.0.0.1:{daemon.port}"]
+            if daemon.gateway_port is not None:
+                cmd += ["--gateway-listen", f"127.0.0.1:{daemon.gateway_port}"]
+        else:
+            flags, environment = secure.daemon_flags(material, daemon.port, daemon.gateway_port)
+            cmd += flags
         self.log(f"starting zkcoord daemon {node_id} on 127.0.0.1:{daemon.port}"
                  + (f", gateway on 127.0.0.1:{daemon.gateway_port}" if daemon.gateway_port else "")
                  + f", metrics on {daemon.metrics_url}")
-        daemon.pid = procs.spawn(cmd, self.log_file(daemon.name), cwd=self.state_dir)
+        daemon.pid = procs.spawn(cmd, self.log_file(daemon.name), cwd=self.state_dir, env=environment)
 
     @staticmethod
     def daemon_addresses(state: SandboxState) -> str:
@@ -339,6 +381,11 @@ class Sandbox:
     def gateway_addresses(state: SandboxState) -> str:
         """The daemons' gateways, a bootstrap.servers value for stock Kafka clients."""
         return ",".join(f"127.0.0.1:{d.gateway_port}" for d in state.daemons if d.gateway_port)
+
+    def secure_environment(self, state: SandboxState) -> dict[str, str]:
+        """A secure sandbox's exports (`zkcoord local env`); {} for a plain one."""
+        material = self._material(state)
+        return {} if material is None else secure.environment(material)
 
     @staticmethod
     def metrics_urls(state: SandboxState) -> str:
@@ -351,15 +398,21 @@ class Sandbox:
         dist = jars.kafka_distribution(self.log)
         home = self.state_dir / broker.name
         (home / "data").mkdir(parents=True, exist_ok=True)
-        (home / "server.properties").write_text(config_files.server_properties(
-            broker.broker_id, broker.port, self.zookeeper_address(state), home / "data", len(state.brokers)))
+        properties = config_files.server_properties(
+            broker.broker_id, broker.port, self.zookeeper_address(state), home / "data", len(state.brokers))
+        material = self._material(state)
+        if material is not None:  # later keys win: the listeners become SASL_SSL
+            properties += secure.broker_properties(material, broker.port)
+        path = home / "server.properties"
+        path.write_text(properties)
+        path.chmod(0o600)  # a secure broker's holds its key store password
         (home / "log4j.properties").write_text(config_files.LOG4J_PROPERTIES)
         self.log(f"starting Kafka {dist.version} broker {broker.broker_id} on 127.0.0.1:{broker.port}")
         broker.pid = self._java(
             broker.name, config_files.KAFKA_HEAP, dist.classpath, "kafka.Kafka",
             str(home / "server.properties"),
             props=(f"-Dlog4j.configuration=file:{home / 'log4j.properties'}",
-                   f"-Dkafka.logs.dir={self.state_dir / 'logs'}"),
+                   f"-Dkafka.logs.dir={self.state_dir / 'logs'}", *self._secure_props(state, secure.broker_jvm_props)),
         )
 
     def _wait(self, server: Server, ready, what: str) -> None:
@@ -382,7 +435,9 @@ class Sandbox:
         self._wait(state.zookeeper, lambda: zk_four_letter(state.zookeeper.port) == "imok", "answer ruok")
 
     def _wait_broker(self, state: SandboxState, broker: Server) -> None:
-        self._wait(broker, lambda: broker_answers_metadata(broker.port, len(state.brokers)),
+        material = self._material(state)
+        login = None if material is None else material.client_security("admin")
+        self._wait(broker, lambda: broker_answers_metadata(broker.port, len(state.brokers), security=login),
                    "answer a metadata request")
 
     def status(self) -> list[ServerStatus]:
