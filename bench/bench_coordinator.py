@@ -171,6 +171,7 @@ class Target:
     name: str
     address: tuple[str, int]
     coordinators: dict[str, tuple[int, str, int]] = field(default_factory=dict)
+    connect: dict = field(default_factory=dict)  # KafkaConnection.open's ssl_context / login
 
     def describe_coordinators(self, groups: list[str]) -> str:
         answers = collections.Counter(self.coordinators[g] for g in groups)
@@ -180,7 +181,7 @@ class Target:
 
 async def open_members(target: Target, groups: list[str], per_group: int, topic: str, partitions: int,
                        versions: dict[str, int], settings: Settings) -> list[Member]:
-    finder = await KafkaConnection.open(*target.address, "zkcoord-bench")
+    finder = await KafkaConnection.open(*target.address, "zkcoord-bench", **target.connect)
     try:
         for g in groups:
             target.coordinators[g] = await find_coordinator(finder, g, versions["FindCoordinator"])
@@ -190,7 +191,7 @@ async def open_members(target: Target, groups: list[str], per_group: int, topic:
     for group in groups:
         _, host, port = target.coordinators[group]
         for i in range(per_group):
-            conn = await KafkaConnection.open(host, port, f"bench-{i}")
+            conn = await KafkaConnection.open(host, port, f"bench-{i}", **target.connect)
             notice = None
             if settings.notice == "on" and topic == REBALANCE_TOPIC:
                 notice = await open_notice(host, port, f"bench-{i}")

@@ -80,8 +80,13 @@ class KafkaConnection(asyncio.Protocol):
         self._lost: BaseException | None = None
 
     @classmethod
-    async def open(cls, host: str, port: int, client_id: str) -> "KafkaConnection":
-        _, conn = await asyncio.get_running_loop().create_connection(lambda: cls(client_id), host, port)
+    async def open(cls, host: str, port: int, client_id: str, ssl_context=None, login=None) -> "KafkaConnection":
+        """A connection (over TLS with ``ssl_context``), logged in with
+        ``login`` (mechanism, user, password) when given."""
+        tls = {} if ssl_context is None else {"ssl": ssl_context, "server_hostname": host}
+        _, conn = await asyncio.get_running_loop().create_connection(lambda: cls(client_id), host, port, **tls)
+        if login is not None:
+            await sasl_login(conn, *login)
         return conn
 
     def connection_made(self, transport) -> None:
@@ -162,6 +167,26 @@ class RequestTemplate:
         for position, value in zip(self._positions, values):
             struct.pack_into(">q", data, position, value)
         return bytes(data)
+
+
+async def sasl_login(conn: KafkaConnection, mechanism: str, user: str, password: str) -> None:
+    """SaslHandshake v1 and SaslAuthenticate v2, the client side driven by
+    kafka-python's own SASL mechanism (what its clients send)."""
+    from kafka.net.sasl.plain import SaslMechanismPlain
+    from kafka.net.sasl.scram import SaslMechanismScram
+    from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+    shaken = await conn.call(build_message(SaslHandshakeRequest, 1, mechanism=mechanism))
+    if shaken.error_code != NONE:
+        raise BenchError(f"SaslHandshake {mechanism}: error {shaken.error_code}")
+    kind = SaslMechanismPlain if mechanism == "PLAIN" else SaslMechanismScram
+    client = kind(sasl_plain_username=user, sasl_plain_password=password, sasl_mechanism=mechanism,
+                  security_protocol="SASL_SSL")
+    while not client.is_done():
+        answer = await conn.call(build_message(SaslAuthenticateRequest, 2, auth_bytes=client.auth_bytes()))
+        if answer.error_code != NONE:
+            raise BenchError(f"SASL login of {user}: error {answer.error_code} {answer.error_message}")
+        client.receive(answer.auth_bytes)
 
 
 async def served_versions(conn: KafkaConnection) -> dict[int, tuple[int, int]]:
