@@ -33,10 +33,12 @@ from zkcoord.client.coordinator import ZkcoordKafkaConsumer
 from zkcoord.client.errors import ConsumerTimeoutError, translate
 from zkcoord.client.network import client_factory
 from zkcoord.errors import ServiceUnavailableError, UsageError
+from zkcoord.kafka.login import check_login
 
 log = logging.getLogger(__name__)
 
 Offsets = Mapping[TopicPartition, "int | tuple[int, str] | OffsetAndMetadata"]
+DAEMON_LOGIN_CHECK_S = 5.0  # how long start() waits for a daemon to take the login before leaving it to poll()
 _STATES = {MemberState.STABLE: "stable", MemberState.REBALANCING: "rebalancing", MemberState.UNJOINED: "unjoined"}
 
 
@@ -93,9 +95,16 @@ class Consumer:
 
     # -- life cycle ----------------------------------------------------------------
     def start(self) -> "Consumer":
+        """Connect to the brokers. With security settings, the brokers' login and
+        the daemons' are tried first (AuthenticationError at once, not after
+        kafka-python's bootstrap time-out; :mod:`zkcoord.kafka.login`)."""
         if self._kafka is not None:
             return self
-        factory = client_factory(self.config.daemon_addresses, self.config.effective_rebalance_timeout_ms)
+        self._check_logins()
+        config = self.config
+        coordinator = config.coordinator_security
+        factory = client_factory(config.daemon_addresses, config.effective_rebalance_timeout_ms,
+                                 dict(coordinator.kafka_python_options()) if coordinator is not None else None)
         try:
             self._kafka = ZkcoordKafkaConsumer(**self.config.kafka_options(), kafka_client=factory,
                                                rebalance_notice=self.config.rebalance_notice)
@@ -110,6 +119,16 @@ class Consumer:
             raise error from exc
         self._listener_threads = ThreadPoolExecutor(1, thread_name_prefix=f"zkcoord-listener-{self.config.client_id}")
         return self
+
+    def _check_logins(self) -> None:
+        config = self.config
+        check_login(config.bootstrap_servers, config.security, timeout_s=config.bootstrap_timeout_ms / 1000,
+                    client_id=config.client_id)
+        # Daemons that do not answer now may be restarting: the group lookup retries them (no error here).
+        with contextlib.suppress(ServiceUnavailableError):
+            check_login(config.coordinators, config.daemon_security, what="the zkcoord daemons",
+                        timeout_s=min(config.bootstrap_timeout_ms / 1000, DAEMON_LOGIN_CHECK_S),
+                        client_id=config.client_id)
 
     def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
         """Commit (if auto commit is on and ``autocommit``), revoke, leave the
