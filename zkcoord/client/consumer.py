@@ -109,7 +109,7 @@ class Consumer:
             self._kafka = ZkcoordKafkaConsumer(**self.config.kafka_options(), kafka_client=factory,
                                                rebalance_notice=self.config.rebalance_notice)
         except Exception as exc:
-            error = translate(exc, "connecting to Kafka")
+            error = translate(exc, "connecting to Kafka", self._who())
             if isinstance(error, ConsumerTimeoutError):
                 error = ServiceUnavailableError(
                     f"no Kafka broker at {self.config.bootstrap_servers} answered within "
@@ -119,6 +119,14 @@ class Consumer:
             raise error from exc
         self._listener_threads = ThreadPoolExecutor(1, thread_name_prefix=f"zkcoord-listener-{self.config.client_id}")
         return self
+
+    def _who(self) -> str:
+        """The brokers' and daemons' logins, for messages (never a secret)."""
+        brokers, daemons = self.config.security, self.config.daemon_security
+        if brokers is None and daemons is None:
+            return ""
+        text = f"brokers: {brokers.describe() if brokers else 'PLAINTEXT'}"
+        return text if daemons is brokers else f"{text}; daemons: {daemons.describe() if daemons else 'PLAINTEXT'}"
 
     def _check_logins(self) -> None:
         config = self.config
@@ -301,7 +309,7 @@ class Consumer:
         try:
             yield
         except Exception as exc:
-            error = translate(exc, doing)
+            error = translate(exc, doing, self._who())
             if error is None or error is exc:
                 raise
             raise error from exc
