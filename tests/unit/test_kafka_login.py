@@ -218,3 +218,16 @@ def test_refusals_after_the_login_name_what_and_who():
     assert str(refused.value) == ("Kafka at k1:9092,k2:9092 refused to let us describe group(s) 'g': not authorized "
                                   "([Error 30] GroupAuthorizationFailedError: group 'g') for PLAINTEXT; grant "
                                   "DESCRIBE/READ on the topics and groups")
+
+
+def test_the_consumers_refusals_from_kafka_python():
+    from zkcoord.client.errors import translate
+
+    refused = translate(Errors.SaslAuthenticationFailedError("invalid credentials"), "poll", "brokers: PLAINTEXT")
+    assert type(refused) is AuthenticationError and str(refused) == (
+        "poll: a broker or zkcoord daemon refused the login (brokers: PLAINTEXT): [Error 58] "
+        "SaslAuthenticationFailedError: invalid credentials; check the consumer's security settings (--command-config)")
+    denied = translate(Errors.GroupAuthorizationFailedError(), "poll")
+    assert type(denied) is AuthorizationError and str(denied) == (
+        "poll: not authorized: [Error 30] GroupAuthorizationFailedError; an ACL must allow READ on the group and the "
+        "topics")

@@ -103,11 +103,11 @@ class Consumer:
         self._check_logins()
         config = self.config
         coordinator = config.coordinator_security
-        factory = client_factory(config.daemon_addresses, config.effective_rebalance_timeout_ms,
-                                 dict(coordinator.kafka_python_options()) if coordinator is not None else None)
+        daemon_options = dict(coordinator.kafka_python_options()) if coordinator is not None else None
+        factory = client_factory(config.daemon_addresses, config.effective_rebalance_timeout_ms, daemon_options)
         try:
-            self._kafka = ZkcoordKafkaConsumer(**self.config.kafka_options(), kafka_client=factory,
-                                               rebalance_notice=self.config.rebalance_notice)
+            self._kafka = ZkcoordKafkaConsumer(**config.kafka_options(), kafka_client=factory,
+                                               rebalance_notice=config.rebalance_notice, daemon_options=daemon_options)
         except Exception as exc:
             error = translate(exc, "connecting to Kafka", self._who())
             if isinstance(error, ConsumerTimeoutError):

@@ -12,6 +12,7 @@ of the test sandbox's PLAINTEXT brokers.
   for migrate, groups, describe; SASL or TLS settings are refused at the
   first answer (kafka-python alone would retry until its bootstrap time-out
   and say only that no broker answered).
+* Spark tasks log in with the settings the job sent them (stores inline).
 * No password in any output or log line.
 """
 
@@ -25,6 +26,7 @@ from click.testing import CliRunner
 
 from tests.integration.test_client_support import ThreadDaemons, create_topic, eventually
 from tests.integration.test_daemon_security import kafka_acls, kafka_configs
+from tests.integration.test_migrate_spark import spark  # noqa: F401 (the module's Spark session fixture)
 from zkcoord.cli.main import cli
 from zkcoord.client import Consumer, ConsumerConfig
 from zkcoord.config import DaemonConfig
@@ -87,22 +89,31 @@ def test_a_consumer_and_describe_through_a_sasl_ssl_daemon(tmp_path, services, z
     topic = unique_name("t")
     create_topic(services.bootstrap_servers, topic, 2)
     alice = scram(tmp_path, ca, "alice")
+    # heartbeats 25 s apart: the first member hears of the second one's join through the notice connection
     base = dict(coordinators=secured_daemon.addresses, bootstrap_servers=services.bootstrap_servers,
-                session_timeout_ms=10_000, bootstrap_timeout_ms=10_000)
-    consumer = Consumer(ConsumerConfig(**base, group_id="alice-g", client_id="alice-app",
-                                       coordinator_security=KafkaClientSecurity.from_file(alice))).start()
+                session_timeout_ms=60_000, heartbeat_interval_ms=25_000, request_timeout_ms=40_000,
+                bootstrap_timeout_ms=10_000)
+    members = [Consumer(ConsumerConfig(**base, group_id="alice-g", client_id=f"alice-app-{i}",
+                                       coordinator_security=KafkaClientSecurity.from_file(alice))) for i in (1, 2)]
+    consumer = members[0].start()
     try:
         consumer.subscribe([topic])
         eventually(lambda: len(consumer.assignment()) == 2, "alice's consumer owns both partitions",
                    step=lambda: consumer.poll(timeout_ms=100))
+        notice = consumer._kafka._coordinator._notice
+        eventually(lambda: notice._sock is not None, "the notice connection is open (TLS, SCRAM login)")
+        members[1].start().subscribe([topic])
+        eventually(lambda: all(len(m.assignment()) == 1 for m in members), "each member owns one partition",
+                   step=lambda: [m.poll(timeout_ms=50) for m in members])
+        assert (notice.notices, notice._unsupported) == (1, None)
         (address,) = secured_daemon.addresses.split(",")
 
         result, report = describe(zk_hosts, "alice-g", "--command-config", alice)
         assert result.exit_code == 0, result.output
         (group,) = report["groups"]
         assert (group["state"], group["read_from"], group["coordinator"]["node_id"]) == ("Stable", "daemon", 1)
-        assert [(m["client_id"], m["partitions"]) for m in group["members"]] == [("alice-app", 2)]
-        assert group["members"][0]["member_id"] == consumer.membership().member_id
+        assert sorted((m["client_id"], m["partitions"], m["member_id"]) for m in group["members"]) == [
+            (f"alice-app-{i}", 1, m.membership().member_id) for i, m in enumerate(members, 1)]
 
         # no login: the SASL_SSL listener closes the connection; the group is shown as stored, and says why
         result, report = describe(zk_hosts, "alice-g")
@@ -129,6 +140,17 @@ def test_a_consumer_and_describe_through_a_sasl_ssl_daemon(tmp_path, services, z
             f"the zkcoord daemons at {address} refused the login (SASL_SSL, SCRAM-SHA-512 as alice): {address} "
             "refused the SCRAM-SHA-512 login of user 'alice'")
 
+        # a CA that did not sign the daemon's certificate: refused at the TLS handshake
+        other_ca = make_local_ca(tmp_path / "other-ca")
+        untrusting = ConsumerConfig(**base, group_id="alice-g", coordinator_security=KafkaClientSecurity.from_file(
+            scram(tmp_path / "other-ca", other_ca, "alice")))
+        with pytest.raises(AuthenticationError) as refused:
+            Consumer(untrusting).start()
+        assert str(refused.value).startswith(
+            f"the zkcoord daemons at {address} refused the login (SASL_SSL, SCRAM-SHA-512 as alice): TLS to {address}: "
+            "the server's certificate is not accepted: self-signed certificate in certificate chain (check "
+            "ssl.truststore.* and that 127.0.0.1 is a name in the certificate)")
+
         # bob logs in, but no ACL lets him into a group: the consumer's poll says so
         bob = Consumer(ConsumerConfig(**base, group_id="alice-g2", client_id="bob-app",
                                       coordinator_security=KafkaClientSecurity.from_file(scram(tmp_path, ca, "bob"))))
@@ -143,7 +165,8 @@ def test_a_consumer_and_describe_through_a_sasl_ssl_daemon(tmp_path, services, z
         finally:
             bob.close(autocommit=False)
     finally:
-        consumer.close()
+        for member in members:
+            member.close()
     logged = "\n".join(record.getMessage() for record in caplog.records)
     for secret in (*PASSWORDS.values(), WRONG, ca.key_password.value):
         assert secret not in logged
@@ -197,3 +220,28 @@ def test_command_config_against_the_plaintext_brokers(tmp_path, services, zk_hos
         "is it a PLAINTEXT or SSL listener?); check the client properties (--command-config, "
         "ZKCOORD_KAFKA_CLIENT_CONFIG) and the user's password\n"))
     assert PASSWORDS["alice"] not in result.output
+
+
+def test_spark_tasks_log_in_with_the_settings_they_were_sent(tmp_path, services, zk, zk_hosts, legacy_group, spark):
+    """The job's tasks build their Kafka client from the pickled settings, with
+    the stores inline (the files are gone before the job runs): their login
+    against the PLAINTEXT broker fails as it should, and that error comes back
+    to the driver as it was, without a secret."""
+    from zkcoord.kafka.login import portable
+    from zkcoord.migrate.plan import Selection
+    from zkcoord.migrate.spark_job import JobConfig, run_job
+
+    group, _ = legacy_group
+    own_ca = make_local_ca(tmp_path / "ca")
+    security = KafkaClientSecurity.from_file(scram(tmp_path, own_ca, "alice"))
+    config = JobConfig(zk_hosts, services.bootstrap_servers, Selection(groups=(group,)), str(tmp_path / "report"),
+                       timeout_ms=60_000, kafka_security=portable(security))
+    for path in own_ca.directory.iterdir():
+        path.unlink()
+    bootstrap = services.bootstrap_servers
+    with pytest.raises(AuthenticationError) as refused:
+        run_job(config, spark)
+    assert str(refused.value) == (
+        f"Kafka at {bootstrap} refused the login (SASL_SSL, SCRAM-SHA-512 as alice): TLS handshake with {bootstrap} "
+        "failed: the server closed the connection (is it a plaintext listener?); check the client properties "
+        "(--command-config, ZKCOORD_KAFKA_CLIENT_CONFIG) and the user's password")
