@@ -212,7 +212,8 @@ def test_refusals_after_the_login_name_what_and_who():
     assert str(refused.value) == ("Kafka at k1:9092,k2:9092 refused offsets of group 'g': t-0 "
                                   "TopicAuthorizationFailedError: not authorized for PLAINTEXT; grant READ on the "
                                   "group and the topics")
-    group = offsets_with(ScriptedAdmin(describe_groups=[{"g": {"error": "[Error 30] GroupAuthorizationFailedError: "}}]))
+    refusal = {"g": {"error": "[Error 30] GroupAuthorizationFailedError: "}}
+    group = offsets_with(ScriptedAdmin(describe_groups=[refusal]))
     with pytest.raises(AuthorizationError) as refused:
         group.group("g")
     assert str(refused.value) == ("Kafka at k1:9092,k2:9092 refused to let us describe group(s) 'g': not authorized "

@@ -13,9 +13,10 @@ so), print tables or JSON (the schema is in :mod:`zkcoord.inspect.model`),
 and with ``--watch`` refresh in place. Exit codes: 0; 1 a named group is
 unknown, or every named group's state znode is corrupt (a corrupt group is
 listed by ``groups`` as state Corrupt and reported by ``describe``, and the
-others are still shown: exit 0); 2 ZooKeeper cannot be reached, or a bad
-option. The work is in :mod:`zkcoord.inspect`; rendering
-lives here.
+others are still shown: exit 0); 2 ZooKeeper cannot be reached, a bad
+option, or a daemon or Kafka refused the login. ``--command-config`` (Kafka
+client properties) logs in to the brokers and to the owner daemons alike.
+The work is in :mod:`zkcoord.inspect`; rendering lives here.
 """
 
 from __future__ import annotations

@@ -57,11 +57,11 @@ def translate(exc: BaseException, doing: str, who: str = "") -> ZkcoordError | N
     as_who = f" ({who})" if who else ""
     if isinstance(exc, (kerr.SaslAuthenticationFailedError, kerr.IllegalSaslStateError,
                         kerr.UnsupportedSaslMechanismError)):
-        return AuthenticationError(f"{doing}: a broker or zkcoord daemon refused the login{as_who}: {exc or _name(exc)}; "
-                                   "check the consumer's security settings (--command-config)")
+        return AuthenticationError(f"{doing}: a broker or zkcoord daemon refused the login{as_who}: "
+                                   f"{exc or _name(exc)}; check the consumer's security settings (--command-config)")
     if isinstance(exc, kerr.AuthorizationError):  # GROUP_, TOPIC_, CLUSTER_AUTHORIZATION_FAILED
-        return AuthorizationError(f"{doing}: not authorized{as_who}: {exc or _name(exc)}; an ACL must allow READ on the "
-                                  "group and the topics")
+        return AuthorizationError(f"{doing}: not authorized{as_who}: {exc or _name(exc)}; an ACL must allow READ on "
+                                  "the group and the topics")
     if isinstance(exc, kerr.KafkaConfigurationError):
         return ConfigError(f"{doing}: {exc}")
     if isinstance(exc, kerr.IllegalStateError):
