@@ -152,7 +152,7 @@ class ZkcoordConnectionManager(KafkaConnectionManager):
         conn = super().get_connection(node_id, *args, **kwargs)
         if fresh and self._daemon_security is not None and self.is_daemon(node_id):
             # the connection reads its SASL settings when it logs in, after our _build_transport: not yet
-            conn.config.update(self._daemon_security)
+            conn.config.update({k: v for k, v in self._daemon_security.items() if k in conn.config})
         return conn
 
     async def _build_transport(self, node, timeout_at=None):
