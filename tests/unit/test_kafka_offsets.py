@@ -8,7 +8,7 @@ import pytest
 from kafka import TopicPartition
 from kafka.structs import OffsetAndMetadata, OffsetAndTimestamp
 
-from zkcoord.errors import ConfigError, NotFoundError, ServiceUnavailableError, ZkcoordError
+from zkcoord.errors import AuthorizationError, NotFoundError, ServiceUnavailableError, ZkcoordError
 from zkcoord.kafka.offsets import KafkaGroup, KafkaOffsets, LogRange
 
 
@@ -54,8 +54,9 @@ def test_retriable_errors_past_the_deadline_name_the_servers():
 
 
 @pytest.mark.parametrize("error, kind, text", [
-    (Errors.GroupAuthorizationFailedError("g"), ConfigError, "refused to let us list the consumer groups: not "
-                                                             "authorized (GroupAuthorizationFailedError)"),
+    (Errors.GroupAuthorizationFailedError("g"), AuthorizationError, "refused to let us list the consumer groups: "
+                                                                    "not authorized ([Error 30] "
+                                                                    "GroupAuthorizationFailedError: g) for PLAINTEXT"),
     (Errors.UnknownTopicOrPartitionError("t-9"), NotFoundError, "cannot list the consumer groups: Kafka at "
                                                                 "k1:9092,k2:9092 does not know a topic or partition"),
     (Errors.IllegalArgumentError("bad"), ZkcoordError, "Kafka at k1:9092,k2:9092 failed to list the consumer groups"),
@@ -77,7 +78,7 @@ def test_partition_counts_treat_unknown_topics_as_missing_and_retry_leaderless_o
     assert offsets_with(admin).partition_counts(["t", "gone", "bad name", "t"]) == {
         "t": 3, "gone": None, "bad name": None}
     denied = ScriptedAdmin(describe_topics=[[{"name": "t", "error_code": 29, "partitions": []}]])
-    with pytest.raises(ConfigError, match="not authorized"):
+    with pytest.raises(AuthorizationError, match="not authorized .*topic 't'.* for PLAINTEXT"):
         offsets_with(denied).partition_counts(["t"])
 
 

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 
 import click
 
+from zkcoord.cli.kafka_login import kafka_login_options
 from zkcoord.cli.render import SCHEMAS
 from zkcoord.config import build_config
 from zkcoord.errors import UsageError
@@ -50,6 +51,7 @@ def _options(func):
 @click.command()
 @click.argument("topics", nargs=-1, required=True)
 @_options
+@kafka_login_options
 @click.option("--from-beginning", is_flag=True, help="Without a committed offset, start at the oldest record "
                                                      "(else only new records).")
 @click.option("--max-records", type=click.IntRange(min=1), default=None, help="Stop after this many records.")
@@ -60,7 +62,8 @@ def consume(topics, from_beginning, max_records, output, **flags):
 
     Prints each record's topic, partition, offset, key and value. Keys and
     values are shown as UTF-8 text; in JSON, bytes that are not UTF-8 come
-    as base64 under "key_base64" / "value_base64".
+    as base64 under "key_base64" / "value_base64". --command-config logs in
+    to the brokers and to the daemons.
     """
     from zkcoord.client import CommitFailedError, Consumer, ConsumerConfig
 
@@ -71,6 +74,7 @@ def consume(topics, from_beginning, max_records, output, **flags):
         flags["coordinators"] = old
     flags["auto_offset_reset"] = "earliest" if from_beginning else "latest"
     flags["enable_auto_commit"] = False
+    flags["security"] = flags.pop("kafka_security")
     environ = {k: v for k, v in os.environ.items() if k != "ZKCOORD_CONFIG"}  # that file is the daemon's
     config = build_config(flags, cls=ConsumerConfig, environ=environ)
     printed = 0

@@ -13,9 +13,10 @@ so), print tables or JSON (the schema is in :mod:`zkcoord.inspect.model`),
 and with ``--watch`` refresh in place. Exit codes: 0; 1 a named group is
 unknown, or every named group's state znode is corrupt (a corrupt group is
 listed by ``groups`` as state Corrupt and reported by ``describe``, and the
-others are still shown: exit 0); 2 ZooKeeper cannot be reached, or a bad
-option. The work is in :mod:`zkcoord.inspect`; rendering
-lives here.
+others are still shown: exit 0); 2 ZooKeeper cannot be reached, a bad
+option, or a daemon or Kafka refused the login. ``--command-config`` (Kafka
+client properties) logs in to the brokers and to the owner daemons alike.
+The work is in :mod:`zkcoord.inspect`; rendering lives here.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from zkcoord.cli.kafka_login import kafka_login_options
 from zkcoord.cli.render import document as document_of, print_out, stdout_console
 from zkcoord.cli.zk_login import zookeeper_login_options
 from zkcoord.core.group_states import GroupState
@@ -71,7 +73,7 @@ def _common_options(func):
         click.option("--count", type=click.IntRange(1), default=None,
                      help="With --watch: stop after this many refreshes."),
     ]
-    func = zookeeper_login_options(func)  # innermost: listed after --zookeeper
+    func = zookeeper_login_options(kafka_login_options(func))  # innermost: listed after the others
     for option in reversed(options):
         func = option(func)
     return func
@@ -88,12 +90,13 @@ class _Target:
     interval: float
     count: int | None
     security: ZkSecurity | None = None  # the ZooKeeper login
+    kafka_security: Any = None  # KafkaClientSecurity: the login to the brokers and the daemons
 
 
 def _target(**kw: Any) -> _Target:
     OffsetPaths(kw["zk_root"])  # ConfigError before any I/O
     return _Target(kw["zookeeper"], kw["zk_root"], kw["bootstrap_servers"] or None, kw["timeout_ms"],
-                   kw["output"], kw["watch"], kw["interval"], kw["count"], kw["zk_security"])
+                   kw["output"], kw["watch"], kw["interval"], kw["count"], kw["zk_security"], kw["kafka_security"])
 
 
 # ------------------------------------------------------------------ groups
@@ -292,15 +295,15 @@ def _error_lines(report: DescribeReport | GroupsReport) -> list[str]:
 # ------------------------------------------------------------------ running
 def _execute(target: _Target, report: Callable[[Inspector], Awaitable[R]],
              tables: Callable[[R], list[RenderableType]], title: str, command: str) -> None:
-    kafka = KafkaOffsets(target.bootstrap_servers, request_timeout_ms=target.timeout_ms,
-                         client_id="zkcoord-inspect") if target.bootstrap_servers else None
+    kafka = KafkaOffsets(target.bootstrap_servers, request_timeout_ms=target.timeout_ms, client_id="zkcoord-inspect",
+                         security=target.kafka_security) if target.bootstrap_servers else None
     conn = ZkConnection(target.zookeeper, connect_timeout_ms=target.timeout_ms, request_timeout_ms=target.timeout_ms,
                         fail_when_refused=True, security=target.security)
 
     async def main() -> int:
         async with conn:
             inspector = Inspector(conn, zk_root=target.zk_root, kafka=kafka,
-                                  live_timeout_s=min(3.0, target.timeout_ms / 1000))
+                                  live_timeout_s=min(3.0, target.timeout_ms / 1000), security=target.kafka_security)
             try:
                 if target.watch:
                     return await _watch(target, lambda: report(inspector), tables, title, command)

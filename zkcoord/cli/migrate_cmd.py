@@ -36,6 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from zkcoord.cli.base import ZkcoordGroup, run_with_zookeeper as _run
+from zkcoord.cli.kafka_login import kafka_login_options
 from zkcoord.cli.render import echo_document, print_out
 from zkcoord.cli.zk_login import zookeeper_login_options
 from zkcoord.core.legacy_values import Unparsable, read_legacy_value, shown
@@ -84,6 +85,11 @@ def _selection_options(func):
     return func
 
 
+def _kafka_option(func):
+    """--bootstrap-servers and its login (--command-config): the command gets ``kafka_security``."""
+    func = kafka_login_options(func)
+    return click.option("--bootstrap-servers", envvar="ZKCOORD_BOOTSTRAP_SERVERS", show_envvar=True, required=True,
+                        help="Kafka brokers HOST:PORT[,HOST:PORT...].")(func)
 
 
 @click.group(cls=ZkcoordGroup)
@@ -95,13 +101,13 @@ def migrate() -> None:
 @migrate.command()
 @_selection_options
 @_zookeeper_options
-@click.option("--bootstrap-servers", envvar="ZKCOORD_BOOTSTRAP_SERVERS", show_envvar=True, required=True,
-              help="Kafka brokers HOST:PORT[,HOST:PORT...].")
+@_kafka_option
 @click.option("--allow-rewind", is_flag=True, help="Plan to move Kafka back to older legacy offsets.")
 @click.option("--force", is_flag=True, help="Plan the log end for legacy offsets beyond it.")
 @click.option("--output", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 def plan(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeeper: str, zk_root: str,
-         timeout_ms: int, bootstrap_servers: str, allow_rewind: bool, force: bool, output: str, zk_security) -> None:
+         timeout_ms: int, bootstrap_servers: str, allow_rewind: bool, force: bool, output: str, zk_security,
+         kafka_security) -> None:
     """Show, per partition, what migrating the legacy offsets would do. Changes nothing.
 
     Decisions: copy, equal, kafka-ahead-kept (Kafka is never rewound without
@@ -116,7 +122,7 @@ def plan(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeep
     selection = Selection(tuple(groups), all_groups, pattern)
     options = Options(allow_rewind=allow_rewind, force=force)
     OffsetPaths(zk_root)
-    kafka = KafkaOffsets(bootstrap_servers, request_timeout_ms=timeout_ms)
+    kafka = KafkaOffsets(bootstrap_servers, request_timeout_ms=timeout_ms, security=kafka_security)
 
     async def work(conn: ZkConnection) -> Plan:
         await asyncio.to_thread(kafka.start)
@@ -312,11 +318,6 @@ def _read_file(file: Path) -> str:
 
 
 # ------------------------------------------------------------------ apply, verify, finalize, rollback, status
-def _kafka_option(required: bool = True):
-    return click.option("--bootstrap-servers", envvar="ZKCOORD_BOOTSTRAP_SERVERS", show_envvar=True,
-                        required=required, help="Kafka brokers HOST:PORT[,HOST:PORT...].")
-
-
 _output_option = click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 _backup_file_option = click.option(
     "--backup-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -324,12 +325,14 @@ _backup_file_option = click.option(
 
 
 def _with_adapters(zookeeper: str, zk_root: str, timeout_ms: int, bootstrap_servers: str | None,
-                   work: Callable[[Adapters], Awaitable[T]], writes: bool = True, security=None) -> T:
+                   work: Callable[[Adapters], Awaitable[T]], writes: bool = True, security=None,
+                   kafka_security=None) -> T:
     """Run ``work`` with started adapters (ZooKeeper logged in with
-    ``security``); commands that write zkcoord znodes (``writes``) first make
-    sure the ZooKeeper layout is current."""
+    ``security``, Kafka with ``kafka_security``); commands that write zkcoord
+    znodes (``writes``) first make sure the ZooKeeper layout is current."""
     return run_with_adapters(zookeeper, bootstrap_servers, work, zk_root=zk_root, timeout_ms=timeout_ms,
-                             ensure_layout=writes, fail_when_refused=True, security=security)
+                             ensure_layout=writes, fail_when_refused=True, security=security,
+                             kafka_security=kafka_security)
 
 
 def _json_lines_sink(file: Path | None):
@@ -383,7 +386,7 @@ def _finish(failed: int, what: str) -> None:
 @migrate.command()
 @_selection_options
 @_zookeeper_options
-@_kafka_option()
+@_kafka_option
 @click.option("--allow-rewind", is_flag=True, help="Move Kafka back to older legacy offsets.")
 @click.option("--force", is_flag=True, help="Commit the log end for legacy offsets beyond it.")
 @click.option("--allow-active-kafka-members", is_flag=True,
@@ -391,7 +394,7 @@ def _finish(failed: int, what: str) -> None:
 @_backup_file_option
 @_output_option
 def apply(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, allow_rewind, force,
-          allow_active_kafka_members, backup_file, output, zk_security) -> None:
+          allow_active_kafka_members, backup_file, output, zk_security, kafka_security) -> None:
     """Carry the plan out: per group back up, commit to Kafka, switch to dual.
 
     Resumable: a group continues from the phase a crash left it in; groups
@@ -407,7 +410,7 @@ def apply(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap
 
     results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
                              lambda a: apply_groups(a, selection, options, on_step=progress, backup_sink=sink),
-                             security=zk_security)
+                             security=zk_security, kafka_security=kafka_security)
     if output == "json":
         _echo_groups("migrate apply", [dataclasses.asdict(r) for r in results], zookeeper, zk_root, bootstrap_servers)
     else:
@@ -424,9 +427,10 @@ def apply(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap
 @migrate.command()
 @_selection_options
 @_zookeeper_options
-@_kafka_option()
+@_kafka_option
 @_output_option
-def verify(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, output, zk_security) -> None:
+def verify(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, output, zk_security,
+           kafka_security) -> None:
     """List every partition where Kafka and ZooKeeper differ in migrated groups.
 
     Both directions: Kafka behind ZooKeeper, and ZooKeeper behind (or
@@ -437,7 +441,8 @@ def verify(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstra
     """
     selection = Selection(tuple(groups), all_groups, pattern)
     results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
-                             lambda a: verify_groups(a, selection), security=zk_security)
+                             lambda a: verify_groups(a, selection), security=zk_security,
+                             kafka_security=kafka_security)
     if output == "json":
         _echo_groups("migrate verify", [dataclasses.asdict(r) for r in results], zookeeper, zk_root,
                      bootstrap_servers)
@@ -467,12 +472,12 @@ def _verdict(result) -> str:
 @migrate.command()
 @_selection_options
 @_zookeeper_options
-@_kafka_option()
+@_kafka_option
 @click.option("--delete-legacy", is_flag=True, help="Delete the legacy offset znodes once archived.")
 @_backup_file_option
 @_output_option
 def finalize(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, delete_legacy,
-             backup_file, output, zk_security) -> None:
+             backup_file, output, zk_security, kafka_security) -> None:
     """Move groups in dual whose verify is clean to kafka.
 
     Verifies first; archives the legacy offsets under
@@ -483,7 +488,7 @@ def finalize(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootst
     sink = _json_lines_sink(backup_file)
     results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
                              lambda a: finalize_groups(a, selection, delete_legacy=delete_legacy, archive_sink=sink),
-                             security=zk_security)
+                             security=zk_security, kafka_security=kafka_security)
     if output == "json":
         _echo_groups("migrate finalize", [dataclasses.asdict(r) for r in results], zookeeper, zk_root,
                      bootstrap_servers)
@@ -496,11 +501,11 @@ def finalize(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootst
 @migrate.command()
 @_selection_options
 @_zookeeper_options
-@_kafka_option()
+@_kafka_option
 @click.option("--to-backup", is_flag=True, help="Restore the backup taken by apply instead of the max of both.")
 @_output_option
 def rollback(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootstrap_servers, to_backup,
-             output, zk_security) -> None:
+             output, zk_security, kafka_security) -> None:
     """Return migrated groups to ZooKeeper offset storage.
 
     Copies Kafka's offsets into ZooKeeper where they are ahead (the max of
@@ -509,7 +514,8 @@ def rollback(groups, all_groups, pattern, zookeeper, zk_root, timeout_ms, bootst
     """
     selection = Selection(tuple(groups), all_groups, pattern)
     results = _with_adapters(zookeeper, zk_root, timeout_ms, bootstrap_servers,
-                             lambda a: rollback_groups(a, selection, to_backup=to_backup), security=zk_security)
+                             lambda a: rollback_groups(a, selection, to_backup=to_backup), security=zk_security,
+                             kafka_security=kafka_security)
     if output == "json":
         _echo_groups("migrate rollback", [dataclasses.asdict(r) for r in results], zookeeper, zk_root,
                      bootstrap_servers)

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from zkcoord.cli.kafka_login import kafka_login_options
 from zkcoord.cli.render import echo_document
 from zkcoord.cli.zk_login import zookeeper_login_options
 from zkcoord.core.migration import Options
@@ -99,12 +100,13 @@ def _spark_conf(values: tuple[str, ...]) -> dict[str, str]:
               help="Show a progress bar on stderr [default: when stderr is a terminal].")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @zookeeper_login_options
+@kafka_login_options
 def run_job_command(mode: str, groups: tuple[str, ...], all_groups: bool, pattern: str | None, zookeeper: str,
                     zk_root: str, bootstrap_servers: str, timeout_ms: int, allow_rewind: bool, force: bool,
                     allow_active_kafka_members: bool, record: bool, report_dir: str | None, overwrite: bool,
                     spark_master: str | None, spark_partitions: int | None, spark_conf: tuple[str, ...],
                     ship_package: bool | None, batch_groups: int, apply_concurrency: int, zk_reads: str,
-                    progress: bool | None, output: str, zk_security) -> None:
+                    progress: bool | None, output: str, zk_security, kafka_security) -> None:
     """Plan, verify or apply many groups as one Spark job, with a per-partition report.
 
     The groups are spread over Spark partitions; each task reads ZooKeeper
@@ -113,8 +115,11 @@ def run_job_command(mode: str, groups: tuple[str, ...], all_groups: bool, patter
     one row per partition with its status) goes to --report-dir; the summary
     is printed here. Runs an embedded local Spark unless --spark-master says
     otherwise or spark-submit started it. The tasks log in to ZooKeeper as
-    this command does (the JAAS section is read here and sent with them).
+    this command does (the JAAS section is read here and sent with them), and
+    to Kafka with --command-config (its stores are read here and sent too);
+    the Kafka login is tried here first, before Spark starts.
     """
+    from zkcoord.kafka.login import check_login, portable
     from zkcoord.migrate.spark_job import JobConfig
 
     started = time.monotonic() - _process_age_s()  # the whole run: the interpreter's start and imports too
@@ -125,7 +130,9 @@ def run_job_command(mode: str, groups: tuple[str, ...], all_groups: bool, patter
         options=Options(allow_rewind=allow_rewind, force=force), allow_active_kafka_members=allow_active_kafka_members,
         record_verify=record, timeout_ms=timeout_ms, spark_partitions=spark_partitions, batch_groups=batch_groups,
         apply_concurrency=apply_concurrency, zk_reads=zk_reads, overwrite=overwrite,
-        zk_security=zk_security.loaded() if zk_security is not None else None)
+        zk_security=zk_security.loaded() if zk_security is not None else None,
+        kafka_security=portable(kafka_security))
+    check_login(bootstrap_servers, kafka_security, timeout_s=timeout_ms / 1000)
     run_and_report(config, spark_master=spark_master, spark_conf=_spark_conf(spark_conf), ship_package=ship_package,
                    progress=progress, output=output, started=started)
 

@@ -9,6 +9,16 @@ environment variable (``coordinators`` is ``ZKCOORD_COORDINATORS``,
 ``bootstrap_servers`` is ``ZKCOORD_BOOTSTRAP_SERVERS``) when the config is
 built with :func:`zkcoord.config.build_config`; so a boolean or a list may
 arrive as text (``"false"``, ``"range,sticky"``) and is normalised here.
+
+Security is Kafka's client settings with Kafka's names, as one value:
+``security`` is a :class:`~zkcoord.kafka.client_security.KafkaClientSecurity`
+(``KafkaClientSecurity.from_file("alice.properties")`` reads a Java client
+properties file: ``security.protocol``, ``sasl.mechanism``,
+``sasl.jaas.config``, ``ssl.truststore.location``, ...). It logs in to the
+brokers and to the zkcoord daemons, which in a secured deployment share the
+users; ``coordinator_security`` is for daemons that listen with other
+settings than the brokers (kafka-python connects to each node with the
+settings of its own kind: :mod:`zkcoord.client.network`).
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
 from zkcoord.config import parse_host_port
+from zkcoord.kafka.client_security import KafkaClientSecurity
 from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.errors import ConfigError
 
@@ -70,6 +81,10 @@ class ConsumerConfig:
     bootstrap_timeout_ms: int = 30_000
     # Hear of rebalances through the daemon's held heartbeats (zkcoord.client.notice), where it offers them.
     rebalance_notice: bool = True
+    # Kafka's client settings (security.protocol, sasl.*, ssl.*) for the brokers and the daemons; None: PLAINTEXT.
+    security: KafkaClientSecurity | None = None
+    # The daemons' own, when their listeners differ from the brokers' (None: ``security`` for both).
+    coordinator_security: KafkaClientSecurity | None = None
 
     def __post_init__(self) -> None:
         self._normalise()
@@ -95,6 +110,11 @@ class ConsumerConfig:
             raise ConfigError(f"auto_offset_reset={self.auto_offset_reset!r} must be one of "
                               f"{', '.join(OFFSET_RESETS)}")
         self._check_strategies()
+        for name in ("security", "coordinator_security"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, KafkaClientSecurity):
+                raise ConfigError(f"{name} must be Kafka client settings (KafkaClientSecurity.from_file(path) of a "
+                                  f"client properties file), got a {type(value).__name__}")
 
     def _normalise(self) -> None:
         """Text from flags or the environment -> the field's type."""
@@ -145,13 +165,21 @@ class ConsumerConfig:
         return tuple(parse_host_port(a.strip(), "coordinators") for a in self.coordinators.split(",") if a.strip())
 
     @property
+    def daemon_security(self) -> KafkaClientSecurity | None:
+        """The login to the zkcoord daemons: ``coordinator_security``, else ``security``."""
+        return self.coordinator_security if self.coordinator_security is not None else self.security
+
+    @property
     def effective_rebalance_timeout_ms(self) -> int:
         return self.rebalance_timeout_ms or self.max_poll_interval_ms
 
     def kafka_options(self) -> dict:
         """Keyword arguments for kafka-python's ``KafkaConsumer`` (without
-        ``kafka_client``, which :mod:`zkcoord.client.consumer` adds)."""
+        ``kafka_client``, which :mod:`zkcoord.client.consumer` adds); the
+        login's secrets in clear text: do not log them."""
+        security = dict(self.security.kafka_python_options()) if self.security is not None else {}
         return {
+            **security,
             "bootstrap_servers": [a.strip() for a in self.bootstrap_servers.split(",") if a.strip()],
             "group_id": self.group_id,
             "client_id": self.client_id,

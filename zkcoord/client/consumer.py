@@ -33,10 +33,12 @@ from zkcoord.client.coordinator import ZkcoordKafkaConsumer
 from zkcoord.client.errors import ConsumerTimeoutError, translate
 from zkcoord.client.network import client_factory
 from zkcoord.errors import ServiceUnavailableError, UsageError
+from zkcoord.kafka.login import check_login
 
 log = logging.getLogger(__name__)
 
 Offsets = Mapping[TopicPartition, "int | tuple[int, str] | OffsetAndMetadata"]
+DAEMON_LOGIN_CHECK_S = 5.0  # how long start() waits for a daemon to take the login before leaving it to poll()
 _STATES = {MemberState.STABLE: "stable", MemberState.REBALANCING: "rebalancing", MemberState.UNJOINED: "unjoined"}
 
 
@@ -93,14 +95,21 @@ class Consumer:
 
     # -- life cycle ----------------------------------------------------------------
     def start(self) -> "Consumer":
+        """Connect to the brokers. With security settings, the brokers' login and
+        the daemons' are tried first (AuthenticationError at once, not after
+        kafka-python's bootstrap time-out; :mod:`zkcoord.kafka.login`)."""
         if self._kafka is not None:
             return self
-        factory = client_factory(self.config.daemon_addresses, self.config.effective_rebalance_timeout_ms)
+        self._check_logins()
+        config = self.config
+        coordinator = config.coordinator_security
+        daemon_options = dict(coordinator.kafka_python_options()) if coordinator is not None else None
+        factory = client_factory(config.daemon_addresses, config.effective_rebalance_timeout_ms, daemon_options)
         try:
-            self._kafka = ZkcoordKafkaConsumer(**self.config.kafka_options(), kafka_client=factory,
-                                               rebalance_notice=self.config.rebalance_notice)
+            self._kafka = ZkcoordKafkaConsumer(**config.kafka_options(), kafka_client=factory,
+                                               rebalance_notice=config.rebalance_notice, daemon_options=daemon_options)
         except Exception as exc:
-            error = translate(exc, "connecting to Kafka")
+            error = translate(exc, "connecting to Kafka", self._who())
             if isinstance(error, ConsumerTimeoutError):
                 error = ServiceUnavailableError(
                     f"no Kafka broker at {self.config.bootstrap_servers} answered within "
@@ -110,6 +119,24 @@ class Consumer:
             raise error from exc
         self._listener_threads = ThreadPoolExecutor(1, thread_name_prefix=f"zkcoord-listener-{self.config.client_id}")
         return self
+
+    def _who(self) -> str:
+        """The brokers' and daemons' logins, for messages (never a secret)."""
+        brokers, daemons = self.config.security, self.config.daemon_security
+        if brokers is None and daemons is None:
+            return ""
+        text = f"brokers: {brokers.describe() if brokers else 'PLAINTEXT'}"
+        return text if daemons is brokers else f"{text}; daemons: {daemons.describe() if daemons else 'PLAINTEXT'}"
+
+    def _check_logins(self) -> None:
+        config = self.config
+        check_login(config.bootstrap_servers, config.security, timeout_s=config.bootstrap_timeout_ms / 1000,
+                    client_id=config.client_id)
+        # Daemons that do not answer now may be restarting: the group lookup retries them (no error here).
+        with contextlib.suppress(ServiceUnavailableError):
+            check_login(config.coordinators, config.daemon_security, what="the zkcoord daemons",
+                        timeout_s=min(config.bootstrap_timeout_ms / 1000, DAEMON_LOGIN_CHECK_S),
+                        client_id=config.client_id)
 
     def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
         """Commit (if auto commit is on and ``autocommit``), revoke, leave the
@@ -282,7 +309,7 @@ class Consumer:
         try:
             yield
         except Exception as exc:
-            error = translate(exc, doing)
+            error = translate(exc, doing, self._who())
             if error is None or error is exc:
                 raise
             raise error from exc

@@ -109,9 +109,9 @@ class ZkcoordCoordinator(ConsumerCoordinator):
         super().__init__(*args, **kwargs)
 
     # -- the rebalance notice ------------------------------------------------------------
-    def start_notice(self, consumer_config: dict) -> RebalanceNotice:
+    def start_notice(self, consumer_config: dict, daemon_options: dict | None = None) -> RebalanceNotice:
         if self._notice is None:
-            self._notice = RebalanceNotice(self, consumer_config)
+            self._notice = RebalanceNotice(self, consumer_config, daemon_options)
             self._notice.start()
         return self._notice
 
@@ -267,9 +267,10 @@ class ZkcoordFetcher(Fetcher):
 class ZkcoordKafkaConsumer(KafkaConsumer):
     """``KafkaConsumer`` whose coordinator is a :class:`ZkcoordCoordinator`
     and whose fetcher a :class:`ZkcoordFetcher`. Takes ``KafkaConsumer``'s
-    keyword options."""
+    keyword options; ``daemon_options``: the daemons' own login settings (kafka-python's
+    names) when they differ from the brokers', for the rebalance notice's connection."""
 
-    def __init__(self, *, rebalance_notice: bool = False, **configs):
+    def __init__(self, *, rebalance_notice: bool = False, daemon_options: dict | None = None, **configs):
         try:
             super().__init__(**configs, metrics_enabled=False)
         except BaseException:
@@ -286,4 +287,4 @@ class ZkcoordKafkaConsumer(KafkaConsumer):
         self._fetcher = ZkcoordFetcher(self._client, self._subscription, coordinator=self._coordinator,
                                        metrics=None, **self.config)
         if rebalance_notice:
-            self._coordinator.start_notice(self.config)
+            self._coordinator.start_notice(self.config, daemon_options)

@@ -6,6 +6,8 @@ boundary)::
     ├── ConfigError               a setting is wrong (also kafka-python's KafkaConfigurationError)
     ├── UsageError                a call the consumer's state does not allow
     ├── ServiceUnavailableError   no Kafka broker answered in bootstrap_timeout_ms
+    ├── AuthenticationError       a broker or daemon refused the login (SASL, TLS)
+    ├── AuthorizationError        an ACL refused the group or a topic (*_AUTHORIZATION_FAILED)
     └── ConsumerError             anything else Kafka or zkcoord reported; ``retriable``
         ├── CommitFailedError     the group rebalanced or dropped this member; poll() rejoins
         ├── FencedInstanceError   another consumer runs with this group_instance_id
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import kafka.errors as kerr
 
-from zkcoord.errors import ConfigError, UsageError, ZkcoordError
+from zkcoord.errors import AuthenticationError, AuthorizationError, ConfigError, UsageError, ZkcoordError
 
 
 class ConsumerError(ZkcoordError):
@@ -46,11 +48,20 @@ class ConsumerTimeoutError(ConsumerError):
     pass
 
 
-def translate(exc: BaseException, doing: str) -> ZkcoordError | None:
+def translate(exc: BaseException, doing: str, who: str = "") -> ZkcoordError | None:
     """The zkcoord error for a kafka-python (or argument) error raised while
-    ``doing``, or None when ``exc`` is not ours to translate."""
+    ``doing``, or None when ``exc`` is not ours to translate; ``who``: the
+    login, for refusals (``SASL_SSL, SCRAM-SHA-512 as alice``)."""
     if isinstance(exc, ZkcoordError):
         return exc
+    as_who = f" ({who})" if who else ""
+    if isinstance(exc, (kerr.SaslAuthenticationFailedError, kerr.IllegalSaslStateError,
+                        kerr.UnsupportedSaslMechanismError)):
+        return AuthenticationError(f"{doing}: a broker or zkcoord daemon refused the login{as_who}: "
+                                   f"{exc or _name(exc)}; check the consumer's security settings (--command-config)")
+    if isinstance(exc, kerr.AuthorizationError):  # GROUP_, TOPIC_, CLUSTER_AUTHORIZATION_FAILED
+        return AuthorizationError(f"{doing}: not authorized{as_who}: {exc or _name(exc)}; an ACL must allow READ on "
+                                  "the group and the topics")
     if isinstance(exc, kerr.KafkaConfigurationError):
         return ConfigError(f"{doing}: {exc}")
     if isinstance(exc, kerr.IllegalStateError):

@@ -46,6 +46,14 @@ request, the same answer handling, the same connections, and
 ``Consumer.start()`` still waits for the bootstrap (and fails when no broker
 answers).
 
+Security. kafka-python keeps one set of security settings per client
+(``security_protocol``, ``ssl_context``, ``sasl_*``) and uses it for every
+node. The daemons are logged in to with the same settings unless the manager
+is given ``coordinator_options`` (kafka-python keyword arguments of the
+daemons' own settings): then every daemon node (the seeds ``zkcoord-<i>``
+and the ``coordinator-<id>`` nodes the daemons name) gets those, on its
+transport (TLS) and on its connection (SASL), and the brokers keep theirs.
+
 It is handed to ``KafkaConsumer`` through its documented ``kafka_client``
 option (see :func:`client_factory`); nothing of kafka-python is patched.
 """
@@ -56,10 +64,13 @@ import itertools
 import logging
 import time
 
+import kafka.errors as Errors
 from kafka.cluster import ClusterMetadata
 from kafka.future import Future
 from kafka.net.compat import KafkaNetClient
+from kafka.net.inet import create_connection
 from kafka.net.manager import KafkaConnectionManager
+from kafka.net.transport import KafkaSSLTransport, KafkaTCPTransport
 from kafka.net.selector import NetworkSelector
 from kafka.protocol.consumer import JoinGroupRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataResponse
@@ -73,6 +84,12 @@ JOIN_GRACE_MS = 5_000
 # A FindCoordinator answer prefetched during the bootstrap is given to the
 # coordinator's first lookup only this soon after it arrived.
 PREFETCH_MAX_AGE_S = 1.0
+# kafka-python's connection settings that say how a node is logged in to.
+SECURITY_KEYS = ("security_protocol", "ssl_context", "ssl_check_hostname", "ssl_cafile", "ssl_certfile",
+                 "ssl_keyfile", "ssl_password", "ssl_crlfile", "sasl_mechanism", "sasl_plain_username",
+                 "sasl_plain_password", "sasl_kerberos_name", "sasl_kerberos_service_name",
+                 "sasl_kerberos_domain_name", "sasl_oauth_token_provider")
+COORDINATOR_NODE_PREFIX = "coordinator-"  # kafka-python's name of a node a FindCoordinator answer names
 
 
 def daemon_nodes(addresses: tuple[tuple[str, int], ...]) -> dict[str, MetadataResponse.MetadataResponseBroker]:
@@ -99,8 +116,12 @@ class ZkcoordConnectionManager(KafkaConnectionManager):
     zkcoord daemons and JoinGroup carrying our rebalance timeout."""
 
     def __init__(self, net, *, zkcoord_daemons: tuple[tuple[str, int], ...],
-                 rebalance_timeout_ms: int | None = None, **configs):
+                 rebalance_timeout_ms: int | None = None, coordinator_options: dict | None = None, **configs):
         super().__init__(net, **configs)
+        # The daemons' login: kafka-python's defaults overlaid with their own settings (None: the brokers').
+        self._daemon_security = None if coordinator_options is None else {
+            **{key: KafkaConnectionManager.DEFAULT_CONFIG[key] for key in SECURITY_KEYS},
+            **{key: value for key, value in coordinator_options.items() if key in SECURITY_KEYS}}
         if not zkcoord_daemons:
             raise ValueError("at least one zkcoord daemon address is required")
         # Same arguments as KafkaConnectionManager gives its ClusterMetadata;
@@ -121,6 +142,36 @@ class ZkcoordConnectionManager(KafkaConnectionManager):
         self._prefetch: Future | None = None  # the first lookup, until the coordinator takes it
         self._prefetch_started = False
         self._prefetch_answered_at = 0.0
+
+    def is_daemon(self, node_id) -> bool:
+        """A zkcoord daemon's node: a seed, or a coordinator (every lookup goes to a daemon)."""
+        return node_id in self.cluster.daemons or str(node_id).startswith(COORDINATOR_NODE_PREFIX)
+
+    def get_connection(self, node_id, *args, **kwargs):
+        fresh = node_id not in self._conns
+        conn = super().get_connection(node_id, *args, **kwargs)
+        if fresh and self._daemon_security is not None and self.is_daemon(node_id):
+            # the connection reads its SASL settings when it logs in, after our _build_transport: not yet
+            conn.config.update({k: v for k, v in self._daemon_security.items() if k in conn.config})
+        return conn
+
+    async def _build_transport(self, node, timeout_at=None):
+        """kafka-python's, with the daemons' TLS settings for a daemon node."""
+        if self._daemon_security is None or not self.is_daemon(node.node_id):
+            return await super()._build_transport(node, timeout_at=timeout_at)
+        config = {**self.config, **self._daemon_security}
+        sock = await create_connection(self._net, node.host, node.port, config["socket_options"],
+                                       proxy_url=config["proxy_url"], timeout_at=timeout_at)
+        if config["security_protocol"] in ("SSL", "SASL_SSL"):
+            ssl_configs = {key: value for key, value in config.items() if key.startswith("ssl_")}
+            transport = KafkaSSLTransport(self._net, sock, host=node.host, **ssl_configs)
+        else:
+            transport = KafkaTCPTransport(self._net, sock, host=node.host)
+        try:
+            await transport.handshake()
+        except Exception as exc:
+            raise Errors.KafkaConnectionError(f"Handshake failed: {exc}") from exc
+        return transport
 
     def bootstrap_async(self, timeout_ms=None, refresh=True):
         future = super().bootstrap_async(timeout_ms, refresh)
@@ -208,14 +259,17 @@ class ZkcoordConnectionManager(KafkaConnectionManager):
         return min(self._daemon_ids, key=self.connection_delay)
 
 
-def client_factory(zkcoord_daemons: tuple[tuple[str, int], ...], rebalance_timeout_ms: int | None = None):
+def client_factory(zkcoord_daemons: tuple[tuple[str, int], ...], rebalance_timeout_ms: int | None = None,
+                   coordinator_options: dict | None = None):
     """A ``kafka_client`` callable for ``KafkaConsumer``: kafka-python's own
-    ``KafkaNetClient`` on a :class:`ZkcoordConnectionManager`."""
+    ``KafkaNetClient`` on a :class:`ZkcoordConnectionManager`
+    (``coordinator_options``: the daemons' own security settings, if they differ)."""
 
     def make(**configs) -> KafkaNetClient:
         net = NetworkSelector(**configs)
         manager = ZkcoordConnectionManager(net, zkcoord_daemons=zkcoord_daemons,
-                                           rebalance_timeout_ms=rebalance_timeout_ms, **configs)
+                                           rebalance_timeout_ms=rebalance_timeout_ms,
+                                           coordinator_options=coordinator_options, **configs)
         return KafkaNetClient(net=net, manager=manager, **configs)
 
     return make

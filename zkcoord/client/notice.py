@@ -33,18 +33,31 @@ on the daemon as, ILLEGAL_GENERATION. Only the two connections' own
 ordering is left to chance: a heartbeat written just before the JoinGroup
 can still reach the daemon after it.
 Encoding and framing are kafka-python's (``KafkaProtocol``).
+
+Security: the notice connection logs in to the daemon as kafka-python's
+connections to the daemons do (the same kafka-python settings:
+``security_protocol``, ``ssl_context``, ``sasl_*``; the daemons' own when
+the consumer has them, :mod:`zkcoord.client.network`): TLS first, then
+ApiVersions, SaslHandshake v1 and SaslAuthenticate driven by kafka-python's
+mechanism classes. A refused login or an untrusted certificate makes the
+notice quiet for that coordinator (logged once), as a daemon without the
+feature does: kafka-python's own connection reports the refusal.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 
+from kafka.net.sasl import get_sasl_mechanism
+from kafka.net.transport import KafkaSSLTransport
 from kafka.protocol.consumer.group import HeartbeatRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.parser import KafkaProtocol
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka.structs import MemberState
 
 from zkcoord import __version__
@@ -54,15 +67,29 @@ log = logging.getLogger(__name__)
 
 NONE, REBALANCE_IN_PROGRESS = 0, 27
 HEARTBEAT_VERSION = 4  # what the daemon serves and the Java consumer sends
+SASL_AUTHENTICATE = 36
+# kafka-python's settings that say how to log in (as zkcoord.client.network.SECURITY_KEYS, ssl_* apart)
+_LOGIN_KEYS = ("security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
+               "sasl_kerberos_name", "sasl_kerberos_service_name", "sasl_kerberos_domain_name",
+               "sasl_oauth_token_provider")
+
+
+class _LoginRefused(Exception):
+    """The daemon refused the notice connection's TLS or SASL login."""
 
 
 class RebalanceNotice:
     """One member's notice connection, on a daemon thread. ``start()`` once
     the coordinator exists; ``close()`` before the member leaves. ``config``
-    is the consumer's (kafka-python's ``KafkaConsumer.config``)."""
+    is the consumer's (kafka-python's ``KafkaConsumer.config``); ``daemon_options``
+    the daemons' own login settings (kafka-python's names), if they differ."""
 
-    def __init__(self, coordinator, config: dict) -> None:
+    def __init__(self, coordinator, config: dict, daemon_options: dict | None = None) -> None:
         self._coordinator = coordinator
+        login = daemon_options if daemon_options is not None else config
+        self._login = {key: login.get(key) for key in _LOGIN_KEYS}
+        self._ssl_config = {key: value for key, value in login.items() if key.startswith("ssl_")}
+        self._tls: ssl.SSLContext | None = None  # built at the first connection (it may read files)
         self._client_id = config["client_id"]
         self._backoff_s = max(config["retry_backoff_ms"], 50) / 1000
         self._idle_s = config["heartbeat_interval_ms"] / 1000
@@ -117,10 +144,10 @@ class RebalanceNotice:
         sent = time.monotonic()
         try:
             sock, protocol = self._connect(address)
-            if sock is None:
+            if sock is None:  # protocol: why not
                 self._unsupported = address
-                log.info("group %s: coordinator %s:%d does not hold heartbeats; rebalances are heard "
-                         "through the member's heartbeats only", self._coordinator.group_id, *address)
+                log.info("group %s: no rebalance notice from coordinator %s:%d (%s); rebalances are heard "
+                         "through the member's heartbeats only", self._coordinator.group_id, *address, protocol)
                 return
             request = HeartbeatRequest(
                 version=HEARTBEAT_VERSION, group_id=self._coordinator.group_id, generation_id=generation_id,
@@ -181,15 +208,20 @@ class RebalanceNotice:
 
     # -- the connection ------------------------------------------------------------
     def _connect(self, address: tuple[str, int]):
-        """The open notice connection to ``address`` (opened and announced if
-        needed): (socket, protocol), or (None, None) if the daemon there does
-        not advertise the notice."""
+        """The open notice connection to ``address`` (opened, logged in and
+        announced if needed): (socket, protocol), or (None, why) if the daemon
+        there does not advertise the notice or refuses our login."""
         with self._lock:
             if self._sock is not None and self._address == address:
                 return self._sock, self._protocol
         self._drop_connection()
         sock = socket.create_connection(address, timeout=self._read_timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock = self._start_tls(sock, address[0])
+        except ssl.SSLError as exc:
+            sock.close()
+            return self._refused(f"TLS: {exc.reason or exc}")
         protocol = KafkaProtocol(client_id=self._client_id)
         with self._lock:
             if self._stopping.is_set():
@@ -198,12 +230,49 @@ class RebalanceNotice:
             self._sock, self._address, self._protocol = sock, address, protocol
         versions = self._call(sock, protocol, ApiVersionsRequest(
             version=3, client_software_name=notice.CLIENT_SOFTWARE_NAME, client_software_version=__version__))
+        if self._login["security_protocol"] in ("SASL_PLAINTEXT", "SASL_SSL"):
+            try:
+                self._sasl_login(sock, protocol, versions, address[0])
+            except _LoginRefused as exc:
+                return self._refused(str(exc))
         features = {f.name: (f.min_version, f.max_version) for f in (versions.supported_features or [])}
         span = features.get(notice.FEATURE)
         if versions.error_code != NONE or span is None or not span[0] <= notice.FEATURE_VERSION <= span[1]:
             self._drop_connection()
-            return None, None
+            return None, "it does not hold heartbeats"
         return sock, protocol
+
+    def _start_tls(self, sock: socket.socket, host: str) -> socket.socket:
+        if self._login["security_protocol"] not in ("SSL", "SASL_SSL"):
+            return sock
+        if self._tls is None:  # kafka-python's own context for these settings
+            self._tls = KafkaSSLTransport._build_ssl_context({**KafkaSSLTransport.DEFAULT_CONFIG, **self._ssl_config})
+        return self._tls.wrap_socket(sock, server_hostname=host)
+
+    def _sasl_login(self, sock: socket.socket, protocol: KafkaProtocol, versions, host: str) -> None:
+        """SaslHandshake v1 and SaslAuthenticate, the client side kafka-python's mechanism."""
+        name = self._login["sasl_mechanism"]
+        shaken = self._call(sock, protocol, SaslHandshakeRequest(version=1, mechanism=name))
+        if shaken.error_code != NONE:
+            raise _LoginRefused(f"SaslHandshake for {name} answered error {shaken.error_code} (offered: "
+                                f"{', '.join(shaken.mechanisms or []) or 'none'})")
+        table = {key.api_key: key.max_version for key in versions.api_keys}
+        version = min(table.get(SASL_AUTHENTICATE, 0), SaslAuthenticateRequest.max_version)
+        mechanism = get_sasl_mechanism(name)(host=host, **self._login)
+        while not mechanism.is_done():
+            answer = self._call(sock, protocol, SaslAuthenticateRequest(version=version,
+                                                                        auth_bytes=mechanism.auth_bytes()))
+            if answer.error_code != NONE:
+                raise _LoginRefused(f"{name} login of {self._login['sasl_plain_username']!r} refused (error "
+                                    f"{answer.error_code}: {answer.error_message})")
+            mechanism.receive(bytes(answer.auth_bytes))
+        if not mechanism.is_authenticated():
+            raise _LoginRefused(f"the {name} exchange ended without success")
+
+    def _refused(self, why: str) -> tuple[None, str]:
+        """A login the daemon refused: the notice stays quiet for it (kafka-python reports the refusal)."""
+        self._drop_connection()
+        return None, f"it refused the notice connection's login: {why}"
 
     def _call(self, sock: socket.socket, protocol: KafkaProtocol, request):
         self._send(sock, protocol, request)

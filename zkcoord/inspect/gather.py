@@ -17,6 +17,11 @@ rules of :mod:`zkcoord.inspect.views`.
    storage, and groups zkcoord does not manage), partition counts, then the
    log ends. Kafka not answering is a note, not an error: what ZooKeeper
    holds is still shown. Kafka calls block, so they run in a worker thread.
+4. Daemons and brokers are logged in to with the same Kafka client settings
+   (``security``: in a secured deployment they share the users). A refused
+   login, by a daemon or by Kafka, is raised
+   (:class:`~zkcoord.errors.AuthenticationError`): the settings are wrong,
+   and a report quietly missing what they should have read would hide it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 
 from zkcoord.core.group import GroupDescription
-from zkcoord.errors import StateError, ZkcoordError
+from zkcoord.errors import AuthenticationError, StateError, ZkcoordError
 from zkcoord.inspect import views
 from zkcoord.inspect.live import describe_live
 from zkcoord.inspect.model import (
@@ -55,14 +60,16 @@ def select(summaries: Iterable[GroupSummary], states: Sequence[str] = (),
 
 class Inspector:
     """Reads reports through a started ZooKeeper connection and, optionally,
-    a (not yet started) :class:`KafkaOffsets`; no I/O in the constructor."""
+    a (not yet started) :class:`KafkaOffsets`; no I/O in the constructor.
+    ``security``: the daemons' login (a KafkaClientSecurity; None: PLAINTEXT)."""
 
     def __init__(self, conn: ZkConnection, *, zk_root: str, kafka: KafkaOffsets | None = None,
-                 live_timeout_s: float = 3.0) -> None:
+                 live_timeout_s: float = 3.0, security=None) -> None:
         self._conn = conn
         self.paths = OffsetPaths(zk_root)
         self._kafka = kafka
         self.live_timeout_s = live_timeout_s
+        self.security = security
 
     @property
     def bootstrap_servers(self) -> str | None:
@@ -101,7 +108,7 @@ class Inspector:
             if zk.record is not None and zk.owner_node_id in daemons:
                 by_owner.setdefault(zk.owner_node_id, []).append(zk.group)
         answers = await asyncio.gather(*(
-            describe_live(daemons[node].host, daemons[node].port, groups, self.live_timeout_s)
+            describe_live(daemons[node].host, daemons[node].port, groups, self.live_timeout_s, self.security)
             for node, groups in by_owner.items()))
         lives: dict[str, LiveFacts] = {}
         for answer in answers:
@@ -129,6 +136,8 @@ class Inspector:
             for group, tps in partitions.items():
                 found[group]["log_ends"] = {tp: log_ends[tp] for tp in tps if tp in log_ends}
                 found[group]["missing_topics"] = missing
+        except AuthenticationError:
+            raise
         except ZkcoordError as exc:
             return {g: KafkaFacts(**f) for g, f in found.items()}, [f"Kafka: {exc}"]
         return {g: KafkaFacts(**f) for g, f in found.items()}, []
@@ -174,6 +183,8 @@ class Inspector:
             self._kafka.start()
             listed = set(self._kafka.list_groups())
             described = self._kafka.groups((listed - known) | (listed & kafka_written))
+        except AuthenticationError:
+            raise
         except ZkcoordError as exc:
             return set(), {}, [f"Kafka: {exc}; groups only Kafka knows are not listed"]
         return listed, {g: KafkaGroupInfo(s.state, s.members) for g, s in described.items()}, []

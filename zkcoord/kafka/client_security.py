@@ -407,6 +407,11 @@ async def _connect(host: str, port: int, context: ssl.SSLContext | None, where: 
     except ssl.SSLError as exc:
         hint = " (is it a plaintext listener?)" if "WRONG_VERSION_NUMBER" in str(exc) else ""
         raise AuthenticationError(f"TLS handshake with {where} failed: {exc.reason or exc}{hint}") from None
+    except ConnectionResetError as exc:
+        if context is not None and exc.errno is None:  # asyncio's TLS layer: the peer left mid-handshake
+            raise AuthenticationError(f"TLS handshake with {where} failed: the server closed the connection "
+                                      f"(is it a plaintext listener?)") from None
+        raise ServiceUnavailableError(f"{where} does not accept connections: {exc.strerror or exc}") from None
     except OSError as exc:
         raise ServiceUnavailableError(f"{where} does not accept connections: {exc.strerror or exc}") from None
 

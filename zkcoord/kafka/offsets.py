@@ -17,8 +17,11 @@ Rules:
 3. Retriable Kafka errors (no coordinator yet, leader moving, timeouts) are
    retried with backoff until ``request_timeout_ms`` has passed, then become
    :class:`~zkcoord.errors.ServiceUnavailableError` naming the bootstrap
-   servers. Authorization failures are ConfigError; an unknown partition is
-   NotFoundError; any other Kafka error a ZkcoordError saying what we asked.
+   servers. ACL refusals are AuthorizationError (naming what was asked and
+   the user), a refused login AuthenticationError (checked before the admin
+   client is built: :func:`zkcoord.kafka.login.check_login`); an unknown
+   partition is NotFoundError; any other Kafka error a ZkcoordError saying
+   what we asked.
 4. Offsets are plain ints; ``None`` means "none" (Kafka's -1).
 """
 
@@ -34,7 +37,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from zkcoord.errors import (
-    AuthenticationError, ConfigError, NotFoundError, ServiceUnavailableError, UsageError, ZkcoordError,
+    AuthenticationError, AuthorizationError, ConfigError, NotFoundError, ServiceUnavailableError, UsageError,
+    ZkcoordError,
 )
 
 __all__ = ["KafkaOffsets", "LogRange", "KafkaGroup", "TopicPartition", "check_bootstrap_servers",
@@ -123,9 +127,13 @@ class KafkaOffsets:
         from kafka import KafkaAdminClient
         from kafka.errors import KafkaError
 
+        from zkcoord.kafka.login import check_login
+
         with self._lock:
             if self._admin is not None:
                 return
+            # kafka-python retries a refused login until its bootstrap time-out: find out at once (login.py)
+            check_login(self.bootstrap_servers, self.security, timeout_s=self.request_timeout_ms / 1000)
             try:
                 self._admin = KafkaAdminClient(
                     bootstrap_servers=self.bootstrap_servers, client_id=self.client_id,
@@ -270,12 +278,10 @@ class KafkaOffsets:
             return
         answer = self._call(f"commit offsets of group {group!r}", self._admin_call, "alter_group_offsets",
                             group, request)
-        failed = {f"{tp.topic}-{tp.partition}": error.__name__ for tp, error in answer.items()
+        failed = {f"{tp.topic}-{tp.partition}": error for tp, error in answer.items()
                   if error.__name__ != "NoError"}
         if failed:
-            raise ZkcoordError(f"Kafka at {self.bootstrap_servers} refused offsets of group {group!r}: "
-                               + ", ".join(f"{tp} {name}" for tp, name in sorted(failed.items()))
-                               + " (a group with active members accepts no commits from outside)")
+            raise self._commit_refused(group, failed)
 
     def commit_many(self, commits: Mapping[str, Mapping[TopicPartition, int]]) -> dict[str, ZkcoordError | None]:
         """:meth:`commit_offsets` for many groups at once: every group's
@@ -313,10 +319,7 @@ class KafkaOffsets:
             if any(getattr(error, "retriable", False) for error in failed.values()):
                 again.append(group)
             elif failed:
-                found[group] = ZkcoordError(
-                    f"Kafka at {self.bootstrap_servers} refused offsets of group {group!r}: "
-                    + ", ".join(f"{tp} {error.__name__}" for tp, error in sorted(failed.items()))
-                    + " (a group with active members accepts no commits from outside)")
+                found[group] = self._commit_refused(group, failed)
         for group in again:
             try:
                 self.commit_offsets(group, commits[group])
@@ -325,6 +328,19 @@ class KafkaOffsets:
             except ZkcoordError as exc:
                 found[group] = exc
         return found
+
+    def _commit_refused(self, group: str, failed: Mapping[str, type]) -> ZkcoordError:
+        """The error of a commit Kafka refused for the partitions in ``failed`` (name -> error class)."""
+        import kafka.errors as Errors
+
+        listed = ", ".join(f"{tp} {error.__name__}" for tp, error in sorted(failed.items(), key=lambda kv: kv[0]))
+        denied = (Errors.TopicAuthorizationFailedError, Errors.GroupAuthorizationFailedError)
+        if any(issubclass(error, denied) for error in failed.values()):
+            return AuthorizationError(f"Kafka at {self.bootstrap_servers} refused offsets of group {group!r}: "
+                                      f"{listed}: not authorized for {self._who()}; grant READ on the group and "
+                                      f"the topics")
+        return ZkcoordError(f"Kafka at {self.bootstrap_servers} refused offsets of group {group!r}: {listed} "
+                            "(a group with active members accepts no commits from outside)")
 
     async def _commit_pipelined(self, requests: dict) -> dict:
         """On kafka-python's I/O loop: one OffsetCommit per group, pipelined
@@ -404,13 +420,18 @@ class KafkaOffsets:
             return NotFoundError(f"cannot {what}: {where} does not know a topic or partition asked for ({exc})")
         if isinstance(exc, (Errors.TopicAuthorizationFailedError, Errors.GroupAuthorizationFailedError,
                             Errors.ClusterAuthorizationFailedError)):
-            return ConfigError(f"{where} refused to let us {what}: not authorized ({type(exc).__name__}); "
-                               "grant DESCRIBE/READ on the topics and groups")
+            return AuthorizationError(f"{where} refused to let us {what}: not authorized ({exc or type(exc).__name__})"
+                                      f" for {self._who()}; grant DESCRIBE/READ on the topics and groups")
+        if is_authentication_failure(exc):
+            return login_refused(self.bootstrap_servers, self.security, exc)
         if isinstance(exc, OSError) or self._retriable(exc):
             return ServiceUnavailableError(f"{where} did not let us {what} within "
                                            f"{self.request_timeout_ms / 1000:g} s (last error: {exc}); "
                                            "check that the brokers are up and reachable")
         return ZkcoordError(f"{where} failed to {what}: {exc}")
+
+    def _who(self) -> str:
+        return self.security.describe() if self.security is not None else "PLAINTEXT"
 
 
 def _chunks(items: list[str]) -> Iterable[list[str]]:

@@ -2,7 +2,9 @@
 topic on the sandbox; one stops and the other two take its partitions.
 
 Run as ``python -m zkcoord.local.demo`` with ``ZKCOORD_COORDINATORS`` and
-``ZKCOORD_BOOTSTRAP_SERVERS`` set (``eval "$(zkcoord local env)"``).
+``ZKCOORD_BOOTSTRAP_SERVERS`` set (``eval "$(zkcoord local env)"``); with
+``ZKCOORD_KAFKA_CLIENT_CONFIG`` (Kafka client properties) every client logs
+in as that file says, to the brokers and the daemons.
 Prints each member's assignment per generation and what was consumed;
 exits 1 if a record was not consumed.
 """
@@ -18,6 +20,7 @@ import uuid
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
+from zkcoord.cli.kafka_login import COMMAND_CONFIG_ENV, read_command_config
 from zkcoord.client import Consumer, ConsumerConfig
 
 PARTITIONS = 6
@@ -49,8 +52,19 @@ class Worker(threading.Thread):
             print(f"  {self.name}: generation {generation}: partitions {partitions}", flush=True)
 
 
+def security():
+    """The Kafka login of ``ZKCOORD_KAFKA_CLIENT_CONFIG`` (None: PLAINTEXT)."""
+    return read_command_config(os.environ.get(COMMAND_CONFIG_ENV))
+
+
+def kafka_options() -> dict:
+    """kafka-python keyword arguments of :func:`security`."""
+    found = security()
+    return {} if found is None else dict(found.kafka_python_options())
+
+
 def produce(bootstrap: str, topic: str, start: int) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **kafka_options())
     for i in range(start, start + RECORDS_PER_ROUND):
         producer.send(topic, key=f"order-{i}".encode(), value=f"{i}".encode(), partition=i % PARTITIONS)
     producer.flush()
@@ -71,13 +85,13 @@ def main() -> int:
     coordinators = os.environ["ZKCOORD_COORDINATORS"]
     bootstrap = os.environ["ZKCOORD_BOOTSTRAP_SERVERS"]
     topic, group = f"demo-orders-{uuid.uuid4().hex[:6]}", f"demo-workers-{uuid.uuid4().hex[:6]}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **kafka_options())
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
     admin.close()
     print(f"topic {topic} ({PARTITIONS} partitions), group {group}, coordinators {coordinators}")
     config = ConsumerConfig(coordinators=coordinators, bootstrap_servers=bootstrap, group_id=group,
                             enable_auto_commit=False, auto_offset_reset="earliest",
-                            session_timeout_ms=10000, heartbeat_interval_ms=500)
+                            session_timeout_ms=10000, heartbeat_interval_ms=500, security=security())
     seen: dict = {}
     lock = threading.Lock()
     workers = [Worker(f"worker-{i}", config, topic, seen, lock) for i in (1, 2, 3)]
@@ -110,10 +124,10 @@ def seed_topic(topic: str, partitions: int, records_per_partition: int) -> int:
     """``demo seed-topic T P N``: a topic with P partitions and N records in
     each, for the migration part of the demo."""
     bootstrap = os.environ["ZKCOORD_BOOTSTRAP_SERVERS"]
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **kafka_options())
     admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     admin.close()
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **kafka_options())
     for partition in range(partitions):
         for i in range(records_per_partition):
             producer.send(topic, key=f"invoice-{partition}-{i}".encode(), value=b"{}", partition=partition)

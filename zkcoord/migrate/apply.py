@@ -123,7 +123,8 @@ class ApplyResult:
 
 def run_with_adapters(zookeeper: str, bootstrap_servers: str | None, work: Callable[[Adapters], Awaitable[T]], *,
                       zk_root: str = paths.DEFAULT_CONSUMERS_ROOT, timeout_ms: int = 15_000,
-                      ensure_layout: bool = False, fail_when_refused: bool = False, security=None) -> T:
+                      ensure_layout: bool = False, fail_when_refused: bool = False, security=None,
+                      kafka_security=None) -> T:
     """Blocking: start the adapters (Kafka only with ``bootstrap_servers``),
     run ``work(adapters)`` to its end, stop them. For the CLI and for a Spark
     task: ``run_with_adapters(zk, bs, lambda a: apply_group(a, "orders"))``.
@@ -131,9 +132,11 @@ def run_with_adapters(zookeeper: str, bootstrap_servers: str | None, work: Calla
     layout must be current (on an empty ZooKeeper it is created, as a
     daemon's first start does). ``fail_when_refused``: a command's
     connection (:class:`~zkcoord.zk.connection.ZkConnection`); ``security``:
-    its login and ACLs (:class:`~zkcoord.zk.auth.ZkSecurity`)."""
+    its login and ACLs (:class:`~zkcoord.zk.auth.ZkSecurity`); ``kafka_security``:
+    the Kafka login (:class:`~zkcoord.kafka.client_security.KafkaClientSecurity`)."""
     paths.OffsetPaths(zk_root)  # ConfigError before any I/O
-    kafka = KafkaGroupOffsets(bootstrap_servers, request_timeout_ms=timeout_ms) if bootstrap_servers else None
+    kafka = KafkaGroupOffsets(bootstrap_servers, request_timeout_ms=timeout_ms,
+                              security=kafka_security) if bootstrap_servers else None
     conn = ZkConnection(zookeeper, connect_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms,
                         fail_when_refused=fail_when_refused, security=security)
 

@@ -73,7 +73,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zkcoord
 from zkcoord import errors
@@ -91,6 +91,9 @@ from zkcoord.zk.auth import ZkSecurity
 from zkcoord.zk.connection import ZkConnection, parse_hosts
 from zkcoord.zk import paths
 from zkcoord.zk.paths import OffsetPaths
+
+if TYPE_CHECKING:
+    from zkcoord.kafka.client_security import KafkaClientSecurity
 
 __all__ = ["JobConfig", "JobProgress", "JobResult", "ReportPaths", "Steps", "spark_session", "run_job", "LOCAL_CONF"]
 
@@ -159,6 +162,8 @@ class JobConfig:
     # The ZooKeeper login and ACLs of the driver and every task; ZkSecurity.loaded() when the executors
     # cannot read its JAAS file (the Password in it pickles; it is never in the report or a log line).
     zk_security: ZkSecurity | None = None
+    # The Kafka login of every task; zkcoord.kafka.login.portable() when the executors cannot read its stores.
+    kafka_security: KafkaClientSecurity | None = None
 
     def __post_init__(self) -> None:
         parse_hosts(self.zookeeper)
@@ -178,7 +183,7 @@ class JobConfig:
         return TaskSpec(self.zookeeper, self.bootstrap_servers, self.zk_root, self.mode, self.options,
                         self.allow_active_kafka_members, self.record_verify, self.timeout_ms, self.batch_groups,
                         self.apply_concurrency, self.zk_reads, bool(self.selection.groups), absent,
-                        progress_address, token, self.zk_security)
+                        progress_address, token, self.zk_security, self.kafka_security)
 
 
 @dataclass(frozen=True)

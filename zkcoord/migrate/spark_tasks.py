@@ -75,6 +75,7 @@ import socket
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from zkcoord.core.migration import Decision, GroupPlan, Options, make_plan
 from zkcoord.errors import ServiceUnavailableError, UsageError, ZkcoordError
@@ -89,6 +90,9 @@ from zkcoord.migrate.verify import MIGRATED, VerifyResult, compare
 from zkcoord.zk import paths
 from zkcoord.zk.auth import ZkSecurity
 from zkcoord.zk.connection import ZkConnection
+
+if TYPE_CHECKING:
+    from zkcoord.kafka.client_security import KafkaClientSecurity
 
 __all__ = ["REPORT_COLUMNS", "MODES", "ZK_READS", "TaskSpec", "JobSummary", "SummaryParam", "ProgressReporter",
            "plan_status", "run_partition", "no_rows"]
@@ -138,6 +142,8 @@ class TaskSpec:
     progress_address: tuple[str, int] | None = None
     progress_token: str = ""
     zk_security: ZkSecurity | None = None  # the ZooKeeper login (its Password pickles; repr hides it)
+    # The Kafka login, stores inline (zkcoord.kafka.login.portable): the TLS context is built on the executor.
+    kafka_security: KafkaClientSecurity | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -256,7 +262,8 @@ class _PartitionRun:
         self.conn = ZkConnection(spec.zookeeper, connect_timeout_ms=spec.timeout_ms,
                                  request_timeout_ms=spec.timeout_ms, handler=SelectHandler(),
                                  security=spec.zk_security)
-        self.kafka = KafkaOffsets(spec.bootstrap_servers, request_timeout_ms=spec.timeout_ms)
+        self.kafka = KafkaOffsets(spec.bootstrap_servers, request_timeout_ms=spec.timeout_ms,
+                                  security=spec.kafka_security)
         self.reader: MultiReadLegacy | SingleReads | None = None
         self.adapters: Adapters | None = None
         self.counts: dict[str, int | None] = {}

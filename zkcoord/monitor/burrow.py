@@ -31,6 +31,18 @@ What Burrow 1.2 reads (its source, ``core/internal/consumer/``):
 
 The Kafka protocol version is Burrow 1.2's newest, ``2.1.0``; zkcoord's
 brokers run in ZooKeeper mode (up to Kafka 3.9), which still serve it.
+
+The Kafka login (:class:`BurrowKafkaLogin`, from Kafka client properties by
+:mod:`zkcoord.cli.burrow_cmd`) goes into the client profile as Burrow 1.2.1
+reads it (``core/internal/helpers/sarama.go``): ``tls = "<name>"`` with a
+``[tls.<name>]`` of ``cafile``, ``certfile``, ``keyfile`` (PEM files; the CA
+file is used only when all three are set, else the system's CAs, and the
+brokers' host names are always checked), and ``sasl = "<name>"`` with a
+``[sasl.<name>]`` of ``username``, ``password`` and ``handshake-first``:
+SASL/PLAIN only (no mechanism key before Burrow 1.3.4). The password is
+written only when asked for; otherwise Burrow takes it from the environment
+(viper's ``AutomaticEnv`` with the ``burrow`` prefix:
+``BURROW_SASL_ZKCOORD_PASSWORD``).
 """
 
 from __future__ import annotations
@@ -43,14 +55,16 @@ from typing import Any, NamedTuple
 
 from zkcoord.errors import UsageError
 from zkcoord.kafka.offsets import check_bootstrap_servers
+from zkcoord.security.secrets import Password
 from zkcoord.zk.connection import parse_hosts
 from zkcoord.zk.paths import DEFAULT_CONSUMERS_ROOT, check_absolute
 
-__all__ = ["BurrowSettings", "Number", "NUMBERS", "LOG_LEVELS", "KAFKA_VERSION", "CLIENT_PROFILE", "sections",
-           "render", "burrow_toml"]
+__all__ = ["BurrowSettings", "BurrowKafkaLogin", "Number", "NUMBERS", "LOG_LEVELS", "KAFKA_VERSION",
+           "CLIENT_PROFILE", "PASSWORD_ENV", "sections", "render", "burrow_toml"]
 
 KAFKA_VERSION = "2.1.0"  # the newest protocol version Burrow 1.2.1 knows (helpers/sarama.go)
-CLIENT_PROFILE = "zkcoord"
+CLIENT_PROFILE = "zkcoord"  # also the name of its tls and sasl profiles
+PASSWORD_ENV = f"BURROW_SASL_{CLIENT_PROFILE.upper()}_PASSWORD"  # viper: burrow_ + sasl.zkcoord.password
 LOG_LEVELS = ("debug", "info", "warn", "error", "panic", "fatal")
 CONSUMERS = "/consumers"  # what Burrow's kafka_zk module appends to its zookeeper-path
 DEFAULT_KAFKA_PORT = 9092
@@ -87,6 +101,44 @@ NUMBERS = (
 
 
 @dataclass(frozen=True)
+class BurrowKafkaLogin:
+    """How Burrow logs in to the brokers: TLS (``tls``; with ``cafile`` and
+    ``certfile``, a PEM file holding the client certificate chain and its
+    unencrypted key, or neither: the system's CAs), SASL/PLAIN
+    (``sasl_username``; ``sasl_password`` written only with ``write_password``)."""
+
+    tls: bool = False
+    cafile: str = ""
+    certfile: str = ""
+    sasl_username: str = ""
+    sasl_password: Password | None = None
+    write_password: bool = False
+
+    def __post_init__(self) -> None:
+        if bool(self.cafile) != bool(self.certfile):
+            raise UsageError("Burrow 1.2 uses a CA file only together with a client certificate and key (and "
+                             "those only with a CA file): give both or neither")
+        if self.write_password and self.sasl_password is None:
+            raise UsageError("the SASL password is to be written, but there is none")
+
+    def profile_keys(self) -> dict[str, str]:
+        """The client profile's ``tls`` / ``sasl`` keys."""
+        return {**({"tls": CLIENT_PROFILE} if self.tls else {}),
+                **({"sasl": CLIENT_PROFILE} if self.sasl_username else {})}
+
+    def sections(self) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        if self.tls:
+            files = {"cafile": self.cafile, "certfile": self.certfile, "keyfile": self.certfile} if self.cafile \
+                else {}
+            found[f"tls.{CLIENT_PROFILE}"] = {**files, "noverify": False}
+        if self.sasl_username:
+            password = {"password": self.sasl_password.value} if self.write_password else {}
+            found[f"sasl.{CLIENT_PROFILE}"] = {"username": self.sasl_username, **password, "handshake-first": True}
+        return found
+
+
+@dataclass(frozen=True)
 class BurrowSettings:
     """What ``zkcoord burrow-config`` takes; validated on construction
     (UsageError or ConfigError naming the input, exit code 2)."""
@@ -105,6 +157,7 @@ class BurrowSettings:
     log_level: str = "info"
     log_file: str = ""  # "": Burrow logs to its stdout
     pidfile: str = ""  # "": Burrow's default, burrow.pid in its working directory
+    kafka_login: BurrowKafkaLogin | None = None  # None: PLAINTEXT
 
     def __post_init__(self) -> None:
         for derived in ("zookeeper_servers", "kafka_servers", "zookeeper_path", "burrow_root_path"):
@@ -209,14 +262,16 @@ def sections(settings: BurrowSettings) -> dict[str, dict[str, Any]]:
     >>> s["consumer.local-zookeeper"]["zookeeper-path"], s["zookeeper"]["root-path"]
     ('/kafka', '/kafka/burrow')
     """
-    cluster = settings.cluster
+    cluster, login = settings.cluster, settings.kafka_login
     general = {"pidfile": settings.pidfile} if settings.pidfile else {}
     logging = {"level": settings.log_level, **({"filename": settings.log_file} if settings.log_file else {})}
     return {
         "general": general,
         "logging": logging,
         "zookeeper": {"servers": settings.zookeeper_servers, "root-path": settings.burrow_root_path},
-        f"client-profile.{CLIENT_PROFILE}": {"client-id": f"burrow-{cluster}", "kafka-version": KAFKA_VERSION},
+        f"client-profile.{CLIENT_PROFILE}": {"client-id": f"burrow-{cluster}", "kafka-version": KAFKA_VERSION,
+                                             **(login.profile_keys() if login else {})},
+        **(login.sections() if login else {}),
         f"cluster.{cluster}": {"class-name": "kafka", "servers": settings.kafka_servers,
                                "client-profile": CLIENT_PROFILE, "offset-refresh": settings.offset_refresh_s,
                                "topic-refresh": settings.topic_refresh_s},
@@ -242,6 +297,10 @@ _COMMENTS = {
     "consumer.{c}-kafka": "Groups in dual and kafka offset storage: Kafka's __consumer_offsets.",
     "storage.default": ("A dual group is reported by both modules; min-distance folds the two reports of one "
                         "commit into one slot."),
+    f"tls.{CLIENT_PROFILE}": ("TLS to the brokers: their certificates are checked against cafile (the system's "
+                             "CAs without one) and their host names."),
+    f"sasl.{CLIENT_PROFILE}": ("SASL/PLAIN to the brokers. Without a password here, Burrow reads it from the "
+                              f"environment variable {PASSWORD_ENV}."),
 }
 
 
