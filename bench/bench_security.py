@@ -45,9 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_coordinator import (  # noqa: E402  (after the path tweak)
-    COMMIT_TOPIC, Settings, Target, _progress, close_members, load, maintain, open_members, percentile, wait_stable,
-)
+from bench_coordinator import COMMIT_TOPIC, Settings, Target, percentile, steady_state  # noqa: E402
 from bench_env import Environment  # noqa: E402
 from group_client import KafkaConnection, common_versions, served_versions  # noqa: E402
 
@@ -157,24 +155,7 @@ async def measure(target: Target, env: Environment, settings: Settings, login_co
     conn = await KafkaConnection.open(*target.address, "zkcoord-bench", **target.connect)
     versions = common_versions(await served_versions(conn))
     conn.close()
-    groups = [f"bench-{target.name}-{i}" for i in range(settings.groups)]
-    per_group = settings.members // settings.groups
-    members = await open_members(target, groups, per_group, COMMIT_TOPIC, per_group, versions, settings)
-    results = []
-    try:
-        stop = asyncio.Event()
-        tasks = maintain(members, stop, settings)
-        await wait_stable(members, tasks, quiet_s=5 * settings.interval_s)
-        stop.set()
-        await asyncio.gather(*tasks)
-        results.append(await load("heartbeat max", target, members, env, settings))
-        _progress(results[-1])
-        results.append(await load(f"heartbeat @{settings.paced_rate}/s", target, members, env, settings,
-                                  paced_rate=settings.paced_rate))
-        _progress(results[-1])
-    finally:
-        await close_members(members)
-    return results, await logins(target, login_count, env.zk_port)
+    return await steady_state(target, versions, env, settings), await logins(target, login_count, env.zk_port)
 
 
 def report(plain, secure) -> None:

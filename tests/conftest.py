@@ -129,6 +129,19 @@ def _test_slug(request) -> str:
 
 
 @pytest.fixture
+def java_tools_available() -> None:
+    """Skip, saying why, where Kafka's Java tools cannot run (no java, no jars)."""
+    from zkcoord.errors import MissingToolError
+    from zkcoord.local import jars
+
+    try:
+        jars.find_java()
+        jars.kafka_distribution()
+    except MissingToolError as exc:
+        pytest.skip(f"Kafka's Java tools need java and the Kafka jars: {exc}")
+
+
+@pytest.fixture
 def admin(services):
     """A Kafka admin client of the sandbox broker; closed after the test."""
     from kafka import KafkaAdminClient

@@ -22,19 +22,8 @@ import pytest
 from kafka.admin import NewTopic
 
 from tests.support import java_tools as jt
-from zkcoord.errors import MissingToolError
-from zkcoord.local import jars
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def java_tools_available() -> None:
-    try:
-        jars.find_java()
-        jars.kafka_distribution()
-    except MissingToolError as exc:
-        pytest.skip(f"Kafka's Java tools need java and the Kafka jars: {exc}")
 
 
 def _create_topic(admin, name: str, partitions: int) -> str:

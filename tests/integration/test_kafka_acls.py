@@ -33,8 +33,6 @@ from zkcoord.core.acl import (
     AclEntry, AclOperation, AclPermissionType, Authorizer, AuthorizerSettings, PatternType, ResourcePattern,
     ResourceType, java_host_address,
 )
-from zkcoord.errors import MissingToolError
-from zkcoord.local import jars
 from zkcoord.zk.kafka_acls import KafkaAclWatcher
 
 pytestmark = pytest.mark.integration
@@ -44,15 +42,6 @@ READ, DESCRIBE, DELETE, WRITE, ALL = (AclOperation.READ, AclOperation.DESCRIBE, 
                                       AclOperation.WRITE, AclOperation.ALL)
 GROUP, TOPIC, CLUSTER = ResourceType.GROUP, ResourceType.TOPIC, ResourceType.CLUSTER
 HOST = "10.0.0.1"
-
-
-@pytest.fixture
-def java_tools_available() -> None:
-    try:
-        jars.find_java()
-        jars.kafka_distribution()
-    except MissingToolError as exc:
-        pytest.skip(f"kafka-acls needs java and the Kafka jars: {exc}")
 
 
 def kafka_acls(zk_hosts: str, *args: str) -> str:

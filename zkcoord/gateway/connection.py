@@ -309,38 +309,38 @@ class ClientConnection(asyncio.Protocol):
         self._flush()
 
     async def _answer(self, decoded, slot: _Slot) -> None:
+        async def encoded() -> bytes:
+            return encode_response(decoded, await self._gateway.handler(decoded, self.info))
+
+        data = await self._local_step(encoded(), "no answer to", decoded)
+        if data is None:
+            return
+        slot.data = data
+        self._flush()
+        self._process()
+
+    async def _local_step(self, step, what: str, decoded):
+        """``await step`` for the request in flight (rule 3); None when the
+        connection closed meanwhile, or closes because the step failed."""
         try:
-            response = await self._gateway.handler(decoded, self.info)
-            slot.data = encode_response(decoded, response)
+            result = await step
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("closing gateway %s: no answer to %s v%d", self.info, decoded.api_name,
-                          decoded.api_version)
+            log.exception("closing gateway %s: %s %s v%d", self.info, what, decoded.api_name, decoded.api_version)
             self._local = None
             self.close()
-            return
+            return None
         self._local = None
-        if self.closed:
-            return
-        self._flush()
-        self._process()
+        return None if self.closed else result
 
     async def _log_in(self, frame: bytes, decoded) -> None:
         """A SaslHandshake / SaslAuthenticate (rule 7): answered by the login,
         or passed to the broker."""
-        try:
-            response, close_after = await self._login.answer(decoded)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("closing gateway %s: the login failed on %s", self.info, decoded.api_name)
-            self._local = None
-            self.close()
+        answered = await self._local_step(self._login.answer(decoded), "the login failed on", decoded)
+        if answered is None:
             return
-        self._local = None
-        if self.closed:
-            return
+        response, close_after = answered
         if response is None:
             self._forward(frame, decoded.correlation_id, decoded.api_key, decoded.api_version, False, True,
                           login=decoded)

@@ -26,7 +26,7 @@ from kafka.protocol.schemas.fields.codecs import Int32
 from zkcoord.server.codec import FRAME_SIZE_PREFIX_BYTES, WireProtocolError
 
 if TYPE_CHECKING:
-    from zkcoord.gateway.connection import ClientConnection
+    from zkcoord.gateway.connection import ClientConnection, _Pending
 
 __all__ = ["Upstream", "open_upstream", "CONNECT_TIMEOUT_S"]
 

@@ -150,21 +150,22 @@ class DaemonSecurity:
 def _listener(protocol: str, config: DaemonConfig, server_context, mapper, credentials: Credentials,
               passthrough: bool) -> ListenerSecurity:
     tls = protocol.endswith("SSL")
-    new_login = None
-    if protocol.startswith("SASL"):
-        mechanisms = config.sasl_mechanisms
-        if passthrough:
-            from zkcoord.gateway.login import PassthroughLogin
+    return ListenerSecurity(protocol, server_context if tls else None,
+                            _certificate_principal(mapper) if protocol == "SSL" else None,
+                            _login_factory(config.sasl_mechanisms, credentials, passthrough)
+                            if protocol.startswith("SASL") else None)
 
-            def new_login(info):
-                return PassthroughLogin(mechanisms, credentials, info)
-        else:
-            def new_login(info):
-                return SaslLogin(mechanisms, credentials, info)
-    certificate_principal = None
-    if protocol == "SSL":
-        from zkcoord.security.ssl_principal import peer_principal
 
-        def certificate_principal(der):
-            return peer_principal(der, mapper)
-    return ListenerSecurity(protocol, server_context if tls else None, certificate_principal, new_login)
+def _login_factory(mechanisms: tuple[str, ...], credentials: Credentials, passthrough: bool):
+    """A new connection's SASL login: checked here, or passed through to the broker (the gateway's)."""
+    if passthrough:
+        from zkcoord.gateway.login import PassthroughLogin
+
+        return lambda info: PassthroughLogin(mechanisms, credentials, info)
+    return lambda info: SaslLogin(mechanisms, credentials, info)
+
+
+def _certificate_principal(mapper):
+    from zkcoord.security.ssl_principal import peer_principal
+
+    return lambda der: peer_principal(der, mapper)
