@@ -119,7 +119,7 @@ def test_plain_logins_against_a_brokers_jaas_file(zk_hosts, tmp_path):
 def test_a_gateway_checks_logins_itself_in_front_of_plaintext_brokers(services, zk_hosts, unique_name):
     """librdkafka logs in with SCRAM to the gateway; the brokers behind it
     speak PLAINTEXT, so the gateway is the only one to check the login."""
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Producer
 
     topic, group, password = unique_name("t"), "alice-gw", "alice-gw-pw"
     run_tool("kafka.admin.ConfigCommand", "--zookeeper", zk_hosts, "--alter", "--entity-type", "users",
