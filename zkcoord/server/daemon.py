@@ -83,13 +83,14 @@ class Daemon:
 
     async def start(self) -> RunningDaemon:
         config = self.config
+        self.security = await DaemonSecurity.load(config)  # key stores and files first: fail before connecting
         await asyncio.to_thread(self.conn.start)
         try:
             # An empty ZooKeeper gets zkcoord's layout (first run); any other
             # layout must be the one this version knows.
             await layout.ensure_layout(self.conn)
             await ensure_offsets_root(self.conn, config.offsets_zk_root)
-            self.security = await DaemonSecurity.start(config, self.conn)
+            await self.security.start(self.conn)
         except BaseException:
             self.conn.stop()
             raise

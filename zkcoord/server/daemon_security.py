@@ -55,68 +55,80 @@ def ssl_settings(config: DaemonConfig):
 
 @dataclass
 class DaemonSecurity:
-    """What :meth:`start` built; :meth:`stop` stops its watchers."""
+    """:meth:`load` reads the files (key stores, users file, Kafka client
+    settings) before anything connects, so a local mistake fails at once;
+    :meth:`start` starts the ZooKeeper watchers and builds what the
+    listeners use; :meth:`stop` stops the watchers."""
 
+    config: DaemonConfig
     listener: ListenerSecurity = PLAINTEXT_LISTENER
     gateway: dict = field(default_factory=dict)  # GatewaySettings' security fields
     access: GroupAccess = OPEN
     kafka_client: object = None  # KafkaClientSecurity of the daemon's own Kafka connections; None: PLAINTEXT
+    _server_context: object = None
+    _mapper: object = None
+    _plain: object = None
     _watchers: list = field(default_factory=list)
 
     @classmethod
-    async def start(cls, config: DaemonConfig, conn) -> DaemonSecurity:
-        security = cls()
-        try:
-            await security._build(config, conn)
-        except BaseException:
-            await security.stop()
-            raise
-        return security
-
-    async def _build(self, config: DaemonConfig, conn) -> None:
-        protocols = {config.listener_protocol} | ({config.gateway_protocol} if config.gateway_listen else set())
+    async def load(cls, config: DaemonConfig) -> DaemonSecurity:
+        security = cls(config)
         if config.kafka_client_config:
             from zkcoord.kafka.client_security import KafkaClientSecurity
 
-            self.kafka_client = await asyncio.to_thread(KafkaClientSecurity.from_file, config.kafka_client_config)
-        server_context = mapper = None
-        if any(p.endswith("SSL") for p in protocols):
+            security.kafka_client = await asyncio.to_thread(KafkaClientSecurity.from_file, config.kafka_client_config)
+        if any(p.endswith("SSL") for p in security._protocols):
             settings = ssl_settings(config)
-            server_context = await asyncio.to_thread(settings.server_context)
-            mapper = settings.principal_mapper()
-        credentials = await self._credentials(config, conn) if any(p.startswith("SASL") for p in protocols) \
-            else Credentials()
-        self.listener = _listener(config.listener_protocol, config, server_context, mapper, credentials,
+            security._server_context = await asyncio.to_thread(settings.server_context)
+            security._mapper = settings.principal_mapper()
+        if "PLAIN" in config.sasl_mechanisms and any(p.startswith("SASL") for p in security._protocols):
+            from zkcoord.security.plain_users import PlainUsers
+
+            security._plain = PlainUsers(config.sasl_plain_users_file)
+            await asyncio.to_thread(security._plain.load)
+        if config.gateway_listen:
+            security._check_gateway()
+        return security
+
+    @property
+    def _protocols(self) -> set[str]:
+        config = self.config
+        return {config.listener_protocol} | ({config.gateway_protocol} if config.gateway_listen else set())
+
+    async def start(self, conn) -> None:
+        try:
+            await self._build(conn)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _build(self, conn) -> None:
+        config = self.config
+        credentials = Credentials(plain=self._plain)
+        if any(p.startswith("SASL") for p in self._protocols) and any(m in _SCRAM for m in config.sasl_mechanisms):
+            from zkcoord.zk.scram_credentials import ScramCredentialStore
+
+            credentials.scram_store = ScramCredentialStore(conn)
+            await credentials.scram_store.start()
+            self._watchers.append(credentials.scram_store)
+        self.listener = _listener(config.listener_protocol, config, self._server_context, self._mapper, credentials,
                                   passthrough=False)
         if config.gateway_listen:
-            self.gateway = self._gateway(config, server_context, mapper, credentials)
+            self.gateway = self._gateway(config, self._server_context, self._mapper, credentials)
         if config.authorizer_class_name:
             self.access = GroupAccess(await self._authorizer(config, conn))
 
-    async def _credentials(self, config: DaemonConfig, conn) -> Credentials:
-        scram_store = plain = None
-        if any(m in _SCRAM for m in config.sasl_mechanisms):
-            from zkcoord.zk.scram_credentials import ScramCredentialStore
-
-            scram_store = ScramCredentialStore(conn)
-            await scram_store.start()
-            self._watchers.append(scram_store)
-        if "PLAIN" in config.sasl_mechanisms:
-            from zkcoord.security.plain_users import PlainUsers
-
-            plain = PlainUsers(config.sasl_plain_users_file)
-            await asyncio.to_thread(plain.load)
-        return Credentials(scram_store, plain)
-
-    def _gateway(self, config: DaemonConfig, server_context, mapper, credentials: Credentials) -> dict:
-        client = self.kafka_client
-        brokers_sasl = client is not None and client.uses_sasl
-        gateway_sasl = config.gateway_protocol.startswith("SASL")
-        if brokers_sasl and not gateway_sasl:
+    def _check_gateway(self) -> None:
+        client, config = self.kafka_client, self.config
+        if client is not None and client.uses_sasl and not config.gateway_protocol.startswith("SASL"):
             raise ConfigError(
                 f"the brokers speak {client.security_protocol} (kafka_client_config) but the gateway listens "
                 f"{config.gateway_protocol}: the gateway passes each client's SASL login through to its broker, "
                 "so its clients must log in too; make gateway_listen SASL_SSL:// or SASL_PLAINTEXT://")
+
+    def _gateway(self, config: DaemonConfig, server_context, mapper, credentials: Credentials) -> dict:
+        client = self.kafka_client
+        brokers_sasl = client is not None and client.uses_sasl
         return {
             "security": _listener(config.gateway_protocol, config, server_context, mapper, credentials,
                                   passthrough=brokers_sasl),
