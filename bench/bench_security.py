@@ -158,12 +158,19 @@ async def measure(target: Target, env: Environment, settings: Settings, login_co
     return await steady_state(target, versions, env, settings), await logins(target, login_count, env.zk_port)
 
 
+def _daemon_us(result, process: str) -> float:
+    """The daemon's CPU per request: its own cost, apart from the load generator's (TLS is paid on both ends)."""
+    return result.cpu.get(process, 0.0) * result.duration_s / max(result.requests, 1) * 1e6
+
+
 def report(plain, secure) -> None:
     (plain_loads, plain_login), (secure_loads, secure_login) = plain, secure
     print("\n| scenario | plaintext | secure (TLS + SCRAM + ACLs) | secure / plaintext |")
     print("| --- | --- | --- | --- |")
     for p, s in zip(plain_loads, secure_loads):
         print(f"| {p.scenario}: requests/s | {p.rate:,.0f} | {s.rate:,.0f} | {s.rate / p.rate:.2f} |")
+        p_us, s_us = _daemon_us(p, "zkcoord"), _daemon_us(s, "zkcoord-secure")
+        print(f"| {p.scenario}: daemon CPU us/request | {p_us:.1f} | {s_us:.1f} | {s_us / p_us:.2f} |")
         print(f"| {p.scenario}: p50 ms | {p.p50_ms:.2f} | {s.p50_ms:.2f} | {s.p50_ms / p.p50_ms:.2f} |")
         print(f"| {p.scenario}: p99 ms | {p.p99_ms:.2f} | {s.p99_ms:.2f} | {s.p99_ms / p.p99_ms:.2f} |")
         errors = {**p.errors, **s.errors}
