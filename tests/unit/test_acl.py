@@ -18,9 +18,9 @@ import pytest
 
 from zkcoord.core.acl import (
     WILDCARD_HOST, WILDCARD_PRINCIPAL, AclEntry, AclOperation, AclPermissionType, Authorizer, AuthorizerSettings,
-    PatternType, ResourcePattern, ResourceType, acls_to_json, authorization_error, java_host_address,
-    parse_acls_json, parse_extended_change, parse_literal_change, parse_super_users,
+    PatternType, ResourcePattern, ResourceType, authorization_error, java_host_address, parse_super_users,
 )
+from zkcoord.core.acl_records import acls_to_json, parse_acls_json, parse_extended_change, parse_literal_change
 from zkcoord.core.errors import ErrorCode
 from zkcoord.errors import ConfigError
 

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 from zkcoord.core import group as core
 from zkcoord.core import notice
 from zkcoord.core.errors import ErrorCode, validate_group_id
-from zkcoord.core.offset_fetch import FetchAnswer, count
+from zkcoord.core.offset_fetch import count
 from zkcoord.errors import StateError, StateTooLargeError
 from zkcoord.server.codec import (
     COORDINATOR_APIS,
@@ -67,7 +67,9 @@ from zkcoord.server.codec import (
     encoded_response,
     response_for,
 )
-from zkcoord.server.authorization import OPEN, UNKNOWN_OPERATIONS, GroupAccess, Operation
+from zkcoord.server.authorization import (
+    OPEN, UNKNOWN_OPERATIONS, GroupAccess, Operation, commit_authorized, fetch_authorized, with_refused,
+)
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
 from zkcoord.server.bulk_work import off_loop
 from zkcoord.server.manager import UNKNOWN_TOKEN, pause_every
@@ -442,7 +444,8 @@ class ApiHandler:
         wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata)
                   for t in r.topics for p in t.partitions]
         instance = getattr(r, "group_instance_id", None) if version >= 7 else None
-        errors = await self._commit_authorized(decoded, connection, wanted, instance)
+        errors = await commit_authorized(self.access, self.manager, connection, r.group_id, r.member_id,
+                                         r.generation_id_or_member_epoch, instance, wanted)
         if self.members is not None and r.member_id and instance is None and E.NONE in errors:
             self.members.seen(r.group_id, r.member_id, connection.connection_id)
 
@@ -459,63 +462,28 @@ class ApiHandler:
         # partitions, so it is encoded once.
         return cached_response(decoded, tuple((t, p, int(c)) for (t, p, _, _), c in zip(wanted, errors)), fields)
 
-    async def _commit_authorized(self, decoded, connection, wanted, instance) -> list[ErrorCode]:
-        """The commit's error per partition: GROUP_AUTHORIZATION_FAILED for all
-        without READ on the group, TOPIC_AUTHORIZATION_FAILED for the
-        partitions of topics without READ, the manager's answer for the rest."""
-        r = decoded.request
-        if not self.access.group(connection, Operation.READ, r.group_id):
-            return [E.GROUP_AUTHORIZATION_FAILED] * len(wanted)
-        if not self.access.enforcing:
-            return await self.manager.commit_offsets(
-                r.group_id, r.member_id, r.generation_id_or_member_epoch, instance, wanted)
-        allowed = self.access.topics(connection, Operation.READ, (w[0] for w in wanted))
-        kept = [w for w in wanted if w[0] in allowed]
-        answers = iter(await self.manager.commit_offsets(
-            r.group_id, r.member_id, r.generation_id_or_member_epoch, instance, kept) if kept else ())
-        return [next(answers) if w[0] in allowed else E.TOPIC_AUTHORIZATION_FAILED for w in wanted]
-
-    async def _fetch_authorized(self, connection, group_id: str, wanted) -> tuple[ErrorCode, FetchAnswer, list]:
-        """OffsetFetch of one group as Kafka authorizes it: (group error,
-        answer of the topics the principal may DESCRIBE, the refused topics
-        ``[(topic, partitions)]`` asked for by name); an all-topics fetch
-        leaves the refused topics out."""
-        if not self.access.group(connection, Operation.DESCRIBE, group_id):
-            return E.GROUP_AUTHORIZATION_FAILED, FetchAnswer({}), []
-        if not self.access.enforcing:
-            return (*await self.manager.fetch_offsets(group_id, wanted), [])
-        if wanted is None:
-            code, answer = await self.manager.fetch_offsets(group_id, None)
-            allowed = self.access.topics(connection, Operation.DESCRIBE, (t for t, _ in answer.stored))
-            allowed |= self.access.topics(connection, Operation.DESCRIBE, (t for t, _ in answer.corrupt))
-            return code, FetchAnswer(None, {tp: v for tp, v in answer.stored.items() if tp[0] in allowed},
-                                     {tp: v for tp, v in answer.corrupt.items() if tp[0] in allowed}), []
-        allowed = self.access.topics(connection, Operation.DESCRIBE, wanted)
-        refused = [(t, parts) for t, parts in wanted.items() if t not in allowed]
-        code, answer = await self.manager.fetch_offsets(group_id, {t: p for t, p in wanted.items() if t in allowed})
-        return code, answer, refused
-
     async def offset_fetch(self, decoded, connection):
         r = decoded.request
         if decoded.api_version >= 8:
             answers = []
             for i, g in enumerate(r.groups):
                 await pause_every(i)
-                code, answer, refused = await self._fetch_authorized(connection, g.group_id, _wanted(g.topics))
+                code, answer, refused = await fetch_authorized(self.access, self.manager, connection, g.group_id,
+                                                               _wanted(g.topics))
                 answers.append((g.group_id, code, answer, refused))
             return await _answer(decoded, sum(1 + len(a) for _, _, a, _ in answers), lambda: {
                 "throttle_time_ms": 0,
                 "groups": [{"group_id": group_id, "error_code": int(code),
-                            "topics": _with_refused(answer.response_topics(), refused)}
+                            "topics": with_refused(answer.response_topics(), refused)}
                            for group_id, code, answer, refused in answers]})
         wanted = _wanted(r.topics)
-        code, answer, refused = await self._fetch_authorized(connection, r.group_id, wanted)
+        code, answer, refused = await fetch_authorized(self.access, self.manager, connection, r.group_id, wanted)
         if decoded.api_version < 2 and code is not E.NONE:  # no group error field: it goes on every partition
             topics = lambda: [{"name": t, "partitions": [  # noqa: E731
                 {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
                  "error_code": int(code)} for p in parts]} for t, parts in (wanted or {}).items()]
         else:
-            topics = lambda: _with_refused(answer.response_topics(), refused)  # noqa: E731
+            topics = lambda: with_refused(answer.response_topics(), refused)  # noqa: E731
         return await _answer(decoded, max(len(answer), count(wanted)), lambda: {
             "throttle_time_ms": 0, "error_code": int(code), "topics": topics()})
 
@@ -588,16 +556,6 @@ async def _answer(decoded, items: int, build=None, /, **fields):
     if items <= BIG_ANSWER_ITEMS:
         return answer()
     return await off_loop(lambda: encoded_response(decoded, answer()))
-
-
-def _with_refused(topics: list[dict], refused: list) -> list[dict]:
-    """OffsetFetch answer topics plus the refused ones, each partition
-    TOPIC_AUTHORIZATION_FAILED (after the others, as Kafka lists them)."""
-    if not refused:
-        return topics
-    return topics + [{"name": topic, "partitions": [
-        {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
-         "error_code": int(E.TOPIC_AUTHORIZATION_FAILED)} for p in parts]} for topic, parts in refused]
 
 
 def _wanted(topics) -> dict[str, list[int]] | None:

@@ -23,6 +23,10 @@ ListGroups         DESCRIBE on the cluster lists all; else the groups the
 DeleteGroups       DELETE on each group
 =================  ==========================================================
 
+OffsetCommit and OffsetFetch split a request by what the principal may do
+(:func:`commit_authorized`, :func:`fetch_authorized`): the refused part is
+answered here, the rest by the group manager, as KafkaApis does.
+
 The host is the client's address as Java's ``InetAddress.getHostAddress``
 prints it (:func:`zkcoord.core.acl.java_host_address`), since ACLs name
 hosts as Kafka's tools wrote them.
@@ -36,12 +40,14 @@ from typing import TYPE_CHECKING
 
 from zkcoord.core.acl import AclOperation as Operation
 from zkcoord.core.acl import ResourceType, java_host_address
+from zkcoord.core.errors import ErrorCode
+from zkcoord.core.offset_fetch import FetchAnswer
 
 if TYPE_CHECKING:
     from zkcoord.core.acl import Authorizer
     from zkcoord.server.transport import ConnectionInfo
 
-__all__ = ["GroupAccess", "OPEN", "CLUSTER_NAME", "Operation"]
+__all__ = ["GroupAccess", "OPEN", "CLUSTER_NAME", "Operation", "commit_authorized", "fetch_authorized", "with_refused"]
 
 CLUSTER_NAME = "kafka-cluster"  # Kafka's one Cluster resource
 # Kafka's DescribeGroups authorized operations: what a GROUP resource supports (AclOperation codes).
@@ -85,3 +91,51 @@ class GroupAccess:
 
 
 OPEN = GroupAccess()
+
+
+async def commit_authorized(access: GroupAccess, manager, connection, group_id: str, member_id: str,
+                            generation: int, instance: str | None, wanted: list) -> list[ErrorCode]:
+    """An OffsetCommit's error per ``(topic, partition, offset, metadata)``:
+    GROUP_AUTHORIZATION_FAILED for all without READ on the group,
+    TOPIC_AUTHORIZATION_FAILED for the partitions of topics without READ,
+    the group manager's answer for the rest."""
+    if not access.group(connection, Operation.READ, group_id):
+        return [ErrorCode.GROUP_AUTHORIZATION_FAILED] * len(wanted)
+    if not access.enforcing:
+        return await manager.commit_offsets(group_id, member_id, generation, instance, wanted)
+    allowed = access.topics(connection, Operation.READ, (w[0] for w in wanted))
+    kept = [w for w in wanted if w[0] in allowed]
+    answers = iter(await manager.commit_offsets(group_id, member_id, generation, instance, kept) if kept else ())
+    return [next(answers) if w[0] in allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED for w in wanted]
+
+
+async def fetch_authorized(access: GroupAccess, manager, connection, group_id: str,
+                           wanted) -> tuple[ErrorCode, FetchAnswer, list]:
+    """One group's OffsetFetch as Kafka authorizes it: (group error, answer
+    of the topics the principal may DESCRIBE, the refused topics
+    ``[(topic, partitions)]`` asked for by name); an all-topics fetch
+    (``wanted`` None) leaves the refused topics out."""
+    if not access.group(connection, Operation.DESCRIBE, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, FetchAnswer({}), []
+    if not access.enforcing:
+        return (*await manager.fetch_offsets(group_id, wanted), [])
+    if wanted is None:
+        code, answer = await manager.fetch_offsets(group_id, None)
+        topics = {t for t, _ in answer.stored} | {t for t, _ in answer.corrupt}
+        allowed = access.topics(connection, Operation.DESCRIBE, topics)
+        return code, FetchAnswer(None, {tp: v for tp, v in answer.stored.items() if tp[0] in allowed},
+                                 {tp: v for tp, v in answer.corrupt.items() if tp[0] in allowed}), []
+    allowed = access.topics(connection, Operation.DESCRIBE, wanted)
+    refused = [(t, parts) for t, parts in wanted.items() if t not in allowed]
+    code, answer = await manager.fetch_offsets(group_id, {t: p for t, p in wanted.items() if t in allowed})
+    return code, answer, refused
+
+
+def with_refused(topics: list[dict], refused: list) -> list[dict]:
+    """OffsetFetch answer topics plus the refused ones, each partition
+    TOPIC_AUTHORIZATION_FAILED (after the others, as Kafka lists them)."""
+    if not refused:
+        return topics
+    return topics + [{"name": topic, "partitions": [
+        {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+         "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)} for p in parts]} for topic, parts in refused]

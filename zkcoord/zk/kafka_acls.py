@@ -53,10 +53,8 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType
 
-from zkcoord.core.acl import (
-    AclEntry, Authorizer, PatternType, ResourcePattern, ResourceType, parse_acls_json, parse_extended_change,
-    parse_literal_change,
-)
+from zkcoord.core.acl import AclEntry, Authorizer, PatternType, ResourcePattern, ResourceType
+from zkcoord.core.acl_records import parse_acls_json, parse_extended_change, parse_literal_change
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import aio
 from zkcoord.zk.connection import SessionEvent, ZkConnection
