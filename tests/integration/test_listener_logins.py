@@ -86,7 +86,8 @@ def test_plain_logins_against_a_brokers_jaas_file(zk_hosts, tmp_path):
     users.write_text('KafkaServer {\n  org.apache.kafka.common.security.plain.PlainLoginModule required\n'
                      '  username="admin" password="admin-pw"\n  user_admin="admin-pw"\n  user_carol="carol-pw";\n};\n')
     config = DaemonConfig(zookeeper=zk_hosts, listen="SASL_PLAINTEXT://127.0.0.1:0", node_id=1,
-                          sasl_enabled_mechanisms="PLAIN", sasl_plain_users_file=str(users))
+                          sasl_enabled_mechanisms="PLAIN", sasl_plain_users_file=str(users),
+                          metrics_listen="127.0.0.1:0")
 
     async def scenario():
         daemon = Daemon(config)
@@ -110,6 +111,8 @@ def test_plain_logins_against_a_brokers_jaas_file(zk_hosts, tmp_path):
                 except AuthenticationError:
                     assert time.monotonic() < deadline, "the changed users file was not read again"
                     await asyncio.sleep(0.2)
+            logins = await _samples(running.metrics_port, "zkcoord_sasl_logins_total")
+            assert logins[("PLAIN", "ok")] == 2 and logins[("PLAIN", "failed")] >= 2
         finally:
             await daemon.stop()
 
@@ -157,6 +160,17 @@ def test_a_gateway_checks_logins_itself_in_front_of_plaintext_brokers(services, 
             await daemon.stop()
 
     asyncio.run(scenario())
+
+
+async def _samples(port: int, name: str) -> dict[tuple[str, str], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.support.http import http_get
+
+    _, body = await http_get(port, "/metrics")
+    return {(s.labels["mechanism"], s.labels["result"]): s.value
+            for family in text_string_to_metric_families(body.decode()) for s in family.samples
+            if s.name == name}
 
 
 def _consume(config: dict, topic: str, count: int) -> list[str]:

@@ -130,6 +130,7 @@ class PassthroughLogin:
 
     def _refuse(self, decoded: DecodedRequest, reason: str):
         log.info("%s: SASL login refused by the gateway: %s", self._connection, reason)
+        self._credentials.logged_in(self._mechanism, False)
         message = (sasl.PLAIN_INVALID if self._mechanism == sasl.PLAIN
                    else sasl.scram_failure_message(str(self._mechanism)))
         return response_for(decoded, error_code=int(ErrorCode.SASL_AUTHENTICATION_FAILED), error_message=message,
@@ -145,6 +146,7 @@ class PassthroughLogin:
         if message.error_code:
             log.info("%s: the broker refused the SASL login (error %d%s)", self._connection, message.error_code,
                      f": {message.error_message}" if getattr(message, "error_message", None) else "")
+            self._credentials.logged_in(self._mechanism, False)
             return frame, True
         if decoded.api_key == SASL_HANDSHAKE:
             return frame, False
@@ -162,6 +164,7 @@ class PassthroughLogin:
                             self.principal)
                 return frame, True
             self.done, self.principal = True, principal
+            self._credentials.logged_in(self._mechanism, True)
         return frame, False
 
     def _broker_message(self, data: bytes) -> str | None:

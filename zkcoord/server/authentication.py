@@ -22,6 +22,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 from zkcoord.core import sasl
+from zkcoord.core.errors import ErrorCode
 from zkcoord.errors import ZkcoordError
 from zkcoord.server.codec import SASL_HANDSHAKE, response_for
 
@@ -48,6 +49,12 @@ class Credentials:
     def __init__(self, scram: ScramCredentialStore | None = None, plain: PlainUsers | None = None) -> None:
         self.scram_store = scram
         self.plain_users = plain
+        self.on_login = None  # (mechanism, ok) -> None: the daemon's metrics, once they exist
+
+    def logged_in(self, mechanism: str | None, ok: bool) -> None:
+        """A login ended: counted where the daemon counts them."""
+        if self.on_login is not None:
+            self.on_login(mechanism or "", ok)
 
     async def scram(self, username: str, mechanism: str) -> ScramCredential | None:
         if self.scram_store is None:
@@ -94,6 +101,8 @@ class SaslLogin:
             step = await self._look_up(step)
         if step.log_reason and step.error_code:
             log.info("%s: SASL login refused: %s", self._connection, step.log_reason)
+        if step.principal is not None or step.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED:
+            self._credentials.logged_in(self._session.mechanism, step.principal is not None)
         return response_for(decoded, error_code=int(step.error_code), error_message=step.error_message,
                             auth_bytes=step.auth_bytes, session_lifetime_ms=step.session_lifetime_ms), step.close
 

@@ -161,6 +161,8 @@ class Daemon:
         if self.metrics is not None:
             self.metrics.manager = self.manager
             self.manager.metrics = self.metrics
+            if security.credentials is not None:
+                security.credentials.on_login = self.metrics.observe_login
             if self.gateway is not None:
                 self.metrics.gateway = self.gateway
                 self.gateway.metrics = self.metrics

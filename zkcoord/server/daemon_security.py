@@ -68,6 +68,7 @@ class DaemonSecurity:
     _server_context: object = None
     _mapper: object = None
     _plain: object = None
+    credentials: Credentials | None = None  # what SASL logins are checked against (its on_login: metrics)
     _watchers: list = field(default_factory=list)
 
     @classmethod
@@ -104,7 +105,7 @@ class DaemonSecurity:
 
     async def _build(self, conn) -> None:
         config = self.config
-        credentials = Credentials(plain=self._plain)
+        credentials = self.credentials = Credentials(plain=self._plain)
         if any(p.startswith("SASL") for p in self._protocols) and any(m in _SCRAM for m in config.sasl_mechanisms):
             from zkcoord.zk.scram_credentials import ScramCredentialStore
 

@@ -140,6 +140,10 @@ class DaemonMetrics:
         self.forwarded_bytes = Counter("zkcoord_gateway_forwarded_bytes_total",
                                        "Bytes of forwarded requests and of the brokers' answers.",
                                        ["api", "direction"], registry=r)
+        self.logins = Counter("zkcoord_sasl_logins_total",
+                              "SASL logins on the daemon's and its gateway's listeners, by mechanism and result "
+                              "(ok, failed: a wrong password, an unknown user, a refused mechanism).",
+                              ["mechanism", "result"], registry=r)
         self.broker_connect_failures = Counter(
             "zkcoord_gateway_broker_connect_failures_total",
             "Gateway client connections closed because no broker accepted a connection.", registry=r)
@@ -201,6 +205,9 @@ class DaemonMetrics:
     def observe_forwarded_answer(self, api_key: int, size: int) -> None:
         """A broker's answer of ``size`` bytes to a forwarded request began."""
         self._forward_children(api_key)[2].inc(size)
+
+    def observe_login(self, mechanism: str, ok: bool) -> None:
+        self.logins.labels(mechanism or "none", "ok" if ok else "failed").inc()
 
     def observe_broker_connect_failure(self) -> None:
         self.broker_connect_failures.inc()
