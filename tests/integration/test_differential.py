@@ -405,6 +405,21 @@ async def commit_without_generation(run: Run) -> None:
 
 
 @scenario()
+async def commit_offsets_below_minus_one(run: Run) -> None:
+    """Kafka stores any int64 as an offset and fetches it back; -1 too, which
+    then reads as "no offset"."""
+    g, t = run.group, run.topic
+    a = await run.client()
+    await run.call("commit -5 and -2^63", a, commit(g, t, {0: -5, 1: -2**63}), expect=NONE)
+    await run.call("fetch them", a, fetch(g, t, [0, 1]))
+    await run.call("commit -1 and -2", a, commit(g, t, {0: -1, 1: -2}), expect=NONE)
+    await run.call("fetch those", a, fetch(g, t, [0, 1]))
+    await run.call("commit 2^63-1 and 3", a, commit(g, t, {0: 2**63 - 1, 1: 3}), expect=NONE)
+    await run.call("fetch all", a, fetch(g, None))
+    await run.call("describe", a, describe(g))
+
+
+@scenario()
 async def commit_with_wrong_generation(run: Run) -> None:
     g, t = run.group, run.topic
     a = await run.client()

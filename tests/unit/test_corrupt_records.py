@@ -20,6 +20,7 @@ CFG = GroupConfig()
 # -- legacy values -----------------------------------------------------------------------------
 @pytest.mark.parametrize("raw, expected", [
     (b"42", 42), (" 7\n", 7), (b"-1", -1), (b"0", 0), (str(2**63 - 1).encode(), 2**63 - 1),
+    (b"-2", -2), (b"-5", -5), (str(-2**63).encode(), -2**63),  # Kafka stores and fetches any int64
     (b"000000000000000000000000000042", 42),
 ])
 def test_offsets_that_are_read(raw, expected):
@@ -29,7 +30,9 @@ def test_offsets_that_are_read(raw, expected):
 @pytest.mark.parametrize("raw, reason", [
     (None, "no data"), (b"", "empty"), (b"  \n", "empty"), (b"\xff\xfe", "not UTF-8"),
     (b"12abc", "not a decimal number"), (b"+5", "not a decimal number"), ("٣".encode(), "not a decimal number"),
-    (b"-2", "out of range: below -1"), (str(2**63).encode(), "out of range: more than 2^63-1 (int64)"),
+    (str(-2**63 - 1).encode(), "out of range: below -2^63 (int64)"),
+    (b"-" + b"9" * 30, "out of range: below -2^63 (int64)"),
+    (str(2**63).encode(), "out of range: more than 2^63-1 (int64)"),
     (str(2**70).encode(), "out of range: more than 2^63-1 (int64)"),
     (b"9" * 5000, "too long: 5000 bytes (an offset is at most 19 digits)"),
 ])

@@ -43,6 +43,60 @@ def test_response_error_names_first_nonzero_code():
     assert response_error(nested) == "UNKNOWN_TOPIC_OR_PARTITION"
 
 
+class _Tripwire:
+    """A value whose every attribute read fails the test: what the error walk must not enter."""
+
+    def __getattribute__(self, name):
+        raise AssertionError(f"the walk read {name!r} of a value that holds no error")
+
+
+def test_the_error_walk_enters_only_fields_that_can_hold_an_error():
+    """A DescribeGroups answer's members, or a JoinGroup answer's member list, hold no error
+    code: a walk that entered them cost 2.35 s of the event loop for one hostile answer."""
+    from kafka.protocol.admin.groups import DescribeGroupsResponse
+    from kafka.protocol.consumer.group import JoinGroupResponse
+
+    from zkcoord.server.codec import build_message
+    from zkcoord.server.response_errors import first_error_code
+
+    described = build_message(DescribeGroupsResponse, 5, groups=[
+        {"error_code": 0, "group_id": "a", "group_state": "Stable", "protocol_type": "consumer",
+         "protocol_data": "range", "members": []},
+        {"error_code": 15, "group_id": "b", "group_state": "", "protocol_type": "", "protocol_data": "",
+         "members": []}])
+    for group in described.groups:
+        group.members = [_Tripwire() for _ in range(3)]
+    assert first_error_code(described) == 15
+    joined = build_message(JoinGroupResponse, 7, error_code=0, generation_id=1, protocol_type="consumer",
+                           protocol_name="range", leader="m", member_id="m", members=[])
+    joined.members = [_Tripwire()]
+    assert first_error_code(joined) == 0
+
+
+def test_an_answer_encoded_off_the_loop_carries_its_error_and_is_not_walked_again():
+    from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
+    from kafka.protocol.parser import KafkaProtocol
+
+    from zkcoord.server.codec import EncodedResponse, build_message, decode_request, encoded_response
+
+    request = DescribeGroupsRequest(version=5, groups=["a", "b"], include_authorized_operations=False)
+    protocol = KafkaProtocol(client_id="c")
+    protocol.send_request(request)
+    frame = protocol.send_bytes()[4:]  # after the size prefix
+    decoded = decode_request(frame)
+    answer = build_message(DescribeGroupsResponse, 5, groups=[
+        {"error_code": 0, "group_id": g, "group_state": "Dead", "protocol_type": "", "protocol_data": "",
+         "members": []} for g in ("a", "b")])
+    answer.groups[1].error_code = 16
+    encoded = encoded_response(decoded, answer)
+    assert encoded.error_code == 16
+    metrics = DaemonMetrics()
+    metrics.observe_request("DescribeGroups", EncodedResponse(_Tripwire(), encoded.correlation_id, encoded.frame,
+                                                              encoded.error_code))
+    assert metrics.registry.get_sample_value(
+        "zkcoord_requests_total", {"api": "DescribeGroups", "error": "NOT_COORDINATOR"}) == 1
+
+
 def test_rebalances_are_counted_and_timed_from_preparing_to_stable_written_or_not():
     from dataclasses import replace
 

@@ -65,7 +65,8 @@ def facts(legacy="42", kafka=None, start=10, end=100, *, topic=True, partition=T
     ("abc", None, PLAIN, D.UNPARSABLE, None),
     ("", None, PLAIN, D.UNPARSABLE, None),
     (None, None, PLAIN, D.UNPARSABLE, None),
-    ("-1", None, PLAIN, D.UNPARSABLE, None),
+    ("-1", None, PLAIN, D.NO_POSITION, None),
+    ("-7", 5, PLAIN, D.NO_POSITION, None),
     ("+5", None, PLAIN, D.UNPARSABLE, None),
     ("4 2", None, PLAIN, D.UNPARSABLE, None),
     ("42.0", None, BOTH, D.UNPARSABLE, None),
@@ -111,15 +112,18 @@ def test_notes_say_what_and_why():
                                                "recreated?); --force commits the log end 100")
     assert decide(facts("120", 50), FORCE).note == ("legacy 120 is beyond the log end 100; commits the log end "
                                                     "100 (--force; Kafka at 50)")
-    assert decide(facts("abc")).note == ("legacy value 'abc' is not a decimal offset from 0 to 9223372036854775807 "
-                                         "(not a decimal number)")
+    assert decide(facts("abc")).note == "legacy value 'abc' is not an offset (not a decimal number)"
+    assert decide(facts("-1")).note == "legacy value -1 is Kafka's \"no offset\": nothing to copy"
+    assert decide(facts("-5")).note == ("legacy value -5 is no position in any log (a consumer given it resets by "
+                                        "its auto.offset.reset): nothing to copy")
+    assert (decide(facts("-5")).decision, decide(facts(str(-2**63))).decision) == (D.NO_POSITION, D.NO_POSITION)
     assert decide(facts(None)).note == "the legacy znode holds no data"
     assert decide(facts("x" * 100)).note.startswith("legacy value '" + "x" * 37 + "...' is not")
 
 
 # -- invariants, over every combination on a small log ----------------------------------------
 
-LEGACY_VALUES = [None, "", "x", "-1"] + [str(v) for v in range(0, 9)]
+LEGACY_VALUES = [None, "", "x", "-1", "-2"] + [str(v) for v in range(0, 9)]
 KAFKA_VALUES = [None] + list(range(0, 9))
 LOGS = [(s, e) for s in range(0, 5) for e in range(s, 6)]
 
@@ -151,7 +155,8 @@ def test_invariants_hold_for_every_combination():
         if legacy is not None and legacy > f.log_end and not options.force:
             assert plan.decision is D.BEYOND_LOG_END_REFUSED
         if legacy is None:
-            assert plan.decision is D.UNPARSABLE
+            negative = f.legacy_raw is not None and f.legacy_raw.startswith("-")
+            assert plan.decision is (D.NO_POSITION if negative else D.UNPARSABLE)
         assert plan.note
     assert seen == set(Decision) - {D.TOPIC_MISSING, D.PARTITION_MISSING}
 
@@ -162,7 +167,7 @@ def test_writes_and_flagged_sets():
     assert {d for d in Decision if not d.flagged} == {D.COPY, D.EQUAL, D.KAFKA_AHEAD_KEPT}
     assert [d.value for d in Decision] == [
         "copy", "equal", "kafka-ahead-kept", "rewind", "clamped-to-log-start", "beyond-log-end-refused",
-        "beyond-log-end-forced", "topic-missing", "partition-missing", "unparsable"]
+        "beyond-log-end-forced", "topic-missing", "partition-missing", "unparsable", "no-position"]
 
 
 # -- facts are validated ------------------------------------------------------------------

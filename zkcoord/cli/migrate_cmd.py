@@ -241,9 +241,10 @@ def export(groups: tuple[str, ...], all_groups: bool, pattern: str | None, zooke
             value = parse_legacy_offset(raw)
             if value is None:
                 why = read_legacy_value(raw)
-                reason = why.reason if isinstance(why, Unparsable) else "no committed offset"
-                click.echo(f"skipped {legacy.partition_path(name, topic, partition)}: unparsable, it holds "
-                           f"{shown(raw)} ({reason})", err=True)
+                what = f"unparsable ({why.reason})" if isinstance(why, Unparsable) else \
+                    "no committed offset" if why == -1 else "negative, no position in any log"
+                click.echo(f"skipped {legacy.partition_path(name, topic, partition)}: it holds {shown(raw)}, "
+                           f"{what}", err=True)
                 continue
             offsets.setdefault(name, {})[(topic, partition)] = value
     with_group = None if fmt != "csv" else len(groups) != 1

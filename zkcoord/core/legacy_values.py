@@ -6,8 +6,11 @@ This module owns the one rule every reader of ``<root>/<group>/offsets/
 
 * a **value** is the decimal text of a Kafka offset: ASCII digits with an
   optional leading ``-``, surrounding whitespace tolerated (old tools wrote
-  a newline), in ``[-1, 2^63 - 1]`` (int64, what OffsetFetch carries; -1 is
-  Kafka's "no offset"). Anything else is :class:`Unparsable`, with the
+  a newline), in ``[-2^63, 2^63 - 1]`` (int64, what OffsetFetch carries).
+  Kafka stores any int64 an OffsetCommit sends and fetches it back (-1
+  then reads as "no offset"; a consumer given any negative position
+  resets by its auto.offset.reset), so a daemon storing offsets in
+  ZooKeeper does the same. Anything else is :class:`Unparsable`, with the
   reason: no data, empty, not UTF-8, not a decimal, too many digits, out
   of range. The text is bounded before it is converted, so a znode of
   5,000 digits costs nothing and never reaches ``int()``'s digit limit.
@@ -22,11 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["INT32_MAX", "INT64_MAX", "NO_OFFSET", "MAX_VALUE_CHARS", "Unparsable", "read_legacy_value",
+__all__ = ["INT32_MAX", "INT64_MAX", "INT64_MIN", "NO_OFFSET", "MAX_VALUE_CHARS", "Unparsable", "read_legacy_value",
            "partition_number", "shown"]
 
 INT32_MAX = 2**31 - 1  # generations, partitions, timeouts on the wire
 INT64_MAX = 2**63 - 1  # offsets on the wire
+INT64_MIN = -2**63
 NO_OFFSET = -1  # Kafka's "no committed offset"
 MAX_VALUE_CHARS = 64  # whitespace and all: a valid value is at most 19 digits
 _MAX_DIGITS = len(str(INT64_MAX))
@@ -55,14 +59,16 @@ def shown(raw: bytes | str | None, limit: int = 40) -> str:
 def read_legacy_value(raw: bytes | str | None) -> int | Unparsable:
     """The offset in a legacy znode's data, or why it is not one.
 
-    >>> read_legacy_value(b"42"), read_legacy_value(" 7\\n"), read_legacy_value(b"-1")
-    (42, 7, -1)
+    >>> read_legacy_value(b"42"), read_legacy_value(" 7\\n"), read_legacy_value(b"-1"), read_legacy_value(b"-5")
+    (42, 7, -1, -5)
     >>> read_legacy_value(str(2**70)).reason
     'out of range: more than 2^63-1 (int64)'
     >>> read_legacy_value(b"9" * 5000).reason
     'too long: 5000 bytes (an offset is at most 19 digits)'
-    >>> read_legacy_value(b"-2").reason, read_legacy_value(b"").reason, read_legacy_value(b"\\xff").reason
-    ('out of range: below -1', 'empty', 'not UTF-8')
+    >>> read_legacy_value(str(-2**63)), read_legacy_value(str(-2**63 - 1)).reason
+    (-9223372036854775808, 'out of range: below -2^63 (int64)')
+    >>> read_legacy_value(b"").reason, read_legacy_value(b"\\xff").reason
+    ('empty', 'not UTF-8')
     """
     if raw is None:
         return Unparsable("no data")
@@ -81,12 +87,13 @@ def read_legacy_value(raw: bytes | str | None) -> int | Unparsable:
     if not (digits.isascii() and digits.isdigit()):
         return Unparsable("not a decimal number")
     if len(digits.lstrip("0")) > _MAX_DIGITS:
-        return Unparsable("out of range: more than 2^63-1 (int64)")
+        return Unparsable("out of range: " + ("below -2^63" if text.startswith("-") else "more than 2^63-1")
+                          + " (int64)")
     value = int(text)
     if value > INT64_MAX:
         return Unparsable("out of range: more than 2^63-1 (int64)")
-    if value < NO_OFFSET:
-        return Unparsable("out of range: below -1")
+    if value < INT64_MIN:
+        return Unparsable("out of range: below -2^63 (int64)")
     return value
 
 

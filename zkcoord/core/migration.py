@@ -14,7 +14,10 @@ The decisions, checked in this order (first match wins)::
     -----------------------  ------  -------  ---------------------------------------------
     TOPIC_MISSING            no      yes      the topic does not exist in Kafka
     PARTITION_MISSING        no      yes      the topic has fewer partitions
-    UNPARSABLE               no      yes      the legacy value is not a decimal >= 0
+    UNPARSABLE               no      yes      the legacy value is not an int64 decimal
+    NO_POSITION              no      yes      the legacy value is negative (-1: "no offset";
+                                              any negative: the consumer resets by its
+                                              auto.offset.reset): nothing to copy
     BEYOND_LOG_END_REFUSED   no      yes      legacy > log end, without --force
     (legacy > log end with --force: the target is the log end, as
      kafka-consumer-groups --reset-offsets clamps; then compared with Kafka)
@@ -71,6 +74,7 @@ class Decision(enum.Enum):
     TOPIC_MISSING = "topic-missing"
     PARTITION_MISSING = "partition-missing"
     UNPARSABLE = "unparsable"
+    NO_POSITION = "no-position"
 
     @property
     def writes(self) -> bool:
@@ -174,10 +178,16 @@ def parse_legacy_offset(raw: str | None) -> int | None:
 
 def _unparsable_note(raw: str | None) -> str:
     value = read_legacy_value(raw)
-    why = value.reason if isinstance(value, Unparsable) else "not an offset to migrate"
     if raw is None:
         return "the legacy znode holds no data"
-    return f"legacy value {shown(raw)} is not a decimal offset from 0 to {MAX_OFFSET} ({why})"
+    return f"legacy value {shown(raw)} is not an offset ({value.reason})"
+
+
+def _no_position_note(value: int) -> str:
+    if value == -1:
+        return "legacy value -1 is Kafka's \"no offset\": nothing to copy"
+    return (f"legacy value {value} is no position in any log (a consumer given it resets by its "
+            "auto.offset.reset): nothing to copy")
 
 
 def decide(facts: PartitionFacts, options: Options = Options()) -> PartitionPlan:
@@ -206,6 +216,9 @@ def decide(facts: PartitionFacts, options: Options = Options()) -> PartitionPlan
                              f"topic {facts.topic!r} has no partition {facts.partition} in Kafka")
     legacy = parse_legacy_offset(facts.legacy_raw)
     if legacy is None:
+        value = read_legacy_value(facts.legacy_raw)
+        if isinstance(value, int):  # negative
+            return PartitionPlan(Decision.NO_POSITION, None, _no_position_note(value))
         return PartitionPlan(Decision.UNPARSABLE, None, _unparsable_note(facts.legacy_raw))
     start, end, kafka = facts.log_start, facts.log_end, facts.kafka_offset
     if legacy > end and not options.force:

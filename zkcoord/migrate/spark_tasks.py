@@ -104,7 +104,8 @@ REPORT_COLUMNS = ("group", "topic", "partition", "legacy", "kafka", "log_start",
 MODES = ("plan", "verify", "apply")
 ZK_READS = ("auto", "multi", "single")
 _MIGRATED_PHASES = frozenset(p.value for p in MIGRATED)
-_UNVERIFIABLE = frozenset({Decision.TOPIC_MISSING, Decision.PARTITION_MISSING, Decision.UNPARSABLE})
+_UNVERIFIABLE = frozenset({Decision.TOPIC_MISSING, Decision.PARTITION_MISSING, Decision.UNPARSABLE,
+                           Decision.NO_POSITION})
 _GC_THRESHOLD = 50_000  # gen-0 collections during a task (run_partition)
 
 

@@ -121,7 +121,8 @@ def compare(plan: GroupPlan, both_ways: bool = True) -> Comparison:
     behind, ahead, notes, checked = [], [], [], 0
     for row in plan.rows:
         f = row.facts
-        if row.decision in (Decision.TOPIC_MISSING, Decision.PARTITION_MISSING, Decision.UNPARSABLE):
+        if row.decision in (Decision.TOPIC_MISSING, Decision.PARTITION_MISSING, Decision.UNPARSABLE,
+                            Decision.NO_POSITION):
             notes.append(f"{f.topic}-{f.partition}: {row.plan.note}; not compared")
             continue
         legacy = parse_legacy_offset(f.legacy_raw)

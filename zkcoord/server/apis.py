@@ -124,9 +124,8 @@ class ApiHandler:
         started = time.perf_counter()
         response = await self._routes[decoded.api_key](decoded, connection)
         if self.metrics is not None:
-            message = response.message if type(response) is EncodedResponse else response
             held = decoded.api_key == HEARTBEAT and connection.connection_id in self._notice_connections
-            self.metrics.observe_request(decoded.api_name, message, None if held else time.perf_counter() - started)
+            self.metrics.observe_request(decoded.api_name, response, None if held else time.perf_counter() - started)
         return response
 
     def handle_now(self, decoded: DecodedRequest, connection: ConnectionInfo):
@@ -204,38 +203,50 @@ class ApiHandler:
         request = decoded.request
         key_type = getattr(request, "key_type", 0) or 0
         if decoded.api_version >= 4:
-            results = []
-            for i, key in enumerate(request.coordinator_keys):
-                await pause_every(i)
-                results.append(await self._find_one(key, key_type, connection))
-            return await _answer(decoded, len(results), throttle_time_ms=0, coordinators=[
+            keys = request.coordinator_keys
+            # Each distinct key once: a request may repeat one 300,000 times.
+            found = await self._find(list(dict.fromkeys(keys)), key_type, connection)
+            return await _answer(decoded, len(keys), lambda: {"throttle_time_ms": 0, "coordinators": [
                 {"key": key, "node_id": node, "host": host, "port": port, "error_code": int(code),
                  "error_message": message}
-                for key, (code, message, node, host, port) in zip(request.coordinator_keys, results)])
-        code, message, node, host, port = await self._find_one(request.key, key_type, connection)
+                for key, (code, message, node, host, port) in ((key, found[key]) for key in keys)]})
+        code, message, node, host, port = (await self._find([request.key], key_type, connection))[request.key]
         return response_for(decoded, throttle_time_ms=0, error_code=int(code), error_message=message,
                             node_id=node, host=host, port=port)
 
-    async def _find_one(self, key: str, key_type: int, connection):
-        if key_type == 0 and not self.access.group(connection, Operation.DESCRIBE, key):
-            return E.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", -1, "", -1
+    async def _find(self, keys: list[str], key_type: int, connection) -> dict[str, tuple]:
+        """{key: (error, message, node id, host, port)} for distinct keys;
+        the groups' owners looked up together (:meth:`GroupManager.find_owners`)."""
         if key_type == TRANSACTION_KEY_TYPE:
-            return (E.INVALID_REQUEST, "zkcoord coordinates consumer groups only; find transaction "
-                    "coordinators on the Kafka brokers", -1, "", -1)
+            return dict.fromkeys(keys, (E.INVALID_REQUEST, "zkcoord coordinates consumer groups only; find "
+                                        "transaction coordinators on the Kafka brokers", -1, "", -1))
         if key_type != 0:
-            return E.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
-        code = validate_group_id(key, allow_empty=True)  # Kafka looks up the empty id too
-        if code is not E.NONE:
-            return code, f"invalid group id {key!r}: longer than 249 characters", -1, "", -1
-        try:
-            owner = await self.manager.find_owner(key, self._nameable)
-        except GroupUnavailableError as exc:
-            return exc.code, str(exc), -1, "", -1
-        address = self.coordinator_address(owner)
-        if isinstance(address, str):
-            return E.COORDINATOR_NOT_AVAILABLE, address, -1, "", -1
-        node_id, host, port = address
-        return E.NONE, None, node_id, host, port
+            return dict.fromkeys(keys, (E.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1))
+        answers: dict[str, tuple] = {}
+        lookups = []
+        for i, key in enumerate(keys):
+            await pause_every(i)
+            if not self.access.group(connection, Operation.DESCRIBE, key):
+                answers[key] = E.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", -1, "", -1
+            elif validate_group_id(key, allow_empty=True) is not E.NONE:  # Kafka looks up the empty id too
+                answers[key] = (E.INVALID_GROUP_ID, f"invalid group id of {len(key)} characters: longer than 249",
+                                -1, "", -1)
+            else:
+                lookups.append(key)
+        owners = await self.manager.find_owners(lookups, self._nameable)
+        for i, key in enumerate(lookups):
+            await pause_every(i)
+            owner = owners[key]
+            if isinstance(owner, GroupUnavailableError):
+                answers[key] = owner.code, str(owner), -1, "", -1
+                continue
+            address = self.coordinator_address(owner)
+            if isinstance(address, str):
+                answers[key] = E.COORDINATOR_NOT_AVAILABLE, address, -1, "", -1
+            else:
+                node_id, host, port = address
+                answers[key] = E.NONE, None, node_id, host, port
+        return answers
 
     def _nameable(self, info: NodeInfo) -> bool:
         """Can FindCoordinator name this daemon to our clients (a gateway's clients need its gateway)?"""

@@ -80,6 +80,7 @@ from kafka.protocol.schemas.fields.codecs import Int16, Int32
 from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 
 from zkcoord.errors import ZkcoordError
+from zkcoord.server.response_errors import first_error_code
 
 UNSUPPORTED_VERSION = 35
 FRAME_SIZE_PREFIX_BYTES = 4
@@ -312,17 +313,22 @@ def decode_request(frame: bytes, apis: ApiRegistry = COORDINATOR_APIS) -> Decode
 @dataclass(frozen=True, slots=True)
 class EncodedResponse:
     """A response encoded ahead of time by `encoded_response`; `encode_response`
-    hands back its frame. `message` is what was encoded."""
+    hands back its frame. `message` is what was encoded; `error_code` is its
+    error (`zkcoord.server.response_errors`), found where it was encoded, so
+    that an answer encoded in a worker thread is not walked again on the
+    event loop."""
 
     message: ApiMessage
     correlation_id: int
     frame: bytes
+    error_code: int = 0
 
 
 def encoded_response(decoded: DecodedRequest, response: ApiMessage) -> EncodedResponse:
     """`response` encoded now for `decoded` (so that the encoding can happen
     while the daemon waits for something else)."""
-    return EncodedResponse(response, decoded.correlation_id, encode_response(decoded, response))
+    return EncodedResponse(response, decoded.correlation_id, encode_response(decoded, response),
+                           first_error_code(response))
 
 
 def encode_response(decoded: DecodedRequest, response: ApiMessage | EncodedResponse) -> bytes:

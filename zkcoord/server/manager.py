@@ -160,8 +160,36 @@ class GroupManager:
         """The registration (:class:`~zkcoord.zk.nodes.NodeInfo`) of the group's
         owner; with none, of the live daemon chosen for it (module docstring),
         among those ``eligible(info)`` accepts. GroupUnavailableError."""
+        found = (await self.find_owners([group_id], eligible))[group_id]
+        if isinstance(found, GroupUnavailableError):
+            raise found
+        return found
+
+    async def find_owners(self, group_ids: list[str], eligible=None) -> dict:
+        """:meth:`find_owner` of distinct ids: {id: NodeInfo or the
+        GroupUnavailableError it would raise}. The owners are looked up
+        together (:meth:`~zkcoord.zk.ownership.GroupOwnership.current_owners`),
+        in slices of :data:`SLICE` with a yield between them."""
+        answers: dict = {}
+        for start in range(0, len(group_ids), SLICE):
+            if start:
+                await asyncio.sleep(0)
+            chunk = group_ids[start:start + SLICE]
+            try:
+                owners = await self.ownership.current_owners(chunk)
+            except ZkcoordError as exc:
+                for group_id in chunk:
+                    answers[group_id] = GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc))
+                continue
+            for group_id in chunk:
+                try:
+                    answers[group_id] = await self._owner_info(group_id, owners[group_id], eligible)
+                except GroupUnavailableError as exc:
+                    answers[group_id] = exc
+        return answers
+
+    async def _owner_info(self, group_id: str, owner: int | None, eligible):
         try:
-            owner = await self.ownership.current_owner(group_id)
             if owner == self.node_id and not self.ownership.is_owned(group_id):
                 owner = None  # a contender of ours from a lost session, on its way out
             if owner is None:

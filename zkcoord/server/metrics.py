@@ -71,41 +71,25 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.group_states import GroupState
 from zkcoord.core.membership import OFFSET_STORAGES
+from zkcoord.server.codec import EncodedResponse
+from zkcoord.server.response_errors import first_error_code
 from zkcoord.zk.connection import SessionEvent
 
 log = logging.getLogger(__name__)
 
 
 def response_error(response) -> str:
-    """The Kafka error name of a response: its top-level ``error_code``, else
-    the first nonzero nested one, else ``NONE``."""
-    code = _first_error(response)
+    """The Kafka error name of a response (a message, or an
+    :class:`~zkcoord.server.codec.EncodedResponse`, whose error was found
+    when it was encoded): its top-level ``error_code``, else the first
+    nonzero nested one, else ``NONE`` (:mod:`.response_errors`)."""
+    code = response.error_code if type(response) is EncodedResponse else first_error_code(response)
     if not code:
         return "NONE"
     try:
         return ErrorCode(code).name
     except ValueError:
         return str(code)
-
-
-def _first_error(message, depth: int = 0) -> int:
-    if message is None or depth > 4:
-        return 0
-    fields = getattr(type(message), "fields", None)
-    if not isinstance(fields, dict):
-        return 0
-    top = getattr(message, "error_code", 0) if "error_code" in fields else 0
-    if isinstance(top, int) and top:
-        return top
-    for name in fields:
-        value = getattr(message, name, None)
-        items = value if isinstance(value, list) else [value]
-        for item in items:
-            if hasattr(type(item), "fields"):
-                code = _first_error(item, depth + 1)
-                if code:
-                    return code
-    return 0
 
 
 class DaemonMetrics:

@@ -29,7 +29,7 @@ Rules:
    and both are corrected when a multi proves them wrong.
 5. Fetch issues its reads in slices of ``FETCH_SLICE`` partitions (of a
    topic asked for by more than that many, only those its directory lists:
-   a request naming millions reads the few that exist) and reports unparsable values (not an int64 decimal >= -1, by
+   a request naming millions reads the few that exist) and reports unparsable values (not an int64 decimal, by
    :mod:`zkcoord.core.legacy_values`) per partition instead of failing,
    logging each corrupt znode once. Everything runs on the event loop;
    kazoo results hop onto it.

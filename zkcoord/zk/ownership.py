@@ -66,12 +66,14 @@ from zkcoord.errors import NotOwnerError, ServiceUnavailableError
 from zkcoord.tasks import Background
 from zkcoord.zk import aio, election, paths
 from zkcoord.zk.connection import SessionEvent, ZkConnection
+from zkcoord.zk.multi_read import GET_CHILDREN, read_many
 
 __all__ = ["Fence", "ChangeKind", "OwnershipChange", "GroupOwnership"]
 
 log = logging.getLogger(__name__)
 
 _MAX_ROUNDS = 5  # contention rounds before giving up (winners that vanish as we look)
+_LOOKUPS_AT_ONCE = 100  # contended groups looked up concurrently by current_owners
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,53 @@ class GroupOwnership:
         if group in self._owner_cache:
             return self._owner_cache[group]
         return await self._conn.retry(f"look up the owner of group {group!r}", self._inner_owner, group)
+
+    async def current_owners(self, groups: list[str]) -> dict[str, int | None]:
+        """:meth:`current_owner` of each of ``groups`` (distinct), with one
+        ZooKeeper round for all of them: the owner directories not known
+        here are listed together (multiRead, :func:`~zkcoord.zk.multi_read.read_many`);
+        only a group with contenders is then looked up on its own (which
+        caches it under a watch). A FindCoordinator naming 100,000 unused
+        ids costs about a hundred multiReads, not 100,000 reads."""
+        found: dict[str, int | None] = {}
+        unknown = []
+        for group in groups:
+            if group in self._owned:
+                found[group] = self.node_id
+            elif group in self._owner_cache:
+                found[group] = self._owner_cache[group]
+            else:
+                unknown.append(group)
+        if not unknown:
+            return found
+        listed = await self._conn.retry(f"list the contenders of {len(unknown)} group(s)",
+                                        self._inner_list_owner_dirs, unknown)
+        contended = []
+        for group, children in zip(unknown, listed):
+            if children:
+                contended.append(group)
+            else:
+                found[group] = None  # no contender (not cached: current_owner's rule)
+        for start in range(0, len(contended), _LOOKUPS_AT_ONCE):
+            chunk = contended[start:start + _LOOKUPS_AT_ONCE]
+            for group, owner in zip(chunk, await asyncio.gather(*(self.current_owner(g) for g in chunk))):
+                found[group] = owner
+        return found
+
+    async def _inner_list_owner_dirs(self, groups: list[str]) -> list[list[str]]:
+        """Each group's contender names ([] without an owner directory);
+        raises the first failure other than a missing directory, so that
+        the connection's retry reads again."""
+        outcomes = await read_many(self._conn, [(GET_CHILDREN, paths.owner_dir(g)) for g in groups])
+        listed = []
+        for outcome in outcomes:
+            if isinstance(outcome, NoNodeError):
+                listed.append([])
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                listed.append(outcome)
+        return listed
 
     async def _inner_owner(self, group: str) -> int | None:
         epoch = self._cache_epoch.get(group, 0)
