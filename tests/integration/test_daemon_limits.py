@@ -168,11 +168,23 @@ def test_unanswered_bytes_over_the_cap_close_the_newest_offender(zk_hosts, zk, u
     asyncio.run(scenario())
 
 
-def test_heartbeats_of_another_group_are_answered_while_a_huge_describe_is_served(zk_hosts, zk, unique_name):
+# Just under group_admin_request_max_bytes (1 MiB): about 500,000 empty group ids, 300,000 lookups of one key.
+HUGE_ADMIN_REQUESTS = {
+    "describe": lambda: DescribeGroupsRequest(version=5, groups=[""] * 500_000, include_authorized_operations=False),
+    "find-same": lambda: FindCoordinatorRequest(version=4, key_type=0, coordinator_keys=["nobody"] * 120_000),
+    "find-distinct": lambda: FindCoordinatorRequest(version=4, key_type=0,
+                                                    coordinator_keys=[f"n{i}" for i in range(100_000)]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HUGE_ADMIN_REQUESTS))
+def test_heartbeats_of_another_group_are_answered_while_a_huge_request_is_served(zk_hosts, zk, unique_name, kind):
+    """With metrics on, as every sandbox daemon has them: counting the answer's errors walked
+    every entry of it on the event loop (2.35 s for a DescribeGroups of 300,000 ids)."""
     group = unique_name("g")
 
     async def scenario():
-        daemon, running = await running_daemon(zk_hosts)
+        daemon, running = await running_daemon(zk_hosts, metrics_listen="127.0.0.1:0")
         member = await WireClient.connect(*running.advertised, "c")
         reader, writer = await asyncio.open_connection(*running.advertised)
         try:
@@ -185,9 +197,7 @@ def test_heartbeats_of_another_group_are_answered_while_a_huge_describe_is_serve
             assert (joined.error_code, synced.error_code) == (E_NONE, E_NONE)
             heartbeat = HeartbeatRequest(version=3, group_id=group, generation_id=joined.generation_id,
                                          member_id=member_id, group_instance_id=None)
-            # Just under group_admin_request_max_bytes: about 500,000 empty group ids.
-            huge = frame_of(DescribeGroupsRequest(version=5, groups=[""] * 500_000,
-                                                  include_authorized_operations=False))
+            huge = frame_of(HUGE_ADMIN_REQUESTS[kind]())
             assert len(huge) < 1 << 20
             writer.write(huge)
             await writer.drain()
@@ -197,14 +207,53 @@ def test_heartbeats_of_another_group_are_answered_while_a_huge_describe_is_serve
                 assert (await member.call(heartbeat)).error_code == E_NONE
                 if not answer_started.done():
                     answered_meanwhile += 1
-            await answer_started
+            await reader.readexactly(int.from_bytes(await answer_started, "big"))
             assert answered_meanwhile >= 20
+            api = "DescribeGroups" if kind == "describe" else "FindCoordinator"
+            counted = daemon.metrics.registry.get_sample_value("zkcoord_requests_total", {"api": api, "error": "NONE"})
+            return counted
         finally:
             writer.close()
             await member.close()
             await daemon.stop()
 
-    asyncio.run(scenario())
+    assert asyncio.run(scenario()) == (1 if kind == "describe" else 2)  # + the member's own lookup
+
+
+def test_find_coordinator_looks_each_distinct_key_up_once_and_unknown_groups_together(zk_hosts, zk, unique_name):
+    """FindCoordinator v4 with 300,000 copies of one key made one ZooKeeper read per copy (270 s);
+    keys of groups nobody owns are now listed together in multiReads, and a repeated key once."""
+    group = unique_name("g")
+    unknown = [f"u{i}" for i in range(20_000)]  # this test's chroot holds none of them
+    keys = [group, *unknown, *[""] * 100_000, "x" * 250, group, unknown[3]]
+
+    async def scenario():
+        daemon, running = await running_daemon(zk_hosts)
+        client = await WireClient.connect(*running.advertised, "c")
+        try:
+            assert (await client.call(commit(group, {0: ""}))).topics[0].partitions[0].error_code == E_NONE
+            before = packets_received(zk)
+            found = await client.call(FindCoordinatorRequest(version=4, key_type=0, coordinator_keys=keys), 120)
+            reads = packets_received(zk) - before
+            same = await client.call(FindCoordinatorRequest(version=4, key_type=0,
+                                                            coordinator_keys=["z"] * 300_000), 120)
+            return found, same, reads, packets_received(zk) - before - reads, running.advertised
+        finally:
+            await client.close()
+            await daemon.stop()
+
+    found, same, reads, same_reads, (host, port) = asyncio.run(scenario())
+    # ZooKeeper counts every client's packets (pings of the broker and of this test's client too): the bounds
+    # leave room for those, far below one read per key (120,000 and 300,000).
+    assert reads < 500, reads
+    assert same_reads < 200, same_reads
+    assert [c.key for c in found.coordinators] == keys
+    answers = {(c.error_code, c.node_id, c.host, c.port) for c in found.coordinators if c.key != "x" * 250}
+    assert answers == {(E_NONE, 1, host, port)}
+    assert [c.error_code for c in found.coordinators if c.key == "x" * 250] == [ErrorCode.INVALID_GROUP_ID]
+    assert len(same.coordinators) == 300_000
+    assert {(c.key, c.error_code, c.node_id) for c in same.coordinators} == {("z", E_NONE, 1)}
+    assert zk.exists("/coordinators/z") is None  # a lookup writes nothing
 
 
 def packets_received(zk) -> int:
