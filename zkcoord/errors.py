@@ -17,7 +17,7 @@ with the error's ``exit_code`` instead of a traceback::
     ├── StateError               exit 1  stored state is corrupt or too large
     │   └── StateTooLargeError           a group's state over --max-state-bytes
     └── WireProtocolError        exit 1  a Kafka frame that cannot be read or
-                                         written (zkcoord.server.codec: its
+                                         written (zkcoord.wire.errors: its
                                          subclasses close that connection)
 
 Each message says what was wrong and, where there is one, what to do.

@@ -18,8 +18,8 @@ from tests.integration.test_daemon_protocol import daemon_config, join
 from tests.support.http import http_get
 from tests.support.wire import WireClient, parse_address
 from zkcoord.core.gateway import GATEWAY_NODE_ID_BASE
-from zkcoord.server.codec import COORDINATOR_APIS
 from zkcoord.server.daemon import Daemon
+from zkcoord.wire.registry import COORDINATOR_APIS
 
 pytestmark = pytest.mark.integration
 HIDDEN = {25, 28, 47, 68, 69}

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from zkcoord.errors import ConfigError
 from zkcoord.security.properties import parse_jaas_file, parse_properties
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 
 __all__ = ["PlainUsers", "parse_plain_users", "PLAIN_LOGIN_MODULE"]
 
