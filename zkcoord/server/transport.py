@@ -72,7 +72,7 @@ from zkcoord.wire.errors import (
 )
 from zkcoord.wire.framing import API_KEY_END, FRAME_SIZE_PREFIX_BYTES, api_key_at, frame_size
 from zkcoord.wire.listener_security import (
-    PLAINTEXT_LISTENER, SASL_MAX_RECEIVE_BYTES, TLS_HANDSHAKE_TIMEOUT_S, ListenerSecurity, login_gate,
+    PLAINTEXT_LISTENER, SASL_MAX_RECEIVE_BYTES, TLS_HANDSHAKE_TIMEOUT_S, ListenerSecurity, LoginGate, login_gate,
 )
 from zkcoord.wire.registry import COORDINATOR_APIS, ApiRegistry
 from zkcoord.wire.requests import DecodedRequest, decode_request
@@ -83,6 +83,7 @@ from .bulk_work import off_loop
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+_ANSWERED, _AWAITED, _FAILED = object(), object(), object()  # what became of one frame (_handle_frame)
 
 
 Handler = Callable[[DecodedRequest, ConnectionInfo], Awaitable[ApiMessage]]
@@ -349,36 +350,11 @@ class _Connection(asyncio.Protocol):
                     break
                 frame = bytes(buffer[pos + FRAME_SIZE_PREFIX_BYTES:end])
                 pos = end
-                if gate is not None:
-                    api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
-                    if gate.refuses(api_key):
-                        log.warning("closing %s: api key %d before its SASL login was done", info, api_key)
-                        self._fail(out)
-                        return
-                if size > INLINE_DECODE_BYTES:
-                    self._await(None, frame)
+                step = self._handle_frame(frame, gate, out)
+                if step is _FAILED:
+                    return
+                if step is _AWAITED:
                     break
-                decoded = decode_request(frame, server._apis)
-                response = decoded.immediate_response
-                if decoded.api_key == SASL_HANDSHAKE or decoded.api_key == SASL_AUTHENTICATE:
-                    self._await(decoded)
-                    break
-                if response is not None:
-                    log.debug("%s: answered %s v%d (correlation id %d) from the codec",
-                              info, decoded.api_name, decoded.api_version, decoded.correlation_id)
-                else:
-                    try:
-                        response = server._handle_now(decoded, info)
-                    except Exception:
-                        _log_handler_failure(decoded, info)
-                        self._fail(out)
-                        return
-                    if response is None:
-                        self._await(decoded)
-                        break
-                if gate is not None and decoded.api_key == API_VERSIONS:
-                    gate.versions_answered(_error_code(response))
-                out.append(encode_response(decoded, response))
         except (FrameSizeError, MalformedFrameError, UnsupportedRequestError) as exc:
             log.warning("closing %s: %s", info, exc)
             self._fail(out)
@@ -395,6 +371,43 @@ class _Connection(asyncio.Protocol):
         self._write(out)
         if self._eof and self._task is None:
             self._end_of_input()
+
+    def _handle_frame(self, frame: bytes, gate: LoginGate | None, out: list[bytes]) -> object:
+        """Answer one frame's request into ``out`` when it can be answered now
+        (_ANSWERED); else start awaiting it (_AWAITED), or close (_FAILED).
+        ``gate``: the login's, while it is not done. Raises the wire's errors."""
+        info = self.info
+        if gate is not None:
+            api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
+            if gate.refuses(api_key):
+                log.warning("closing %s: api key %d before its SASL login was done", info, api_key)
+                self._fail(out)
+                return _FAILED
+        if len(frame) > INLINE_DECODE_BYTES:
+            self._await(None, frame)
+            return _AWAITED
+        decoded = decode_request(frame, self._server._apis)
+        response = decoded.immediate_response
+        if decoded.api_key == SASL_HANDSHAKE or decoded.api_key == SASL_AUTHENTICATE:
+            self._await(decoded)
+            return _AWAITED
+        if response is not None:
+            log.debug("%s: answered %s v%d (correlation id %d) from the codec",
+                      info, decoded.api_name, decoded.api_version, decoded.correlation_id)
+        else:
+            try:
+                response = self._server._handle_now(decoded, info)
+            except Exception:
+                _log_handler_failure(decoded, info)
+                self._fail(out)
+                return _FAILED
+            if response is None:
+                self._await(decoded)
+                return _AWAITED
+        if gate is not None and decoded.api_key == API_VERSIONS:
+            gate.versions_answered(_error_code(response))
+        out.append(encode_response(decoded, response))
+        return _ANSWERED
 
     def _await(self, decoded: DecodedRequest | None, frame: bytes | None = None) -> None:
         """Answer ``decoded`` in a task; with ``frame`` instead, decode it in
