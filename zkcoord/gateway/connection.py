@@ -122,7 +122,8 @@ class ClientConnection(asyncio.Protocol):
         self._answers = AnswerOrder(self._write)
         self._link = BrokerLink(self, self._answers, lambda: gateway.metrics,
                                 lambda: gateway.upstream_candidates(broker_id), gateway.upstream_ssl, broker_id)
-        self._router: Router | None = None
+        security = gateway.security
+        self._router = Router(gateway, broker_id, security.apis if security.sasl else None)
         self._local: asyncio.Task | None = None  # the request in flight: the handler's, the login's, ApiVersions'
         self._upstream_full = False
         self._reading = True
@@ -145,7 +146,7 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         self._gate = login_gate(security, self.info)
-        self._router = Router(gateway, self.broker_id, security.apis if self._gate is not None else None)
+        self._link.task_name = f"gateway-upstream-{self.info.connection_id}"
         if self.broker_id is not None:
             self._link.connect()
 

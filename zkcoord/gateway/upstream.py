@@ -104,6 +104,7 @@ class BrokerLink:
         self._connecting: asyncio.Task | None = None
         self._paused = False  # the client does not read: neither do we read the broker
         self._closed = False
+        self.task_name = "gateway-upstream"  # its connecting task's, for debugging
 
     @property
     def held(self) -> int:
@@ -129,7 +130,7 @@ class BrokerLink:
             self._frames = []
 
     def connect(self) -> None:
-        self._connecting = asyncio.get_running_loop().create_task(self._open(), name="gateway-upstream")
+        self._connecting = asyncio.get_running_loop().create_task(self._open(), name=self.task_name)
 
     def pause_reading(self) -> None:
         self._paused = True
