@@ -120,7 +120,7 @@ class ClientConnection(asyncio.Protocol):
         self._frames = RequestFrames(gateway.max_frame_bytes, self._limit_of)
         self._held = 0  # bytes of ours counted in the gateway's partial_bytes
         self._answers = AnswerOrder(self._write)
-        self._link = BrokerLink(self, self._answers, lambda: gateway.metrics,
+        self._link = BrokerLink(self, self._answers, gateway,
                                 lambda: gateway.upstream_candidates(broker_id), gateway.upstream_ssl, broker_id)
         security = gateway.security
         self._router = Router(gateway, broker_id, security.apis if security.sasl else None)

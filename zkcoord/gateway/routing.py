@@ -51,8 +51,8 @@ class Decision(NamedTuple):
     decoded: DecodedRequest | None = None
 
 
-_FORWARDS = {(rewrite, answered): Decision(FORWARD, rewrite, answered)
-             for rewrite in (False, True) for answered in (False, True)}
+_FORWARDS = tuple(tuple(Decision(FORWARD, rewrite, answered) for answered in (False, True))
+                  for rewrite in (False, True))  # [rewrite][answered]: one of four, made once
 _VERSIONS = Decision(VERSIONS)
 
 
@@ -85,14 +85,14 @@ class Router:
         if route is Route.FORWARD or route is Route.REWRITE:
             self._check_upstream_api(api_key, version)
             answered = api_key != PRODUCE or produce_expects_response(frame, version)
-            return _FORWARDS[route is Route.REWRITE and needs_rewrite(api_key, version), answered]
+            return _FORWARDS[route is Route.REWRITE and needs_rewrite(api_key, version)][answered]
         if route is Route.LOCAL:
             return Decision(HANDLE, decoded=_decoded(frame, COORDINATOR_APIS))
         if route is Route.COORDINATOR:
             decoded = _decoded(frame, COORDINATOR_APIS)
             if (getattr(decoded.request, "key_type", 0) or 0) == 0:
                 return Decision(HANDLE, decoded=decoded)
-            return _FORWARDS[True, True]  # transaction ids (and any future key type): the brokers' coordinators
+            return _FORWARDS[True][True]  # transaction ids (and any future key type): the brokers' coordinators
         if route is Route.VERSIONS:
             return _VERSIONS
         if route is Route.LOGIN and self._login_apis is not None:

@@ -51,18 +51,14 @@ class BrokerAnswerError(WireProtocolError):
 class Expected:
     """A forwarded request whose answer has not started to arrive."""
 
-    __slots__ = ("slot", "correlation_id", "api_key", "api_version", "rewrite", "login")
+    __slots__ = ("slot", "correlation_id", "api_key", "api_version", "rewrite", "login", "read_first")
 
     def __init__(self, slot: Slot, correlation_id: int, api_key: int, api_version: int, rewrite: bool,
                  login=None) -> None:
         self.slot, self.correlation_id = slot, correlation_id
         self.api_key, self.api_version, self.rewrite = api_key, api_version, rewrite
         self.login = login  # a login request (decoded) whose answer the connection's login reads first
-
-    @property
-    def read_first(self) -> bool:
-        """The client connection reads this answer before it goes out (no streaming)."""
-        return self.rewrite or self.login is not None
+        self.read_first = rewrite or login is not None  # the client connection reads it before it goes out
 
 
 class UpstreamEvents(Protocol):
@@ -84,17 +80,24 @@ class UpstreamEvents(Protocol):
         """The pipe is gone (``why``, for the log at ``level``): the client connection closes."""
 
 
+class Measured(Protocol):
+    """Where the link reports what it forwards: ``metrics`` is the daemon's
+    DaemonMetrics, or None (read at each use: the daemon sets them once they exist)."""
+
+    metrics: object
+
+
 class BrokerLink:
     """One client connection's way to its broker. ``forward`` a frame (with
     the answer it expects, if any), ``push`` what was forwarded; ``connect``
     opens the broker connection, once."""
 
-    def __init__(self, events: UpstreamEvents, answers: AnswerOrder, metrics: Callable[[], object],
+    def __init__(self, events: UpstreamEvents, answers: AnswerOrder, measured: Measured,
                  candidates: Callable[[], list[tuple[str, int]]], ssl_context: ssl.SSLContext | None,
                  broker_id: int | None) -> None:
         self.events = events
         self.answers = answers
-        self._metrics = metrics  # -> DaemonMetrics or None (the daemon sets them once they exist)
+        self._measured = measured
         self._candidates = candidates
         self._ssl = ssl_context
         self._broker_id = broker_id
@@ -116,7 +119,7 @@ class BrokerLink:
         ``expected`` (None: it gets none)."""
         if expected is not None:
             self.expected.append(expected)
-        metrics = self._metrics()
+        metrics = self._measured.metrics
         if metrics is not None:
             metrics.observe_forward(api_key, len(frame))
         self._frames.append(frame)
@@ -158,7 +161,7 @@ class BrokerLink:
         upstream, errors = await open_upstream(lambda: Upstream(self), candidates, self._ssl)
         self._connecting = None
         if upstream is None:
-            metrics = self._metrics()
+            metrics = self._measured.metrics
             if metrics is not None:
                 metrics.observe_broker_connect_failure()
             self.events.upstream_closed(f"no broker accepts a connection ({'; '.join(errors)})", logging.INFO)
@@ -182,7 +185,7 @@ class BrokerLink:
         if expected.correlation_id != correlation_id:
             raise BrokerAnswerError(f"the broker answered correlation id {correlation_id}, expected "
                                     f"{expected.correlation_id}")
-        metrics = self._metrics()
+        metrics = self._measured.metrics
         if metrics is not None:
             metrics.observe_forwarded_answer(expected.api_key, frame_bytes)
         return expected, not expected.read_first and self.answers.stream_if_next(expected.slot)
