@@ -130,10 +130,12 @@ def test_groups_by_state_and_mode_list_every_pair_and_count_only_active_groups()
     from types import SimpleNamespace
 
     from zkcoord.core.group_states import GroupState
+    from zkcoord.core.membership import Group, Member
 
     def runtime(state, mode, active=True):
+        members = {m: Member(m, None, "c", "h", 10_000, 10_000, "consumer", (("range", b""),)) for m in ("m1", "m2")}
         return SimpleNamespace(active=active, held_heartbeats=0,
-                               group=SimpleNamespace(state=state, offset_storage=mode, size=2))
+                               group=Group("g", state=state, offset_storage=mode, members=members))
 
     manager = SimpleNamespace(_loading=set(), runtimes={
         "a": runtime(GroupState.STABLE, "zookeeper"), "b": runtime(GroupState.STABLE, "zookeeper"),

@@ -157,7 +157,7 @@ class Daemon:
             offset_metadata_max_bytes=config.offset_metadata_max_bytes,
             kafka_forwarder=KafkaForwarder(config.bootstrap_servers, security=security.kafka_client)
             if config.bootstrap_servers else None)
-        self.manager.start_cleanup()
+        self.manager.admin.start_cleanup()
         if self.metrics is not None:
             self.metrics.manager = self.manager
             self.manager.metrics = self.metrics
