@@ -51,7 +51,7 @@ class Leader(Member):
         return request
 
 
-def test_a_worker_reports_its_assignment_once_when_it_is_applied(services, zk_hosts, unique_name):
+def test_a_worker_reports_its_assignment_once_when_it_is_applied(services, zk_hosts, unique_name, capsys):
     topic, group = unique_name("orders"), unique_name("workers")
     create_topic(services.bootstrap_servers, topic, 6)
     loop = asyncio.new_event_loop()
@@ -97,6 +97,7 @@ def test_a_worker_reports_its_assignment_once_when_it_is_applied(services, zk_ho
                 for _ in range(2):
                     step()
                 assert worker.assignments == [(2, [2, 3])]
+                assert capsys.readouterr().out == "  worker-2: generation 2: partitions [2, 3]\n"
         finally:
             run(leader.close())
             loop.close()

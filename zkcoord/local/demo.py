@@ -25,6 +25,7 @@ from zkcoord.client import Consumer, ConsumerConfig, RebalanceListener
 
 PARTITIONS = 6
 RECORDS_PER_ROUND = 60
+_PRINTING = threading.Lock()  # print() writes a line and its end apart: two threads could share a line
 
 
 class Worker(threading.Thread):
@@ -55,7 +56,8 @@ class Worker(threading.Thread):
 
     def assigned(self, generation: int, partitions: list[int]) -> None:
         self.assignments.append((generation, partitions))
-        print(f"  {self.name}: generation {generation}: partitions {partitions}", flush=True)
+        with _PRINTING:  # the members of a generation are told at once, each on a thread of its own
+            print(f"  {self.name}: generation {generation}: partitions {partitions}", flush=True)
 
 
 class AssignmentReport(RebalanceListener):
@@ -136,6 +138,8 @@ def main() -> int:
     produce(bootstrap, topic, RECORDS_PER_ROUND)
     ok = wait_consumed(seen, lock, 2 * RECORDS_PER_ROUND) and ok
     time.sleep(2)
+    # The first to leave may hand the other one a last generation before it stops too: said, not hidden.
+    print("worker-1 and worker-2 stop:")
     for worker in workers[:2]:
         worker.stop_event.set()
     for worker in workers[:2]:
