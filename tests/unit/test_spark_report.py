@@ -17,6 +17,7 @@ from zkcoord.migrate.spark_report import (
     FILE,
     PART_FILES,
     ReportPaths,
+    check_report,
     discard,
     merge_parts,
     part_files,
@@ -81,6 +82,21 @@ def test_the_summary_says_what_each_part_of_the_report_is(tmp_path):
         "        hdfs://nn/r/partitions.csv/ (a directory of Spark's part-*.csv files, each with a header line)",
         "        hdfs://nn/r/groups.csv/ (a directory of Spark's part-*.csv files, each with a header line; "
         "0 note(s), 0 error(s))"]
+
+
+def test_a_local_report_dir_that_is_or_is_under_a_file_is_refused_before_spark_runs(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(UsageError, match=rf"^--report-dir {tmp_path}/a-file is a file, not a directory; "
+                                         "choose another --report-dir$"):
+        check_report(None, plan_report(str(tmp_path / "a-file"), "local[*]"), overwrite=True)
+    with pytest.raises(UsageError, match=rf"^--report-dir {tmp_path}/a-file/r/s is under {tmp_path}/a-file, "
+                                         "which is a file, not a directory; choose another --report-dir$"):
+        check_report(None, plan_report(str(tmp_path / "a-file/r/s"), "local[*]"), overwrite=False)
+    check_report(None, plan_report(str(tmp_path / "new/r"), "local[*]"), overwrite=False)  # made by Spark
+    (tmp_path / "old/partitions.parquet").mkdir(parents=True)
+    with pytest.raises(UsageError, match=rf"^the report {tmp_path}/old/partitions.parquet already exists"):
+        check_report(None, plan_report(str(tmp_path / "old"), "local[*]"), overwrite=False)
+    check_report(None, plan_report(str(tmp_path / "old"), "local[*]"), overwrite=True)
 
 
 # -- the merge ---------------------------------------------------------------------------------

@@ -126,8 +126,10 @@ def check_report(sc: Any, report: ReportTargets, overwrite: bool) -> None:
     """Before any task runs: a local report dir must be a directory (or absent); an existing
     report is refused unless ``overwrite``. Raises UsageError naming what is in the way."""
     local = report.local_dir
-    if local is not None and local.exists() and not local.is_dir():
-        raise UsageError(f"--report-dir {local} is a file, not a directory; choose another --report-dir")
+    found = next((p for p in (local, *local.parents) if p.exists()), None) if local is not None else None
+    if found is not None and not found.is_dir():
+        where = "is a file" if found == local else f"is under {found}, which is a file"
+        raise UsageError(f"--report-dir {local} {where}, not a directory; choose another --report-dir")
     if overwrite:
         return
     if local is not None:
