@@ -277,6 +277,9 @@ def spark_session(master: str | None = None, *, app_name: str = "zkcoord-migrate
         builder = builder.config(key, value)
     local = _is_local(master) and not submitted
     workdir = Path(tempfile.mkdtemp(prefix="zkcoord-spark-"))
+    if local and "spark.local.dir" not in (conf or {}):
+        # Spark's scratch (spark-*, blockmgr-*) inside the session's own folder, removed with it.
+        builder = builder.config("spark.local.dir", str(workdir / "local"))
     starting = f"starting Spark ({master or LOCAL_MASTER})"
     if archive.mode == "create":
         starting += ("; the first run with this Java and Spark also saves a class archive of the JVM when the job "
@@ -361,8 +364,14 @@ def _start_workers(sc: Any) -> None:
 
 
 def _log4j2_file() -> Path:
-    path = Path(tempfile.gettempdir()) / f"zkcoord-spark-log4j2-{os.getuid()}.properties"
+    """The driver JVM's log4j2 settings, in the cache (not the temp folder: a
+    run leaves nothing there), at a path that stays the same from run to run
+    (the JVM options are part of what the class archive is made for)."""
+    from zkcoord.local.jars import cache_dir
+
+    path = cache_dir() / "spark-log4j2.properties"
     if not path.exists() or path.read_text() != _LOG4J2:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(_LOG4J2)
     return path
 
