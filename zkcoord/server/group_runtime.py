@@ -161,7 +161,7 @@ class GroupRuntime:
     def __init__(self, group_id: str, config: GroupConfig, persist: PersistFn,
                  on_step_down: Callable[[str], None], clock: Callable[[], int] = monotonic_ms,
                  on_persisted: Callable[[Any], None] | None = None,
-                 on_transition: Callable[[Any], None] | None = None):
+                 on_transition: Callable[[Any], None] | None = None, timer_loop: Any = None):
         self.group_id = group_id
         self.config = config
         self._persist = persist
@@ -176,7 +176,8 @@ class GroupRuntime:
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future] = {}
         self._renders: dict[int, Callable[[Any], Any]] = {}  # token of a parked call -> its render
-        self._timers = KeyedTimers(clock, self._fire)
+        # timer_loop: what arms timers (``call_later``); None: the running loop. A test passes a fake clock's.
+        self._timers = KeyedTimers(clock, self._fire, timer_loop)
         self._background = Background(log, f"group {group_id}")  # timer expiries
         self._unsettled_waiters: set[asyncio.Future] = set()  # held heartbeats (core.notice)
 

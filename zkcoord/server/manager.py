@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from zkcoord.core import groups
 from zkcoord.core.errors import ErrorCode, validate_group_id
@@ -65,7 +67,8 @@ class GroupManager:
                  topic_watcher=None, *, conn=None, kafka_forwarder: KafkaForwarder | None = None,
                  member_disconnect_grace_ms: int = -1, rebalance_notice_hold_ms: int = 0,
                  cleanup_interval_ms: int = 600_000,
-                 offset_metadata_max_bytes: int = DEFAULT_OFFSET_METADATA_MAX_BYTES):
+                 offset_metadata_max_bytes: int = DEFAULT_OFFSET_METADATA_MAX_BYTES,
+                 clock: Callable[[], int] = monotonic_ms, timer_loop: Any = None):
         self.node_id = node_id
         self.group_config = group_config
         self.ownership = ownership
@@ -74,6 +77,8 @@ class GroupManager:
         self.nodes = nodes
         self.conn = conn
         self.topic_watcher = topic_watcher
+        self.clock = clock  # ms; with timer_loop, what the groups' timers run on (a test's fake clock)
+        self._timer_loop = timer_loop
         self._background = Background(log, "group manager")
         self.runtimes: dict[str, GroupRuntime] = {}
         self._loading: dict[str, asyncio.Task] = {}
@@ -188,14 +193,15 @@ class GroupManager:
         try:
             record, version = await self.store.load(group_id)
             runtime = GroupRuntime(group_id, self.group_config, self._persist, self.stepped_down,
-                                   on_persisted=self._on_persisted,
-                                   on_transition=None if self.metrics is None else self.metrics.observe_transition)
+                                   clock=self.clock, on_persisted=self._on_persisted,
+                                   on_transition=None if self.metrics is None else self.metrics.observe_transition,
+                                   timer_loop=self._timer_loop)
             if self.metrics is not None:
                 self.metrics.observe_loaded(groups.from_record(group_id, record) if record else runtime.group)
             await runtime.load(record, None if version is None or version < 0 else version)
             self._track_topics(runtime.group)
         except StateError as exc:
-            self._broken[group_id] = (str(exc), monotonic_ms())
+            self._broken[group_id] = (str(exc), self.clock())
             log.error("group %s cannot be served: %s", group_id, exc)
             raise GroupUnavailableError(group_id, E.UNKNOWN_SERVER_ERROR, str(exc)) from exc
         except ZkcoordError as exc:
@@ -216,7 +222,7 @@ class GroupManager:
             raise GroupUnavailableError(group_id, code, "invalid group id")
         if group_id in self._broken:
             reason, since = self._broken[group_id]
-            if monotonic_ms() - since < BROKEN_RECHECK_MS:
+            if self.clock() - since < BROKEN_RECHECK_MS:
                 raise GroupUnavailableError(group_id, E.UNKNOWN_SERVER_ERROR, reason)
         if group_id in self._loading or (self.ownership.is_owned(group_id)
                                          and self.ownership.is_suspended(group_id)):
@@ -362,7 +368,7 @@ class GroupManager:
         answer it, without contending for it."""
         if group_id not in await self.unknown([group_id]):
             return None
-        outcome = decide(groups.new_group(group_id), monotonic_ms())
+        outcome = decide(groups.new_group(group_id), self.clock())
         reply = outcome.reply_for(UNKNOWN_TOKEN)
         if outcome.persist or outcome.timers or reply is None:
             return None
