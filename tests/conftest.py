@@ -196,7 +196,9 @@ def zk_root(services):
 def zk_chroot(zk_root, request) -> str:
     """A ZooKeeper chroot path of this test's own, created empty."""
     path = f"/zkcoord-tests/{_test_slug(request)}-{uuid.uuid4().hex[:8]}"
-    zk_root.ensure_path(path)
+    # Retried: a test that restarts ZooKeeper on a loaded machine may outlast this shared
+    # client's session, which kazoo then renews; the first call after it sees the expiry.
+    zk_root.retry(zk_root.ensure_path, path)
     return path
 
 
