@@ -156,3 +156,17 @@ def test_java_hash_orders_are_javas(jdk):
     answers = kafka.KafkaAssignors(_java(jdk)).run(cases)
     for case, mine, answer in zip(cases, ours, answers):
         assert mine == answer["order"], f"JDK {jdk} (seed {SEED}): {json.dumps(case)[:3000]}"
+
+
+def test_ported_kafka_cases_expect_what_kafka_gives():
+    """The expectations of ``tests/unit/test_assignors_kafka_cases.py``
+    (Kafka's own unit tests, ported) are Kafka 4.4.0's answers."""
+    from tests.unit.test_assignors_kafka_cases import CASES, IDS
+
+    names = {v: k for k, v in IDS.items()}
+    answers = kafka.KafkaAssignors(_java(17)).run(
+        [kafka.case_json(c.name, c.assignor, c.group()) for c in CASES])
+    for case, answer in zip(CASES, answers):
+        kafkas = {m: {names[t]: sorted(ps) for t, ps in topics.items()}
+                  for m, topics in ((m, dict(r)) for m, r in kafka.java_result(answer).items())}
+        assert kafkas == case.expected, case.name

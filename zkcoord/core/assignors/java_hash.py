@@ -95,9 +95,15 @@ def java_string_compare_key(text: str) -> bytes | str:
 def uuid_bits(topic_id: str) -> tuple[int, int]:
     """Kafka ``Uuid.fromString``: the unpadded URL-safe base64 of 16 bytes,
     as (mostSignificantBits, leastSignificantBits), signed 64-bit."""
-    raw = base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4))
+    try:
+        raw = base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4))
+    except ValueError:
+        raw = b""
     if len(raw) != 16:
-        raise ValueError(f"topic id {topic_id!r} is not a Kafka Uuid (base64 of 16 bytes, got {len(raw)})")
+        raise ValueError(f"topic id {topic_id!r} is not a Kafka Uuid (unpadded URL-safe base64 of 16 bytes)")
+    canonical = base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+    if canonical != topic_id:  # Kafka's Uuid.toString would print it differently
+        raise ValueError(f"topic id {topic_id!r} is not in Kafka's form; Kafka writes it {canonical!r}")
     msb, lsb = int.from_bytes(raw[:8], "big", signed=True), int.from_bytes(raw[8:], "big", signed=True)
     return msb, lsb
 

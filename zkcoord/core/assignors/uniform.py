@@ -14,23 +14,23 @@ comes first, the order of the subscribed topics, of a member's current
 partitions), :class:`~zkcoord.core.assignors.spec.Prepared` gives that
 order, so the result is Kafka's for the same input.
 
-Worked example: two members over a 3-partition and a 2-partition topic,
-``m1`` holding all of ``a``. Five partitions over two members is a quota
-of 2, plus one extra partition for one member: ``m2`` comes first in
-Java's order of the two ids and takes the extra one from the unassigned
-list (``b`` 0 and 1), then ``m1`` keeps two of ``a`` within its quota of
-2 and gives up ``a`` 2, which goes to ``m2``:
+Worked example: ``m1`` holds all five partitions of ``a`` (3) and ``b``
+(2) when ``m2`` joins. Five over two is a quota of 2, one member getting a
+third. ``m1`` comes first in Java's order of the two ids (``"m1"`` and
+``"m2"`` hash to buckets 4 and 5) and so gets the extra partition: it walks
+its current assignment in Java's order, keeps ``a`` (3 partitions, within
+its quota of 3) and gives up ``b``, whose partitions fill ``m2``:
 
 >>> from zkcoord.core.assignors.spec import GroupSpec, MemberSpec, TopicSpec
 >>> a, b = "AAAAAAAAAAAAAAAAAAAAAQ", "AAAAAAAAAAAAAAAAAAAAAg"
 >>> group = GroupSpec(
-...     members={"m1": MemberSpec(("a", "b"), {a: [0, 1, 2]}), "m2": MemberSpec(("a", "b"))},
+...     members={"m1": MemberSpec(("a", "b"), {a: [0, 1, 2], b: [0, 1]}), "m2": MemberSpec(("a", "b"))},
 ...     topics={"a": TopicSpec(a, 3), "b": TopicSpec(b, 2)})
 >>> result = uniform_assign(group)
 >>> {m: {t: sorted(ps) for t, ps in tps.items()} for m, tps in sorted(result.items())}
-{'m1': {'AAAAAAAAAAAAAAAAAAAAAQ': [0, 1]}, 'm2': {'AAAAAAAAAAAAAAAAAAAAAg': [0, 1], 'AAAAAAAAAAAAAAAAAAAAAQ': [2]}}
+{'m1': {'AAAAAAAAAAAAAAAAAAAAAQ': [0, 1, 2]}, 'm2': {'AAAAAAAAAAAAAAAAAAAAAg': [0, 1]}}
 >>> result.record_order("m2")
-(('AAAAAAAAAAAAAAAAAAAAAg', (0, 1)), ('AAAAAAAAAAAAAAAAAAAAAQ', (2,)))
+(('AAAAAAAAAAAAAAAAAAAAAg', (0, 1)),)
 """
 
 from __future__ import annotations
