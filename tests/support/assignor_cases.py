@@ -2,7 +2,7 @@
 
 :func:`random_group` makes one :class:`~zkcoord.core.assignors.GroupSpec`
 from a seeded :class:`random.Random`: 1-50 members, 1-10 topics of 1-64
-partitions (``large``: up to 3,000, with current assignments strided so
+partitions (``large``: up to 20 topics and 3,000 partitions, current assignments strided so
 that Java's tables get long chains and tree bins), subscriptions the same
 for all (homogeneous) or not, names in any order with repeats and names of
 no topic, current assignments that are consistent (no partition twice) but
@@ -50,7 +50,7 @@ def member_id(rng: random.Random, i: int, style: str) -> str:
 
 
 def _topics(rng: random.Random, large: bool) -> dict[str, TopicSpec]:
-    count = rng.randint(1, 10)
+    count = rng.randint(1, 20 if large else 10)  # over 12: Java's maps of topics resize
     collide = rng.random() < 0.3
     topics = {}
     for i in range(count):

@@ -21,7 +21,8 @@
  *   {"id": .., "hash": {"kind": "int"|"string"|"uuid", "capacity": n|null,
  *    "from": [keys]|null, "ops": [[op, key], ..]}}  (see hashOrder)
  * Output lines:
- *   {"id": .., "members": [[memberId, [[<Uuid>, [partitions]], ..]], ..], "nanos": [..]}
+ *   {"id": .., "members": [[memberId, [[<Uuid>, [partitions]], ..]], ..],
+ *    "nanos": [..], "cpu_nanos": [..]}  (bench: wall and thread CPU time per timed run)
  *     members in input order (absent from Kafka's result: left out), each
  *     one's map and sets in Kafka's iteration order (its record's order)
  *   {"id": .., "error": "<exception class>: <message>"}
@@ -51,6 +52,8 @@ import org.apache.kafka.coordinator.group.modern.SubscriptionCount;
 import org.apache.kafka.coordinator.group.modern.TopicIds;
 
 import java.io.BufferedReader;
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
@@ -117,10 +120,14 @@ public class AssignorHarness {
                 c.assignor.assign(c.spec, c.describer);
             }
             ArrayNode nanos = output.putArray("nanos");
+            ArrayNode cpuNanos = output.putArray("cpu_nanos");
+            ThreadMXBean threads = ManagementFactory.getThreadMXBean();
             for (int i = 0; i < bench.get("iterations").asInt(); i++) {
+                long cpu = threads.getCurrentThreadCpuTime();
                 long start = System.nanoTime();
                 c.assignor.assign(c.spec, c.describer);
                 nanos.add(System.nanoTime() - start);
+                cpuNanos.add(threads.getCurrentThreadCpuTime() - cpu);
             }
         }
         GroupAssignment result = c.assignor.assign(c.spec, c.describer);

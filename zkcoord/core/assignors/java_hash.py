@@ -244,6 +244,11 @@ class JavaHashMap:
             self._resize()
         return True
 
+    @property
+    def settled(self) -> bool:
+        """No resize is pending: a ``computeIfAbsent`` of a present key changes nothing."""
+        return bool(self._table) and len(self._nodes) <= self._threshold
+
     def compute_if_absent(self, key) -> bool:
         """``computeIfAbsent``: unlike ``put``, it resizes *before* looking
         (when an earlier call left the size above the threshold), puts a new
@@ -725,7 +730,10 @@ def inserted_order(kind: KeyKind, keys: list, capacity: int | None = None) -> li
     if n < 2:
         return list(keys)
     cap = DEFAULT_CAPACITY if capacity is None else table_size_for(capacity)
-    hashes = [kind.hash(k) for k in keys]
+    if kind is INT_KEYS and 0 <= min(keys) and max(keys) < 1 << 16:
+        hashes = keys  # Integer.hashCode, unchanged by HashMap's spreading below 2**16
+    else:
+        hashes = [kind.hash(k) for k in keys]
     mask = cap - 1
     counts: dict[int, int] = {}
     for h in hashes:

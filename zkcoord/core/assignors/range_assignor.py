@@ -96,11 +96,19 @@ def range_assign(group: GroupSpec) -> GroupAssignment:
                 topic.members += 1
     members: dict[str, dict[str, frozenset[int]]] = {}
     orders = {}
+    topic_orders: dict[tuple, list[str]] = {}  # one HashMap order per (capacity, topics): members share them
     for member_id in member_ids:
-        ranges = [(t, topics[t].next()) for t in subscriptions[member_id]]
-        ranges = [(t, ps) for t, ps in ranges if ps]
-        members[member_id] = {t: frozenset(ps) for t, ps in ranges}
-        orders[member_id] = _record_order(ranges, _map_capacity(prepared, member_id, len(topics)))
+        ranges = {}
+        for topic_id in subscriptions[member_id]:
+            partitions = topics[topic_id].next()
+            if partitions:
+                ranges[topic_id] = partitions
+        members[member_id] = {t: frozenset(ps) for t, ps in ranges.items()}
+        key = (_map_capacity(prepared, member_id, len(topics)), tuple(ranges))
+        order = topic_orders.get(key)
+        if order is None:
+            order = topic_orders[key] = inserted_order(UUID_KEYS, list(ranges), key[0])
+        orders[member_id] = tuple((t, ranges[t]) for t in order)
     return GroupAssignment({m: members[m] for m in group.members}, orders, group.jdk)
 
 
@@ -111,10 +119,3 @@ def _map_capacity(prepared: Prepared, member_id: str, topic_count: int) -> int:
     if prepared.subscription_type is SubscriptionType.HOMOGENEOUS:
         return int(topic_count / 0.75 + 1)
     return int(prepared.names_count(member_id) / 0.75 + 1)
-
-
-def _record_order(ranges: list[tuple[str, tuple[int, ...]]], capacity: int) -> tuple:
-    """A ``HashMap`` of the given capacity filled in order with ``RangeSet`` s
-    (which iterate in ascending order)."""
-    by_topic = dict(ranges)
-    return tuple((t, by_topic[t]) for t in inserted_order(UUID_KEYS, list(by_topic), capacity))

@@ -130,12 +130,9 @@ class Prepared:
         subscribed name (resolvable or not) is subscribed by every member."""
         if self.group.subscription_type is not None:
             return self.group.subscription_type
-        counts: dict[str, int] = {}
-        for member in self.members.values():
-            for name in set(member.subscribed_topic_names):
-                counts[name] = counts.get(name, 0) + 1
-        n = len(self.members)
-        return SubscriptionType.HOMOGENEOUS if all(c == n for c in counts.values()) else \
+        # Every name subscribed by every member: all members' name sets are equal.
+        lists = {member.subscribed_topic_names for member in self.members.values()}
+        return SubscriptionType.HOMOGENEOUS if len({frozenset(names) for names in lists}) <= 1 else \
             SubscriptionType.HETEROGENEOUS
 
     def subscribed_names(self, member_id: str) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from zkcoord.core.assignors.java_hash import INT_KEYS, UUID_KEYS, JavaHashMap, hash_set_capacity
+from zkcoord.core.assignors.java_hash import INT_KEYS, UUID_KEYS, JavaHashMap, hash_set_capacity, inserted_order
 
 __all__ = ["GroupAssignment", "MemberTarget", "RecordOrder"]
 
@@ -52,7 +52,11 @@ class MemberTarget:
 
     def add(self, topic_id: str, partition: int, new_set_capacity: int | None = None) -> None:
         """``computeIfAbsent(topic, new HashSet<>(capacity)).add(partition)``."""
-        self._copy().setdefault(topic_id, set()).add(partition)
+        topics = self.topics if self.topics is not None else self._copy()
+        partitions = topics.get(topic_id)
+        if partitions is None:
+            partitions = topics[topic_id] = set()
+        partitions.add(partition)
         self.log.append((_ADD, topic_id, partition, new_set_capacity))
 
     def remove(self, topic_id: str, partition: int) -> None:
@@ -70,34 +74,81 @@ class MemberTarget:
         return {t: frozenset(ps) for t, ps in source.items() if ps}
 
     def replay(self, jdk: int) -> RecordOrder:
-        """The new map's iteration order in Java."""
+        """The new map's iteration order in Java. The map of topics is
+        rebuilt op by op (a run of ``computeIfAbsent`` of one present topic
+        changes nothing after its first call); a set of partitions only ever
+        added to is ordered by :func:`inserted_order`, one with removals is
+        rebuilt op by op."""
         if self.topics is None:
             return tuple((t, tuple(ps)) for t, ps in self.old.items())
-        topics: JavaHashMap | None = None
-        sets: dict[str, JavaHashMap] = {}
+        topics = JavaHashMap(UUID_KEYS, 0)
+        sets: dict[str, _SetLog] = {}
+        # The topic of the last computeIfAbsent, while the map has not changed
+        # since and has no resize pending (computeIfAbsent resizes first).
+        last = None
         for entry in self.log:
             op = entry[0]
             if op == _COPY:
                 topics = JavaHashMap(UUID_KEYS, len(self.old))
                 for t, ps in self.old.items():
                     topics.add(t)
-                    sets[t] = JavaHashMap(INT_KEYS, hash_set_capacity(len(ps), jdk), ps)
+                    sets[t] = _SetLog(hash_set_capacity(len(ps), jdk), ps)
+                last = None
             elif op == _DROP:
                 topics.remove(entry[1])
                 sets.pop(entry[1], None)
+                last = None
             elif op == _ADD:  # computeIfAbsent(topic, new HashSet<>(capacity)).add(p)
                 _, t, p, capacity = entry
-                if topics.compute_if_absent(t):
-                    sets[t] = JavaHashMap(INT_KEYS, capacity)
+                if t != last or not topics.settled:
+                    if topics.compute_if_absent(t):
+                        sets[t] = _SetLog(capacity, ())
+                    last = t
                 sets[t].add(p)
             else:
                 _, t, p = entry
-                if t in sets:
-                    sets[t].remove(p)
-                    if not len(sets[t]):
-                        topics.remove(t)
-                        del sets[t]
-        return tuple((t, tuple(sets[t])) for t in topics)
+                log = sets.get(t)
+                if log is not None and log.remove(p) and not log.live:
+                    topics.remove(t)
+                    del sets[t]
+                    last = None
+        return tuple((t, sets[t].order()) for t in topics)
+
+
+class _SetLog:
+    """The history of one ``HashSet<Integer>``: its capacity, its ops."""
+
+    __slots__ = ("capacity", "ops", "live", "removed")
+
+    def __init__(self, capacity: int | None, initial):
+        self.capacity = capacity
+        self.ops: list[int] = list(initial)  # p added, ~p removed
+        self.live = set(self.ops)
+        self.removed = False
+
+    def add(self, p: int) -> None:
+        if p not in self.live:
+            self.live.add(p)
+            self.ops.append(p)
+
+    def remove(self, p: int) -> bool:
+        if p not in self.live:
+            return False
+        self.live.discard(p)
+        self.ops.append(~p)
+        self.removed = True
+        return True
+
+    def order(self) -> tuple[int, ...]:
+        if not self.removed:
+            return tuple(inserted_order(INT_KEYS, self.ops, self.capacity))
+        table = JavaHashMap(INT_KEYS, self.capacity)
+        for p in self.ops:
+            if p >= 0:
+                table.add(p)
+            else:
+                table.remove(~p)
+        return tuple(table)
 
 
 class GroupAssignment(dict):
