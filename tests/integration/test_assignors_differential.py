@@ -170,3 +170,41 @@ def test_ported_kafka_cases_expect_what_kafka_gives():
         kafkas = {m: {names[t]: sorted(ps) for t, ps in topics.items()}
                   for m, topics in ((m, dict(r)) for m, r in kafka.java_result(answer).items())}
         assert kafkas == case.expected, case.name
+
+
+def _edge_groups() -> list[GroupSpec]:
+    """Hand-made corners: empty groups and subscriptions, unknown names,
+    stale partitions, repeated partitions in a record, forced subscription
+    types that contradict the subscriptions."""
+    from zkcoord.core.assignors import MemberSpec, SubscriptionType, TopicSpec
+
+    a, b = "AAAAAAAAAAAAAAAAAAAAAQ", "AAAAAAAAAAAAAAAAAAAAAg"
+    topics = {"a": TopicSpec(a, 3), "b": TopicSpec(b, 5)}
+    groups = [
+        GroupSpec({}, topics),
+        GroupSpec({"m": MemberSpec()}, topics),
+        GroupSpec({"m": MemberSpec(("nope",)), "n": MemberSpec(("nope", "a"))}, topics),
+        GroupSpec({"m": MemberSpec(("a",), {a: [0, 1, 2, 1, 0]}), "n": MemberSpec(("a",))}, topics),
+        GroupSpec({"m": MemberSpec(("a",), {a: [7]}), "n": MemberSpec(("a",))}, topics),  # a partition a topic lost
+        GroupSpec({"m": MemberSpec(("a", "b"), {b: [0, 1, 2, 3, 4]}), "n": MemberSpec(("a",), {a: [0, 1, 2]})},
+                  topics, SubscriptionType.HOMOGENEOUS),
+        GroupSpec({"m": MemberSpec(("a", "b")), "n": MemberSpec(("b", "a"), {a: [2]})}, topics,
+                  SubscriptionType.HETEROGENEOUS),
+        GroupSpec({f"m{i}": MemberSpec(("a",)) for i in range(20)}, topics),
+        GroupSpec({"m": MemberSpec(("a",), {b: [0]}), "n": MemberSpec(("a",), {"AAAAAAAAAAAAAAAAAAAAAw": [0]})},
+                  topics),
+    ]
+    return [GroupSpec(g.members, g.topics, g.subscription_type, jdk) for g in groups for jdk in (17,)]
+
+
+@pytest.mark.parametrize("assignor", sorted(ASSIGNORS))
+def test_edge_cases_get_kafkas_answer(assignor):
+    """Same assignment, or both refuse (Kafka's exception may be another
+    than PartitionAssignorException where it indexes past an array)."""
+    groups = _edge_groups()
+    answers = kafka.KafkaAssignors(_java(17)).run([kafka.case_json(str(i), assignor, g) for i, g in enumerate(groups)])
+    for i, (group, answer) in enumerate(zip(groups, answers)):
+        ours, theirs = _ours(assignor, group), _theirs(answer)
+        if isinstance(ours, str) and isinstance(theirs, str):
+            continue
+        assert ours == theirs, f"{assignor} edge case {i}:\n{_first_difference(ours, theirs)}"

@@ -39,6 +39,10 @@ import base64
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from functools import lru_cache
 
+from zkcoord.core.assignors.java_tree import (
+    Node, chain, link, put_tree_val, remove_tree_node, split, treeify,
+)
+
 __all__ = [
     "JavaHashMap", "KeyKind", "INT_KEYS", "STRING_KEYS", "UUID_KEYS", "hash_set_capacity", "inserted_order",
     "int_hash", "java_string_compare_key", "string_hash", "table_size_for", "uuid_bits", "uuid_compare_key",
@@ -46,7 +50,6 @@ __all__ = [
 ]
 
 TREEIFY_THRESHOLD = 8
-UNTREEIFY_THRESHOLD = 6
 MIN_TREEIFY_CAPACITY = 64
 DEFAULT_CAPACITY = 16
 MAXIMUM_CAPACITY = 1 << 30
@@ -161,21 +164,6 @@ def _threshold(capacity: int) -> int:
     return int(capacity * 0.75)
 
 
-class _Node:
-    __slots__ = ("key", "hash", "next", "prev", "parent", "left", "right", "red", "tree")
-
-    def __init__(self, key, h: int):
-        self.key = key
-        self.hash = h
-        self.next: _Node | None = None
-        self.prev: _Node | None = None
-        self.parent: _Node | None = None
-        self.left: _Node | None = None
-        self.right: _Node | None = None
-        self.red = False
-        self.tree = False
-
-
 class JavaHashMap:
     """The keys of a ``java.util.HashMap`` (or the ``HashSet`` backed by
     one), laid out as Java lays them out, so that iterating gives Java's
@@ -186,7 +174,7 @@ class JavaHashMap:
 
     def __init__(self, kind: KeyKind, capacity: int | None = None, keys: Iterable = ()):
         self._kind = kind
-        self._table: list[_Node | None] | None = None
+        self._table: list[Node | None] | None = None
         self._threshold = 0 if capacity is None else table_size_for(capacity)
         self._nodes: dict = {}
         for key in keys:
@@ -226,11 +214,11 @@ class JavaHashMap:
         tab = self._table
         i = h & (len(tab) - 1)
         p = tab[i]
-        node = _Node(key, h)
+        node = Node(key, h)
         if p is None:
             tab[i] = node
         elif p.tree:
-            self._put_tree_val(p, node)
+            put_tree_val(self._table, p, node, self._compare)
         else:
             bin_count = 0
             while p.next is not None:
@@ -263,13 +251,13 @@ class JavaHashMap:
         h = self._kind.hash(key)
         i = h & (len(tab) - 1)
         first = tab[i]
-        node = _Node(key, h)
+        node = Node(key, h)
         if first is not None and first.tree:
-            self._put_tree_val(first, node)
+            put_tree_val(tab, first, node, self._compare)
         else:
             node.next = first
             tab[i] = node
-            if len(_chain(first)) >= TREEIFY_THRESHOLD - 1:
+            if len(chain(first)) >= TREEIFY_THRESHOLD - 1:
                 self._treeify_bin(h)
         self._nodes[key] = node
         return True
@@ -290,7 +278,7 @@ class JavaHashMap:
         if new_thr == 0:
             new_thr = _threshold(new_cap)
         self._threshold = new_thr
-        tab: list[_Node | None] = [None] * new_cap
+        tab: list[Node | None] = [None] * new_cap
         self._table = tab
         for j in range(old_cap):
             e = old[j]
@@ -299,7 +287,7 @@ class JavaHashMap:
             if e.next is None:
                 tab[e.hash & (new_cap - 1)] = e
             elif e.tree:
-                self._split(e, j, old_cap)
+                split(tab, e, j, old_cap, self._compare)
             else:
                 lo, hi = [], []
                 while e is not None:
@@ -307,7 +295,7 @@ class JavaHashMap:
                     e = e.next
                 for part, index in ((lo, j), (hi, j + old_cap)):
                     if part:
-                        _link(part)
+                        link(part)
                         tab[index] = part[0]
 
     def _treeify_bin(self, h: int) -> None:
@@ -316,14 +304,14 @@ class JavaHashMap:
             self._resize()
             return
         index = h & (len(tab) - 1)
-        chain = _chain(tab[index])
+        nodes = chain(tab[index])
         prev = None
-        for node in chain:
+        for node in nodes:
             node.tree = True
             node.prev = prev
             prev = node
-        tab[index] = chain[0]
-        self._treeify(chain[0])
+        tab[index] = nodes[0]
+        treeify(tab, nodes[0], self._compare)
 
     # ------------------------------------------------------------ remove
     def remove(self, key) -> bool:
@@ -334,7 +322,7 @@ class JavaHashMap:
         tab = self._table
         index = node.hash & (len(tab) - 1)
         if node.tree:
-            self._remove_tree_node(node)
+            remove_tree_node(tab, node)
         elif tab[index] is node:
             tab[index] = node.next
         else:
@@ -345,7 +333,7 @@ class JavaHashMap:
         return True
 
     # ------------------------------------------------------- tree bins
-    def _compare(self, a: _Node, b: _Node) -> int:
+    def _compare(self, a: Node, b: Node) -> int:
         """``dir`` of treeify/putTreeVal: hash first, then compareTo."""
         if b.hash > a.hash:
             return -1
@@ -355,365 +343,6 @@ class JavaHashMap:
         if ka == kb:  # tieBreakOrder: identity hash codes, which nothing can reproduce
             raise ValueError(f"two equal {self._kind.name} keys in one Java HashMap: {a.key!r}")
         return -1 if ka < kb else 1
-
-    def _move_root_to_front(self, root: _Node | None) -> None:
-        tab = self._table
-        if root is None:
-            return
-        index = root.hash & (len(tab) - 1)
-        first = tab[index]
-        if root is not first:
-            tab[index] = root
-            rp, rn = root.prev, root.next
-            if rn is not None:
-                rn.prev = rp
-            if rp is not None:
-                rp.next = rn
-            if first is not None:
-                first.prev = root
-            root.next = first
-            root.prev = None
-
-    def _treeify(self, head: _Node) -> None:
-        root = None
-        x = head
-        while x is not None:
-            nxt = x.next
-            x.left = x.right = None
-            if root is None:
-                x.parent = None
-                x.red = False
-                root = x
-            else:
-                p = root
-                while True:
-                    d = self._compare(x, p)
-                    xp = p
-                    p = p.left if d <= 0 else p.right
-                    if p is None:
-                        x.parent = xp
-                        if d <= 0:
-                            xp.left = x
-                        else:
-                            xp.right = x
-                        root = _balance_insertion(root, x)
-                        break
-            x = nxt
-        self._move_root_to_front(root)
-
-    def _put_tree_val(self, first: _Node, x: _Node) -> None:
-        root = _root(first) if first.parent is not None else first
-        x.tree = True
-        p = root
-        while True:
-            d = self._compare(x, p)
-            xp = p
-            p = p.left if d <= 0 else p.right
-            if p is None:
-                xpn = xp.next
-                x.next = xpn
-                if d <= 0:
-                    xp.left = x
-                else:
-                    xp.right = x
-                xp.next = x
-                x.parent = x.prev = xp
-                if xpn is not None:
-                    xpn.prev = x
-                self._move_root_to_front(_balance_insertion(root, x))
-                return
-
-    def _remove_tree_node(self, p: _Node) -> None:  # noqa: C901 - a transcription of Java's
-        tab = self._table
-        index = p.hash & (len(tab) - 1)
-        first = root = tab[index]
-        succ, pred = p.next, p.prev
-        if pred is None:
-            tab[index] = first = succ
-        else:
-            pred.next = succ
-        if succ is not None:
-            succ.prev = pred
-        if first is None:
-            return
-        if root.parent is not None:
-            root = _root(root)
-        if root is None or root.right is None or root.left is None or root.left.left is None:
-            tab[index] = _untreeify(first)  # too small
-            return
-        pl, pr = p.left, p.right
-        if pl is not None and pr is not None:
-            s = pr
-            while s.left is not None:
-                s = s.left
-            s.red, p.red = p.red, s.red
-            sr, pp = s.right, p.parent
-            if s is pr:
-                p.parent = s
-                s.right = p
-            else:
-                sp = s.parent
-                p.parent = sp
-                if sp is not None:
-                    if s is sp.left:
-                        sp.left = p
-                    else:
-                        sp.right = p
-                s.right = pr
-                if pr is not None:
-                    pr.parent = s
-            p.left = None
-            p.right = sr
-            if sr is not None:
-                sr.parent = p
-            s.left = pl
-            if pl is not None:
-                pl.parent = s
-            s.parent = pp
-            if pp is None:
-                root = s
-            elif p is pp.left:
-                pp.left = s
-            else:
-                pp.right = s
-            replacement = sr if sr is not None else p
-        elif pl is not None:
-            replacement = pl
-        elif pr is not None:
-            replacement = pr
-        else:
-            replacement = p
-        if replacement is not p:
-            pp = replacement.parent = p.parent
-            if pp is None:
-                root = replacement
-                root.red = False
-            elif p is pp.left:
-                pp.left = replacement
-            else:
-                pp.right = replacement
-            p.left = p.right = p.parent = None
-        r = root if p.red else _balance_deletion(root, replacement)
-        if replacement is p:
-            pp = p.parent
-            p.parent = None
-            if pp is not None:
-                if p is pp.left:
-                    pp.left = None
-                elif p is pp.right:
-                    pp.right = None
-        self._move_root_to_front(r)
-
-    def _split(self, head: _Node, index: int, bit: int) -> None:
-        tab = self._table
-        lo, hi = [], []
-        for e in _chain(head):
-            (hi if e.hash & bit else lo).append(e)
-        for part, other, at in ((lo, hi, index), (hi, lo, index + bit)):
-            if not part:
-                continue
-            prev = None
-            for e in part:
-                e.prev = prev
-                prev = e
-            _link(part)
-            if len(part) <= UNTREEIFY_THRESHOLD:
-                tab[at] = _untreeify(part[0])
-            else:
-                tab[at] = part[0]
-                if other:
-                    self._treeify(part[0])
-
-
-def _chain(head: _Node | None) -> list[_Node]:
-    out = []
-    while head is not None:
-        out.append(head)
-        head = head.next
-    return out
-
-
-def _link(nodes: list[_Node]) -> None:
-    for a, b in zip(nodes, nodes[1:]):
-        a.next = b
-    nodes[-1].next = None
-
-
-def _untreeify(head: _Node) -> _Node:
-    for node in _chain(head):
-        node.tree = False
-        node.prev = node.parent = node.left = node.right = None
-        node.red = False
-    return head
-
-
-def _root(node: _Node) -> _Node:
-    while node.parent is not None:
-        node = node.parent
-    return node
-
-
-def _rotate_left(root: _Node, p: _Node | None) -> _Node:
-    if p is not None and p.right is not None:
-        r = p.right
-        rl = p.right = r.left
-        if rl is not None:
-            rl.parent = p
-        pp = r.parent = p.parent
-        if pp is None:
-            root = r
-            r.red = False
-        elif pp.left is p:
-            pp.left = r
-        else:
-            pp.right = r
-        r.left = p
-        p.parent = r
-    return root
-
-
-def _rotate_right(root: _Node, p: _Node | None) -> _Node:
-    if p is not None and p.left is not None:
-        left = p.left
-        lr = p.left = left.right
-        if lr is not None:
-            lr.parent = p
-        pp = left.parent = p.parent
-        if pp is None:
-            root = left
-            left.red = False
-        elif pp.right is p:
-            pp.right = left
-        else:
-            pp.left = left
-        left.right = p
-        p.parent = left
-    return root
-
-
-def _balance_insertion(root: _Node, x: _Node) -> _Node:  # noqa: C901 - a transcription of Java's
-    x.red = True
-    while True:
-        xp = x.parent
-        if xp is None:
-            x.red = False
-            return x
-        if not xp.red or xp.parent is None:
-            return root
-        xpp = xp.parent
-        xppl = xpp.left
-        if xp is xppl:
-            xppr = xpp.right
-            if xppr is not None and xppr.red:
-                xppr.red = False
-                xp.red = False
-                xpp.red = True
-                x = xpp
-            else:
-                if x is xp.right:
-                    x = xp
-                    root = _rotate_left(root, x)
-                    xp = x.parent
-                    xpp = None if xp is None else xp.parent
-                if xp is not None:
-                    xp.red = False
-                    if xpp is not None:
-                        xpp.red = True
-                        root = _rotate_right(root, xpp)
-        else:
-            if xppl is not None and xppl.red:
-                xppl.red = False
-                xp.red = False
-                xpp.red = True
-                x = xpp
-            else:
-                if x is xp.left:
-                    x = xp
-                    root = _rotate_right(root, x)
-                    xp = x.parent
-                    xpp = None if xp is None else xp.parent
-                if xp is not None:
-                    xp.red = False
-                    if xpp is not None:
-                        xpp.red = True
-                        root = _rotate_left(root, xpp)
-
-
-def _balance_deletion(root: _Node, x: _Node | None) -> _Node:  # noqa: C901 - a transcription of Java's
-    while True:
-        if x is None or x is root:
-            return root
-        xp = x.parent
-        if xp is None:
-            x.red = False
-            return x
-        if x.red:
-            x.red = False
-            return root
-        xpl = xp.left
-        if xpl is x:
-            xpr = xp.right
-            if xpr is not None and xpr.red:
-                xpr.red = False
-                xp.red = True
-                root = _rotate_left(root, xp)
-                xp = x.parent
-                xpr = None if xp is None else xp.right
-            if xpr is None:
-                x = xp
-            else:
-                sl, sr = xpr.left, xpr.right
-                if (sr is None or not sr.red) and (sl is None or not sl.red):
-                    xpr.red = True
-                    x = xp
-                else:
-                    if sr is None or not sr.red:
-                        if sl is not None:
-                            sl.red = False
-                        xpr.red = True
-                        root = _rotate_right(root, xpr)
-                        xp = x.parent
-                        xpr = None if xp is None else xp.right
-                    if xpr is not None:
-                        xpr.red = False if xp is None else xp.red
-                        sr = xpr.right
-                        if sr is not None:
-                            sr.red = False
-                    if xp is not None:
-                        xp.red = False
-                        root = _rotate_left(root, xp)
-                    x = root
-        else:
-            if xpl is not None and xpl.red:
-                xpl.red = False
-                xp.red = True
-                root = _rotate_right(root, xp)
-                xp = x.parent
-                xpl = None if xp is None else xp.left
-            if xpl is None:
-                x = xp
-            else:
-                sl, sr = xpl.left, xpl.right
-                if (sl is None or not sl.red) and (sr is None or not sr.red):
-                    xpl.red = True
-                    x = xp
-                else:
-                    if sl is None or not sl.red:
-                        if sr is not None:
-                            sr.red = False
-                        xpl.red = True
-                        root = _rotate_left(root, xpl)
-                        xp = x.parent
-                        xpl = None if xp is None else xp.left
-                    if xpl is not None:
-                        xpl.red = False if xp is None else xp.red
-                        sl = xpl.left
-                        if sl is not None:
-                            sl.red = False
-                    if xp is not None:
-                        xp.red = False
-                        root = _rotate_right(root, xp)
-                    x = root
 
 
 def inserted_order(kind: KeyKind, keys: list, capacity: int | None = None) -> list:
