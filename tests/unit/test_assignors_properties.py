@@ -26,7 +26,7 @@ from tests.support.assignor_cases import random_group
 from zkcoord.core.assignors import (
     GroupSpec, MemberSpec, PartitionAssignorError, SubscriptionType, range_assign, uniform_assign,
 )
-from zkcoord.core.assignors.java_hash import INT_KEYS, STRING_KEYS, JavaHashMap, inserted_order, string_hash
+from zkcoord.core.assignors.java_hash import INT_KEYS, JavaHashMap, inserted_order, string_hash
 from zkcoord.core.assignors.spec import Prepared
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
