@@ -35,9 +35,15 @@ class ClassicKind:
     state_names = tuple(s.value for s in GroupState)  # Kafka's printed names, every one a group can show
 
     def __init__(self) -> None:
+        from zkcoord.core.consumer.heartbeat import handle_consumer_heartbeat
+        from zkcoord.core.consumer.messages import ConsumerHeartbeatRequest
+
         self.handlers: Mapping[type, Any] = {
             JoinRequest: classic.handle_join, SyncRequest: classic.handle_sync,
             HeartbeatRequest: classic.handle_heartbeat, LeaveRequest: classic.handle_leave,
+            # A consumer-protocol member's join makes an Empty classic group a consumer group, and upgrades
+            # one with members (zkcoord.core.consumer.convert); other heartbeats are refused there.
+            ConsumerHeartbeatRequest: handle_consumer_heartbeat,
         }
 
     # -- values and records ------------------------------------------------------
@@ -50,6 +56,12 @@ class ClassicKind:
     def to_record(self, group: Group) -> dict[str, Any] | None:
         """The record to store; None: the group is Dead, its record goes."""
         return None if group.state is GroupState.DEAD else classic.to_record(group)
+
+    def writes(self, before: Any, after: Group) -> list[tuple[str, dict | None]]:
+        """The state znode (deleted for a Dead group); a consumer group's
+        member records go when it becomes classic (an online downgrade)."""
+        members = getattr(before, "members", {}) if type(before) is not Group else {}
+        return [("members/" + m, None) for m in members] + [("", self.to_record(after))]
 
     def load(self, group: Group, now_ms: int, config: GroupConfig) -> Outcome:
         return classic.load_group(group, now_ms, config)
@@ -70,9 +82,10 @@ class ClassicKind:
     def expire_member_by(self, group: Group, member_id: str, deadline_ms: int) -> Outcome:
         return classic.expire_member_by(group, member_id, deadline_ms)
 
-    def validate_offset_commit(self, group: Group | None, member_id: str, generation_or_epoch: int,
-                               instance_id: str | None) -> ErrorCode:
-        return classic.validate_offset_commit(group, member_id, generation_or_epoch, instance_id)
+    def validate_offset_commit(self, group: Group | None, request, config) -> ErrorCode:
+        """``request``: a :class:`~zkcoord.core.offset_commit.CommitRequest`."""
+        return classic.validate_offset_commit(group, request.member_id, request.generation_or_epoch,
+                                              request.instance_id)
 
     def touch_member(self, group: Group, member_id: str, now_ms: int) -> Outcome:
         return classic.touch_member(group, member_id, now_ms)

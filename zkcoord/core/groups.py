@@ -3,9 +3,9 @@
 This module owns the one place where the kind of a group is decided, and
 the contract every kind keeps (:class:`GroupKind`). The runtime
 (:mod:`zkcoord.server.group_runtime`) and the server hold "a group" and ask
-its kind; they never compare a kind's states themselves. Today there is one
-kind, the classic group (:mod:`.classic`); KIP-848's consumer group is the
-next.
+its kind; they never compare a kind's states themselves. The kinds are the
+classic group (:mod:`.classic`) and KIP-848's consumer group
+(:mod:`.consumer`).
 
 Rules:
 
@@ -15,9 +15,8 @@ Rules:
    and :func:`from_record` reads it with that kind.
 2. A request is a core value (``JoinRequest``, ``HeartbeatRequest``, ...).
    :func:`decide` hands it to the kind's handler for its type. A kind that
-   has none refuses it (:func:`refused`); Kafka answers a request meant for
-   another group type with GROUP_ID_NOT_FOUND, naming the group's type. With
-   one kind every request has a handler, so today a refusal is a bug.
+   has none refuses it (:func:`refused`): every kind has a handler for
+   every request a client can send it, so a refusal is a bug.
 3. Every group value, whatever its kind, has ``group_id``,
    ``offset_storage`` and ``size`` (its members).
 4. Every kind's handlers return an ``Outcome`` (:mod:`.messages`), and the
@@ -46,6 +45,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any, Protocol
 
 from zkcoord.core.classic import CLASSIC, ClassicKind
+from zkcoord.core.consumer.kind import CONSUMER
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.membership import GroupConfig
 from zkcoord.core.messages import Outcome
@@ -69,6 +69,8 @@ class GroupKind(Protocol):
     def new(self, group_id: str, offset_storage: str = "zookeeper") -> Any: ...
     def from_record(self, group_id: str, record: Mapping[str, Any]) -> Any: ...
     def to_record(self, group: Any) -> dict[str, Any] | None: ...  # None: nothing is stored any more
+    def writes(self, before: Any, after: Any) -> list[tuple[str, dict | None]]: ...
+    # ^ what an outcome changes in ZooKeeper: (key, record or None to delete), "" the state znode, written last
     def load(self, group: Any, now_ms: int, config: GroupConfig) -> Outcome: ...  # taken over by this daemon
 
     def handle_timer(self, group: Any, key: str, now_ms: int, config: GroupConfig) -> Outcome: ...
@@ -76,8 +78,8 @@ class GroupKind(Protocol):
     def handle_delete(self, group: Any, token: Hashable, exists: bool) -> Outcome: ...
     def handle_metadata_change(self, group: Any, now_ms: int, config: GroupConfig) -> Outcome: ...
     def expire_member_by(self, group: Any, member_id: str, deadline_ms: int) -> Outcome: ...
-    def validate_offset_commit(self, group: Any | None, member_id: str, generation_or_epoch: int,
-                               instance_id: str | None) -> ErrorCode: ...
+    def validate_offset_commit(self, group: Any | None, request: Any, config: GroupConfig) -> Any: ...
+    # ^ an OffsetCommit (CommitRequest): NONE, an error for all of it, or a check (topic, partition) -> error
     def touch_member(self, group: Any, member_id: str, now_ms: int) -> Outcome: ...  # an accepted commit
     def with_offset_storage(self, group: Any, mode: str) -> Any: ...
 
@@ -93,7 +95,7 @@ class GroupKind(Protocol):
     def expiry_note(self, key: str, before: Any, after: Any) -> str | None: ...
 
 
-KINDS: tuple[GroupKind, ...] = (CLASSIC,)
+KINDS: tuple[GroupKind, ...] = (CLASSIC, CONSUMER)
 _KINDS: dict[type, GroupKind] = {kind.value_type: kind for kind in KINDS}
 _BY_NAME: dict[str, GroupKind] = {kind.name: kind for kind in KINDS}
 

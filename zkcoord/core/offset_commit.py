@@ -53,24 +53,38 @@ class CommitRequest:
 
 @dataclass(frozen=True)
 class CommitDecision:
-    """``error`` NONE: write ``offsets`` to the ``mode`` store; else write nothing."""
+    """``error`` NONE: write ``offsets`` to the ``mode`` store, and answer the
+    partitions of ``refused`` with their error (a consumer-group member
+    committing at an older epoch: :mod:`zkcoord.core.consumer.offsets`);
+    else write nothing."""
 
     error: ErrorCode
     mode: str
     offsets: Mapping[TopicPartition, tuple[int, str]] = field(default_factory=FrozenMap)
+    refused: Mapping[TopicPartition, ErrorCode] = field(default_factory=FrozenMap)
 
     @property
     def writes(self) -> bool:
         return self.error is ErrorCode.NONE and bool(self.offsets)
 
 
-def decide_commit(group: Any, request: CommitRequest, exists: bool) -> CommitDecision:
+def decide_commit(group: Any, request: CommitRequest, exists: bool, config=None) -> CommitDecision:
     """The decision for ``request`` on ``group`` (``exists``: Kafka knows the
     group: a stored state, members or committed offsets; a group that does
-    not exist takes only a commit without a generation)."""
-    error = kind_of(group).validate_offset_commit(group if exists else None, request.member_id,
-                                                  request.generation_or_epoch, request.instance_id)
-    return CommitDecision(error, group.offset_storage, request.offsets if error is ErrorCode.NONE else FrozenMap())
+    not exist takes only a commit without a generation). The group's kind
+    answers NONE, an error for the whole commit, or a check per partition."""
+    verdict = kind_of(group).validate_offset_commit(group if exists else None, request, config)
+    if isinstance(verdict, ErrorCode):
+        kept = request.offsets if verdict is ErrorCode.NONE else FrozenMap()
+        return CommitDecision(verdict, group.offset_storage, kept)
+    kept, refused = {}, {}
+    for (topic, partition), value in request.offsets.items():
+        code = verdict(topic, partition)
+        if code is ErrorCode.NONE:
+            kept[(topic, partition)] = value
+        else:
+            refused[(topic, partition)] = code
+    return CommitDecision(ErrorCode.NONE, group.offset_storage, FrozenMap(kept), FrozenMap(refused))
 
 
 def after_commit(group: Any, request: CommitRequest, decision: CommitDecision, now_ms: int) -> Outcome:

@@ -149,12 +149,12 @@ class GroupOffsets:
                                                           lambda: manager.ownership.fence(group_id))
 
             decision, refused = await runtime.write_then_apply(
-                lambda group, now: decide_commit(group, request, exists), begin,
+                lambda group, now: decide_commit(group, request, exists, runtime.config), begin,
                 lambda group, decided, now: after_commit(group, request, decided, now))
             if decision.error is E.NONE:
                 if decision.writes and manager.metrics is not None:
                     manager.metrics.observe_offset_commit(decision.mode)
-                refused = {**(refused or {}), **refused_early}
+                refused = {**(refused or {}), **decision.refused, **refused_early}
                 return [refused.get((t, p), E.NONE) for t, p, _, _ in wanted]
             code = decision.error
         except GroupUnavailableError as exc:

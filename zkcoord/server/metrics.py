@@ -7,8 +7,9 @@ the process-wide one), so several daemons in one process do not clash.
 metric                                     type       meaning
 =========================================  =========  ==========================================
 ``zkcoord_groups_owned``                   gauge      groups this daemon serves (loaded, active)
-``zkcoord_groups{state,mode}``             gauge      the same groups by Kafka state name and offset
-                                                      storage mode (every pair present, 0 or more)
+``zkcoord_groups{type,state,mode}``        gauge      the same groups by group type (classic,
+                                                      consumer), Kafka state name and offset storage
+                                                      mode (every triple present, 0 or more)
 ``zkcoord_group_members``                  gauge      members summed over the owned groups
 ``zkcoord_held_heartbeats``                gauge      heartbeats held for the rebalance notice
                                                       (about one per zkcoord-consumer member)
@@ -248,14 +249,16 @@ class _ScrapeTimeCollector:
     def collect(self):
         runtimes = self.metrics._active_runtimes()
         yield GaugeMetricFamily("zkcoord_groups_owned", "Groups this daemon serves.", value=len(runtimes))
-        counts = dict.fromkeys(((s, m) for kind in KINDS for s in kind.state_names for m in OFFSET_STORAGES), 0)
+        counts = dict.fromkeys(((kind.name, s, m) for kind in KINDS for s in kind.state_names
+                                for m in OFFSET_STORAGES), 0)
         for rt in runtimes:
-            key = (kind_of(rt.group).state_name(rt.group), rt.group.offset_storage)
+            kind = kind_of(rt.group)
+            key = (kind.name, kind.state_name(rt.group), rt.group.offset_storage)
             counts[key] = counts.get(key, 0) + 1
-        by_state = GaugeMetricFamily("zkcoord_groups", "Groups this daemon serves, by state and offset storage.",
-                                     labels=["state", "mode"])
-        for (state, mode), count in counts.items():
-            by_state.add_metric([state, mode], count)
+        by_state = GaugeMetricFamily("zkcoord_groups", "Groups this daemon serves, by type, state and offset storage.",
+                                     labels=["type", "state", "mode"])
+        for labels, count in counts.items():
+            by_state.add_metric(list(labels), count)
         yield by_state
         yield GaugeMetricFamily("zkcoord_group_members", "Members summed over the owned groups.",
                                 value=sum(rt.group.size for rt in runtimes))
