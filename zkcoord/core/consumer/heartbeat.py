@@ -38,7 +38,8 @@ from typing import Any
 from zkcoord.core.consumer import regexes as regex_rules
 from zkcoord.core.consumer.config import ConsumerGroupConfig
 from zkcoord.core.consumer.messages import (
-    CONSUMER_HEARTBEAT, ConsumerHeartbeatRequest, ConsumerHeartbeatResult, REGEX_KEY, rebalance_key, session_key,
+    CONSUMER_HEARTBEAT, ConsumerHeartbeatRequest, ConsumerHeartbeatResult, REGEX_KEY, join_key, rebalance_key,
+    session_key, sync_key,
 )
 from zkcoord.core.consumer.model import (
     EMPTY_CURRENT, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerGroup, ConsumerMember, MemberState,
@@ -52,7 +53,8 @@ from zkcoord.core.messages import Cancel, Outcome, Reply, Schedule, TimerOp
 from zkcoord.core.topics_image import TopicsImage
 from zkcoord.errors import GroupRequestError
 
-__all__ = ["handle_consumer_heartbeat", "fence_members", "persisted_changed", "INT32_MAX_MS"]
+__all__ = ["handle_consumer_heartbeat", "fence_members", "persisted_changed", "INT32_MAX_MS", "throw_if_full",
+           "update_subscription_metadata", "maybe_reconcile", "replace_member", "check_epoch"]
 
 E = ErrorCode
 INT32_MAX_MS = 2**31 - 1  # Kafka's metadata refresh deadline after a refresh: "never" (Integer.MAX_VALUE)
@@ -65,21 +67,23 @@ def handle_consumer_heartbeat(group: Any, req: ConsumerHeartbeatRequest, now_ms:
     group is unchanged."""
     try:
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return _leave(group, req, config)
+            return _leave(group, req, now_ms, config)
         return _heartbeat(group, req, now_ms, config)
     except GroupRequestError as exc:
         reply = Reply(req.token, CONSUMER_HEARTBEAT, ConsumerHeartbeatResult.failed(exc.code, str(exc)))
         return Outcome(group, False, (reply,), ())
 
 
-def _consumer_group(group: Any, create: bool, now_ms: int, config) -> ConsumerGroup:
-    """Step 1 (Kafka's ``getOrMaybeCreateConsumerGroup``)."""
+def _consumer_group(group: Any, create: bool, now_ms: int, config) -> Outcome:
+    """Step 1 (Kafka's ``getOrMaybeCreateConsumerGroup``): an Outcome whose
+    group is the consumer group (with the replies and timers of an online
+    upgrade, if one happened)."""
     if isinstance(group, ConsumerGroup):
-        return group
+        return Outcome(group)
     from zkcoord.core.consumer import convert
 
     if create and convert.is_empty_classic(group):
-        return new_consumer_group(group.group_id, group.offset_storage)
+        return Outcome(new_consumer_group(group.group_id, group.offset_storage))
     if create:
         return convert.to_consumer_group(group, now_ms, config)
     raise GroupRequestError(E.GROUP_ID_NOT_FOUND, f"Group {group.group_id} is not a consumer group.")
@@ -88,14 +92,16 @@ def _consumer_group(group: Any, create: bool, now_ms: int, config) -> ConsumerGr
 def _heartbeat(original: Any, req: ConsumerHeartbeatRequest, now_ms: int, config) -> Outcome:
     c: ConsumerGroupConfig = config.consumer
     create = req.member_epoch == 0
-    group = _consumer_group(original, create, now_ms, config)
+    converted = _consumer_group(original, create, now_ms, config)
+    group = converted.group
     member_id = req.member_id or req.new_member_id
-    _throw_if_full(group, member_id, req.instance_id, c)
-    timers: list[TimerOp] = []
+    throw_if_full(group, member_id, req.instance_id, c)
+    timers: list[TimerOp] = list(converted.timers)
     if req.instance_id is None:
         member = _dynamic_member(group, member_id, req, create)
     else:
-        group, member, timers = _static_member(group, member_id, req, create)
+        group, member, replaced = _static_member(group, member_id, req, create)
+        timers += replaced
     updated = _updated_member(member, req)
     names_changed = updated is not member and \
         frozenset(updated.subscribed_topic_names) != frozenset(member.subscribed_topic_names)
@@ -104,10 +110,10 @@ def _heartbeat(original: Any, req: ConsumerHeartbeatRequest, now_ms: int, config
     bump = names_changed or regex.status is regex_rules.Status.UPDATED_AND_RESOLVED or assignor_changed
     group = regex.group
     if bump or group.has_metadata_expired(now_ms):
-        group = _update_subscription_metadata(group, bump, member, updated, now_ms, config.image)
+        group = update_subscription_metadata(group, bump, member, updated, now_ms, config.image)
     target_epoch, target, group = assignment_for(group, member, updated, now_ms, config.image, c)
-    next_member = _maybe_reconcile(group, updated, target_epoch, target, req, config.image,
-                                   names_changed or regex.status is not regex_rules.Status.NO_CHANGE)
+    next_member = maybe_reconcile(group, updated, target_epoch, target, config.image,
+                                  names_changed or regex.status is not regex_rules.Status.NO_CHANGE, req.owned)
     if next_member is not member or member.member_id not in group.members:
         group = group.with_member(next_member)
     timers += _rebalance_timers(group, updated, next_member, now_ms)
@@ -123,10 +129,11 @@ def _heartbeat(original: Any, req: ConsumerHeartbeatRequest, now_ms: int, config
     result = ConsumerHeartbeatResult(E.NONE, None, next_member.member_id, next_member.member_epoch,
                                      c.heartbeat_interval_ms, assignment)
     persist = persisted_changed(original, group)
-    return Outcome(group, persist, (Reply(req.token, CONSUMER_HEARTBEAT, result),), tuple(timers))
+    return Outcome(group, persist, converted.replies + (Reply(req.token, CONSUMER_HEARTBEAT, result),),
+                   tuple(timers))
 
 
-def _throw_if_full(group: ConsumerGroup, member_id: str, instance_id: str | None, c: ConsumerGroupConfig) -> None:
+def throw_if_full(group: ConsumerGroup, member_id: str, instance_id: str | None, c: ConsumerGroupConfig) -> None:
     if instance_id is not None and instance_id in group.static_members:
         return
     if group.size >= c.max_size and member_id not in group.members:
@@ -164,7 +171,7 @@ def _static_member(group: ConsumerGroup, member_id: str, req: ConsumerHeartbeatR
                 E.UNRELEASED_INSTANCE_ID, f"Static member {member_id} with instance id {req.instance_id} cannot join "
                                           f"the group because the instance id is owned by {existing.member_id} member.")
         new = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
-        return _replace_member(group, existing, new), new, _member_timers_cancelled(existing.member_id)
+        return replace_member(group, existing, new), new, _member_timers_cancelled(existing.member_id)
     if existing is None:
         raise GroupRequestError(E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
     if existing.member_id != member_id:
@@ -174,7 +181,7 @@ def _static_member(group: ConsumerGroup, member_id: str, req: ConsumerHeartbeatR
     return group, existing, []
 
 
-def _replace_member(group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember) -> ConsumerGroup:
+def replace_member(group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember) -> ConsumerGroup:
     """Kafka's ``replaceMember``: the old member's records go, the new one's come, with its target."""
     target = group.target(old.member_id)
     return group.without_member(old.member_id).without_target(old.member_id).with_member(new) \
@@ -182,7 +189,9 @@ def _replace_member(group: ConsumerGroup, old: ConsumerMember, new: ConsumerMemb
 
 
 def _member_timers_cancelled(member_id: str) -> list[TimerOp]:
-    return [Cancel(session_key(member_id)), Cancel(rebalance_key(member_id))]
+    """Kafka's ``cancelTimers``: every timer of one member."""
+    return [Cancel(session_key(member_id)), Cancel(rebalance_key(member_id)), Cancel(join_key(member_id)),
+            Cancel(sync_key(member_id))]
 
 
 def _check_epoch(member: ConsumerMember, req: ConsumerHeartbeatRequest) -> None:
@@ -235,7 +244,7 @@ def _updated_member(member: ConsumerMember, req: ConsumerHeartbeatRequest) -> Co
     return member if updated == member else updated
 
 
-def _update_subscription_metadata(group: ConsumerGroup, bump: bool, member: ConsumerMember,
+def update_subscription_metadata(group: ConsumerGroup, bump: bool, member: ConsumerMember,
                                   updated: ConsumerMember, now_ms: int, image: TopicsImage) -> ConsumerGroup:
     """Kafka's ``updateSubscriptionMetadata``: the subscribed topics' metadata
     hash; a new one, or ``bump``, moves the group epoch on."""
@@ -247,12 +256,13 @@ def _update_subscription_metadata(group: ConsumerGroup, bump: bool, member: Cons
                    metadata_refresh_deadline_ms=now_ms + INT32_MAX_MS, metadata_refresh_epoch=epoch)
 
 
-def _maybe_reconcile(group: ConsumerGroup, member: ConsumerMember, target_epoch: int, target,
-                     req: ConsumerHeartbeatRequest, image: TopicsImage, subscription_changed: bool) -> ConsumerMember:
+def maybe_reconcile(group: ConsumerGroup, member: ConsumerMember, target_epoch: int, target, image: TopicsImage,
+                    subscription_changed: bool, owned) -> ConsumerMember:
+    """Kafka's ``maybeReconcile``: the member's next step, unless it is at its target already."""
     if not subscription_changed and member.is_reconciled_to(target_epoch):
         return member
     nxt = reconcile(member, target_epoch, target, image=image, partition_epoch=group.partition_epoch,
-                    owned=req.owned, subscription_changed=subscription_changed, regexes=group.resolved_regexes)
+                    owned=owned, subscription_changed=subscription_changed, regexes=group.resolved_regexes)
     return member if nxt == member else nxt
 
 
@@ -270,7 +280,7 @@ def _rebalance_timers(group: ConsumerGroup, before: ConsumerMember, after: Consu
 
 # -- leaving ----------------------------------------------------------------------------------
 
-def _leave(group: Any, req: ConsumerHeartbeatRequest, config) -> Outcome:
+def _leave(group: Any, req: ConsumerHeartbeatRequest, now_ms: int, config) -> Outcome:
     """Kafka's ``consumerGroupLeave``: epoch -1 fences the member (a static
     one by its instance id); epoch -2 parks a static member: it keeps its
     target and its partitions (their epochs reset to 0) for its return."""
@@ -281,7 +291,7 @@ def _leave(group: Any, req: ConsumerHeartbeatRequest, config) -> Outcome:
         member = group.members.get(req.member_id)
         if member is None:
             raise _unknown_member(group, req.member_id)
-        return fence_members(group, [member], req.token, answer, config)
+        return fence_members(group, [member], req.token, answer, now_ms, config)
     member = group.static_member(req.instance_id)
     if member is None:
         raise GroupRequestError(E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
@@ -293,10 +303,11 @@ def _leave(group: Any, req: ConsumerHeartbeatRequest, config) -> Outcome:
                          assigned=FrozenMap((t, FrozenMap((p, 0) for p in ps)) for t, ps in member.assigned.items()))
         result = ConsumerHeartbeatResult(E.NONE, None, member.member_id, STATIC_LEAVE_EPOCH)
         return Outcome(group.with_member(parked), True, (Reply(req.token, CONSUMER_HEARTBEAT, result),), ())
-    return fence_members(group, [member], req.token, answer, config)
+    return fence_members(group, [member], req.token, answer, now_ms, config)
 
 
-def fence_members(group: ConsumerGroup, members: list[ConsumerMember], token, answer, config) -> Outcome:
+def fence_members(group: ConsumerGroup, members: list[ConsumerMember], token, answer, now_ms: int,
+                  config, kind: str = CONSUMER_HEARTBEAT) -> Outcome:
     """Kafka's ``consumerGroupFenceMembers``: the members, their targets and
     their timers go; the group epoch moves on (the others' next target is
     computed without them); the last member out resets the target epoch too.
@@ -304,10 +315,10 @@ def fence_members(group: ConsumerGroup, members: list[ConsumerMember], token, an
     downgraded instead, where the policy allows: :mod:`.convert`.)"""
     from zkcoord.core.consumer import convert
 
-    replies = () if token is None else (Reply(token, CONSUMER_HEARTBEAT, answer),)
+    replies = () if token is None else (Reply(token, kind, answer),)
     if not members:
         return Outcome(group, False, replies, ())
-    downgraded = convert.maybe_downgrade_without(group, members, config)
+    downgraded = convert.maybe_downgrade_without(group, members, now_ms, config)
     if downgraded is not None:
         return replace(downgraded, replies=replies + downgraded.replies)
     timers: list[TimerOp] = []

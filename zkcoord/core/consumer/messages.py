@@ -16,12 +16,13 @@ from zkcoord.core.errors import ErrorCode
 
 __all__ = [
     "CONSUMER_HEARTBEAT", "ConsumerHeartbeatRequest", "ConsumerHeartbeatResult",
-    "session_key", "rebalance_key", "REGEX_KEY", "parse_key",
+    "session_key", "rebalance_key", "join_key", "sync_key", "REGEX_KEY", "parse_key",
 ]
 
 CONSUMER_HEARTBEAT = "consumer-heartbeat"  # the reply kind
 
 _SESSION, _REBALANCE = "consumer-session:", "consumer-rebalance:"
+_JOIN, _SYNC = "consumer-join:", "consumer-sync:"  # a classic member's: rejoin and SyncGroup in time
 REGEX_KEY = "consumer-regex"  # resolve the group's regular expressions (Kafka does it off the request)
 
 
@@ -33,9 +34,17 @@ def rebalance_key(member_id: str) -> str:
     return _REBALANCE + member_id
 
 
+def join_key(member_id: str) -> str:
+    return _JOIN + member_id
+
+
+def sync_key(member_id: str) -> str:
+    return _SYNC + member_id
+
+
 def parse_key(key: str) -> tuple[str, str] | None:
-    """``("session" | "rebalance", member id)`` of a member timer key, else None."""
-    for prefix, kind in ((_SESSION, "session"), (_REBALANCE, "rebalance")):
+    """``("session" | "rebalance" | "join" | "sync", member id)`` of a member timer key, else None."""
+    for prefix, kind in ((_SESSION, "session"), (_REBALANCE, "rebalance"), (_JOIN, "join"), (_SYNC, "sync")):
         if key.startswith(prefix):
             return kind, key[len(prefix):]
     return None

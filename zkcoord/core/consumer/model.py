@@ -203,6 +203,7 @@ class ConsumerGroup:
     metadata_refresh_deadline_ms: int = 0
     metadata_refresh_epoch: int = 0
     regex_resolution_pending: bool = False  # a resolution is scheduled (REGEX_KEY)
+    join_timers: frozenset[str] = frozenset()  # classic members whose rejoin time-out runs
     target_cut: bool = False  # loaded with a target write cut in the middle (.record): recompute it
     dead: bool = False
 
@@ -312,6 +313,7 @@ class ConsumerGroup:
         rebalance = self.rebalance_epochs
         if member.member_id in rebalance:
             rebalance = FrozenMap((k, v) for k, v in rebalance.items() if k != member.member_id)
+        joins = self.join_timers - {member.member_id} if member.member_id in self.join_timers else self.join_timers
         return replace(
             self, members=FrozenMap(members), static_members=statics,
             subscribed_names=_count(self.subscribed_names, member.subscribed_topic_names, -1),
@@ -319,7 +321,7 @@ class ConsumerGroup:
             assignor_counts=_count(self.assignor_counts, (member.server_assignor,) if member.server_assignor else (), -1),
             partition_epochs=FrozenMap(epochs), classic_members=self.classic_members - member.uses_classic_protocol,
             reconciled_members=self.reconciled_members - member.is_reconciled_to(self.assignment_epoch),
-            rebalance_epochs=rebalance)
+            rebalance_epochs=rebalance, join_timers=joins)
 
 
 def _set(mapping: Mapping, key: Any, value: Any) -> FrozenMap:

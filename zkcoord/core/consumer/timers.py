@@ -10,6 +10,10 @@ key                             on expiry
                                 timer was armed for: fenced
 ``consumer-regex``              the group's regular expressions are resolved;
                                 changed topics move the group epoch on
+``consumer-join:<member>``      a classic member told to rejoin did not within
+                                its rebalance time-out: fenced
+``consumer-sync:<member>``      a classic member did not send its SyncGroup
+                                within its rebalance time-out: fenced
 ==============================  =================================================
 
 A timer the runtime re-armed before its expiry ran is not delivered (the
@@ -45,7 +49,7 @@ def handle_consumer_timer(group: ConsumerGroup, key: str, now_ms: int, config) -
         return Outcome(group)
     if kind == "rebalance" and group.rebalance_epochs.get(member_id) != member.member_epoch:
         return Outcome(group)  # it moved on from the epoch the time-out watched
-    return fence_members(group, [member], None, None, config)
+    return fence_members(group, [member], None, None, now_ms, config)
 
 
 def _resolve(group: ConsumerGroup, now_ms: int, config) -> Outcome:
@@ -66,6 +70,8 @@ def expiry_note(key: str, before: ConsumerGroup, after: ConsumerGroup) -> str | 
     if parsed is None or len(after.members) >= len(before.members):
         return None
     kind, member_id = parsed
-    why = "its session expired" if kind == "session" else "it did not revoke its partitions within its " \
-                                                          "rebalance time-out"
+    why = {"session": "its session expired",
+           "rebalance": "it did not revoke its partitions within its rebalance time-out",
+           "join": "the classic member failed to join within the rebalance timeout",
+           "sync": "the member failed to sync within timeout"}[kind]
     return f"member {member_id} fenced from the group because {why}; group epoch {after.group_epoch}"
