@@ -117,8 +117,8 @@ def _runtime(persist, fake: FakeClock) -> GroupRuntime:
 async def _stable_runtime(session_ms: int, fake: FakeClock) -> tuple[GroupRuntime, list]:
     writes: list = []
 
-    async def persist(group_id, record, version):
-        writes.append(record)
+    async def persist(group_id, changes, version):
+        writes.append(dict((key, r) for key, r, _ in changes)[""])  # the state record
         return (version or 0) + 1
 
     runtime = _runtime(persist, fake)

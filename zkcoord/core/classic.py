@@ -57,11 +57,17 @@ class ClassicKind:
         """The record to store; None: the group is Dead, its record goes."""
         return None if group.state is GroupState.DEAD else classic.to_record(group)
 
-    def writes(self, before: Any, after: Group) -> list[tuple[str, dict | None]]:
+    def writes(self, before: Any, after: Group) -> list[tuple[str, dict | None, bool]]:
         """The state znode (deleted for a Dead group); a consumer group's
-        member records go when it becomes classic (an online downgrade)."""
-        members = getattr(before, "members", {}) if type(before) is not Group else {}
-        return [("members/" + m, None) for m in members] + [("", self.to_record(after))]
+        member records and their directory go when it becomes classic (an
+        online downgrade)."""
+        changes: list[tuple[str, dict | None, bool]] = []
+        if type(before) is not Group:
+            changes = [("members/" + m, None, True) for m in before.members] + [("members", None, True)]
+        return changes + [("", self.to_record(after), True)]
+
+    def delete_writes(self, group: Group) -> list[tuple[str, dict | None, bool]]:
+        return [("", None, True)]
 
     def load(self, group: Group, now_ms: int, config: GroupConfig) -> Outcome:
         return classic.load_group(group, now_ms, config)

@@ -52,7 +52,7 @@ from zkcoord.core.messages import Outcome
 from zkcoord.core.phases import GroupPhase
 from zkcoord.errors import StateError
 
-__all__ = ["GroupKind", "GroupPhase", "kind_of", "kind_named", "new_group", "from_record", "decide",
+__all__ = ["GroupKind", "GroupPhase", "kind_of", "kind_named", "new_group", "from_record", "decide", "record_problem",
            "KIND_KEY", "KINDS"]
 
 KIND_KEY = "t"  # the record key naming a group's kind; absent: classic
@@ -69,8 +69,9 @@ class GroupKind(Protocol):
     def new(self, group_id: str, offset_storage: str = "zookeeper") -> Any: ...
     def from_record(self, group_id: str, record: Mapping[str, Any]) -> Any: ...
     def to_record(self, group: Any) -> dict[str, Any] | None: ...  # None: nothing is stored any more
-    def writes(self, before: Any, after: Any) -> list[tuple[str, dict | None]]: ...
-    # ^ what an outcome changes in ZooKeeper: (key, record or None to delete), "" the state znode, written last
+    def writes(self, before: Any, after: Any) -> list[tuple[str, dict | None, bool]]: ...
+    # ^ what an outcome changes in ZooKeeper: (key, record or None to delete, existed), "" the state znode, last
+    def delete_writes(self, group: Any) -> list[tuple[str, dict | None, bool]]: ...  # every record of it goes
     def load(self, group: Any, now_ms: int, config: GroupConfig) -> Outcome: ...  # taken over by this daemon
 
     def handle_timer(self, group: Any, key: str, now_ms: int, config: GroupConfig) -> Outcome: ...
@@ -127,6 +128,22 @@ def from_record(group_id: str, record: Mapping[str, Any]) -> Any:
         raise StateError(f"group {group_id!r}: its record names group type {name!r}, which this zkcoord does not "
                          f"know (known: {', '.join(sorted(_BY_NAME))}); a newer zkcoord wrote it: upgrade this one")
     return kind.from_record(group_id, record)
+
+
+def record_problem(record: object) -> str | None:
+    """What is wrong with a stored group record (of the kind it names), or None."""
+    if isinstance(record, Mapping):
+        name = record.get(KIND_KEY, ClassicKind.name)
+        if name == CONSUMER.name:
+            from zkcoord.core.consumer.record import record_problem as consumer_problem
+
+            return consumer_problem(record)
+        if name != ClassicKind.name:
+            return (f"group type {name!r} is not one this zkcoord knows (known: {', '.join(sorted(_BY_NAME))}); a "
+                    "newer zkcoord wrote it?")
+    from zkcoord.core.group_record import record_problem as classic_problem
+
+    return classic_problem(record)
 
 
 def decide(group: Any, request: Any, now_ms: int, config: GroupConfig) -> Outcome:

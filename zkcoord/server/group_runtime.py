@@ -151,8 +151,9 @@ class KeyedTimers:
         self._on_due(key)
 
 
-# persist(group_id, record | None (delete), expected_version) -> new version
-PersistFn = Callable[[str, "dict | None", "int | None"], Awaitable["int | None"]]
+# persist(group_id, changes, expected_version) -> the state's new version (None: deleted); changes are the
+# group kind's ``writes``: [(key, record | None, existed)], "" the state znode (zkcoord.zk.group_records)
+PersistFn = Callable[[str, list, "int | None"], Awaitable["int | None"]]
 
 
 class GroupRuntime:
@@ -211,7 +212,7 @@ class GroupRuntime:
                 return False
             if self.version is not None:
                 try:
-                    await self._persist(self.group_id, None, self.version)
+                    await self._persist(self.group_id, kind_of(self.group).delete_writes(self.group), self.version)
                 except NotOwnerError as exc:
                     self._unload_locked(f"write refused: {exc}")
                     self._on_step_down(self.group_id)
@@ -376,9 +377,9 @@ class GroupRuntime:
         have a ``render``: {token: rendered}. Nothing is released here."""
         parked = [r for r in outcome.replies if r.token in self._renders] if self._renders else None
         if not parked:
-            await self._write(outcome.group)
+            await self._write(self.group, outcome.group)
             return None
-        write = asyncio.get_running_loop().create_task(self._write(outcome.group))
+        write = asyncio.get_running_loop().create_task(self._write(self.group, outcome.group))
         try:
             await asyncio.sleep(0)  # the write's first step sends it to ZooKeeper
             rendered = {r.token: self._render(r) for r in parked}
@@ -414,10 +415,10 @@ class GroupRuntime:
                     self._timers.cancel(op.key)
         self._release(outcome.replies, rendered)
 
-    async def _write(self, group: Any) -> None:
-        record = kind_of(group).to_record(group)
+    async def _write(self, before: Any, group: Any) -> None:
+        changes = kind_of(group).writes(before, group)
         try:
-            self.version = await self._persist(self.group_id, record, self.version)
+            self.version = await self._persist(self.group_id, changes, self.version)
         except NotOwnerError as exc:
             log.warning("group %s: write refused, stepping down: %s", self.group_id, exc)
             self._unload_locked(f"write refused: {exc}")

@@ -249,12 +249,9 @@ class GroupManager:
             return None
         return runtime
 
-    async def _persist(self, group_id: str, record: dict | None, version: int | None) -> int | None:
+    async def _persist(self, group_id: str, changes: list, version: int | None) -> int | None:
         """The runtime's write: fenced by the store through the ownership."""
-        if record is None:
-            await self.store.delete(group_id, version)
-            return None
-        return await self.store.write(group_id, record, version)
+        return await self.store.write_changes(group_id, changes, version)
 
     def stepped_down(self, group_id: str) -> None:
         """The group is no longer served here (its runtime stepped down, or it was removed)."""

@@ -51,23 +51,29 @@ class ConsumerKind:
     def to_record(self, group: ConsumerGroup) -> dict[str, Any] | None:
         return None if group.dead else record.to_group_record(group)
 
-    def writes(self, before: Any, after: ConsumerGroup) -> list[tuple[str, dict | None]]:
+    def writes(self, before: Any, after: ConsumerGroup) -> list[tuple[str, dict | None, bool]]:
         """What ``after`` changes in ZooKeeper, from ``before`` (any kind):
-        ``(key, record or None to delete)``, members first, the group record
-        last (``""``; its target epoch makes a cut write detectable)."""
-        previous = before.members if isinstance(before, ConsumerGroup) else {}
-        targets = before.targets if isinstance(before, ConsumerGroup) else {}
-        changes: list[tuple[str, dict | None]] = []
+        ``(key, record or None to delete, existed)``; members first, the group
+        record last (``""``; its target epoch makes a cut write detectable)."""
+        was_consumer = isinstance(before, ConsumerGroup)
+        previous = before.members if was_consumer else {}
+        targets = before.targets if was_consumer else {}
         if after.dead:
-            changes += [(_WRITES_MEMBER + m, None) for m in previous]
-            return changes + [("", None)]
+            return self.delete_writes(before if was_consumer else after)
+        changes: list[tuple[str, dict | None, bool]] = [] if was_consumer else [("members", {}, False)]
         for member_id, member in after.members.items():
             target = after.targets.get(member_id)
             if previous.get(member_id) is not member or targets.get(member_id) is not target:
                 changes.append((_WRITES_MEMBER + member_id,
-                                record.to_member_record(member, target or {}, after.assignment_epoch)))
-        changes += [(_WRITES_MEMBER + m, None) for m in previous if m not in after.members]
-        return changes + [("", record.to_group_record(after))]
+                                record.to_member_record(member, target or {}, after.assignment_epoch),
+                                member_id in previous))
+        changes += [(_WRITES_MEMBER + m, None, True) for m in previous if m not in after.members]
+        return changes + [("", record.to_group_record(after), was_consumer)]
+
+    def delete_writes(self, group: ConsumerGroup) -> list[tuple[str, dict | None, bool]]:
+        """Every record of the group goes (DeleteGroups, the cleanup of an empty group)."""
+        return ([(_WRITES_MEMBER + m, None, True) for m in group.members]
+                + [("members", None, True), ("", None, True)])
 
     def load(self, group: ConsumerGroup, now_ms: int, config) -> Outcome:
         """Taken over after a fail-over (Kafka's ``onLoaded``): every member's
