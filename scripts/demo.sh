@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ZKC=.venv/bin/zkcoord
+# the steps' scratch files, gone however the script ends (a failed step too)
+trap 'rm -f /tmp/zkcoord-demo.$$ /tmp/zkcoord-demo-legacy.$$' EXIT
 
 echo "== 1. the sandbox: real ZooKeeper 3.8, Kafka 3.9 (ZooKeeper mode) and two zkcoord daemons on loopback"
 $ZKC local up --daemons 2

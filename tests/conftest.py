@@ -31,6 +31,24 @@ from tests.support.kafka_ready import wait_group_coordinator
 from zkcoord.local.sandbox import Sandbox
 
 
+def pytest_configure(config) -> None:
+    """pytest's own temporary directories (``tmp_path``) under one folder of
+    this run, removed when the run ends: a test run leaves nothing in the
+    temporary folder (pytest keeps its last three runs' otherwise). An
+    explicit ``--basetemp`` is left as given."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="zkcoord-pytest-")
+        config._zkcoord_basetemp = config.option.basetemp
+
+
+def pytest_unconfigure(config) -> None:
+    import shutil
+
+    basetemp = getattr(config, "_zkcoord_basetemp", None)
+    if basetemp is not None:
+        shutil.rmtree(basetemp, ignore_errors=True)
+
+
 @dataclass
 class Services:
     zookeeper: str
@@ -178,7 +196,9 @@ def zk_root(services):
 def zk_chroot(zk_root, request) -> str:
     """A ZooKeeper chroot path of this test's own, created empty."""
     path = f"/zkcoord-tests/{_test_slug(request)}-{uuid.uuid4().hex[:8]}"
-    zk_root.ensure_path(path)
+    # Retried: a test that restarts ZooKeeper on a loaded machine may outlast this shared
+    # client's session, which kazoo then renews; the first call after it sees the expiry.
+    zk_root.retry(zk_root.ensure_path, path)
     return path
 
 

@@ -16,6 +16,8 @@ with the error's ``exit_code`` instead of a traceback::
     ├── NotFoundError            exit 1  a named group, topic or znode is absent
     ├── StateError               exit 1  stored state is corrupt or too large
     │   └── StateTooLargeError           a group's state over --max-state-bytes
+    ├── GroupRequestError        exit 1  a group refuses a request: its Kafka error
+    │                                    code goes in the answer (zkcoord.core.consumer)
     └── WireProtocolError        exit 1  a Kafka frame that cannot be read or
                                          written (zkcoord.wire.errors: its
                                          subclasses close that connection)
@@ -79,6 +81,16 @@ class StateTooLargeError(StateError):
     """A group's state would be over the size limit; nothing was written. The
     daemon answers GROUP_MAX_SIZE_REACHED, as Kafka does for a group that
     cannot take another member."""
+
+
+class GroupRequestError(ZkcoordError):
+    """A group refuses a request with a Kafka error code (``code``, an
+    :class:`~zkcoord.core.errors.ErrorCode`), as Kafka's coordinator throws an
+    ApiException; the handler that decides the request answers with it."""
+
+    def __init__(self, code, message: str = ""):
+        super().__init__(message or code.name)
+        self.code = code
 
 
 class NotOwnerError(ZkcoordError):

@@ -23,24 +23,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
 import signal
 import subprocess
-import shutil
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from kafka import KafkaProducer
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from tests.support import state_dirs
 from tests.support.daemons import DaemonFleet, process_marker, wait_for
 from zkcoord.local.sandbox import Sandbox
 
@@ -53,20 +50,12 @@ class MarkedSandbox(Sandbox):
         return super()._java(name, heap, classpath, main, *args, props=(f"-D{process_marker()}", *props))
 
 
-@contextlib.contextmanager
-def state_directory(base: str | None) -> Iterator[Path]:
+def state_directory(base: str | None):
     """The fault sandbox's state directory: ``<base>-faults`` (``.ci/run``
     gives the base and cleans it), else a new temporary directory, removed
     on the way out whatever the sandbox left in it (its ``down()`` removes
-    its own state only)."""
-    if base:
-        yield Path(f"{base}-faults")
-        return
-    made = Path(tempfile.mkdtemp(prefix="zkcoord-faults-"))
-    try:
-        yield made
-    finally:
-        shutil.rmtree(made, ignore_errors=True)
+    its own state only): :func:`tests.support.state_dirs.state_directory`."""
+    return state_dirs.state_directory(base, "faults")
 
 
 # -- sessions ---------------------------------------------------------------------------

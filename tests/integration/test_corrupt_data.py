@@ -29,7 +29,7 @@ E_NONE, E_UNKNOWN_SERVER_ERROR, E_MEMBER_ID_REQUIRED = 0, -1, 79
 INT32_MAX = 2**31 - 1
 
 CORRUPT_VALUES = {  # partition -> what its legacy offset znode holds
-    0: str(2**70).encode(), 1: b"9" * 5000, 2: b"\xff\xfe", 3: b"", 4: b"-2", 5: b"12abc",
+    0: str(2**70).encode(), 1: b"9" * 5000, 2: b"\xff\xfe", 3: b"", 4: str(-2**64).encode(), 5: b"12abc",
 }
 
 
@@ -264,7 +264,8 @@ def test_corrupt_groups_are_reported_with_their_znode_and_the_rest_shown(zk_host
 
     result, output = run("migrate", "export", "--all", *zk_opt)
     assert result.exit_code == 0 and f"{seeded['legacy']},t,0,42" in result.stdout
-    assert f"skipped /consumers/{seeded['values']}/offsets/t/1: unparsable" in output
+    assert f"skipped /consumers/{seeded['values']}/offsets/t/1: it holds '9999" in output
+    assert "unparsable (too long: 5000 characters" in output
 
 
 def test_import_refuses_a_value_that_is_not_an_offset_and_writes_nothing(zk_hosts, zk, unique_name, tmp_path):

@@ -155,7 +155,7 @@ def test_verify_reports_both_directions_and_a_kafka_only_commit_is_repaired_on_l
             client = await one.coordinator(group)
             code, rows = await fetch(client, group)  # the first group request: the daemon contends and loads
             assert (code, rows[(topic, 0)]) == (0, (15, "m"))  # the larger offset, whatever the repair did yet
-            repair = one.daemon.manager.repairs.get(group)
+            repair = one.daemon.manager.group_offsets.repairs.get(group)
             if repair is not None:
                 await repair
 

@@ -171,7 +171,7 @@ def test_groups_that_hold_nothing_are_removed_with_their_znodes(zk_hosts, zk):
             assert sorted(coordinator_names(zk)) == ["ghost", "kept", "left"]
             assert await listed(client) == ["left"]  # "ghost" holds nothing; "kept" has no state
 
-            removed = await manager.cleanup_empty_groups()
+            removed = await manager.admin.cleanup_empty_groups()
 
             assert sorted(removed) == ["ghost", "left"]
             assert coordinator_names(zk) == ["kept"]

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import glob
 import json
+import os
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 from click.testing import CliRunner
@@ -134,13 +133,29 @@ def parquet_rows(spark, result) -> list[tuple]:
                   key=lambda r: (r[0], r[1] or "", r[2] if r[2] is not None else -1))
 
 
-def csv_rows(url: str) -> list[tuple]:
-    """The single CSV part file, values typed back (empty: None, as Python's csv cannot tell "" from null)."""
-    (path,) = glob.glob(str(Path(urlparse(url).path) / "part-*.csv"))
+def csv_rows(path: str) -> list[tuple]:
+    """The report's partitions.csv (one file, one header line), values typed back (empty: None, as
+    Python's csv cannot tell "" from null)."""
     with open(path, newline="") as f:
         reader = csv.reader(f)
         assert next(reader) == list(REPORT_COLUMNS)
         return [tuple(_typed(name, value) for name, value in zip(REPORT_COLUMNS, values)) for values in reader]
+
+
+def groups_csv_rows(path: str) -> list[list[str]]:
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        assert next(reader) == ["group", "kind", "message"]
+        return list(reader)
+
+
+def assert_report_files(report_dir: Path, result) -> None:
+    """Parquet, then two CSV files a user opens as they are: no Spark directory, nothing staged."""
+    assert sorted(os.listdir(report_dir)) == ["groups.csv", "partitions.csv", "partitions.parquet"]
+    assert result.report.csv_layout == "file"
+    assert (result.report.csv, result.report.groups_csv) == (str(report_dir / "partitions.csv"),
+                                                             str(report_dir / "groups.csv"))
+    assert Path(result.report.csv).is_file() and Path(result.report.groups_csv).is_file()
 
 
 def _typed(name: str, value: str):
@@ -171,6 +186,8 @@ def test_plan_report_equals_the_single_group_path(zk, zk_hosts, kafka, services,
     assert result.spark_partitions == 2
     assert len({r.decision for r in expected.rows}) == 8  # every decision but rewind and forced is exercised
     assert csv_rows(result.report.csv) == blank_as_none(rows)
+    assert_report_files(tmp_path / "multi", result)
+    assert groups_csv_rows(result.report.groups_csv) == [[g, "note", n] for g, n in result.notes]
     assert seen[-1].groups_done == seen[-1].groups_total == GROUPS + 1
     assert seen[-1].offsets_done == len(rows)
 
@@ -192,6 +209,7 @@ def test_a_corrupt_group_is_an_error_row_and_the_others_are_planned(zk, zk_hosts
                f"name enclosed in double quotes: line 1 column 2 (char 1)); repair it, or delete "
                f"/coordinators/{bad}/state to start the group afresh")
     assert result.errors == ((bad, message),) and result.error_groups == 1
+    assert groups_csv_rows(result.report.groups_csv) == [[bad, "error", message]]
     assert parquet_rows(spark, result) == [
         (bad, None, None, None, None, None, None, None, None, message, "error"),
         (good, topics[0], 0, "7", None, 0, RECORDS, "copy", 7, "copies 7 (Kafka has no offset)", "write")]
@@ -200,10 +218,28 @@ def test_a_corrupt_group_is_an_error_row_and_the_others_are_planned(zk, zk_hosts
 
 def test_an_existing_report_is_never_overwritten(zk, zk_hosts, kafka, services, topics, spark, tmp_path):
     zk.create(f"/consumers/g/offsets/{topics[0]}/0", b"7", makepath=True)
-    job(zk_hosts, services, tmp_path / "r", spark)
+    first = job(zk_hosts, services, tmp_path / "r", spark)
+    written = Path(first.report.csv).read_bytes()
     with pytest.raises(UsageError, match=r"partitions.parquet already exists; choose another --report-dir"):
         job(zk_hosts, services, tmp_path / "r", spark)
-    assert job(zk_hosts, services, tmp_path / "r", spark, overwrite=True).totals.partitions == 1
+    assert Path(first.report.csv).read_bytes() == written
+    again = job(zk_hosts, services, tmp_path / "r", spark, overwrite=True)
+    assert again.totals.partitions == 1 and len(csv_rows(again.report.csv)) == 1
+    assert_report_files(tmp_path / "r", again)
+
+    # A report of an older zkcoord, its CSVs Spark's directories: refused, or replaced by files.
+    old = tmp_path / "old"
+    job(zk_hosts, services, old, spark)
+    for name in ("partitions.csv", "groups.csv"):
+        (old / name).unlink()
+        (old / name).mkdir()
+        (old / name / "part-00000-x-c000.csv").write_text("old\n")
+    (old / "partitions.parquet").rename(tmp_path / "parquet-aside")
+    with pytest.raises(UsageError, match=r"partitions.csv already exists; choose another --report-dir"):
+        job(zk_hosts, services, old, spark)
+    replaced = job(zk_hosts, services, old, spark, overwrite=True)
+    assert_report_files(old, replaced)
+    assert len(csv_rows(replaced.report.csv)) == 1
 
 
 # -- verify and apply ----------------------------------------------------------------------
@@ -317,7 +353,7 @@ def test_cli_prints_the_summary_and_writes_the_report(zk, zk_hosts, kafka, servi
     assert document["schema"] == "zkcoord/migrate-run-job/v1"
     assert document["totals"] == expected.totals.as_dict()
     assert document["groups_selected"] == GROUPS + 1 and document["error_groups"] == 0
-    assert Path(urlparse(document["report"]["parquet"]).path).is_dir()
+    assert Path(document["report"]["parquet"]).is_dir() and document["report"]["csv_layout"] == "file"
     assert len(csv_rows(document["report"]["csv"])) == len(expected.rows)
 
     text = run_cli(*common, "--report-dir", str(tmp_path / "text"))
@@ -327,6 +363,9 @@ def test_cli_prints_the_summary_and_writes_the_report(zk, zk_hosts, kafka, servi
     assert f"{t.to_write} to write, {t.flagged} flagged; {t.active_groups} group(s) with active members; " \
            "nothing was changed" in text.stdout
     assert f"group {groups[10]}: 1 active member(s) in zkcoord (offset storage dual)" in text.stdout
+    report = tmp_path / "text"
+    assert (f"report: {report}/partitions.parquet/ (Parquet)\n        {report}/partitions.csv\n        "
+            f"{report}/groups.csv ({sum(len(g.notes) for g in expected.groups)} note(s), 0 error(s))\n") in text.stdout
 
     again = run_cli(*common, "--report-dir", str(tmp_path / "text"))
     assert again.exit_code == 2
@@ -336,7 +375,13 @@ def test_cli_prints_the_summary_and_writes_the_report(zk, zk_hosts, kafka, servi
     broken = run_cli(*common, "--report-dir", str(tmp_path / "broken"))
     assert broken.exit_code == 1
     assert f"error: group {groups[0]}: state znode /coordinators/{groups[0]}/state" in broken.stdout
-    assert "1 group(s) need attention" in broken.stderr
+    assert (f"1 group(s) need attention: see their rows' status in {tmp_path}/broken/partitions.csv and their "
+            f"messages in {tmp_path}/broken/groups.csv") in broken.stderr
+
+    (tmp_path / "a-file").write_text("")
+    refused = run_cli(*common, "--report-dir", str(tmp_path / "a-file"))
+    assert (refused.exit_code, refused.stderr) == (2, f"error: --report-dir {tmp_path}/a-file is a file, not a "
+                                                      "directory; choose another --report-dir\n")
 
 
 def test_an_unreachable_kafka_is_the_tasks_error(zk, zk_hosts, spark, tmp_path):
@@ -352,3 +397,5 @@ def test_a_pattern_that_matches_nothing_writes_an_empty_report(zk, zk_hosts, ser
     result = job(zk_hosts, services, tmp_path / "r", spark, selection=Selection(pattern="nothing-.*"))
     assert (result.groups_selected, result.totals.partitions, dict(result.statuses)) == (0, 0, {})
     assert spark.read.parquet(result.report.parquet).count() == 0
+    assert csv_rows(result.report.csv) == [] and groups_csv_rows(result.report.groups_csv) == []
+    assert_report_files(tmp_path / "r", result)

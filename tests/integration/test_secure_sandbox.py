@@ -5,17 +5,17 @@ and stock clients (Kafka's Java console consumer, librdkafka) logging in
 with the files `zkcoord local env` points at.
 
 The secure sandbox has a state directory of its own
-(``$ZKCOORD_TEST_STATE_DIR-secure``, which ``.ci/run`` also brings down) and
-is brought down after the module, also when a test fails."""
+(``$ZKCOORD_TEST_STATE_DIR-secure``, which ``.ci/run`` also brings down, else
+a temporary directory removed with it:
+:func:`tests.support.state_dirs.state_directory`) and is brought down after
+the module, also when a test fails."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from kafka.protocol.admin.groups import DeleteGroupsRequest, DescribeGroupsRequest
@@ -23,9 +23,10 @@ from kafka.protocol.consumer.group import LeaveGroupRequest, OffsetCommitRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from tests.support import java_tools
-from tests.support.wire import WireClient, parse_address
+from tests.support.state_dirs import state_directory
+from tests.support.wire import WireClient, find_coordinator, open_client, parse_address
 from zkcoord.errors import AuthenticationError
-from zkcoord.kafka.client_security import KafkaClientSecurity, open_kafka_connection
+from zkcoord.kafka.client_security import KafkaClientSecurity
 from zkcoord.local import secure
 from zkcoord.local.sandbox import Sandbox
 from zkcoord.password import Password
@@ -39,15 +40,15 @@ TOPIC, RECORDS = "orders", 30
 
 @pytest.fixture(scope="module")
 def secured():
-    base = os.environ.get("ZKCOORD_TEST_STATE_DIR") or tempfile.mkdtemp(prefix="zkcoord-test-")
-    sandbox = Sandbox(Path(f"{base}-secure"), log=print)
-    try:
-        state, _ = sandbox.up(brokers=1, daemons=2, secure=True)
-        material = secure.load(sandbox.state_dir)
-        _produce(material, sandbox.bootstrap_servers(state))
-        yield sandbox, state, material
-    finally:
-        sandbox.down()
+    with state_directory(os.environ.get("ZKCOORD_TEST_STATE_DIR"), "secure") as state_dir:
+        sandbox = Sandbox(state_dir, log=print)
+        try:
+            state, _ = sandbox.up(brokers=1, daemons=2, secure=True)
+            material = secure.load(sandbox.state_dir)
+            _produce(material, sandbox.bootstrap_servers(state))
+            yield sandbox, state, material
+        finally:
+            sandbox.down()
 
 
 def _produce(material, bootstrap_servers: str) -> None:
@@ -149,23 +150,28 @@ def _make_user(material, bootstrap: str, user: str) -> Password:
 
 def test_mallory_cannot_evict_rewind_or_delete_alices_group(secured):
     sandbox, state, material = secured
-    gateway = parse_address(sandbox.gateway_addresses(state).split(",")[0])
+    gateways = sandbox.gateway_addresses(state)
     mallory_password = _make_user(material, sandbox.bootstrap_servers(state), "mallory")
     group = f"alice-m-{uuid.uuid4().hex[:6]}"
-    alice = _librdkafka(material, "alice", group, sandbox.gateway_addresses(state))
+    alice = _librdkafka(material, "alice", group, gateways)
     try:
         alice.subscribe([TOPIC])
         assert len(_values(alice, RECORDS, 60)) == RECORDS
         alice.commit(asynchronous=False)
 
         async def attacks():
-            trust = _trust(material)
-            admin = await _wire(gateway, material.client_security("admin"))
+            admin_security = material.client_security("admin")
+            # the group's owner (its daemon's gateway), as a client finds it: any other daemon
+            # answers NOT_COORDINATOR. Mallory cannot ask (FindCoordinator needs DESCRIBE on the
+            # group): she is sent there too, so her refusals come from the owner itself.
+            owner = await find_coordinator(gateways, group, security=admin_security)
+            admin = await open_client(*owner, security=admin_security, client_id="test")
             described = await admin.call(DescribeGroupsRequest(version=5, groups=[group],
                                                                include_authorized_operations=False))
+            assert [(g.error_code, len(g.members)) for g in described.groups] == [(E_NONE, 1)], described
             member = described.groups[0].members[0].member_id
-            mallory = await _logged_in(gateway, KafkaClientSecurity("SASL_SSL", "SCRAM-SHA-512", "mallory",
-                                                                     mallory_password, trust))
+            mallory = await _logged_in(owner, KafkaClientSecurity("SASL_SSL", "SCRAM-SHA-512", "mallory",
+                                                                   mallory_password, _trust(material)))
             left = await mallory.call(LeaveGroupRequest(version=3, group_id=group, members=[
                 LeaveGroupRequest.MemberIdentity(member_id=member, group_instance_id=None)]))
             rewound = await mallory.call(OffsetCommitRequest(
@@ -186,8 +192,9 @@ def test_mallory_cannot_evict_rewind_or_delete_alices_group(secured):
         assert left.error_code == E_GROUP_AUTH
         assert [p.error_code for t in rewound.topics for p in t.partitions] == [E_GROUP_AUTH] * 3
         assert [(r.group_id, r.error_code) for r in deleted.results] == [(group, E_GROUP_AUTH)]
+        assert fetched.error_code == E_NONE, fetched
         assert sorted(p.committed_offset for t in fetched.topics for p in t.partitions) == [10, 10, 10]
-        assert [m.member_id for m in after.groups[0].members] == [member]
+        assert [(g.error_code, [m.member_id for m in g.members]) for g in after.groups] == [(E_NONE, [member])]
     finally:
         alice.close()
 
@@ -203,16 +210,11 @@ async def _logged_in(address, security, timeout_s: float = 10.0) -> WireClient:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return await _wire(address, security)
+            return await open_client(*address, security=security, client_id="test")
         except AuthenticationError:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
-
-
-async def _wire(address, security) -> WireClient:
-    connection = await open_kafka_connection(*address, security, client_id="test")
-    return WireClient(connection.reader, connection.writer, "test")
 
 
 def test_plaintext_is_not_served_by_daemons_or_gateways(secured):

@@ -1,5 +1,6 @@
-"""The runtime's keyed timers (lazy re-arm, on a fake loop and clock) and the
-runtime's request / timer paths on a real event loop."""
+"""The runtime's keyed timers (lazy re-arm) and the runtime's request /
+timer paths, on a fake clock (tests.support.fake_clock): time moves only
+when a test moves it, nothing sleeps."""
 
 from __future__ import annotations
 
@@ -7,111 +8,68 @@ import asyncio
 import random
 
 import pytest
-from dataclasses import dataclass, field
 
 from zkcoord.core import group as core
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.messages import session_key
+from tests.support.fake_clock import FakeClock
 from zkcoord.server.group_runtime import NOT_NOW, GroupRuntime, KeyedTimers
 
 E = ErrorCode
 
 
-# -- a fake loop: call_later on a fake millisecond clock ---------------------------
-
-@dataclass
-class FakeHandle:
-    when_ms: int
-    seq: int
-    callback: object
-    args: tuple
-    cancelled: bool = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-@dataclass
-class FakeLoop:
-    now: int = 0
-    handles: list[FakeHandle] = field(default_factory=list)
-
-    def clock(self) -> int:
-        return self.now
-
-    def call_later(self, delay_s: float, callback, *args) -> FakeHandle:
-        handle = FakeHandle(self.now + round(delay_s * 1000), len(self.handles), callback, args)
-        self.handles.append(handle)
-        return handle
-
-    def pending(self) -> list[FakeHandle]:
-        return [h for h in self.handles if not h.cancelled and h.when_ms is not None]
-
-    def advance(self, to_ms: int) -> None:
-        """Run due handles in (time, arming order), as asyncio does."""
-        while True:
-            due = sorted((h.when_ms, h.seq) for h in self.pending() if h.when_ms <= to_ms)
-            if not due:
-                break
-            handle = self.handles[due[0][1]]
-            self.now = max(self.now, handle.when_ms)
-            handle.when_ms = None  # ran
-            handle.callback(*handle.args)
-        self.now = to_ms
-
-
-def timers(loop: FakeLoop) -> tuple[KeyedTimers, list[tuple[int, str]]]:
+def timers(loop: FakeClock) -> tuple[KeyedTimers, list[tuple[int, str]]]:
     fired: list[tuple[int, str]] = []
     return KeyedTimers(loop.clock, lambda key: fired.append((loop.now, key)), loop), fired
 
 
 def test_moving_a_deadline_later_keeps_one_handle_and_fires_at_the_last_deadline():
-    loop = FakeLoop()
+    loop = FakeClock(now=0)
     t, fired = timers(loop)
     t.schedule("session:m1", 30_000)
     for now in range(100, 20_000, 100):  # a heartbeat every 100 ms
-        loop.advance(now)
+        loop.run_until(now)
         t.schedule("session:m1", now + 30_000)
     assert len(loop.handles) == 1 and t.deadline("session:m1") == 49_900
-    loop.advance(49_899)
+    loop.run_until(49_899)
     assert fired == [] and len(loop.handles) == 2  # fired at 30 s, re-armed for 49.9 s
-    loop.advance(60_000)
+    loop.run_until(60_000)
     assert fired == [(49_900, "session:m1")] and "session:m1" not in t and len(t) == 0
 
 
 def test_moving_a_deadline_earlier_replaces_the_handle():
-    loop = FakeLoop()
+    loop = FakeClock(now=0)
     t, fired = timers(loop)
     t.schedule("join", 30_000)
     t.schedule("join", 5_000)
     assert [h.cancelled for h in loop.handles] == [True, False]
-    loop.advance(100_000)
+    loop.run_until(100_000)
     assert fired == [(5_000, "join")]
 
 
 def test_cancel_and_clear_disarm():
-    loop = FakeLoop()
+    loop = FakeClock(now=0)
     t, fired = timers(loop)
     t.schedule("a", 10)
     t.schedule("b", 20)
     t.schedule("a", 30)
     t.cancel("a")
     t.cancel("never-armed")
-    loop.advance(25)
+    loop.run_until(25)
     assert fired == [(20, "b")] and len(t) == 0
     t.schedule("a", 40)  # armed again after a cancel: a fresh timer
     t.schedule("c", 50)
-    loop.advance(45)
+    loop.run_until(45)
     t.clear()
-    loop.advance(100)
+    loop.run_until(100)
     assert fired == [(20, "b"), (40, "a")] and not loop.pending()
 
 
 def test_an_overdue_deadline_fires_at_once():
-    loop = FakeLoop(now=1000)
+    loop = FakeClock(now=1000)
     t, fired = timers(loop)
     t.schedule("sync", 400)
-    loop.advance(1000)
+    loop.run_until(1000)
     assert fired == [(1000, "sync")]
 
 
@@ -120,7 +78,7 @@ def test_lazy_timers_fire_exactly_when_eager_ones_would():
     expiries as re-arming eagerly on every Schedule (the core's contract)."""
     rng = random.Random(7)
     for _ in range(200):
-        loop = FakeLoop()
+        loop = FakeClock(now=0)
         t, fired = timers(loop)
         eager: dict[str, int] = {}
         expected: list[tuple[int, str]] = []
@@ -132,7 +90,7 @@ def test_lazy_timers_fire_exactly_when_eager_ones_would():
                 expected.append((max(deadline, now), key))
                 del eager[key]
             now += step
-            loop.advance(now)
+            loop.run_until(now)
             key = rng.choice(("session:a", "session:b", "join"))
             if rng.random() < 0.15:
                 t.cancel(key)
@@ -143,7 +101,7 @@ def test_lazy_timers_fire_exactly_when_eager_ones_would():
                 eager[key] = deadline
         for deadline, key in sorted((d, k) for k, d in eager.items()):
             expected.append((max(deadline, now), key))
-        loop.advance(now + 10_000)
+        loop.run_until(now + 10_000)
         assert sorted(fired) == sorted(expected)
 
 
@@ -152,14 +110,18 @@ def test_lazy_timers_fire_exactly_when_eager_ones_would():
 CONFIG = core.GroupConfig(min_session_timeout_ms=0, initial_rebalance_delay_ms=0)
 
 
-async def _stable_runtime(session_ms: int) -> tuple[GroupRuntime, list]:
+def _runtime(persist, fake: FakeClock) -> GroupRuntime:
+    return GroupRuntime("g", CONFIG, persist, on_step_down=lambda g: None, clock=fake.clock, timer_loop=fake)
+
+
+async def _stable_runtime(session_ms: int, fake: FakeClock) -> tuple[GroupRuntime, list]:
     writes: list = []
 
-    async def persist(group_id, record, version):
-        writes.append(record)
+    async def persist(group_id, changes, version):
+        writes.append(dict((key, r) for key, r, _ in changes)[""])  # the state record
         return (version or 0) + 1
 
-    runtime = GroupRuntime("g", CONFIG, persist, on_step_down=lambda g: None)
+    runtime = _runtime(persist, fake)
     await runtime.load(None, None)
     token = runtime.next_token()
     join = core.JoinRequest(
@@ -168,7 +130,7 @@ async def _stable_runtime(session_ms: int) -> tuple[GroupRuntime, list]:
         protocol_type="consumer", protocols=(("range", b"m"),), require_known_member_id=False,
         new_member_id="m1")
     # Parked, then answered by the join timer's outcome (a later one).
-    joined = await runtime.call(token, lambda g, now: core.handle_join(g, join, now, CONFIG))
+    joined = await fake.until_done(runtime.call(token, lambda g, now: core.handle_join(g, join, now, CONFIG)))
     assert joined.error is E.NONE and joined.generation_id == 1
     token = runtime.next_token()
     sync = core.SyncRequest(token, "m1", 1, assignments={"m1": b"a"})
@@ -185,15 +147,16 @@ async def _heartbeat(runtime: GroupRuntime, member_id: str = "m1"):
 
 def test_runtime_heartbeats_keep_a_session_and_its_end_expires_the_member():
     async def scenario():
-        runtime, writes = await _stable_runtime(session_ms=150)
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        while loop.time() - start < 0.6:  # four session timeouts, kept alive
+        fake = FakeClock()
+        runtime, writes = await _stable_runtime(150, fake)
+        for _ in range(20):  # four session timeouts, kept alive
             assert await _heartbeat(runtime) == core.HeartbeatResult(E.NONE)
-            await asyncio.sleep(0.03)
+            await fake.advance(30)
         assert runtime.group.state is core.GroupState.STABLE and "m1" in runtime.group.members
         assert not runtime._futures  # answered from the outcome, nothing parked
-        await asyncio.sleep(0.4)  # silence: the session ends
+        await fake.advance(119)  # the last heartbeat was 30 ms ago
+        assert "m1" in runtime.group.members  # 1 ms before the session ends
+        await fake.advance(1)  # silence: the session ends
         assert runtime.group.state is core.GroupState.EMPTY and runtime.group.generation_id == 2
         assert writes[-1]["s"] == "Empty"
         assert await _heartbeat(runtime) == core.HeartbeatResult(E.UNKNOWN_MEMBER_ID)
@@ -204,10 +167,12 @@ def test_runtime_heartbeats_keep_a_session_and_its_end_expires_the_member():
 
 def test_runtime_unload_stops_the_timers():
     async def scenario():
-        runtime, _ = await _stable_runtime(session_ms=100)
+        fake = FakeClock()
+        runtime, _ = await _stable_runtime(100, fake)
         await runtime.unload("test over")
         before = runtime.group
-        await asyncio.sleep(0.25)  # past the session: nothing fires any more
+        await fake.advance(250)  # past the session: nothing fires any more
+        assert fake.pending() == []
         assert runtime.group is before and runtime.group.state is core.GroupState.DEAD
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
@@ -223,9 +188,10 @@ def _heartbeat_now(runtime: GroupRuntime, member_id: str = "m1"):
 
 def test_call_now_applies_an_outcome_that_needs_no_write():
     async def scenario():
-        runtime, writes = await _stable_runtime(session_ms=10_000)
+        fake = FakeClock()
+        runtime, writes = await _stable_runtime(10_000, fake)
         before = runtime.group.session_deadlines["m1"]
-        await asyncio.sleep(0.01)
+        await fake.advance(10)
         assert _heartbeat_now(runtime) == core.HeartbeatResult(E.NONE)
         assert runtime.group.session_deadlines["m1"] > before
         assert runtime._timers.deadline(session_key("m1")) == runtime.group.session_deadlines["m1"]
@@ -238,7 +204,7 @@ def test_call_now_applies_an_outcome_that_needs_no_write():
 
 def test_call_now_declines_and_changes_nothing_when_it_would_have_to_wait():
     async def scenario():
-        runtime, writes = await _stable_runtime(session_ms=10_000)
+        runtime, writes = await _stable_runtime(10_000, FakeClock())
         group = runtime.group
         async with runtime._lock:  # another request is inside the group
             assert _heartbeat_now(runtime) is NOT_NOW
@@ -281,11 +247,12 @@ class GatedStore:
         return (version or 0) + 1
 
 
-async def _completing_runtime(persist, render=None) -> tuple[GroupRuntime, list]:
+async def _completing_runtime(persist, render=None, fake: FakeClock | None = None) -> tuple[GroupRuntime, list]:
     """A runtime whose group has members m1 (leader) and m2 in generation 1,
     CompletingRebalance (their joins answered), and m2's SyncGroup parked
     with a render that logs what it renders."""
-    runtime = GroupRuntime("g", CONFIG, persist, on_step_down=lambda g: None)
+    fake = fake or FakeClock()
+    runtime = _runtime(persist, fake)
     await runtime.load(None, None)
 
     async def join(member):
@@ -294,7 +261,7 @@ async def _completing_runtime(persist, render=None) -> tuple[GroupRuntime, list]
         return await runtime.call(token, lambda g, now: core.handle_join(g, req, now, CONFIG))
 
     joins = [asyncio.create_task(join(m)) for m in ("m1", "m2")]
-    assert [r.generation_id for r in await asyncio.gather(*joins)] == [1, 1]
+    assert [r.generation_id for r in await fake.until_done(asyncio.gather(*joins))] == [1, 1]
     assert runtime.group.state is core.GroupState.COMPLETING_REBALANCE
     rendered: list = []
 
@@ -307,8 +274,8 @@ async def _completing_runtime(persist, render=None) -> tuple[GroupRuntime, list]
     token = runtime.next_token()
     req = core.SyncRequest(token, "m2", 1)
     follower = asyncio.create_task(runtime.call(token, lambda g, now: core.handle_sync(g, req, now, CONFIG), render))
-    while token not in runtime._futures:
-        await asyncio.sleep(0.01)
+    await fake.settle()
+    assert token in runtime._futures  # parked
     return runtime, [follower, rendered]
 
 
@@ -327,9 +294,8 @@ def test_parked_replies_are_rendered_while_the_write_is_in_flight_and_released_a
         store.gate = asyncio.Event()  # shut: the leader's SyncGroup write waits
         leader = _leader_sync(runtime)
         # the write is in flight: the follower's answer is rendered, not released
-        while not rendered:
-            await asyncio.sleep(0.01)
-        assert not follower.done() and not leader.done()
+        await FakeClock().settle()
+        assert rendered and not follower.done() and not leader.done()
         assert runtime.group.state is core.GroupState.COMPLETING_REBALANCE
         store.gate.set()
         assert await follower == ("answer", E.NONE, b"a2")
@@ -368,7 +334,8 @@ def test_replies_released_without_a_write_are_rendered_by_each_caller_in_the_out
         async def persist(group_id, record, version):
             return (version or 0) + 1
 
-        runtime = GroupRuntime("g", CONFIG, persist, on_step_down=lambda g: None)
+        fake = FakeClock()
+        runtime = _runtime(persist, fake)
         await runtime.load(None, None)
         order = []
 
@@ -381,7 +348,7 @@ def test_replies_released_without_a_write_are_rendered_by_each_caller_in_the_out
         # Both park; the join timer ends the phase without a write (generation 1 was
         # reserved by the first join's write) and each caller renders its own answer.
         first = [asyncio.create_task(join(m)) for m in ("m1", "m2")]
-        assert await asyncio.gather(*first) == [1, 1]
+        assert await fake.until_done(asyncio.gather(*first)) == [1, 1]
         assert order == ["m1", "m2"] and runtime.version == 1  # one write: the reservation
         await runtime.unload("test over")
 

@@ -6,6 +6,7 @@ needs no probe of a port."""
 from __future__ import annotations
 
 import json
+import shlex
 
 from click.testing import CliRunner
 
@@ -71,4 +72,15 @@ def test_env_without_daemons_has_no_metrics_urls(tmp_path):
 
     assert env.exit_code == 0
     assert [line.split("=")[0] for line in env.output.splitlines()] == [
-        "export ZKCOORD_ZOOKEEPER", "export ZKCOORD_BOOTSTRAP_SERVERS"]
+        "export ZKCOORD_ZOOKEEPER", "export ZKCOORD_BOOTSTRAP_SERVERS", "export ZKCOORD_TOOLS_LOG4J"]
+
+
+def test_env_names_the_tools_log4j_file_quoted_for_the_shell(tmp_path):
+    state_dir = tmp_path / "a sandbox"  # a space: the export must survive eval
+    write_state(state_dir, [])
+
+    env = local("env", "--state-dir", str(state_dir))
+
+    assert env.exit_code == 0
+    [line] = [line for line in env.output.splitlines() if line.startswith("export ZKCOORD_TOOLS_LOG4J=")]
+    assert shlex.split(line) == ["export", f"ZKCOORD_TOOLS_LOG4J={state_dir}/tools-log4j.properties"]

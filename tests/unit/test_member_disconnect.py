@@ -14,6 +14,8 @@ from test_group_support import stable_harness
 from test_migrate_daemon_storage import Ownership, Store, ZkOffsets
 from test_transport import Client, Recorder, asyncio_test, serving
 
+from tests.support.fake_clock import FakeClock
+
 from zkcoord.config import DaemonConfig, build_config
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.group import GroupConfig, GroupState, to_record
@@ -105,9 +107,12 @@ def heartbeat_request(member_id: str, generation: int = 1):
 
 
 async def served(grace_ms: int, n: int = 3, instance_ids: bool = False):
+    """The handler, manager and runtime of a Stable group, on a fake clock (``manager.fake``)."""
+    fake = FakeClock()
     record = to_record(stable_harness(n, instance_ids=instance_ids).group)
     manager = GroupManager(1, GroupConfig(), Ownership(), Store({"g": record}), ZkOffsets(), nodes=None,
-                           member_disconnect_grace_ms=grace_ms)
+                           member_disconnect_grace_ms=grace_ms, clock=fake.clock, timer_loop=fake)
+    manager.fake = fake
     runtime = await manager.runtime("g")
     return ApiHandler(manager), manager, runtime
 
@@ -116,20 +121,14 @@ def info(connection_id: int) -> ConnectionInfo:
     return ConnectionInfo(connection_id, "127.0.0.1", 40_000 + connection_id)
 
 
-async def wait_for(predicate, timeout_s: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
 @asyncio_test
 async def test_grace_zero_removes_a_member_whose_connection_closed_and_rebalances():
     handler, manager, runtime = await served(0)
     for member, connection in (("m1", 1), ("m2", 2), ("m3", 3)):
         assert handler.handle_now(heartbeat_request(member), info(connection)).error_code == 0
     handler.connection_closed(info(3))
-    await wait_for(lambda: "m3" not in runtime.group.members)
+    await manager.fake.settle()  # the grace is 0: the session ends now
+    assert "m3" not in runtime.group.members
     assert runtime.group.state is S.PREPARING_REBALANCE and list(runtime.group.members) == ["m1", "m2"]
     # As for a session expiry: the rebalance's start writes only because this daemon took the
     # group over and reserves generations above its previous owner's (stored: 1 to 100).
@@ -146,7 +145,7 @@ async def test_off_by_default_a_closed_connection_changes_nothing():
     before = runtime.group
     handler.connection_closed(info(3))
     assert manager.member_disconnected("g", "m3") is None
-    await asyncio.sleep(0.05)
+    await manager.fake.advance(50)
     assert runtime.group is before and runtime.group.state is S.STABLE
 
 
@@ -156,10 +155,12 @@ async def test_a_member_back_on_a_new_connection_within_the_grace_stays():
     handler.handle_now(heartbeat_request("m3"), info(3))
     session = runtime.group.session_deadlines["m3"]
     handler.connection_closed(info(3))
-    await wait_for(lambda: runtime.group.session_deadlines["m3"] < session)  # shortened to now + 300
+    await manager.fake.settle()
+    assert runtime.group.session_deadlines["m3"] == manager.fake.now + 300  # shortened to now + 300
+    await manager.fake.advance(299)
     assert handler.handle_now(heartbeat_request("m3"), info(4)).error_code == 0  # back, heartbeats
     assert runtime.group.session_deadlines["m3"] >= session
-    await asyncio.sleep(0.5)  # past the grace
+    await manager.fake.advance(500)  # past the grace
     assert "m3" in runtime.group.members and runtime.group.state is S.STABLE
 
 
@@ -169,7 +170,7 @@ async def test_a_member_already_on_another_connection_is_not_expired():
     handler.handle_now(heartbeat_request("m3"), info(3))
     handler.handle_now(heartbeat_request("m3"), info(4))  # the client reconnected first
     handler.connection_closed(info(3))
-    await asyncio.sleep(0.05)
+    await manager.fake.advance(50)
     assert "m3" in runtime.group.members and runtime.group.state is S.STABLE
 
 
@@ -178,5 +179,5 @@ async def test_static_members_keep_kafkas_semantics():
     handler, manager, runtime = await served(0, instance_ids=True)
     handler.members.seen("g", "m3", 3)  # even if noted, the core leaves a static member alone
     handler.connection_closed(info(3))
-    await asyncio.sleep(0.05)
+    await manager.fake.advance(50)
     assert "m3" in runtime.group.members and runtime.group.state is S.STABLE

@@ -132,21 +132,24 @@ def test_groups_by_state_and_mode_list_every_pair_and_count_only_active_groups()
     from types import SimpleNamespace
 
     from zkcoord.core.group_states import GroupState
+    from zkcoord.core.membership import Group, Member
 
     def runtime(state, mode, active=True):
+        members = {m: Member(m, None, "c", "h", 10_000, 10_000, "consumer", (("range", b""),)) for m in ("m1", "m2")}
         return SimpleNamespace(active=active, held_heartbeats=0,
-                               group=SimpleNamespace(state=state, offset_storage=mode, size=2))
+                               group=Group("g", state=state, offset_storage=mode, members=members))
 
     manager = SimpleNamespace(_loading=set(), runtimes={
         "a": runtime(GroupState.STABLE, "zookeeper"), "b": runtime(GroupState.STABLE, "zookeeper"),
         "c": runtime(GroupState.PREPARING_REBALANCE, "dual"), "d": runtime(GroupState.EMPTY, "kafka"),
         "e": runtime(GroupState.STABLE, "kafka", active=False)})
     metrics = DaemonMetrics(manager=manager)
-    got = {(s.labels["state"], s.labels["mode"]): s.value
+    got = {(s.labels["type"], s.labels["state"], s.labels["mode"]): s.value
            for family in metrics.registry.collect() if family.name == "zkcoord_groups" for s in family.samples}
-    assert len(got) == 15  # 5 states x 3 modes, so a selector finds every pair even at 0
+    assert len(got) == 30  # 2 types x 5 states x 3 modes, so a selector finds every triple even at 0
     assert {k: v for k, v in got.items() if v} == {
-        ("Stable", "zookeeper"): 2, ("PreparingRebalance", "dual"): 1, ("Empty", "kafka"): 1}
+        ("classic", "Stable", "zookeeper"): 2, ("classic", "PreparingRebalance", "dual"): 1,
+        ("classic", "Empty", "kafka"): 1}
     assert metrics.registry.get_sample_value("zkcoord_groups_owned") == 4
     assert metrics.registry.get_sample_value("zkcoord_group_members") == 8
 

@@ -18,7 +18,8 @@ from zkcoord.errors import ServiceUnavailableError
 from zkcoord.kafka.forwarder import KafkaGroupOffsets
 from zkcoord.kafka.offsets import KafkaGroup
 from zkcoord.zk.offsets import FetchedOffsets
-from zkcoord.server.manager import GroupManager, merge_dual
+from zkcoord.server.manager import GroupManager
+from zkcoord.server.offset_storage import merge_dual
 
 T0, T1, T2 = ("t", 0), ("t", 1), ("t", 2)
 
@@ -49,6 +50,11 @@ class Store:
         self.records[group] = (record, (version or 0) + 1)
         return (version or 0) + 1
 
+    async def write_changes(self, group, changes, version):
+        """GroupStateStore.write_changes' stand-in: the state record of the changes."""
+        (record,) = [r for key, r, _ in changes if key == ""]
+        return await self.write(group, record, version)
+
 
 class ZkOffsets:
     def __init__(self, stored=None):
@@ -77,7 +83,7 @@ class ZkOffsets:
 
 def fetched(m, partitions):
     """(group error, rows) of an OffsetFetch of group g."""
-    code, answer = run(m.fetch_offsets("g", None if partitions is None else wanted_by_topic(partitions)))
+    code, answer = run(m.group_offsets.fetch("g", None if partitions is None else wanted_by_topic(partitions)))
     return code, answer.rows()
 
 
@@ -121,14 +127,14 @@ def run(coro):
 def test_zookeeper_mode_never_touches_kafka():
     zk, kafka = ZkOffsets(), Kafka()
     m, _ = manager("zookeeper", zk, kafka)
-    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "m")])) == [E.NONE]
+    assert run(m.group_offsets.commit("g", "", -1, None, [("t", 0, 5, "m")])) == [E.NONE]
     assert (zk.commits, kafka.commits) == ([("g", {T0: (5, "m")}, "fence-g")], [])
 
 
 def test_dual_mode_commits_kafka_then_zookeeper_and_fetches_the_max():
     zk, kafka = ZkOffsets({T1: (9, "z1"), T2: (3, "z2")}), Kafka({T1: (4, "k1"), T2: (3, "k2")})
     m, _ = manager("dual", zk, kafka)
-    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "m")])) == [E.NONE]
+    assert run(m.group_offsets.commit("g", "", -1, None, [("t", 0, 5, "m")])) == [E.NONE]
     assert zk.commits == [("g", {T0: (5, "m")}, "fence-g")] and kafka.commits == [("g", {T0: (5, "m")})]
     kafka.stored[T0] = (8, "k0")  # Kafka ahead on 0, ZooKeeper ahead on 1, equal on 2
     code, rows = fetched(m, None)
@@ -138,7 +144,7 @@ def test_dual_mode_commits_kafka_then_zookeeper_and_fetches_the_max():
 def test_kafka_mode_commits_and_fetches_kafka_only():
     zk, kafka = ZkOffsets({T0: (1, "")}), Kafka({T0: (7, "k")})
     m, _ = manager("kafka", zk, kafka)
-    assert run(m.commit_offsets("g", "", -1, None, [("t", 1, 2, "")])) == [E.NONE]
+    assert run(m.group_offsets.commit("g", "", -1, None, [("t", 1, 2, "")])) == [E.NONE]
     assert zk.commits == [] and kafka.commits == [("g", {T1: (2, "")})]
     assert fetched(m, [T0, T2]) == (E.NONE, [("t", 0, 7, "k", E.NONE), ("t", 2, -1, "", E.NONE)])
 
@@ -146,7 +152,7 @@ def test_kafka_mode_commits_and_fetches_kafka_only():
 def test_kafka_refusals_are_passed_on_per_partition_and_never_reach_zookeeper():
     zk, kafka = ZkOffsets(), Kafka(refuse={T1: 12})
     m, _ = manager("dual", zk, kafka)
-    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, ""), ("t", 1, 6, "x" * 10)])) == \
+    assert run(m.group_offsets.commit("g", "", -1, None, [("t", 0, 5, ""), ("t", 1, 6, "x" * 10)])) == \
         [E.NONE, E.OFFSET_METADATA_TOO_LARGE]
     assert zk.commits == [("g", {T0: (5, "")}, "fence-g")]  # only what Kafka stored
 
@@ -158,18 +164,18 @@ def test_kafkas_answers_about_its_own_members_are_not_passed_on(code):
     UNKNOWN_SERVER_ERROR, ZooKeeper is not written, the Kafka-side members are named."""
     zk, kafka = ZkOffsets({T0: (1, "")}), Kafka({T0: (1, "")}, refuse={T0: code}, members=[("k-1", "c", "/h")])
     m, _ = manager("dual", zk, kafka)
-    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])) == [E.UNKNOWN_SERVER_ERROR]
+    assert run(m.group_offsets.commit("g", "", -1, None, [("t", 0, 5, "")])) == [E.UNKNOWN_SERVER_ERROR]
     assert zk.commits == [] and zk.stored == {T0: (1, "")}
-    assert [mem.member_id for mem in m.forwarded.kafka_members.of("g")] == ["k-1"]
+    assert [mem.member_id for mem in m.group_offsets.forwarded.kafka_members.of("g")] == ["k-1"]
     kafka.refuse, kafka.members = {}, ()  # the Kafka-side consumer left: the next commit is stored
-    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 6, "")])) == [E.NONE]
-    assert m.forwarded.kafka_members.of("g") == () and zk.stored[T0] == (6, "")
+    assert run(m.group_offsets.commit("g", "", -1, None, [("t", 0, 6, "")])) == [E.NONE]
+    assert m.group_offsets.forwarded.kafka_members.of("g") == () and zk.stored[T0] == (6, "")
 
 
 def test_kafka_down_leaves_zookeeper_untouched():
     zk = ZkOffsets()
     m, _ = manager("dual", zk, Kafka(down=True))
-    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])) == [E.COORDINATOR_NOT_AVAILABLE]
+    assert run(m.group_offsets.commit("g", "", -1, None, [("t", 0, 5, "")])) == [E.COORDINATOR_NOT_AVAILABLE]
     assert zk.commits == []
 
 
@@ -192,7 +198,7 @@ def test_zookeeper_refusing_after_kafka_stored_is_not_acknowledged_and_counted()
             return lambda *args: None
 
     m.metrics = Metrics()
-    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])) == [E.NOT_COORDINATOR]
+    assert run(m.group_offsets.commit("g", "", -1, None, [("t", 0, 5, "")])) == [E.NOT_COORDINATOR]
     assert kafka.stored == {T0: (5, "")} and counted == [1]
 
 
@@ -216,9 +222,9 @@ def test_forwarded_commits_go_on_in_the_order_they_were_validated():
 
     async def both():
         await m.runtime("g")
-        await m.repairs["g"]
-        return await asyncio.gather(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")]),
-                                    m.commit_offsets("g", "", -1, None, [("t", 0, 6, "")]))
+        await m.group_offsets.repairs["g"]
+        return await asyncio.gather(m.group_offsets.commit("g", "", -1, None, [("t", 0, 5, "")]),
+                                    m.group_offsets.commit("g", "", -1, None, [("t", 0, 6, "")]))
 
     assert run(both()) == [[E.NONE], [E.NONE]]
     assert order == [("kafka", {T0: (5, "")}), ("zk", {T0: (5, "")}), ("kafka", {T0: (6, "")}),
@@ -231,7 +237,7 @@ def test_loading_a_dual_group_copies_kafka_where_zookeeper_is_behind():
 
     async def load():
         await m.runtime("g")
-        await m.repairs["g"]
+        await m.group_offsets.repairs["g"]
 
     run(load())
     assert zk.commits == [("g", {T0: (5, "k"), T2: (2, "")}, "fence-g")]
@@ -241,10 +247,10 @@ def test_loading_a_dual_group_copies_kafka_where_zookeeper_is_behind():
 @pytest.mark.parametrize("mode", ["dual", "kafka"])
 def test_kafka_down_or_not_configured_is_coordinator_not_available(mode):
     m, _ = manager(mode, kafka=Kafka(down=True))
-    assert run(m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])) == [E.COORDINATOR_NOT_AVAILABLE]
+    assert run(m.group_offsets.commit("g", "", -1, None, [("t", 0, 5, "")])) == [E.COORDINATOR_NOT_AVAILABLE]
     assert fetched(m, None) == (E.COORDINATOR_NOT_AVAILABLE, [])
     bare, _ = manager(mode, kafka=None)
-    assert run(bare.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])) == [E.COORDINATOR_NOT_AVAILABLE]
+    assert run(bare.group_offsets.commit("g", "", -1, None, [("t", 0, 5, "")])) == [E.COORDINATOR_NOT_AVAILABLE]
     assert fetched(bare, None) == (E.COORDINATOR_NOT_AVAILABLE, [])
 
 
@@ -254,10 +260,10 @@ def test_a_mode_request_is_persisted_by_the_owner_and_used_at_once():
 
     async def scenario():
         await m.runtime("g")
-        await m._on_mode_request("g", "dual")
-        await m._on_mode_request("g", "dual")  # the same request again: no second write
-        await m._on_mode_request("g", "bogus")  # ignored
-        return await m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])
+        await m.group_offsets.switch_mode("g", "dual")
+        await m.group_offsets.switch_mode("g", "dual")  # the same request again: no second write
+        await m.group_offsets.switch_mode("g", "bogus")  # ignored
+        return await m.group_offsets.commit("g", "", -1, None, [("t", 0, 5, "")])
 
     assert run(scenario()) == [E.NONE]
     assert [(g, r["os"], v) for g, r, v in store.writes] == [("g", "dual", 0)]
@@ -326,17 +332,17 @@ def test_a_commit_is_queued_under_the_group_lock_it_was_validated_under(mode):
             return super().submit(group, offsets, fence)
 
     m, _ = manager(mode, Watching(), Kafka())
-    take = m.forwarded.order.take
+    take = m.group_offsets.forwarded.order.take
 
     def watched_take(group):
         held.append(runtimes[0]._lock.locked())
         return take(group)
 
-    m.forwarded.order.take = watched_take
+    m.group_offsets.forwarded.order.take = watched_take
 
     async def commit():
         runtimes.append(await m.runtime("g"))
-        return await m.commit_offsets("g", "", -1, None, [("t", 0, 5, "")])
+        return await m.group_offsets.commit("g", "", -1, None, [("t", 0, 5, "")])
 
     assert run(commit()) == [E.NONE]
     assert held == [True]

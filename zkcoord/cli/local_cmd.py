@@ -3,6 +3,7 @@ env, fetch)."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -121,6 +122,9 @@ def env(state_dir: Path | None) -> None:
 
     With daemons also ZKCOORD_COORDINATORS, ZKCOORD_GATEWAY_SERVERS and
     ZKCOORD_METRICS_URLS (their /metrics and /health base URLs, node-id order).
+    ZKCOORD_TOOLS_LOG4J: the logging of Kafka's tools run by hand from the
+    jars (java -Dlog4j.configuration=file:$ZKCOORD_TOOLS_LOG4J ...), warnings
+    and errors on stderr, as Kafka's shell scripts give them.
     A secure sandbox adds ZKCOORD_CLIENT_CONFIG_DIR (a <user>.properties and
     <user>.librdkafka.conf per user) and zkcoord's own logins:
     ZKCOORD_KAFKA_CLIENT_CONFIG (admin) and ZKCOORD_ZOOKEEPER_SASL_JAAS_FILE."""
@@ -129,15 +133,17 @@ def env(state_dir: Path | None) -> None:
     if state is None:
         click.echo(f"no sandbox in {sandbox.state_dir} (run `zkcoord local up`)", err=True)
         sys.exit(3)
-    click.echo(f"export ZKCOORD_ZOOKEEPER={sandbox.zookeeper_address(state)}")
-    click.echo(f"export ZKCOORD_BOOTSTRAP_SERVERS={sandbox.bootstrap_servers(state)}")
+    exports = {"ZKCOORD_ZOOKEEPER": sandbox.zookeeper_address(state),
+               "ZKCOORD_BOOTSTRAP_SERVERS": sandbox.bootstrap_servers(state)}
     if state.daemons:
-        click.echo(f"export ZKCOORD_COORDINATORS={sandbox.daemon_addresses(state)}")
-        click.echo(f"export ZKCOORD_GATEWAY_SERVERS={sandbox.gateway_addresses(state)}")
+        exports["ZKCOORD_COORDINATORS"] = sandbox.daemon_addresses(state)
+        exports["ZKCOORD_GATEWAY_SERVERS"] = sandbox.gateway_addresses(state)
         if sandbox.metrics_urls(state):
-            click.echo(f"export ZKCOORD_METRICS_URLS={sandbox.metrics_urls(state)}")
-    for name, value in sandbox.secure_environment(state).items():
-        click.echo(f"export {name}={value}")
+            exports["ZKCOORD_METRICS_URLS"] = sandbox.metrics_urls(state)
+    exports["ZKCOORD_TOOLS_LOG4J"] = str(sandbox.tools_log4j)
+    exports.update(sandbox.secure_environment(state))
+    for name, value in exports.items():
+        click.echo(f"export {name}={shlex.quote(value)}")  # a state directory may hold a space
 
 
 @local.command()

@@ -8,7 +8,8 @@ terminal, a line when each starts and ends elsewhere, both on stderr; and
 the summary (text or JSON, on stdout) with where the time went: Spark's
 start, the job, the class archive, the whole run. The per-partition report
 is written by the job (Parquet and CSV under ``--report-dir``); this module
-only says where.
+only says where, and what each is: a file, or a directory of Spark's
+``part-*.csv`` files (:mod:`zkcoord.migrate.spark_report`).
 
 Exit codes: 0; 1 when a group could not be read, and also, in verify, when
 a partition is behind or a named group is not migrated, in apply, when a
@@ -37,9 +38,10 @@ from zkcoord.cli.zk_login import zookeeper_login_options
 from zkcoord.core.migration import Options
 from zkcoord.errors import UsageError
 from zkcoord.migrate.plan import Selection
+from zkcoord.migrate.spark_report import FILE
 from zkcoord.migrate.spark_tasks import MODES, ZK_READS
 
-__all__ = ["run_job_command", "run_and_report"]
+__all__ = ["run_job_command", "run_and_report", "report_lines"]
 
 _SHOWN = 10  # notes and errors printed; the rest are in groups.csv
 _FAILING = {"plan": (), "verify": ("behind", "not-migrated"), "apply": ("refused", "failed")}
@@ -78,8 +80,9 @@ def _spark_conf(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--record/--no-record", default=True, show_default=True,
               help="verify: record each group's result in its migration record, as migrate verify does.")
 @click.option("--report-dir", default=None, metavar="DIR",
-              help="Where the report goes (a path every executor can reach on a cluster: HDFS, S3, NFS) "
-                   "[default: ./zkcoord-report/<mode>-<UTC time>].")
+              help="Where the report goes (a path every executor can reach on a cluster: HDFS, S3, NFS): "
+                   "partitions.parquet, partitions.csv and groups.csv; the CSVs are files when DIR and Spark are "
+                   "local, else directories of part-*.csv files [default: ./zkcoord-report/<mode>-<UTC time>].")
 @click.option("--overwrite", is_flag=True, help="Replace a report already in --report-dir.")
 @click.option("--spark-master", envvar="ZKCOORD_SPARK_MASTER", show_envvar=True, default=None, metavar="URL",
               help="spark://HOST:7077, yarn, k8s://... [default: local[*], or spark-submit's master].")
@@ -112,8 +115,10 @@ def run_job_command(mode: str, groups: tuple[str, ...], all_groups: bool, patter
     The groups are spread over Spark partitions; each task reads ZooKeeper
     and Kafka for its groups with one connection each and decides with the
     same rules as migrate plan / verify / apply. The report (Parquet and CSV,
-    one row per partition with its status) goes to --report-dir; the summary
-    is printed here. Runs an embedded local Spark unless --spark-master says
+    one row per partition with its status, and a CSV of the groups' notes and
+    errors) goes to --report-dir: with a local --report-dir and Spark, the
+    CSVs are files (partitions.csv, groups.csv); elsewhere, directories of
+    Spark's part-*.csv files. The summary is printed here. Runs an embedded local Spark unless --spark-master says
     otherwise or spark-submit started it. The tasks log in to ZooKeeper as
     this command does (the JAAS section is read here and sent with them), and
     to Kafka with --command-config (its stores are read here and sent too);
@@ -177,7 +182,8 @@ def run_and_report(config, *, spark_master: str | None = None, spark_conf: dict[
     failing = sum(result.outcomes.get(name, 0) for name in _FAILING[mode]) + result.error_groups
     if failing or (mode == "verify" and result.errors):
         click.echo(f"{failing or len(result.errors)} group(s) need attention: see their rows' status in "
-                   f"{result.report.csv} and their messages in {result.report.groups_csv}", err=True)
+                   f"{_csv(result.report, result.report.csv)} and their messages in "
+                   f"{_csv(result.report, result.report.groups_csv)}", err=True)
         sys.exit(1)
 
 
@@ -248,11 +254,29 @@ def _as_dict(result) -> dict[str, Any]:
         "mode": result.mode, "groups_selected": result.groups_selected, "totals": result.totals.as_dict(),
         "error_groups": result.error_groups, "statuses": dict(result.statuses), "outcomes": dict(result.outcomes),
         "notes": [list(n) for n in result.notes], "errors": [list(e) for e in result.errors],
-        "report": {"parquet": result.report.parquet, "csv": result.report.csv, "groups_csv": result.report.groups_csv},
+        "report": {"parquet": result.report.parquet, "csv": result.report.csv, "groups_csv": result.report.groups_csv,
+                   "csv_layout": result.report.csv_layout},
         "spark_master": result.spark_master, "spark_partitions": result.spark_partitions,
         "elapsed_s": round(result.elapsed_s, 3),
         "options": {"allow_rewind": result.options.allow_rewind, "force": result.options.force},
     }
+
+
+def report_lines(report, notes: int, errors: int) -> list[str]:
+    """Where the report is and what each part of it is (a
+    :class:`~zkcoord.migrate.spark_report.ReportPaths`)."""
+    counts = f"{notes} note(s), {errors} error(s)"
+    if report.csv_layout == FILE:
+        return [f"report: {report.parquet}/ (Parquet)", f"        {report.csv}",
+                f"        {report.groups_csv} ({counts})"]
+    parts = "a directory of Spark's part-*.csv files, each with a header line"
+    return [f"report: {report.parquet}/ (Parquet)", f"        {report.csv}/ ({parts})",
+            f"        {report.groups_csv}/ ({parts}; {counts})"]
+
+
+def _csv(report, path: str) -> str:
+    """A CSV of the report as the user opens it: the file, or its part files."""
+    return path if report.csv_layout == FILE else f"{path}/part-*.csv"
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -277,12 +301,11 @@ def _print_summary(result, recorded: bool) -> None:
     console.print(Text(f"rows by status: {_counts(dict(result.statuses)) or 'none'}"))
     if result.outcomes:
         console.print(Text(f"groups: {_counts(dict(result.outcomes))}"))
-    console.print(Text(f"report: {result.report.parquet}\n        {result.report.csv}\n        "
-                       f"{result.report.groups_csv} ({len(result.notes)} note(s), {len(result.errors)} error(s))"))
+    console.print(Text("\n".join(report_lines(result.report, len(result.notes), len(result.errors)))))
     for group, note in result.notes[:_SHOWN]:
         console.print(Text.assemble((f"group {group}: ", "bold"), note))
     for group, message in result.errors[:_SHOWN]:
         console.print(Text.assemble(("error: ", "bold red"), f"group {group}: {message}"))
     hidden = max(0, len(result.notes) - _SHOWN) + max(0, len(result.errors) - _SHOWN)
     if hidden:
-        console.print(Text(f"... and {hidden} more in {result.report.groups_csv}"))
+        console.print(Text(f"... and {hidden} more in {_csv(result.report, result.report.groups_csv)}"))

@@ -5,7 +5,8 @@ This module owns two things:
 * :class:`ErrorCode`, the numeric codes of Kafka's ``Errors.java`` that a
   group coordinator can put on the wire. The numbers were checked against
   Kafka 3.9 (``clients/src/main/java/org/apache/kafka/common/protocol/
-  Errors.java``); they are protocol constants and never change.
+  Errors.java``; KIP-848's against Kafka 4.4); they are protocol constants
+  and never change.
 * :func:`validate_group_id`, the rule for group ids this project accepts.
 
 These are *wire* codes, not Python exceptions: handlers return them inside
@@ -59,6 +60,12 @@ class ErrorCode(IntEnum):
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     UNSTABLE_OFFSET_COMMIT = 88
+    UNKNOWN_TOPIC_ID = 100
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
 
     @property
     def retriable(self) -> bool:

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.group_record import from_record, load_group, to_record
 from zkcoord.core.group_timers import expire_member_by, handle_timer
-from zkcoord.core.group_states import GroupState, VALID_PREVIOUS
+from zkcoord.core.group_states import BEHAVIOUR, GroupState, VALID_PREVIOUS
+from zkcoord.core.phases import GroupPhase
 from zkcoord.core.membership import (
     Group,
     GroupConfig,
@@ -430,18 +431,17 @@ def handle_heartbeat(group: Group, req: HeartbeatRequest, now_ms: int, config: G
     session deadline, so it works on the frozen group (no Draft) and costs
     the same whatever the group's size."""
     timers: tuple[TimerOp, ...] = ()
-    if group.state is S.DEAD:
-        error: ErrorCode = E.COORDINATOR_NOT_AVAILABLE
+    rules = BEHAVIOUR[group.state]
+    if rules.phase is GroupPhase.DEAD:
+        error: ErrorCode = rules.heartbeat
     else:
         error = validate_current_member(group, req.member_id, req.group_instance_id) or E.NONE
         if error is E.NONE and req.generation_id != group.generation_id:
             error = E.ILLEGAL_GENERATION
-        elif error is E.NONE and group.state is S.EMPTY:
-            error = E.UNKNOWN_MEMBER_ID
         elif error is E.NONE:
-            group, timers = restart_session(group, req.member_id, now_ms)
-            if group.state is S.PREPARING_REBALANCE:
-                error = E.REBALANCE_IN_PROGRESS
+            if rules.heartbeat_restarts_session:
+                group, timers = restart_session(group, req.member_id, now_ms)
+            error = rules.heartbeat
     return Outcome(group, False, (Reply(req.token, HEARTBEAT, HeartbeatResult(error)),), timers)
 
 
@@ -528,9 +528,11 @@ def validate_offset_commit(
     """
     if group is None:
         return E.NONE if generation_id < 0 else E.ILLEGAL_GENERATION
-    if group.state is S.DEAD:
-        return E.COORDINATOR_NOT_AVAILABLE
-    if generation_id < 0 and group.state is S.EMPTY:
+    rules = BEHAVIOUR[group.state]
+    if rules.phase is GroupPhase.DEAD:
+        return rules.member_commit
+    empty = rules.phase is GroupPhase.EMPTY
+    if generation_id < 0 and empty:
         return E.NONE
     if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
         error = validate_current_member(group, member_id, group_instance_id)
@@ -538,11 +540,9 @@ def validate_offset_commit(
             return error
         if generation_id != group.generation_id:
             return E.ILLEGAL_GENERATION
-    elif not transactional and group.state is not S.EMPTY:
+    elif not transactional and not empty:
         return E.UNKNOWN_MEMBER_ID
-    if not transactional and group.state is S.COMPLETING_REBALANCE:
-        return E.REBALANCE_IN_PROGRESS
-    return E.NONE
+    return E.NONE if transactional else rules.member_commit
 
 
 def touch_member(group: Group, member_id: str, now_ms: int) -> Outcome:
@@ -550,7 +550,7 @@ def touch_member(group: Group, member_id: str, now_ms: int) -> Outcome:
     PreparingRebalance group as a heartbeat: call this after
     :func:`validate_offset_commit` said NONE. Persist: never. Like a
     heartbeat, it only restarts the session (no Draft)."""
-    if group.state in (S.STABLE, S.PREPARING_REBALANCE) and member_id in group.members:
+    if BEHAVIOUR[group.state].commit_is_heartbeat and member_id in group.members:
         group, timers = restart_session(group, member_id, now_ms)
         return Outcome(group, timers=timers)
     return Outcome(group)
@@ -637,7 +637,7 @@ class GroupDescription:
 def describe(group: Group) -> GroupDescription:
     """Kafka's ``GroupMetadata.summary``: only a Stable group shows its
     protocol and each member's metadata and assignment."""
-    stable = group.state is S.STABLE and group.protocol_name is not None
+    stable = BEHAVIOUR[group.state].shows_assignment and group.protocol_name is not None
     members = tuple(
         MemberDescription(
             m.member_id, m.group_instance_id, m.client_id, m.client_host,

@@ -1,21 +1,31 @@
-"""The classic group's states and the table of their transitions.
+"""The classic group's states, what each does, and the table of their transitions.
 
 Owns :class:`GroupState` (Kafka's ``GroupState``: each state says in its
-``action`` how it answers requests and how it is left) and
+``action`` how it answers requests and how it is left), :data:`BEHAVIOUR`,
+the table of what each state does that the handlers and the runtime act
+on (they ask the table, never compare states themselves for these), and
 ``VALID_PREVIOUS``, the transition table (Kafka's ``validPreviousStates``):
 a state change is legal only if the current state is in
 ``VALID_PREVIOUS[target]``. :func:`check_transition` enforces it; every
 transition of :mod:`zkcoord.core.rebalance` goes through it.
+
+The rest of the rebalance (which JoinGroup ends the join phase, which
+SyncGroup carries the assignment) follows Kafka's ``GroupCoordinator``
+step by step in :mod:`zkcoord.core.group` and :mod:`zkcoord.core.rebalance`,
+in Kafka's own order, so it reads against Kafka's code.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
+from zkcoord.core.errors import ErrorCode
 from zkcoord.core.frozenmap import FrozenMap
+from zkcoord.core.phases import GroupPhase
 from zkcoord.errors import StateError
 
-__all__ = ["GroupState", "VALID_PREVIOUS", "check_transition", "can_rebalance"]
+__all__ = ["GroupState", "Behaviour", "BEHAVIOUR", "VALID_PREVIOUS", "check_transition", "can_rebalance"]
 
 
 class GroupState(Enum):
@@ -69,6 +79,50 @@ _ACTIONS = {
         "COORDINATOR_NOT_AVAILABLE so clients rediscover the coordinator."
     ),
 }
+
+@dataclass(frozen=True)
+class Behaviour:
+    """What a classic group in one state does, where handlers and the runtime ask.
+
+    * ``phase``: the state in every group type's words (:class:`GroupPhase`).
+    * ``heartbeat``: the answer to a current member's Heartbeat of the
+      current generation; ``heartbeat_restarts_session``: whether it
+      restarts the member's session.
+    * ``member_commit``: the answer to a current member's OffsetCommit of
+      the current generation (an anonymous one is decided by the group's
+      emptiness); ``commit_is_heartbeat``: whether an accepted one restarts
+      the member's session, as Kafka counts it.
+    * ``sync_at_once``: a SyncGroup is answered from what is stored, never
+      parked and never written (the fast path may answer it).
+    * ``shows_assignment``: DescribeGroups shows the protocol and each
+      member's metadata and assignment.
+    """
+
+    phase: GroupPhase
+    heartbeat: ErrorCode
+    heartbeat_restarts_session: bool
+    member_commit: ErrorCode
+    commit_is_heartbeat: bool
+    sync_at_once: bool
+    shows_assignment: bool
+
+
+_E = ErrorCode
+BEHAVIOUR: FrozenMap[GroupState, Behaviour] = FrozenMap({
+    #                                  phase                    heartbeat                  restarts  member_commit
+    #                                  commit_is_heartbeat  sync_at_once  shows_assignment
+    GroupState.EMPTY: Behaviour(GroupPhase.EMPTY, _E.UNKNOWN_MEMBER_ID, False, _E.NONE,
+                                False, False, False),
+    GroupState.PREPARING_REBALANCE: Behaviour(GroupPhase.REBALANCING, _E.REBALANCE_IN_PROGRESS, True, _E.NONE,
+                                              True, False, False),
+    GroupState.COMPLETING_REBALANCE: Behaviour(GroupPhase.REBALANCING, _E.NONE, True, _E.REBALANCE_IN_PROGRESS,
+                                               False, False, False),
+    GroupState.STABLE: Behaviour(GroupPhase.STABLE, _E.NONE, True, _E.NONE,
+                                 True, True, True),
+    GroupState.DEAD: Behaviour(GroupPhase.DEAD, _E.COORDINATOR_NOT_AVAILABLE, False, _E.COORDINATOR_NOT_AVAILABLE,
+                               False, False, False),
+})
+
 
 _S = GroupState
 VALID_PREVIOUS: FrozenMap[GroupState, frozenset[GroupState]] = FrozenMap(

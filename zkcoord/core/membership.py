@@ -19,12 +19,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from zkcoord.core.consumer.config import ConsumerGroupConfig
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.frozenmap import FrozenMap
 from zkcoord.core.group_states import GroupState
+from zkcoord.core.topics_image import EMPTY_IMAGE, TopicsImage
 from zkcoord.errors import ConfigError, StateError
 
 __all__ = [
@@ -57,12 +59,22 @@ OFFSET_STORAGES = ("zookeeper", "dual", "kafka")
 
 @dataclass(frozen=True)
 class GroupConfig:
-    """Broker-side limits of classic groups (Kafka's ``group.*`` settings)."""
+    """What every group handler is given besides the group and the request:
+    the broker-side limits of classic groups (Kafka's ``group.*`` settings),
+    the consumer groups' settings (``group.consumer.*``), ``image``, the
+    topics as the daemon knows them at the moment of the call (the server
+    replaces it when topics change; KIP-848's handlers read topic ids and
+    partition counts from it), and the embedded consumer protocol's codec."""
 
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1_800_000
     initial_rebalance_delay_ms: int = 3000
     max_group_size: int = 2**31 - 1
+    consumer: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
+    image: TopicsImage = field(default=EMPTY_IMAGE, compare=False)
+    # The embedded consumer protocol's codec (zkcoord.core.consumer.protocol), given by the server: what
+    # converting a group between the classic and the consumer protocol decodes and encodes. None: no conversion.
+    consumer_protocol: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.min_session_timeout_ms < 0:

@@ -25,8 +25,9 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from zkcoord.core.group_states import GroupState
+from zkcoord.core.group_states import BEHAVIOUR
 from zkcoord.core.membership import Group
+from zkcoord.core.phases import GroupPhase
 
 CLIENT_SOFTWARE_NAME = "zkcoord-notice"
 FEATURE = "zkcoord.rebalance.notice"
@@ -40,8 +41,9 @@ def hold_ms(group: Group, member_id: str, generation_id: int, configured_ms: int
     that generation and the member is in it; at most ``configured_ms`` and
     half the member's session timeout, so a held heartbeat alone keeps the
     member's session alive."""
-    if configured_ms <= 0 or group.state is not GroupState.STABLE or group.generation_id != generation_id:
-        return 0
+    if (configured_ms <= 0 or not isinstance(group, Group) or BEHAVIOUR[group.state].phase is not GroupPhase.STABLE
+            or group.generation_id != generation_id):
+        return 0  # held only for classic members: other group types tell their members their own way
     member = group.members.get(member_id)
     if member is None:
         return 0

@@ -1,7 +1,7 @@
 """Configuration files the sandbox writes for its servers.
 
-Owns the text of ``zoo.cfg``, Kafka's ``server.properties``, the two
-logging configurations and, for a ZooKeeper that takes SASL logins
+Owns the text of ``zoo.cfg``, Kafka's ``server.properties``, the servers'
+logging configurations, the one of Kafka's tools run by hand and, for a ZooKeeper that takes SASL logins
 (:func:`zoo_cfg` with ``sasl``), its JAAS ``Server`` section and a client's
 ``Client`` section (:func:`zookeeper_server_jaas`,
 :func:`zookeeper_client_jaas`: Passwords, as they hold passwords). Values are chosen for a 2-core, 24 GiB machine that
@@ -42,6 +42,15 @@ log4j.logger.org.apache.kafka.storage=WARN
 log4j.logger.kafka.log=WARN
 """
 
+# Kafka's own tools (console consumer, kafka-acls, kafka-topics, ...) run by hand or by the demo: what
+# Kafka's shell scripts give them (config/tools-log4j.properties): warnings and errors, on stderr. Without
+# a configuration reload4j prints nothing at all, an authorization error included.
+TOOLS_LOG4J_PROPERTIES = """log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.appender.stderr.Target=System.err
+"""
 
 # ZooKeeper 3.8: SASL logins are checked by this provider against the JAAS file's Server section (the JVM's
 # -Djava.security.auth.login.config); an ``auth`` ACL then names the session's ``sasl:<user>``.

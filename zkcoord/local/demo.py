@@ -5,8 +5,8 @@ Run as ``python -m zkcoord.local.demo`` with ``ZKCOORD_COORDINATORS`` and
 ``ZKCOORD_BOOTSTRAP_SERVERS`` set (``eval "$(zkcoord local env)"``); with
 ``ZKCOORD_KAFKA_CLIENT_CONFIG`` (Kafka client properties) every client logs
 in as that file says, to the brokers and the daemons.
-Prints each member's assignment per generation and what was consumed;
-exits 1 if a record was not consumed.
+Prints each member's assignment when it is applied (once per generation)
+and what was consumed; exits 1 if a record was not consumed.
 """
 
 from __future__ import annotations
@@ -20,37 +20,64 @@ import uuid
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from zkcoord.client import Consumer, ConsumerConfig
+from zkcoord.client import Consumer, ConsumerConfig, RebalanceListener
 from zkcoord.config import KAFKA_CLIENT_CONFIG_ENV
 from zkcoord.kafka.client_security import KafkaClientSecurity
 
 PARTITIONS = 6
 RECORDS_PER_ROUND = 60
+_PRINTING = threading.Lock()  # print() writes a line and its end apart: two threads could share a line
 
 
 class Worker(threading.Thread):
+    """One member of the pool: polls, notes who consumed each record, commits;
+    prints its assignment each time one is applied (:class:`AssignmentReport`)."""
+
     def __init__(self, name: str, config: ConsumerConfig, topic: str, seen: dict, lock: threading.Lock):
         super().__init__(name=name, daemon=True)
         self.config, self.topic, self.seen, self.lock = config, topic, seen, lock
         self.stop_event = threading.Event()
-        self.assignments: list[tuple[int, list[int]]] = []
+        self.assignments: list[tuple[int, list[int]]] = []  # (generation, partitions), as printed
 
     def run(self) -> None:
         with Consumer(self.config) as consumer:
-            consumer.subscribe([self.topic])
+            self.subscribe(consumer)
             while not self.stop_event.is_set():
-                for record in consumer.poll(timeout_ms=200):
-                    with self.lock:
-                        self.seen.setdefault((record.partition, record.offset), self.name)
-                consumer.commit()
-                self._note(consumer)
+                self.step(consumer)
 
-    def _note(self, consumer: Consumer) -> None:
-        generation = consumer.membership().generation_id
-        partitions = sorted(tp.partition for tp in consumer.assignment())
-        if generation > 0 and (not self.assignments or self.assignments[-1] != (generation, partitions)):
-            self.assignments.append((generation, partitions))
+    def subscribe(self, consumer: Consumer) -> None:
+        consumer.subscribe([self.topic], listener=AssignmentReport(self, consumer))
+
+    def step(self, consumer: Consumer) -> None:
+        """One round of the worker's loop: poll, note what was consumed, commit."""
+        for record in consumer.poll(timeout_ms=200):
+            with self.lock:
+                self.seen.setdefault((record.partition, record.offset), self.name)
+        consumer.commit()
+
+    def assigned(self, generation: int, partitions: list[int]) -> None:
+        self.assignments.append((generation, partitions))
+        with _PRINTING:  # the members of a generation are told at once, each on a thread of its own
             print(f"  {self.name}: generation {generation}: partitions {partitions}", flush=True)
+
+
+class AssignmentReport(RebalanceListener):
+    """Tells a :class:`Worker` of each assignment once it is applied.
+
+    ``on_assigned`` runs after the SyncGroup answer has been applied, so the
+    generation read there is the one the assignment belongs to. Reading the
+    generation and the assignment after a ``poll()`` instead can catch a
+    member between its JoinGroup answer (the new generation) and its
+    SyncGroup answer (its partitions), and report ``partitions []`` for a
+    generation that gives it partitions a moment later."""
+
+    def __init__(self, worker: Worker, consumer: Consumer):
+        self.worker, self.consumer = worker, consumer
+
+    def on_assigned(self, partitions) -> None:
+        # The whole assignment, not only ``partitions``: under cooperative-sticky that is what was gained.
+        owned = sorted(tp.partition for tp in self.consumer.assignment())
+        self.worker.assigned(self.consumer.membership().generation_id, owned)
 
 
 def security():
@@ -83,6 +110,12 @@ def wait_consumed(seen: dict, lock: threading.Lock, count: int, timeout_s: float
     return False
 
 
+def worker_config(coordinators: str, bootstrap: str, group: str) -> ConsumerConfig:
+    return ConsumerConfig(coordinators=coordinators, bootstrap_servers=bootstrap, group_id=group,
+                          enable_auto_commit=False, auto_offset_reset="earliest",
+                          session_timeout_ms=10000, heartbeat_interval_ms=500, security=security())
+
+
 def main() -> int:
     coordinators = os.environ["ZKCOORD_COORDINATORS"]
     bootstrap = os.environ["ZKCOORD_BOOTSTRAP_SERVERS"]
@@ -91,9 +124,7 @@ def main() -> int:
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
     admin.close()
     print(f"topic {topic} ({PARTITIONS} partitions), group {group}, coordinators {coordinators}")
-    config = ConsumerConfig(coordinators=coordinators, bootstrap_servers=bootstrap, group_id=group,
-                            enable_auto_commit=False, auto_offset_reset="earliest",
-                            session_timeout_ms=10000, heartbeat_interval_ms=500, security=security())
+    config = worker_config(coordinators, bootstrap, group)
     seen: dict = {}
     lock = threading.Lock()
     workers = [Worker(f"worker-{i}", config, topic, seen, lock) for i in (1, 2, 3)]
@@ -109,6 +140,8 @@ def main() -> int:
     produce(bootstrap, topic, RECORDS_PER_ROUND)
     ok = wait_consumed(seen, lock, 2 * RECORDS_PER_ROUND) and ok
     time.sleep(2)
+    # The first to leave may hand the other one a last generation before it stops too: said, not hidden.
+    print("worker-1 and worker-2 stop:")
     for worker in workers[:2]:
         worker.stop_event.set()
     for worker in workers[:2]:

@@ -12,6 +12,11 @@ Run as ``python -m zkcoord.local.demo_gateway`` with ``ZKCOORD_GATEWAY_SERVERS``
 ``ZKCOORD_COORDINATORS`` and ``ZKCOORD_BOOTSTRAP_SERVERS`` set (``eval
 "$(zkcoord local env)"`` after ``zkcoord local up --daemons N``). Prints who
 consumed what; exits 1 if a record was not consumed.
+
+Its files live in the sandbox's state directory (``ZKCOORD_STATE_DIR`` or
+the default, as ``zkcoord local up`` chose it), so ``zkcoord local down``
+removes them: the tools' logging is the sandbox's ``tools-log4j.properties``,
+the Java consumer's log ``logs/demo-java-console-consumer.log``.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -30,23 +34,33 @@ from kafka.admin import NewTopic
 
 from zkcoord.client import Consumer, ConsumerConfig
 from zkcoord.local import jars
+from zkcoord.local.sandbox import Sandbox
 
 PARTITIONS = 6
 RECORDS = 120
 WAIT_S = 90.0
 GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
-LOG4J = "log4j.rootLogger=WARN, stderr\nlog4j.appender.stderr=org.apache.log4j.ConsoleAppender\n" \
-        "log4j.appender.stderr.Target=System.err\nlog4j.appender.stderr.layout=org.apache.log4j.PatternLayout\n" \
-        "log4j.appender.stderr.layout.ConversionPattern=%p %c: %m%n\n"
+CONSUMER_LOG = "demo-java-console-consumer"  # <state dir>/logs/<this>.log
 
 
-def java(main_class: str, *args: str, workdir: Path) -> list[str]:
-    """A Kafka tool's command line, from the sandbox's jars (quiet logging)."""
-    config = workdir / "log4j.properties"
-    config.write_text(LOG4J)
-    return [jars.find_java(), "-Xmx256m", f"-Dlog4j.configuration=file:{config}", "-cp",
+def java(main_class: str, *args: str, log4j: Path) -> list[str]:
+    """A Kafka tool's command line, from the sandbox's jars, logging as ``log4j`` says."""
+    return [jars.find_java(), "-Xmx256m", f"-Dlog4j.configuration=file:{log4j}", "-cp",
             jars.kafka_distribution().classpath, main_class, *args]
+
+
+def sandbox_files() -> tuple[Path, Path]:
+    """The tools' log4j configuration and the Java consumer's log, both in
+    the running sandbox's state directory; SystemExit (a clear message, no
+    traceback) when no sandbox is there."""
+    sandbox = Sandbox()
+    if sandbox.load() is None:
+        raise SystemExit(f"no sandbox in {sandbox.state_dir}: run `zkcoord local up --daemons 2` and "
+                         "`eval \"$(zkcoord local env)\"` first (ZKCOORD_STATE_DIR names another directory)")
+    log = sandbox.log_file(CONSUMER_LOG)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return sandbox.write_tools_log4j(), log
 
 
 class Seen:
@@ -68,12 +82,13 @@ class Seen:
 class JavaConsumer:
     """Kafka's console consumer in a JVM of its own, bootstrapped from the gateways."""
 
-    def __init__(self, gateways: str, topic: str, group: str, seen: Seen, workdir: Path) -> None:
-        self.log = workdir / "java-console-consumer.log"
+    def __init__(self, gateways: str, topic: str, group: str, seen: Seen, log4j: Path, log: Path) -> None:
+        self.log = log
         command = java(CONSOLE_CONSUMER, "--bootstrap-server", gateways, "--topic", topic, "--group", group,
                        "--from-beginning", "--consumer-property", "client.id=java-console",
-                       "--consumer-property", "heartbeat.interval.ms=500", workdir=workdir)
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=open(self.log, "w"), text=True)
+                       "--consumer-property", "heartbeat.interval.ms=500", log4j=log4j)
+        with open(self.log, "w") as stderr:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True)
         self.reader = threading.Thread(target=self._read, args=(seen,), daemon=True)
         self.reader.start()
 
@@ -133,18 +148,25 @@ def wait_for_members(gateways: str, group: str, count: int) -> bool:
         admin.close()
 
 
+def _required(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise SystemExit(f"{name} is not set: run `zkcoord local up --daemons 2` and "
+                         "`eval \"$(zkcoord local env)\"` first")
+    return value
+
+
 def main() -> int:
-    gateways = os.environ["ZKCOORD_GATEWAY_SERVERS"]
-    coordinators = os.environ["ZKCOORD_COORDINATORS"]
-    bootstrap = os.environ["ZKCOORD_BOOTSTRAP_SERVERS"]
+    gateways, coordinators, bootstrap = (_required(name) for name in (
+        "ZKCOORD_GATEWAY_SERVERS", "ZKCOORD_COORDINATORS", "ZKCOORD_BOOTSTRAP_SERVERS"))
     topic, group = f"demo-payments-{uuid.uuid4().hex[:6]}", f"demo-mixed-{uuid.uuid4().hex[:6]}"
-    workdir = Path(tempfile.mkdtemp(prefix="zkcoord-demo-gateway-"))
+    log4j, consumer_log = sandbox_files()
     admin = KafkaAdminClient(bootstrap_servers=gateways)  # kafka-python's admin client, through the gateway too
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
     admin.close()
     print(f"topic {topic} ({PARTITIONS} partitions), group {group}, gateways {gateways}")
     seen, stop = Seen(), threading.Event()
-    java_consumer = JavaConsumer(gateways, topic, group, seen, workdir)
+    java_consumer = JavaConsumer(gateways, topic, group, seen, log4j, consumer_log)
     threads = [threading.Thread(target=librdkafka_consumer, args=(gateways, topic, group, seen, stop), daemon=True),
                threading.Thread(target=zkcoord_consumer, args=(coordinators, bootstrap, topic, group, seen, stop),
                                 daemon=True)]
@@ -167,7 +189,7 @@ def main() -> int:
         print(f"  {client}: {len(values)}")
     print("kafka-consumer-groups --bootstrap-server <gateway> --describe --members (Kafka's own tool):")
     described = subprocess.run(java(GROUP_COMMAND, "--bootstrap-server", gateways, "--describe", "--group", group,
-                                    "--members", workdir=workdir), capture_output=True, text=True, timeout=120)
+                                    "--members", log4j=log4j), capture_output=True, text=True, timeout=120)
     print(described.stdout.strip() or described.stderr.strip())
     stop.set()
     java_consumer.stop()

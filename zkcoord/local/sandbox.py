@@ -6,7 +6,9 @@ Owns the sandbox's state directory::
     <state-dir>/sandbox.json      pids, ports and directories of every server
     <state-dir>/zookeeper/        zoo.cfg, data/, logback.xml
     <state-dir>/kafka-<id>/       server.properties, data/, log4j.properties
-    <state-dir>/logs/<server>.log each server's output
+    <state-dir>/logs/<server>.log each server's output (and the demo's Java consumer's)
+    <state-dir>/tools-log4j.properties  the logging of Kafka's tools run by hand
+                                  (ZKCOORD_TOOLS_LOG4J: warnings and errors on stderr)
 
 ``up`` starts what is not running (and only that), waits until ZooKeeper
 answers ``ruok``, each broker answers a metadata request and each zkcoord
@@ -213,6 +215,16 @@ class Sandbox:
     def log_file(self, name: str) -> Path:
         return self.state_dir / "logs" / f"{name}.log"
 
+    @property
+    def tools_log4j(self) -> Path:
+        """The log4j configuration of Kafka's tools run against the sandbox
+        (``java -Dlog4j.configuration=file:...``), as Kafka's scripts give them."""
+        return self.state_dir / "tools-log4j.properties"
+
+    def write_tools_log4j(self) -> Path:
+        self.tools_log4j.write_text(config_files.TOOLS_LOG4J_PROPERTIES)
+        return self.tools_log4j
+
     def _marker(self, name: str) -> str:
         return f"-Dzkcoord.sandbox={self.state_dir / name}"
 
@@ -249,6 +261,7 @@ class Sandbox:
                 state.daemons.append(daemon)
                 daemon.gateway_port = procs.free_port_range(1 + MAX_BROKERS, avoid=state.ports())
                 daemon.metrics_port = procs.free_port(avoid=state.ports())
+            self.write_tools_log4j()
             started = self._start_missing(state)
             return state, started
 

@@ -32,15 +32,20 @@ The report (``report_dir`` must be reachable by the driver and every
 executor: a local path in local mode, HDFS/S3/NFS on a cluster)::
 
     <report_dir>/partitions.parquet/   one row per partition (REPORT_COLUMNS)
-    <report_dir>/partitions.csv/       the same rows sorted by group, topic, partition: one CSV
-                                       file (part-00000-*.csv) with a header
-    <report_dir>/groups.csv/           group notes and errors: group, kind (note|error), message
+    <report_dir>/partitions.csv        the same rows sorted by group, topic, partition, with a header
+    <report_dir>/groups.csv            group notes and errors: group, kind (note|error), message
+
+Both CSVs are single files when the report dir is local and so is the master
+(the default); elsewhere they are Spark's directories of ``part-*.csv``
+files, each with a header line (:mod:`zkcoord.migrate.spark_report`, which
+also merges the local ones).
 
 Rules:
 
 1. The tasks run once: the Parquet write is the only action over them; the
-   CSV is written from the Parquet files, and the totals come from an
-   accumulator filled by those same tasks. A task Spark retries after a
+   CSV is written from the Parquet files (then merged into one file on the
+   driver, for a local report), and the totals come from an accumulator
+   filled by those same tasks. A task Spark retries after a
    failure applies again from where the groups are (apply is resumable);
    apply refuses speculative execution, which would run a task twice at once.
 2. An existing report is never overwritten without ``overwrite``; this is
@@ -84,6 +89,7 @@ from zkcoord.kafka.offsets import check_bootstrap_servers
 from zkcoord.zk.legacy import LegacyOffsets
 from zkcoord.migrate.plan import Selection, select_groups
 from zkcoord.migrate.spark_cds import ClassArchive, class_archive
+from zkcoord.migrate.spark_report import GROUPS_COLUMNS, ReportPaths, check_report, discard, plan_report, publish
 from zkcoord.migrate.status import MigrationStore
 from zkcoord.migrate.spark_tasks import MODES, REPORT_COLUMNS, JobSummary, SummaryParam, TaskSpec, no_rows, \
     run_partition
@@ -199,13 +205,6 @@ class JobProgress:
 
 
 @dataclass(frozen=True)
-class ReportPaths:
-    parquet: str
-    csv: str
-    groups_csv: str
-
-
-@dataclass(frozen=True)
 class JobResult:
     """Totals as :func:`~zkcoord.core.migration.make_plan` computes them over
     the groups read; ``error_groups`` could not be read (see ``errors``);
@@ -278,6 +277,9 @@ def spark_session(master: str | None = None, *, app_name: str = "zkcoord-migrate
         builder = builder.config(key, value)
     local = _is_local(master) and not submitted
     workdir = Path(tempfile.mkdtemp(prefix="zkcoord-spark-"))
+    if local and "spark.local.dir" not in (conf or {}):
+        # Spark's scratch (spark-*, blockmgr-*) inside the session's own folder, removed with it.
+        builder = builder.config("spark.local.dir", str(workdir / "local"))
     starting = f"starting Spark ({master or LOCAL_MASTER})"
     if archive.mode == "create":
         starting += ("; the first run with this Java and Spark also saves a class archive of the JVM when the job "
@@ -362,8 +364,14 @@ def _start_workers(sc: Any) -> None:
 
 
 def _log4j2_file() -> Path:
-    path = Path(tempfile.gettempdir()) / f"zkcoord-spark-log4j2-{os.getuid()}.properties"
+    """The driver JVM's log4j2 settings, in the cache (not the temp folder: a
+    run leaves nothing there), at a path that stays the same from run to run
+    (the JVM options are part of what the class archive is made for)."""
+    from zkcoord.local.jars import cache_dir
+
+    path = cache_dir() / "spark-log4j2.properties"
     if not path.exists() or path.read_text() != _LOG4J2:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(_LOG4J2)
     return path
 
@@ -391,9 +399,8 @@ def run_job(config: JobConfig, spark: Any, on_progress: ProgressCallback | None 
     if config.mode == "apply" and sc.getConf().get("spark.speculation", "false").lower() == "true":
         raise UsageError("apply refuses to run with spark.speculation=true: two copies of a task would apply the "
                          "same groups at once; turn speculation off for this job")
-    report = _report_paths(config.report_dir, sc.master)
-    if not config.overwrite:
-        _refuse_existing(sc, report)
+    report = plan_report(config.report_dir, sc.master)
+    check_report(sc, report, config.overwrite)
     groups, absent = asyncio.run(_list_groups(config))
     slices = max(1, min(config.spark_partitions or sc.defaultParallelism, len(groups) or 1))
     summary = sc.accumulator(JobSummary(), SummaryParam())
@@ -411,27 +418,30 @@ def run_job(config: JobConfig, spark: Any, on_progress: ProgressCallback | None 
         rows = sc.parallelize(groups, slices).mapPartitions(partial(run_partition, spec, summary))
         frame = spark.createDataFrame(rows, _schema(), verifySchema=False)
         mode = "overwrite" if config.overwrite else "errorifexists"
-        _translated(lambda: frame.write.mode(mode).parquet(report.parquet))
+        _translated(lambda: frame.write.mode(mode).parquet(report.parquet_uri))
         tasks_done = time.monotonic()
         found: JobSummary = summary.value
         # the two CSV writes are one task each: side by side they use two cores instead of one after the other
         with ThreadPoolExecutor(1, thread_name_prefix="zkcoord-groups-csv") as pool:
-            groups_csv = pool.submit(_write_groups, spark, found, report.groups_csv, mode)
+            groups_csv = pool.submit(_write_groups, spark, found, report.groups_csv_uri, mode)
             try:
-                written = spark.read.schema(_schema()).parquet(report.parquet)  # the schema known: no footer read
+                written = spark.read.schema(_schema()).parquet(report.parquet_uri)  # the schema known: no footer read
                 _translated(lambda: written.coalesce(1).sortWithinPartitions("group", "topic", "partition").write
-                            .mode(mode).options(**_CSV).csv(report.csv))
+                            .mode(mode).options(**_CSV).csv(report.csv_uri))
             finally:
                 csv_done = time.monotonic()
                 wait([groups_csv])
             groups_csv.result()
-        log.debug("%s job: tasks + Parquet %.2f s, CSV %.2f s, then groups CSV %.2f s", config.mode,
-                  tasks_done - started, csv_done - tasks_done, time.monotonic() - csv_done)
+        groups_done = time.monotonic()
+        publish(report, REPORT_COLUMNS, config.overwrite)
+        log.debug("%s job: tasks + Parquet %.2f s, CSV %.2f s, then groups CSV %.2f s, merge %.2f s", config.mode,
+                  tasks_done - started, csv_done - tasks_done, groups_done - csv_done, time.monotonic() - groups_done)
         done = True
     finally:
         poller.stop(final=done)
         server.close()
-    return _result(config, found, len(groups), report, sc.master, slices, time.monotonic() - started)
+        discard(report)  # what a failed job left in a local report's staging directories
+    return _result(config, found, len(groups), report.paths, sc.master, slices, time.monotonic() - started)
 
 
 async def _list_groups(config: JobConfig) -> tuple[list[str], frozenset[str]]:
@@ -463,28 +473,11 @@ def _schema():
                        for name in REPORT_COLUMNS])
 
 
-def _report_paths(report_dir: str, master: str) -> ReportPaths:
-    base = report_dir.strip()
-    if "://" not in base and master.startswith("local"):
-        base = Path(base).expanduser().resolve().as_uri()  # executors and driver share this machine
-    base = base.rstrip("/")
-    return ReportPaths(f"{base}/partitions.parquet", f"{base}/partitions.csv", f"{base}/groups.csv")
-
-
-def _refuse_existing(sc: Any, report: ReportPaths) -> None:
-    jvm = sc._jvm  # Hadoop's FileSystem: the same check Spark makes, for every scheme it knows
-    for target in (report.parquet, report.csv, report.groups_csv):
-        path = jvm.org.apache.hadoop.fs.Path(target)
-        if path.getFileSystem(sc._jsc.hadoopConfiguration()).exists(path):
-            raise UsageError(f"the report {target} already exists; choose another --report-dir or pass "
-                             "--overwrite")
-
-
 def _write_groups(spark: Any, found: JobSummary, path: str, mode: str) -> None:
     from pyspark.sql.types import StringType, StructField, StructType
 
     rows = [(g, "error", text) for g, text in found.errors] + [(g, "note", text) for g, text in found.notes]
-    schema = StructType([StructField(name, StringType(), False) for name in ("group", "kind", "message")])
+    schema = StructType([StructField(name, StringType(), False) for name in GROUPS_COLUMNS])
     frame = spark.createDataFrame(sorted(rows), schema)
     _translated(lambda: frame.coalesce(1).write.mode(mode).options(**_CSV).csv(path))
 

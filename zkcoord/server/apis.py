@@ -52,8 +52,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from zkcoord.core import group as core
-from zkcoord.core import notice
+from zkcoord.core import groups, notice
+from zkcoord.core import messages as core
 from zkcoord.core.api_keys import (
     API_VERSIONS, DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS,
     OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP,
@@ -65,8 +65,8 @@ from zkcoord.server.authorization import (
     OPEN, UNKNOWN_OPERATIONS, GroupAccess, Operation, commit_authorized, fetch_authorized, with_refused,
 )
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
-from zkcoord.server.bulk_work import off_loop
-from zkcoord.server.manager import UNKNOWN_TOKEN, pause_every
+from zkcoord.server.bulk_work import off_loop, pause_every
+from zkcoord.server.manager import UNKNOWN_TOKEN
 from zkcoord.server.member_connections import MemberConnections
 from zkcoord.wire.connections import ConnectionInfo
 from zkcoord.wire.messages import api_versions_response
@@ -148,18 +148,20 @@ class ApiHandler:
             request = core.HeartbeatRequest(
                 token, r.member_id, r.generation_id,
                 getattr(r, "group_instance_id", None) if decoded.api_version >= 3 else None)
-            result = runtime.call_now(token, lambda g, now: core.handle_heartbeat(g, request, now, runtime.config))
+            result = runtime.call_now(token, lambda g, now: groups.decide(g, request, now, runtime.config))
             if result is NOT_NOW:
                 return None
             if self.members is not None and result.error in _KNOWN_MEMBER and request.group_instance_id is None:
                 self.members.seen(r.group_id, r.member_id, connection.connection_id)
             response = constant_response(decoded, throttle_time_ms=0, error_code=int(result.error))
         else:
-            # Only in Stable: in CompletingRebalance most SyncGroups are parked.
-            if runtime.group.state is not core.GroupState.STABLE or not _sync_has_protocol(decoded):
+            if not _sync_has_protocol(decoded):
                 return None
             sync = _sync_request(decoded, token)
-            result = runtime.call_now(token, lambda g, now: core.handle_sync(g, sync, now, runtime.config))
+            group = runtime.group
+            if not groups.kind_of(group).answers_at_once(group, sync):  # parked (a rebalance): no decision twice
+                return None
+            result = runtime.call_now(token, lambda g, now: groups.decide(g, sync, now, runtime.config))
             if result is NOT_NOW:
                 return None
             if self.members is not None and result.error in _KNOWN_MEMBER and sync.group_instance_id is None:
@@ -286,7 +288,7 @@ class ApiHandler:
 
             def join(g, now):
                 self._end_holds(g, now, runtime.config, ((r.member_id, instance),))
-                return core.handle_join(g, request, now, runtime.config)
+                return groups.decide(g, request, now, runtime.config)
 
             return await runtime.call(token, join, render=render)
         except GroupUnavailableError as exc:
@@ -305,7 +307,7 @@ class ApiHandler:
             return answer(E.INCONSISTENT_GROUP_PROTOCOL)  # mandatory from v5, checked before the group
         if not self.access.group(connection, Operation.READ, r.group_id):
             return answer(E.GROUP_AUTHORIZATION_FAILED)
-        unknown = await self.manager.reply_if_unknown(r.group_id, lambda g, now: core.handle_sync(
+        unknown = await self.manager.reply_if_unknown(r.group_id, lambda g, now: groups.decide(
             g, _sync_request(decoded, UNKNOWN_TOKEN), now, self.manager.group_config))
         if unknown is not None:
             return answer(unknown.error, unknown.protocol_type, unknown.protocol_name, unknown.assignment)
@@ -321,7 +323,7 @@ class ApiHandler:
                 return encoded_response(decoded, answer(
                     result.error, result.protocol_type, result.protocol_name, result.assignment))
 
-            return await runtime.call(token, lambda g, now: core.handle_sync(g, request, now, runtime.config),
+            return await runtime.call(token, lambda g, now: groups.decide(g, request, now, runtime.config),
                                       render=render)
         except GroupUnavailableError as exc:
             return answer(exc.code)
@@ -334,7 +336,7 @@ class ApiHandler:
         instance = getattr(r, "group_instance_id", None) if decoded.api_version >= 3 else None
         if not self.access.group(connection, Operation.READ, r.group_id):
             return constant_response(decoded, throttle_time_ms=0, error_code=int(E.GROUP_AUTHORIZATION_FAILED))
-        unknown = await self.manager.reply_if_unknown(r.group_id, lambda g, now: core.handle_heartbeat(
+        unknown = await self.manager.reply_if_unknown(r.group_id, lambda g, now: groups.decide(
             g, core.HeartbeatRequest(UNKNOWN_TOKEN, r.member_id, r.generation_id, instance), now,
             self.manager.group_config))
         if unknown is not None:
@@ -345,7 +347,7 @@ class ApiHandler:
                 return constant_response(decoded, throttle_time_ms=0, error_code=0)
             token = runtime.next_token()
             request = core.HeartbeatRequest(token, r.member_id, r.generation_id, instance)
-            result = await runtime.call(token, lambda g, now: core.handle_heartbeat(g, request, now, runtime.config))
+            result = await runtime.call(token, lambda g, now: groups.decide(g, request, now, runtime.config))
             if connection.connection_id in self._notice_connections:
                 if result.error is E.NONE:
                     result = await self._held_heartbeat(runtime, request)
@@ -384,9 +386,9 @@ class ApiHandler:
                 if not holds:
                     self._holds.pop(runtime.group_id, None)
         return await runtime.read(
-            lambda g, now: core.handle_heartbeat(g, request, now, runtime.config).replies[0].payload)
+            lambda g, now: groups.decide(g, request, now, runtime.config).replies[0].payload)
 
-    def _end_holds(self, group: core.Group, now: int, config, members) -> None:
+    def _end_holds(self, group, now: int, config, members) -> None:
         """A JoinGroup or LeaveGroup of ``members`` ((member id, instance id)
         pairs) is about to be applied to ``group``: their held heartbeats are
         answered first, on the group as it is before. They arrived before
@@ -403,7 +405,7 @@ class ApiHandler:
         for waiter, request in list(holds.items()):
             if not waiter.done() and (request.member_id in member_ids or (
                     request.group_instance_id is not None and request.group_instance_id in instance_ids)):
-                waiter.set_result(core.handle_heartbeat(group, request, now, config).replies[0].payload)
+                waiter.set_result(groups.decide(group, request, now, config).replies[0].payload)
 
     async def leave_group(self, decoded, connection):
         r = decoded.request
@@ -421,7 +423,7 @@ class ApiHandler:
         if not self.access.group(connection, Operation.READ, r.group_id):
             return answer(E.GROUP_AUTHORIZATION_FAILED)
         try:
-            result = await self.manager.reply_if_unknown(r.group_id, lambda g, now: core.handle_leave(
+            result = await self.manager.reply_if_unknown(r.group_id, lambda g, now: groups.decide(
                 g, core.LeaveRequest(UNKNOWN_TOKEN, members), now, self.manager.group_config))
             if result is None:
                 runtime = await self.manager.runtime(r.group_id)
@@ -430,7 +432,7 @@ class ApiHandler:
 
                 def leave(g, now):
                     self._end_holds(g, now, runtime.config, members)
-                    return core.handle_leave(g, request, now, runtime.config)
+                    return groups.decide(g, request, now, runtime.config)
 
                 result = await runtime.call(token, leave)
         except GroupUnavailableError as exc:
@@ -453,8 +455,8 @@ class ApiHandler:
         wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata)
                   for t in r.topics for p in t.partitions]
         instance = getattr(r, "group_instance_id", None) if version >= 7 else None
-        errors = await commit_authorized(self.access, self.manager, connection, r.group_id, r.member_id,
-                                         r.generation_id_or_member_epoch, instance, wanted)
+        errors = await commit_authorized(self.access, self.manager.group_offsets, connection, r.group_id,
+                                         r.member_id, r.generation_id_or_member_epoch, instance, wanted, version)
         if self.members is not None and r.member_id and instance is None and E.NONE in errors:
             self.members.seen(r.group_id, r.member_id, connection.connection_id)
 
@@ -477,8 +479,8 @@ class ApiHandler:
             answers = []
             for i, g in enumerate(r.groups):
                 await pause_every(i)
-                code, answer, refused = await fetch_authorized(self.access, self.manager, connection, g.group_id,
-                                                               _wanted(g.topics))
+                code, answer, refused = await fetch_authorized(self.access, self.manager.group_offsets, connection,
+                                                               g.group_id, _wanted(g.topics))
                 answers.append((g.group_id, code, answer, refused))
             return await _answer(decoded, sum(1 + len(a) for _, _, a, _ in answers), lambda: {
                 "throttle_time_ms": 0,
@@ -486,7 +488,8 @@ class ApiHandler:
                             "topics": with_refused(answer.response_topics(), refused)}
                            for group_id, code, answer, refused in answers]})
         wanted = _wanted(r.topics)
-        code, answer, refused = await fetch_authorized(self.access, self.manager, connection, r.group_id, wanted)
+        code, answer, refused = await fetch_authorized(self.access, self.manager.group_offsets, connection,
+                                                       r.group_id, wanted)
         if decoded.api_version < 2 and code is not E.NONE:  # no group error field: it goes on every partition
             topics = lambda: [{"name": t, "partitions": [  # noqa: E731
                 {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
@@ -502,7 +505,7 @@ class ApiHandler:
         # Each distinct id once: a request may repeat one 500,000 times.
         distinct = list(dict.fromkeys(decoded.request.groups))
         refused = {g for g in distinct if not self.access.group(connection, Operation.DESCRIBE, g)}
-        described = await self.manager.describe_groups([g for g in distinct if g not in refused])
+        described = await self.manager.admin.describe_groups([g for g in distinct if g not in refused])
         operations = decoded.api_version >= 3 and getattr(decoded.request, "include_authorized_operations", False)
         for i, group_id in enumerate(decoded.request.groups):
             await pause_every(i)
@@ -530,24 +533,22 @@ class ApiHandler:
             if decoded.api_version >= 4 else set()
         types = {t.lower() for t in (getattr(r, "types_filter", None) or []) if isinstance(t, str)} \
             if decoded.api_version >= 5 else set()
-        if types and "classic" not in types:
-            return await _answer(decoded, 0, throttle_time_ms=0, error_code=0, groups=[])
         listed = []
         everything = self.access.cluster(connection, Operation.DESCRIBE)
-        for i, (group_id, state, protocol_type) in enumerate(await self.manager.list_groups()):
+        for i, (group_id, state, protocol_type, group_type) in enumerate(await self.manager.admin.list_groups()):
             await pause_every(i)
-            if states and state.lower() not in states:
+            if (states and state.lower() not in states) or (types and group_type not in types):
                 continue
             if not everything and not self.access.group(connection, Operation.DESCRIBE, group_id):
                 continue
             listed.append({"group_id": group_id, "protocol_type": protocol_type, "group_state": state,
-                           "group_type": "classic"})
+                           "group_type": group_type})
         return await _answer(decoded, len(listed), throttle_time_ms=0, error_code=0, groups=listed)
 
     async def delete_groups(self, decoded, connection):
         distinct = list(dict.fromkeys(decoded.request.groups_names))  # once each
         allowed = [g for g in distinct if self.access.group(connection, Operation.DELETE, g)]
-        deleted = await self.manager.delete_groups(allowed)
+        deleted = await self.manager.admin.delete_groups(allowed)
         results = [{"group_id": group_id, "error_code": int(code)} for group_id, code in deleted.items()]
         results += [{"group_id": g, "error_code": int(E.GROUP_AUTHORIZATION_FAILED)}  # after, as Kafka does
                     for g in distinct if g not in deleted]

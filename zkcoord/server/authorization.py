@@ -93,23 +93,26 @@ class GroupAccess:
 OPEN = GroupAccess()
 
 
-async def commit_authorized(access: GroupAccess, manager, connection, group_id: str, member_id: str,
-                            generation: int, instance: str | None, wanted: list) -> list[ErrorCode]:
+async def commit_authorized(access: GroupAccess, offsets, connection, group_id: str, member_id: str,
+                            generation: int, instance: str | None, wanted: list,
+                            api_version: int = 0) -> list[ErrorCode]:
     """An OffsetCommit's error per ``(topic, partition, offset, metadata)``:
     GROUP_AUTHORIZATION_FAILED for all without READ on the group,
     TOPIC_AUTHORIZATION_FAILED for the partitions of topics without READ,
-    the group manager's answer for the rest."""
+    the answer of ``offsets`` (:class:`~zkcoord.server.group_offsets.GroupOffsets`)
+    for the rest."""
     if not access.group(connection, Operation.READ, group_id):
         return [ErrorCode.GROUP_AUTHORIZATION_FAILED] * len(wanted)
     if not access.enforcing:
-        return await manager.commit_offsets(group_id, member_id, generation, instance, wanted)
+        return await offsets.commit(group_id, member_id, generation, instance, wanted, api_version)
     allowed = access.topics(connection, Operation.READ, (w[0] for w in wanted))
     kept = [w for w in wanted if w[0] in allowed]
-    answers = iter(await manager.commit_offsets(group_id, member_id, generation, instance, kept) if kept else ())
+    answers = iter(await offsets.commit(group_id, member_id, generation, instance, kept, api_version)
+                   if kept else ())
     return [next(answers) if w[0] in allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED for w in wanted]
 
 
-async def fetch_authorized(access: GroupAccess, manager, connection, group_id: str,
+async def fetch_authorized(access: GroupAccess, offsets, connection, group_id: str,
                            wanted) -> tuple[ErrorCode, FetchAnswer, list]:
     """One group's OffsetFetch as Kafka authorizes it: (group error, answer
     of the topics the principal may DESCRIBE, the refused topics
@@ -118,16 +121,16 @@ async def fetch_authorized(access: GroupAccess, manager, connection, group_id: s
     if not access.group(connection, Operation.DESCRIBE, group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, FetchAnswer({}), []
     if not access.enforcing:
-        return (*await manager.fetch_offsets(group_id, wanted), [])
+        return (*await offsets.fetch(group_id, wanted), [])
     if wanted is None:
-        code, answer = await manager.fetch_offsets(group_id, None)
+        code, answer = await offsets.fetch(group_id, None)
         topics = {t for t, _ in answer.stored} | {t for t, _ in answer.corrupt}
         allowed = access.topics(connection, Operation.DESCRIBE, topics)
         return code, FetchAnswer(None, {tp: v for tp, v in answer.stored.items() if tp[0] in allowed},
                                  {tp: v for tp, v in answer.corrupt.items() if tp[0] in allowed}), []
     allowed = access.topics(connection, Operation.DESCRIBE, wanted)
     refused = [(t, parts) for t, parts in wanted.items() if t not in allowed]
-    code, answer = await manager.fetch_offsets(group_id, {t: p for t, p in wanted.items() if t in allowed})
+    code, answer = await offsets.fetch(group_id, {t: p for t, p in wanted.items() if t in allowed})
     return code, answer, refused
 
 

@@ -1,5 +1,10 @@
 """A request's millions of objects, made off the event loop and without the
-cyclic garbage collector's full passes.
+cyclic garbage collector's full passes; the slices big requests are worked
+through in.
+
+A handler walking thousands of group ids, partitions or groups yields to
+the event loop every :data:`SLICE` of them (:func:`pause_every`), so one
+client's big request never holds other groups' heartbeats for long.
 
 An 8 MiB request names up to two million partitions; decoding it, and
 building and encoding its answer, make millions of objects. That work runs in
@@ -26,7 +31,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["off_loop"]
+__all__ = ["off_loop", "SLICE", "pause_every"]
+
+SLICE = 500  # partitions or groups a handler works through between two yields to the event loop
 
 T = TypeVar("T")
 MAX_PAUSE_S = 10.0
@@ -65,6 +72,12 @@ def _without_collector(fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
     finally:
         _end()
+
+
+async def pause_every(index: int) -> None:
+    """Yield to the event loop at every SLICE-th item of a long request."""
+    if index and index % SLICE == 0:
+        await asyncio.sleep(0)
 
 
 async def off_loop(fn: Callable[..., T], *args: Any) -> T:

@@ -186,7 +186,7 @@ class Daemon:
         undo.push_async_callback(_undo, "stop topic watches", self.topics.stop)
         await self.topics.start(await registry.kafka_registers_topics())
         self.manager = self._group_manager(node_id)
-        self.manager.start_cleanup()
+        self.manager.admin.start_cleanup()
         undo.push_async_callback(_undo, "release groups", self.manager.release_all)
 
     def _group_manager(self, node_id: int) -> GroupManager:

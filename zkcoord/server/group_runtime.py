@@ -1,6 +1,7 @@
 """The runtime of one group this daemon owns.
 
-Owns the group's current (applied) :class:`~zkcoord.core.group.Group`, the
+Owns the group's current (applied) group value, of any kind (it asks the
+group's kind, :mod:`zkcoord.core.groups`, for everything kind-specific), the
 znode version of its state, its armed timers and the futures of parked
 requests. It is the one place where group state changes, always in the same
 order (the core's contract, :mod:`zkcoord.core.messages`):
@@ -41,10 +42,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from zkcoord.core import group as core
-from zkcoord.tasks import Background
-from zkcoord.core.messages import Reply
+from zkcoord.core import groups
 from zkcoord.core.errors import ErrorCode
+from zkcoord.core.groups import GroupPhase, kind_of
+from zkcoord.core.membership import GroupConfig
+from zkcoord.core.messages import Outcome, Reply, Schedule
+from zkcoord.tasks import Background
 from zkcoord.errors import NotOwnerError, StateError, ZkcoordError
 
 log = logging.getLogger(__name__)
@@ -148,17 +151,18 @@ class KeyedTimers:
         self._on_due(key)
 
 
-# persist(group_id, record | None (delete), expected_version) -> new version
-PersistFn = Callable[[str, "dict | None", "int | None"], Awaitable["int | None"]]
+# persist(group_id, changes, expected_version) -> the state's new version (None: deleted); changes are the
+# group kind's ``writes``: [(key, record | None, existed)], "" the state znode (zkcoord.zk.group_records)
+PersistFn = Callable[[str, list, "int | None"], Awaitable["int | None"]]
 
 
 class GroupRuntime:
     """One owned group. Create with :meth:`load`; no I/O in the constructor."""
 
-    def __init__(self, group_id: str, config: core.GroupConfig, persist: PersistFn,
+    def __init__(self, group_id: str, config: GroupConfig, persist: PersistFn,
                  on_step_down: Callable[[str], None], clock: Callable[[], int] = monotonic_ms,
-                 on_persisted: Callable[[core.Group], None] | None = None,
-                 on_transition: Callable[[core.Group], None] | None = None):
+                 on_persisted: Callable[[Any], None] | None = None,
+                 on_transition: Callable[[Any], None] | None = None, timer_loop: Any = None):
         self.group_id = group_id
         self.config = config
         self._persist = persist
@@ -166,14 +170,15 @@ class GroupRuntime:
         self._on_persisted = on_persisted  # membership or generation changed
         self._on_transition = on_transition  # state or generation changed (written or not)
         self._clock = clock
-        self.group: core.Group = core.new_group(group_id)
+        self.group: Any = groups.new_group(group_id)
         self.version: int | None = None  # znode version of the state; None: absent
         self.active = False
         self._lock = asyncio.Lock()
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future] = {}
         self._renders: dict[int, Callable[[Any], Any]] = {}  # token of a parked call -> its render
-        self._timers = KeyedTimers(clock, self._fire)
+        # timer_loop: what arms timers (``call_later``); None: the running loop. A test passes a fake clock's.
+        self._timers = KeyedTimers(clock, self._fire, timer_loop)
         self._background = Background(log, f"group {group_id}")  # timer expiries
         self._unsettled_waiters: set[asyncio.Future] = set()  # held heartbeats (core.notice)
 
@@ -183,22 +188,22 @@ class GroupRuntime:
         async with self._lock:
             self.version = version
             if record is None:
-                self.group = core.new_group(self.group_id)
+                self.group = groups.new_group(self.group_id)
                 self.active = True
                 return
-            stored = core.from_record(self.group_id, record)
-            outcome = core.load_group(stored, self._clock(), self.config)
+            stored = groups.from_record(self.group_id, record)
+            outcome = kind_of(stored).load(stored, self._clock(), self.config)
             self.active = True
             await self._apply(outcome)
-        log.info("group %s loaded: %s generation %d, %d members", self.group_id,
-                 self.group.state.value, self.group.generation_id, self.group.size)
+        log.info("group %s loaded (%s): %s", self.group_id, kind_of(self.group).name,
+                 kind_of(self.group).summary(self.group))
 
     async def unload(self, reason: str) -> None:
         """Stop serving the group (ownership lost or daemon stopping)."""
         async with self._lock:
             self._unload_locked(reason)
 
-    async def retire(self, holds_nothing: Callable[[core.Group], bool]) -> bool:
+    async def retire(self, holds_nothing: Callable[[Any], bool]) -> bool:
         """Remove the group if ``holds_nothing(group)`` still holds under the
         lock: delete its state znode (fenced, at its version) and stop serving
         it. False (nothing changed) if it no longer holds or is not active."""
@@ -207,7 +212,7 @@ class GroupRuntime:
                 return False
             if self.version is not None:
                 try:
-                    await self._persist(self.group_id, None, self.version)
+                    await self._persist(self.group_id, kind_of(self.group).delete_writes(self.group), self.version)
                 except NotOwnerError as exc:
                     self._unload_locked(f"write refused: {exc}")
                     self._on_step_down(self.group_id)
@@ -220,7 +225,7 @@ class GroupRuntime:
         if not self.active:
             return
         self.active = False
-        outcome = core.handle_unload(self.group)
+        outcome = kind_of(self.group).handle_unload(self.group)
         self.group = outcome.group
         self._timers.clear()
         self._release(outcome.replies)
@@ -231,14 +236,16 @@ class GroupRuntime:
         log.info("group %s unloaded: %s", self.group_id, reason)
 
     # -- held heartbeats ----------------------------------------------------------
-    def until_unsettled(self, generation_id: int) -> asyncio.Future:
-        """A future resolved (to None) as soon as the group is not Stable in
-        ``generation_id`` any more, or is no longer served here: at once if
-        that is so already. Pass it to :meth:`forget_waiter` when done with
-        it (a held heartbeat whose hold ran out)."""
+    def until_unsettled(self, epoch: int) -> asyncio.Future:
+        """A future resolved (to None) as soon as the group is not stable
+        (:class:`~zkcoord.core.phases.GroupPhase`) in ``epoch`` (its
+        generation) any more, or is no longer served here: at once if that
+        is so already. Pass it to :meth:`forget_waiter` when done with it (a
+        held heartbeat whose hold ran out)."""
         future = asyncio.get_running_loop().create_future()
         group = self.group
-        if not self.active or group.state is not core.GroupState.STABLE or group.generation_id != generation_id:
+        kind = kind_of(group)
+        if not self.active or kind.phase(group) is not GroupPhase.STABLE or kind.epoch(group) != epoch:
             future.set_result(None)
         else:
             self._unsettled_waiters.add(future)
@@ -262,7 +269,7 @@ class GroupRuntime:
     def next_token(self) -> int:
         return next(self._tokens)
 
-    async def call(self, token: int, decide: Callable[[core.Group, int], core.Outcome],
+    async def call(self, token: int, decide: Callable[[Any, int], Outcome],
                    render: Callable[[Any], Any] | None = None) -> Any:
         """Run ``decide(group, now_ms)`` for the request carrying ``token`` and
         wait for the reply addressed to it (maybe released by a later outcome).
@@ -301,7 +308,7 @@ class GroupRuntime:
             return render(value.payload)
         return value
 
-    def call_now(self, token: int, decide: Callable[[core.Group, int], core.Outcome]) -> Any:
+    def call_now(self, token: int, decide: Callable[[Any, int], Outcome]) -> Any:
         """:meth:`call` without awaiting, when nothing needs to be awaited: the
         group is active, its lock free, and the outcome persists nothing and
         answers ``token``. Then it is applied as :meth:`call` applies it and
@@ -319,38 +326,60 @@ class GroupRuntime:
                 return reply.payload
         return NOT_NOW
 
-    async def read(self, decide: Callable[[core.Group, int], Any]) -> Any:
+    async def read(self, decide: Callable[[Any, int], Any]) -> Any:
         """Run a decision that changes nothing (validation, describe)."""
         async with self._lock:
             self._require_active()
             return decide(self.group, self._clock())
 
-    async def apply(self, decide: Callable[[core.Group, int], core.Outcome]) -> None:
+    async def apply(self, decide: Callable[[Any, int], Outcome]) -> None:
         """Apply an outcome that answers no request (e.g. an accepted commit
         counting as a heartbeat)."""
         async with self._lock:
             self._require_active()
             await self._apply(decide(self.group, self._clock()))
 
+    async def write_then_apply(self, decide: Callable[[Any, int], Any], begin: Callable[[Any], Awaitable | None],
+                               after: Callable[[Any, Any, int], Outcome]) -> tuple[Any, Any]:
+        """A write that is not the group's state (an OffsetCommit's offsets),
+        in the runtime's order: under the lock, ``decide(group, now_ms)``
+        gives a decision and ``begin(decision)`` queues its write (an
+        awaitable, or None when nothing is written), so the write's place
+        among the group's writes is fixed before the lock is released. The
+        write is awaited outside the lock (concurrent commits share ZooKeeper
+        multi-ops, and heartbeats are answered meanwhile); once it is
+        accepted, ``after(group, decision, now_ms)`` is applied under the
+        lock. Returns ``(decision, what the write gave)``; a failed write
+        raises, and nothing is applied."""
+        async with self._lock:
+            self._require_active()
+            decision = decide(self.group, self._clock())
+            pending = begin(decision)
+        written = await pending if pending is not None else None
+        async with self._lock:
+            if self.active:
+                await self._apply(after(self.group, decision, self._clock()))
+        return decision, written
+
     def _require_active(self) -> None:
         if not self.active:
             raise GroupUnavailableError(self.group_id, ErrorCode.NOT_COORDINATOR, "not owned here")
 
     # -- the one place state changes ---------------------------------------------
-    async def _apply(self, outcome: core.Outcome) -> None:
+    async def _apply(self, outcome: Outcome) -> None:
         rendered = None
         if outcome.persist:
             rendered = await self._write_rendering(outcome)
         self._commit(outcome, rendered)
 
-    async def _write_rendering(self, outcome: core.Outcome) -> dict[Any, Any] | None:
+    async def _write_rendering(self, outcome: Outcome) -> dict[Any, Any] | None:
         """Step 2, and meanwhile render the replies to parked requests that
         have a ``render``: {token: rendered}. Nothing is released here."""
         parked = [r for r in outcome.replies if r.token in self._renders] if self._renders else None
         if not parked:
-            await self._write(outcome.group)
+            await self._write(self.group, outcome.group)
             return None
-        write = asyncio.get_running_loop().create_task(self._write(outcome.group))
+        write = asyncio.get_running_loop().create_task(self._write(self.group, outcome.group))
         try:
             await asyncio.sleep(0)  # the write's first step sends it to ZooKeeper
             rendered = {r.token: self._render(r) for r in parked}
@@ -366,10 +395,11 @@ class GroupRuntime:
         except Exception:  # raised again in the caller, by call()
             return _Unrendered(reply.payload)
 
-    def _commit(self, outcome: core.Outcome, rendered: dict[Any, Any] | None = None) -> None:
+    def _commit(self, outcome: Outcome, rendered: dict[Any, Any] | None = None) -> None:
         """Step 3: apply an outcome whose write (if any) was accepted."""
-        before, self.group = self.group, outcome.group
-        if before.state is not self.group.state or before.generation_id != self.group.generation_id:
+        before, after = self.group, outcome.group
+        self.group = after
+        if before is not after and (type(before) is not type(after) or kind_of(after).changed(before, after)):
             if self._on_transition is not None:
                 self._on_transition(self.group)
             if self._unsettled_waiters:
@@ -379,16 +409,16 @@ class GroupRuntime:
         if outcome.timers:
             now = self._clock()
             for op in outcome.timers:
-                if isinstance(op, core.Schedule):
+                if isinstance(op, Schedule):
                     self._timers.schedule(op.key, op.deadline_ms, now)
                 else:
                     self._timers.cancel(op.key)
         self._release(outcome.replies, rendered)
 
-    async def _write(self, group: core.Group) -> None:
-        record = None if group.state is core.GroupState.DEAD else core.to_record(group)
+    async def _write(self, before: Any, group: Any) -> None:
+        changes = kind_of(group).writes(before, group)
         try:
-            self.version = await self._persist(self.group_id, record, self.version)
+            self.version = await self._persist(self.group_id, changes, self.version)
         except NotOwnerError as exc:
             log.warning("group %s: write refused, stepping down: %s", self.group_id, exc)
             self._unload_locked(f"write refused: {exc}")
@@ -425,11 +455,11 @@ class GroupRuntime:
                 if not self.active:
                     return
                 before = self.group
-                await self._apply(core.handle_timer(self.group, key, self._clock(), self.config))
-                if key.startswith("session:") and len(self.group.members) < len(before.members):
-                    # Kafka logs this too ("Member ... has failed, removing it from the group").
-                    log.info("group %s: member %s missed its session timeout and was removed; %s",
-                             self.group_id, key[len("session:"):], self.group.state.value)
+                kind = kind_of(before)
+                await self._apply(kind.handle_timer(before, key, self._clock(), self.config))
+                note = kind.expiry_note(key, before, self.group) if type(self.group) is type(before) else None
+                if note is not None:
+                    log.info("group %s: %s", self.group_id, note)
         except GroupUnavailableError:
             pass  # stepped down; already logged
         except ZkcoordError as exc:

@@ -7,8 +7,9 @@ the process-wide one), so several daemons in one process do not clash.
 metric                                     type       meaning
 =========================================  =========  ==========================================
 ``zkcoord_groups_owned``                   gauge      groups this daemon serves (loaded, active)
-``zkcoord_groups{state,mode}``             gauge      the same groups by Kafka state name and offset
-                                                      storage mode (every pair present, 0 or more)
+``zkcoord_groups{type,state,mode}``        gauge      the same groups by group type (classic,
+                                                      consumer), Kafka state name and offset storage
+                                                      mode (every triple present, 0 or more)
 ``zkcoord_group_members``                  gauge      members summed over the owned groups
 ``zkcoord_held_heartbeats``                gauge      heartbeats held for the rebalance notice
                                                       (about one per zkcoord-consumer member)
@@ -69,7 +70,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from zkcoord.core.errors import ErrorCode
-from zkcoord.core.group_states import GroupState
+from zkcoord.core.groups import KINDS, GroupPhase, kind_of
 from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.wire.response_errors import first_error_code
 from zkcoord.wire.responses import EncodedResponse
@@ -144,26 +145,28 @@ class DaemonMetrics:
             self.request_latency.labels(api).observe(duration_s)
 
     def observe_loaded(self, group) -> None:
-        """A group was loaded: its stored generation is not a new one."""
-        self._generations[group.group_id] = group.generation_id
+        """A group was loaded: its stored epoch (generation) is not a new one."""
+        self._generations[group.group_id] = kind_of(group).epoch(group)
         self._preparing.pop(group.group_id, None)
 
     def observe_transition(self, group) -> None:
-        """An owned group changed state or generation (GroupRuntime's on_transition;
-        the change is applied: written first if it had to be)."""
-        group_id, generation = group.group_id, group.generation_id
+        """An owned group changed state or epoch (GroupRuntime's on_transition;
+        the change is applied: written first if it had to be). A rebalance is
+        timed from the first REBALANCING phase to the next STABLE one."""
+        kind = kind_of(group)
+        group_id, generation, phase = group.group_id, kind.epoch(group), kind.phase(group)
         if generation > self._generations.get(group_id, 0):
             self.rebalances.inc()
         self._generations[group_id] = generation
-        if group.state is GroupState.PREPARING_REBALANCE:
+        if phase is GroupPhase.REBALANCING:
             self._preparing.setdefault(group_id, self._clock())
-        elif group.state is GroupState.STABLE:
+        elif phase is GroupPhase.STABLE:
             started = self._preparing.pop(group_id, None)
             if started is not None:
                 self.rebalance_duration.observe(max(0.0, self._clock() - started))
-        elif group.state is not GroupState.COMPLETING_REBALANCE:
+        else:
             self._preparing.pop(group_id, None)
-            if group.state is GroupState.DEAD:
+            if phase is GroupPhase.DEAD:
                 self._generations.pop(group_id, None)
 
     def _forward_children(self, api_key: int) -> tuple:
@@ -246,20 +249,23 @@ class _ScrapeTimeCollector:
     def collect(self):
         runtimes = self.metrics._active_runtimes()
         yield GaugeMetricFamily("zkcoord_groups_owned", "Groups this daemon serves.", value=len(runtimes))
-        counts = dict.fromkeys(((s.value, m) for s in GroupState for m in OFFSET_STORAGES), 0)
+        counts = dict.fromkeys(((kind.name, s, m) for kind in KINDS for s in kind.state_names
+                                for m in OFFSET_STORAGES), 0)
         for rt in runtimes:
-            key = (rt.group.state.value, rt.group.offset_storage)
+            kind = kind_of(rt.group)
+            key = (kind.name, kind.state_name(rt.group), rt.group.offset_storage)
             counts[key] = counts.get(key, 0) + 1
-        by_state = GaugeMetricFamily("zkcoord_groups", "Groups this daemon serves, by state and offset storage.",
-                                     labels=["state", "mode"])
-        for (state, mode), count in counts.items():
-            by_state.add_metric([state, mode], count)
+        by_state = GaugeMetricFamily("zkcoord_groups", "Groups this daemon serves, by type, state and offset storage.",
+                                     labels=["type", "state", "mode"])
+        for labels, count in counts.items():
+            by_state.add_metric(list(labels), count)
         yield by_state
         yield GaugeMetricFamily("zkcoord_group_members", "Members summed over the owned groups.",
                                 value=sum(rt.group.size for rt in runtimes))
         yield GaugeMetricFamily("zkcoord_held_heartbeats", "Heartbeats held for the rebalance notice.",
                                 value=sum(rt.held_heartbeats for rt in runtimes))
-        seen = getattr(getattr(self.metrics.manager, "forwarded", None), "kafka_members", None)
+        offsets = getattr(self.metrics.manager, "group_offsets", None)
+        seen = getattr(getattr(offsets, "forwarded", None), "kafka_members", None)
         yield GaugeMetricFamily("zkcoord_groups_with_kafka_members",
                                 "Owned groups with members in Kafka's own coordinator.",
                                 value=seen.groups if seen is not None else 0)

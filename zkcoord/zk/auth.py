@@ -53,8 +53,8 @@ from typing import Any
 from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Id, Permissions
 
 from zkcoord.errors import ConfigError
-from zkcoord.security.properties import LoginModule, read_jaas_file
 from zkcoord.password import Password
+from zkcoord.security.properties import LoginModule, read_jaas_file
 
 __all__ = ["ZkSecurity", "SaslLogin", "zk_security", "SECURE_ACL", "OPEN_ACL", "DIGEST_LOGIN_MODULE",
            "KRB5_LOGIN_MODULE", "DEFAULT_CLIENT_SECTION", "acl_kind", "acl_text", "digest_id", "digest_mismatch"]

@@ -198,6 +198,21 @@ def state(group: str) -> str:
     return f"{coordinator(group)}/state"
 
 
+def members_dir(group: str) -> str:
+    """A consumer group's member records (KIP-848: one znode per member)."""
+    return f"{coordinator(group)}/members"
+
+
+def member(group: str, member_id: str) -> str:
+    """One member's record; the member id named as a group id is (any string)."""
+    return f"{members_dir(group)}/{group_name(member_id)}"
+
+
+def member_ids(names) -> list[str]:
+    """The member ids of a members directory's znode names (as :func:`group_ids` decodes)."""
+    return group_ids(names)
+
+
 def broker_registration(broker_id: int) -> str:
     """Kafka's (ZooKeeper mode) ephemeral registration of a live broker."""
     if isinstance(broker_id, bool) or not isinstance(broker_id, int) or broker_id < 0:

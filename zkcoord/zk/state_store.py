@@ -34,9 +34,12 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import ZnodeStat
 
-from zkcoord.core.group_record import record_problem
+from zkcoord.core.groups import record_problem
 from zkcoord.errors import NotOwnerError, StateError, StateTooLargeError, UsageError
 from zkcoord.zk import aio, paths
+from zkcoord.zk.group_records import (
+    MEMBERS_DIR_KEY, MEMBERS_PREFIX, Change, add_ops, chunks, encode_record, members_landed, read_member_records,
+)
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.ownership import Fence, GroupOwnership
 
@@ -82,6 +85,15 @@ def decode_state(group: str, path: str, data: bytes) -> dict[str, Any]:
     return record
 
 
+def _names_consumer(data: bytes) -> bool:
+    """Does a state znode hold a consumer group's record (checked whole, with its members, by the caller)?"""
+    try:
+        record = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("t") == "consumer"
+
+
 @dataclass
 class _Attempt:
     tried: bool = False  # a multi was sent and its answer may have been lost
@@ -111,7 +123,72 @@ class GroupStateStore:
             data, stat = await aio.call(self._conn.client.get_async, path)
         except NoNodeError:
             return None, ABSENT
-        return decode_state(group, path, data), stat.version
+        record = decode_state(group, path, data) if not _names_consumer(data) else json.loads(data.decode())
+        if record.get("t") == "consumer":  # its members are znodes of their own
+            record["members"] = await read_member_records(self._conn, group)
+            problem = record_problem(record)
+            if problem is not None:
+                raise StateError(f"group {group!r}: {problem}; repair it, or delete {paths.coordinator(group)} "
+                                 "to start the group afresh")
+            return record, stat.version
+        return record, stat.version
+
+    async def write_changes(self, group: str, changes: list[tuple[str, dict | None, bool]],
+                            expected_version: int | None) -> int | None:
+        """Write an outcome's records (module :mod:`~zkcoord.zk.group_records`):
+        ``(key, record or None to delete, existed)`` with key ``""`` the state
+        znode (last), ``"members/<id>"`` a member record, ``"members"`` the
+        members directory ({} ensures it, None deletes it). Returns the state's
+        new version (None when it was deleted). Raises as :meth:`write`."""
+        fence = self._ownership.fence(group)
+        expected = ABSENT if expected_version is None else expected_version
+        state: tuple[dict | None, bool] | None = None
+        members: list[Change] = []
+        drop_dir = ensure_dir = False
+        for key, record, existed in changes:
+            if key == "":
+                state = (record, existed)
+            elif key == MEMBERS_DIR_KEY:
+                drop_dir, ensure_dir = record is None, record is not None
+            elif key.startswith(MEMBERS_PREFIX):
+                data = None if record is None else encode_record(group, record)
+                if data is not None and len(data) > self.max_state_bytes:
+                    raise StateTooLargeError(f"a member record of group {group!r} is {len(data)} bytes, over the "
+                                             f"limit of {self.max_state_bytes} bytes (nothing was written)")
+                members.append(Change(paths.member(group, key[len(MEMBERS_PREFIX):]), data, existed))
+        if state is None:
+            raise UsageError(f"an outcome of group {group!r} must write its state znode")
+        record, _ = state
+        data = None if record is None else encode_state(group, record, self.max_state_bytes)
+        if ensure_dir:
+            await self._conn.retry(f"create the members directory of group {group!r}", self._ensure_members, group)
+        pieces = chunks(members)
+        for piece in pieces[:-1]:
+            await self._conn.retry(f"write member records of group {group!r}", self._inner_chunk, fence, piece,
+                                   expected, _Attempt())
+        if data is None:
+            await self._conn.retry(f"delete the state of group {group!r}", self._inner_delete, fence, expected,
+                                   pieces[-1], drop_dir)
+            return None
+        return await self._conn.retry(f"write the state of group {group!r}", self._inner_write, fence, data,
+                                      expected, _Attempt(), pieces[-1], drop_dir)
+
+    async def _ensure_members(self, group: str) -> None:
+        # Unfenced on purpose: an empty directory a deposed owner might create holds nothing.
+        try:
+            await aio.call(self._conn.client.create_async, paths.members_dir(group), b"")
+        except NodeExistsError:
+            pass
+
+    async def _inner_chunk(self, fence: Fence, changes: list[Change], expected: int, attempt: _Attempt) -> None:
+        if attempt.tried and await members_landed(self._conn, changes):
+            return
+        attempt.tried = True
+        txn = self._conn.client.transaction()
+        fence.add_check(txn)
+        txn.check(paths.state(fence.group), expected)
+        add_ops(txn, changes)
+        await self._commit(fence, txn, expected, "write member records of")
 
     async def write(self, group: str, record: dict[str, Any], expected_version: int | None) -> int:
         """Write ``record`` if we own ``group`` and its state is still at
@@ -130,21 +207,31 @@ class GroupStateStore:
         return await self._conn.retry(f"write the state of group {group!r}", self._inner_write,
                                       fence, data, expected, _Attempt())
 
-    async def _inner_write(self, fence: Fence, data: bytes, expected: int, attempt: _Attempt) -> int:
-        group, path = fence.group, paths.state(fence.group)
-        client = self._conn.client
+    async def _inner_write(self, fence: Fence, data: bytes, expected: int, attempt: _Attempt,
+                           members: list[Change] = (), drop_dir: bool = False) -> int:
+        path = paths.state(fence.group)
+        if attempt.tried:
+            landed = await self._landed(path, data, expected)
+            if landed is not None:
+                return landed
+        attempt.tried = True
+        txn = self._conn.client.transaction()
+        fence.add_check(txn)
+        add_ops(txn, list(members))
+        if drop_dir:
+            txn.delete(paths.members_dir(fence.group))
+        if expected == ABSENT:
+            txn.create(path, data)
+        else:
+            txn.set_data(path, data, expected)
+        results = await self._commit(fence, txn, expected, "write the state of")
+        return 0 if expected == ABSENT else results[-1].version
+
+    async def _commit(self, fence: Fence, txn, expected: int, what: str) -> list:
+        """Commit a fenced multi; NotOwnerError (and drop the group) when the
+        fence or the state's version says another writer moved on."""
+        group = fence.group
         try:
-            if attempt.tried:
-                landed = await self._landed(path, data, expected)
-                if landed is not None:
-                    return landed
-            attempt.tried = True
-            txn = client.transaction()
-            fence.add_check(txn)
-            if expected == ABSENT:
-                txn.create(path, data)
-            else:
-                txn.set_data(path, data, expected)
             results = await aio.future_of(asyncio.get_running_loop(), txn.commit_async())
         except SessionExpiredError as exc:
             if isinstance(exc, ConnectionClosedError):
@@ -152,18 +239,16 @@ class GroupStateStore:
             self._deposed(fence, f"the ZooKeeper session that owned group {group!r} expired")
         failure = aio.transaction_failure(results)
         if failure is None:
-            return 0 if expected == ABSENT else results[1].version
+            return results
         index, exc = failure
         if index == 0:
             self._deposed(fence, f"node {self._ownership.node_id} was deposed as owner of group {group!r} "
                                  f"(its contender {fence.path} is gone)")
-        if index == 1 and isinstance(exc, (BadVersionError, NoNodeError, NodeExistsError)):
-            found = "exists" if isinstance(exc, NodeExistsError) else "is at another version"
-            if isinstance(exc, NoNodeError):
-                found = "was deleted"
+        if isinstance(exc, (BadVersionError, NoNodeError, NodeExistsError)):
+            found = {NodeExistsError: "exists", NoNodeError: "was deleted"}.get(type(exc), "is at another version")
             self._deposed(fence, f"the state of group {group!r} changed under node {self._ownership.node_id}: "
                                  f"expected version {expected}, but it {found}")
-        raise aio.translate(exc, f"write the state of group {group!r}", self._conn.hosts)
+        raise aio.translate(exc, f"{what} group {group!r}", self._conn.hosts)
 
     async def _landed(self, path: str, data: bytes, expected: int) -> int | None:
         """After a lost answer: the version our write produced, or None to send again."""
@@ -189,9 +274,13 @@ class GroupStateStore:
         version = -1 if expected_version is None else expected_version
         await self._conn.retry(f"delete the state of group {group!r}", self._inner_delete, fence, version)
 
-    async def _inner_delete(self, fence: Fence, version: int) -> None:
+    async def _inner_delete(self, fence: Fence, version: int, members: list[Change] = (),
+                            drop_dir: bool = False) -> None:
         txn = self._conn.client.transaction()
         fence.add_check(txn)
+        add_ops(txn, list(members))
+        if drop_dir:
+            txn.delete(paths.members_dir(fence.group))
         txn.delete(paths.state(fence.group), version)
         try:
             results = await aio.future_of(asyncio.get_running_loop(), txn.commit_async())
@@ -200,7 +289,7 @@ class GroupStateStore:
                 raise
             self._deposed(fence, f"the ZooKeeper session that owned group {fence.group!r} expired")
         failure = aio.transaction_failure(results)
-        if failure is None or (failure[0] == 1 and isinstance(failure[1], NoNodeError)):
+        if failure is None or (failure[0] == len(results) - 1 and isinstance(failure[1], NoNodeError)):
             return
         if failure[0] == 0:
             self._deposed(fence, f"node {self._ownership.node_id} was deposed as owner of group {fence.group!r}")

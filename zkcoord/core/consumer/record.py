@@ -1,0 +1,231 @@
+"""What a consumer group stores in ZooKeeper, and reading it back.
+
+A consumer group is stored as one small group record (the state znode,
+``/coordinators/<group>/state``) and one record per member
+(``/coordinators/<group>/members/<member>``), so that a step of one member
+writes that member's record only, and a group of 1,000 members over 10,000
+partitions never needs a znode over ZooKeeper's 1 MB limit. The records are
+what Kafka's coordinator writes to ``__consumer_offsets`` for the same
+group (``ConsumerGroupMetadata``, ``...TargetAssignmentMetadata``,
+``...RegularExpression``; per member ``...MemberMetadata``,
+``...TargetAssignmentMember``, ``...CurrentMemberAssignment``), grouped by
+znode. Compact JSON, short keys, absent values left out::
+
+    group:  {"v": 1, "t": "consumer", "os": "zookeeper", "ge": 7, "ae": 7, "at": 1795..., "mh": -123...,
+             "rx": {"orders-.*": {"t": ["orders-eu"], "ver": 3, "ts": 1795...}}}
+    member: {"v": 1, "id": "<member id>", "e": 7, "pe": 6, "s": 0, "i": "<instance id>", "r": "<rack>",
+             "rt": 300000, "c": "<client id>", "h": "/10.0.0.5", "tn": ["orders"], "rx": "<regex>",
+             "sa": "uniform", "a": {"<topic id>": [[0, 7], [1, 7]]}, "pr": {...},
+             "tg": {"<topic id>": [0, 1]}, "te": 7, "cl": {"st": 45000, "p": [["range", "<b64>"]]}}
+
+``te`` is the assignment epoch a member's target was written at. A target
+computed for many members may need several multi-ops; the group record,
+which holds the target's epoch (``ae``), is written last. A new owner that
+finds a member target newer than ``ae`` (a write cut in the middle) moves
+the group epoch on, so that a fresh target is computed; members' current
+assignments are always whole (each is written with its member), and no
+partition is ever given while another member holds it, so such a cut loses
+no safety.
+
+:func:`record_problem` checks a decoded record the way
+:func:`zkcoord.core.group_record.record_problem` checks a classic one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+from zkcoord.core.consumer.model import (
+    EMPTY_CURRENT, EMPTY_TARGET, ClassicMetadata, ConsumerGroup, ConsumerMember, Current, MemberState,
+    ResolvedRegex, Target,
+)
+from zkcoord.core.frozenmap import FrozenMap
+from zkcoord.core.legacy_values import INT32_MAX
+from zkcoord.core.membership import OFFSET_STORAGES
+from zkcoord.errors import StateError
+
+__all__ = ["KIND_NAME", "RECORD_VERSION", "MEMBERS_KEY", "to_group_record", "to_member_record", "from_records",
+           "record_problem", "member_problem"]
+
+KIND_NAME = "consumer"
+RECORD_VERSION = 1
+MEMBERS_KEY = "members"  # in a loaded record: the member records read beside it
+_INT32_MIN = -(2**31)
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _int(value: object, low: int = _INT32_MIN, high: int = INT32_MAX) -> bool:
+    return type(value) is int and low <= value <= high  # noqa: E721
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+def to_group_record(group: ConsumerGroup) -> dict[str, Any]:
+    record: dict[str, Any] = {"v": RECORD_VERSION, "t": KIND_NAME, "os": group.offset_storage,
+                              "ge": group.group_epoch, "ae": group.assignment_epoch}
+    if group.assignment_timestamp_ms:
+        record["at"] = group.assignment_timestamp_ms
+    if group.metadata_hash:
+        record["mh"] = group.metadata_hash
+    if group.resolved_regexes:
+        record["rx"] = {regex: {"t": sorted(r.topics), "ver": r.version, "ts": r.timestamp_ms}
+                        for regex, r in group.resolved_regexes.items()}
+    return record
+
+
+def _current(current: Current) -> dict[str, list[list[int]]]:
+    return {t: [[p, e] for p, e in partitions.items()] for t, partitions in current.items()}
+
+
+def to_member_record(member: ConsumerMember, target: Target, target_epoch: int) -> dict[str, Any]:
+    record: dict[str, Any] = {"v": RECORD_VERSION, "id": member.member_id, "e": member.member_epoch,
+                              "pe": member.previous_member_epoch, "s": member.state.value,
+                              "rt": member.rebalance_timeout_ms, "c": member.client_id, "h": member.client_host}
+    optional = (("i", member.instance_id), ("r", member.rack_id), ("rx", member.subscribed_topic_regex or None),
+                ("sa", member.server_assignor))
+    record.update({k: v for k, v in optional if v is not None})
+    if member.subscribed_topic_names:
+        record["tn"] = list(member.subscribed_topic_names)
+    if member.assigned:
+        record["a"] = _current(member.assigned)
+    if member.pending_revocation:
+        record["pr"] = _current(member.pending_revocation)
+    if target:
+        record["tg"] = {t: list(p) for t, p in target.items()}
+    record["te"] = target_epoch
+    if member.classic is not None:
+        record["cl"] = {"st": member.classic.session_timeout_ms,
+                        "p": [[name, base64.b64encode(meta).decode()] for name, meta in member.classic.protocols]}
+    return record
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+def _current_from(raw: Mapping[str, Any]) -> Current:
+    return FrozenMap((t, FrozenMap((p, e) for p, e in pairs)) for t, pairs in raw.items() if pairs)
+
+
+def _member_from(rec: Mapping[str, Any]) -> tuple[ConsumerMember, Target, int]:
+    classic = None
+    if "cl" in rec:
+        classic = ClassicMetadata(rec["cl"]["st"], tuple((n, base64.b64decode(m)) for n, m in rec["cl"]["p"]))
+    member = ConsumerMember(
+        member_id=rec["id"], member_epoch=rec["e"], previous_member_epoch=rec["pe"], state=MemberState.of(rec["s"]),
+        instance_id=rec.get("i"), rack_id=rec.get("r"), rebalance_timeout_ms=rec["rt"], client_id=rec["c"],
+        client_host=rec["h"], subscribed_topic_names=tuple(rec.get("tn", ())),
+        subscribed_topic_regex=rec.get("rx", ""), server_assignor=rec.get("sa"),
+        assigned=_current_from(rec.get("a", {})) or EMPTY_CURRENT,
+        pending_revocation=_current_from(rec.get("pr", {})) or EMPTY_CURRENT, classic=classic)
+    target = FrozenMap((t, tuple(p)) for t, p in rec.get("tg", {}).items() if p) or EMPTY_TARGET
+    return member, target, rec.get("te", 0)
+
+
+def from_records(group_id: str, record: Mapping[str, Any]) -> tuple[ConsumerGroup, bool]:
+    """The group a loaded record holds (with its member records under
+    :data:`MEMBERS_KEY`), and whether a target write was cut (a member's
+    target newer than the group's target epoch: the module's rule)."""
+    problem = record_problem(record)
+    if problem is not None:
+        raise StateError(f"group {group_id!r}: the consumer group record is not valid: {problem}")
+    regexes = FrozenMap((regex, ResolvedRegex(frozenset(r["t"]), r["ver"], r["ts"]))
+                        for regex, r in record.get("rx", {}).items())
+    group = ConsumerGroup(group_id, offset_storage=record.get("os", "zookeeper"), group_epoch=record["ge"],
+                          assignment_epoch=record["ae"], assignment_timestamp_ms=record.get("at", 0),
+                          metadata_hash=record.get("mh", 0), resolved_regexes=regexes)
+    cut = False
+    for rec in record.get(MEMBERS_KEY, ()):
+        member, target, target_epoch = _member_from(rec)
+        group = group.with_member(member).with_target(member.member_id, target)
+        cut |= target_epoch > group.assignment_epoch
+    return group.with_assignment_epoch(group.assignment_epoch, group.assignment_timestamp_ms), cut
+
+
+def _topic_partitions_problem(where: str, raw: object, with_epochs: bool) -> str | None:
+    if not isinstance(raw, dict):
+        return f"{where} is not an object"
+    for topic, partitions in raw.items():
+        if not isinstance(partitions, list):
+            return f"{where}: topic {topic!r} holds {partitions!r}, not a list"
+        for entry in partitions:
+            ok = (isinstance(entry, list) and len(entry) == 2 and _int(entry[0], 0) and _int(entry[1])) \
+                if with_epochs else _int(entry, 0)
+            if not ok:
+                return f"{where}: topic {topic!r} has {entry!r}, not a partition" + (" and epoch" if with_epochs else "")
+    return None
+
+
+def member_problem(rec: object) -> str | None:
+    """What is wrong with one member record, or None."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("id"), str) or not rec["id"]:
+        return f"member record {str(rec)[:80]!r} has no member id ('id')"
+    where = f"member {rec['id']!r}"
+    for key in ("e", "pe", "s", "rt"):
+        if not _int(rec.get(key)):
+            return f"{where}: {key!r} is {rec.get(key)!r}, not a 32-bit whole number"
+    for key in ("c", "h"):
+        if not isinstance(rec.get(key), str):
+            return f"{where}: {key!r} is {rec.get(key)!r}, not a string"
+    for key in ("i", "r", "rx", "sa"):
+        if key in rec and not isinstance(rec[key], str):
+            return f"{where}: {key!r} is {rec[key]!r}, not a string"
+    if not isinstance(rec.get("tn", []), list) or not all(isinstance(n, str) for n in rec.get("tn", [])):
+        return f"{where}: topic names 'tn' are not a list of strings"
+    for key, epochs in (("a", True), ("pr", True), ("tg", False)):
+        if key in rec and (problem := _topic_partitions_problem(f"{where}: {key!r}", rec[key], epochs)):
+            return problem
+    if "te" in rec and not _int(rec["te"]):
+        return f"{where}: target epoch 'te' is {rec['te']!r}, not a 32-bit whole number"
+    if "cl" in rec:
+        cl = rec["cl"]
+        if not isinstance(cl, dict) or not _int(cl.get("st"), 0) or not isinstance(cl.get("p"), list):
+            return f"{where}: classic metadata 'cl' is not {{'st': ms, 'p': [[name, metadata]]}}"
+        try:
+            for name, meta in cl["p"]:
+                if not isinstance(name, str):
+                    raise ValueError(name)
+                base64.b64decode(meta, validate=True)
+        except (ValueError, TypeError, binascii.Error):
+            return f"{where}: classic protocols 'cl.p' are not [name, base64 metadata] pairs"
+    return None
+
+
+def record_problem(record: object) -> str | None:
+    """What is wrong with a consumer group record (and the member records
+    loaded with it), or None.
+
+    >>> record_problem({"v": 1, "t": "consumer", "ge": 3, "ae": 3}) is None
+    True
+    >>> record_problem({"v": 1, "t": "consumer", "ge": "3", "ae": 3})
+    "group epoch 'ge' is '3', not a 32-bit whole number"
+    """
+    if not isinstance(record, dict):
+        return "the record is not an object"
+    if record.get("v") != RECORD_VERSION:
+        return (f"unsupported record version {record.get('v')!r} (this zkcoord reads version {RECORD_VERSION}; "
+                "a newer zkcoord wrote it?)")
+    for key, what in (("ge", "group epoch"), ("ae", "target assignment epoch")):
+        if not _int(record.get(key)):
+            return f"{what} {key!r} is {record.get(key)!r}, not a 32-bit whole number"
+    if "os" in record and record["os"] not in OFFSET_STORAGES:
+        return f"offset storage 'os' is {record['os']!r}, not one of {', '.join(OFFSET_STORAGES)}"
+    for key in ("at", "mh"):
+        if key in record and not _int(record[key], *_INT64):
+            return f"{key!r} is {record[key]!r}, not a 64-bit whole number"
+    regexes = record.get("rx", {})
+    if not isinstance(regexes, dict):
+        return "regular expressions 'rx' are not an object"
+    for regex, r in regexes.items():
+        if not (isinstance(r, dict) and isinstance(r.get("t"), list) and all(isinstance(t, str) for t in r["t"])
+                and _int(r.get("ver"), *_INT64) and _int(r.get("ts"), *_INT64)):
+            return f"resolved regular expression {regex!r} is not {{'t': [topics], 'ver': n, 'ts': ms}}"
+    seen = set()
+    for rec in record.get(MEMBERS_KEY, ()):
+        if (problem := member_problem(rec)) is not None:
+            return problem
+        if rec["id"] in seen:
+            return f"member {rec['id']!r} appears twice"
+        seen.add(rec["id"])
+    return None

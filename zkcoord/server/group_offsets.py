@@ -1,0 +1,234 @@
+"""The offsets of the groups this daemon serves: commits, fetches, storage modes.
+
+This module owns OffsetCommit and OffsetFetch for served groups, the offset
+storage mode of each group (where its offsets go: :mod:`.offset_storage`),
+the mode switches a migrate command asks for, and the repair of a ``dual``
+group's ZooKeeper offsets when the group is loaded.
+
+A commit follows the rule every write follows (:mod:`zkcoord.core.offset_commit`):
+
+1. before the group is asked: partitions of topics the cluster does not
+   have get UNKNOWN_TOPIC_OR_PARTITION, metadata over
+   ``offset_metadata_max_bytes`` OFFSET_METADATA_TOO_LARGE (a topic name
+   longer than a topic's can be, UNKNOWN_TOPIC_OR_PARTITION), and nothing is
+   written for them; the ZooKeeper write of the rest is made ready
+   (:meth:`~zkcoord.zk.offsets.OffsetStore.prepare`);
+2. under the group's lock: the group decides (its kind: generation or
+   member epoch), and the write is queued in the store of the group's mode,
+   which fixes its order (Kafka appends to its log under the group lock
+   too);
+3. the write is awaited outside the lock; once accepted, the member's
+   session restarts where its kind counts a commit as a heartbeat, and the
+   member is answered, per partition.
+
+A request with thousands of partitions is worked through in slices of
+:data:`~zkcoord.server.bulk_work.SLICE`, yielding to the event loop between
+them; an OffsetFetch keeps its partitions per topic as asked
+(:mod:`zkcoord.core.offset_fetch`) and the store reads only those with a
+committed offset.
+
+Kafka's answers about its own members (UNKNOWN_MEMBER_ID ... for a forwarded
+commit) never reach a zkcoord member as they are (:mod:`zkcoord.core.dual_commit`).
+Loading a ``dual`` group copies Kafka's offsets into ZooKeeper where
+ZooKeeper is behind (a commit cut between its two writes).
+
+The mode changes while the group is served: a migrate command posts a mode
+request, the owner's :class:`~zkcoord.zk.modes.ModeRequestWatch` hands it
+to :meth:`GroupOffsets.switch_mode`, which persists it through the
+runtime's own fenced write (members kept) and so never races the command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from zkcoord.core.errors import ErrorCode
+from zkcoord.core.groups import kind_of
+from zkcoord.core.limits import DEFAULT_OFFSET_METADATA_MAX_BYTES, offset_commit_error
+from zkcoord.core.membership import OFFSET_STORAGES
+from zkcoord.core.messages import Outcome
+from zkcoord.core.offset_commit import CommitRequest, after_commit, decide_commit
+from zkcoord.core.offset_fetch import FetchAnswer, Wanted
+from zkcoord.errors import NotOwnerError, ZkcoordError
+from zkcoord.kafka.forwarder import KafkaForwarder
+from zkcoord.server.bulk_work import pause_every
+from zkcoord.server.dual_commit import ForwardedOffsets
+from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
+from zkcoord.server.offset_storage import OffsetStorages
+from zkcoord.tasks import Background
+from zkcoord.zk.modes import ModeRequestWatch
+
+if TYPE_CHECKING:
+    from zkcoord.server.manager import GroupManager
+
+__all__ = ["GroupOffsets", "COMMIT_TOPIC_CHECK_WAIT_S"]
+
+log = logging.getLogger(__name__)
+E = ErrorCode
+
+# How long an OffsetCommit waits to learn a topic's partition count; then it is
+# committed as if the topic exists (Kafka down must not stall a group's commits,
+# nor, behind them on the member's connection, its heartbeats).
+COMMIT_TOPIC_CHECK_WAIT_S = 2.0
+
+
+class GroupOffsets:
+    """Offsets of the groups ``manager`` serves."""
+
+    def __init__(self, manager: GroupManager, *, kafka_forwarder: KafkaForwarder | None = None,
+                 offset_metadata_max_bytes: int = DEFAULT_OFFSET_METADATA_MAX_BYTES):
+        self.manager = manager
+        self.zookeeper = manager.offsets  # zk.offsets.OffsetStore
+        self.forwarder = kafka_forwarder
+        self.forwarded = ForwardedOffsets(self.zookeeper, lambda: manager.metrics)
+        self.storages = OffsetStorages(self.zookeeper, self.forwarded, kafka_forwarder)
+        self.offset_metadata_max_bytes = offset_metadata_max_bytes
+        self.repairs: dict[str, asyncio.Task] = {}  # group -> its last load's dual repair (tests await it)
+        self._background = Background(log, "group offsets")
+        # Without a ZooKeeper connection (unit tests) no mode request reaches the groups.
+        self.mode_requests = ModeRequestWatch(manager.conn, self.switch_mode) if manager.conn is not None else None
+
+    # -- the manager's group life cycle --------------------------------------------------
+    def loaded(self, runtime: GroupRuntime) -> None:
+        """A group was loaded here: follow its mode requests, repair a ``dual`` group."""
+        group_id = runtime.group_id
+        if self.mode_requests is not None:
+            self.mode_requests.watch(group_id)  # a request posted before we loaded is delivered now
+        if runtime.group.offset_storage == "dual" and self.forwarder is not None:
+            self.repairs[group_id] = self._background.spawn(self._repair_dual(group_id),
+                                                            f"repair the dual offsets of group {group_id}")
+
+    def forget(self, group_id: str) -> None:
+        """The group is no longer served here."""
+        self.forwarded.forget(group_id)
+        if self.mode_requests is not None:
+            self.mode_requests.unwatch(group_id)
+
+    async def close(self) -> None:
+        if self.mode_requests is not None:
+            self.mode_requests.unwatch_all()
+        if self.forwarder is not None:
+            await self.forwarder.close()
+
+    async def _repair_dual(self, group_id: str) -> None:
+        """ZooKeeper behind Kafka in a ``dual`` group (a commit cut between its
+        two writes): copy Kafka's offsets, fenced, in the group's commit order."""
+        try:
+            slot = self.forwarded.order.take(group_id)
+            try:
+                fence = self.manager.ownership.fence(group_id)
+            except ZkcoordError:
+                slot.release()
+                raise
+            await self.forwarded.repair(self.forwarder, group_id, slot, fence)
+        except ZkcoordError as exc:
+            log.warning("group %s: ZooKeeper's offsets not compared with Kafka's after loading: %s", group_id, exc)
+        finally:
+            if self.repairs.get(group_id) is asyncio.current_task():
+                del self.repairs[group_id]
+
+    # -- OffsetCommit ----------------------------------------------------------------------
+    async def commit(self, group_id, member_id, generation_id, instance_id, wanted, api_version: int = 0):
+        """OffsetCommit: one error per ``(topic, partition, offset, metadata)``
+        of ``wanted``, in order (the module's three steps)."""
+        manager = self.manager
+        try:
+            runtime = await manager.runtime(group_id, allow_empty=True)
+            exists = generation_id < 0 or await manager.exists(runtime)
+            missing = await self._missing_partitions(wanted)
+            kept, refused_early = await self._sort_commit(wanted, missing)
+            prepared = await self.zookeeper.prepare(group_id, kept) if kept else None
+            request = CommitRequest(member_id, generation_id, instance_id, kept, api_version)
+
+            def begin(decision):
+                if not decision.writes:
+                    return None
+                return self.storages[decision.mode].begin(group_id, decision.offsets, prepared,
+                                                          lambda: manager.ownership.fence(group_id))
+
+            decision, refused = await runtime.write_then_apply(
+                lambda group, now: decide_commit(group, request, exists, runtime.config), begin,
+                lambda group, decided, now: after_commit(group, request, decided, now))
+            if decision.error is E.NONE:
+                if decision.writes and manager.metrics is not None:
+                    manager.metrics.observe_offset_commit(decision.mode)
+                refused = {**(refused or {}), **decision.refused, **refused_early}
+                return [refused.get((t, p), E.NONE) for t, p, _, _ in wanted]
+            code = decision.error
+        except GroupUnavailableError as exc:
+            code = exc.code
+        except NotOwnerError:
+            code = E.NOT_COORDINATOR
+        except ZkcoordError as exc:
+            log.warning("OffsetCommit %s failed: %s", group_id, exc)
+            code = E.COORDINATOR_LOAD_IN_PROGRESS if manager.ownership.is_suspended(group_id) \
+                else E.UNKNOWN_SERVER_ERROR
+        return [code] * len(wanted)
+
+    async def _sort_commit(self, wanted, missing) -> tuple[dict, dict]:
+        """``({(topic, partition): (offset, metadata)} to write, {(topic,
+        partition): error} refused before any write)`` of an OffsetCommit."""
+        kept, refused = {}, {}
+        limit = self.offset_metadata_max_bytes
+        for i, (t, p, o, m) in enumerate(wanted):
+            await pause_every(i)
+            if (t, p) in missing:
+                refused[(t, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            code = offset_commit_error(t, m, limit)
+            if code is not E.NONE:
+                refused[(t, p)] = code
+                kept.pop((t, p), None)  # a partition named twice: the last one counts
+            else:
+                kept[(t, p)] = (o, m or "")
+                refused.pop((t, p), None)
+        return kept, refused
+
+    async def _missing_partitions(self, wanted) -> set[tuple[str, int]]:
+        """Partitions of an OffsetCommit that the cluster does not have (Kafka
+        answers UNKNOWN_TOPIC_OR_PARTITION for those and commits the rest)."""
+        watcher = self.manager.topic_watcher
+        if watcher is None:
+            return set()
+        counts = await watcher.partition_counts({t for t, _, _, _ in wanted}, wait_s=COMMIT_TOPIC_CHECK_WAIT_S)
+        return {(t, p) for t, p, _, _ in wanted
+                if t in counts and (counts[t] is None or not 0 <= p < counts[t])}
+
+    # -- OffsetFetch -----------------------------------------------------------------------
+    async def fetch(self, group_id: str, wanted: Wanted | None) -> tuple[ErrorCode, FetchAnswer]:
+        """OffsetFetch: (group error, answer); ``wanted`` None asks for every
+        committed partition. A partition whose legacy znode holds no offset
+        gets :data:`~zkcoord.core.offset_fetch.CORRUPT_OFFSET_ERROR`; the
+        others are answered."""
+        manager = self.manager
+        if group_id in await manager.unknown([group_id]):
+            return E.NONE, FetchAnswer(wanted)
+        try:
+            runtime = await manager.runtime(group_id, allow_empty=True)
+            stored = await self.storages[runtime.group.offset_storage].fetch(group_id, wanted)
+        except GroupUnavailableError as exc:
+            return exc.code, FetchAnswer({})
+        except ZkcoordError as exc:
+            log.warning("OffsetFetch %s failed: %s", group_id, exc)
+            return E.COORDINATOR_LOAD_IN_PROGRESS, FetchAnswer({})
+        return E.NONE, FetchAnswer(wanted, stored, getattr(stored, "unparsable", {}))
+
+    # -- offset storage mode ------------------------------------------------------------
+    async def switch_mode(self, group_id: str, mode: str) -> None:
+        """A migrate command asks for ``mode``: persist it with our own fenced
+        write, then use it (members, generation and timers stay as they are)."""
+        runtime = self.manager.runtimes.get(group_id)
+        if runtime is None or not runtime.active or mode not in OFFSET_STORAGES:
+            return
+
+        def switch(group, now_ms: int) -> Outcome:
+            if group.offset_storage == mode:
+                return Outcome(group)
+            return Outcome(kind_of(group).with_offset_storage(group, mode), persist=True)
+
+        before = runtime.group.offset_storage
+        await runtime.apply(switch)
+        if before != mode:
+            log.info("group %s: offset storage %s -> %s", group_id, before, mode)
