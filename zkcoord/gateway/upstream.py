@@ -133,7 +133,8 @@ class BrokerLink:
             self._frames = []
 
     def connect(self) -> None:
-        self._connecting = asyncio.get_running_loop().create_task(self._open(), name=self.task_name)
+        if not self._closed:  # a closed link opens nothing more
+            self._connecting = asyncio.get_running_loop().create_task(self._open(), name=self.task_name)
 
     def pause_reading(self) -> None:
         self._paused = True
