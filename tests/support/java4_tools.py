@@ -467,4 +467,4 @@ def list_group_types(bootstrap_servers: str, group_type: str | None = None, **op
     (``Consumer``, ``Classic``, ...)."""
     args = ("--list", "--type", *((group_type,) if group_type else ()))
     result = java_tools._checked(java_tools.consumer_groups(bootstrap_servers, *args, kafka4=True, **options), args)
-    return {r["GROUP"]: r["TYPE"] for r in java_tools._tables(result.stdout, ("GROUP", "TYPE"))}
+    return {r["GROUP"]: r["TYPE"].strip() for r in java_tools._tables(result.stdout, ("GROUP", "TYPE"))}
