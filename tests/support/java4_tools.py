@@ -16,7 +16,7 @@ Owns, on the jars of :func:`zkcoord.local.jars.kafka4_distribution`
   ``onPartitionsLost`` to the default, which calls ``onPartitionsRevoked``:
   a lost partition shows as revoked.
 * :class:`AssignmentReporterProcess`: for that, a small consumer of ours
-  (``java4/AssignmentReporter.java``, compiled once into the cache) printing
+  (``java/AssignmentReporter.java``, compiled once into the cache) printing
   assigned / revoked / lost with the member id and epoch, each record, each
   commit.
 * :func:`verifiable_produce`: Kafka's ``VerifiableProducer``: every record
@@ -68,7 +68,7 @@ from zkcoord.local import jars
 
 VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
 VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
-REPORTER_SOURCE = Path(__file__).with_name("java4") / "AssignmentReporter.java"
+REPORTER_SOURCE = Path(__file__).with_name("java") / "AssignmentReporter.java"
 REPORTER_MAIN = "AssignmentReporter"
 CONSUMER_HEAP = ("-Xms32m", "-Xmx192m")
 STOP_TIMEOUT_S = 60.0  # a consumer-protocol member leaves with a heartbeat; its close waits for it

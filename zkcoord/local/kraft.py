@@ -126,7 +126,8 @@ def settings_restored_on_failure(sandbox: Sandbox, state: SandboxState, previous
         if state.kafka4 is None or state.kafka4_settings == previous:
             raise
         state.kafka4_settings = previous
-        sandbox._save(state)
+        if sandbox.state_file.exists():
+            sandbox._save(state)
         raise SandboxError(f"{exc}\nThe Kafka 4.x node's settings are back to {previous or 'none'}; it is "
                            "down and `zkcoord local up` starts it with them.") from exc
 
@@ -168,6 +169,7 @@ def start(sandbox: Sandbox, state: SandboxState) -> None:
     (home / "server.properties").write_text(config_files.kraft_server_properties(
         NODE_ID, server.port, server.controller_port, data, state.kafka4_settings))
     (home / "log4j2.xml").write_text(config_files.KAFKA4_LOG4J2_XML)
+    sandbox.write_tools_log4j2()  # ZKCOORD_TOOLS_LOG4J2, for its tools run by hand
     if not (data / "meta.properties").exists():
         _format(sandbox, dist.classpath, home)
     sandbox.log(f"starting Kafka {dist.version} (KRaft, broker and controller) on 127.0.0.1:{server.port}, "
@@ -185,7 +187,7 @@ def _format(sandbox: Sandbox, classpath: str, home) -> None:
     shutil.rmtree(home / "data", ignore_errors=True)
     (home / "data").mkdir(parents=True)
     cluster_id = new_cluster_id()
-    tools_log = sandbox.write_tools_log4j2()
+    tools_log = sandbox.tools_log4j2
     cmd = [jars.find_java(), "-Xmx256m", *config_files.JVM_COMMON, sandbox._marker(f"{NAME}-format"),
            f"-Dlog4j2.configurationFile=file:{tools_log}", "-cp", classpath, "kafka.tools.StorageTool",
            "format", "--config", str(home / "server.properties"), "--cluster-id", cluster_id, "--standalone"]
