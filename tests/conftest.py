@@ -13,6 +13,13 @@ Where the services come from, in order:
 Each test gets its own ZooKeeper chroot (``zk_chroot`` / ``zk_hosts`` /
 ``zk``) and its own topic names (``unique_name``). ``expire_session`` makes
 ZooKeeper itself expire a kazoo session; ``sandbox`` restarts servers.
+
+``kafka4`` is the bootstrap address of a Kafka 4.x broker in KRaft mode (the
+reference peer of KIP-848's consumer protocol, :mod:`zkcoord.local.kraft`),
+started once per run, the first time a test asks for it, in the test sandbox
+(in a private sandbox when the services are not a local sandbox), and stopped
+at the end; ``kafka4_reconfigure`` restarts it with other broker settings for
+one test.
 """
 
 from __future__ import annotations
@@ -157,6 +164,66 @@ def java_tools_available() -> None:
         jars.kafka_distribution()
     except MissingToolError as exc:
         pytest.skip(f"Kafka's Java tools need java and the Kafka jars: {exc}")
+
+
+@pytest.fixture(scope="session")
+def kafka4_sandbox(services):
+    """The sandbox running the Kafka 4.x node, started on first use: the test
+    sandbox, else (external servers, containers) a private one. Skips, saying
+    why, where Java 17+ or the Kafka 4.x jars (Maven) are missing."""
+    from tests.support.state_dirs import state_directory
+    from zkcoord.errors import MissingToolError
+    from zkcoord.local import jars
+    from zkcoord.local.kraft import NAME
+
+    try:
+        jars.kafka4_distribution(log=print)
+    except MissingToolError as exc:
+        pytest.skip(f"the Kafka 4.x broker needs Java 17+ and the Kafka 4.x jars: {exc}")
+    if services.sandbox is not None:
+        sandbox = services.sandbox
+        sandbox.up(brokers=len(sandbox.load().brokers), kafka4=True)
+        try:
+            yield sandbox
+        finally:
+            sandbox.stop_server(NAME)
+        return
+    with state_directory(os.environ.get("ZKCOORD_TEST_STATE_DIR"), "kafka4") as state_dir:
+        sandbox = Sandbox(state_dir, log=print)
+        try:
+            sandbox.up(kafka4=True)
+            yield sandbox
+        finally:
+            sandbox.down()
+
+
+@pytest.fixture(scope="session")
+def kafka4(kafka4_sandbox) -> str:
+    """The Kafka 4.x broker's bootstrap address (``127.0.0.1:<port>``), its
+    group coordinator loaded."""
+    bootstrap = kafka4_sandbox.kafka4_bootstrap_servers(kafka4_sandbox.load())
+    wait_group_coordinator(bootstrap)
+    return bootstrap
+
+
+@pytest.fixture
+def kafka4_reconfigure(kafka4_sandbox, kafka4):
+    """``kafka4_reconfigure({"group.consumer.migration.policy": "upgrade"})``
+    restarts the Kafka 4.x broker with these broker settings (None removes
+    one) and waits for its group coordinator; when the test ends it is
+    restarted with the settings it had before (if they changed)."""
+    before = dict(kafka4_sandbox.load().kafka4_settings)
+    changed = False
+
+    def reconfigure(settings):
+        nonlocal changed
+        changed = kafka4_sandbox.configure_kafka4(settings) or changed
+        wait_group_coordinator(kafka4)
+
+    yield reconfigure
+    if changed:
+        kafka4_sandbox.configure_kafka4(before, replace=True)
+        wait_group_coordinator(kafka4)
 
 
 @pytest.fixture

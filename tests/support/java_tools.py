@@ -22,6 +22,16 @@ bootstrap address, and parsing what they print:
   of its ``--list``, ``--describe`` (offsets) and ``--describe --members``
   output.
 
+With ``kafka4=True`` the same functions run Kafka 4.x's clients and tools
+(:func:`zkcoord.local.jars.kafka4_distribution`, logging through log4j2 with
+the same levels; ConsoleProducer is ``org.apache.kafka.tools.ConsoleProducer``
+there, and the console tools' ``--property`` / ``--consumer-property`` /
+``--producer-property`` are ``--formatter-property`` / ``--reader-property``
+/ ``--command-property``): with ``consumer_properties=
+java4_tools.consumer_protocol()`` a member of KIP-848's consumer protocol.
+Kafka 4.x's own Verifiable* clients and a consumer reporting its callbacks
+are in :mod:`tests.support.java4_tools`.
+
 Every JVM carries ``-Dzkcoord.marker=zkcoord-test-process=<state dir>``
 (:func:`tests.support.daemons.process_marker`) so ``.ci/run``'s ``pkill -f``
 finds strays; runs in its own session (a Ctrl-C reaches the test, which stops
@@ -81,6 +91,7 @@ from zkcoord.local import jars
 
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 CONSOLE_PRODUCER = "kafka.tools.ConsoleProducer"
+CONSOLE_PRODUCER_4 = "org.apache.kafka.tools.ConsoleProducer"  # Kafka 4.x: moved to kafka-tools, in Java
 PRODUCER_PERFORMANCE = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERFORMANCE = "org.apache.kafka.tools.ConsumerPerformance"
 CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
@@ -168,20 +179,33 @@ def log4j_config() -> Path:
 
 
 @functools.cache
-def _classpath() -> str:
-    return jars.kafka_distribution().classpath
+def log4j2_config() -> Path:
+    """The same for Kafka 4.x's tools, which log with log4j2."""
+    from zkcoord.local.config_files import TOOLS_LOG4J2_XML
+
+    path = _work_dir() / "log4j2.xml"
+    path.write_text(TOOLS_LOG4J2_XML)
+    return path
+
+
+@functools.cache
+def _classpath(kafka4: bool = False) -> str:
+    return (jars.kafka4_distribution() if kafka4 else jars.kafka_distribution()).classpath
 
 
 def java_command(main_class: str, *args: str, jvm_args: Sequence[str] = (), heap: Sequence[str] = HEAP,
-                 fast_start: bool = True) -> list[str]:
+                 fast_start: bool = True, kafka4: bool = False, classpath_first: str | None = None) -> list[str]:
     """The ``java`` command line running ``main_class`` of the Kafka jars with
     ``args``: small heap, the test-process marker (``-Dzkcoord.marker=...``),
     our quiet log4j configuration, en_US/UTF-8; ``fast_start`` (C1 only,
     serial GC) for short tool runs, off for benchmarks. ``jvm_args`` go
-    before the main class."""
+    before the main class. ``kafka4``: Kafka 4.x's jars and log4j2;
+    ``classpath_first``: classes of ours before the jars."""
+    logging = (f"-Dlog4j2.configurationFile=file:{log4j2_config()}" if kafka4
+               else f"-Dlog4j.configuration=file:{log4j_config()}")
+    classpath = _classpath(kafka4) if classpath_first is None else f"{classpath_first}{os.pathsep}{_classpath(kafka4)}"
     return [jars.find_java(), *heap, *(FAST_START if fast_start else ()), *JVM_COMMON,
-            f"-Dzkcoord.marker={process_marker()}", f"-Dlog4j.configuration=file:{log4j_config()}",
-            *jvm_args, "-cp", _classpath(), main_class, *args]
+            f"-Dzkcoord.marker={process_marker()}", logging, *jvm_args, "-cp", classpath, main_class, *args]
 
 
 def _environment() -> dict[str, str]:
@@ -192,12 +216,13 @@ def _environment() -> dict[str, str]:
 
 
 def run_tool(main_class: str, *args: str, stdin: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-             check: bool = True, jvm_args: Sequence[str] = (), fast_start: bool = True) -> ToolResult:
+             check: bool = True, jvm_args: Sequence[str] = (), fast_start: bool = True,
+             kafka4: bool = False) -> ToolResult:
     """Run ``main_class`` to its exit and return its exit code, stdout and
     stderr (UTF-8). ``stdin`` is fed to it (else it reads an empty stdin).
     :class:`JavaToolError` if it runs longer than ``timeout_s`` (it is then
-    killed), or, with ``check``, if it exits non-zero."""
-    cmd = java_command(main_class, *args, jvm_args=jvm_args, fast_start=fast_start)
+    killed), or, with ``check``, if it exits non-zero. ``kafka4``: of Kafka 4.x's jars."""
+    cmd = java_command(main_class, *args, jvm_args=jvm_args, fast_start=fast_start, kafka4=kafka4)
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=_environment(), start_new_session=True)
     try:
@@ -249,7 +274,7 @@ def _check_text(what: str, text: str | None, separator_allowed: bool) -> None:
 
 def produce(bootstrap_servers: str, topic: str, records: Iterable[tuple[str | None, str | None]], *,
             producer_properties: Mapping[str, object] | None = None, sync: bool = False,
-            timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
+            timeout_s: float = DEFAULT_TIMEOUT_S, kafka4: bool = False) -> int:
     """Produce ``records`` ((key, value) pairs, None for null; UTF-8 text) to
     ``topic`` with ``kafka.tools.ConsoleProducer``, ``acks=all``; the default
     partitioner places them by key. Returns how many were produced.
@@ -265,18 +290,19 @@ def produce(bootstrap_servers: str, topic: str, records: Iterable[tuple[str | No
         _check_text("key", key, separator_allowed=False)
         _check_text("value", value, separator_allowed=True)
         lines.append(f"{NULL_MARKER if key is None else key}{SEPARATOR}{NULL_MARKER if value is None else value}\n")
+    reader, command = ("--reader-property", "--command-property") if kafka4 else ("--property", "--producer-property")
+    main_class = CONSOLE_PRODUCER_4 if kafka4 else CONSOLE_PRODUCER
     args = ["--bootstrap-server", bootstrap_servers, "--topic", topic,
             "--request-required-acks", "all", "--request-timeout-ms", "30000",
-            "--property", "parse.key=true", "--property", f"key.separator={SEPARATOR}",
-            "--property", f"null.marker={NULL_MARKER}"]
+            reader, "parse.key=true", reader, f"key.separator={SEPARATOR}", reader, f"null.marker={NULL_MARKER}"]
     if sync:
         args.append("--sync")
     for key, value in (producer_properties or {}).items():
-        args += ["--producer-property", f"{key}={value}"]
-    result = run_tool(CONSOLE_PRODUCER, *args, stdin="".join(lines), timeout_s=timeout_s)
+        args += [command, f"{key}={value}"]
+    result = run_tool(main_class, *args, stdin="".join(lines), timeout_s=timeout_s, kafka4=kafka4)
     failed = [line for line in result.stderr.splitlines() if "Error when sending message" in line]
     if failed:
-        raise _failure(CONSOLE_PRODUCER, f"failed to send {len(failed)} of {len(lines)} records to {topic!r}",
+        raise _failure(main_class, f"failed to send {len(failed)} of {len(lines)} records to {topic!r}",
                        result.stdout, result.stderr, args)
     return len(lines)
 
@@ -323,8 +349,9 @@ def console_consumer_args(bootstrap_servers: str, topic: str, *, group: str | No
                           from_beginning: bool = True, isolation_level: str | None = None,
                           client_id: str | None = None, partition: int | None = None,
                           offset: int | str | None = None,
-                          consumer_properties: Mapping[str, object] | None = None) -> list[str]:
-    """ConsoleConsumer's arguments: the formatter prints timestamp, partition,
+                          consumer_properties: Mapping[str, object] | None = None,
+                          kafka4: bool = False) -> list[str]:
+    """ConsoleConsumer's arguments (``kafka4``: Kafka 4.x's option names): the formatter prints timestamp, partition,
     offset, key and value tab-separated with :data:`NULL_MARKER` for nulls
     (:func:`parse_console_record` reads them). ``timeout_ms`` None: no idle
     timeout; ``from_beginning`` applies when the group has no committed
@@ -332,11 +359,13 @@ def console_consumer_args(bootstrap_servers: str, topic: str, *, group: str | No
     transactions; ``partition``/``offset`` read one partition (``offset`` a
     number, ``earliest`` or ``latest``); ``consumer_properties`` are extra
     consumer settings (``--consumer-property k=v``)."""
-    args = ["--bootstrap-server", bootstrap_servers, "--topic", topic,
-            "--property", "print.timestamp=true", "--property", "print.partition=true",
-            "--property", "print.offset=true", "--property", "print.key=true", "--property", "print.value=true",
-            "--property", "print.headers=false", "--property", f"key.separator={SEPARATOR}",
-            "--property", f"null.literal={NULL_MARKER}"]
+    formatter, command = ("--formatter-property", "--command-property") if kafka4 else ("--property",
+                                                                                       "--consumer-property")
+    args = ["--bootstrap-server", bootstrap_servers, "--topic", topic]
+    for setting in ("print.timestamp=true", "print.partition=true", "print.offset=true", "print.key=true",
+                    "print.value=true", "print.headers=false", f"key.separator={SEPARATOR}",
+                    f"null.literal={NULL_MARKER}"):
+        args += [formatter, setting]
     if group is not None:
         args += ["--group", group]
     if max_messages is not None:
@@ -355,7 +384,7 @@ def console_consumer_args(bootstrap_servers: str, topic: str, *, group: str | No
     if client_id is not None:
         properties["client.id"] = client_id
     for key, value in properties.items():
-        args += ["--consumer-property", f"{key}={value}"]
+        args += [command, f"{key}={value}"]
     return args
 
 
@@ -374,7 +403,7 @@ def consume(bootstrap_servers: str, topic: str, *, group: str | None = None, max
             timeout_ms: int = 20_000, from_beginning: bool = True, isolation_level: str | None = None,
             client_id: str | None = None, partition: int | None = None, offset: int | str | None = None,
             consumer_properties: Mapping[str, object] | None = None, require_all: bool = True,
-            timeout_s: float = DEFAULT_TIMEOUT_S) -> list[ConsumedRecord]:
+            timeout_s: float = DEFAULT_TIMEOUT_S, kafka4: bool = False) -> list[ConsumedRecord]:
     """Run ConsoleConsumer until it has ``max_messages`` records, or no record
     came for ``timeout_ms`` (also while joining the group), and return what it
     printed, in its order. With a ``group`` it commits on exit (auto-commit,
@@ -385,8 +414,8 @@ def consume(bootstrap_servers: str, topic: str, *, group: str | None = None, max
     args = console_consumer_args(bootstrap_servers, topic, group=group, max_messages=max_messages,
                                  timeout_ms=timeout_ms, from_beginning=from_beginning,
                                  isolation_level=isolation_level, client_id=client_id, partition=partition,
-                                 offset=offset, consumer_properties=consumer_properties)
-    result = run_tool(CONSOLE_CONSUMER, *args, timeout_s=timeout_s)
+                                 offset=offset, consumer_properties=consumer_properties, kafka4=kafka4)
+    result = run_tool(CONSOLE_CONSUMER, *args, timeout_s=timeout_s, kafka4=kafka4)
     records = _parse_records(result.stdout, args, result.stderr)
     if require_all and max_messages is not None and len(records) < max_messages:
         raise _failure(CONSOLE_CONSUMER, f"got {len(records)} of {max_messages} records of {topic!r} "
@@ -419,13 +448,14 @@ class ConsoleConsumerProcess:
     def __init__(self, bootstrap_servers: str, topic: str, *, group: str | None = None,
                  max_messages: int | None = None, timeout_ms: int | None = None, from_beginning: bool = True,
                  isolation_level: str | None = None, client_id: str | None = None,
-                 consumer_properties: Mapping[str, object] | None = None):
+                 consumer_properties: Mapping[str, object] | None = None, kafka4: bool = False):
         self.topic = topic
         self.group = group
+        self.kafka4 = kafka4
         self.args = console_consumer_args(bootstrap_servers, topic, group=group, max_messages=max_messages,
                                           timeout_ms=timeout_ms, from_beginning=from_beginning,
                                           isolation_level=isolation_level, client_id=client_id,
-                                          consumer_properties=consumer_properties)
+                                          consumer_properties=consumer_properties, kafka4=kafka4)
         self.proc: subprocess.Popen | None = None
         self._records: list[ConsumedRecord] = []
         self._unparsed: list[str] = []
@@ -438,7 +468,8 @@ class ConsoleConsumerProcess:
         """Start the JVM (it then joins the group in the background) and return self."""
         if self.proc is not None:
             raise RuntimeError("this ConsoleConsumerProcess was started already")
-        self.proc = subprocess.Popen(java_command(CONSOLE_CONSUMER, *self.args), stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(java_command(CONSOLE_CONSUMER, *self.args, kafka4=self.kafka4),
+                                     stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_environment(),
                                      start_new_session=True)
         _LIVE.add(self)
@@ -778,18 +809,20 @@ class GroupMemberRow:
 
 
 def consumer_groups(bootstrap_servers: str, *args: str, command_properties: Mapping[str, object] | None = None,
-                    timeout_s: float = 60.0) -> ToolResult:
+                    timeout_s: float = 60.0, kafka4: bool = False) -> ToolResult:
     """Run ``kafka-consumer-groups`` (ConsumerGroupCommand) with ``args``
     (e.g. ``"--describe", "--group", g``) and return (exit code, stdout,
     stderr) whatever the exit code. ``command_properties`` are admin client
     settings (``--command-config``). Parse stdout with
     :func:`parse_group_offsets`, :func:`parse_group_members` or
-    :func:`parse_group_list`."""
+    :func:`parse_group_list` (of Kafka 4.x's, ``kafka4``, a consumer
+    group's ``--describe --members --verbose``:
+    :func:`tests.support.java4_tools.parse_consumer_group_members`)."""
     tool_args = ["--bootstrap-server", bootstrap_servers]
     with _properties_file(command_properties or {}) as config:
         if config is not None:
             tool_args += ["--command-config", str(config)]
-        return run_tool(CONSUMER_GROUP_COMMAND, *tool_args, *args, timeout_s=timeout_s, check=False)
+        return run_tool(CONSUMER_GROUP_COMMAND, *tool_args, *args, timeout_s=timeout_s, check=False, kafka4=kafka4)
 
 
 def _check_no_error(stdout: str) -> None:

@@ -1,5 +1,6 @@
 """``zkcoord local``: the local ZooKeeper + Kafka sandbox (up, status, down,
-env, fetch)."""
+env, fetch), and beside it the reference peer: a Kafka 4.x node in KRaft
+mode (``up --kafka4``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from zkcoord.local import jars
+from zkcoord.errors import UsageError
+from zkcoord.local import jars, kraft
 from zkcoord.local.sandbox import MAX_BROKERS, MAX_DAEMONS, Sandbox
 
 console = Console(highlight=False, soft_wrap=True)
@@ -29,7 +31,15 @@ def _log(msg: str) -> None:
 
 @click.group()
 def local() -> None:
-    """A real ZooKeeper 3.8 and Kafka 3.9 (ZooKeeper mode) on loopback."""
+    """A real ZooKeeper 3.8 and Kafka 3.9 (ZooKeeper mode) on loopback, and
+    optionally a Kafka 4.x node in KRaft mode beside them (--kafka4)."""
+
+
+def _kafka4_settings(ctx, param, values: tuple[str, ...]) -> dict[str, str | None]:
+    try:
+        return kraft.parse_settings(values)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
 @local.command()
@@ -40,17 +50,29 @@ def local() -> None:
 @click.option("--secure", is_flag=True,
               help="A secure sandbox: a local CA, SASL_SSL (SCRAM-SHA-512) brokers, daemons and gateways, "
                    "ZooKeeper with SASL and ACLs, users admin, alice and bob with Kafka's ACLs.")
+@click.option("--kafka4", is_flag=True,
+              help=f"Also run Apache Kafka {jars.KAFKA4_VERSION} in KRaft mode (one node, broker and controller; "
+                   "KIP-848's consumer protocol on), the reference peer; it stays until `local down`.")
+@click.option("--kafka4-config", "kafka4_config", metavar="KEY=VALUE", multiple=True, callback=_kafka4_settings,
+              help="A broker setting of the Kafka 4.x node, e.g. group.consumer.migration.policy=upgrade "
+                   "(repeatable; KEY= removes one; implies --kafka4). Kept for later `up`s; a change restarts "
+                   "the node, keeping its data.")
 @state_dir_option
-def up(brokers: int, daemons: int, secure: bool, state_dir: Path | None) -> None:
+def up(brokers: int, daemons: int, secure: bool, kafka4: bool, kafka4_config: dict[str, str | None],
+       state_dir: Path | None) -> None:
     """Start the sandbox (fetching the jars with Maven the first time)."""
     sandbox = Sandbox(state_dir, log=_log)
-    state, started = sandbox.up(brokers, daemons, secure=secure)
+    state, started = sandbox.up(brokers, daemons, secure=secure, kafka4=kafka4, kafka4_settings=kafka4_config)
     if started:
         console.print(f"sandbox up in {sandbox.state_dir} (started: {', '.join(started)})")
     else:
         console.print(f"sandbox already up in {sandbox.state_dir}; nothing changed")
     console.print(f"zookeeper:         {sandbox.zookeeper_address(state)}")
     console.print(f"bootstrap servers: {sandbox.bootstrap_servers(state)}")
+    if state.kafka4:
+        settings = " ".join(f"{k}={v}" for k, v in state.kafka4_settings.items()) or "none"
+        console.print(f"kafka {jars.KAFKA4_VERSION} (KRaft): {sandbox.kafka4_bootstrap_servers(state)}  "
+                      f"(its settings: {settings})")
     if state.daemons:
         console.print(f"zkcoord daemons:   {sandbox.daemon_addresses(state)}")
         console.print(f"gateways:          {sandbox.gateway_addresses(state)}  (bootstrap.servers of stock Kafka clients)")
@@ -122,6 +144,8 @@ def env(state_dir: Path | None) -> None:
 
     With daemons also ZKCOORD_COORDINATORS, ZKCOORD_GATEWAY_SERVERS and
     ZKCOORD_METRICS_URLS (their /metrics and /health base URLs, node-id order).
+    With the Kafka 4.x node (up --kafka4) also ZKCOORD_KAFKA4_BOOTSTRAP_SERVERS
+    and ZKCOORD_TOOLS_LOG4J2, the logging of Kafka 4.x's tools (log4j2).
     ZKCOORD_TOOLS_LOG4J: the logging of Kafka's tools run by hand from the
     jars (java -Dlog4j.configuration=file:$ZKCOORD_TOOLS_LOG4J ...), warnings
     and errors on stderr, as Kafka's shell scripts give them.
@@ -140,7 +164,11 @@ def env(state_dir: Path | None) -> None:
         exports["ZKCOORD_GATEWAY_SERVERS"] = sandbox.gateway_addresses(state)
         if sandbox.metrics_urls(state):
             exports["ZKCOORD_METRICS_URLS"] = sandbox.metrics_urls(state)
+    if state.kafka4:
+        exports[kraft.BOOTSTRAP_ENV] = sandbox.kafka4_bootstrap_servers(state)
     exports["ZKCOORD_TOOLS_LOG4J"] = str(sandbox.tools_log4j)
+    if state.kafka4:
+        exports["ZKCOORD_TOOLS_LOG4J2"] = str(sandbox.tools_log4j2)
     exports.update(sandbox.secure_environment(state))
     for name, value in exports.items():
         click.echo(f"export {name}={shlex.quote(value)}")  # a state directory may hold a space
@@ -150,14 +178,19 @@ def env(state_dir: Path | None) -> None:
 @click.option("--legacy", is_flag=True,
               help="Instead: fetch Kafka 1.1.1's old ZooKeeper consumer (for the legacy test and benchmark) "
                    "and compile its driver, into <cache>/legacy.")
-def fetch(legacy: bool) -> None:
+@click.option("--kafka4", is_flag=True,
+              help=f"Also fetch Kafka {jars.KAFKA4_VERSION} (broker, clients, tools), for `up --kafka4` and the "
+                   "tests of the reference peer.")
+def fetch(legacy: bool, kafka4: bool) -> None:
     """Fetch the ZooKeeper and Kafka jars into the cache (done by `up` too)."""
+    if legacy and kafka4:
+        raise click.UsageError("--legacy and --kafka4: give one.")
     if legacy:
         from zkcoord.local.legacy import driver_classpath
 
         classpath = driver_classpath(log=_log)
         console.print(f"legacy consumer {jars.LEGACY_KAFKA_VERSION} (Scala {jars.LEGACY_SCALA_VERSION}): {classpath}")
         return
-    for dist in jars.fetch_all(log=_log):
+    for dist in [*jars.fetch_all(log=_log), *([jars.kafka4_distribution(log=_log)] if kafka4 else [])]:
         console.print(f"{dist.name} {dist.version}: {dist.classpath} ({dist.source})")
     console.print(f"jar cache: {jars.cache_dir() / 'jars'} ({jars.cache_size_bytes() / 2**20:.0f} MiB)")

@@ -139,3 +139,81 @@ def server_properties(broker_id: int, port: int, zookeeper: str, log_dir: Path, 
         "controlled.shutdown.enable=true",
         "",
     ])
+
+
+# -- the Kafka 4.x KRaft node (zkcoord.local.kraft) ---------------------------------
+KAFKA4_HEAP = ("-Xms128m", "-Xmx512m")  # one node, test-sized groups: its own logs show ~150 MiB in use
+
+# Kafka 4.x logs with log4j2 (-Dlog4j2.configurationFile); the same levels as the 3.9 brokers'.
+KAFKA4_LOG4J2_XML = """<Configuration status="warn">
+  <Appenders>
+    <Console name="OUT" target="SYSTEM_OUT"><PatternLayout pattern="[%d] %p %m (%c)%n"/></Console>
+  </Appenders>
+  <Loggers>
+    <Root level="INFO"><AppenderRef ref="OUT"/></Root>
+    <Logger name="kafka.request.logger" level="WARN"/>
+    <Logger name="state.change.logger" level="WARN"/>
+    <Logger name="kafka.log.LogCleaner" level="WARN"/>
+    <Logger name="org.apache.kafka.storage" level="WARN"/>
+    <Logger name="kafka.log" level="WARN"/>
+  </Loggers>
+</Configuration>
+"""
+
+# Kafka 4.x's tools run by hand or by the tests (ZKCOORD_TOOLS_LOG4J2): warnings and errors, on
+# stderr, as its config/tools-log4j2.yaml gives them.
+TOOLS_LOG4J2_XML = """<Configuration status="warn">
+  <Appenders>
+    <Console name="STDERR" target="SYSTEM_ERR"><PatternLayout pattern="[%d] %p %m (%c)%n"/></Console>
+  </Appenders>
+  <Loggers>
+    <Root level="WARN"><AppenderRef ref="STDERR"/></Root>
+  </Loggers>
+</Configuration>
+"""
+
+
+def kraft_server_properties(node_id: int, port: int, controller_port: int, log_dir: Path,
+                            settings: Mapping[str, str] | None = None) -> str:
+    """A one-node Kafka 4.x cluster: broker and controller in one process
+    (KRaft, a dynamic quorum bootstrapped by ``StorageTool format
+    --standalone``), PLAINTEXT on loopback. The sandbox's values of the 3.9
+    brokers where they apply; Kafka's own defaults for everything about
+    groups (KIP-848's consumer protocol is on), then ``settings`` (later keys
+    win in java.util.Properties)."""
+    lines = [
+        "process.roles=broker,controller",
+        f"node.id={node_id}",
+        f"controller.quorum.bootstrap.servers=127.0.0.1:{controller_port}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        f"log.dirs={log_dir}",
+        "num.partitions=1",
+        "default.replication.factor=1",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=10",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "min.insync.replicas=1",
+        "group.initial.rebalance.delay.ms=0",
+        "auto.create.topics.enable=true",
+        "delete.topic.enable=true",
+        "num.network.threads=2",
+        "num.io.threads=4",
+        "num.recovery.threads.per.data.dir=1",
+        "log.segment.bytes=67108864",
+    ]
+    lines += [f"{key}={properties_escape(value)}" for key, value in (settings or {}).items()]
+    return "\n".join([*lines, ""])
+
+
+def properties_escape(value: str) -> str:
+    """``value`` as java.util.Properties reads it back: backslashes doubled,
+    a leading space kept."""
+    escaped = value.replace("\\", "\\\\")
+    return "\\" + escaped if escaped.startswith(" ") else escaped

@@ -12,7 +12,9 @@ test runs) serialise on a lock file.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -72,6 +74,23 @@ TOOLS4_BUNDLES: dict[str, tuple[str, ...]] = {
         "org.slf4j:slf4j-reload4j:1.7.36",
     ),
 }
+
+# The reference peer (`zkcoord local up --kafka4`, zkcoord.local.kraft): a Kafka
+# 4.x broker in KRaft mode, and the 4.x Java clients and tools the tests run
+# with group.protocol=consumer. Fetched only on demand (`up --kafka4`, `fetch
+# --kafka4`, the tests that ask for it) into <cache>/jars beside the 3.9 jars.
+# Kafka 4.x logs with log4j2 and ships no SLF4J binding in its poms: its
+# distribution's libs/ hold log4j-slf4j-impl of the same log4j version.
+KAFKA4_VERSION = "4.4.0"
+KAFKA4_BUNDLE = f"kafka-{KAFKA4_VERSION}"
+KAFKA4_BUNDLES: dict[str, tuple[str, ...]] = {
+    KAFKA4_BUNDLE: (
+        f"org.apache.kafka:kafka_{SCALA_VERSION}:{KAFKA4_VERSION}",
+        f"org.apache.kafka:kafka-tools:{KAFKA4_VERSION}",  # Verifiable*, ConsumerGroupCommand, Console*
+        "org.apache.logging.log4j:log4j-slf4j-impl:2.25.5",  # the log4j-core 2.25.5 kafka_2.13 brings
+    ),
+}
+KAFKA4_MIN_JAVA = 17  # Kafka 4.x brokers and tools need Java 17 (clients: 11)
 
 INSTALL_HINT = (
     "Install a JDK (17 or newer) and Maven, e.g. `apt-get install "
@@ -205,6 +224,38 @@ def zookeeper_distribution(log=lambda msg: None) -> Distribution:
         return Distribution("zookeeper", "from KAFKA_HOME", kafka.classpath, "KAFKA_HOME")
     bundle = f"zookeeper-{ZOOKEEPER_VERSION}"
     return Distribution("zookeeper", ZOOKEEPER_VERSION, f"{fetch_bundle(bundle, log)}/*", "maven cache")
+
+
+def kafka4_distribution(log=lambda msg: None) -> Distribution:
+    """Kafka 4.x (broker, clients, tools): ``KAFKA4_HOME`` (an unpacked 4.x
+    distribution's ``libs/``) wins; else the jars Maven fetches into
+    ``<cache>/jars/kafka-4.4.0`` the first time. MissingToolError when
+    ``java`` is older than Kafka 4.x needs."""
+    require_java(KAFKA4_MIN_JAVA, f"Kafka {KAFKA4_VERSION}")
+    classpath = _home_classpath("KAFKA4_HOME", ("libs",))
+    if classpath:
+        return Distribution("kafka4", "KAFKA4_HOME", classpath, "KAFKA4_HOME")
+    path = fetch_bundle(KAFKA4_BUNDLE, log, artifacts=KAFKA4_BUNDLES[KAFKA4_BUNDLE])
+    return Distribution("kafka4", KAFKA4_VERSION, f"{path}/*", "maven cache")
+
+
+@functools.cache
+def java_major_version(java: str) -> int:
+    """The feature release of ``java`` (17 for "17.0.15", 8 for "1.8.0_402");
+    0 when its ``-version`` cannot be read."""
+    proc = subprocess.run([java, "-version"], capture_output=True, text=True)
+    match = re.search(r'version "(?:1\.)?(\d+)', proc.stderr + proc.stdout)
+    return int(match.group(1)) if match else 0
+
+
+def require_java(minimum: int, what: str) -> str:
+    """``java``, if it is at least ``minimum``; else MissingToolError naming ``what``."""
+    java = find_java()
+    found = java_major_version(java)
+    if found < minimum:
+        raise MissingToolError(f"{what} needs Java {minimum} or newer; {java} is Java {found or 'of unknown version'}. "
+                               f"{INSTALL_HINT}")
+    return java
 
 
 def fetch_all(log=lambda msg: None) -> list[Distribution]:

@@ -6,9 +6,11 @@ Owns the sandbox's state directory::
     <state-dir>/sandbox.json      pids, ports and directories of every server
     <state-dir>/zookeeper/        zoo.cfg, data/, logback.xml
     <state-dir>/kafka-<id>/       server.properties, data/, log4j.properties
+    <state-dir>/kafka4/           the Kafka 4.x KRaft node of ``up(kafka4=True)`` (zkcoord.local.kraft)
     <state-dir>/logs/<server>.log each server's output (and the demo's Java consumer's)
     <state-dir>/tools-log4j.properties  the logging of Kafka's tools run by hand
                                   (ZKCOORD_TOOLS_LOG4J: warnings and errors on stderr)
+    <state-dir>/tools-log4j2.xml  the same for Kafka 4.x's tools (ZKCOORD_TOOLS_LOG4J2)
 
 ``up`` starts what is not running (and only that), waits until ZooKeeper
 answers ``ruok``, each broker answers a metadata request and each zkcoord
@@ -21,6 +23,11 @@ the state directory. Fault tests use :meth:`Sandbox.stop_server` /
 ``up(secure=True)`` makes a secure sandbox (:mod:`zkcoord.local.secure`):
 SASL_SSL brokers and daemons, ZooKeeper with SASL and ACLs, Kafka's users
 and ACLs. A sandbox stays what it was made: plain or secure.
+
+``up(kafka4=True)`` adds the reference peer, one Apache Kafka 4.x node in
+KRaft mode (:mod:`zkcoord.local.kraft`), plain sandboxes only; once added it
+is one of the sandbox's servers until ``down``. :meth:`Sandbox.configure_kafka4`
+changes its broker settings and restarts it.
 """
 
 from __future__ import annotations
@@ -33,12 +40,13 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from zkcoord.errors import SandboxError, ServiceUnavailableError, UsageError
-from zkcoord.local import config_files, jars, procs, secure
+from zkcoord.local import config_files, jars, kraft, procs, secure
 
 MAX_BROKERS = 3
 MAX_DAEMONS = 5
@@ -60,12 +68,14 @@ class Server:
     pid: int | None = None
     gateway_port: int | None = None  # daemons: the gateway's own port; brokers 0..2 follow it
     metrics_port: int | None = None  # daemons: --metrics-listen, serving /metrics and /health
+    controller_port: int | None = None  # the Kafka 4.x KRaft node: its CONTROLLER listener
 
     @property
     def ports(self) -> set[int]:
         """Every port this server listens on (a gateway's broker ports too)."""
         gateway = range(self.gateway_port, self.gateway_port + 1 + MAX_BROKERS) if self.gateway_port else ()
-        return {self.port, *gateway, *([self.metrics_port] if self.metrics_port else [])}
+        extra = [port for port in (self.metrics_port, self.controller_port) if port]
+        return {self.port, *gateway, *extra}
 
     @property
     def node_id(self) -> int | None:
@@ -99,10 +109,12 @@ class SandboxState:
     secure: bool = False  # zkcoord.local.secure
     admin_made: bool = False  # secure: the brokers' own SCRAM user exists
     users_made: bool = False  # secure: alice, bob and the ACLs exist
+    kafka4: Server | None = None  # "kafka4": the Kafka 4.x KRaft node (zkcoord.local.kraft)
+    kafka4_settings: dict[str, str] = field(default_factory=dict)  # its broker settings given by the user
 
     @property
     def servers(self) -> list[Server]:
-        return [self.zookeeper, *self.brokers, *self.daemons]
+        return [self.zookeeper, *self.brokers, *([self.kafka4] if self.kafka4 else []), *self.daemons]
 
     def ports(self) -> frozenset[int]:
         """The ports promised to the servers, running or not."""
@@ -114,9 +126,11 @@ class SandboxState:
     @classmethod
     def from_json(cls, text: str) -> "SandboxState":
         raw = json.loads(text)
+        kafka4 = raw.get("kafka4")
         return cls(Server(**raw["zookeeper"]), [Server(**b) for b in raw["brokers"]], raw["started_at"],
                    [Server(**d) for d in raw.get("daemons", [])], raw.get("secure", False),
-                   raw.get("admin_made", False), raw.get("users_made", False))
+                   raw.get("admin_made", False), raw.get("users_made", False),
+                   Server(**kafka4) if kafka4 else None, dict(raw.get("kafka4_settings", {})))
 
 
 def zk_four_letter(port: int, word: str = "ruok", timeout_s: float = 2.0, host: str = "127.0.0.1") -> str:
@@ -225,6 +239,16 @@ class Sandbox:
         self.tools_log4j.write_text(config_files.TOOLS_LOG4J_PROPERTIES)
         return self.tools_log4j
 
+    @property
+    def tools_log4j2(self) -> Path:
+        """The same for Kafka 4.x's tools, which log with log4j2
+        (``java -Dlog4j2.configurationFile=file:...``)."""
+        return self.state_dir / "tools-log4j2.xml"
+
+    def write_tools_log4j2(self) -> Path:
+        self.tools_log4j2.write_text(config_files.TOOLS_LOG4J2_XML)
+        return self.tools_log4j2
+
     def _marker(self, name: str) -> str:
         return f"-Dzkcoord.sandbox={self.state_dir / name}"
 
@@ -233,15 +257,25 @@ class Sandbox:
         return f"zkcoord.sandbox={self.state_dir / name}"
 
     # -- lifecycle -------------------------------------------------------
-    def up(self, brokers: int = 1, daemons: int = 0, secure: bool = False) -> tuple[SandboxState, list[str]]:
+    def up(self, brokers: int = 1, daemons: int = 0, secure: bool = False, kafka4: bool = False,
+           kafka4_settings: Mapping[str, str | None] | None = None) -> tuple[SandboxState, list[str]]:
         """Start whatever is not running. Returns the state and the names of
         the servers started by this call (empty: it was already up).
         ``daemons`` zkcoord coordinator daemons are added to the servers;
-        ``secure`` makes a new sandbox secure (an existing one stays as it is)."""
+        ``secure`` makes a new sandbox secure (an existing one stays as it is);
+        ``kafka4`` adds the Kafka 4.x KRaft node, ``kafka4_settings`` (implying
+        it) changes its broker settings (None removes one; see
+        :mod:`zkcoord.local.kraft`) and restarts it when they changed."""
         if not 1 <= brokers <= MAX_BROKERS:
             raise UsageError(f"--brokers {brokers}: the sandbox runs 1 to {MAX_BROKERS} brokers.")
         if not 0 <= daemons <= MAX_DAEMONS:
             raise UsageError(f"--daemons {daemons}: the sandbox runs 0 to {MAX_DAEMONS} zkcoord daemons.")
+        changes = kraft.check_settings(kafka4_settings or {})
+        kafka4 = kafka4 or bool(changes)
+        if kafka4 and secure:
+            raise UsageError(kraft.NOT_SECURE)
+        if kafka4:
+            jars.kafka4_distribution(self.log)  # also checks java's version; fetched before anything starts
         jars.find_java()
         with self._locked():
             state = self.load()
@@ -256,17 +290,42 @@ class Sandbox:
             elif secure and not state.secure:
                 raise UsageError(f"The sandbox in {self.state_dir} is not secure; run `zkcoord local down` "
                                  "first, then `zkcoord local up --secure`.")
+            if kafka4 and state.secure:
+                raise UsageError(kraft.NOT_SECURE)
+            previous = dict(state.kafka4_settings)
+            if kafka4:
+                kraft.apply_settings(self, state, changes)
             for node_id in range(len(state.daemons) + 1, daemons + 1):
                 daemon = Server(f"zkcoord-{node_id}", procs.free_port(avoid=state.ports()))
                 state.daemons.append(daemon)
                 daemon.gateway_port = procs.free_port_range(1 + MAX_BROKERS, avoid=state.ports())
                 daemon.metrics_port = procs.free_port(avoid=state.ports())
             self.write_tools_log4j()
-            started = self._start_missing(state)
+            with kraft.settings_restored_on_failure(self, state, previous):
+                started = self._start_missing(state)
             return state, started
 
+    def configure_kafka4(self, changes: Mapping[str, str | None], replace: bool = False) -> bool:
+        """Change the Kafka 4.x node's broker settings (None removes one;
+        ``replace``: drop every setting not in ``changes``) and restart it
+        with them, waiting until it answers. True when they changed (it was
+        restarted); False when they were already so (nothing done)."""
+        changes = kraft.check_settings(changes)
+        with self._locked():
+            state = self._require_state()
+            if state.kafka4 is None:
+                raise SandboxError(f"The sandbox in {self.state_dir} has no Kafka 4.x node; "
+                                   "run `zkcoord local up --kafka4` first.")
+            previous = dict(state.kafka4_settings)
+            if replace:
+                changes = {**{key: None for key in previous}, **changes}
+            changed = kraft.apply_settings(self, state, changes)
+            with kraft.settings_restored_on_failure(self, state, previous):
+                self._start_missing(state)
+            return changed
+
     def _fresh_state(self, brokers: int) -> SandboxState:
-        for sub in ["zookeeper", "logs", "secure", "clients", *(f"kafka-{i}" for i in range(MAX_BROKERS))]:
+        for sub in ["zookeeper", "logs", "secure", "clients", kraft.NAME, *(f"kafka-{i}" for i in range(MAX_BROKERS))]:
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
         state = SandboxState(zookeeper=Server("zookeeper", procs.free_port()), started_at=time.time())
         for i in range(brokers):
@@ -289,9 +348,14 @@ class Sandbox:
                 if not procs.alive(broker.pid, self._match(broker.name)):
                     self._start_broker(state, broker)
                     started.append(broker.name)
+            if state.kafka4 is not None and not procs.alive(state.kafka4.pid, self._match(kraft.NAME)):
+                kraft.start(self, state)
+                started.append(kraft.NAME)
             self._save(state)
             for broker in state.brokers:
                 self._wait_broker(state, broker)
+            if state.kafka4 is not None:
+                kraft.wait_ready(self, state)
             if material is not None and not state.users_made:
                 secure.create_users_and_acls(material, self.bootstrap_servers(state), self.log)
                 state.users_made = True
@@ -385,6 +449,11 @@ class Sandbox:
                  + (f", gateway on 127.0.0.1:{daemon.gateway_port}" if daemon.gateway_port else "")
                  + f", metrics on {daemon.metrics_url}")
         daemon.pid = procs.spawn(cmd, self.log_file(daemon.name), cwd=self.state_dir, env=environment)
+
+    @staticmethod
+    def kafka4_bootstrap_servers(state: SandboxState) -> str:
+        """The Kafka 4.x node's address ('' without one)."""
+        return kraft.bootstrap_servers(state)
 
     @staticmethod
     def daemon_addresses(state: SandboxState) -> str:
@@ -485,7 +554,8 @@ class Sandbox:
             state = self.load()
             stopped = []
             if state is not None:
-                for server in [*state.daemons, *reversed(state.brokers), state.zookeeper]:
+                for server in [*state.daemons, *([state.kafka4] if state.kafka4 else []), *reversed(state.brokers),
+                               state.zookeeper]:
                     if procs.stop(server.pid, self._match(server.name), grace_s=30):
                         stopped.append(server.name)
             for child in self.state_dir.iterdir():

@@ -159,12 +159,13 @@ PersistFn = Callable[[str, list, "int | None"], Awaitable["int | None"]]
 class GroupRuntime:
     """One owned group. Create with :meth:`load`; no I/O in the constructor."""
 
-    def __init__(self, group_id: str, config: GroupConfig, persist: PersistFn,
+    def __init__(self, group_id: str, config: GroupConfig | Callable[[], GroupConfig], persist: PersistFn,
                  on_step_down: Callable[[str], None], clock: Callable[[], int] = monotonic_ms,
                  on_persisted: Callable[[Any], None] | None = None,
                  on_transition: Callable[[Any], None] | None = None, timer_loop: Any = None):
         self.group_id = group_id
-        self.config = config
+        # The handlers' config: fixed, or read at each call (the manager's: its topics image changes).
+        self._config_of = config if callable(config) else (lambda: config)
         self._persist = persist
         self._on_step_down = on_step_down
         self._on_persisted = on_persisted  # membership or generation changed
@@ -181,6 +182,10 @@ class GroupRuntime:
         self._timers = KeyedTimers(clock, self._fire, timer_loop)
         self._background = Background(log, f"group {group_id}")  # timer expiries
         self._unsettled_waiters: set[asyncio.Future] = set()  # held heartbeats (core.notice)
+
+    @property
+    def config(self) -> GroupConfig:
+        return self._config_of()
 
     # -- life cycle ----------------------------------------------------------
     async def load(self, record: dict | None, version: int | None) -> None:

@@ -36,6 +36,7 @@ Nothing here knows a group's kind: the runtime asks the group's kind
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -192,7 +193,7 @@ class GroupManager:
     async def _load(self, group_id: str) -> GroupRuntime:
         try:
             record, version = await self.store.load(group_id)
-            runtime = GroupRuntime(group_id, self.group_config, self._persist, self.stepped_down,
+            runtime = GroupRuntime(group_id, lambda: self.group_config, self._persist, self.stepped_down,
                                    clock=self.clock, on_persisted=self._on_persisted,
                                    on_transition=None if self.metrics is None else self.metrics.observe_transition,
                                    timer_loop=self._timer_loop)
@@ -252,6 +253,11 @@ class GroupManager:
     async def _persist(self, group_id: str, changes: list, version: int | None) -> int | None:
         """The runtime's write: fenced by the store through the ownership."""
         return await self.store.write_changes(group_id, changes, version)
+
+    def topics_changed(self, image) -> None:
+        """The topics as the daemon knows them changed: every group's handlers
+        see the new image from their next call (:class:`~zkcoord.core.topics_image.TopicsImage`)."""
+        self.group_config = dataclasses.replace(self.group_config, image=image)
 
     def stepped_down(self, group_id: str) -> None:
         """The group is no longer served here (its runtime stepped down, or it was removed)."""

@@ -34,7 +34,7 @@ from zkcoord.errors import ServiceUnavailableError, StateError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection, wait_znode_gone
 
-__all__ = ["TopicRegistry", "TopicWatch", "parse_partition_count", "wait_broker_unregistered"]
+__all__ = ["TopicRegistry", "TopicWatch", "parse_partition_count", "parse_topic", "wait_broker_unregistered"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,15 @@ def parse_partition_count(topic: str, data: bytes) -> int:
     if not isinstance(partitions, dict) or not all(isinstance(k, str) and k.isdigit() for k in partitions):
         raise StateError(f"topic registration {path} has no \"partitions\" object keyed by partition number")
     return len(partitions)
+
+
+def parse_topic(topic: str, data: bytes) -> tuple[str, int] | None:
+    """(topic id, partition count) of a registration; None when it has no id
+    (a topic created before Kafka 2.8 and not touched since: the consumer
+    protocol cannot name it). StateError as :func:`parse_partition_count`."""
+    count = parse_partition_count(topic, data)
+    topic_id = json.loads(data.decode()).get("topic_id")
+    return (topic_id, count) if isinstance(topic_id, str) and topic_id else None
 
 
 class TopicWatch:
@@ -89,6 +98,39 @@ class TopicRegistry:
         async def inner() -> bool:
             return await aio.call(self._conn.client.exists_async, paths.BROKER_TOPICS) is not None
         return await self._conn.retry(f"look for {paths.BROKER_TOPICS}", inner)
+
+    async def all_topics(self, on_change: Callable[[], None] | None = None) -> dict[str, tuple[str, int]]:
+        """Every topic Kafka registers: name -> (topic id, partition count),
+        read in multiReads; ``on_change`` (a one-shot watch, on the loop) when
+        topics are created or deleted. Registrations without an id or that
+        do not parse are left out (logged)."""
+        return await self._conn.retry("list the topics", self._inner_all, on_change)
+
+    async def _inner_all(self, on_change) -> dict[str, tuple[str, int]]:
+        from zkcoord.zk.multi_read import GET_DATA, read_many
+
+        loop = asyncio.get_running_loop()
+        watch = (lambda event: aio.post(loop, on_change)) if on_change is not None else None
+        try:
+            names = await aio.call(self._conn.client.get_children_async, paths.BROKER_TOPICS, watch)
+        except NoNodeError:
+            return {}
+        names = sorted(names)
+        outcomes = await read_many(self._conn, [(GET_DATA, paths.broker_topic(n)) for n in names])
+        topics = {}
+        for name, outcome in zip(names, outcomes):
+            if isinstance(outcome, NoNodeError):
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome
+            try:
+                parsed = parse_topic(name, bytes(outcome))
+            except StateError as exc:
+                log.warning("%s; the topic is left out of the consumer groups' view", exc)
+                continue
+            if parsed is not None:
+                topics[name] = parsed
+        return topics
 
     async def partition_count(self, topic: str) -> int | None:
         """The topic's partition count, None if it does not exist."""
