@@ -67,6 +67,8 @@ MODULE_CYCLES_LEFT = {
     "core": "core.groups names every kind (core.classic, core.consumer.kind), and the kinds' modules call back "
             "into core.groups and into each other (core.consumer: heartbeat <-> convert <-> classic_members)",
     "server": "GroupAdmin and GroupOffsets name their GroupManager in type hints, the manager builds both",
+    "local": "the sandbox drives local.kraft (the Kafka 4.x node), which takes the sandbox's types and helpers "
+             "back (type-only and deferred imports)",
 }
 
 
