@@ -23,6 +23,7 @@ Kafka listener and closed with it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import signal
@@ -34,6 +35,7 @@ from zkcoord.config import DaemonConfig
 from zkcoord.core.group import GroupConfig
 from zkcoord.gateway.gateway import Gateway, GatewaySettings
 from zkcoord.server.apis import ApiHandler
+from zkcoord.server.consumer_protocol import CONSUMER_PROTOCOL
 from zkcoord.server.daemon_security import DaemonSecurity
 from zkcoord.kafka.forwarder import KafkaForwarder
 from zkcoord.kafka.metadata import KafkaTopicMetadata
@@ -147,8 +149,11 @@ class Daemon:
             lambda group_id: self.manager.metadata_changed(group_id), registry=registry,
             kafka_metadata=KafkaTopicMetadata(config.bootstrap_servers, security=security.kafka_client)
             if config.bootstrap_servers else None,
-            refresh_ms=config.topic_metadata_refresh_ms)
+            refresh_ms=config.topic_metadata_refresh_ms,
+            on_image=lambda image, groups: self.manager is not None and self.manager.topics_changed(image, groups))
         await self.topics.start(await registry.kafka_registers_topics())
+        group_config = dataclasses.replace(group_config, image=self.topics.image,
+                                           consumer_protocol=CONSUMER_PROTOCOL)
         self.manager = GroupManager(
             node_id, group_config, self.ownership, store, self.offsets, self.nodes, topic_watcher=self.topics,
             conn=self.conn, member_disconnect_grace_ms=config.member_disconnect_grace_ms,
