@@ -72,6 +72,7 @@ from zkcoord.server.authorization import (
 )
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
 from zkcoord.server.bulk_work import off_loop, pause_every
+from zkcoord.server.consumer_apis import ConsumerGroupApis
 from zkcoord.server.manager import UNKNOWN_TOKEN
 from zkcoord.server.member_connections import MemberConnections
 from zkcoord.server.transport import ConnectionInfo
@@ -85,6 +86,7 @@ log = logging.getLogger(__name__)
 E = ErrorCode
 API_VERSIONS, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 18, 10, 11, 12, 13, 14
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 8, 9, 15, 16, 42
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 TRANSACTION_KEY_TYPE = 1
 SMALL_COMMIT_PARTITIONS = 8  # OffsetCommit answers cached up to this many partitions
 BIG_ANSWER_ITEMS = 1000  # answers listing more entries are built and encoded in a worker thread
@@ -112,12 +114,15 @@ class ApiHandler:
         self._notice_connections: set[int] = set()  # connection ids that asked for held heartbeats
         # group id -> {held heartbeat's waiter: its request}, for the LeaveGroup that ends a hold
         self._holds: dict[str, dict[asyncio.Future, core.HeartbeatRequest]] = {}
+        self._classic_apis = apis.without(CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE)
+        self.consumer = ConsumerGroupApis(manager, access, self.consumer_groups_served)
         self._routes = {
             API_VERSIONS: self.api_versions, FIND_COORDINATOR: self.find_coordinator,
             JOIN_GROUP: self.join_group, SYNC_GROUP: self.sync_group, HEARTBEAT: self.heartbeat,
             LEAVE_GROUP: self.leave_group, OFFSET_COMMIT: self.offset_commit,
             OFFSET_FETCH: self.offset_fetch, DESCRIBE_GROUPS: self.describe_groups,
             LIST_GROUPS: self.list_groups, DELETE_GROUPS: self.delete_groups,
+            CONSUMER_GROUP_HEARTBEAT: self.consumer.heartbeat, CONSUMER_GROUP_DESCRIBE: self.consumer.describe,
         }
 
     async def __call__(self, decoded: DecodedRequest, connection: ConnectionInfo):
@@ -134,6 +139,12 @@ class ApiHandler:
         whose lock is free. None (nothing changed) sends the request through
         :meth:`__call__`."""
         api_key = decoded.api_key
+        if api_key == CONSUMER_GROUP_HEARTBEAT:
+            started = time.perf_counter()
+            response = self.consumer.heartbeat_now(decoded, connection)
+            if response is not None and self.metrics is not None:
+                self.metrics.observe_request(decoded.api_name, response, time.perf_counter() - started)
+            return response
         if api_key != HEARTBEAT and api_key != SYNC_GROUP:
             return None
         if api_key == HEARTBEAT and self._notice_connections and connection.connection_id in self._notice_connections:
@@ -183,9 +194,15 @@ class ApiHandler:
         for group_id, member_id in self.members.closed(connection.connection_id):
             self.manager.member_disconnected(group_id, member_id)
 
+    def consumer_groups_served(self) -> bool:
+        """Does this daemon serve KIP-848's consumer protocol now (the daemon's
+        setting, and a source of topic metadata to assign from)?"""
+        return bool(getattr(self.manager, "consumer_groups_enabled", False))
+
     # -- ApiVersions, FindCoordinator --------------------------------------------
     async def api_versions(self, decoded, connection):
-        return api_versions_response(decoded.api_version, self.apis,
+        apis = self.apis if self.consumer_groups_served() else self._classic_apis
+        return api_versions_response(decoded.api_version, apis,
                                      supported_features=self.notice_features(decoded, connection))
 
     def notice_features(self, decoded, connection) -> list[dict]:

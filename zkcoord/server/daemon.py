@@ -134,7 +134,7 @@ class Daemon:
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-            max_group_size=config.group_max_size)
+            max_group_size=config.group_max_size, consumer=config.consumer_group_config)
         self.ownership = GroupOwnership(self.conn, node_id, on_change=lambda c: self.manager.on_ownership_change(c))
         await self.ownership.start()
         ownership = self.ownership
@@ -162,6 +162,10 @@ class Daemon:
             offset_metadata_max_bytes=config.offset_metadata_max_bytes,
             kafka_forwarder=KafkaForwarder(config.bootstrap_servers, security=security.kafka_client)
             if config.bootstrap_servers else None)
+        self.manager.consumer_groups_enabled = "consumer" in config.rebalance_protocols and self.topics.source != "none"
+        if "consumer" in config.rebalance_protocols and self.topics.source == "none":
+            log.warning("the consumer group protocol (KIP-848) is not served: no topic metadata (ZooKeeper has no "
+                        "/brokers/topics here and --bootstrap-servers is not set)")
         self.manager.admin.start_cleanup()
         if self.metrics is not None:
             self.metrics.manager = self.manager

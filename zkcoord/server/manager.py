@@ -89,6 +89,8 @@ class GroupManager:
         self.metrics = None  # DaemonMetrics, set by the daemon with --metrics-listen
         self.member_disconnect_grace_ms = member_disconnect_grace_ms  # -1: off
         self.rebalance_notice_hold_ms = rebalance_notice_hold_ms  # 0: heartbeats never held (core.notice)
+        # KIP-848's consumer protocol served (the daemon's setting and a topic source; set by the daemon)
+        self.consumer_groups_enabled = False
         self._live: dict | None = None  # node id -> NodeInfo of the live daemons, while a watch holds
         # Its two parts; without a forwarder (no --bootstrap-servers) dual and kafka groups are not available.
         self.group_offsets = GroupOffsets(self, kafka_forwarder=kafka_forwarder,
