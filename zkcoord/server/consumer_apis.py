@@ -45,7 +45,7 @@ from zkcoord.core.consumer.messages import ConsumerHeartbeatRequest, ConsumerHea
 from zkcoord.core.consumer.model import ConsumerGroup, LEAVE_EPOCH, STATIC_LEAVE_EPOCH
 from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.errors import StateError, StateTooLargeError
-from zkcoord.server.authorization import UNKNOWN_OPERATIONS, Operation
+from zkcoord.server.authorization import Operation
 from zkcoord.server.bulk_work import pause_every
 from zkcoord.server.codec import encoded_response, response_for
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
@@ -60,6 +60,7 @@ __all__ = ["ConsumerGroupApis", "new_member_id", "heartbeat_request_problem"]
 log = logging.getLogger(__name__)
 E = ErrorCode
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
+NOT_ASKED = -(2**31)  # authorized_operations not asked for: Kafka's INT32_MIN
 _DESCRIBE_TOPICS_REFUSED = "The group has described topic(s) that the client is not authorized to describe."
 
 
@@ -231,8 +232,8 @@ class ConsumerGroupApis:
                 if len(self.access.topics(connection, Operation.DESCRIBE, topics)) < len(topics):
                     answers.append(_failed_group(group_id, E.TOPIC_AUTHORIZATION_FAILED, _DESCRIBE_TOPICS_REFUSED))
                     continue
-            operations = (self.access.group_operations(connection, group_id)
-                          if r.include_authorized_operations else UNKNOWN_OPERATIONS)
+            operations = (_bitfield(self.access.group_operations(connection, group_id))
+                          if r.include_authorized_operations else NOT_ASKED)
             answers.append(_described(group, operations))
         return response_for(decoded, throttle_time_ms=0, groups=answers)
 
@@ -269,10 +270,18 @@ class ConsumerGroupApis:
             return exc.code, None, None
 
 
+def _bitfield(codes: set[int]) -> int:
+    """Authorized operations as the int32 field holds them (bit ``code`` per
+    operation; kafka-python's own DescribeGroups converts a set, our generated
+    class takes the number)."""
+    value = sum(1 << code for code in codes)
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
 def _failed_group(group_id: str, code: ErrorCode, message: str | None) -> dict:
     return {"error_code": int(code), "error_message": message, "group_id": group_id, "group_state": "",
             "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": [],
-            "authorized_operations": UNKNOWN_OPERATIONS}
+            "authorized_operations": NOT_ASKED}
 
 
 def _assignment(topics) -> dict:
