@@ -64,6 +64,8 @@ def parse_host_port(value: str, setting: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+REBALANCE_PROTOCOLS = ("classic", "consumer")  # group_coordinator_rebalance_protocols
+
 @dataclass(frozen=True)
 class DaemonConfig:
     """Settings of one ``zkcoord run`` daemon."""
@@ -80,6 +82,16 @@ class DaemonConfig:
     group_initial_rebalance_delay_ms: int = 3_000
     group_max_size: int = 2**31 - 1
     offsets_zk_root: str = "/consumers"
+    # KIP-848 (Kafka's names and defaults): the group protocols served (classic always), and the settings
+    # of consumer groups (zkcoord.core.consumer.config).
+    group_coordinator_rebalance_protocols: str = "classic,consumer"
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_max_size: int = 2**31 - 1
+    group_consumer_assignors: str = "uniform,range"
+    group_consumer_migration_policy: str = "bidirectional"
+    group_consumer_regex_refresh_interval_ms: int = 600_000
+    group_consumer_assignment_interval_ms: int = 1_000
     # Request limits (zkcoord.core.limits): Kafka's names and defaults where Kafka has one.
     socket_request_max_bytes: int = limits.DEFAULT_SOCKET_REQUEST_MAX_BYTES  # any frame; once max_frame_bytes
     group_request_max_bytes: int = limits.DEFAULT_GROUP_REQUEST_MAX_BYTES  # OffsetCommit/Fetch, Join/SyncGroup
@@ -167,9 +179,41 @@ class DaemonConfig:
         _check_range("connections_max_idle_ms", self.connections_max_idle_ms, 100, 2**31 - 1)
         _check_range("partial_requests_max_bytes", self.partial_requests_max_bytes, 1024, 2**40)
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)
+        self.rebalance_protocols  # noqa: B018 (checks group_coordinator_rebalance_protocols)
+        self.consumer_group_config  # noqa: B018 (checks the group_consumer_* settings)
         if not self.offsets_zk_root.startswith("/") or self.offsets_zk_root.endswith("/"):
             raise ConfigError(f"offsets_zk_root={self.offsets_zk_root!r} must start with '/' and not end with one")
         self.zookeeper_security  # noqa: B018 (building it checks the ZooKeeper login settings)
+
+    @property
+    def rebalance_protocols(self) -> frozenset[str]:
+        """The group protocols served: ``classic``, and ``consumer`` (KIP-848) unless left out."""
+        names = [p.strip().lower() for p in self.group_coordinator_rebalance_protocols.split(",") if p.strip()]
+        unknown = [p for p in names if p not in REBALANCE_PROTOCOLS]
+        if unknown or "classic" not in names:
+            raise ConfigError(f"group_coordinator_rebalance_protocols={self.group_coordinator_rebalance_protocols!r}:"
+                              f" name classic and optionally consumer (comma-separated)"
+                              + (f"; {', '.join(unknown)} unknown" if unknown else "; classic is required"))
+        return frozenset(names)
+
+    @property
+    def consumer_group_config(self):
+        """The group_consumer_* settings as the core takes them (ConfigError if one is out of range)."""
+        from zkcoord.core.consumer.config import ConsumerGroupConfig
+
+        for name in ("group_consumer_session_timeout_ms", "group_consumer_heartbeat_interval_ms",
+                     "group_consumer_regex_refresh_interval_ms", "group_consumer_max_size"):
+            _check_range(name, getattr(self, name), 1, 2**31 - 1)
+        _check_range("group_consumer_assignment_interval_ms", self.group_consumer_assignment_interval_ms,
+                     0, 2**31 - 1)
+        return ConsumerGroupConfig(
+            session_timeout_ms=self.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=self.group_consumer_heartbeat_interval_ms,
+            max_size=self.group_consumer_max_size,
+            assignors=tuple(a.strip() for a in self.group_consumer_assignors.split(",") if a.strip()),
+            migration_policy=self.group_consumer_migration_policy.strip().lower(),
+            regex_refresh_interval_ms=self.group_consumer_regex_refresh_interval_ms,
+            assignment_interval_ms=self.group_consumer_assignment_interval_ms)
 
     def _check_gateway(self) -> None:
         from zkcoord.core.gateway import parse_broker_ids

@@ -9,6 +9,8 @@ is exercised at least once.
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from kafka.protocol.admin.groups import (
     DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest,
@@ -23,6 +25,7 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.parser import KafkaProtocol
 
+from zkcoord.schemas import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from zkcoord.wire.errors import (
     FrameSizeError, MalformedFrameError, MessageBuildError, ResponseEncodingError, UnsupportedRequestError,
 )
@@ -43,6 +46,8 @@ ADVERTISED = {
     13: (0, 5),   # LeaveGroup
     14: (0, 5),   # SyncGroup
     15: (0, 5),   # DescribeGroups
+    68: (0, 1),   # ConsumerGroupHeartbeat (Kafka 4.4's)
+    69: (0, 1),   # ConsumerGroupDescribe (Kafka 4.4's)
     16: (0, 5),   # ListGroups
     18: (0, 3),   # ApiVersions
     42: (0, 2),   # DeleteGroups
@@ -140,9 +145,24 @@ def _delete_groups(v):
     return DeleteGroupsRequest(version=v, groups_names=["group-a", "group-b"])
 
 
+def _consumer_group_heartbeat(v):
+    partitions = ConsumerGroupHeartbeatRequest.TopicPartitions
+    return ConsumerGroupHeartbeatRequest(
+        version=v, group_id="group-a", member_id="member-1", member_epoch=3, instance_id="instance-1",
+        rack_id="rack-a", rebalance_timeout_ms=30000, subscribed_topic_names=["orders"],
+        subscribed_topic_regex="ord.*", server_assignor="range",
+        topic_partitions=[partitions(version=v, topic_id=uuid.UUID(int=7), partitions=[0, 2])])
+
+
+def _consumer_group_describe(v):
+    return ConsumerGroupDescribeRequest(version=v, group_ids=["group-a", "group-b"],
+                                        include_authorized_operations=True)
+
+
 REQUESTS = {18: _api_versions, 10: _find_coordinator, 11: _join_group, 14: _sync_group,
             12: _heartbeat, 13: _leave_group, 8: _offset_commit, 9: _offset_fetch,
-            15: _describe_groups, 16: _list_groups, 42: _delete_groups}
+            15: _describe_groups, 16: _list_groups, 42: _delete_groups,
+            68: _consumer_group_heartbeat, 69: _consumer_group_describe}
 
 
 # -- responses, as plain values a handler would pass ------------------------
@@ -195,6 +215,20 @@ RESPONSES = {
          "group_type": "classic"}]},
     42: {"throttle_time_ms": 5, "results": [{"group_id": "group-a", "error_code": 0},
                                             {"group_id": "group-b", "error_code": 69}]},
+    68: {"throttle_time_ms": 5, "error_code": 0, "error_message": None, "member_id": "member-1",
+         "member_epoch": 4, "heartbeat_interval_ms": 5000, "assignment": {"topic_partitions": [
+             {"topic_id": uuid.UUID(int=7), "partitions": [0, 1]}]}},
+    69: {"throttle_time_ms": 5, "groups": [
+        {"error_code": 0, "error_message": None, "group_id": "group-a", "group_state": "Stable",
+         "group_epoch": 4, "assignment_epoch": 4, "assignor_name": "uniform", "authorized_operations": 8,
+         "members": [{"member_id": "member-1", "instance_id": None, "rack_id": None, "member_epoch": 4,
+                      "client_id": "client-1", "client_host": "/127.0.0.1", "subscribed_topic_names": ["orders"],
+                      "subscribed_topic_regex": None, "member_type": 1,
+                      "assignment": {"topic_partitions": [
+                          {"topic_id": uuid.UUID(int=7), "topic_name": "orders", "partitions": [0]}]},
+                      "target_assignment": {"topic_partitions": []}}]},
+        {"error_code": 69, "error_message": "Group group-b not found.", "group_id": "group-b",
+         "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": []}]},
 }
 
 
@@ -219,7 +253,7 @@ def test_advertised_versions_are_kafka_39_within_kafka_python_schemas():
     assert [s.name for s in COORDINATOR_APIS] == [
         "OffsetCommit", "OffsetFetch", "FindCoordinator", "JoinGroup", "Heartbeat",
         "LeaveGroup", "SyncGroup", "DescribeGroups", "ListGroups", "ApiVersions",
-        "DeleteGroups"]
+        "DeleteGroups", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe"]
 
 
 @pytest.mark.parametrize("request_class,response_class,low,high", [

@@ -15,7 +15,7 @@ FORBIDDEN_TOP = {"kazoo", "kafka", "asyncio", "socket", "click", "rich", "time",
 # Every package above the ground but the core itself; the values the core may hold (zkcoord.password,
 # zkcoord.errors) stand on the ground floor (tests/unit/test_package_boundaries.py).
 FORBIDDEN_ZKCOORD = {"zk", "kafka", "server", "client", "cli", "local", "migrate", "inspect", "config", "gateway",
-                     "tasks", "security", "wire", "monitor"}
+                     "tasks", "security", "wire", "monitor", "schemas"}
 
 
 def _core_modules() -> list[tuple[str, Path]]:

@@ -5,10 +5,11 @@ Each package stands on a floor. A module may import its own package, the
 packages of lower floors, and those of its own floor where no rule below
 forbids it; never a higher floor::
 
-    floor 0  zkcoord (its __init__), errors, password, tasks   the ground: values and helpers
+    floor 0  zkcoord (its __init__), errors, password, tasks, topic_ids   the ground: values and helpers
     floor 1  core                 pure rules (tests/unit/test_core_purity.py: no adapter, no I/O)
     floor 2  security             security adapters: TLS contexts, properties and users files
-    floor 3  zk, kafka, wire      the adapters: ZooKeeper, kafka-python, the Kafka wire
+    floor 3  zk, kafka, schemas, wire   the adapters: ZooKeeper, kafka-python (and the messages it
+                                  lacks, generated from Kafka's JSON), the Kafka wire
     floor 4  config               the daemon's typed settings
     floor 5  gateway, server      the daemon's two listeners; zkcoord.server.daemon composes them
     floor 6  client, inspect, migrate, monitor, local   the tools and the sandbox
@@ -46,10 +47,10 @@ import pytest
 import zkcoord
 
 FLOORS = {
-    "zkcoord": 0, "errors": 0, "password": 0, "tasks": 0,
+    "zkcoord": 0, "errors": 0, "password": 0, "tasks": 0, "topic_ids": 0,
     "core": 1,
     "security": 2,
-    "zk": 3, "kafka": 3, "wire": 3,
+    "zk": 3, "kafka": 3, "schemas": 3, "wire": 3,
     "config": 4,
     "gateway": 5, "server": 5,
     "client": 6, "inspect": 6, "migrate": 6, "monitor": 6, "local": 6,

@@ -26,6 +26,21 @@ def _options(func):
         ("--group-initial-rebalance-delay-ms", int, "Wait for more members before the first rebalance of an empty group [default: 3000]."),
         ("--group-max-size", int, "Most members a group may have [default: unlimited]."),
         ("--offsets-zk-root", str, "Root of the legacy offsets layout [default: /consumers]."),
+        ("--group-coordinator-rebalance-protocols", str, "Group protocols served: classic, and consumer "
+         "(KIP-848's ConsumerGroupHeartbeat) [default: classic,consumer]."),
+        ("--group-consumer-session-timeout-ms", int, "Session timeout of consumer-protocol members "
+         "[default: 45000]."),
+        ("--group-consumer-heartbeat-interval-ms", int, "Heartbeat interval given to consumer-protocol members "
+         "[default: 5000]."),
+        ("--group-consumer-max-size", int, "Most members a consumer group may have [default: unlimited]."),
+        ("--group-consumer-assignors", str, "Server-side assignors offered, the first the default: uniform, "
+         "range [default: uniform,range]."),
+        ("--group-consumer-migration-policy", str, "Online conversion between classic and consumer groups: "
+         "bidirectional, upgrade, downgrade or disabled [default: bidirectional]."),
+        ("--group-consumer-regex-refresh-interval-ms", int, "How often subscriptions by regular expression are "
+         "resolved again [default: 600000]."),
+        ("--group-consumer-assignment-interval-ms", int, "Shortest time between two target assignments of a "
+         "consumer group [default: 1000]."),
         ("--socket-request-max-bytes", int, "Largest request frame accepted, Kafka's socket.request.max.bytes; "
          "the gateway forwards frames up to this size [default: 104857600]."),
         ("--max-frame-bytes", int, "Old name of --socket-request-max-bytes."),

@@ -33,6 +33,7 @@ class ClassicKind:
     name = TYPE_NAME
     value_type = Group
     state_names = tuple(s.value for s in GroupState)  # Kafka's printed names, every one a group can show
+    assigns_from_image = False  # the leader member assigns, from its own metadata
 
     def __init__(self) -> None:
         from zkcoord.core.consumer.heartbeat import handle_consumer_heartbeat

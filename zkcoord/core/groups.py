@@ -64,6 +64,9 @@ class GroupKind(Protocol):
     name: str  # Kafka's group type name ("classic", "consumer")
     value_type: type  # the class of this kind's group values
     state_names: tuple[str, ...]  # every state name a group of this kind shows (metrics list each)
+    # Whether the coordinator assigns from the daemon's topics image (a changed topic in it calls
+    # handle_metadata_change); else from its clients' metadata (a changed partition count calls it).
+    assigns_from_image: bool
     handlers: Mapping[type, Any]  # request class -> handler(group, request, now_ms, config) -> Outcome
 
     def new(self, group_id: str, offset_storage: str = "zookeeper") -> Any: ...

@@ -68,6 +68,31 @@ class TopicsImage:
         version = self.version + 1
         return TopicsImage(nxt.by_name, nxt.by_id, version, version if added else self.added_version)
 
+    def changed(self, topics: Mapping[str, TopicInfo | None]) -> TopicsImage:
+        """The next image with only ``topics`` changed (None: the topic is
+        gone); the versions move as with :meth:`updated`.
+
+        >>> a = TopicInfo("a", "AAAAAAAAAAAAAAAAAAAAAQ", 1)
+        >>> image = TopicsImage.of([a]).changed({"a": TopicInfo("a", a.topic_id, 4)})
+        >>> image.partitions_of(a.topic_id), image.version, image.added_version
+        (4, 1, 0)
+        >>> image.changed({"a": None}).id_of("a"), image.changed({"b": None}) is image
+        (None, True)
+        """
+        by_name, by_id, added = self.by_name.thaw(), self.by_id.thaw(), False
+        for name, info in topics.items():
+            old = by_name.pop(name, None)
+            if old is not None:
+                by_id.pop(old.topic_id, None)
+            if info is not None and info.topic_id != ZERO_UUID and info.partitions >= 0:
+                by_name[name] = info
+                by_id[info.topic_id] = info
+                added |= old is None or old.topic_id != info.topic_id
+        if by_name == self.by_name:
+            return self
+        version = self.version + 1
+        return TopicsImage(FrozenMap(by_name), FrozenMap(by_id), version, version if added else self.added_version)
+
     def id_of(self, name: str) -> str | None:
         found = self.by_name.get(name)
         return None if found is None else found.topic_id

@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING
 from zkcoord.core import groups, notice
 from zkcoord.core import messages as core
 from zkcoord.core.api_keys import (
-    API_VERSIONS, DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS,
-    OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP,
+    API_VERSIONS, CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR,
+    HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS, OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP,
 )
 from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.core.offset_fetch import count
@@ -66,6 +66,7 @@ from zkcoord.server.authorization import (
 )
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
 from zkcoord.server.bulk_work import off_loop, pause_every
+from zkcoord.server.consumer_apis import ConsumerGroupApis
 from zkcoord.server.manager import UNKNOWN_TOKEN
 from zkcoord.server.member_connections import MemberConnections
 from zkcoord.wire.connections import ConnectionInfo
@@ -110,12 +111,15 @@ class ApiHandler:
         self._notice_connections: set[int] = set()  # connection ids that asked for held heartbeats
         # group id -> {held heartbeat's waiter: its request}, for the LeaveGroup that ends a hold
         self._holds: dict[str, dict[asyncio.Future, core.HeartbeatRequest]] = {}
+        self._classic_apis = apis.without(CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE)
+        self.consumer = ConsumerGroupApis(manager, access, self.consumer_groups_served)
         self._routes = {
             API_VERSIONS: self.api_versions, FIND_COORDINATOR: self.find_coordinator,
             JOIN_GROUP: self.join_group, SYNC_GROUP: self.sync_group, HEARTBEAT: self.heartbeat,
             LEAVE_GROUP: self.leave_group, OFFSET_COMMIT: self.offset_commit,
             OFFSET_FETCH: self.offset_fetch, DESCRIBE_GROUPS: self.describe_groups,
             LIST_GROUPS: self.list_groups, DELETE_GROUPS: self.delete_groups,
+            CONSUMER_GROUP_HEARTBEAT: self.consumer.heartbeat, CONSUMER_GROUP_DESCRIBE: self.consumer.describe,
         }
 
     async def __call__(self, decoded: DecodedRequest, connection: ConnectionInfo):
@@ -132,6 +136,12 @@ class ApiHandler:
         whose lock is free. None (nothing changed) sends the request through
         :meth:`__call__`."""
         api_key = decoded.api_key
+        if api_key == CONSUMER_GROUP_HEARTBEAT:
+            started = time.perf_counter()
+            response = self.consumer.heartbeat_now(decoded, connection)
+            if response is not None and self.metrics is not None:
+                self.metrics.observe_request(decoded.api_name, response, time.perf_counter() - started)
+            return response
         if api_key != HEARTBEAT and api_key != SYNC_GROUP:
             return None
         if api_key == HEARTBEAT and self._notice_connections and connection.connection_id in self._notice_connections:
@@ -181,9 +191,15 @@ class ApiHandler:
         for group_id, member_id in self.members.closed(connection.connection_id):
             self.manager.member_disconnected(group_id, member_id)
 
+    def consumer_groups_served(self) -> bool:
+        """Does this daemon serve KIP-848's consumer protocol now (the daemon's
+        setting, and a source of topic metadata to assign from)?"""
+        return bool(getattr(self.manager, "consumer_groups_enabled", False))
+
     # -- ApiVersions, FindCoordinator --------------------------------------------
     async def api_versions(self, decoded, connection):
-        return api_versions_response(decoded.api_version, self.apis,
+        apis = self.apis if self.consumer_groups_served() else self._classic_apis
+        return api_versions_response(decoded.api_version, apis,
                                      supported_features=self.notice_features(decoded, connection))
 
     def notice_features(self, decoded, connection) -> list[dict]:

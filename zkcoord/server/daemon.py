@@ -36,6 +36,7 @@ Kafka listener and closed with it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import signal
@@ -50,6 +51,7 @@ from zkcoord.gateway.login import PassthroughLogin
 from zkcoord.kafka.forwarder import KafkaForwarder
 from zkcoord.kafka.metadata import KafkaTopicMetadata
 from zkcoord.server.apis import ApiHandler
+from zkcoord.server.consumer_protocol import CONSUMER_PROTOCOL
 from zkcoord.server.daemon_security import DaemonSecurity
 from zkcoord.server.manager import GroupManager
 from zkcoord.server.metrics import DaemonMetrics, MetricsServer
@@ -182,10 +184,15 @@ class Daemon:
             lambda group_id: self.manager.metadata_changed(group_id), registry=registry,
             kafka_metadata=KafkaTopicMetadata(config.bootstrap_servers, security=kafka_client)
             if config.bootstrap_servers else None,
-            refresh_ms=config.topic_metadata_refresh_ms)
+            refresh_ms=config.topic_metadata_refresh_ms,
+            on_image=lambda image, groups: self.manager is not None and self.manager.topics_changed(image, groups))
         undo.push_async_callback(_undo, "stop topic watches", self.topics.stop)
         await self.topics.start(await registry.kafka_registers_topics())
         self.manager = self._group_manager(node_id)
+        self.manager.consumer_groups_enabled = "consumer" in config.rebalance_protocols and self.topics.source != "none"
+        if "consumer" in config.rebalance_protocols and self.topics.source == "none":
+            log.warning("the consumer group protocol (KIP-848) is not served: no topic metadata (ZooKeeper has no "
+                        "/brokers/topics here and --bootstrap-servers is not set)")
         self.manager.admin.start_cleanup()
         undo.push_async_callback(_undo, "release groups", self.manager.release_all)
 
@@ -195,7 +202,8 @@ class Daemon:
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-            max_group_size=config.group_max_size)
+            max_group_size=config.group_max_size, consumer=config.consumer_group_config)
+        group_config = dataclasses.replace(group_config, image=self.topics.image, consumer_protocol=CONSUMER_PROTOCOL)
         store = GroupStateStore(self.conn, self.ownership, max_state_bytes=config.max_state_bytes)
         kafka_client = self.security.kafka_client
         return GroupManager(

@@ -89,6 +89,8 @@ class GroupManager:
         self.metrics = None  # DaemonMetrics, set by the daemon with --metrics-listen
         self.member_disconnect_grace_ms = member_disconnect_grace_ms  # -1: off
         self.rebalance_notice_hold_ms = rebalance_notice_hold_ms  # 0: heartbeats never held (core.notice)
+        # KIP-848's consumer protocol served (the daemon's setting and a topic source; set by the daemon)
+        self.consumer_groups_enabled = False
         self._live: dict | None = None  # node id -> NodeInfo of the live daemons, while a watch holds
         # Its two parts; without a forwarder (no --bootstrap-servers) dual and kafka groups are not available.
         self.group_offsets = GroupOffsets(self, kafka_forwarder=kafka_forwarder,
@@ -254,10 +256,16 @@ class GroupManager:
         """The runtime's write: fenced by the store through the ownership."""
         return await self.store.write_changes(group_id, changes, version)
 
-    def topics_changed(self, image) -> None:
-        """The topics as the daemon knows them changed: every group's handlers
-        see the new image from their next call (:class:`~zkcoord.core.topics_image.TopicsImage`)."""
+    def topics_changed(self, image, groups: list[str]) -> None:
+        """The topics as the daemon knows them changed (the topic watcher's
+        callback, on the loop): every group's handlers see the new image
+        (:class:`~zkcoord.core.topics_image.TopicsImage`) from their next
+        call, and ``groups`` (tracking a topic that changed) that assign from
+        it look at their topics again."""
         self.group_config = dataclasses.replace(self.group_config, image=image)
+        for group_id in groups:
+            self._background.spawn(self.metadata_changed(group_id, from_image=True),
+                                   f"refresh the topics of group {group_id}")
 
     def stepped_down(self, group_id: str) -> None:
         """The group is no longer served here (its runtime stepped down, or it was removed)."""
@@ -282,10 +290,12 @@ class GroupManager:
         self._background.spawn(self.topic_watcher.track(group.group_id, subscribed_topics(group)),
                                f"watch the topics of group {group.group_id}")
 
-    async def metadata_changed(self, group_id: str) -> None:
-        """A subscribed topic's partition count changed: rebalance the group."""
+    async def metadata_changed(self, group_id: str, from_image: bool = False) -> None:
+        """A subscribed topic changed: in the topics image (``from_image``:
+        groups assigning from it refresh their metadata) or its partition count
+        (groups whose clients assign rebalance)."""
         runtime = self.runtimes.get(group_id)
-        if runtime is None or not runtime.active:
+        if runtime is None or not runtime.active or kind_of(runtime.group).assigns_from_image != from_image:
             return
         try:
             await runtime.apply(lambda g, now: kind_of(g).handle_metadata_change(g, now, runtime.config))

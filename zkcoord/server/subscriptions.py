@@ -39,6 +39,8 @@ import struct
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
+from zkcoord.core.consumer.model import ConsumerGroup
+from zkcoord.core.consumer.target import group_topic_names
 from zkcoord.core.group import Group, Member
 from zkcoord.errors import StateError
 
@@ -79,9 +81,13 @@ def _subscription_metadata(member: Member, protocol_name: str | None) -> bytes |
     return member.protocols[0][1] if member.protocols else None
 
 
-def subscribed_topics(group: Group) -> frozenset[str]:
+def subscribed_topics(group) -> frozenset[str]:
     """Every topic some member of ``group`` subscribes to; empty for a group
-    without members or whose protocol type is not ``"consumer"``."""
+    without members or whose protocol type is not ``"consumer"``. A KIP-848
+    consumer group knows its members' subscriptions already (its classic
+    members' were decoded when they joined)."""
+    if isinstance(group, ConsumerGroup):
+        return group_topic_names(group)
     if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
         return frozenset()
     topics: set[str] = set()

@@ -1,18 +1,32 @@
-"""Watching the partition counts of the topics owned groups subscribe to.
+"""What the daemon knows of the cluster's topics.
 
-Owns, per daemon, the map topic -> last known partition count and topic ->
-groups interested in it. When a count changes from a known value, every
-interested group gets ``handle_metadata_change`` (a rebalance, so the leader
-assigns the new partitions), through the group's runtime.
+Owns, per daemon, two views of the topics:
+
+* the **topics image** (:class:`~zkcoord.core.topics_image.TopicsImage`:
+  every topic's name, id and partition count), which KIP-848's consumer
+  groups assign from, handed to the manager (``on_image``) whenever it
+  changes;
+* the map topic -> last known partition count and topic -> groups
+  interested in it. When a count changes from a known value, every
+  interested group gets ``handle_metadata_change`` through its runtime (a
+  classic group rebalances so its leader assigns the new partitions; a
+  consumer group refreshes its metadata at the next heartbeat).
 
 Two sources, chosen once at start:
 
 * ZooKeeper: ``/brokers/topics/<topic>`` is visible in the daemon's view of
-  ZooKeeper (same ensemble and chroot as the brokers): a data watch per topic.
-* Kafka's Metadata API, polled every ``refresh_ms``, when ZooKeeper has no
-  broker metadata for us (zkcoord under a chroot of its own) and bootstrap
-  servers are configured. With neither, partition changes are left to the
-  clients (the group leader rejoins, as with Kafka's own coordinator).
+  ZooKeeper (same ensemble and chroot as the brokers). Every registration is
+  read at start and whenever the list of topics changes (a child watch, and
+  a full read every ``ZK_RESYNC_S`` in case a watch was lost with a
+  session); the topics groups subscribe to have a data watch each, whose
+  counts also update the image.
+* Kafka's Metadata API, every topic polled every ``refresh_ms``, when
+  ZooKeeper has no broker metadata for us (zkcoord under a chroot of its
+  own, or a KRaft cluster) and bootstrap servers are configured.
+
+With neither, the image stays empty (consumer groups cannot be served) and
+partition changes are left to the clients (the group leader rejoins, as with
+Kafka's own coordinator).
 """
 
 from __future__ import annotations
@@ -21,17 +35,25 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from zkcoord.core.topics_image import EMPTY_IMAGE, TopicInfo, TopicsImage
 from zkcoord.errors import ZkcoordError
 from zkcoord.tasks import Background
 
 log = logging.getLogger(__name__)
 
 OnChange = Callable[[str], Awaitable[None]]  # group id -> apply handle_metadata_change
+OnImage = Callable[[TopicsImage, list[str]], None]  # the image, the groups tracking a changed topic
+ZK_RESYNC_S = 60.0  # every registration read again, ZooKeeper source
 
 
 class TopicWatcher:
-    def __init__(self, on_change: OnChange, registry=None, kafka_metadata=None, refresh_ms: int = 5_000):
+    def __init__(self, on_change: OnChange, registry=None, kafka_metadata=None, refresh_ms: int = 5_000,
+                 on_image: OnImage | None = None):
         self._on_change = on_change
+        self._on_image = on_image
+        self.image: TopicsImage = EMPTY_IMAGE
+        self._listing: asyncio.Task | None = None  # a read of every registration (ZooKeeper source)
+        self._list_again = False
         self._registry = registry
         self._kafka = kafka_metadata
         self._refresh_s = refresh_ms / 1000
@@ -46,16 +68,24 @@ class TopicWatcher:
         self._lookups: dict[tuple[str, ...], asyncio.Task] = {}  # reads of unwatched topics in flight
 
     async def start(self, zk_has_broker_metadata: bool) -> None:
+        """Choose the source and read the topics once (a failure is logged:
+        the image fills in at the next read)."""
         if zk_has_broker_metadata and self._registry is not None:
             self.source = "zookeeper"
+            await self._list_zk()
+            self._poller = asyncio.get_running_loop().create_task(self._resync_zk())
         elif self._kafka is not None:
             self.source = "kafka"
+            await self._poll_once()
             self._poller = asyncio.get_running_loop().create_task(self._poll())
-        log.info("partition changes of subscribed topics come from: %s", self.source)
+        log.info("topics and their partition changes come from: %s (%d topics known)",
+                 self.source, len(self.image.by_name))
 
     async def stop(self) -> None:
         if self._poller is not None:
             self._poller.cancel()
+        if self._listing is not None:
+            self._listing.cancel()
         for lookup in list(self._lookups.values()):
             lookup.cancel()
         for watch in self._watches.values():
@@ -128,26 +158,93 @@ class TopicWatcher:
                 self._cached_until[topic] = now + self._refresh_s
         return fresh
 
+    # -- the topics image ---------------------------------------------------------
+    async def _set_image(self, topics: dict[str, tuple[str, int]]) -> None:
+        """Every topic as just read: the next image (built off the loop: it
+        grows with the cluster), with the counts the data watches delivered
+        meanwhile kept, as they are newer than the read."""
+        base = self.image
+        image = await asyncio.to_thread(base.updated, [TopicInfo(n, i, c) for n, (i, c) in topics.items()])
+        watched = {t: self._counts[t] for t in self._watches if t in self._counts}
+        fresher = {t: (None if c is None or t not in image.by_name else TopicInfo(t, image.by_name[t].topic_id, c))
+                   for t, c in watched.items()}
+        self._publish(image.changed({t: i for t, i in fresher.items() if i != image.by_name.get(t)}))
+
+    def _publish(self, image: TopicsImage) -> None:
+        """A new image: to the manager, with the groups tracking a topic that
+        appeared, went or changed (their ids, sorted)."""
+        if image is self.image:
+            return
+        old, self.image = self.image, image
+        if self._on_image is None:
+            return
+        names = {n for n, t in image.by_name.items() if old.by_name.get(n) != t}
+        names.update(n for n in old.by_name if n not in image.by_name)
+        groups = sorted({g for n in names for g in self._groups.get(n, ())})
+        self._on_image(image, groups)
+
+    def _image_count(self, topic: str, count: int | None) -> None:
+        """A watched or polled count into the image; a topic the image does not
+        have yet (created since the last read) is read in full."""
+        info = self.image.by_name.get(topic)
+        if count is None:
+            self._publish(self.image.changed({topic: None}))
+        elif info is not None:
+            self._publish(self.image.changed({topic: TopicInfo(topic, info.topic_id, count)}))
+        elif self.source == "zookeeper":
+            self._listing_changed()
+
+    def _listing_changed(self) -> None:
+        """The list of topics changed (a child watch, on the loop): read every
+        registration again, one read at a time."""
+        if self._listing is not None and not self._listing.done():
+            self._list_again = True
+            return
+        self._listing = asyncio.get_running_loop().create_task(self._list_zk())
+
+    async def _list_zk(self) -> None:
+        while True:
+            self._list_again = False
+            try:
+                topics = await self._registry.all_topics(on_change=self._listing_changed)
+            except ZkcoordError as exc:
+                log.warning("topics not read from ZooKeeper: %s", exc)
+                return  # the periodic read tries again
+            await self._set_image(topics)
+            if not self._list_again:
+                return
+
+    async def _resync_zk(self) -> None:
+        while True:
+            await asyncio.sleep(ZK_RESYNC_S)
+            self._listing_changed()
+
     def _observed(self, topic: str, count: int | None) -> None:
         """A count was read; a change from a known count starts rebalances."""
         known = topic in self._counts
         previous = self._counts.get(topic)
         self._counts[topic] = count
+        imaged = self.image.by_name.get(topic)
+        if (None if imaged is None else imaged.partitions) != count:
+            self._image_count(topic, count)
         if not known or previous == count:
             return
         log.info("topic %s: partition count %s -> %s; rebalancing its groups", topic, previous, count)
         for group_id in sorted(self._groups.get(topic, ())):
             self._tasks.spawn(self._on_change(group_id), f"rebalance group {group_id} after a partition change")
 
+    async def _poll_once(self) -> None:
+        try:
+            topics = await self._kafka.all_topics()
+        except ZkcoordError as exc:
+            log.warning("topic metadata not refreshed: %s", exc)
+            return
+        await self._set_image(topics)
+        for topic in [t for t, groups in self._groups.items() if groups]:
+            found = topics.get(topic)
+            self._observed(topic, None if found is None else found[1])
+
     async def _poll(self) -> None:
         while True:
-            topics = [t for t, groups in self._groups.items() if groups]
-            if topics:
-                try:
-                    counts = await self._kafka.partition_counts(topics)
-                except ZkcoordError as exc:
-                    log.warning("topic metadata not refreshed: %s", exc)
-                else:
-                    for topic, count in counts.items():
-                        self._observed(topic, count)
             await asyncio.sleep(self._refresh_s)
+            await self._poll_once()

@@ -42,6 +42,10 @@ from kafka.protocol.sasl import (
 )
 
 from zkcoord.core.api_keys import API_VERSIONS
+from zkcoord.schemas import (
+    ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
+)
 from zkcoord.wire.errors import api_name
 
 __all__ = ["ApiSpec", "ApiRegistry", "COORDINATOR_APIS", "SASL_APIS", "SASL_COORDINATOR_APIS"]
@@ -116,6 +120,10 @@ class ApiRegistry:
         replaced = {spec.api_key for spec in specs}
         return ApiRegistry([s for s in self if s.api_key not in replaced] + list(specs))
 
+    def without(self, *api_keys: int) -> ApiRegistry:
+        """A new registry without ``api_keys``."""
+        return ApiRegistry([s for s in self if s.api_key not in api_keys])
+
     def version_table(self) -> dict[int, tuple[int, int]]:
         """{api_key: (min_version, max_version)}, as advertised."""
         return {s.api_key: (s.min_version, s.max_version) for s in self}
@@ -137,6 +145,8 @@ COORDINATOR_APIS = ApiRegistry([
     ApiSpec(ListGroupsRequest, ListGroupsResponse, 0, 5),
     ApiSpec(ApiVersionsRequest, ApiVersionsResponse, 0, 3),
     ApiSpec(DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
+    ApiSpec(ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1),
+    ApiSpec(ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 1),
 ])
 
 # A SASL listener's login APIs (docs/security-design.md rule 3): SaslHandshake v1 only (v0's raw

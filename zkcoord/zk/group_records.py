@@ -116,5 +116,5 @@ def add_ops(txn, changes: list[Change]) -> None:
         elif change.existed:
             txn.set_data(change.path, change.data)
         else:
-            txn.create(change.path, change.data, makepath=False)
+            txn.create(change.path, change.data)
 

@@ -35,6 +35,7 @@ class ConsumerKind:
     name = record.KIND_NAME
     value_type = ConsumerGroup
     state_names = tuple(s.value for s in GroupState)
+    assigns_from_image = True
 
     def __init__(self) -> None:
         self.handlers: Mapping[type, Any] = {ConsumerHeartbeatRequest: handle_consumer_heartbeat,

@@ -32,7 +32,7 @@ from zkcoord.core.frozenmap import FrozenMap
 from zkcoord.core.topics_image import TopicsImage
 from zkcoord.errors import GroupRequestError
 
-__all__ = ["assignment_for", "compute_target", "metadata_hash", "preferred_assignor", "subscription_type"]
+__all__ = ["assignment_for", "compute_target", "group_topic_names", "metadata_hash", "preferred_assignor", "subscription_type"]
 
 
 def _assignor_counts(group: ConsumerGroup, old: ConsumerMember | None, new: ConsumerMember | None) -> dict:
@@ -80,6 +80,12 @@ def _subscribed_names(group: ConsumerGroup, old: ConsumerMember | None = None,
         if regex_members.get(regex, 0) > 0:
             names |= resolved.topics
     return names
+
+
+def group_topic_names(group: ConsumerGroup) -> frozenset[str]:
+    """Every topic name a member subscribes to, by name (existing or not) or
+    through a resolved expression: the topics whose changes concern the group."""
+    return frozenset(_subscribed_names(group))
 
 
 def metadata_hash(group: ConsumerGroup, image: TopicsImage, old: ConsumerMember | None = None,

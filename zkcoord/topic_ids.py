@@ -1,9 +1,9 @@
-"""Topic ids between the wire and the core.
+"""Topic ids between the wire (and Kafka's clients) and the core.
 
 The wire carries a topic id as 16 bytes (kafka-python decodes them to a
 :class:`uuid.UUID`); the core keeps Kafka's text form (``Uuid.toString``:
 URL-safe base64 without padding, as ZooKeeper's topic registrations hold
-it). Converted here, at the server's edge.
+it). Converted here, wherever an adapter meets the core.
 """
 
 from __future__ import annotations
