@@ -9,7 +9,9 @@ brokers. This module owns the rules it follows:
 1. **Routes.** Every API key has one route (:class:`Route`):
 
    ========== =============================================================
-   LOCAL      answered by zkcoord: the classic group APIs
+   LOCAL      answered by zkcoord: the group APIs, classic and KIP-848's
+              (ConsumerGroupHeartbeat, ConsumerGroupDescribe: advertised
+              only while the daemon serves the consumer protocol)
    VERSIONS   ApiVersions, answered by the gateway itself (rule 2)
    COORDINATOR FindCoordinator: group keys are LOCAL, other keys (transaction
               ids) are forwarded and their answer rewritten
@@ -92,16 +94,15 @@ class Route(Enum):
 
 
 LOCAL_APIS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
-                        DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS})
+                        DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, CONSUMER_GROUP_HEARTBEAT,
+                        CONSUMER_GROUP_DESCRIBE})
 
 # Group-coordinator APIs a broker would answer for a group zkcoord coordinates:
 # AddOffsetsToTxn and TxnOffsetCommit, exactly-once offset commits inside a
 # Kafka transaction (zkcoord keeps offsets outside the transaction log);
-# OffsetDelete; KIP-848's consumer groups; KIP-932's share groups; KIP-1071's
-# streams groups.
+# OffsetDelete; KIP-932's share groups; KIP-1071's streams groups.
 HIDDEN_APIS = frozenset({
-    ADD_OFFSETS_TO_TXN, TXN_OFFSET_COMMIT, OFFSET_DELETE, CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE,
-    SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE, INITIALIZE_SHARE_GROUP_STATE,
+    ADD_OFFSETS_TO_TXN, TXN_OFFSET_COMMIT, OFFSET_DELETE, SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE, INITIALIZE_SHARE_GROUP_STATE,
     READ_SHARE_GROUP_STATE, WRITE_SHARE_GROUP_STATE, DELETE_SHARE_GROUP_STATE, READ_SHARE_GROUP_STATE_SUMMARY,
     STREAMS_GROUP_HEARTBEAT, STREAMS_GROUP_DESCRIBE, DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS,
     DELETE_SHARE_GROUP_OFFSETS,

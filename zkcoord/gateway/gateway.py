@@ -34,7 +34,9 @@ from kafka.protocol.producer import ProduceResponse
 
 from zkcoord.config import DaemonConfig, parse_host_port, parse_listener
 from zkcoord.core import limits
-from zkcoord.core.api_keys import DESCRIBE_CLUSTER, FETCH, METADATA, PRODUCE
+from zkcoord.core.api_keys import (
+    CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, DESCRIBE_CLUSTER, FETCH, METADATA, PRODUCE,
+)
 from zkcoord.core.gateway import (
     BrokerPorts, advertised_versions, colliding_broker_ids, gateway_node_id, parse_broker_ids,
 )
@@ -128,6 +130,9 @@ class Gateway:
         self.security = settings.security
         self.upstream_ssl = settings.upstream_ssl
         self._own_versions = settings.security.apis.version_table()  # what the gateway answers itself
+        # ... while the daemon does not serve KIP-848's consumer protocol (its handler says, once ready)
+        self._classic_versions = {k: v for k, v in self._own_versions.items()
+                                  if k not in (CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE)}
         self._own: socket.socket | None = None
         self._bound_port = 0
         self._broker_ports: dict[int, int] = {}  # broker id -> bound port
@@ -220,10 +225,12 @@ class Gateway:
         """(advertised table, ApiVersions v3 extras) for a connection to ``broker_id``'s port."""
         versions = self.cluster.versions_of(broker_id)
         cached = self._advertised.get(broker_id)
-        token = None if versions is None else (id(versions) if broker_id is not None else tuple(
-            sorted((k, id(v)) for k, v in self.cluster.versions.items())))
+        served = getattr(self.handler, "consumer_groups_served", None)
+        own = self._own_versions if served is not None and served() else self._classic_versions
+        token = (own is self._own_versions, None if versions is None else (
+            id(versions) if broker_id is not None else tuple(sorted((k, id(v)) for k, v in self.cluster.versions.items()))))
         if cached is None or cached[0] != token:
-            table = advertised_versions(versions.table if versions else {}, self._own_versions, self._decodable)
+            table = advertised_versions(versions.table if versions else {}, own, self._decodable)
             cached = self._advertised[broker_id] = (token, table, dict(versions.extras) if versions else {})
         return cached[1], cached[2]
 

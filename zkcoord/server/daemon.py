@@ -312,6 +312,9 @@ class _LateHandler:
     def notice_features(self, decoded, connection) -> list[dict]:
         return [] if self.target is None else self.target.notice_features(decoded, connection)
 
+    def consumer_groups_served(self) -> bool:
+        return self.target is not None and self.target.consumer_groups_served()
+
 
 async def serve(config: DaemonConfig) -> None:
     daemon = Daemon(config)
