@@ -25,7 +25,7 @@ from zkcoord.server.daemon import Daemon
 from zkcoord.wire.registry import COORDINATOR_APIS
 
 pytestmark = pytest.mark.integration
-HIDDEN = {25, 28, 47, 68, 69}
+HIDDEN = {25, 28, 47}  # transactional offsets, OffsetDelete: never advertised
 
 
 def gateway_config(zk_hosts: str, bootstrap: str, node_id: int, **extra):
@@ -57,7 +57,7 @@ def test_what_a_client_of_the_gateway_is_told(services, zk_hosts, zk, unique_nam
             table = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
             assert {0, 1, 2, 3, 19, 22, 60} <= set(table)  # the brokers' APIs
             assert not HIDDEN & set(table)
-            for key in (11, 12, 13, 14, 15, 16, 42):
+            for key in (8, 9, 11, 12, 13, 14, 15, 16, 42, 68, 69):  # KIP-848's too: the daemon knows topics
                 assert table[key] == (COORDINATOR_APIS[key].min_version, COORDINATOR_APIS[key].max_version)
             assert table[10][1] == 4
             assert table[1][1] == 15 and table[0][1] == 9  # no leader hints by default: every answer streams

@@ -38,8 +38,8 @@ from zkcoord.wire.responses import constant_response, encode_response, encoded_r
 CLIENT_ID = "zk-test-client"
 
 ADVERTISED = {
-    8: (2, 9),    # OffsetCommit
-    9: (1, 9),    # OffsetFetch
+    8: (2, 10),   # OffsetCommit (v10: topic ids, KIP-848)
+    9: (1, 10),   # OffsetFetch (v10: topic ids)
     10: (0, 4),   # FindCoordinator
     11: (0, 9),   # JoinGroup
     12: (0, 4),   # Heartbeat
@@ -482,7 +482,6 @@ def test_api_versions_newer_than_kafka_python_knows_gets_the_same_reply():
     (MetadataRequest(version=12, topics=None), 3, 12),             # unknown to the coordinator
     (FindCoordinatorRequest(version=5, coordinator_keys=["g"]), 10, 5),
     (DescribeGroupsRequest(version=6, groups=["g"]), 15, 6),
-    (OffsetCommitRequest(version=10, group_id="g", topics=[]), 8, 10),
     (OffsetCommitRequest(version=1, group_id="g", topics=[]), 8, 1),
     (OffsetFetchRequest(version=0, group_id="g", topics=[]), 9, 0),
 ])

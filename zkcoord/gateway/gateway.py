@@ -34,9 +34,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from zkcoord.config import DaemonConfig, parse_host_port, parse_listener
 from zkcoord.core import limits
-from zkcoord.core.api_keys import (
-    CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, DESCRIBE_CLUSTER, FETCH, METADATA, PRODUCE,
-)
+from zkcoord.core.api_keys import DESCRIBE_CLUSTER, FETCH, METADATA, PRODUCE
 from zkcoord.core.gateway import (
     BrokerPorts, advertised_versions, colliding_broker_ids, gateway_node_id, parse_broker_ids,
 )
@@ -131,8 +129,7 @@ class Gateway:
         self.upstream_ssl = settings.upstream_ssl
         self._own_versions = settings.security.apis.version_table()  # what the gateway answers itself
         # ... while the daemon does not serve KIP-848's consumer protocol (its handler says, once ready)
-        self._classic_versions = {k: v for k, v in self._own_versions.items()
-                                  if k not in (CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE)}
+        self._classic_versions = settings.security.apis.classic_only().version_table()
         self._own: socket.socket | None = None
         self._bound_port = 0
         self._broker_ports: dict[int, int] = {}  # broker id -> bound port

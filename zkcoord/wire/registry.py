@@ -14,6 +14,7 @@ although Kafka 3.9 still accepted OffsetCommit v0-1 and OffsetFetch v0.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -41,7 +42,9 @@ from kafka.protocol.sasl import (
     SaslHandshakeRequest, SaslHandshakeResponse,
 )
 
-from zkcoord.core.api_keys import API_VERSIONS
+from zkcoord.core.api_keys import (
+    API_VERSIONS, CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, OFFSET_COMMIT, OFFSET_FETCH,
+)
 from zkcoord.schemas import (
     ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
@@ -124,6 +127,20 @@ class ApiRegistry:
         """A new registry without ``api_keys``."""
         return ApiRegistry([s for s in self if s.api_key not in api_keys])
 
+    def classic_only(self) -> ApiRegistry:
+        """What a listener advertises while its daemon does not serve KIP-848's
+        consumer protocol: no ConsumerGroupHeartbeat or ConsumerGroupDescribe,
+        and OffsetCommit / OffsetFetch up to v9 (v10 names topics by id, which
+        only the topics image the consumer protocol needs can resolve)."""
+        specs = []
+        for spec in self:
+            if spec.api_key in (CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE):
+                continue
+            if spec.api_key in (OFFSET_COMMIT, OFFSET_FETCH) and spec.max_version > 9:
+                spec = dataclasses.replace(spec, max_version=9)
+            specs.append(spec)
+        return ApiRegistry(specs)
+
     def version_table(self) -> dict[int, tuple[int, int]]:
         """{api_key: (min_version, max_version)}, as advertised."""
         return {s.api_key: (s.min_version, s.max_version) for s in self}
@@ -134,8 +151,8 @@ class ApiRegistry:
 # ApiVersions at v3: a v4 ApiVersions request gets the KIP-511 reply and the
 # client retries at v3.
 COORDINATOR_APIS = ApiRegistry([
-    ApiSpec(OffsetCommitRequest, OffsetCommitResponse, 2, 9),
-    ApiSpec(OffsetFetchRequest, OffsetFetchResponse, 1, 9),
+    ApiSpec(OffsetCommitRequest, OffsetCommitResponse, 2, 10),
+    ApiSpec(OffsetFetchRequest, OffsetFetchResponse, 1, 10),
     ApiSpec(FindCoordinatorRequest, FindCoordinatorResponse, 0, 4),
     ApiSpec(JoinGroupRequest, JoinGroupResponse, 0, 9),
     ApiSpec(HeartbeatRequest, HeartbeatResponse, 0, 4),
