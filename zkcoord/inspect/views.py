@@ -310,7 +310,7 @@ def build_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping
     if not found_in:
         return not_found(zk.group, zk_root, bootstrap_servers)
     try:
-        description = description_of(zk, live)
+        description = description_of(zk, live, kafka.topic_ids)
     except StateError as exc:
         return GroupError(zk.group, "corrupt", str(exc))
     if isinstance(description, DescribedConsumerGroup):
