@@ -1,0 +1,371 @@
+"""`zkcoord describe` and `zkcoord groups` of KIP-848 consumer groups, on real
+ZooKeeper, Kafka and in-process daemons.
+
+The groups are made on the wire, as a consumer speaks to its coordinator:
+ConsumerGroupHeartbeat (API 68) members that take what they are assigned at
+once and report what they own, OffsetCommit v9 with their member epoch; in
+the mixed group a classic member (JoinGroup/SyncGroup/Heartbeat, rejoining
+when told) beside a consumer-protocol one. Each test waits, with a
+deadline, until the owner's own ConsumerGroupDescribe says the group is
+Stable with every member at its target, then reads the CLI's output (table
+and JSON) and checks it against what the members were given; then the
+metrics, summed over every daemon (whichever owns the group); then, with the
+daemons stopped, the same from ZooKeeper's stored records, the topic ids
+named by Kafka and by ZooKeeper's ``/brokers/topics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from uuid import UUID
+
+import pytest
+from click.testing import CliRunner
+from kafka.protocol.consumer.group import HeartbeatRequest, OffsetCommitRequest, SyncGroupRequest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.test_client_support import ThreadDaemons, create_topic, produce
+from tests.integration.test_inspect import join_request
+from tests.support.http import http_get
+from tests.support.wire import coordinator_client
+from zkcoord.cli.inspect_cmd import describe, groups
+from zkcoord.cli.main import ZkcoordGroup
+from zkcoord.kafka.offsets import KafkaOffsets
+from zkcoord.schemas import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
+from zkcoord.server.consumer_apis import new_member_id
+from zkcoord.topic_ids import topic_id_uuid
+
+pytestmark = pytest.mark.integration
+CLI = ZkcoordGroup(commands={"groups": groups, "describe": describe})
+PARTITIONS, RECORDS = 4, 5
+WAIT_S = 60.0
+E_NONE, E_REBALANCE_IN_PROGRESS = 0, 27
+P = OffsetCommitRequest.OffsetCommitRequestTopic
+
+
+def run(*args: str, env: dict):
+    result = CliRunner().invoke(CLI, list(args), env=env)
+    assert "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
+    return result
+
+
+def run_json(*args: str, env: dict) -> dict:
+    result = run(*args, "--output", "json", env=env)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def rows(stdout: str, first: str) -> list[list[str]]:
+    return [line.split() for line in stdout.splitlines() if line.split()[:1] == [first]]
+
+
+def daemons_for(zk_hosts: str, bootstrap: str, count: int) -> ThreadDaemons:
+    return ThreadDaemons(zk_hosts, count, bootstrap_servers=bootstrap, topic_metadata_refresh_ms=200,
+                         metrics_listen="127.0.0.1:0")
+
+
+# -- members on the wire ------------------------------------------------------------------------
+class ConsumerProtocolMember:
+    """A KIP-848 member: heartbeats with what it owns, takes every assignment at once."""
+
+    def __init__(self, client, group: str, topic: str, client_id: str, assignor: str | None = "range"):
+        self.client, self.group, self.topic, self.client_id = client, group, topic, client_id
+        self.member_id, self.epoch, self.assignor = new_member_id(), 0, assignor
+        self.owned: dict[UUID, list[int]] = {}
+
+    async def heartbeat(self) -> None:
+        owned = [ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=t, partitions=ps)
+                 for t, ps in self.owned.items()] if self.epoch else []
+        answer = await self.client.call(ConsumerGroupHeartbeatRequest(
+            version=1, group_id=self.group, member_id=self.member_id, member_epoch=self.epoch,
+            rebalance_timeout_ms=30_000, subscribed_topic_names=[self.topic], server_assignor=self.assignor,
+            topic_partitions=owned))
+        assert answer.error_code == E_NONE, answer
+        self.epoch = answer.member_epoch
+        if answer.assignment is not None:
+            self.owned = {t.topic_id: sorted(t.partitions) for t in answer.assignment.topic_partitions}
+
+    async def commit(self, offset: int) -> None:
+        """OffsetCommit v9 (a consumer-protocol member's) of every partition it owns."""
+        answer = await self.client.call(OffsetCommitRequest(
+            version=9, group_id=self.group, generation_id_or_member_epoch=self.epoch, member_id=self.member_id,
+            group_instance_id=None, topics=[P(name=self.topic, partitions=[
+                P.OffsetCommitRequestPartition(partition_index=p, committed_offset=offset, committed_metadata="")
+                for ps in self.owned.values() for p in ps])]))
+        assert all(p.error_code == E_NONE for t in answer.topics for p in t.partitions), answer
+
+
+class ClassicProtocolMember:
+    """A classic member (JoinGroup/SyncGroup/Heartbeat) inside a consumer group: rejoins when told."""
+
+    def __init__(self, client, group: str, topic: str):
+        self.client, self.group, self.topic = client, group, topic
+        self.member_id, self.generation, self.owned = "", -1, []
+
+    async def join(self) -> None:
+        joined = await self.client.call(join_request(self.group, self.member_id, self.topic))
+        if not self.member_id:  # MEMBER_ID_REQUIRED: again with the id it was given
+            self.member_id = joined.member_id
+            joined = await self.client.call(join_request(self.group, self.member_id, self.topic))
+        assert joined.error_code == E_NONE, joined
+        self.generation = joined.generation_id
+        synced = await self.client.call(SyncGroupRequest(
+            version=3, group_id=self.group, generation_id=self.generation, member_id=self.member_id,
+            group_instance_id=None, assignments=[]))
+        if synced.error_code == E_REBALANCE_IN_PROGRESS:
+            return  # behind the group's target already: the next heartbeat says rejoin
+        assert synced.error_code == E_NONE, synced
+        from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
+
+        decoded = ConsumerProtocolAssignment.decode(bytes(synced.assignment))
+        self.owned = sorted(p for tp in decoded.assigned_partitions for p in tp.partitions)
+
+    async def heartbeat(self) -> None:
+        if self.generation < 0:
+            return await self.join()
+        answer = await self.client.call(HeartbeatRequest(version=3, group_id=self.group, generation_id=self.generation,
+                                                         member_id=self.member_id, group_instance_id=None))
+        if answer.error_code == E_REBALANCE_IN_PROGRESS:
+            return await self.join()
+        assert answer.error_code == E_NONE, answer
+
+    async def commit(self, offset: int) -> None:
+        answer = await self.client.call(OffsetCommitRequest(
+            version=7, group_id=self.group, generation_id_or_member_epoch=self.generation, member_id=self.member_id,
+            group_instance_id=None, topics=[P(name=self.topic, partitions=[
+                P.OffsetCommitRequestPartition(partition_index=p, committed_offset=offset, committed_metadata="")
+                for p in self.owned])]))
+        assert all(p.error_code == E_NONE for t in answer.topics for p in t.partitions), answer
+
+
+async def described(client, group: str):
+    answer = await client.call(ConsumerGroupDescribeRequest(version=1, group_ids=[group],
+                                                            include_authorized_operations=False))
+    [found] = answer.groups
+    assert found.error_code == E_NONE, found
+    return found
+
+
+async def settle(members: list, observer, group: str, partitions: int) -> object:
+    """Heartbeat every member until the owner describes the group Stable, each member at its target,
+    every partition owned once (by the members' own account too)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        for member in members:
+            await member.heartbeat()
+        group_now = await described(observer, group)
+        at_target = all(_parts(m.assignment) == _parts(m.target_assignment) and m.member_epoch ==
+                        group_now.assignment_epoch for m in group_now.members)
+        owned = sorted(p for m in members for p in _owned(m))
+        if group_now.group_state == "Stable" and at_target and owned == list(range(partitions)):
+            return group_now
+        assert time.monotonic() < deadline, f"group {group} never settled: {group_now}"
+        await asyncio.sleep(0.1)
+
+
+def _parts(assignment) -> list[tuple[str, int]]:
+    return sorted((t.topic_name, p) for t in assignment.topic_partitions for p in t.partitions)
+
+
+def _owned(member) -> list[int]:
+    return member.owned if isinstance(member.owned, list) else [p for ps in member.owned.values() for p in ps]
+
+
+def metrics_summed(daemons: ThreadDaemons) -> dict[tuple[str, tuple], float]:
+    """Every sample of every daemon's /metrics, summed over the daemons (whichever owns the group)."""
+    total: dict[tuple[str, tuple], float] = {}
+    for running in daemons.running:
+        status, body = daemons._run(http_get(running.metrics_port, "/metrics"))
+        assert status == 200
+        for family in text_string_to_metric_families(body.decode()):
+            for s in family.samples:
+                key = (s.name, tuple(sorted(s.labels.items())))
+                total[key] = total.get(key, 0) + s.value
+    return total
+
+
+def labels(**kw) -> tuple:
+    return tuple(sorted(kw.items()))
+
+
+# -- the tests ------------------------------------------------------------------------------------
+def test_a_consumer_group_live_then_stored(services, zk_hosts, zk, unique_name):
+    group, topic = unique_name("cg"), unique_name("t")
+    create_topic(services.bootstrap_servers, topic, PARTITIONS)
+    produce(services.bootstrap_servers, topic, range(PARTITIONS), RECORDS)
+    env = {"ZKCOORD_ZOOKEEPER": zk_hosts, "ZKCOORD_BOOTSTRAP_SERVERS": services.bootstrap_servers}
+    with daemons_for(zk_hosts, services.bootstrap_servers, 2) as daemons:
+        addresses = daemons.addresses
+
+        async def start():
+            clients = [await coordinator_client(addresses, group, client_id=name) for name in ("worker-a", "worker-b",
+                                                                                                "observer")]
+            members = [ConsumerProtocolMember(c, group, topic, n) for c, n in zip(clients, ("worker-a", "worker-b"))]
+            await members[0].heartbeat()  # the first one alone, then both: one rebalance on the way
+            final = await settle(members, clients[2], group, PARTITIONS)
+            await members[0].commit(2)
+            await members[1].commit(3)
+            return clients, members, final
+
+        clients, members, final = daemons._run(start())
+        by_id = {m.member_id: m for m in members}
+        owned = {m.member_id: sorted(_owned(m)) for m in members}
+
+        doc = run_json("describe", group, env=env)
+        [view] = doc["groups"]
+        assert (view["type"], view["state"], view["read_from"], view["generation"], view["group_epoch"],
+                view["assignment_epoch"], view["assignment_strategy"], view["protocol_type"], view["storage"]) == \
+            ("consumer", "Stable", "daemon", None, final.group_epoch, final.assignment_epoch, "range", "consumer",
+             "zookeeper")
+        assert view["notes"] == [] and doc["errors"] == []
+        assert {m["member_id"]: (m["member_type"], m["client_id"], m["member_epoch"], m["assignment"],
+                                 m["target_assignment"], m["subscribed_topic_names"], m["partitions"])
+                for m in view["members"]} == {
+            mid: ("consumer", by_id[mid].client_id, by_id[mid].epoch, {topic: ps}, {topic: ps}, [topic], len(ps))
+            for mid, ps in owned.items()}
+        assert [(r["partition"], r["member_id"], r["current_offset"], r["log_end_offset"], r["lag"])
+                for r in view["offsets"]] == [
+            (p, mid, 2 if mid == members[0].member_id else 3, RECORDS, RECORDS - (2 if mid == members[0].member_id
+                                                                                    else 3))
+            for p, mid in sorted((p, mid) for mid, ps in owned.items() for p in ps)]
+
+        offsets = run("describe", group, env=env)
+        assert (f"Consumer group '{group}': Stable, type consumer, group epoch {final.group_epoch}, assignment epoch "
+                f"{final.assignment_epoch}, assignor range, storage zookeeper, coordinator ") in offsets.stdout
+        assert rows(offsets.stdout, group)[0] == [group, topic, "0", "2" if 0 in owned[members[0].member_id] else "3",
+                                                  str(RECORDS), str(RECORDS - (2 if 0 in owned[members[0].member_id]
+                                                                               else 3)),
+                                                  *_owner_cells(members, owned, 0)]
+
+        verbose = run("describe", group, "--members", "--verbose", env=env)
+        assert rows(verbose.stdout, "GROUP") == [["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID",
+                                                  "#PARTITIONS", "MEMBER-TYPE", "CURRENT-EPOCH", "CURRENT-ASSIGNMENT",
+                                                  "TARGET-EPOCH", "TARGET-ASSIGNMENT"]]
+        shown = ",".join
+        assert sorted(rows(verbose.stdout, group)) == sorted(
+            [group, mid, "-", "/127.0.0.1", by_id[mid].client_id, str(len(ps)), "Consumer", str(by_id[mid].epoch),
+             f"{topic}:{shown(map(str, ps))}", str(final.assignment_epoch), f"{topic}:{shown(map(str, ps))}"]
+            for mid, ps in owned.items())
+
+        state = run("describe", group, "--state", "--verbose", env=env)
+        [state_row] = rows(state.stdout, group)
+        assert state_row[:1] + state_row[4:] == [
+            group, "range", "Stable", "2", "-", str(final.group_epoch), str(final.assignment_epoch), "zookeeper", "-",
+            "consumer", "daemon"]
+        assert state_row[1] == "Consumer"
+
+        listed = run("groups", "--type", "consumer", env=env)
+        [listed_row] = rows(listed.stdout, group)
+        assert listed_row[:3] == [group, "Consumer", "Stable"] and listed_row[-3:] == ["2", "zookeeper", "zkcoord"]
+        assert run_json("groups", "--type", "classic", env=env)["groups"] == []
+        [summary] = run_json("groups", "--state", "stable", env=env)["groups"]
+        assert (summary["type"], summary["group_epoch"], summary["assignment_epoch"], summary["generation"]) == \
+            ("consumer", final.group_epoch, final.assignment_epoch, None)
+
+        metrics = metrics_summed(daemons)
+        assert metrics[("zkcoord_groups", labels(type="consumer", state="Stable", mode="zookeeper"))] == 1
+        assert metrics[("zkcoord_group_members_by_protocol", labels(type="consumer", protocol="consumer"))] == 2
+        assert metrics[("zkcoord_group_members_by_protocol", labels(type="consumer", protocol="classic"))] == 0
+        assert metrics[("zkcoord_consumer_group_unreconciled_members", ())] == 0
+        assert metrics[("zkcoord_consumer_group_epoch_lag_max", ())] == 0
+        assert metrics[("zkcoord_requests_total", labels(api="ConsumerGroupHeartbeat", error="NONE"))] > 0
+        assert metrics[("zkcoord_requests_total", labels(api="ConsumerGroupDescribe", error="NONE"))] > 0
+
+        for client in clients:
+            daemons._run(client.close())
+
+    # every daemon stopped: the stored records, topic ids named by Kafka
+    stored = run_json("describe", group, env=env)
+    [view] = stored["groups"]
+    assert stored["notes"][0].startswith("no zkcoord daemon is registered under /zkcoord/nodes")
+    assert (view["type"], view["state"], view["read_from"], view["group_epoch"], view["assignment_epoch"],
+            view["assignment_strategy"], view["coordinator"]) == \
+        ("consumer", "Stable", "zookeeper", final.group_epoch, final.assignment_epoch, "range", None)
+    assert {m["member_id"]: (m["member_type"], m["assignment"], m["target_assignment"]) for m in view["members"]} == \
+        {mid: ("consumer", {topic: ps}, {topic: ps}) for mid, ps in owned.items()}
+    assert view["notes"] == []
+
+    # without Kafka, ZooKeeper's /brokers/topics names the ids (seeded in this chroot as a broker writes it)
+    with KafkaOffsets(services.bootstrap_servers) as kafka:
+        topic_id = kafka.topic_ids([topic])[topic]
+    assert topic_id_uuid(topic_id) in {t for m in members for t in m.owned}
+    no_kafka = {"ZKCOORD_ZOOKEEPER": zk_hosts}
+    unnamed = run_json("describe", group, env=no_kafka)["groups"][0]
+    assert [m["assignment"] for m in unnamed["members"]] == [{}, {}]
+    assert unnamed["notes"] == [f"topic id(s) {topic_id} in its stored assignments are named by neither ZooKeeper's "
+                                "/brokers/topics (pass --bootstrap-servers to ask Kafka): their partitions are left "
+                                "out (deleted topics?)"]
+    zk.create(f"/brokers/topics/{topic}", json.dumps({"version": 3, "topic_id": topic_id, "partitions": {
+        str(p): [0] for p in range(PARTITIONS)}, "adding_replicas": {}, "removing_replicas": {}}).encode(),
+              makepath=True)
+    named = run_json("describe", group, "--members", env=no_kafka)["groups"][0]
+    assert {m["member_id"]: m["assignment"] for m in named["members"]} == {mid: {topic: ps} for mid, ps in owned.items()}
+    assert named["notes"] == []
+
+
+def _owner_cells(members, owned, partition: int) -> list[str]:
+    [member] = [m for m in members if partition in owned[m.member_id]]
+    return [member.member_id, "/127.0.0.1", member.client_id]
+
+
+def test_a_mixed_group_shows_classic_and_consumer_members_side_by_side(services, zk_hosts, unique_name):
+    group, topic = unique_name("mixed"), unique_name("t")
+    create_topic(services.bootstrap_servers, topic, PARTITIONS)
+    produce(services.bootstrap_servers, topic, range(PARTITIONS), RECORDS)
+    env = {"ZKCOORD_ZOOKEEPER": zk_hosts, "ZKCOORD_BOOTSTRAP_SERVERS": services.bootstrap_servers}
+    with daemons_for(zk_hosts, services.bootstrap_servers, 2) as daemons:
+        addresses = daemons.addresses
+
+        async def start():
+            clients = [await coordinator_client(addresses, group, client_id=name)
+                       for name in ("kip848-worker", "classic-worker", "observer")]
+            modern = ConsumerProtocolMember(clients[0], group, topic, "kip848-worker")
+            await settle([modern], clients[2], group, PARTITIONS)  # a consumer group, every partition its own
+            classic = ClassicProtocolMember(clients[1], group, topic)  # joins it: a mixed group
+            final = await settle([modern, classic], clients[2], group, PARTITIONS)
+            await modern.commit(1)
+            await classic.commit(4)
+            return clients, modern, classic, final
+
+        clients, modern, classic, final = daemons._run(start())
+        modern_parts, classic_parts = sorted(_owned(modern)), classic.owned
+        assert modern_parts and classic_parts  # each holds some: the group is shared
+
+        [view] = run_json("describe", group, env=env)["groups"]
+        assert (view["type"], view["state"], view["read_from"]) == ("consumer", "Stable", "daemon")
+        assert {m["member_id"]: (m["member_type"], m["client_id"], m["member_epoch"], m["assignment"],
+                                 m["target_assignment"]) for m in view["members"]} == {
+            modern.member_id: ("consumer", "kip848-worker", modern.epoch, {topic: modern_parts},
+                               {topic: modern_parts}),
+            classic.member_id: ("classic", "classic-worker", classic.generation, {topic: classic_parts},
+                                {topic: classic_parts})}
+        assert view["notes"] == [f"mixed group: 1 of 2 member(s) use the classic protocol (JoinGroup/SyncGroup), "
+                                 f"the others the consumer protocol: {classic.member_id}"]
+        assert {r["partition"]: (r["member_id"], r["current_offset"], r["lag"]) for r in view["offsets"]} == {
+            **{p: (modern.member_id, 1, RECORDS - 1) for p in modern_parts},
+            **{p: (classic.member_id, 4, RECORDS - 4) for p in classic_parts}}
+
+        members = run("describe", group, "--members", "--verbose", env=env)
+        assert "type consumer (mixed: classic and consumer members)" in members.stdout
+        assert sorted(rows(members.stdout, group)) == sorted([
+            [group, modern.member_id, "-", "/127.0.0.1", "kip848-worker", str(len(modern_parts)), "Consumer",
+             str(modern.epoch), f"{topic}:{','.join(map(str, modern_parts))}", str(final.assignment_epoch),
+             f"{topic}:{','.join(map(str, modern_parts))}"],
+            [group, classic.member_id, "-", "/127.0.0.1", "classic-worker", str(len(classic_parts)), "Classic",
+             str(classic.generation), f"{topic}:{','.join(map(str, classic_parts))}", str(final.assignment_epoch),
+             f"{topic}:{','.join(map(str, classic_parts))}"]])
+
+        metrics = metrics_summed(daemons)
+        assert metrics[("zkcoord_group_members_by_protocol", labels(type="consumer", protocol="classic"))] == 1
+        assert metrics[("zkcoord_group_members_by_protocol", labels(type="consumer", protocol="consumer"))] == 1
+        assert metrics[("zkcoord_requests_total", labels(api="Heartbeat", error="NONE"))] > 0
+        for client in clients:
+            daemons._run(client.close())
+
+    stored = run_json("describe", group, "--members", env=env)["groups"][0]
+    assert {m["member_id"]: m["member_type"] for m in stored["members"]} == {
+        modern.member_id: "consumer", classic.member_id: "classic"}
+    assert stored["read_from"] == "zookeeper"
