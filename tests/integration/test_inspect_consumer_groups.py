@@ -369,3 +369,49 @@ def test_a_mixed_group_shows_classic_and_consumer_members_side_by_side(services,
     assert {m["member_id"]: m["member_type"] for m in stored["members"]} == {
         modern.member_id: "consumer", classic.member_id: "classic"}
     assert stored["read_from"] == "zookeeper"
+
+
+def test_a_member_on_its_way_shows_current_and_target_apart(services, zk_hosts, unique_name):
+    """A second member joins while the first has not heartbeat since: the owner's target
+    gives it half the partitions, the first still owns them all (it has not revoked yet):
+    Reconciling, each member's current assignment beside its target."""
+    group, topic = unique_name("cg"), unique_name("t")
+    create_topic(services.bootstrap_servers, topic, PARTITIONS)
+    env = {"ZKCOORD_ZOOKEEPER": zk_hosts}
+    with daemons_for(zk_hosts, services.bootstrap_servers, 2) as daemons:
+        addresses = daemons.addresses
+
+        async def start():
+            clients = [await coordinator_client(addresses, group, client_id=name)
+                       for name in ("first", "second", "observer")]
+            first = ConsumerProtocolMember(clients[0], group, topic, "first")
+            await settle([first], clients[2], group, PARTITIONS)
+            second = ConsumerProtocolMember(clients[1], group, topic, "second")
+            deadline = time.monotonic() + WAIT_S
+            while True:  # only the second heartbeats: the first keeps every partition it owns
+                await second.heartbeat()
+                now = await described(clients[2], group)
+                targets = {m.member_id: _parts(m.target_assignment) for m in now.members}
+                if now.group_state == "Reconciling" and targets.get(second.member_id):
+                    return clients, first, second, now
+                assert time.monotonic() < deadline, f"no target for the second member: {now}"
+                await asyncio.sleep(0.1)
+
+        clients, first, second, now = daemons._run(start())
+        wanted = {m.member_id: sorted(p for _, p in _parts(m.target_assignment)) for m in now.members}
+        [view] = run_json("describe", group, env=env)["groups"]
+        assert (view["state"], view["group_epoch"], view["assignment_epoch"]) == \
+            ("Reconciling", now.group_epoch, now.assignment_epoch)
+        assert {m["member_id"]: (m["assignment"], m["target_assignment"]) for m in view["members"]} == {
+            first.member_id: ({topic: list(range(PARTITIONS))}, {topic: wanted[first.member_id]}),
+            second.member_id: ({}, {topic: wanted[second.member_id]})}
+        assert f"member(s) not at the target assignment of epoch {now.assignment_epoch} yet: " in view["notes"][0]
+        assert {first.member_id, second.member_id} == {m for m in view["notes"][0].split(": ")[-1].split(", ")}
+        # the offsets view shows who owns each partition now: the first member, all four
+        assert {r["partition"]: r["member_id"] for r in view["offsets"]} == \
+            {p: first.member_id for p in range(PARTITIONS)}
+        metrics = metrics_summed(daemons)
+        assert metrics[("zkcoord_groups", labels(type="consumer", state="Reconciling", mode="zookeeper"))] == 1
+        assert metrics[("zkcoord_consumer_group_unreconciled_members", ())] == 2
+        for client in clients:
+            daemons._run(client.close())
