@@ -169,7 +169,7 @@ def consumer_groups_row(builder: d.Dashboard) -> d.Dashboard:
             .with_panel(timeseries("Members by protocol", "Members of the owned groups by group type and by the "
                                    "protocol each member speaks; classic members in consumer groups are an online "
                                    "upgrade (or downgrade) in progress.",
-                                   [query(f"sum by (type, protocol) (zkcoord_group_members_by_protocol{{{SEL}}})",
+                                   [query(f"sum by (type, protocol) (zkcoord_members_by_protocol{{{SEL}}})",
                                           "{{protocol}} members of {{type}} groups")], stacked=True, width=6))
             .with_panel(timeseries("Consumer groups converging", "Members of consumer groups not at their target "
                                    "assignment yet (revoking, or waiting for partitions others still own), and the "

@@ -267,8 +267,8 @@ def test_a_consumer_group_live_then_stored(services, zk_hosts, zk, unique_name):
 
         metrics = metrics_summed(daemons)
         assert metrics[("zkcoord_groups", labels(type="consumer", state="Stable", mode="zookeeper"))] == 1
-        assert metrics[("zkcoord_group_members_by_protocol", labels(type="consumer", protocol="consumer"))] == 2
-        assert metrics[("zkcoord_group_members_by_protocol", labels(type="consumer", protocol="classic"))] == 0
+        assert metrics[("zkcoord_members_by_protocol", labels(type="consumer", protocol="consumer"))] == 2
+        assert metrics[("zkcoord_members_by_protocol", labels(type="consumer", protocol="classic"))] == 0
         assert metrics[("zkcoord_consumer_group_unreconciled_members", ())] == 0
         assert metrics[("zkcoord_consumer_group_epoch_lag_max", ())] == 0
         assert metrics[("zkcoord_requests_total", labels(api="ConsumerGroupHeartbeat", error="NONE"))] > 0
@@ -359,8 +359,8 @@ def test_a_mixed_group_shows_classic_and_consumer_members_side_by_side(services,
              f"{topic}:{','.join(map(str, classic_parts))}"]])
 
         metrics = metrics_summed(daemons)
-        assert metrics[("zkcoord_group_members_by_protocol", labels(type="consumer", protocol="classic"))] == 1
-        assert metrics[("zkcoord_group_members_by_protocol", labels(type="consumer", protocol="consumer"))] == 1
+        assert metrics[("zkcoord_members_by_protocol", labels(type="consumer", protocol="classic"))] == 1
+        assert metrics[("zkcoord_members_by_protocol", labels(type="consumer", protocol="consumer"))] == 1
         assert metrics[("zkcoord_requests_total", labels(api="Heartbeat", error="NONE"))] > 0
         for client in clients:
             daemons._run(client.close())

@@ -180,14 +180,14 @@ def test_consumer_groups_by_state_members_by_protocol_and_convergence():
     assert value("zkcoord_groups", {"type": "consumer", "state": "Stable", "mode": "zookeeper"}) == 1
     assert value("zkcoord_groups", {"type": "consumer", "state": "Assigning", "mode": "zookeeper"}) == 1
     by_protocol = {(s.labels["type"], s.labels["protocol"]): s.value for family in metrics.registry.collect()
-                   if family.name == "zkcoord_group_members_by_protocol" for s in family.samples}
+                   if family.name == "zkcoord_members_by_protocol" for s in family.samples}
     assert by_protocol == {("classic", "classic"): 1, ("consumer", "consumer"): 4, ("consumer", "classic"): 1}
     assert value("zkcoord_group_members") == 6
     assert value("zkcoord_consumer_group_unreconciled_members") == 1  # e: behind, revoking
     assert value("zkcoord_consumer_group_epoch_lag_max") == 2  # mixed: group epoch 7, target 5
     idle = DaemonMetrics(manager=SimpleNamespace(_loading=set(), runtimes={}))
     assert idle.registry.get_sample_value("zkcoord_consumer_group_epoch_lag_max") == 0
-    assert idle.registry.get_sample_value("zkcoord_group_members_by_protocol",
+    assert idle.registry.get_sample_value("zkcoord_members_by_protocol",
                                           {"type": "consumer", "protocol": "classic"}) == 0
 
 

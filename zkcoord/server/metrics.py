@@ -11,7 +11,7 @@ metric                                     type       meaning
                                                       consumer), Kafka state name and offset storage
                                                       mode (every triple present, 0 or more)
 ``zkcoord_group_members``                  gauge      members summed over the owned groups
-``zkcoord_group_members_by_protocol{type,protocol}``  gauge  the same members by group type and by the
+``zkcoord_members_by_protocol{type,protocol}``  gauge  the same members by group type and by the
                                                       protocol each speaks: ``classic``/``classic``,
                                                       ``consumer``/``consumer``, and ``consumer``/
                                                       ``classic`` (classic members in consumer groups:
@@ -261,7 +261,7 @@ class DaemonMetrics:
         return 200, {"status": "ready", "groups_owned": len(self._active_runtimes())}
 
 
-# (group type, member protocol) of zkcoord_group_members_by_protocol, each always exported
+# (group type, member protocol) of zkcoord_members_by_protocol, each always exported
 _MEMBER_PROTOCOLS = (("classic", "classic"), ("consumer", "consumer"), ("consumer", "classic"))
 
 
@@ -297,7 +297,7 @@ class _ScrapeTimeCollector:
         yield by_state
         yield GaugeMetricFamily("zkcoord_group_members", "Members summed over the owned groups.",
                                 value=sum(members.values()))
-        by_protocol = GaugeMetricFamily("zkcoord_group_members_by_protocol",
+        by_protocol = GaugeMetricFamily("zkcoord_members_by_protocol",
                                         "Members of the owned groups, by group type and the protocol each speaks.",
                                         labels=["type", "protocol"])
         for labels, count in members.items():
