@@ -415,3 +415,38 @@ def test_a_member_on_its_way_shows_current_and_target_apart(services, zk_hosts, 
         assert metrics[("zkcoord_consumer_group_unreconciled_members", ())] == 2
         for client in clients:
             daemons._run(client.close())
+
+
+def test_stored_consumer_groups_corrupt_or_not_and_bad_input(zk_hosts, zk, unique_name):
+    """Records as a daemon writes them (no daemon running): an Assigning group is listed and
+    filtered by its state; a group one of whose member records is not JSON is reported, not
+    raised: `describe` names the znode (exit 1), `groups` lists it Corrupt (exit 0)."""
+    good, broken = unique_name("good"), unique_name("broken")
+    member = {"v": 1, "id": "AAAAAAAAAAAAAAAAAAAAAQ", "e": 3, "pe": 2, "s": 0, "rt": 30000, "c": "c", "h": "/h",
+              "tn": ["orders"], "te": 3}
+    for group in (good, broken):
+        zk.create(f"/coordinators/{group}/state", json.dumps({"v": 1, "t": "consumer", "os": "zookeeper",
+                                                              "ge": 4, "ae": 3}).encode(), makepath=True)
+        zk.create(f"/coordinators/{group}/members/{member['id']}", json.dumps(member).encode(), makepath=True)
+    zk.create(f"/coordinators/{broken}/members/BBBBBBBBBBBBBBBBBBBBBQ", b"{not json")
+    env = {"ZKCOORD_ZOOKEEPER": zk_hosts}
+
+    assigning = run_json("groups", "--state", "ASSIGNING", env=env)["groups"]
+    assert [(g["group"], g["type"], g["state"], g["members"], g["group_epoch"], g["assignment_epoch"])
+            for g in assigning] == [(good, "consumer", "Assigning", 1, 4, 3)]
+    listed = run("groups", env=env)
+    assert listed.exit_code == 0
+    assert rows(listed.stdout, broken) == [[broken, "-", "Corrupt", "-", "-", "-", "zkcoord"]]
+    assert f"error: group {broken}: member record /coordinators/{broken}/members/BBBBBBBBBBBBBBBBBBBBBQ of group " \
+           f"'{broken}' is not JSON" in listed.output
+
+    described = run("describe", broken, env=env)
+    assert described.exit_code == 1 and described.stdout == ""
+    assert f"member record /coordinators/{broken}/members/BBBBBBBBBBBBBBBBBBBBBQ of group '{broken}' is not JSON" \
+        in described.output
+    both = run("describe", good, broken, "--members", env=env)
+    assert both.exit_code == 0 and good in both.stdout  # the readable one is described
+    assert rows(both.stdout, good) == [[good, "AAAAAAAAAAAAAAAAAAAAAQ", "-", "/h", "c", "0", "Consumer"]]
+
+    bad_type = run("groups", "--type", "share", env=env)
+    assert bad_type.exit_code == 2 and "Invalid value for '--type'" in bad_type.output
