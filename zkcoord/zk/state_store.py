@@ -186,7 +186,8 @@ class GroupStateStore:
         attempt.tried = True
         txn = self._conn.client.transaction()
         fence.add_check(txn)
-        txn.check(paths.state(fence.group), expected)
+        if expected != ABSENT:  # a group's first write has no state znode to check yet: the fence alone guards
+            txn.check(paths.state(fence.group), expected)
         add_ops(txn, changes)
         await self._commit(fence, txn, expected, "write member records of")
 

@@ -1,0 +1,102 @@
+"""A KIP-848 consumer group in ZooKeeper: its group record in the state
+znode and one record per member beside it, written in fenced multis (split
+when one would be over ZooKeeper's limit, the state znode last) and read
+back whole. Sized as the issue asks: 1,000 members over 10,000 partitions."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from test_zk_support import connection
+
+from zkcoord.core.classic import CLASSIC
+from zkcoord.core.consumer.kind import CONSUMER
+from zkcoord.core.consumer.model import ConsumerMember, new_consumer_group, target_of
+from zkcoord.core.frozenmap import FrozenMap
+from zkcoord.core.groups import from_record
+from zkcoord.errors import NotOwnerError
+from zkcoord.zk import paths
+from zkcoord.zk.group_records import MULTI_MAX_BYTES
+from zkcoord.zk.ownership import GroupOwnership
+from zkcoord.zk.state_store import GroupStateStore
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "AAAAAAAAAAAAAAAAAAAAAQ"  # a topic id, Kafka's text form
+
+
+def big_group(group_id: str, members: int, partitions: int, epoch: int = 5, stride: int = 0):
+    """``members`` stable members at ``epoch`` owning ``partitions`` evenly;
+    with ``stride``, each member's target is its neighbour's partitions."""
+    group = new_consumer_group(group_id)
+    each = partitions // members
+    for m in range(members):
+        owned = range(m * each, (m + 1) * each)
+        target = range(((m + stride) % members) * each, ((m + stride) % members + 1) * each)
+        member = ConsumerMember(f"member-{m:04d}-AAAAAAAAAAAAA", member_epoch=epoch, previous_member_epoch=epoch - 1,
+                                rebalance_timeout_ms=30_000, client_id=f"client-{m}", client_host="/10.0.0.1",
+                                subscribed_topic_names=("orders",),
+                                assigned=FrozenMap({TOPIC: FrozenMap((p, epoch) for p in owned)}))
+        group = group.with_member(member).with_target(member.member_id, target_of({TOPIC: target}))
+    from dataclasses import replace
+
+    return replace(group, group_epoch=epoch).with_assignment_epoch(epoch, 1_700_000_000_000)
+
+
+async def owner_of(conn, group_id):
+    ownership = GroupOwnership(conn, 1)
+    await ownership.start()
+    assert await ownership.contend(group_id) == 1
+    return ownership, GroupStateStore(conn, ownership)
+
+
+def test_a_thousand_members_over_ten_thousand_partitions_round_trip(zk_hosts, zk):
+    async def scenario():
+        async with connection(zk_hosts) as conn:
+            _, store = await owner_of(conn, "big")
+            group = big_group("big", 1000, 10_000)
+            first = CONSUMER.writes(CLASSIC.new("big"), group)
+            version = await store.write_changes("big", first, None)
+            record, loaded_version = await store.load("big")
+            assert loaded_version == version == 0
+            assert from_record("big", record) == group
+            assert len(zk.get_children(paths.members_dir("big"))) == 1000
+
+            # A new target for everyone (the epoch moved): every member record changes, more than one
+            # multi's worth when the records are large enough; the state znode is written last.
+            moved = big_group("big", 1000, 10_000, epoch=6, stride=1)
+            second = CONSUMER.writes(group, moved)
+            assert len(second) == 1001
+            version = await store.write_changes("big", second, version)
+            record, loaded_version = await store.load("big")
+            assert loaded_version == version == 1
+            assert from_record("big", record) == moved
+            sizes = [len(zk.get(paths.member("big", m))[0]) for m in ("member-0000-AAAAAAAAAAAAA",)]
+            assert sizes[0] < MULTI_MAX_BYTES
+    asyncio.run(scenario())
+
+
+def test_member_records_larger_than_one_multi_are_split_and_still_fenced(zk_hosts, zk):
+    async def scenario():
+        async with connection(zk_hosts) as conn:
+            ownership, store = await owner_of(conn, "wide")
+            # 40 members holding 2,500 partitions each: about 40 KB a record, 1.6 MB in all: two multis at least.
+            group = big_group("wide", 40, 100_000)
+            changes = CONSUMER.writes(CLASSIC.new("wide"), group)
+            assert sum(len(str(r)) for _, r, _ in changes if r) > MULTI_MAX_BYTES
+            version = await store.write_changes("wide", changes, None)
+            record, _ = await store.load("wide")
+            assert from_record("wide", record) == group
+
+            # Deposed (our contender is gone): nothing of the next write lands, not even its first multi.
+            zk.delete(ownership.fence("wide").path)
+            moved = big_group("wide", 40, 100_000, epoch=6, stride=1)
+            with pytest.raises(NotOwnerError):
+                await store.write_changes("wide", CONSUMER.writes(group, moved), version)
+            assert ownership.owned() == frozenset()
+            async with connection(zk_hosts) as other:
+                _, successor = await owner_of(other, "wide")
+                record, still = await successor.load("wide")
+                assert still == version and from_record("wide", record) == group
+    asyncio.run(scenario())
