@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from uuid import UUID
 
 import pytest
 from click.testing import CliRunner
@@ -28,14 +27,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.test_client_support import ThreadDaemons, create_topic, produce
 from tests.integration.test_inspect import join_request
+from tests.support.consumer_members import ConsumerMember, no_partition_twice
 from tests.support.http import http_get
 from tests.support.wire import coordinator_client
 from zkcoord.cli.inspect_cmd import describe, groups
 from zkcoord.cli.main import ZkcoordGroup
 from zkcoord.kafka.offsets import KafkaOffsets
-from zkcoord.schemas import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
-from zkcoord.server.consumer_apis import new_member_id
-from zkcoord.topic_ids import topic_id_uuid
+from zkcoord.schemas import ConsumerGroupDescribeRequest
 
 pytestmark = pytest.mark.integration
 CLI = ZkcoordGroup(commands={"groups": groups, "describe": describe})
@@ -68,34 +66,18 @@ def daemons_for(zk_hosts: str, bootstrap: str, count: int) -> ThreadDaemons:
 
 
 # -- members on the wire ------------------------------------------------------------------------
-class ConsumerProtocolMember:
-    """A KIP-848 member: heartbeats with what it owns, takes every assignment at once."""
-
-    def __init__(self, client, group: str, topic: str, client_id: str, assignor: str | None = "range"):
-        self.client, self.group, self.topic, self.client_id = client, group, topic, client_id
-        self.member_id, self.epoch, self.assignor = new_member_id(), 0, assignor
-        self.owned: dict[UUID, list[int]] = {}
-
-    async def heartbeat(self) -> None:
-        owned = [ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=t, partitions=ps)
-                 for t, ps in self.owned.items()] if self.epoch else []
-        answer = await self.client.call(ConsumerGroupHeartbeatRequest(
-            version=1, group_id=self.group, member_id=self.member_id, member_epoch=self.epoch,
-            rebalance_timeout_ms=30_000, subscribed_topic_names=[self.topic], server_assignor=self.assignor,
-            topic_partitions=owned))
-        assert answer.error_code == E_NONE, answer
-        self.epoch = answer.member_epoch
-        if answer.assignment is not None:
-            self.owned = {t.topic_id: sorted(t.partitions) for t in answer.assignment.topic_partitions}
-
-    async def commit(self, offset: int) -> None:
-        """OffsetCommit v9 (a consumer-protocol member's) of every partition it owns."""
-        answer = await self.client.call(OffsetCommitRequest(
-            version=9, group_id=self.group, generation_id_or_member_epoch=self.epoch, member_id=self.member_id,
-            group_instance_id=None, topics=[P(name=self.topic, partitions=[
+async def commit(addresses: str, member: ConsumerMember, topic: str, offset: int) -> None:
+    """OffsetCommit v9 (a consumer-protocol member's: its id and epoch) of every partition it owns."""
+    client = await coordinator_client(addresses, member.group)
+    try:
+        answer = await client.call(OffsetCommitRequest(
+            version=9, group_id=member.group, generation_id_or_member_epoch=member.epoch,
+            member_id=member.member_id, group_instance_id=None, topics=[P(name=topic, partitions=[
                 P.OffsetCommitRequestPartition(partition_index=p, committed_offset=offset, committed_metadata="")
-                for ps in self.owned.values() for p in ps])]))
-        assert all(p.error_code == E_NONE for t in answer.topics for p in t.partitions), answer
+                for _, p in sorted(member.partitions())])]))
+    finally:
+        await client.close()
+    assert all(p.error_code == E_NONE for t in answer.topics for p in t.partitions), answer
 
 
 class ClassicProtocolMember:
@@ -105,7 +87,7 @@ class ClassicProtocolMember:
         self.client, self.group, self.topic = client, group, topic
         self.member_id, self.generation, self.owned = "", -1, []
 
-    async def join(self) -> None:
+    async def join(self) -> None:  # None: nothing for settle() to check (the asserts are here)
         joined = await self.client.call(join_request(self.group, self.member_id, self.topic))
         if not self.member_id:  # MEMBER_ID_REQUIRED: again with the id it was given
             self.member_id = joined.member_id
@@ -131,6 +113,7 @@ class ClassicProtocolMember:
         if answer.error_code == E_REBALANCE_IN_PROGRESS:
             return await self.join()
         assert answer.error_code == E_NONE, answer
+        return None
 
     async def commit(self, offset: int) -> None:
         answer = await self.client.call(OffsetCommitRequest(
@@ -155,7 +138,9 @@ async def settle(members: list, observer, group: str, partitions: int) -> object
     deadline = time.monotonic() + WAIT_S
     while True:
         for member in members:
-            await member.heartbeat()
+            answer = await member.heartbeat()
+            assert answer is None or answer.error_code == E_NONE, answer
+        no_partition_twice([m for m in members if isinstance(m, ConsumerMember)])
         group_now = await described(observer, group)
         at_target = all(_parts(m.assignment) == _parts(m.target_assignment) and m.member_epoch ==
                         group_now.assignment_epoch for m in group_now.members)
@@ -171,7 +156,7 @@ def _parts(assignment) -> list[tuple[str, int]]:
 
 
 def _owned(member) -> list[int]:
-    return member.owned if isinstance(member.owned, list) else [p for ps in member.owned.values() for p in ps]
+    return member.owned if isinstance(member, ClassicProtocolMember) else [p for _, p in member.partitions()]
 
 
 def metrics_summed(daemons: ThreadDaemons) -> dict[tuple[str, tuple], float]:
@@ -201,14 +186,14 @@ def test_a_consumer_group_live_then_stored(services, zk_hosts, zk, unique_name):
         addresses = daemons.addresses
 
         async def start():
-            clients = [await coordinator_client(addresses, group, client_id=name) for name in ("worker-a", "worker-b",
-                                                                                                "observer")]
-            members = [ConsumerProtocolMember(c, group, topic, n) for c, n in zip(clients, ("worker-a", "worker-b"))]
+            observer = await coordinator_client(addresses, group, client_id="observer")
+            members = [ConsumerMember(addresses, group, [topic], assignor="range", client_id=name)
+                       for name in ("worker-a", "worker-b")]
             await members[0].heartbeat()  # the first one alone, then both: one rebalance on the way
-            final = await settle(members, clients[2], group, PARTITIONS)
-            await members[0].commit(2)
-            await members[1].commit(3)
-            return clients, members, final
+            final = await settle(members, observer, group, PARTITIONS)
+            await commit(addresses, members[0], topic, 2)
+            await commit(addresses, members[1], topic, 3)
+            return [observer, *members], members, final
 
         clients, members, final = daemons._run(start())
         by_id = {m.member_id: m for m in members}
@@ -291,7 +276,7 @@ def test_a_consumer_group_live_then_stored(services, zk_hosts, zk, unique_name):
     # without Kafka, ZooKeeper's /brokers/topics names the ids (seeded in this chroot as a broker writes it)
     with KafkaOffsets(services.bootstrap_servers) as kafka:
         topic_id = kafka.topic_ids([topic])[topic]
-    assert topic_id_uuid(topic_id) in {t for m in members for t in m.owned}
+    assert topic_id in {t for m in members for t in m.owned}
     no_kafka = {"ZKCOORD_ZOOKEEPER": zk_hosts}
     unnamed = run_json("describe", group, env=no_kafka)["groups"][0]
     assert [m["assignment"] for m in unnamed["members"]] == [{}, {}]
@@ -320,15 +305,15 @@ def test_a_mixed_group_shows_classic_and_consumer_members_side_by_side(services,
         addresses = daemons.addresses
 
         async def start():
-            clients = [await coordinator_client(addresses, group, client_id=name)
-                       for name in ("kip848-worker", "classic-worker", "observer")]
-            modern = ConsumerProtocolMember(clients[0], group, topic, "kip848-worker")
-            await settle([modern], clients[2], group, PARTITIONS)  # a consumer group, every partition its own
-            classic = ClassicProtocolMember(clients[1], group, topic)  # joins it: a mixed group
-            final = await settle([modern, classic], clients[2], group, PARTITIONS)
-            await modern.commit(1)
+            observer = await coordinator_client(addresses, group, client_id="observer")
+            classic_client = await coordinator_client(addresses, group, client_id="classic-worker")
+            modern = ConsumerMember(addresses, group, [topic], assignor="range", client_id="kip848-worker")
+            await settle([modern], observer, group, PARTITIONS)  # a consumer group, every partition its own
+            classic = ClassicProtocolMember(classic_client, group, topic)  # joins it: a mixed group
+            final = await settle([modern, classic], observer, group, PARTITIONS)
+            await commit(addresses, modern, topic, 1)
             await classic.commit(4)
-            return clients, modern, classic, final
+            return [observer, classic_client, modern], modern, classic, final
 
         clients, modern, classic, final = daemons._run(start())
         modern_parts, classic_parts = sorted(_owned(modern)), classic.owned
@@ -382,18 +367,17 @@ def test_a_member_on_its_way_shows_current_and_target_apart(services, zk_hosts, 
         addresses = daemons.addresses
 
         async def start():
-            clients = [await coordinator_client(addresses, group, client_id=name)
-                       for name in ("first", "second", "observer")]
-            first = ConsumerProtocolMember(clients[0], group, topic, "first")
-            await settle([first], clients[2], group, PARTITIONS)
-            second = ConsumerProtocolMember(clients[1], group, topic, "second")
+            observer = await coordinator_client(addresses, group, client_id="observer")
+            first = ConsumerMember(addresses, group, [topic], client_id="first")
+            await settle([first], observer, group, PARTITIONS)
+            second = ConsumerMember(addresses, group, [topic], client_id="second")
             deadline = time.monotonic() + WAIT_S
             while True:  # only the second heartbeats: the first keeps every partition it owns
-                await second.heartbeat()
-                now = await described(clients[2], group)
+                assert (await second.heartbeat()).error_code == E_NONE
+                now = await described(observer, group)
                 targets = {m.member_id: _parts(m.target_assignment) for m in now.members}
                 if now.group_state == "Reconciling" and targets.get(second.member_id):
-                    return clients, first, second, now
+                    return [observer, first, second], first, second, now
                 assert time.monotonic() < deadline, f"no target for the second member: {now}"
                 await asyncio.sleep(0.1)
 
