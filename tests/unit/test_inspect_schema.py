@@ -90,6 +90,9 @@ def test_consumer_group_in_the_describe_document():
              "subscribed_topic_regex": "ord.*"}],
         "offsets": [], "notes": []}
     assert CONSUMER_VIEW.mixed and not VIEW.mixed
+    classic_only = GroupView("g", ("zkcoord",), "Stable", "daemon", "zookeeper", group_type="consumer",
+                             members=(CONSUMER_VIEW.members[1],))
+    assert not classic_only.mixed  # every member classic: not a mix (Kafka shows no UPGRADED column either)
 
 
 def test_groups_document():

@@ -32,6 +32,7 @@ the settings are wrong, and every daemon would refuse them alike.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
 
@@ -102,8 +103,8 @@ async def _call(host: str, port: int, classic: list[str], consumer: list[str], s
         await connection.close()
 
 
-async def describe_live(host: str, port: int, groups: list[str], timeout_s: float, security=None,
-                        consumer_groups: list[str] = ()) -> dict[str, Described | str]:
+async def describe_live(host: str, port: int, groups: Sequence[str], timeout_s: float, security=None,
+                        consumer_groups: Sequence[str] = ()) -> dict[str, Described | str]:
     """Each group's live description, or the reason there is none: ``groups``
     (classic) with DescribeGroups, ``consumer_groups`` with
     ConsumerGroupDescribe. ``security``: a

@@ -242,8 +242,10 @@ class GroupView:
 
     @property
     def mixed(self) -> bool:
-        """A consumer group with classic-protocol members beside consumer ones (an online upgrade)."""
-        return self.group_type == "consumer" and any(m.member_type == "classic" for m in self.members)
+        """A consumer group with classic-protocol members beside consumer ones (an online upgrade;
+        Kafka 4.x's tool shows its UPGRADED column then)."""
+        types = {m.member_type for m in self.members}
+        return self.group_type == "consumer" and {"classic", "consumer"} <= types
 
     def as_dict(self) -> dict[str, Any]:
         def opt(value: Any) -> Any:
