@@ -11,7 +11,9 @@ Stable with every member at its target, then reads the CLI's output (table
 and JSON) and checks it against what the members were given; then the
 metrics, summed over every daemon (whichever owns the group); then, with the
 daemons stopped, the same from ZooKeeper's stored records, the topic ids
-named by Kafka and by ZooKeeper's ``/brokers/topics``.
+named by Kafka and by ZooKeeper's ``/brokers/topics``. Last, the same mixed
+group on the Kafka 4.4 reference peer (fixture ``kafka4``): Kafka 4.4's
+kafka-consumer-groups and zkcoord's tables, column by column.
 """
 
 from __future__ import annotations
@@ -434,3 +436,87 @@ def test_stored_consumer_groups_corrupt_or_not_and_bad_input(zk_hosts, zk, uniqu
 
     bad_type = run("groups", "--type", "share", env=env)
     assert bad_type.exit_code == 2 and "Invalid value for '--type'" in bad_type.output
+
+
+# -- against Kafka 4.4's own kafka-consumer-groups ---------------------------------------------------------
+async def mixed_group(addresses: str, group: str, topic: str):
+    """A consumer member, then a classic member beside it, settled; (members, owner's description)."""
+    observer = await coordinator_client(addresses, group, client_id="observer")
+    classic_client = await coordinator_client(addresses, group, client_id="classic-worker")
+    modern = ConsumerMember(addresses, group, [topic], assignor="range", client_id="kip848-worker")
+    try:
+        await settle([modern], observer, group, PARTITIONS)
+        classic = ClassicProtocolMember(classic_client, group, topic)
+        final = await settle([modern, classic], observer, group, PARTITIONS)
+        return {"kip848-worker": modern.member_id, "classic-worker": classic.member_id}, final
+    finally:
+        for client in (observer, classic_client, modern):
+            await client.close()
+
+
+def table(stdout: str, group: str) -> tuple[list[str], list[list[str]]]:
+    """(header cells, the group's rows) of the one table in a tool's output (no cell has spaces but the
+    header COORDINATOR (ID), joined here, and a coordinator "host:port (id)", two cells)."""
+    lines = [line.replace("COORDINATOR (ID)", "COORDINATOR-(ID)").split() for line in stdout.splitlines()]
+    [header] = [cells for cells in lines if cells[:1] == ["GROUP"]]
+    return header, [cells for cells in lines if cells[:1] == [group]]
+
+
+def test_the_layout_is_kafka_4_4s(services, zk_hosts, kafka4, unique_name):
+    """The same mixed group on Kafka 4.4 and on zkcoord: kafka-consumer-groups 4.4's
+    --describe --members --verbose and --state --verbose columns, in zkcoord's tables,
+    with the same values (zkcoord: GROUP-INSTANCE-ID always, MEMBER-TYPE for UPGRADED)."""
+    from tests.support import java_tools
+
+    group, topic = unique_name("mixed"), unique_name("t")
+    create_topic(kafka4, topic, PARTITIONS)
+    create_topic(services.bootstrap_servers, topic, PARTITIONS)
+    kafka_ids, _ = asyncio.run(mixed_group(kafka4, group, topic))
+    kafka_members = java_tools.consumer_groups(kafka4, "--describe", "--members", "--verbose", "--group", group,
+                                               kafka4=True)
+    kafka_state = java_tools.consumer_groups(kafka4, "--describe", "--state", "--verbose", "--group", group,
+                                             kafka4=True)
+    kafka_list = java_tools.consumer_groups(kafka4, "--list", "--type", kafka4=True)
+    env = {"ZKCOORD_ZOOKEEPER": zk_hosts}
+    with daemons_for(zk_hosts, services.bootstrap_servers, 2) as daemons:
+        ours_ids, _ = daemons._run(mixed_group(daemons.addresses, group, topic))
+        ours_members = run("describe", group, "--members", "--verbose", env=env).stdout
+        ours_state = run("describe", group, "--state", "--verbose", env=env).stdout
+        ours_list = run("groups", "--type", "consumer", env=env).stdout
+
+    k_header, k_rows = table(kafka_members.stdout, group)
+    o_header, o_rows = table(ours_members, group)
+    assert k_header == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "CURRENT-EPOCH",
+                        "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT", "UPGRADED"]
+    assert o_header == ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "MEMBER-TYPE",
+                        *k_header[5:-1]]
+    upgraded = {"true": "Consumer", "false": "Classic"}
+
+    def by_client(header, rows, ids) -> dict[str, dict[str, str]]:
+        found = {row[header.index("CLIENT-ID")]: dict(zip(header, row)) for row in rows}
+        assert {c: r["CONSUMER-ID"] for c, r in found.items()} == ids
+        return found
+
+    kafka_rows, our_rows = by_client(k_header, k_rows, kafka_ids), by_client(o_header, o_rows, ours_ids)
+    for client in ("kip848-worker", "classic-worker"):
+        k, o = kafka_rows[client], our_rows[client]
+        assert (o["MEMBER-TYPE"], o["#PARTITIONS"], o["HOST"]) == (upgraded[k["UPGRADED"]], k["#PARTITIONS"], k["HOST"])
+        for row in (k, o):  # each at its target, at the group's target epoch (member ids order range's result)
+            assert row["CURRENT-ASSIGNMENT"] == row["TARGET-ASSIGNMENT"] and row["CURRENT-EPOCH"] == row["TARGET-EPOCH"]
+            assert row["CURRENT-ASSIGNMENT"].startswith(f"{topic}:")
+
+    k_header, [k_state] = table(kafka_state.stdout, group)
+    o_header, [o_state] = table(ours_state, group)
+    assert k_header == ["GROUP", "COORDINATOR-(ID)", "ASSIGNMENT-STRATEGY", "STATE", "GROUP-EPOCH",
+                        "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"]
+    kafka_cells = dict(zip(k_header, [*k_state[:1], " ".join(k_state[1:3]), *k_state[3:]]))
+    our_cells = dict(zip(o_header, [o_state[0], o_state[1], " ".join(o_state[2:4]), *o_state[4:]]))
+    assert set(k_header) <= set(o_header)
+    assert [our_cells[c] for c in ("ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")] == \
+        [kafka_cells[c] for c in ("ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")] == ["range", "Stable", "2"]
+    assert our_cells["GROUP-EPOCH"] == our_cells["TARGET-ASSIGNMENT-EPOCH"] and \
+        kafka_cells["GROUP-EPOCH"] == kafka_cells["TARGET-ASSIGNMENT-EPOCH"]
+
+    [kafka_listed] = table(kafka_list.stdout, group)[1]
+    [our_listed] = table(ours_list, group)[1]
+    assert kafka_listed[:2] == our_listed[:2] == [group, "Consumer"]
