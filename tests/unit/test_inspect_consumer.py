@@ -13,7 +13,7 @@ from zkcoord.inspect.live import to_consumer_description
 from zkcoord.inspect.model import Coordinator, Daemon, GroupError, GroupSummary, MemberView, OffsetRow
 from zkcoord.inspect.views import KafkaFacts, LiveFacts, build_view, summarize, wanted_partitions
 from zkcoord.schemas import ConsumerGroupDescribeResponse
-from zkcoord.server.codec import build_message
+from zkcoord.wire.messages import build_message
 from zkcoord.topic_ids import topic_id_text, topic_id_uuid
 from zkcoord.zk.group_reads import ZkFacts, consumer_topic_names
 
