@@ -67,6 +67,7 @@ from zkcoord.server.authorization import (
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
 from zkcoord.server.bulk_work import off_loop, pause_every
 from zkcoord.server.consumer_apis import ConsumerGroupApis
+from zkcoord.server.consumer_apis import new_member_id as consumer_member_id
 from zkcoord.topic_ids import topic_id_text, topic_id_uuid
 from zkcoord.server.manager import UNKNOWN_TOKEN
 from zkcoord.server.member_connections import MemberConnections
@@ -293,6 +294,7 @@ class ApiHandler:
                 rebalance_timeout_ms=r.rebalance_timeout_ms if version >= 1 else r.session_timeout_ms,
                 protocol_type=r.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in r.protocols],
                 require_known_member_id=version >= 4, new_member_id=f"{prefix}-{uuid.uuid4()}",
+                new_consumer_member_id=consumer_member_id(),
                 reason=getattr(r, "reason", None) if version >= 8 else None,
                 support_skipping_assignment=version >= 9,
             )
