@@ -74,6 +74,18 @@ def new_member_id() -> str:
             return text
 
 
+BIG_REQUEST_ITEMS = 2000  # subscribed names plus owned partitions from which the decision runs off the loop
+
+
+def _big(r) -> bool:
+    """Does the coordinator's work on this heartbeat grow large (thousands of
+    subscribed names, or of partitions it says it owns)?"""
+    items = len(r.subscribed_topic_names or ())
+    for topic in r.topic_partitions or ():
+        items += len(topic.partitions)
+    return items > BIG_REQUEST_ITEMS
+
+
 def _blank(value: str | None) -> bool:
     """Kafka's ``Utils.throwIfEmptyString``: set, but empty once trimmed."""
     return value is not None and not value.strip()
@@ -157,7 +169,7 @@ class ConsumerGroupApis:
         that writes nothing (a steady member's), answered without a task; None
         sends it through :meth:`heartbeat`."""
         r = decoded.request
-        if r.member_epoch <= 0:
+        if r.member_epoch <= 0 or _big(r):
             return None
         runtime = self.manager.serving(r.group_id)
         if runtime is None or self._refusal(decoded, connection) is not None:
@@ -187,7 +199,8 @@ class ConsumerGroupApis:
             token = runtime.next_token()
             request = self._core_request(decoded, connection, token)
             result = await runtime.call(token, lambda g, now: groups.decide(g, request, now, runtime.config),
-                                        render=lambda res: encoded_response(decoded, self._answer(decoded, res)))
+                                        render=lambda res: encoded_response(decoded, self._answer(decoded, res)),
+                                        big=_big(r))
             return result
         except GroupUnavailableError as exc:
             return self._answer(decoded, ConsumerHeartbeatResult.failed(exc.code, str(exc)))
