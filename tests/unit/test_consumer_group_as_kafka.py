@@ -1,0 +1,22 @@
+"""Where the KIP-848 differential test (tests/integration/test_consumer_differential.py)
+found zkcoord's consumer group answering otherwise than Kafka 4.4: each
+difference, pinned in the pure core with the rule Kafka follows (the
+source named in each test)."""
+
+from __future__ import annotations
+
+from zkcoord.core.consumer.describe import describe_consumer_group
+from zkcoord.core.consumer.config import ConsumerGroupConfig
+
+from tests.unit.test_consumer_group import IMAGE, Scene
+
+
+def test_describe_shows_an_empty_regex_for_a_member_subscribing_by_names():
+    """ConsumerGroupMember.Builder starts with subscribedTopicRegex "" and
+    asConsumerGroupDescribeMember copies it as it is: "" , not null."""
+    s = Scene()
+    s.join("a")
+    s.join("b", regex="t|u")
+    described = {m.member_id: m for m in describe_consumer_group(s.group, IMAGE, ConsumerGroupConfig()).members}
+    assert described["a"].subscribed_topic_regex == ""
+    assert described["b"].subscribed_topic_regex == "t|u"
