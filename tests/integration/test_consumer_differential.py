@@ -30,14 +30,17 @@ its cause, strict, so it fails the day the difference goes) and
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 
 import pytest
 
 from tests.support.consumer_differential import (
-    REBALANCE_MS, ConsumerRun, Member, Side, cg_describe, cg_heartbeat, list_groups,
+    FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, REBALANCE_MS, UNKNOWN_MEMBER_ID,
+    UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, ConsumerRun, Member, Side, assignment_bytes, cg_describe,
+    cg_heartbeat, list_groups, settle,
 )
-from tests.support.differential import NONE, diff
+from tests.support.differential import NONE, delete, describe, diff, join, subscription, sync
 from tests.support.kafka_ready import wait_group_coordinator
 from tests.support.wire import parse_address
 from zkcoord.config import DaemonConfig
@@ -104,6 +107,11 @@ def scenario(profile: Profile = BIDIRECTIONAL, topics: dict[str, int] | None = N
     return register
 
 
+def RANGE_T(run: ConsumerRun, *topics: str) -> tuple:
+    """A classic member's protocols: range, subscribing to the scenario's topic t (or ``topics``)."""
+    return (("range", subscription(*(topics or (run.n("t"),)))),)
+
+
 async def member(run: ConsumerRun, member_id: str = "", *, client_id: str = "c", **kw) -> Member:
     return Member(run, await run.client(client_id=client_id), member_id, **kw)
 
@@ -112,11 +120,15 @@ async def member(run: ConsumerRun, member_id: str = "", *, client_id: str = "c",
 
 @scenario()
 async def one_member_joins_v0(run: ConsumerRun) -> None:
-    a = await member(run, version=0)
+    a = await member(run, version=0, name="a")
     await a.join("a joins without an id", topics=[run.n("t")])
     await a.heartbeat("a heartbeats")
-    await run.call("describe", a.client, cg_describe(run.group))
+    await a.heartbeat("a heartbeats without reporting", report=False)
+    await a.heartbeat("a's full heartbeat", rebalance_ms=REBALANCE_MS, topics=[run.n("t")])
+    await run.call("describe", a.client, cg_describe(run.group, version=0))
     await run.call("list", a.client, list_groups())
+    await a.leave("a leaves")
+    await run.call("describe when empty", a.client, cg_describe(run.group))
 
 
 @scenario(topics={"t": 4})
@@ -136,6 +148,279 @@ async def second_member_joins(run: ConsumerRun) -> None:
     await b.heartbeat("b heartbeats: given the released partitions")
     await b.heartbeat("b heartbeats: stable")
     await run.call("describe stable", a.client, cg_describe(g))
+
+
+@scenario(topics={"t": 6})
+async def members_leave(run: ConsumerRun) -> None:
+    g = run.group
+    members = [await member(run, f"member-{x}", client_id=x) for x in "abc"]
+    a, b, c = members
+    for m in members:
+        await m.join(f"{m.name} joins", topics=[run.n("t")])
+    await settle(members, "three members")
+    await c.leave("c leaves")
+    await run.call("describe without c", a.client, cg_describe(g))
+    await c.leave("c leaves again", expect=None)
+    await c.heartbeat("c heartbeats after leaving", epoch=3)
+    await settle([a, b], "two members")
+    await b.leave("b leaves")
+    await a.heartbeat("a gets b's partitions")
+    await a.leave("a leaves")
+    await run.call("describe when empty", a.client, cg_describe(g))
+    await run.call("list", a.client, list_groups())
+    await run.call("list consumer groups that are Empty", a.client, list_groups(["empty"], ["consumer"]))
+    await run.call("list Stable groups", a.client, list_groups(["Stable"]))
+    await a.join("a joins again", topics=[run.n("t")])
+    await run.call("describe again", a.client, cg_describe(g))
+
+
+@scenario(topics={"t": 4, "u": 2})
+async def subscription_changes(run: ConsumerRun) -> None:
+    g, t, u = run.group, run.n("t"), run.n("u")
+    a, b = await member(run, "member-a"), await member(run, "member-b", client_id="b")
+    await a.join("a joins on t", topics=[t])
+    await b.join("b joins on t", topics=[t])
+    await settle([a, b], "on t")
+    await a.heartbeat("a subscribes to t and u", topics=[t, u])
+    await settle([a, b], "a on t and u")
+    await run.call("describe", a.client, cg_describe(g))
+    await b.heartbeat("b moves to u", topics=[u])
+    await settle([a, b], "b on u")
+    await a.heartbeat("a sends the same names in another order", topics=[u, t, t])
+    await a.heartbeat("a subscribes to a topic that does not exist", topics=[t, u, run.n("other")])
+    await b.heartbeat("b subscribes to nothing", topics=[])
+    await settle([a, b], "b on nothing")
+    await run.call("describe at the end", a.client, cg_describe(g))
+
+
+@scenario(topics={"t": 2, "u": 2})
+async def regex_subscription(run: ConsumerRun) -> None:
+    """A regular expression (v1) is resolved after the heartbeat that sends
+    it; a topic created later is picked up when the expression is resolved
+    again on an image with new topics (at most every 10 s, on a heartbeat)."""
+    g = run.group
+    suffix = re.escape(run.n("t")[1:])
+    both = f"(t|late){suffix}"
+    a, b = await member(run, "member-a"), await member(run, "member-b", client_id="b")
+    await a.join("a joins with a regex", regex=both)
+    await a.until("a is assigned t once the regex is resolved", a.owns_all({run.n("t"): [0, 1]}))
+    await run.call("describe", a.client, cg_describe(g))
+    await run.create_topics({"late": 2})
+    await a.until("a is assigned the topic created later",
+                  a.owns_all({run.n("t"): [0, 1], run.n("late"): [0, 1]}))
+    await b.join("b joins with the same regex: resolved already", regex=both)
+    await settle([a, b], "two members on the regex")
+    await b.heartbeat("b adds topic names to its regex", topics=[run.n("u")])
+    await settle([a, b], "b on names and the regex")
+    await run.call("describe with names and regex", a.client, cg_describe(g))
+    bad = await member(run, "member-c", client_id="c")
+    for regex in ("(", "[a", "a**", "x{2,1}", "\\", "(?P<n>a)(?P<n>b)", ")", "\\q", "*", "a{1001}"):
+        await bad.join(f"c joins with the regex {regex!r}", regex=regex, expect=None)
+    await run.call("describe after the refusals", a.client, cg_describe(g))
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+@scenario(topics={"t": 4})
+async def fenced_epochs(run: ConsumerRun) -> None:
+    g, t = run.group, run.n("t")
+    a, b = await member(run, "member-a"), await member(run, "member-b", client_id="b")
+    await a.join("a joins", topics=[t])
+    await b.join("b joins", topics=[t])
+    await settle([a, b], "two members")
+    epoch = a.epoch
+    await a.heartbeat("a, a greater epoch", epoch=epoch + 1, expect=FENCED_MEMBER_EPOCH)
+    await a.heartbeat("a, a smaller epoch", epoch=epoch - 2, expect=FENCED_MEMBER_EPOCH)
+    await a.heartbeat("a, its previous epoch with what it owns", epoch=epoch - 1)
+    await a.heartbeat("a, its previous epoch, owned not reported", epoch=epoch - 1, report=False)
+    await a.heartbeat("a, its previous epoch, owning more", epoch=epoch - 1, owning={t: [0, 1, 2, 3]})
+    await a.heartbeat("a, its epoch, owning more", owning={t: [0, 1, 2, 3]})
+    await run.call("describe", a.client, cg_describe(g))
+    ghost = Member(run, a.client, "ghost")
+    ghost.epoch = 1
+    await ghost.heartbeat("an unknown member", expect=UNKNOWN_MEMBER_ID)
+    await ghost.leave("an unknown member leaves", expect=UNKNOWN_MEMBER_ID)
+    await a.join("a joins again with epoch 0, its id kept", topics=[t])
+    await settle([a, b], "after a's rejoin")
+    await run.call("describe at the end", a.client, cg_describe(g))
+
+
+@scenario(topics={"t": 4})
+async def static_members(run: ConsumerRun) -> None:
+    g, t = run.group, run.n("t")
+    s1 = await member(run, "static-1", instance="i1", client_id="s1")
+    s2 = await member(run, "static-2", instance="i2", client_id="s2")
+    await s1.join("i1 joins", topics=[t])
+    await s2.join("i2 joins", topics=[t])
+    await settle([s1, s2], "two static members")
+    twin = await member(run, "static-1-twin", instance="i1", client_id="s1b")
+    await twin.join("another member claims i1", topics=[t], expect=UNRELEASED_INSTANCE_ID)
+    await s1.leave("i1 leaves for a while", epoch=-2)
+    await run.call("describe while i1 is away", s2.client, cg_describe(g))
+    await s2.heartbeat("i2 heartbeats while i1 is away")
+    await s1.heartbeat("i1's old id heartbeats at epoch -2", epoch=-2, expect=None)
+    await twin.join("i1 comes back with a new member id", topics=[t])
+    await twin.heartbeat("i1's new member heartbeats")
+    await run.call("describe after i1's return", s2.client, cg_describe(g))
+    s1.epoch = twin.epoch
+    await s1.heartbeat("i1's old id heartbeats", expect=FENCED_INSTANCE_ID)
+    await s1.leave("i1's old id leaves", expect=FENCED_INSTANCE_ID)
+    stranger = Member(run, s2.client, "static-9", instance="i9")
+    stranger.epoch = 1
+    await stranger.heartbeat("an unknown instance id", expect=UNKNOWN_MEMBER_ID)
+    await stranger.leave("an unknown instance id leaves", expect=UNKNOWN_MEMBER_ID)
+    await stranger.leave("an unknown instance id leaves for a while", epoch=-2, expect=UNKNOWN_MEMBER_ID)
+    await twin.leave("i1 leaves for good")
+    await settle([s2], "i2 alone")
+    await run.call("describe at the end", s2.client, cg_describe(g))
+
+
+@scenario()
+async def invalid_requests(run: ConsumerRun) -> None:
+    """Every check of Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid, in its order."""
+    g, t = run.group, [run.n("t")]
+    c = await run.client()
+
+    async def send(label, version=1, **kw):
+        fields = {"rebalance_ms": REBALANCE_MS, "topics": t, "owned": [], **kw}
+        group = fields.pop("group", g)
+        await run.call(label, c, cg_heartbeat(group, version=version, **fields))
+
+    await send("v1 without a member id")
+    await send("v1, a blank member id", member_id="  ")
+    await send("v1, no member id and no group id", group="")
+    await send("v0, a heartbeat without a member id", version=0, epoch=1)
+    await send("v0, a leave without a member id", version=0, epoch=-1)
+    await send("v0, a static leave without a member id nor instance id", version=0, epoch=-2)
+    await send("no group id", member_id="m", group="")
+    await send("a blank group id", member_id="m", group=" \t")
+    await send("a group id of control characters", member_id="m", group="\x01\x1f")
+    await send("a blank instance id", member_id="m", instance=" ")
+    await send("a blank rack id", member_id="m", rack="")
+    await send("a join without a rebalance time-out", member_id="m", rebalance_ms=-1)
+    await send("a join without its partitions", member_id="m", owned=None)
+    await send("a join owning partitions", member_id="m", owned=[(await run.topic_id(run.n("t")), [0])])
+    await send("a join without a subscription", member_id="m", topics=None)
+    await send("a static leave without an instance id", member_id="m", epoch=-2)
+    await send("epoch -3", member_id="m", epoch=-3)
+    await send("an unknown assignor", member_id="m", assignor="sticky")
+    await send("an unknown assignor and a bad epoch", member_id="m", assignor="sticky", epoch=-3)
+    await send("an assignor named in another case", member_id="m", assignor="Range")
+    await send("a member id of an ideographic space", member_id="\u3000")
+    await send("it leaves", member_id="\u3000", epoch=-1)
+    await send("a join naming the same topic twice", member_id="m", topics=t + t)
+    await run.call("describe", c, cg_describe(g))
+
+
+@scenario()
+async def unknown_and_classic_groups(run: ConsumerRun) -> None:
+    g = run.group
+    c = await run.client()
+    ghost = Member(run, c, "member-a")
+    ghost.epoch = 1
+    await ghost.heartbeat("a heartbeat to a group that does not exist", expect=GROUP_ID_NOT_FOUND)
+    await ghost.leave("a leave from a group that does not exist", expect=GROUP_ID_NOT_FOUND)
+    static_ghost = Member(run, c, "member-s", instance="i1")
+    await static_ghost.leave("a static leave from a group that does not exist", epoch=-2, expect=GROUP_ID_NOT_FOUND)
+    await run.call("describe a group that does not exist", c, cg_describe(g, g + "-other", ""))
+    await run.call("describe it with DescribeGroups", c, describe(g))
+    # a classic group with a member
+    classic = g + "-classic"
+    cc = await run.client(classic, client_id="classic")
+    asked = await run.call("a classic member asks for an id", cc, join(classic, protocols=RANGE_T(run)))
+    joined = await run.call("a classic member joins", cc, join(classic, asked.member_id, protocols=RANGE_T(run)))
+    await run.call("the classic leader syncs", cc, sync(classic, joined.member_id, joined.generation_id, {
+        joined.member_id: assignment_bytes({run.n("t"): [0, 1, 2]})}))
+    await run.call("ConsumerGroupDescribe of a classic group", cc, cg_describe(classic))
+    other = Member(run, cc, "member-b", group=classic)
+    other.epoch = 1
+    await other.heartbeat("a consumer heartbeat to a classic group", expect=GROUP_ID_NOT_FOUND)
+    await run.call("list", c, list_groups())
+    await run.call("list classic groups", c, list_groups(types=["classic"]))
+    # a consumer group seen through the classic APIs
+    a = Member(run, c, "member-a")
+    await a.join("a joins", topics=[run.n("t")])
+    await run.call("DescribeGroups of a consumer group", c, describe(g))
+    await run.call("DescribeGroups v0 of a consumer group", c, describe(g, version=0))
+    await run.call("list both", c, list_groups())
+    await run.call("list consumer groups", c, list_groups(types=["consumer"]))
+    await run.call("list Stable consumer groups", c, list_groups(states=["stable"], types=["Consumer"]))
+    await run.call("delete the consumer group", c, delete(g))
+    await a.leave("a leaves")
+    await run.call("delete it when empty", c, delete(g))
+    await run.call("describe after the delete", c, cg_describe(g))
+
+
+@scenario(topics={"t": 4, "u": 3})
+async def server_assignors(run: ConsumerRun) -> None:
+    g, topics = run.group, [run.n("t"), run.n("u")]
+    a = await member(run, "member-a")
+    b = await member(run, "member-b", client_id="b")
+    c = await member(run, "member-c", client_id="c")
+    await a.join("a joins with range", topics=topics, assignor="range")
+    await b.join("b joins with range", topics=topics, assignor="range")
+    await settle([a, b], "two on range")
+    await run.call("describe: range", a.client, cg_describe(g))
+    await c.join("c joins with uniform", topics=topics, assignor="uniform")
+    await settle([a, b, c], "range 2, uniform 1")
+    await b.heartbeat("b switches to uniform", assignor="uniform")
+    await settle([a, b, c], "range 1, uniform 2")
+    await run.call("describe: uniform", a.client, cg_describe(g))
+    await a.heartbeat("a names no assignor: it keeps range", assignor=None)
+    await c.heartbeat("c switches to range", assignor="range")
+    await settle([a, b, c], "range 2, uniform 1 again")
+    await run.call("describe: range again", a.client, cg_describe(g))
+    d = await member(run, "member-d", client_id="d")
+    await d.join("d names an assignor there is not", topics=topics, assignor="cooperative-sticky",
+                 expect=UNSUPPORTED_ASSIGNOR)
+    await a.heartbeat("a names an assignor there is not", assignor="sticky", expect=UNSUPPORTED_ASSIGNOR)
+
+
+@scenario(topics={"t": 4, "u": 3}, xfail="deliberate: with as many members naming each of two assignors, "
+          "Kafka 4.4 compares the preferred assignor of two differently ordered maps (a TimelineHashMap, and a "
+          "HashMap copy where the heartbeating member's own assignor moves last), so the group epoch moves on at "
+          "some heartbeats for as long as the tie lasts; zkcoord picks one assignor, the same at every heartbeat "
+          "(docs/protocol.md)")
+async def assignor_tie(run: ConsumerRun) -> None:
+    g, topics = run.group, [run.n("t"), run.n("u")]
+    a = await member(run, "member-a")
+    b = await member(run, "member-b", client_id="b")
+    await a.join("a joins with range", topics=topics, assignor="range")
+    await b.join("b joins with uniform", topics=topics, assignor="uniform")
+    for n in range(1, 5):  # not settle(): on Kafka it never settles
+        await a.heartbeat(f"a heartbeats, round {n}")
+        await b.heartbeat(f"b heartbeats, round {n}")
+    await run.call("describe: the tie", a.client, cg_describe(g))
+
+
+@scenario(topics={"t": 2})
+async def partitions_added(run: ConsumerRun) -> None:
+    g, t = run.group, run.n("t")
+    a, b = await member(run, "member-a"), await member(run, "member-b", client_id="b")
+    await a.join("a joins", topics=[t])
+    await b.join("b joins", topics=[t])
+    await settle([a, b], "two partitions")
+    await run.add_partitions({"t": 5})
+    await a.until("a's epoch moves on once the coordinator sees 5 partitions", lambda r: r.member_epoch > b.epoch)
+    await settle([a, b], "five partitions")
+    await run.call("describe", a.client, cg_describe(g))
+
+
+@scenario(topics={"t": 4})
+async def rebalance_time_out(run: ConsumerRun) -> None:
+    """A member that does not revoke within its rebalance time-out is fenced."""
+    g, t = run.group, run.n("t")
+    a = await member(run, "member-a")
+    b = await member(run, "member-b", client_id="b")
+    await a.join("a joins, a 2 s rebalance time-out", topics=[t], rebalance_ms=2000)
+    holding = dict(a.owns)
+    await b.join("b joins", topics=[t])
+    await a.heartbeat("a is told to revoke")
+    await a.until("a keeps its partitions until it is fenced", lambda r: r.error_code != NONE, owning=holding)
+    await b.until("b gets every partition", b.owns_all({t: [0, 1, 2, 3]}))
+    await run.call("describe", b.client, cg_describe(g))
+    await a.join("a joins again", topics=[t])
+    await settle([a, b], "a back")
 
 
 # -- the test ---------------------------------------------------------------------------------
@@ -209,7 +494,8 @@ TOPIC_KEYS = ("t", "u", "v", "late", "other")
 def test_zkcoord_answers_as_kafka_4_4(scenario: Scenario, kafka4_profile, kafka4, services, zk_hosts, unique_name):
     kafka4_profile(scenario.profile)
     group = unique_name("g")
-    names = {k: unique_name(k) for k in TOPIC_KEYS}
+    suffix = unique_name("")  # "-<test>-<hex>": the scenario's topics share it (a regex can name them)
+    names = {k: k + suffix for k in TOPIC_KEYS}
     kafka, ours = asyncio.run(run_both(scenario, kafka4, services.bootstrap_servers, services.zookeeper, zk_hosts,
                                        group, names))
     compare(kafka, ours)

@@ -293,6 +293,9 @@ class ConsumerRun(Run):
                     r.heartbeat_interval_ms, assignment)
         if kind == "ConsumerGroupDescribeResponse":
             groups = []
+            # Kafka answers ids that cannot name a group first, then the others in the order of its
+            # __consumer_offsets shards (a HashMap's): that order is not compared, the first is.
+            order = tuple("invalid" if g.error_code == 24 else "group" for g in r.groups)
             for g in r.groups:
                 self._alias_new(g.members, lambda m: (m.instance_id or "", m.client_id, m.member_id))
                 members = tuple(sorted(
@@ -302,16 +305,50 @@ class ConsumerRun(Run):
                      getattr(m, "member_type", None)) for m in g.members))
                 groups.append((g.error_code, self.message(g.error_message), g.group_id, g.group_state,
                                g.group_epoch, g.assignment_epoch, g.assignor_name, members))
-            return ("cg-describe", tuple(groups))
+            return ("cg-describe", order, tuple(sorted(groups, key=repr)))
         if kind == "ListGroupsResponse":
             mine = sorted((g.group_id, g.protocol_type, g.group_state, getattr(g, "group_type", None))
                           for g in r.groups if g.group_id.startswith(self.group))
             return ("list", r.error_code, tuple(mine))
+        if kind == "SyncGroupResponse":
+            return ("sync", r.error_code, r.protocol_type, r.protocol_name, assignment_view(bytes(r.assignment)))
+        if kind == "DescribeGroupsResponse":
+            for g in r.groups:
+                self._alias_new(g.members, lambda m: (m.group_instance_id or "", m.client_id))
+            return ("describe", tuple(
+                (g.error_code, g.group_id, g.group_state, g.protocol_type, g.protocol_data, tuple(sorted(
+                    (a(m.member_id), m.group_instance_id, m.client_id, m.client_host,
+                     bytes(m.member_metadata), assignment_view(bytes(m.member_assignment))) for m in g.members)))
+                for g in r.groups))
         if kind == "OffsetFetchResponse" and getattr(r, "groups", None) is not None:
             return ("fetch", tuple((g.group_id, g.error_code, tuple(sorted(
                 (t.name, p.partition_index, p.committed_offset, p.metadata, p.error_code)
                 for t in g.topics for p in t.partitions))) for g in r.groups))
         return super().view(r)
+
+
+def assignment_view(data: bytes) -> object:
+    """A ConsumerProtocolAssignment as (version, ((topic, (partitions...)), ...), user data),
+    topics and partitions sorted (their order in the bytes is a HashMap's); other bytes as they are."""
+    from zkcoord.core.consumer.protocol import MalformedProtocolError
+    from zkcoord.server.consumer_protocol import CONSUMER_PROTOCOL
+
+    if not data:
+        return data
+    try:
+        decoded = CONSUMER_PROTOCOL.assignment(data)
+    except MalformedProtocolError:
+        return data
+    version = int.from_bytes(data[:2], "big", signed=True)
+    return (version, tuple(sorted((t, tuple(sorted(p))) for t, p in decoded.partitions.items() if p)),
+            decoded.user_data)
+
+
+def assignment_bytes(partitions: Mapping[str, Iterable[int]], version: int = 0) -> bytes:
+    """A leader's ConsumerProtocolAssignment for a member of a classic group."""
+    from zkcoord.server.consumer_protocol import CONSUMER_PROTOCOL
+
+    return CONSUMER_PROTOCOL.encode_assignment(partitions, version)
 
 
 def _topic_ids(response) -> list[uuid.UUID]:
@@ -339,7 +376,8 @@ class Member:
     revokes and assigns in its callbacks before its next heartbeat)."""
 
     def __init__(self, run: ConsumerRun, client: WireClient, member_id: str = "", *, version: int = 1,
-                 instance: str | None = None, group: str | None = None):
+                 instance: str | None = None, group: str | None = None, name: str | None = None):
+        self.name = name or member_id or instance or "member"  # for labels: never a generated id
         self.run = run
         self.client = client
         self.member_id = member_id
@@ -353,9 +391,11 @@ class Member:
         return cg_heartbeat(self.group, self.member_id, self.epoch if epoch is None else epoch,
                             version=self.version, instance=self.instance, owned=owned, **fields)
 
-    async def send(self, *, epoch: int | None = None, report: bool = True, **fields):
-        """One heartbeat, applied, not recorded; ``report``: send what it owns."""
-        owned = await self.run.owned(self.owns) if report else None
+    async def send(self, *, epoch: int | None = None, report: bool = True, owning: Assignment | None = None,
+                   **fields):
+        """One heartbeat, applied, not recorded; ``report``: send what it owns
+        (``owning``: report these instead, {name: partitions})."""
+        owned = await self.run.owned(self.owns if owning is None else owning) if report else None
         return await self.call(self.request(epoch=epoch, owned=owned, **fields))
 
     async def call(self, request):
@@ -383,9 +423,10 @@ class Member:
         return self._record(label, response, expect)
 
     async def heartbeat(self, label: str, *, expect: int | None = None, epoch: int | None = None,
-                        report: bool = True, **fields):
-        """A heartbeat at its epoch (or ``epoch``), reporting what it owns, recorded."""
-        response = await self.send(epoch=epoch, report=report, **fields)
+                        report: bool = True, owning: Assignment | None = None, **fields):
+        """A heartbeat at its epoch (or ``epoch``), reporting what it owns
+        (``owning``: reporting these instead, {name: partitions}), recorded."""
+        response = await self.send(epoch=epoch, report=report, owning=owning, **fields)
         return self._record(label, response, expect)
 
     async def leave(self, label: str, *, epoch: int = -1, expect: int | None = NONE):
@@ -408,20 +449,28 @@ class Member:
                 return self._record(label, response, None)
             await asyncio.sleep(POLL_S)
 
-    async def until_stable(self, label: str, *, limit_s: float = 60.0):
-        """Heartbeat until an answer changes nothing (no new assignment, same epoch)."""
-        before = [self.epoch, dict(self.owns)]
-
-        def settled(r) -> bool:
-            nonlocal before
-            now = [self.epoch, dict(self.owns)]
-            same = r.error_code == NONE and now == before and r.assignment is None
-            before = now
-            return same
-        return await self.until(label, settled, limit_s=limit_s)
+    def owns_all(self, assignment: Assignment) -> Callable[[object], bool]:
+        """A condition for :meth:`until`: it owns ``assignment`` ({name: partitions}) exactly."""
+        wanted = {t: tuple(sorted(p)) for t, p in assignment.items() if p}
+        return lambda r: r.error_code == NONE and self.owns == wanted
 
     def _record(self, label: str, response, expect: int | None):
         self.run.record(label, response)
         if expect is not None:
             self.run.expect(label, error_of(response), expect)
         return response
+
+
+async def settle(members: list[Member], label: str, *, rounds: int = 8) -> None:
+    """Heartbeat each member in turn, every answer recorded, until a whole
+    round changes nothing (a deterministic sequence: each heartbeat is the
+    previous one's consequence)."""
+    for n in range(1, rounds + 1):
+        changed = False
+        for m in members:
+            before = (m.epoch, dict(m.owns))
+            r = await m.heartbeat(f"{label}: {m.name}, round {n}")
+            changed |= r.error_code != NONE or r.assignment is not None or (m.epoch, m.owns) != before
+        if not changed:
+            return
+    members[0].run.expect(f"{label}: settled within {rounds} rounds", "still changing", "settled")

@@ -74,18 +74,22 @@ def new_member_id() -> str:
             return text
 
 
+_JAVA_TRIMMED = "".join(map(chr, range(0x21)))  # what Java's String.trim() removes: every char <= ' '
+
+
 def _blank(value: str | None) -> bool:
-    """Kafka's ``Utils.throwIfEmptyString``: set, but empty once trimmed."""
-    return value is not None and not value.strip()
+    """Kafka's ``Utils.throwIfEmptyString``: set, but empty once trimmed
+    (Java's ``trim()``: control characters go, Unicode spaces stay)."""
+    return value is not None and not value.strip(_JAVA_TRIMMED)
 
 
 def heartbeat_request_problem(r, version: int, assignors: tuple[str, ...]) -> tuple[ErrorCode, str] | None:
     """Kafka 4.4's ``throwIfConsumerGroupHeartbeatRequestIsInvalid``: the
     error and message a malformed request gets, None when it is well formed."""
     epoch = r.member_epoch
-    if (version >= 1 or epoch > 0 or epoch == LEAVE_EPOCH) and not (r.member_id or "").strip():
+    if (version >= 1 or epoch > 0 or epoch == LEAVE_EPOCH) and _blank(r.member_id or ""):
         return E.INVALID_REQUEST, "MemberId can't be empty."
-    if not (r.group_id or "").strip():
+    if _blank(r.group_id or ""):
         return E.INVALID_REQUEST, "GroupId can't be empty."
     if _blank(r.instance_id):
         return E.INVALID_REQUEST, "InstanceId can't be empty."
@@ -179,9 +183,10 @@ class ConsumerGroupApis:
                 unknown = await self.manager.reply_if_unknown(r.group_id, lambda g, now: groups.decide(
                     g, self._core_request(decoded, connection, UNKNOWN_TOKEN), now, self.manager.group_config))
                 if unknown is not None:
-                    if unknown.error is E.GROUP_ID_NOT_FOUND:
+                    if unknown.error is E.GROUP_ID_NOT_FOUND:  # Kafka's words: a leave asks for "the group"
+                        what = "Group" if r.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH) else "Consumer group"
                         unknown = ConsumerHeartbeatResult.failed(E.GROUP_ID_NOT_FOUND,
-                                                                 f"Consumer group {r.group_id} not found.")
+                                                                 f"{what} {r.group_id} not found.")
                     return self._answer(decoded, unknown)
             runtime = await self.manager.runtime(r.group_id)
             token = runtime.next_token()
@@ -221,7 +226,11 @@ class ConsumerGroupApis:
             await pause_every(i)
             answers.append(_failed_group(group_id, E.GROUP_AUTHORIZATION_FAILED, None))
         described = await self._describe_all([g for g in dict.fromkeys(wanted) if g not in refused])
-        for i, group_id in enumerate(g for g in wanted if g not in refused):
+        # Then the ids that cannot name a group, then the others: Kafka answers those at once and the
+        # rest after its coordinator shards did (in its shards' order; ours is the request's).
+        allowed = [g for g in wanted if g not in refused]
+        invalid = [g for g in allowed if described[g][0] is E.INVALID_GROUP_ID]
+        for i, group_id in enumerate(invalid + [g for g in allowed if described[g][0] is not E.INVALID_GROUP_ID]):
             await pause_every(i)
             code, message, group = described[group_id]
             if group is None:
