@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_consumer_group import IMAGE, Scene, owned
+from tests.unit.test_consumer_group import IMAGE, T, Scene, owned
 from zkcoord.core.consumer.config import ConsumerGroupConfig
 from zkcoord.core.consumer.describe import describe_consumer_group
 from zkcoord.core.consumer.regexes import compiled
 from zkcoord.core.errors import ErrorCode as E
+from zkcoord.core.offset_commit import CommitRequest, decide_commit
 from zkcoord.errors import GroupRequestError
 
 
@@ -79,3 +80,41 @@ def test_a_regex_is_refused_with_re2js_words(regex, description):
 def test_an_escaped_non_ascii_character_matches_itself():
     """RE2J reads "\\é" as "é" (its parseEscape returns any non-alphanumeric rune)."""
     assert compiled("caf\\é-.*").fullmatch("café-orders") is not None
+
+
+def test_one_partition_not_held_at_an_older_epoch_refuses_the_whole_commit():
+    """ConsumerGroup.createAssignmentEpochValidator throws out of
+    OffsetMetadataManager.commitOffset: every partition gets the error and
+    nothing is written, even the partitions held since that epoch."""
+    s = Scene()
+    s.join("a")
+    s.join("b")
+    s.beat("a", 2, owned=owned(s.member("a")))
+    kept = tuple(sorted(s.member("a").assigned[T]))
+    s.beat("a", 2, owned=((T, kept),))
+    assert s.member("a").member_epoch == 3
+    gone = next(p for p in range(4) if p not in kept)
+
+    def commit(*parts):
+        return decide_commit(s.group, CommitRequest("a", 2, None, {("t", p): (5, "") for p in parts}, 9), True,
+                             s.config)
+
+    assert commit(kept[0]).error is E.NONE and commit(kept[0]).writes
+    refused = commit(kept[0], gone)
+    assert refused.error is E.STALE_MEMBER_EPOCH and not refused.writes and not refused.offsets
+
+
+def test_a_v9_commit_with_an_epoch_to_a_group_that_does_not_exist_is_group_id_not_found():
+    """OffsetMetadataManager.validateOffsetCommit: GroupIdNotFoundException is
+    rethrown from v9, turned into ILLEGAL_GENERATION before; an anonymous
+    commit creates the group."""
+    from zkcoord.core import groups
+
+    group = groups.new_group("g")
+
+    def commit(epoch, version):
+        return decide_commit(group, CommitRequest("m", epoch, None, {("t", 0): (1, "")}, version), False).error
+
+    assert commit(1, 9) is E.GROUP_ID_NOT_FOUND
+    assert commit(1, 8) is E.ILLEGAL_GENERATION
+    assert commit(-1, 9) is E.NONE
