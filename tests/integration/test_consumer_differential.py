@@ -524,12 +524,15 @@ async def classic_rejoin(run: ConsumerRun, label: str, client, member_id: str, g
     return joined.generation_id
 
 
-@scenario(topics={"t": 4})
+@scenario(topics={"t": 6})
 async def online_upgrade_and_downgrade(run: ConsumerRun) -> None:
     """A consumer-protocol member joining a classic group converts it; when
-    the last consumer-protocol member leaves, it becomes classic again."""
+    the last consumer-protocol member leaves, it becomes classic again.
+    (6 partitions among 3 members, and one classic member left at the
+    downgrade: who leads, who gets a spare partition, would otherwise
+    follow the HashMap order of member ids each coordinator drew.)"""
     g, t = run.group, run.n("t")
-    (c1, c1_id), (c2, c2_id) = await classic_group(run, 4)
+    (c1, c1_id), (c2, c2_id) = await classic_group(run, 6)
     m = await member(run, "member-m", client_id="m")
     await m.join("m joins the classic group: it becomes a consumer group", topics=[t])
     await run.call("describe the upgraded group", m.client, cg_describe(g))
@@ -538,30 +541,31 @@ async def online_upgrade_and_downgrade(run: ConsumerRun) -> None:
     await run.call("c1 heartbeats", c1, heartbeat(g, c1_id, 2))
     gen1 = await classic_rejoin(run, "c1", c1, c1_id, 2)
     await run.call("c2 heartbeats", c2, heartbeat(g, c2_id, 2))
-    gen2 = await classic_rejoin(run, "c2", c2, c2_id, 2)
+    await classic_rejoin(run, "c2", c2, c2_id, 2)
     await m.heartbeat("m heartbeats")
     await run.call("c1 heartbeats again", c1, heartbeat(g, c1_id, gen1))
-    gen1 = await classic_rejoin(run, "c1 (again)", c1, c1_id, gen1)
-    await run.call("c2 heartbeats again", c2, heartbeat(g, c2_id, gen2))
-    gen2 = await classic_rejoin(run, "c2 (again)", c2, c2_id, gen2)
-    await m.heartbeat("m heartbeats again")
     await run.call("describe the consumer group", m.client, cg_describe(g))
+    await run.call("c2 leaves", c2, leave(g, (c2_id, None)))
+    await m.heartbeat("m heartbeats without c2")
+    await run.call("c1 heartbeats without c2", c1, heartbeat(g, c1_id, gen1))
+    gen1 = await classic_rejoin(run, "c1 (again)", c1, c1_id, gen1)
     await m.leave("m leaves: only classic members remain")
     await run.call("list after the downgrade", c1, list_groups())
-    await run.call("DescribeGroups after the downgrade", c1, describe(g))
     await run.call("ConsumerGroupDescribe after the downgrade", c1, cg_describe(g))
     await run.call("c1 heartbeats after the downgrade", c1, heartbeat(g, c1_id, gen1))
-    c1_join = run.send(c1, join(g, c1_id, protocols=RANGE_T(run)))
-    c2_join = run.send(c2, join(g, c2_id, protocols=RANGE_T(run)))
-    joined1, joined2 = await run.wait("c1 rejoined", c1_join), await run.wait("c2 rejoined", c2_join)
-    leader = c1 if joined1.leader == c1_id else c2
-    generation = joined1.generation_id
-    follower = (c2, c2_id) if leader is c1 else (c1, c1_id)
-    f_sync = run.send(follower[0], sync(g, follower[1], generation))
-    await run.call("the leader syncs", leader, sync(g, joined1.leader, generation, {
-        c1_id: assignment_bytes({t: [0, 1]}), c2_id: assignment_bytes({t: [2, 3]})}))
-    await run.wait("the follower synced", f_sync)
+    joined = await run.call("c1 rejoins the classic group", c1, join(g, c1_id, protocols=RANGE_T(run)))
+    await run.call("c1 syncs", c1, sync(g, c1_id, joined.generation_id, {c1_id: assignment_bytes({t: range(6)})}))
     await run.call("DescribeGroups at the end", c1, describe(g))
+
+
+@scenario(topics={"t": 4}, xfail="deliberate: zkcoord describes a classic group as Kafka 3.9 does (the peer of "
+          "the classic protocol, tests/integration/test_differential.py): no member assignment while it "
+          "rebalances; Kafka 4.4's coordinator shows each member's last one (ClassicGroupMember.describeNoMetadata)")
+async def describe_a_rebalancing_classic_group(run: ConsumerRun) -> None:
+    g = run.group
+    (c1, c1_id), (c2, c2_id) = await classic_group(run, 4)
+    await run.call("c2 leaves", c2, leave(g, (c2_id, None)))
+    await run.call("DescribeGroups while it rebalances", c1, describe(g))
 
 
 @scenario(topics={"t": 4})

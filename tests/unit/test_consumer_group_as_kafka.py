@@ -11,7 +11,9 @@ from tests.unit.test_consumer_group import IMAGE, T, Scene, owned
 from zkcoord.core.consumer.config import ConsumerGroupConfig
 from zkcoord.core.consumer.describe import describe_consumer_group
 from zkcoord.core.consumer.regexes import compiled
+from zkcoord.core.consumer.classic_members import kafka_member_id
 from zkcoord.core.errors import ErrorCode as E
+from zkcoord.core.messages import JoinRequest
 from zkcoord.core.offset_commit import CommitRequest, decide_commit
 from zkcoord.errors import GroupRequestError
 
@@ -118,3 +120,30 @@ def test_a_v9_commit_with_an_epoch_to_a_group_that_does_not_exist_is_group_id_no
     assert commit(1, 9) is E.GROUP_ID_NOT_FOUND
     assert commit(1, 8) is E.ILLEGAL_GENERATION
     assert commit(-1, 9) is E.NONE
+
+
+def test_a_classic_member_joining_a_consumer_group_gets_a_kafka_uuid_as_its_id():
+    """classicGroupJoinToConsumerGroup: an unknown member's id is
+    Uuid.randomUuid().toString(), not the classic group's <client id>-<UUID>."""
+    from tests.unit.test_consumer_group_migration import Scene as MigrationScene
+
+    s = MigrationScene()
+    s.consumer_beat("m", 0, subscribed_topic_names=("t",), rebalance_timeout_ms=30_000, owned=())
+    generated = "c-00000000-0000-0000-0000-000000000001"
+    joined = s.classic_join("", new_id=generated).replies[0].payload
+    assert (joined.error, joined.member_id) == (E.NONE, "AAAAAAAAAAAAAAAAAAAAAQ")
+    assert "AAAAAAAAAAAAAAAAAAAAAQ" in s.group.members
+    assert kafka_member_id("c-f8000000-0000-0000-0000-000000000000") == "eAAAAAAAAAAAAAAAAAAAAA"  # not "-"...
+
+
+def test_a_refused_classic_join_to_a_consumer_group_carries_no_member_id():
+    """GroupCoordinatorService.joinGroup answers a thrown error with a bare
+    JoinGroupResponseData: member id ""."""
+    from tests.unit.test_consumer_group_migration import Scene as MigrationScene, subscription
+
+    s = MigrationScene()
+    s.consumer_beat("m", 0, subscribed_topic_names=("t",), rebalance_timeout_ms=30_000, owned=())
+    req = JoinRequest(s.next_token(), "g", "ghost", None, "c", "/h", 10_000, 30_000, "connect",
+                      (("range", subscription()),), False, "ghost")
+    refused = s.decide(req).replies[0].payload
+    assert (refused.error, refused.member_id) == (E.INCONSISTENT_GROUP_PROTOCOL, "")

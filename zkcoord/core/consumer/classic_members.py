@@ -31,6 +31,8 @@ SyncGroup within it after joining: otherwise it is fenced.
 
 from __future__ import annotations
 
+import base64
+import re
 from dataclasses import replace
 
 from zkcoord.core.consumer import regexes as regex_rules
@@ -108,7 +110,32 @@ def _join_timer(group: ConsumerGroup, member: ConsumerMember, now_ms: int) -> tu
 # -- JoinGroup --------------------------------------------------------------------------------
 
 def _failed_join(req: JoinRequest, code: ErrorCode) -> JoinResult:
-    return JoinResult.failed(req.member_id, code)
+    """A refused join carries no member id (Kafka answers the exception
+    with a bare JoinGroupResponseData: GroupCoordinatorService.joinGroup)."""
+    return JoinResult.failed("", code)
+
+
+_UUID_TAIL = re.compile(r"([0-9a-f]{8})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{12})$")
+
+
+def kafka_member_id(generated: str) -> str:
+    """A new classic member's id in a consumer group, in Kafka's form there
+    (``Uuid.randomUuid().toString()``: 22 characters of URL-safe base64;
+    the classic group's ``<client id>-<UUID>`` elsewhere): the UUID that
+    ``generated`` ends with, so written. Kafka never hands out one starting
+    with "-" (it draws again); here its first bit is flipped instead.
+
+    >>> kafka_member_id("c-00000000-0000-0000-0000-000000000001")
+    'AAAAAAAAAAAAAAAAAAAAAQ'
+    """
+    match = _UUID_TAIL.search(generated)
+    if match is None:
+        return generated
+    raw = bytes.fromhex("".join(match.groups()))
+    text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    if text.startswith("-"):
+        text = base64.urlsafe_b64encode(bytes([raw[0] ^ 0x80]) + raw[1:]).decode().rstrip("=")
+    return text
 
 
 @_answer_errors(JOIN, _failed_join)
@@ -119,7 +146,7 @@ def _join(group: ConsumerGroup, req: JoinRequest, now_ms: int, config) -> Outcom
                                                                "with the classic protocol because the group "
                                                                "migration is disabled.")
     unknown = req.member_id == ""
-    member_id = req.new_member_id if unknown else req.member_id
+    member_id = kafka_member_id(req.new_member_id) if unknown else req.member_id
     throw_if_full(group, member_id, req.group_instance_id, c)
     names = {name for name, _ in req.protocols}
     if not _supports(group, req.protocol_type, names):
