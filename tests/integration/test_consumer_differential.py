@@ -17,7 +17,7 @@ choose their own), and the target assignment is computed at every change
 (``group.consumer.assignment.interval.ms=0`` on both): which member gets
 which partition is then the assignor's deterministic answer, not timing.
 
-Broker settings come in *profiles* (:data:`PROFILES`): the migration policy
+Broker settings come in *profiles* (:class:`Profile`): the migration policy
 and the session time-out. The scenarios run grouped by profile, and Kafka
 4.4 is restarted only when the profile changes (then put back as it was
 when the module ends).
@@ -81,7 +81,6 @@ class Profile:
 
 
 BIDIRECTIONAL = Profile()
-PROFILES = {"bidirectional": BIDIRECTIONAL}
 
 
 @dataclass(frozen=True)
@@ -528,13 +527,15 @@ async def classic_rejoin(run: ConsumerRun, label: str, client, member_id: str, g
 async def online_upgrade_and_downgrade(run: ConsumerRun) -> None:
     """A consumer-protocol member joining a classic group converts it; when
     the last consumer-protocol member leaves, it becomes classic again.
-    (6 partitions among 3 members, and one classic member left at the
-    downgrade: who leads, who gets a spare partition, would otherwise
-    follow the HashMap order of member ids each coordinator drew.)"""
+    (Range, which orders members by id: the classic members' ids are
+    "c1-<UUID>" and "c2-<UUID>" on both sides, where uniform would deal
+    spare partitions in the HashMap order of ids each coordinator drew; one
+    classic member left at the downgrade, where two would make the leader
+    the first of those ids.)"""
     g, t = run.group, run.n("t")
     (c1, c1_id), (c2, c2_id) = await classic_group(run, 6)
     m = await member(run, "member-m", client_id="m")
-    await m.join("m joins the classic group: it becomes a consumer group", topics=[t])
+    await m.join("m joins the classic group: it becomes a consumer group", topics=[t], assignor="range")
     await run.call("describe the upgraded group", m.client, cg_describe(g))
     await run.call("list", m.client, list_groups())
     await run.call("DescribeGroups of it", m.client, describe(g))
@@ -604,6 +605,107 @@ async def classic_member_in_a_consumer_group(run: ConsumerRun) -> None:
     await m.heartbeat("m heartbeats: c's partitions come back")
     await run.call("list", m.client, list_groups())
     await run.call("describe at the end", m.client, cg_describe(g))
+
+
+# -- each migration policy, and time-outs ----------------------------------------------------------
+
+UPGRADE = Profile(migration_policy="upgrade")
+DOWNGRADE = Profile(migration_policy="downgrade")
+DISABLED_SHORT_SESSIONS = Profile(migration_policy="disabled", session_timeout_ms=4_000, heartbeat_interval_ms=1_000)
+
+
+@scenario(UPGRADE, topics={"t": 6})
+async def upgrade_policy(run: ConsumerRun) -> None:
+    """Upgrades happen; the last consumer-protocol member leaving leaves a
+    consumer group of classic members."""
+    g, t = run.group, run.n("t")
+    (c1, c1_id), (c2, c2_id) = await classic_group(run, 6)
+    m = await member(run, "member-m", client_id="m")
+    await m.join("m joins: the group is upgraded", topics=[t], assignor="range")
+    await run.call("c2 leaves", c2, leave(g, (c2_id, None)))
+    await m.heartbeat("m heartbeats")
+    await m.leave("m leaves: no downgrade")
+    await run.call("list", c1, list_groups())
+    await run.call("describe", c1, cg_describe(g))
+    await run.call("c1 heartbeats", c1, heartbeat(g, c1_id, 2))
+    generation = await classic_rejoin(run, "c1", c1, c1_id, 2)
+    await run.call("c1 heartbeats at its new generation", c1, heartbeat(g, c1_id, generation))
+    await run.call("c1 leaves", c1, leave(g, (c1_id, None)))
+    await run.call("describe when empty", c1, cg_describe(g))
+    await run.call("list at the end", c1, list_groups())
+
+
+@scenario(DOWNGRADE, topics={"t": 4})
+async def downgrade_policy(run: ConsumerRun) -> None:
+    """No upgrade of a classic group with members; an empty one (offsets
+    only) becomes a consumer group; the last consumer-protocol member
+    leaving downgrades it."""
+    g, t = run.group, run.n("t")
+    c1 = await run.client(client_id="c1")
+    first = await classic_member(run, "c1", c1)
+    c1_id = first.member_id
+    await run.call("c1 syncs", c1, sync(g, c1_id, 1, {c1_id: assignment_bytes({t: range(4)})}))
+    await run.call("c1 commits", c1, commit(g, t, {0: 7}, member_id=c1_id, generation=1))
+    m = await member(run, "member-m", client_id="m")
+    await m.join("m joins the classic group: refused", topics=[t], expect=GROUP_ID_NOT_FOUND)
+    await run.call("c1 leaves", c1, leave(g, (c1_id, None)))
+    await run.call("list: an empty classic group", c1, list_groups())
+    await m.join("m joins the empty classic group", topics=[t])
+    await run.call("list: a consumer group", c1, list_groups())
+    await run.call("its offsets are kept", c1, fetch9(g, None))
+    c2 = await run.client(client_id="c2")
+    joined = await classic_member(run, "c2", c2)
+    await run.call("c2 syncs", c2, sync(g, joined.member_id, joined.generation_id))
+    await m.heartbeat("m is told to revoke")
+    await m.heartbeat("m revoked")
+    await run.call("describe", c2, cg_describe(g))
+    await m.leave("m leaves: downgraded")
+    await run.call("list after the downgrade", c2, list_groups())
+    await run.call("c2 heartbeats", c2, heartbeat(g, joined.member_id, joined.generation_id))
+    rejoined = await run.call("c2 rejoins", c2, join(g, joined.member_id, protocols=RANGE_T(run)))
+    await run.call("c2 syncs as leader", c2, sync(g, joined.member_id, rejoined.generation_id, {
+        joined.member_id: assignment_bytes({t: range(4)})}))
+    await run.call("DescribeGroups", c2, describe(g))
+
+
+@scenario(DISABLED_SHORT_SESSIONS, topics={"t": 4})
+async def migration_disabled(run: ConsumerRun) -> None:
+    g, t = run.group, run.n("t")
+    c1 = await run.client(client_id="c1")
+    first = await classic_member(run, "c1", c1)
+    await run.call("c1 syncs", c1, sync(g, first.member_id, 1, {first.member_id: assignment_bytes({t: range(4)})}))
+    m = await member(run, "member-m", client_id="m")
+    await m.join("m joins the classic group: refused", topics=[t], expect=GROUP_ID_NOT_FOUND)
+    other = g + "-consumer"
+    m2 = await member(run, "member-m", client_id="m", group=other)
+    await m2.join("m joins another group", topics=[t])
+    c2 = await run.client(other, client_id="c2")
+    await run.call("a classic member asks to join the consumer group", c2, join(other, protocols=RANGE_T(run)))
+    await run.call("a classic member with an id joins the consumer group", c2,
+                   join(other, "ghost", protocols=RANGE_T(run)))
+    await run.call("list", c2, list_groups())
+    await m2.leave("m leaves the consumer group")
+    await run.call("a classic member joins the empty consumer group", c2, join(other, protocols=RANGE_T(run)))
+
+
+@scenario(DISABLED_SHORT_SESSIONS, topics={"t": 4})
+async def session_time_out(run: ConsumerRun) -> None:
+    """A member that stops heartbeating is fenced after the session time-out
+    (4 s here); a static member that left for a while too, if it does not
+    come back in time."""
+    g, t = run.group, run.n("t")
+    a, b = await member(run, "member-a"), await member(run, "member-b", client_id="b")
+    s = await member(run, "static-s", instance="i1", client_id="s")
+    await a.join("a joins", topics=[t])
+    await b.join("b joins", topics=[t])
+    await s.join("s joins", topics=[t])
+    await settle([a, b, s], "three members")
+    await s.leave("s leaves for a while", epoch=-2)
+    await a.until("b and s are gone once their sessions end: a gets every partition", a.owns_all({t: range(4)}))
+    await b.heartbeat("b heartbeats again: fenced", expect=UNKNOWN_MEMBER_ID)
+    await run.call("describe", a.client, cg_describe(g))
+    await b.join("b joins again", topics=[t])
+    await settle([a, b], "two members again")
 
 
 # -- the test ---------------------------------------------------------------------------------

@@ -147,3 +147,26 @@ def test_a_refused_classic_join_to_a_consumer_group_carries_no_member_id():
                       (("range", subscription()),), False, "ghost")
     refused = s.decide(req).replies[0].payload
     assert (refused.error, refused.member_id) == (E.INCONSISTENT_GROUP_PROTOCOL, "")
+
+
+@pytest.mark.parametrize("policy", ["disabled", "bidirectional"])
+def test_a_classic_join_to_an_empty_consumer_group_makes_it_a_classic_group(policy):
+    """GroupMetadataManager.classicGroupJoin: only a consumer group with
+    members takes a classic member (classicGroupJoinToConsumerGroup, where
+    the policy is checked); an empty one is deleted and the join goes to a
+    new classic group (classicGroupJoinToClassicGroup)."""
+    from dataclasses import replace
+
+    from tests.unit.test_consumer_group_migration import CONFIG as MIGRATION, Scene as MigrationScene
+    from zkcoord.core.consumer.model import ConsumerGroup
+    from zkcoord.core.membership import Group
+
+    s = MigrationScene(replace(MIGRATION, consumer=ConsumerGroupConfig(migration_policy=policy)))
+    s.consumer_beat("m", 0, subscribed_topic_names=("t",), rebalance_timeout_ms=30_000, owned=())
+    s.consumer_beat("m", -1)
+    assert isinstance(s.group, ConsumerGroup) and not s.group.members
+    outcome = s.decide(JoinRequest(s.next_token(), "g", "", None, "c", "/h", 10_000, 30_000, "consumer",
+                                   (("range", b"\x00\x00\x00\x00\x00\x00"),), True, "c-1"))
+    assert outcome.persist and isinstance(s.group, Group)
+    (reply,) = outcome.replies
+    assert (reply.payload.error, reply.payload.member_id) == (E.MEMBER_ID_REQUIRED, "c-1")

@@ -6,8 +6,9 @@ During an online upgrade or downgrade a consumer group holds members that
 still speak JoinGroup / SyncGroup / Heartbeat. The coordinator reconciles
 them like the others, step by step, and speaks their protocol to them:
 
-* **JoinGroup**: refused when the migration policy is ``disabled``
-  (INCONSISTENT_GROUP_PROTOCOL). Otherwise the member (dynamic, or static by
+* **JoinGroup**: an empty consumer group becomes a classic group that
+  takes the join (whatever the policy, as Kafka does); else refused when
+  the migration policy is ``disabled`` (INCONSISTENT_GROUP_PROTOCOL). Otherwise the member (dynamic, or static by
   its instance id) is updated from its subscription (its topics, its rack,
   the partitions it owns), the group epoch moves on if its subscription
   changed, the target is computed, and the member takes its next step.
@@ -138,8 +139,24 @@ def kafka_member_id(generated: str) -> str:
     return text
 
 
-@_answer_errors(JOIN, _failed_join)
 def _join(group: ConsumerGroup, req: JoinRequest, now_ms: int, config) -> Outcome:
+    """Kafka's ``classicGroupJoin``: a consumer group with members takes the
+    classic member (:func:`_join_consumer_group`); an empty one is replaced
+    by a classic group that takes the join (``classicGroupJoinToClassicGroup``
+    deletes it first: ``maybeDeleteEmptyConsumerGroup``), whatever the
+    migration policy."""
+    if group.members:
+        return _join_consumer_group(group, req, now_ms, config)
+    from zkcoord.core.classic import CLASSIC
+    from zkcoord.core.consumer.messages import REGEX_KEY
+
+    classic = CLASSIC.new(group.group_id, group.offset_storage)
+    joined = CLASSIC.handlers[JoinRequest](classic, req, now_ms, config)
+    return replace(joined, persist=True, timers=(Cancel(REGEX_KEY), *joined.timers))
+
+
+@_answer_errors(JOIN, _failed_join)
+def _join_consumer_group(group: ConsumerGroup, req: JoinRequest, now_ms: int, config) -> Outcome:
     c = config.consumer
     if c.migration_policy == "disabled":
         raise GroupRequestError(E.INCONSISTENT_GROUP_PROTOCOL, f"Cannot join the consumer group {group.group_id} "
