@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from dataclasses import dataclass, field
 
 import pytest
@@ -218,6 +219,62 @@ async def regex_subscription(run: ConsumerRun) -> None:
     for regex in ("(", "[a", "a**", "x{2,1}", "\\", "(?P<n>a)(?P<n>b)", ")", "\\q", "*", "a{1001}"):
         await bad.join(f"c joins with the regex {regex!r}", regex=regex, expect=None)
     await run.call("describe after the refusals", a.client, cg_describe(g))
+
+
+@scenario(topics={"t": 4})
+async def heartbeat_details(run: ConsumerRun) -> None:
+    """What a heartbeat may carry besides its subscription: a rack, its own
+    member id at v0, partitions that are not its own or do not exist."""
+    g, t = run.group, run.n("t")
+    a = await member(run, "member-a", version=0)
+    await a.join("a joins at v0 with an id of its own and a rack", topics=[t], rack="rack-1")
+    b = await member(run, "member-b", client_id="b")
+    await b.join("b joins", topics=[t])
+    await a.heartbeat("a reports a topic that does not exist", owning_ids=[(uuid.UUID(int=12345), [0])])
+    await a.heartbeat("a reports partitions beyond the count", owning={t: [0, 1, 7, -1]})
+    await a.heartbeat("a reports nothing it owns", owning={})
+    await settle([a, b], "a and b")
+    await a.heartbeat("a changes its rack", rack="rack-2")
+    await a.heartbeat("a sends an empty rebalance time-out and no subscription", rebalance_ms=0)
+    await run.call("describe", b.client, cg_describe(g))
+    s = await member(run, "static-s", instance="i1", client_id="s")
+    await s.join("s joins", topics=[t])
+    await settle([a, b, s], "three members")
+    await s.leave("s leaves for a while", epoch=-2)
+    await s.join("s comes back with the same member id", topics=[t])
+    await settle([a, b, s], "s back")
+    await s.leave("s leaves for good")
+    await s.leave("s leaves again", expect=None)
+    await settle([a, b], "without s")
+    await run.call("describe at the end", b.client, cg_describe(g))
+
+
+@scenario(topics={"t": 4})
+async def classic_static_member_in_a_consumer_group(run: ConsumerRun) -> None:
+    """A classic static member (group.instance.id) in a consumer group: it
+    joins without MEMBER_ID_REQUIRED, a restart with a new id replaces it."""
+    g, t = run.group, run.n("t")
+    m = await member(run, "member-m", client_id="m")
+    await m.join("m joins", topics=[t])
+    c = await run.client(client_id="classic")
+    joined = await run.call("c joins with an instance id", c, join(g, instance="i1", protocols=RANGE_T(run)))
+    c_id = joined.member_id
+    await run.call("c syncs", c, sync(g, c_id, joined.generation_id, instance="i1"))
+    await m.heartbeat("m is told to revoke")
+    await m.heartbeat("m revoked")
+    await run.call("c heartbeats", c, heartbeat(g, c_id, joined.generation_id, instance="i1"))
+    generation = await classic_rejoin(run, "c", c, c_id, joined.generation_id, instance="i1")
+    restarted = await run.client(client_id="classic-2")
+    again = await run.call("i1 restarts with a new member id", restarted, join(g, instance="i1",
+                                                                                 protocols=RANGE_T(run)))
+    await run.call("the old id heartbeats", c, heartbeat(g, c_id, generation, instance="i1"))
+    await run.call("the old id syncs", c, sync(g, c_id, generation, instance="i1"))
+    await run.call("the new id syncs", restarted, sync(g, again.member_id, again.generation_id, instance="i1"))
+    await run.call("describe", m.client, cg_describe(g))
+    await run.call("an unknown instance id heartbeats", c, heartbeat(g, "ghost", 1, instance="i9"))
+    await run.call("i1 leaves by instance id", restarted, leave(g, ("", "i1")))
+    await m.heartbeat("m gets everything back")
+    await run.call("describe at the end", m.client, cg_describe(g))
 
 
 # -- errors -------------------------------------------------------------------------------------

@@ -392,10 +392,13 @@ class Member:
                             version=self.version, instance=self.instance, owned=owned, **fields)
 
     async def send(self, *, epoch: int | None = None, report: bool = True, owning: Assignment | None = None,
-                   **fields):
+                   owning_ids: Iterable[tuple[uuid.UUID, Iterable[int]]] = (), **fields):
         """One heartbeat, applied, not recorded; ``report``: send what it owns
-        (``owning``: report these instead, {name: partitions})."""
-        owned = await self.run.owned(self.owns if owning is None else owning) if report else None
+        (``owning``: report these instead, {name: partitions}; ``owning_ids``:
+        and these (topic id, partitions), topics that need not exist)."""
+        owned = None
+        if report:
+            owned = await self.run.owned(self.owns if owning is None else owning) + [(t, list(p)) for t, p in owning_ids]
         return await self.call(self.request(epoch=epoch, owned=owned, **fields))
 
     async def call(self, request):
@@ -423,10 +426,11 @@ class Member:
         return self._record(label, response, expect)
 
     async def heartbeat(self, label: str, *, expect: int | None = None, epoch: int | None = None,
-                        report: bool = True, owning: Assignment | None = None, **fields):
+                        report: bool = True, owning: Assignment | None = None,
+                        owning_ids: Iterable[tuple[uuid.UUID, Iterable[int]]] = (), **fields):
         """A heartbeat at its epoch (or ``epoch``), reporting what it owns
-        (``owning``: reporting these instead, {name: partitions}), recorded."""
-        response = await self.send(epoch=epoch, report=report, owning=owning, **fields)
+        (``owning``, ``owning_ids``: as :meth:`send`), recorded."""
+        response = await self.send(epoch=epoch, report=report, owning=owning, owning_ids=owning_ids, **fields)
         return self._record(label, response, expect)
 
     async def leave(self, label: str, *, epoch: int = -1, expect: int | None = NONE):
