@@ -553,17 +553,18 @@ async def classic_member(run: ConsumerRun, label: str, client, group: str | None
     return await run.call(f"{label} joins", client, join(group, asked.member_id, **kw))
 
 
-async def classic_group(run: ConsumerRun, partitions: int) -> tuple:
-    """Two classic members, c1 leading, each with half the partitions of t: ((client, id), (client, id))."""
+async def classic_group(run: ConsumerRun, partitions: int, **join_kw) -> tuple:
+    """Two classic members, c1 leading, each with half the partitions of t:
+    ((client, id), (client, id)); ``join_kw``: their time-outs."""
     g, t = run.group, run.n("t")
     c1, c2 = await run.client(client_id="c1"), await run.client(client_id="c2")
-    first = await classic_member(run, "c1", c1)
+    first = await classic_member(run, "c1", c1, **join_kw)
     c1_id = first.member_id
     await run.call("c1 syncs", c1, sync(g, c1_id, 1, {c1_id: assignment_bytes({t: range(partitions)})}))
-    asked = await run.call("c2 asks for an id", c2, join(g, protocols=RANGE_T(run)))
-    c2_join = run.send(c2, join(g, asked.member_id, protocols=RANGE_T(run)))
+    asked = await run.call("c2 asks for an id", c2, join(g, protocols=RANGE_T(run), **join_kw))
+    c2_join = run.send(c2, join(g, asked.member_id, protocols=RANGE_T(run), **join_kw))
     await until_rebalancing(run, "c1 heartbeat sees c2", c1, c1_id, 1)
-    await run.call("c1 rejoins", c1, join(g, c1_id, protocols=RANGE_T(run)))
+    await run.call("c1 rejoins", c1, join(g, c1_id, protocols=RANGE_T(run), **join_kw))
     c2_id = (await run.wait("c2 joined", c2_join)).member_id
     half = partitions // 2
     c2_sync = run.send(c2, sync(g, c2_id, 2))
@@ -690,6 +691,24 @@ async def upgrade_policy(run: ConsumerRun) -> None:
     await run.call("c1 leaves", c1, leave(g, (c1_id, None)))
     await run.call("describe when empty", c1, cg_describe(g))
     await run.call("list at the end", c1, list_groups())
+
+
+@scenario(UPGRADE, topics={"t": 6})
+async def classic_member_time_outs(run: ConsumerRun) -> None:
+    """Classic members of a consumer group keep their own time-outs: one
+    told to rejoin that does not within its rebalance time-out (3 s) is
+    fenced, however it heartbeats; one that goes silent, at the end of its
+    session (6 s)."""
+    g, t = run.group, run.n("t")
+    short = {"session_ms": 6_000, "rebalance_ms": 3_000}
+    (c1, c1_id), (c2, c2_id) = await classic_group(run, 6, **short)
+    m = await member(run, "member-m", client_id="m")
+    await m.join("m joins: the group is upgraded", topics=[t], assignor="range")
+    await run.poll("c1 heartbeats without rejoining until it is fenced", c1, heartbeat(g, c1_id, 2),
+                   lambda r: r.error_code == UNKNOWN_MEMBER_ID)
+    await m.until("c2 is silent: m gets every partition once c2's session ends", m.owns_all({t: range(6)}))
+    await run.call("c2 heartbeats again", c2, heartbeat(g, c2_id, 2))
+    await run.call("describe", m.client, cg_describe(g))
 
 
 @scenario(DOWNGRADE, topics={"t": 4})

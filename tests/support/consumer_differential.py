@@ -243,6 +243,22 @@ class ConsumerRun(Run):
         """An assignment by name as ConsumerGroupHeartbeat's TopicPartitions."""
         return [(await self.topic_id(t), sorted(p)) for t, p in sorted(assignment.items()) if p]
 
+    async def poll(self, label: str, client: WireClient, request, done: Callable[[object], bool], *,
+                   limit_s: float = 60.0):
+        """Send ``request`` every 0.1 s until ``done(answer)``, for at most
+        ``limit_s``; only the answer that met it is recorded (a classic
+        member's heartbeats until its rebalance time-out fenced it, ...)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit_s
+        while True:
+            response = await client.call(request)
+            if done(response) or loop.time() > deadline:
+                if not done(response):
+                    self.expect(f"{label}: within {limit_s} s", "last answer " + repr(self.view(response)), "done")
+                await self.prepare(response)
+                return self.record(label, response)
+            await asyncio.sleep(POLL_S)
+
     async def until_topics_seen(self, topics: Mapping[str, int], *, limit_s: float = TOPICS_WAIT_S) -> None:
         """Wait until the coordinator assigns from an image holding ``topics``
         ({key: partitions}): a probe member, in a group of its own, heartbeats
