@@ -395,6 +395,17 @@ async def unknown_and_classic_groups(run: ConsumerRun) -> None:
     await other.heartbeat("a consumer heartbeat to a classic group", expect=GROUP_ID_NOT_FOUND)
     await run.call("list", c, list_groups())
     await run.call("list classic groups", c, list_groups(types=["classic"]))
+    await run.call("the classic member leaves", cc, leave(classic, (joined.member_id, None)))
+    await run.call("ConsumerGroupDescribe of the empty classic group", cc, cg_describe(classic))
+    await other.heartbeat("a consumer heartbeat to the empty classic group", expect=GROUP_ID_NOT_FOUND)
+    simple = "simple-" + g  # not listed by zkcoord (scenario offsets_only_group_is_listed)
+    sc = await run.client(simple, client_id="simple")
+    await run.call("a commit makes a simple group", sc, commit(simple, run.n("t"), {0: 3}))
+    await run.call("ConsumerGroupDescribe of the simple group", sc, cg_describe(simple))
+    lone = Member(run, sc, "member-c", group=simple)
+    lone.epoch = 1
+    await lone.heartbeat("a consumer heartbeat to the simple group", expect=GROUP_ID_NOT_FOUND)
+    await lone.leave("a consumer leave from the simple group", expect=GROUP_ID_NOT_FOUND)
     # a consumer group seen through the classic APIs
     a = Member(run, c, "member-a")
     await a.join("a joins", topics=[run.n("t")])
@@ -407,6 +418,15 @@ async def unknown_and_classic_groups(run: ConsumerRun) -> None:
     await a.leave("a leaves")
     await run.call("delete it when empty", c, delete(g))
     await run.call("describe after the delete", c, cg_describe(g))
+
+
+@scenario(xfail="ListGroups lists the groups a daemon has loaded with a state or members "
+          "(zkcoord/server/group_admin.py), not a group that only has committed offsets, which Kafka lists as an "
+          "Empty classic group with protocol type \"\"")
+async def offsets_only_group_is_listed(run: ConsumerRun) -> None:
+    c = await run.client()
+    await run.call("a commit makes a simple group", c, commit(run.group, run.n("t"), {0: 3}))
+    await run.call("list", c, list_groups())
 
 
 @scenario(topics={"t": 4, "u": 3})

@@ -44,7 +44,7 @@ from zkcoord.core.consumer.describe import (
 from zkcoord.core.consumer.messages import ConsumerHeartbeatRequest, ConsumerHeartbeatResult
 from zkcoord.core.consumer.model import ConsumerGroup, LEAVE_EPOCH, STATIC_LEAVE_EPOCH
 from zkcoord.core.errors import ErrorCode, validate_group_id
-from zkcoord.errors import StateError, StateTooLargeError
+from zkcoord.errors import StateError, StateTooLargeError, ZkcoordError
 from zkcoord.server.authorization import Operation
 from zkcoord.server.bulk_work import pause_every
 from zkcoord.server.codec import encoded_response, response_for
@@ -268,15 +268,23 @@ class ConsumerGroupApis:
 
         def read(group, now):
             if not isinstance(group, ConsumerGroup):
-                return (E.GROUP_ID_NOT_FOUND, not_consumer_message(group_id) if group.size
-                        else not_found_message(group_id), None)
+                return None
             config = runtime.config
             return E.NONE, None, describe_consumer_group(group, config.image, config.consumer)
 
         try:
-            return await runtime.read(read)
+            described = await runtime.read(read)
+            if described is not None:
+                return described
+            # Another type of group: Kafka names its type if it has the group (members, a state,
+            # committed offsets: an Empty classic group too), else it has none.
+            exists = await self.manager.exists(runtime)
         except GroupUnavailableError as exc:
             return exc.code, None, None
+        except ZkcoordError as exc:
+            log.warning("ConsumerGroupDescribe %s: %s", group_id, exc)
+            return E.COORDINATOR_LOAD_IN_PROGRESS, None, None
+        return E.GROUP_ID_NOT_FOUND, (not_consumer_message if exists else not_found_message)(group_id), None
 
 
 def _bitfield(codes: set[int]) -> int:
