@@ -20,7 +20,9 @@ which partition is then the assignor's deterministic answer, not timing.
 Broker settings come in *profiles* (:class:`Profile`): the migration policy
 and the session time-out. The scenarios run grouped by profile, and Kafka
 4.4 is restarted only when the profile changes (then put back as it was
-when the module ends).
+when the module ends); the assignment interval is a dynamic setting of the
+node, set for the module without a restart and checked in effect by a
+probe group.
 
 Where zkcoord differs on purpose, the scenario says so (an ``xfail`` with
 its cause, strict, so it fails the day the difference goes) and
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -39,7 +42,7 @@ import pytest
 from tests.support.consumer_differential import (
     FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, REBALANCE_MS, UNKNOWN_MEMBER_ID,
     UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, ConsumerRun, Member, Side, assignment_bytes, cg_describe,
-    cg_heartbeat, commit9, fetch9, list_groups, settle,
+    assigns_at_every_change, cg_heartbeat, commit9, fetch9, list_groups, settle,
 )
 from tests.support.differential import (
     NONE, commit, delete, describe, diff, heartbeat, join, leave, subscription, sync, until_rebalancing,
@@ -63,14 +66,17 @@ class Profile:
     heartbeat_interval_ms: int = 5_000
 
     def kafka_settings(self) -> dict[str, str]:
-        return {
-            "group.consumer.assignment.interval.ms": "0",
-            "group.consumer.migration.policy": self.migration_policy,
-            "group.consumer.session.timeout.ms": str(self.session_timeout_ms),
-            "group.consumer.min.session.timeout.ms": str(min(self.session_timeout_ms, 45_000)),
-            "group.consumer.heartbeat.interval.ms": str(self.heartbeat_interval_ms),
-            "group.consumer.min.heartbeat.interval.ms": str(min(self.heartbeat_interval_ms, 5_000)),
-        }
+        """The broker settings (the node's static ones) that differ from Kafka's defaults."""
+        settings = {}
+        if self.migration_policy != "bidirectional":
+            settings["group.consumer.migration.policy"] = self.migration_policy
+        if self.session_timeout_ms != 45_000:
+            settings["group.consumer.session.timeout.ms"] = str(self.session_timeout_ms)
+            settings["group.consumer.min.session.timeout.ms"] = str(min(self.session_timeout_ms, 45_000))
+        if self.heartbeat_interval_ms != 5_000:
+            settings["group.consumer.heartbeat.interval.ms"] = str(self.heartbeat_interval_ms)
+            settings["group.consumer.min.heartbeat.interval.ms"] = str(min(self.heartbeat_interval_ms, 5_000))
+        return settings
 
     def daemon_config(self, zk_hosts: str, bootstrap_servers: str) -> DaemonConfig:
         return DaemonConfig(
@@ -806,10 +812,16 @@ async def session_time_out(run: ConsumerRun) -> None:
 
 # -- the test ---------------------------------------------------------------------------------
 
+ASSIGN_AT_ONCE = "group.consumer.assignment.interval.ms"  # a dynamic broker setting: set without a restart
+PROFILE_WAIT_S = 60.0
+
+
 @pytest.fixture(scope="module")
 def kafka4_profile(kafka4_sandbox, kafka4):
-    """``use(profile)``: Kafka 4.4 restarted with the profile's settings
-    if it runs with others; its settings put back when the module ends."""
+    """``use(profile)``: Kafka 4.4 restarted with the profile's settings if
+    it runs with others (the node's own settings made exactly those);
+    ``group.consumer.assignment.interval.ms=0`` for the whole module, as a
+    dynamic setting. Both put back when the module ends."""
     before = dict(kafka4_sandbox.load().kafka4_settings)
     changed = False
     current = None
@@ -818,15 +830,40 @@ def kafka4_profile(kafka4_sandbox, kafka4):
         nonlocal changed, current
         if profile == current:
             return
-        if kafka4_sandbox.configure_kafka4(profile.kafka_settings()):
+        if kafka4_sandbox.configure_kafka4(profile.kafka_settings(), replace=True):
             changed = True
             wait_group_coordinator(kafka4)
+        _assign_at_once(kafka4, "0")
         current = profile
 
-    yield use
-    if changed:
-        kafka4_sandbox.configure_kafka4(before, replace=True)
-        wait_group_coordinator(kafka4)
+    try:
+        yield use
+    finally:
+        _assign_at_once(kafka4, None)
+        if changed:
+            kafka4_sandbox.configure_kafka4(before, replace=True)
+            wait_group_coordinator(kafka4)
+
+
+def _assign_at_once(bootstrap: str, value: str | None) -> None:
+    """Set (or, None, remove) the node's dynamic assignment interval, and
+    wait until its coordinator works with it (a probe group's second member
+    gets, or does not get, a target of its own at once)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+    try:
+        node = str(admin.describe_cluster()["brokers"][0]["broker_id"])
+        op = (AlterConfigOp.SET, value) if value is not None else (AlterConfigOp.DELETE, None)
+        admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, node, {ASSIGN_AT_ONCE: op})],
+                            raise_on_unknown=False)
+    finally:
+        admin.close()
+    deadline = time.monotonic() + PROFILE_WAIT_S
+    while asyncio.run(assigns_at_every_change(bootstrap, f"probe-interval-{uuid.uuid4().hex}")) != (value == "0"):
+        assert time.monotonic() < deadline, f"{ASSIGN_AT_ONCE}={value} not in effect after {PROFILE_WAIT_S} s"
+        time.sleep(0.2)
 
 
 async def run_one(target: str, address: tuple[str, int], side: Side, scenario: Scenario, group: str,

@@ -6,7 +6,7 @@ that can be compared (:mod:`tests.support.differential`'s approach, extended).
 What it adds to :class:`~tests.support.differential.Run`:
 
 * **Topics by name.** Both clusters hold the same topics, with the same
-  names, partition counts *and topic ids* (:func:`create_twin_topics`: made
+  names, partition counts *and topic ids* (:class:`Side`: made
   on Kafka 4.4, then registered in the 3.9 cluster's ZooKeeper under the id
   Kafka 4.4 gave, as Kafka's own ``AdminZkClient`` writes a topic), because
   Kafka's assignors iterate topic ids in ``HashMap`` order: with different
@@ -47,15 +47,13 @@ from kafka.protocol.admin.groups import ListGroupsRequest
 from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import MetadataRequest
 
-from tests.support.differential import NONE, Run, error_of
-from tests.support.wire import WireClient, parse_address
+from tests.support.differential import NONE, NOT_READY, Run, error_of
+from tests.support.wire import WireClient, coordinator_client, parse_address
 from zkcoord.schemas import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from zkcoord.topic_ids import topic_id_text
 
-FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION = 82, 25, 22
-GROUP_ID_NOT_FOUND, UNSUPPORTED_VERSION, INVALID_REQUEST = 69, 35, 42
-STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR = 113, 110, 111, 112
-INVALID_REGULAR_EXPRESSION = 128
+UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND, FENCED_INSTANCE_ID = 25, 69, 82
+FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR = 110, 111, 112
 REBALANCE_MS = 30_000
 POLL_S = 0.1
 TOPICS_WAIT_S = 60.0
@@ -377,11 +375,6 @@ def _topic_ids(response) -> list[uuid.UUID]:
     return []
 
 
-def fetch_error(response) -> int:
-    """The error of an OffsetFetch v8+ answer's one group."""
-    return response.groups[0].error_code
-
-
 # -- a member ---------------------------------------------------------------------------------
 
 class Member:
@@ -494,3 +487,26 @@ async def settle(members: list[Member], label: str, *, rounds: int = 8) -> None:
         if not changed:
             return
     members[0].run.expect(f"{label}: settled within {rounds} rounds", "still changing", "settled")
+
+
+async def assigns_at_every_change(bootstrap: str, group: str) -> bool:
+    """Does the coordinator compute a new target assignment at every change
+    (``group.consumer.assignment.interval.ms=0`` in effect)? Two members
+    join ``group`` one right after the other: the second gets the new group
+    epoch only if the target was computed again for it; else the last
+    target's epoch. Both leave."""
+    client = await coordinator_client(bootstrap, group)
+    try:
+        join = dict(epoch=0, rebalance_ms=REBALANCE_MS, topics=["no-such-topic"], owned=[])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TOPICS_WAIT_S
+        while (first := await client.call(cg_heartbeat(group, "probe-1", **join))).error_code in NOT_READY:
+            assert loop.time() < deadline, f"the coordinator of {group} is not ready: {first}"
+            await asyncio.sleep(POLL_S)  # its __consumer_offsets partition is still loading
+        second = await client.call(cg_heartbeat(group, "probe-2", **join))
+        for member_id in ("probe-1", "probe-2"):
+            await client.call(cg_heartbeat(group, member_id, -1))
+        assert (first.error_code, second.error_code) == (NONE, NONE), (first, second)
+        return second.member_epoch > first.member_epoch
+    finally:
+        await client.close()
