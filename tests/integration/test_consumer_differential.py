@@ -139,6 +139,15 @@ async def one_member_joins_v0(run: ConsumerRun) -> None:
     await run.call("describe when empty", a.client, cg_describe(run.group))
 
 
+@scenario(xfail="deliberate: without an authorizer Kafka 4.4 lists a group's operations as READ, DESCRIBE, DELETE, "
+          "DESCRIBE_CONFIGS and ALTER_CONFIGS (AclEntry.supportedOperations: group configs came with KIP-848); zkcoord "
+          "serves no group configs, and lists Kafka 3.9's READ, DESCRIBE, DELETE")
+async def authorized_operations(run: ConsumerRun) -> None:
+    a = await member(run, "member-a")
+    await a.join("a joins", topics=[run.n("t")])
+    await run.call("describe with the operations allowed", a.client, cg_describe(run.group, operations=True))
+
+
 @scenario(topics={"t": 4})
 async def second_member_joins(run: ConsumerRun) -> None:
     """The second member's partitions move only after the first one's

@@ -159,8 +159,9 @@ def cg_heartbeat(group: str, member_id: str = "", epoch: int = 0, *, version: in
         server_assignor=assignor, topic_partitions=partitions, **fields)
 
 
-def cg_describe(*groups: str, version: int = 1) -> ConsumerGroupDescribeRequest:
-    return ConsumerGroupDescribeRequest(version=version, group_ids=list(groups), include_authorized_operations=False)
+def cg_describe(*groups: str, version: int = 1, operations: bool = False) -> ConsumerGroupDescribeRequest:
+    return ConsumerGroupDescribeRequest(version=version, group_ids=list(groups),
+                                        include_authorized_operations=operations)
 
 
 def list_groups(states: Iterable[str] = (), types: Iterable[str] = ()) -> ListGroupsRequest:
@@ -318,7 +319,7 @@ class ConsumerRun(Run):
                      self.by_name(m.assignment.topic_partitions), self.by_name(m.target_assignment.topic_partitions),
                      getattr(m, "member_type", None)) for m in g.members))
                 groups.append((g.error_code, self.message(g.error_message), g.group_id, g.group_state,
-                               g.group_epoch, g.assignment_epoch, g.assignor_name, members))
+                               g.group_epoch, g.assignment_epoch, g.assignor_name, members, g.authorized_operations))
             return ("cg-describe", order, tuple(sorted(groups, key=repr)))
         if kind == "ListGroupsResponse":
             mine = sorted((g.group_id, g.protocol_type, g.group_state, getattr(g, "group_type", None))
