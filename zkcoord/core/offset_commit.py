@@ -54,13 +54,11 @@ class CommitRequest:
 @dataclass(frozen=True)
 class CommitDecision:
     """``error`` NONE: write ``offsets`` to the ``mode`` store; else write
-    nothing and answer every partition with ``error`` (``refused``: kept
-    for callers that answer per partition; always empty now)."""
+    nothing and answer every partition with ``error``."""
 
     error: ErrorCode
     mode: str
     offsets: Mapping[TopicPartition, tuple[int, str]] = field(default_factory=FrozenMap)
-    refused: Mapping[TopicPartition, ErrorCode] = field(default_factory=FrozenMap)
 
     @property
     def writes(self) -> bool:
