@@ -68,6 +68,9 @@ READY_TIMEOUT_S = 60.0
 POLL_S = 0.05
 
 _GENERATED_ID = re.compile(r"(.*)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# Kafka's Uuid.toString() (22 characters of URL-safe base64): the member ids of KIP-848's
+# consumer groups (ConsumerGroupHeartbeat v0, a classic member joining one); aliased "uuid#<n>".
+_UUID_ID = re.compile(r"[A-Za-z0-9_-]{22}")
 
 
 class Run:
@@ -113,7 +116,9 @@ class Run:
     # -- the transcript ------------------------------------------------------
     async def call(self, label: str, client: WireClient, request, *, expect: int | None = None):
         """Send, wait, record; ``expect``: the error code the scenario relies on."""
-        response = self.record(label, await client.call(request))
+        response = await client.call(request)
+        await self.prepare(response)
+        self.record(label, response)
         if expect is not None:
             self.expect(label, error_of(response), expect)
         return response
@@ -123,7 +128,13 @@ class Run:
         return asyncio.ensure_future(client.call(request))
 
     async def wait(self, label: str, pending: asyncio.Future):
-        return self.record(label, await pending)
+        response = await pending
+        await self.prepare(response)
+        return self.record(label, response)
+
+    async def prepare(self, response) -> None:
+        """Before a response is viewed: learn what its view needs (a subclass
+        looks up topic names)."""
 
     def record(self, label: str, response):
         self.steps.append((label, self.view(response)))
@@ -137,10 +148,11 @@ class Run:
         if not member_id:
             return member_id
         match = _GENERATED_ID.fullmatch(member_id)
-        if match is None:
+        if match is None and _UUID_ID.fullmatch(member_id) is None:
             return member_id
         if member_id not in self._aliases:
-            self._aliases[member_id] = f"{match.group(1)}#{len(self._aliases) + 1}"
+            prefix = match.group(1) if match is not None else "uuid"
+            self._aliases[member_id] = f"{prefix}#{len(self._aliases) + 1}"
         return self._aliases[member_id]
 
     def _alias_new(self, members, key) -> None:

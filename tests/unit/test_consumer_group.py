@@ -263,7 +263,7 @@ def test_a_member_commits_at_its_epoch_and_at_an_older_one_only_what_it_held():
     answer, _ = s.beat("a", 2, owned=((T, tuple(kept)),))
     assert s.member("a").member_epoch == 3
     decision = commit("a", 2, parts=(kept[0],))
-    assert decision.error is E.NONE and not decision.refused  # held since epoch 2
+    assert decision.error is E.NONE and decision.writes  # held since epoch 2
     assert decide_commit(s.group, CommitRequest("", -1, None, {("t", 0): (1, "")}, 9), True, s.config).error \
         is E.UNKNOWN_MEMBER_ID  # anonymous commits only while the group is empty
 

@@ -53,15 +53,12 @@ class CommitRequest:
 
 @dataclass(frozen=True)
 class CommitDecision:
-    """``error`` NONE: write ``offsets`` to the ``mode`` store, and answer the
-    partitions of ``refused`` with their error (a consumer-group member
-    committing at an older epoch: :mod:`zkcoord.core.consumer.offsets`);
-    else write nothing."""
+    """``error`` NONE: write ``offsets`` to the ``mode`` store; else write
+    nothing and answer every partition with ``error``."""
 
     error: ErrorCode
     mode: str
     offsets: Mapping[TopicPartition, tuple[int, str]] = field(default_factory=FrozenMap)
-    refused: Mapping[TopicPartition, ErrorCode] = field(default_factory=FrozenMap)
 
     @property
     def writes(self) -> bool:
@@ -72,19 +69,21 @@ def decide_commit(group: Any, request: CommitRequest, exists: bool, config=None)
     """The decision for ``request`` on ``group`` (``exists``: Kafka knows the
     group: a stored state, members or committed offsets; a group that does
     not exist takes only a commit without a generation). The group's kind
-    answers NONE, an error for the whole commit, or a check per partition."""
+    answers NONE, an error for the whole commit, or a check per partition
+    (a consumer group's member at an older epoch), whose first refusal is
+    the whole commit's error, as in Kafka."""
+    if not exists and request.generation_or_epoch >= 0 and request.api_version >= 9:
+        # OffsetMetadataManager.validateOffsetCommit: from v9 (KIP-848's) the group's absence is said
+        # as it is; before, it is ILLEGAL_GENERATION as it always was.
+        return CommitDecision(ErrorCode.GROUP_ID_NOT_FOUND, group.offset_storage)
     verdict = kind_of(group).validate_offset_commit(group if exists else None, request, config)
-    if isinstance(verdict, ErrorCode):
-        kept = request.offsets if verdict is ErrorCode.NONE else FrozenMap()
-        return CommitDecision(verdict, group.offset_storage, kept)
-    kept, refused = {}, {}
-    for (topic, partition), value in request.offsets.items():
-        code = verdict(topic, partition)
-        if code is ErrorCode.NONE:
-            kept[(topic, partition)] = value
-        else:
-            refused[(topic, partition)] = code
-    return CommitDecision(ErrorCode.NONE, group.offset_storage, FrozenMap(kept), FrozenMap(refused))
+    if not isinstance(verdict, ErrorCode):
+        # Kafka's partition validator throws out of the whole commit (OffsetMetadataManager.commitOffset):
+        # the first partition it refuses, in request order, refuses them all, and nothing is written.
+        verdict = next((code for code in (verdict(t, p) for t, p in request.offsets)
+                        if code is not ErrorCode.NONE), ErrorCode.NONE)
+    kept = request.offsets if verdict is ErrorCode.NONE else FrozenMap()
+    return CommitDecision(verdict, group.offset_storage, kept)
 
 
 def after_commit(group: Any, request: CommitRequest, decision: CommitDecision, now_ms: int) -> Outcome:

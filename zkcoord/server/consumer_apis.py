@@ -45,7 +45,7 @@ from zkcoord.core.consumer.describe import (
 from zkcoord.core.consumer.messages import ConsumerHeartbeatRequest, ConsumerHeartbeatResult
 from zkcoord.core.consumer.model import ConsumerGroup, LEAVE_EPOCH, STATIC_LEAVE_EPOCH
 from zkcoord.core.errors import ErrorCode, validate_group_id
-from zkcoord.errors import StateError, StateTooLargeError
+from zkcoord.errors import StateError, StateTooLargeError, ZkcoordError
 from zkcoord.server.authorization import Operation
 from zkcoord.server.bulk_work import pause_every
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
@@ -86,18 +86,22 @@ def _big(r) -> bool:
     return items > BIG_REQUEST_ITEMS
 
 
+_JAVA_TRIMMED = "".join(map(chr, range(0x21)))  # what Java's String.trim() removes: every char <= ' '
+
+
 def _blank(value: str | None) -> bool:
-    """Kafka's ``Utils.throwIfEmptyString``: set, but empty once trimmed."""
-    return value is not None and not value.strip()
+    """Kafka's ``Utils.throwIfEmptyString``: set, but empty once trimmed
+    (Java's ``trim()``: control characters go, Unicode spaces stay)."""
+    return value is not None and not value.strip(_JAVA_TRIMMED)
 
 
 def heartbeat_request_problem(r, version: int, assignors: tuple[str, ...]) -> tuple[ErrorCode, str] | None:
     """Kafka 4.4's ``throwIfConsumerGroupHeartbeatRequestIsInvalid``: the
     error and message a malformed request gets, None when it is well formed."""
     epoch = r.member_epoch
-    if (version >= 1 or epoch > 0 or epoch == LEAVE_EPOCH) and not (r.member_id or "").strip():
+    if (version >= 1 or epoch > 0 or epoch == LEAVE_EPOCH) and _blank(r.member_id or ""):
         return E.INVALID_REQUEST, "MemberId can't be empty."
-    if not (r.group_id or "").strip():
+    if _blank(r.group_id or ""):
         return E.INVALID_REQUEST, "GroupId can't be empty."
     if _blank(r.instance_id):
         return E.INVALID_REQUEST, "InstanceId can't be empty."
@@ -191,9 +195,10 @@ class ConsumerGroupApis:
                 unknown = await self.manager.reply_if_unknown(r.group_id, lambda g, now: groups.decide(
                     g, self._core_request(decoded, connection, UNKNOWN_TOKEN), now, self.manager.group_config))
                 if unknown is not None:
-                    if unknown.error is E.GROUP_ID_NOT_FOUND:
+                    if unknown.error is E.GROUP_ID_NOT_FOUND:  # Kafka's words: a leave asks for "the group"
+                        what = "Group" if r.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH) else "Consumer group"
                         unknown = ConsumerHeartbeatResult.failed(E.GROUP_ID_NOT_FOUND,
-                                                                 f"Consumer group {r.group_id} not found.")
+                                                                 f"{what} {r.group_id} not found.")
                     return self._answer(decoded, unknown)
             runtime = await self.manager.runtime(r.group_id)
             token = runtime.next_token()
@@ -234,7 +239,11 @@ class ConsumerGroupApis:
             await pause_every(i)
             answers.append(_failed_group(group_id, E.GROUP_AUTHORIZATION_FAILED, None))
         described = await self._describe_all([g for g in dict.fromkeys(wanted) if g not in refused])
-        for i, group_id in enumerate(g for g in wanted if g not in refused):
+        # Then the ids that cannot name a group, then the others: Kafka answers those at once and the
+        # rest after its coordinator shards did (in its shards' order; ours is the request's).
+        allowed = [g for g in wanted if g not in refused]
+        invalid = [g for g in allowed if described[g][0] is E.INVALID_GROUP_ID]
+        for i, group_id in enumerate(invalid + [g for g in allowed if described[g][0] is not E.INVALID_GROUP_ID]):
             await pause_every(i)
             code, message, group = described[group_id]
             if group is None:
@@ -272,15 +281,23 @@ class ConsumerGroupApis:
 
         def read(group, now):
             if not isinstance(group, ConsumerGroup):
-                return (E.GROUP_ID_NOT_FOUND, not_consumer_message(group_id) if group.size
-                        else not_found_message(group_id), None)
+                return None
             config = runtime.config
             return E.NONE, None, describe_consumer_group(group, config.image, config.consumer)
 
         try:
-            return await runtime.read(read)
+            described = await runtime.read(read)
+            if described is not None:
+                return described
+            # Another type of group: Kafka names its type if it has the group (members, a state,
+            # committed offsets: an Empty classic group too), else it has none.
+            exists = await self.manager.exists(runtime)
         except GroupUnavailableError as exc:
             return exc.code, None, None
+        except ZkcoordError as exc:
+            log.warning("ConsumerGroupDescribe %s: %s", group_id, exc)
+            return E.COORDINATOR_LOAD_IN_PROGRESS, None, None
+        return E.GROUP_ID_NOT_FOUND, (not_consumer_message if exists else not_found_message)(group_id), None
 
 
 def _bitfield(codes: set[int]) -> int:

@@ -154,7 +154,7 @@ class GroupOffsets:
             if decision.error is E.NONE:
                 if decision.writes and manager.metrics is not None:
                     manager.metrics.observe_offset_commit(decision.mode)
-                refused = {**(refused or {}), **decision.refused, **refused_early}
+                refused = {**(refused or {}), **refused_early}
                 return [refused.get((t, p), E.NONE) for t, p, _, _ in wanted]
             code = decision.error
         except GroupUnavailableError as exc:

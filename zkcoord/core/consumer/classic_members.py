@@ -6,8 +6,9 @@ During an online upgrade or downgrade a consumer group holds members that
 still speak JoinGroup / SyncGroup / Heartbeat. The coordinator reconciles
 them like the others, step by step, and speaks their protocol to them:
 
-* **JoinGroup**: refused when the migration policy is ``disabled``
-  (INCONSISTENT_GROUP_PROTOCOL). Otherwise the member (dynamic, or static by
+* **JoinGroup**: an empty consumer group becomes a classic group that
+  takes the join (whatever the policy, as Kafka does); else refused when
+  the migration policy is ``disabled`` (INCONSISTENT_GROUP_PROTOCOL). Otherwise the member (dynamic, or static by
   its instance id) is updated from its subscription (its topics, its rack,
   the partitions it owns), the group epoch moves on if its subscription
   changed, the target is computed, and the member takes its next step.
@@ -31,6 +32,8 @@ SyncGroup within it after joining: otherwise it is fenced.
 
 from __future__ import annotations
 
+import base64
+import re
 from dataclasses import replace
 
 from zkcoord.core.consumer import regexes as regex_rules
@@ -108,18 +111,59 @@ def _join_timer(group: ConsumerGroup, member: ConsumerMember, now_ms: int) -> tu
 # -- JoinGroup --------------------------------------------------------------------------------
 
 def _failed_join(req: JoinRequest, code: ErrorCode) -> JoinResult:
-    return JoinResult.failed(req.member_id, code)
+    """A refused join carries no member id (Kafka answers the exception
+    with a bare JoinGroupResponseData: GroupCoordinatorService.joinGroup)."""
+    return JoinResult.failed("", code)
+
+
+_UUID_TAIL = re.compile(r"([0-9a-f]{8})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{12})$")
+
+
+def kafka_member_id(generated: str) -> str:
+    """A new classic member's id in a consumer group, in Kafka's form there
+    (``Uuid.randomUuid().toString()``: 22 characters of URL-safe base64;
+    the classic group's ``<client id>-<UUID>`` elsewhere): the UUID that
+    ``generated`` ends with, so written. Kafka never hands out one starting
+    with "-" (it draws again); here its first bit is flipped instead.
+
+    >>> kafka_member_id("c-00000000-0000-0000-0000-000000000001")
+    'AAAAAAAAAAAAAAAAAAAAAQ'
+    """
+    match = _UUID_TAIL.search(generated)
+    if match is None:
+        return generated
+    raw = bytes.fromhex("".join(match.groups()))
+    text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    if text.startswith("-"):
+        text = base64.urlsafe_b64encode(bytes([raw[0] ^ 0x80]) + raw[1:]).decode().rstrip("=")
+    return text
+
+
+def _join(group: ConsumerGroup, req: JoinRequest, now_ms: int, config) -> Outcome:
+    """Kafka's ``classicGroupJoin``: a consumer group with members takes the
+    classic member (:func:`_join_consumer_group`); an empty one is replaced
+    by a classic group that takes the join (``classicGroupJoinToClassicGroup``
+    deletes it first: ``maybeDeleteEmptyConsumerGroup``), whatever the
+    migration policy."""
+    if group.members:
+        return _join_consumer_group(group, req, now_ms, config)
+    from zkcoord.core.classic import CLASSIC
+    from zkcoord.core.consumer.messages import REGEX_KEY
+
+    classic = CLASSIC.new(group.group_id, group.offset_storage)
+    joined = CLASSIC.handlers[JoinRequest](classic, req, now_ms, config)
+    return replace(joined, persist=True, timers=(Cancel(REGEX_KEY), *joined.timers))
 
 
 @_answer_errors(JOIN, _failed_join)
-def _join(group: ConsumerGroup, req: JoinRequest, now_ms: int, config) -> Outcome:
+def _join_consumer_group(group: ConsumerGroup, req: JoinRequest, now_ms: int, config) -> Outcome:
     c = config.consumer
     if c.migration_policy == "disabled":
         raise GroupRequestError(E.INCONSISTENT_GROUP_PROTOCOL, f"Cannot join the consumer group {group.group_id} "
                                                                "with the classic protocol because the group "
                                                                "migration is disabled.")
     unknown = req.member_id == ""
-    member_id = (req.new_consumer_member_id or req.new_member_id) if unknown else req.member_id
+    member_id = (req.new_consumer_member_id or kafka_member_id(req.new_member_id)) if unknown else req.member_id
     throw_if_full(group, member_id, req.group_instance_id, c)
     names = {name for name, _ in req.protocols}
     if not _supports(group, req.protocol_type, names):

@@ -40,7 +40,7 @@ class DescribedMember:
     client_id: str
     client_host: str
     subscribed_topic_names: tuple[str, ...]
-    subscribed_topic_regex: str | None
+    subscribed_topic_regex: str  # "" without one, as Kafka shows it
     assignment: tuple[DescribedTopic, ...]
     target_assignment: tuple[DescribedTopic, ...]
     member_type: int
@@ -88,7 +88,7 @@ def _member(member: ConsumerMember, target: Mapping[str, tuple[int, ...]], image
         member_id=member.member_id, instance_id=member.instance_id, rack_id=member.rack_id,
         member_epoch=member.member_epoch, client_id=member.client_id, client_host=member.client_host,
         subscribed_topic_names=tuple(member.subscribed_topic_names),
-        subscribed_topic_regex=member.regex,
+        subscribed_topic_regex=member.subscribed_topic_regex,
         assignment=_topics(current, image), target_assignment=_topics(target.items(), image),
         member_type=CLASSIC_MEMBER if member.uses_classic_protocol else CONSUMER_MEMBER)
 

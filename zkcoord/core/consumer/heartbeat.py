@@ -213,8 +213,10 @@ def _check_epoch(member: ConsumerMember, req: ConsumerHeartbeatRequest) -> None:
 
 
 def _is_subset(owned, assigned: Mapping) -> bool:
+    """Kafka's ``isSubset``: the partitions reported are all assigned; not
+    reported (null) is no proof, so False."""
     if owned is None:
-        return True
+        return False
     for topic_id, partitions in owned:
         held = assigned.get(topic_id, {})
         if any(p not in held for p in partitions):

@@ -9,10 +9,11 @@ A commit names its member and its member epoch:
   OffsetCommit v9 or later: UNSUPPORTED_VERSION;
 * the member's epoch: allowed; a newer one: STALE_MEMBER_EPOCH (a member
   speaking the classic protocol: ILLEGAL_GENERATION);
-* an older epoch: allowed per partition, for partitions the member held at
-  that epoch already (its assignment epoch of the partition is not newer),
-  so a member can commit what it consumed while it moves to its next epoch;
-  the others get STALE_MEMBER_EPOCH (ILLEGAL_GENERATION).
+* an older epoch: allowed for partitions the member held at that epoch
+  already (its assignment epoch of the partition is not newer), so a member
+  can commit what it consumed while it moves to its next epoch; one other
+  partition makes it STALE_MEMBER_EPOCH (ILLEGAL_GENERATION) for the whole
+  commit (:func:`zkcoord.core.offset_commit.decide_commit`).
 """
 
 from __future__ import annotations

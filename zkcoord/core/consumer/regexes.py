@@ -19,7 +19,8 @@ new assignment from their next heartbeats. An expression is resolved again:
   ``group.consumer.regex.refresh.interval.ms``;
 
 and never more often than every 10 s. An expression RE2J cannot compile is
-refused at the heartbeat that sends it: INVALID_REGULAR_EXPRESSION.
+refused at the heartbeat that sends it: INVALID_REGULAR_EXPRESSION, in
+RE2J's words (:mod:`.re2j`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from functools import lru_cache
 
 import re2
 
+from zkcoord.core.consumer import re2j
 from zkcoord.core.consumer.config import ConsumerGroupConfig
 from zkcoord.core.consumer.model import ConsumerGroup, ConsumerMember, ResolvedRegex
 from zkcoord.core.errors import ErrorCode
@@ -59,13 +61,23 @@ class RegexUpdate:
 
 @lru_cache(maxsize=1024)
 def compiled(regex: str):
-    """The compiled expression; GroupRequestError INVALID_REGULAR_EXPRESSION."""
+    """The compiled expression; GroupRequestError INVALID_REGULAR_EXPRESSION
+    with Kafka's message: RE2J's description of the first error RE2J's
+    parser meets (RE2's error, or a rule of RE2J's own, whichever comes
+    first in the expression)."""
+    quirk = re2j.refusal(regex)
     try:
-        return re2.compile(regex, _OPTIONS)
+        pattern = re2.compile(re2j.as_re2(regex), _OPTIONS)
     except Exception as exc:  # re2.error; its text names the construct
         detail = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        raise GroupRequestError(ErrorCode.INVALID_REGULAR_EXPRESSION,
-                                f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {detail}.") from None
+        error = (re2j.error_at(regex, detail), re2j.description(detail))
+        refusal = quirk[1] if quirk is not None and quirk[0] < error[0] else error[1]
+    else:
+        if quirk is None:
+            return pattern
+        refusal = quirk[1]
+    raise GroupRequestError(ErrorCode.INVALID_REGULAR_EXPRESSION,
+                            f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {refusal}.")
 
 
 def update_status(group: ConsumerGroup, member: ConsumerMember, updated: ConsumerMember, now_ms: int,
