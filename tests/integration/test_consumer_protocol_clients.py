@@ -31,9 +31,11 @@ from kafka.protocol.admin.groups import ListGroupsRequest
 
 from tests.support import rdkafka_members
 from tests.support.consumer_host import ConsumerHost, member_properties, redelivery
+from tests.support.consumer_members import ConsumerMember
 from tests.support.daemons import gateway_fleet, wait_for
 from tests.support.java4_tools import VerifiableProducerProcess
 from tests.support.ownership import AssignmentChange, double_owners
+from tests.support.placement import placed_name
 from tests.support.rdkafka_members import RdkafkaMember
 from tests.support.wire import coordinator_client, find_coordinator, open_client, parse_addresses
 from zkcoord.schemas import ConsumerGroupDescribeRequest
@@ -436,3 +438,143 @@ def test_kill_9_of_a_member(services, fleet, members, unique_name):
     assert_no_double_owner([*members.changes(), AssignmentChange(victim.label, "revoked", killed_ns, held)])
     print(f"the killed member's partitions moved {(moved_ns - killed_ns) / 1e9:.1f} s after its death "
           f"(session time-out {SESSION_TIMEOUT_MS / 1000:g} s)")
+
+
+# -- 5. Kafka 4.4's kafka-consumer-groups: zkcoord beside Kafka 4.4 ---------------------------
+
+def _until_described_as_held(host: ConsumerHost, bootstrap: str, group: str, held: dict[str, frozenset]):
+    """--describe --members --verbose once every member's current assignment
+    is its target and what its callbacks hold (client id -> partitions)."""
+    from tests.support.java4_tools import parse_consumer_group_members
+
+    def settled():
+        result = host.consumer_groups(bootstrap, "--describe", "--members", "--verbose", "--group", group)
+        rows = parse_consumer_group_members(result.stdout) if result.returncode == 0 else []
+        if {r.client_id: r.current_assignment for r in rows} != held:
+            return None
+        return result if all(r.current_epoch == r.target_epoch and r.current_assignment == r.target_assignment
+                             for r in rows) else None
+
+    return wait_for(settled, WAIT_S, f"{group} described as its members hold it", interval_s=0.3)
+
+
+def until_coordinators_know(bootstrap: str, topic: str, partitions: int, probe_groups: list[str]) -> None:
+    """Wait until the coordinators of ``probe_groups`` assign ``topic``'s
+    partitions (a KIP-848 member of each probe group, on the wire, joins
+    until it is given them, then leaves). A zkcoord daemon learns a topic
+    from its next Metadata poll, Kafka at once: a member joining before
+    would get a group epoch more (empty first, then assigned) and the
+    transcripts of the two would differ by that alone."""
+    async def probe(group: str) -> None:
+        member = ConsumerMember(bootstrap, group, [topic])
+        deadline = time.monotonic() + WAIT_S
+        try:
+            while len(member.partitions()) < partitions:
+                assert time.monotonic() < deadline, f"{group}'s coordinator never assigned {topic}"
+                await member.heartbeat()
+                await asyncio.sleep(0.1)
+            await member.leave()
+        finally:
+            await member.close()
+
+    for group in probe_groups:
+        asyncio.run(probe(group))
+
+
+def tool_transcript(host: ConsumerHost, members: Members, bootstrap: str, topic: str, group: str,
+                    probe_groups: list[str]) -> dict:
+    """What kafka-consumer-groups 4.4 prints about ``group`` through its life,
+    on the cluster ``bootstrap`` leads to: one member, a second one, both
+    described and listed, offsets reset and the group deleted while it has
+    members (refused) and once empty. {step: (exit code, stdout, stderr)}."""
+    acked = rdkafka_members.produce(bootstrap, topic, 40, 4)
+    until_coordinators_know(bootstrap, topic, 4, probe_groups)
+    ends = {tp: max(offsets) + 1 for tp, offsets in acked.items()}
+    c1 = members.start_java("c1", topic, group)
+    wait_for(lambda: c1.assignment() == set(ends) and not missing(acked, c1.consumed_offsets()), WAIT_S,
+             "c1 holding and consuming the four partitions", interval_s=0.2)
+    wait_for(lambda: {tp: o for _, offsets in c1.commits() for tp, o in offsets.items()} == ends, WAIT_S,
+             "c1's commits at the ends", interval_s=0.2)
+    c2 = members.start_java("c2", topic, group)
+    wait_for(lambda: split_evenly([c1, c2], frozenset(ends)), WAIT_S, "two partitions each", interval_s=0.2)
+    run = lambda *args: host.consumer_groups(bootstrap, *args)  # noqa: E731
+    steps = {"describe --members --verbose": _until_described_as_held(
+        host, bootstrap, group, {"c1": c1.assignment(), "c2": c2.assignment()})}
+    steps["describe"] = run("--describe", "--group", group)
+    steps["describe --state"] = run("--describe", "--state", "--group", group)
+    steps["list --type consumer"] = run("--list", "--type", "consumer")
+    reset = ("--reset-offsets", "--to-earliest", "--topic", topic, "--execute", "--group", group)
+    steps["reset-offsets (active)"] = run(*reset)
+    steps["delete (active)"] = run("--delete", "--group", group)
+    members.close()
+    wait_for(lambda: "Empty" in run("--describe", "--state", "--group", group).stdout, WAIT_S,
+             f"{group} empty", interval_s=0.3)
+    steps["describe --state (empty)"] = run("--describe", "--state", "--group", group)
+    steps["reset-offsets --dry-run"] = run(*reset[:-3], "--dry-run", "--group", group)
+    steps["reset-offsets"] = run(*reset)
+    steps["describe (reset)"] = run("--describe", "--group", group)
+    steps["delete"] = run("--delete", "--group", group)
+    steps["describe (deleted)"] = run("--describe", "--group", group)
+    steps["list --type consumer (deleted)"] = run("--list", "--type", "consumer")
+    from tests.support.java4_tools import parse_consumer_group_members
+
+    ids = {r.member_id: r.client_id for r in parse_consumer_group_members(
+        steps["describe --members --verbose"].stdout)}
+    return {name: normalized(result, group, ids) for name, result in steps.items()}
+
+
+def normalized(result, group: str, ids: dict[str, str]) -> tuple[int, list[str], list[str]]:
+    """A tool run with what differs between two clusters, or between two runs,
+    taken out: member ids (``ids``: member id -> client id, printed as
+    ``<client id>``), the coordinator's address and id, other groups' rows of
+    --list, column widths, the order of a table's rows (members come in the
+    order of the coordinator's hash map), and stack traces (their first line
+    kept)."""
+    def lines(text: str) -> list[str]:
+        kept: list[str] = []
+        rows: list[str] = []  # of the table being read, sorted when it ends
+        for line in [*text.splitlines(), ""]:
+            if line.startswith(("\tat ", "\t... ")):
+                continue
+            line = re.sub(r"\b\d+\.\d+\.\d+\.\d+:\d+\s+\(\d+\)", "<coordinator>", line)
+            fields = line.split()
+            if fields and fields[0] not in (group, "GROUP") and text.startswith("GROUP"):
+                continue  # --list: another group of that cluster
+            if fields and fields[0] == group:
+                rows.append(" ".join(fields))
+                continue
+            kept += sorted(rows)
+            rows = []
+            kept.append(" ".join(fields))
+        return kept[:-1]
+
+    stdout, stderr = result.stdout, result.stderr
+    for member_id, client_id in ids.items():
+        stdout, stderr = stdout.replace(member_id, f"<{client_id}>"), stderr.replace(member_id, f"<{client_id}>")
+    return result.returncode, lines(stdout), lines(stderr)
+
+
+def test_kafka_consumer_groups_4_4_prints_what_it_prints_for_kafka(services, fleet, members, java_host, kafka4,
+                                                                  unique_name):
+    """The same life of one consumer group, served by zkcoord through its
+    gateways and by Kafka 4.4 itself: every command of Kafka 4.4's
+    kafka-consumer-groups prints the same, but for member ids and the
+    coordinator's address."""
+    topic, group = unique_name("t"), unique_name("g")
+    create_topic(services.bootstrap_servers, topic, 4)
+    create_topic(kafka4, topic, 4)
+    on_each_daemon = [placed_name(unique_name, "probe", (sorted(fleet.daemons), node)) for node in fleet.daemons]
+    ours = tool_transcript(java_host, members, gateways(fleet), topic, group, on_each_daemon)
+    theirs = tool_transcript(java_host, Members(java_host, kafka4, members.tag + "k"), kafka4, topic, group,
+                             [unique_name("probe")])
+    # The one difference: a group that does not exist. Kafka 4.4's admin client asks ConsumerGroupDescribe,
+    # then DescribeGroups; Kafka 4.4 answers DescribeGroups v6 (KIP-1043) with GROUP_ID_NOT_FOUND, zkcoord
+    # serves DescribeGroups up to v5 (Kafka 3.9's), where such a group is Dead, which the tool prints so.
+    deleted = "describe (deleted)"
+    assert ours.pop(deleted) == (0, ["", f"Error: Consumer group '{group}' does not exist."], [])
+    assert theirs.pop(deleted)[1] == ["", "Error: Executing consumer group command failed due to "
+                                      f"org.apache.kafka.common.errors.GroupIdNotFoundException: Group {group} not found."]
+    differ = [f"{step}:\n  zkcoord:   {ours[step]}\n  Kafka 4.4: {theirs[step]}"
+              for step in theirs if ours[step] != theirs[step]]
+    assert not differ, "kafka-consumer-groups 4.4 printed differently:\n" + "\n".join(differ)
+    assert list(ours) == list(theirs)
