@@ -29,6 +29,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.protocol.admin.groups import ListGroupsRequest
 
+from tests.support import java_tools as jt
 from tests.support import rdkafka_members
 from tests.support.consumer_host import ConsumerHost, member_properties, redelivery
 from tests.support.consumer_members import ConsumerMember
@@ -298,6 +299,9 @@ def test_rolling_upgrade_and_downgrade_under_a_producer(services, fleet, members
                  f"{step}: the four members holding two partitions each", interval_s=0.2)
         wait_for(lambda: group_types(bootstrap).get(group) == expected_type, WAIT_S,
                  f"{step}: the group listed as a {expected_type} group", interval_s=0.2)
+        listed = java_host.consumer_groups(bootstrap, "--list", "--type")  # kafka-consumer-groups 4.4
+        assert {r["GROUP"]: r["TYPE"].strip() for r in jt._tables(listed.stdout, ("GROUP", "TYPE"))}.get(group) == \
+            expected_type.capitalize(), listed
         types_seen.append((step, expected_type))
 
     def restart(number: int, old: str, new: str) -> None:
@@ -572,8 +576,8 @@ def test_kafka_consumer_groups_4_4_prints_what_it_prints_for_kafka(services, fle
     # serves DescribeGroups up to v5 (Kafka 3.9's), where such a group is Dead, which the tool prints so.
     deleted = "describe (deleted)"
     assert ours.pop(deleted) == (0, ["", f"Error: Consumer group '{group}' does not exist."], [])
-    assert theirs.pop(deleted)[1] == ["", "Error: Executing consumer group command failed due to "
-                                      f"org.apache.kafka.common.errors.GroupIdNotFoundException: Group {group} not found."]
+    not_found = f"org.apache.kafka.common.errors.GroupIdNotFoundException: Group {group} not found."
+    assert theirs.pop(deleted)[1] == ["", f"Error: Executing consumer group command failed due to {not_found}"]
     differ = [f"{step}:\n  zkcoord:   {ours[step]}\n  Kafka 4.4: {theirs[step]}"
               for step in theirs if ours[step] != theirs[step]]
     assert not differ, "kafka-consumer-groups 4.4 printed differently:\n" + "\n".join(differ)
