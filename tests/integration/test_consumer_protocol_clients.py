@@ -34,7 +34,7 @@ from tests.support import rdkafka_members
 from tests.support.consumer_host import ConsumerHost, member_properties, redelivery
 from tests.support.consumer_members import ConsumerMember
 from tests.support.daemons import gateway_fleet, wait_for
-from tests.support.java4_tools import VerifiableProducerProcess
+from tests.support.java4_tools import VerifiableProducerProcess, parse_consumer_group_members
 from tests.support.ownership import AssignmentChange, double_owners
 from tests.support.placement import placed_name
 from tests.support.rdkafka_members import RdkafkaMember
@@ -464,8 +464,6 @@ def test_kill_9_of_a_member(services, fleet, members, unique_name):
 def _until_described_as_held(host: ConsumerHost, bootstrap: str, group: str, held: dict[str, frozenset]):
     """--describe --members --verbose once every member's current assignment
     is its target and what its callbacks hold (client id -> partitions)."""
-    from tests.support.java4_tools import parse_consumer_group_members
-
     def settled():
         result = host.consumer_groups(bootstrap, "--describe", "--members", "--verbose", "--group", group)
         rows = parse_consumer_group_members(result.stdout) if result.returncode == 0 else []
@@ -501,15 +499,20 @@ def until_coordinators_know(bootstrap: str, topic: str, partitions: int, probe_g
 
 
 def tool_transcript(host: ConsumerHost, members: Members, bootstrap: str, topic: str, group: str,
-                    probe_groups: list[str]) -> dict:
+                    probe_groups: list[str], first: str) -> dict:
     """What kafka-consumer-groups 4.4 prints about ``group`` through its life,
-    on the cluster ``bootstrap`` leads to: one member, a second one, both
-    described and listed, offsets reset and the group deleted while it has
-    members (refused) and once empty. {step: (exit code, stdout, stderr)}."""
+    on the cluster ``bootstrap`` leads to: one member (of the ``first``
+    protocol: a classic one makes a classic group, which the second member's
+    join upgrades), a second one (consumer protocol), both described and
+    listed, offsets reset and the group deleted while it has members
+    (refused); the second member leaves (a group with a classic member left
+    goes back to classic: the online downgrade), then the first; offsets
+    reset and the group deleted once empty. {step: (exit code, stdout,
+    stderr)}."""
     acked = rdkafka_members.produce(bootstrap, topic, 40, 4)
     until_coordinators_know(bootstrap, topic, 4, probe_groups)
     ends = {tp: max(offsets) + 1 for tp, offsets in acked.items()}
-    c1 = members.start_java("c1", topic, group)
+    c1 = members.start_java("c1", topic, group, first, extra=CLASSIC if first == "classic" else None)
     wait_for(lambda: c1.assignment() == set(ends) and not missing(acked, c1.consumed_offsets()), WAIT_S,
              "c1 holding and consuming the four partitions", interval_s=0.2)
     wait_for(lambda: {tp: o for _, offsets in c1.commits() for tp, o in offsets.items()} == ends, WAIT_S,
@@ -525,7 +528,14 @@ def tool_transcript(host: ConsumerHost, members: Members, bootstrap: str, topic:
     reset = ("--reset-offsets", "--to-earliest", "--topic", topic, "--execute", "--group", group)
     steps["reset-offsets (active)"] = run(*reset)
     steps["delete (active)"] = run("--delete", "--group", group)
-    members.close()
+    # c2 leaves first: with c1 a classic member the group goes back to classic (the online downgrade).
+    members.stop_java("c2")
+    wait_for(lambda: c1.assignment() == set(ends) and " Stable " in run(
+        "--describe", "--state", "--group", group).stdout, WAIT_S, "c1 alone holding the four partitions", interval_s=0.3)
+    steps["list --type (c2 gone)"] = run("--list", "--type")
+    steps["describe --members --verbose (c2 gone)"] = run("--describe", "--members", "--verbose", "--group", group)
+    steps["describe --state (c2 gone)"] = run("--describe", "--state", "--group", group)
+    members.stop_java("c1")
     wait_for(lambda: "Empty" in run("--describe", "--state", "--group", group).stdout, WAIT_S,
              f"{group} empty", interval_s=0.3)
     steps["describe --state (empty)"] = run("--describe", "--state", "--group", group)
@@ -535,8 +545,6 @@ def tool_transcript(host: ConsumerHost, members: Members, bootstrap: str, topic:
     steps["delete"] = run("--delete", "--group", group)
     steps["describe (deleted)"] = run("--describe", "--group", group)
     steps["list --type consumer (deleted)"] = run("--list", "--type", "consumer")
-    from tests.support.java4_tools import parse_consumer_group_members
-
     ids = {r.member_id: r.client_id for r in parse_consumer_group_members(
         steps["describe --members --verbose"].stdout)}
     return {name: normalized(result, group, ids) for name, result in steps.items()}
@@ -573,19 +581,23 @@ def normalized(result, group: str, ids: dict[str, str]) -> tuple[int, list[str],
     return result.returncode, lines(stdout), lines(stderr)
 
 
+@pytest.mark.parametrize("first", ["consumer", "classic"], ids=["consumer-group", "upgraded-group"])
 def test_kafka_consumer_groups_4_4_prints_what_it_prints_for_kafka(services, fleet, members, java_host, kafka4,
-                                                                  unique_name):
+                                                                  unique_name, first):
     """The same life of one consumer group, served by zkcoord through its
     gateways and by Kafka 4.4 itself: every command of Kafka 4.4's
     kafka-consumer-groups prints the same, but for member ids and the
-    coordinator's address."""
+    coordinator's address. The group is a consumer group from its first
+    member, or a classic group upgraded by its second member's join (then
+    one classic member inside a consumer group: the UPGRADED column) and
+    downgraded when that member leaves."""
     topic, group = unique_name("t"), unique_name("g")
     create_topic(services.bootstrap_servers, topic, 4)
     create_topic(kafka4, topic, 4)
     on_each_daemon = [placed_name(unique_name, "probe", (sorted(fleet.daemons), node)) for node in fleet.daemons]
-    ours = tool_transcript(java_host, members, gateways(fleet), topic, group, on_each_daemon)
+    ours = tool_transcript(java_host, members, gateways(fleet), topic, group, on_each_daemon, first)
     theirs = tool_transcript(java_host, Members(java_host, kafka4, members.tag + "k"), kafka4, topic, group,
-                             [unique_name("probe")])
+                             [unique_name("probe")], first)
     # The one difference: a group that does not exist. Kafka 4.4's admin client asks ConsumerGroupDescribe,
     # then DescribeGroups; Kafka 4.4 answers DescribeGroups v6 (KIP-1043) with GROUP_ID_NOT_FOUND, zkcoord
     # serves DescribeGroups up to v5 (Kafka 3.9's), where such a group is Dead, which the tool prints so.
