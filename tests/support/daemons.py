@@ -260,13 +260,14 @@ GATEWAY_FLEET_OPTIONS = {"gateway_listen": "127.0.0.1:0", "zk_session_timeout_ms
                          "group_initial_rebalance_delay_ms": 0, "topic_metadata_refresh_ms": 1000}
 
 
-def gateway_fleet(zk_hosts: str, zk, log_dir: Path, bootstrap_servers: str, *node_ids: int):
+def gateway_fleet(zk_hosts: str, zk, log_dir: Path, bootstrap_servers: str, *node_ids: int, **options):
     """A fleet whose daemons run gateways in front of ``bootstrap_servers``
     (kernel-picked ports, short ZooKeeper sessions, no initial rebalance
-    delay), started; use as a context manager. Prints each daemon's log tail
-    when it closes, so a failed test shows it."""
+    delay; ``options``: more ``zkcoord run`` settings), started; use as a
+    context manager. Prints each daemon's log tail when it closes, so a
+    failed test shows it."""
     fleet = DaemonFleet(zk_hosts, zk, log_dir, options={"bootstrap_servers": bootstrap_servers,
-                                                        **GATEWAY_FLEET_OPTIONS})
+                                                        **GATEWAY_FLEET_OPTIONS, **options})
     close = fleet.close
 
     def close_with_logs() -> None:

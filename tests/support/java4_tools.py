@@ -20,7 +20,9 @@ Owns, on the jars of :func:`zkcoord.local.jars.kafka4_distribution`
   assigned / revoked / lost with the member id and epoch, each record, each
   commit.
 * :func:`verifiable_produce`: Kafka's ``VerifiableProducer``: every record
-  acknowledged or :class:`~tests.support.java_tools.JavaToolError`.
+  acknowledged or :class:`~tests.support.java_tools.JavaToolError`;
+  :class:`VerifiableProducerProcess`: the same in the background, at a
+  given rate, until stopped.
 * Kafka 4.x's ``kafka-consumer-groups`` on a consumer group:
   :func:`describe_consumer_group_members` (``--describe --members
   --verbose``: member epochs, current and target assignments) and
@@ -108,6 +110,7 @@ class JsonLinesProcess:
     if still running. ``files`` are removed when it ends."""
 
     main_class = ""
+    stdin_pipe = False  # True: commands can be written to its stdin (:meth:`send`)
 
     def __init__(self, args: Sequence[str], label: str, classpath_first: str | None = None,
                  files: Sequence[Path] = ()):
@@ -127,7 +130,8 @@ class JsonLinesProcess:
             raise RuntimeError(f"{self.label} was started already")
         cmd = java_tools.java_command(self.main_class, *self.args, heap=CONSUMER_HEAP, kafka4=True,
                                       classpath_first=self.classpath_first)
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if self.stdin_pipe else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=java_tools._environment(), start_new_session=True)
         _LIVE.add(self)
         self._readers = [threading.Thread(target=self._read_stdout, daemon=True, name=f"{self.label}-out"),
@@ -160,6 +164,11 @@ class JsonLinesProcess:
     def _read_stderr(self) -> None:
         for raw in self.proc.stderr:
             self._stderr.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def send(self, line: str) -> None:
+        """One command line to its stdin (``stdin_pipe`` processes)."""
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
 
     # -- what it printed
     @property
@@ -309,6 +318,33 @@ class VerifiableConsumerProcess(JsonLinesProcess):
         return consumed
 
 
+class VerifiableProducerProcess(JsonLinesProcess):
+    """Kafka's VerifiableProducer in the background, ``throughput`` records a
+    second (values "0", "1", ...; keys "0".."repeating_keys-1" round and round
+    if given) until :meth:`stop` (SIGTERM: it stops sending, closes the
+    producer, which waits for the answers of what it sent, and exits)."""
+
+    main_class = VERIFIABLE_PRODUCER
+
+    def __init__(self, bootstrap_servers: str, topic: str, *, throughput: int, label: str = "producer",
+                 repeating_keys: int | None = None, acks: str = "all"):
+        args = ["--bootstrap-server", bootstrap_servers, "--topic", topic, "--throughput", str(throughput),
+                "--acks", "-1" if acks == "all" else acks]
+        if repeating_keys is not None:
+            args += ["--repeating-keys", str(repeating_keys)]
+        super().__init__(args, label)
+
+    def acked(self) -> dict[tuple[str, int], list[int]]:
+        """Acknowledged offsets per partition so far."""
+        acked: dict[tuple[str, int], list[int]] = {}
+        for event in self.events("producer_send_success"):
+            acked.setdefault((event["topic"], int(event["partition"])), []).append(int(event["offset"]))
+        return acked
+
+    def failures(self) -> list[dict]:
+        return self.events("producer_send_error")
+
+
 def verifiable_produce(bootstrap_servers: str, topic: str, count: int, *, repeating_keys: int | None = None,
                        value_prefix: int | None = None, throughput: int = -1, acks: str = "all",
                        timeout_s: float = 120.0) -> dict[tuple[str, int], list[int]]:
@@ -342,30 +378,36 @@ def verifiable_produce(bootstrap_servers: str, topic: str, count: int, *, repeat
 
 
 # ------------------------------------------------------------ AssignmentReporter
-def reporter_classes() -> str:
-    """The directory of the compiled AssignmentReporter (compiled against the
-    Kafka 4.x jars into ``<cache>/test-classes/`` once per source version)."""
+def compiled_classes(source: Path, main: str) -> str:
+    """The directory of ``source`` (a class of ours, ``main`` its class)
+    compiled against the Kafka 4.x jars into ``<cache>/test-classes/``, once
+    per source version."""
     from zkcoord.local.legacy import find_javac
 
     classpath = jars.kafka4_distribution().classpath
-    digest = hashlib.sha256(REPORTER_SOURCE.read_bytes() + classpath.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(source.read_bytes() + classpath.encode()).hexdigest()[:12]
     root = jars.cache_dir() / "test-classes"
-    classes = root / f"assignment-reporter-{digest}"
-    if (classes / f"{REPORTER_MAIN}.class").exists():
+    classes = root / f"{source.stem.lower()}-{digest}"
+    if (classes / f"{main}.class").exists():
         return str(classes)
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (classes / f"{REPORTER_MAIN}.class").exists():
+        if not (classes / f"{main}.class").exists():
             partial = classes.with_name(classes.name + ".partial")
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir()
             proc = subprocess.run([find_javac(), "-nowarn", "-Xlint:none", "-cp", classpath, "-d", str(partial),
-                                   str(REPORTER_SOURCE)], capture_output=True, text=True)
+                                   str(source)], capture_output=True, text=True)
             if proc.returncode != 0:
-                raise JavaToolError(f"javac could not compile {REPORTER_SOURCE}:\n{proc.stdout}{proc.stderr}")
+                raise JavaToolError(f"javac could not compile {source}:\n{proc.stdout}{proc.stderr}")
             partial.rename(classes)
     return str(classes)
+
+
+def reporter_classes() -> str:
+    """The directory of the compiled AssignmentReporter."""
+    return compiled_classes(REPORTER_SOURCE, REPORTER_MAIN)
 
 
 class AssignmentReporterProcess(JsonLinesProcess):
