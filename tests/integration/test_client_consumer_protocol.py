@@ -206,3 +206,296 @@ def test_members_split_a_topic_through_a_join_and_a_leave(services, zk_hosts, un
         finally:
             for w in workers:
                 w.consumer.close()
+
+
+def crash(worker: Worker) -> None:
+    """The member dies without a word: no more heartbeats, polls or leave
+    (its connections close, as a killed process's would)."""
+    kafka = worker.consumer._kafka
+    coordinator = kafka._coordinator
+    coordinator._member_closed = True
+    coordinator._member_wakeup.notify()
+    worker.changes.append(AssignmentChange(worker.name, "revoked", tick(),
+                                           {(tp.topic, tp.partition) for tp in worker.owned()}))
+    kafka._client.close()
+    worker.consumer._closed = True
+
+
+def settled(workers, partitions, produced, everyone=None) -> bool:
+    """Split, everything produced consumed (by ``everyone``, default the
+    ``workers``) and committed by its owner."""
+    if not split(workers, partitions) or len(consumed(everyone or workers)) < len(produced):
+        return False
+    ends = workers[0].consumer.end_offsets(partitions)
+    return all(committed(w, w.owned()) == {tp: ends[tp] for tp in w.owned()} for w in workers)
+
+
+def test_a_member_that_dies_loses_its_partitions_when_its_session_runs_out(services, zk_hosts, unique_name):
+    topic, group = unique_name("t"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 6)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(6))
+    with ThreadDaemons(zk_hosts, 1, bootstrap_servers=bootstrap, group_consumer_session_timeout_ms=4_000,
+                       **DAEMON) as daemons:
+        cfg = protocol_config(daemons.addresses, bootstrap, group)
+        workers = [start_worker(f"w{i}", cfg, [topic]) for i in range(3)]
+        everyone = list(workers)
+        try:
+            produced = produce(bootstrap, topic, range(6), 10, tag="a")
+            eventually(lambda: settled(workers, partitions, produced) and all(len(w.owned()) == 2 for w in workers),
+                       "3 members split the topic, consumed and committed batch a", step=polling(workers))
+            dead = workers.pop(0)
+            held = dead.owned()
+            crash(dead)
+            produced |= produce(bootstrap, topic, range(6), 10, tag="b")
+            eventually(lambda: split(workers, partitions) and len(consumed(everyone)) >= len(produced),
+                       "the 2 survivors took the dead member's partitions and consumed batch b",
+                       step=polling(workers))
+            assert consumed(everyone) == sorted(produced)
+            no_double_owner(everyone)
+            assert not any(c.kind == "lost" for w in workers for c in w.changes)  # the survivors kept theirs
+            taken = {tp for w in workers for c in w.changes if c.kind == "assigned" and c.ts_ms > 0
+                     for tp in c.partitions}
+            assert {(tp.topic, tp.partition) for tp in held} <= taken
+            assert len(describe(daemons.addresses, group).members) == 2
+        finally:
+            for w in workers:
+                w.consumer.close()
+
+
+def test_a_static_member_leaves_and_comes_back_to_its_partitions(services, zk_hosts, unique_name):
+    topic, group = unique_name("t"), unique_name("g")
+    instance = unique_name("i")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 4)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(4))
+    with ThreadDaemons(zk_hosts, 1, bootstrap_servers=bootstrap, **DAEMON) as daemons:
+        cfg = protocol_config(daemons.addresses, bootstrap, group)
+        static = start_worker("static", dataclasses.replace(cfg, group_instance_id=instance), [topic])
+        dynamic = start_worker("dynamic", cfg, [topic])
+        workers = [static, dynamic]
+        everyone = list(workers)
+        try:
+            produced = produce(bootstrap, topic, range(4), 5, tag="a")
+            eventually(lambda: settled(workers, partitions, produced) and all(len(w.owned()) == 2 for w in workers),
+                       "static and dynamic split the topic and consumed batch a", step=polling(workers))
+            kept, theirs, callbacks = static.owned(), dynamic.owned(), len(dynamic.changes)
+            static.consumer.close()  # epoch -2: the coordinator keeps its partitions for it
+            assert static.changes[-1].kind == "revoked" and static.changes[-1].partitions == {
+                (tp.topic, tp.partition) for tp in kept}
+            parked = describe(daemons.addresses, group)
+            assert {(m.instance_id, m.member_epoch) for m in parked.members if m.instance_id} == {(instance, -2)}
+
+            produced |= produce(bootstrap, topic, range(4), 5, tag="b")
+            mine = {(p, k) for p, k in produced if k.startswith("b-") and TopicPartition(topic, p) in theirs}
+            eventually(lambda: mine <= set(dynamic.keys()), "the dynamic member consumed its own batch b",
+                       step=polling([dynamic]))
+            assert dynamic.owned() == theirs and len(dynamic.changes) == callbacks  # no rebalance meanwhile
+
+            back = start_worker("static-again", dataclasses.replace(cfg, group_instance_id=instance), [topic])
+            workers = [back, dynamic]
+            everyone.append(back)
+            eventually(lambda: settled(workers, partitions, produced, everyone),
+                       "the static member back consumed batch b", step=polling(workers))
+            assert back.owned() == kept and dynamic.owned() == theirs
+            assert len(dynamic.changes) == callbacks
+            assert consumed(everyone) == sorted(produced)
+            no_double_owner(everyone)
+        finally:
+            for w in workers:
+                w.consumer.close()
+
+
+def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(services, zk_hosts, unique_name):
+    topic, group = unique_name("t"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 4)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(4))
+    with ThreadDaemons(zk_hosts, 1, bootstrap_servers=bootstrap, **DAEMON) as daemons:
+        cfg = protocol_config(daemons.addresses, bootstrap, group)
+        slow = start_worker("slow", dataclasses.replace(cfg, max_poll_interval_ms=3_000), [topic])
+        busy = start_worker("busy", cfg, [topic])
+        workers = [slow, busy]
+        try:
+            produced = produce(bootstrap, topic, range(4), 5, tag="a")
+            eventually(lambda: settled(workers, partitions, produced) and all(len(w.owned()) == 2 for w in workers),
+                       "both split the topic and consumed batch a", step=polling(workers))
+            slow_id = slow.consumer.membership().member_id
+            # slow stops polling: after max_poll_interval_ms its heartbeat task leaves for it.
+            eventually(lambda: busy.owned() == partitions, "busy took every partition", step=polling([busy]))
+            assert slow_id not in {m.member_id for m in describe(daemons.addresses, group).members}
+            produced |= produce(bootstrap, topic, range(4), 5, tag="b")
+            eventually(lambda: len(consumed(workers)) >= len(produced), "busy consumed batch b",
+                       step=polling([busy]))
+            eventually(lambda: split(workers, partitions) and len(slow.owned()) == 2, "slow back in the group",
+                       step=polling(workers))
+            kinds = [c.kind for c in slow.changes]
+            assert "lost" in kinds and kinds[kinds.index("lost") + 1:].count("assigned") >= 1
+            assert slow.consumer.membership().member_id == slow_id  # same member id, new epoch
+            assert consumed(workers) == sorted(produced)
+            no_double_owner(workers)
+        finally:
+            for w in workers:
+                w.consumer.close()
+
+
+def test_mixed_group_upgrades_and_downgrades_online(services, zk_hosts, zk, unique_name):
+    from tests.integration.test_client_support import config as classic_config, read_group_state
+
+    topic, group = unique_name("t"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 4)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(4))
+    with ThreadDaemons(zk_hosts, 2, bootstrap_servers=bootstrap, **DAEMON) as daemons:
+        classic = start_worker("classic", classic_config(daemons.addresses, bootstrap, group), [topic])
+        workers = [classic]
+        everyone = list(workers)
+        try:
+            produced = produce(bootstrap, topic, range(4), 5, tag="a")
+            eventually(lambda: settled(workers, partitions, produced), "the classic member consumed batch a",
+                       step=polling(workers))
+            assert read_group_state(zk, group)[0] == "Stable"  # a classic group
+
+            modern = start_worker("modern", protocol_config(daemons.addresses, bootstrap, group), [topic])
+            workers.append(modern)
+            everyone.append(modern)
+            eventually(lambda: split(workers, partitions) and len(modern.owned()) == 2,
+                       "upgraded: the classic and the consumer-protocol member split the topic",
+                       step=polling(workers))
+            described = describe(daemons.addresses, group)
+            assert (described.error_code, described.group_state) == (0, "Stable")
+            assert sorted(m.member_id for m in described.members) == sorted(
+                w.consumer.membership().member_id for w in workers)
+            produced |= produce(bootstrap, topic, range(4), 5, tag="b")
+            eventually(lambda: settled(workers, partitions, produced, everyone), "both consumed batch b",
+                       step=polling(workers))
+            assert {p for p, _ in modern.keys()} == {tp.partition for tp in modern.owned()}  # it consumed its half
+
+            modern.consumer.close()  # the last consumer-protocol member leaves: downgraded to classic
+            workers.remove(modern)
+            produced |= produce(bootstrap, topic, range(4), 5, tag="c")
+            eventually(lambda: settled(workers, partitions, produced, everyone), "downgraded: the classic member alone",
+                       step=polling(workers))
+            state, _, members = read_group_state(zk, group)
+            assert (state, members) == ("Stable", [classic.consumer.membership().member_id])
+            assert consumed(everyone) == sorted(produced)
+            no_double_owner(everyone)
+        finally:
+            for w in workers:
+                w.consumer.close()
+
+
+def test_subscription_by_regular_expression(services, zk_hosts, unique_name):
+    prefix, group = unique_name("rx"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, f"{prefix}-a", 2)
+    create_topic(bootstrap, f"{prefix}-b", 2)
+    create_topic(bootstrap, f"{prefix}x-not", 2)
+    with ThreadDaemons(zk_hosts, 1, bootstrap_servers=bootstrap, **DAEMON) as daemons:
+        cfg = protocol_config(daemons.addresses, bootstrap, group)
+        pattern = f"{prefix}-[a-z]+"  # RE2J: matched against whole topic names by the coordinator
+        workers = [start_worker(f"w{i}", cfg, pattern=pattern) for i in range(2)]
+        try:
+            partitions = {TopicPartition(f"{prefix}-{t}", p) for t in "ab" for p in range(2)}
+            produced = set()
+            for t in "ab":
+                produced |= {(p, k) for p, k in produce(bootstrap, f"{prefix}-{t}", range(2), 3, tag=t)}
+            eventually(lambda: split(workers, partitions) and len(consumed(workers)) >= len(produced),
+                       "two members split the matching topics", step=polling(workers))
+            create_topic(bootstrap, f"{prefix}-c", 2)
+            partitions |= {TopicPartition(f"{prefix}-c", p) for p in range(2)}
+            eventually(lambda: split(workers, partitions), "a new matching topic is assigned too",
+                       step=polling(workers))
+            assert consumed(workers) == sorted(produced)
+            assert workers[0].consumer.subscription() | workers[1].consumer.subscription() == {
+                f"{prefix}-a", f"{prefix}-b", f"{prefix}-c"}
+            no_double_owner(workers)
+        finally:
+            for w in workers:
+                w.consumer.close()
+
+
+def test_fatal_answers_are_raised_by_poll_naming_the_setting(services, zk_hosts, unique_name):
+    topic = unique_name("t")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 1)
+    with ThreadDaemons(zk_hosts, 1, bootstrap_servers=bootstrap, **DAEMON) as daemons:
+        cfg = protocol_config(daemons.addresses, bootstrap, unique_name("g"), group_remote_assignor="fair")
+        worker = start_worker("w", cfg, [topic])
+        try:
+            with pytest.raises(ConsumerError, match="group_remote_assignor") as raised:
+                eventually(lambda: False, "never", step=polling([worker]))
+            assert "UnsupportedAssignorError" in str(raised.value)
+            with pytest.raises(ConsumerError, match="group_remote_assignor"):  # and at every later poll
+                worker.poll(0)
+        finally:
+            worker.consumer.close()
+
+        instance, group = unique_name("i"), unique_name("g")
+        cfg = protocol_config(daemons.addresses, bootstrap, group, group_instance_id=instance)
+        first = start_worker("first", cfg, [topic])
+        second = start_worker("second", cfg, [topic])
+        try:
+            eventually(lambda: first.owned() == {TopicPartition(topic, 0)}, "first joined", step=polling([first]))
+            with pytest.raises(FencedInstanceError, match="still held"):
+                eventually(lambda: False, "never", step=polling([second]))
+        finally:
+            first.consumer.close()
+            second.consumer.close()
+
+    with ThreadDaemons(zk_hosts, 1, bootstrap_servers=bootstrap, group_coordinator_rebalance_protocols="classic",
+                       **DAEMON) as daemons:
+        worker = start_worker("w", protocol_config(daemons.addresses, bootstrap, unique_name("g")), [topic])
+        try:
+            with pytest.raises(ConsumerError, match="use group_protocol=classic"):
+                eventually(lambda: False, "never", step=polling([worker]))
+        finally:
+            worker.consumer.close()
+
+
+@pytest.fixture
+def fleet(zk_hosts, zk, tmp_path, services):
+    with DaemonFleet(zk_hosts, zk, tmp_path / "logs", options={
+            "zk_session_timeout_ms": 4_000, "bootstrap_servers": services.bootstrap_servers, **DAEMON}) as fleet:
+        try:
+            yield fleet
+        finally:
+            for daemon in fleet.daemons.values():
+                print(f"---- daemon {daemon.node_id} (pid {daemon.pid}), {daemon.log_path}:\n{daemon.log(40)}")
+
+
+def test_the_owner_daemon_dies_and_the_group_goes_on(services, fleet, unique_name):
+    topic, group = unique_name("t"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 6)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(6))
+    daemons = fleet.start_many(1, 2)
+    addresses = ",".join(f"{h}:{p}" for h, p in (d.address for d in daemons))
+    cfg = protocol_config(addresses, bootstrap, group)
+    workers = [start_worker(f"w{i}", cfg, [topic]) for i in range(2)]
+    everyone = list(workers)
+    try:
+        produced = produce(bootstrap, topic, range(6), 10, tag="a")
+        eventually(lambda: settled(workers, partitions, produced) and all(len(w.owned()) == 3 for w in workers),
+                   "2 members split the topic and consumed batch a", step=polling(workers))
+        owner_address = asyncio.run(find_coordinator(addresses, group))
+        owner = next(d for d in daemons if d.address == owner_address)
+        owner.kill()
+        produced |= produce(bootstrap, topic, range(6), 10, tag="b")
+        workers.append(start_worker("w2", cfg, [topic]))  # partitions move on the new owner
+        everyone.append(workers[-1])
+        eventually(lambda: settled(workers, partitions, produced, everyone)
+                   and all(len(w.owned()) == 2 for w in workers),
+                   "3 members on the surviving daemon consumed batch b", step=polling(workers))
+        produced |= produce(bootstrap, topic, range(6), 10, tag="c")
+        eventually(lambda: settled(workers, partitions, produced, everyone), "the 3 members consumed batch c",
+                   step=polling(workers))
+        assert {p for p, k in workers[-1].keys() if k.startswith("c-")} == {tp.partition for tp in workers[-1].owned()}
+        survivor = next(d for d in daemons if d is not owner)
+        assert asyncio.run(find_coordinator(addresses, group)) == survivor.address
+        assert consumed(everyone) == sorted(produced)
+        no_double_owner(everyone)
+        assert not any(c.kind == "lost" for w in everyone for c in w.changes)  # nobody was fenced
+    finally:
+        for w in workers:
+            w.consumer.close()
