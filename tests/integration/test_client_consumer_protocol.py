@@ -23,16 +23,15 @@ import threading
 import pytest
 
 from tests.integration.test_client_support import (
-    ThreadDaemons, create_topic, eventually, produce,
+    ThreadDaemons, create_topic, describe_consumer_group as describe, eventually, produce,
 )
 from tests.support.daemons import DaemonFleet
 from tests.support.ownership import AssignmentChange, double_owners
-from tests.support.wire import coordinator_client, find_coordinator
+from tests.support.wire import find_coordinator
 from zkcoord.client import (
     CommitFailedError, Consumer, ConsumerConfig, ConsumerError, FencedInstanceError, OffsetAndMetadata,
     RebalanceListener, TopicPartition,
 )
-from zkcoord.schemas import ConsumerGroupDescribeRequest
 
 pytestmark = pytest.mark.integration
 
@@ -150,19 +149,6 @@ def consumed(workers) -> list:
 
 def committed(worker: Worker, partitions) -> dict:
     return {tp: o.offset for tp, o in worker.consumer.committed(list(partitions)).items()}
-
-
-def describe(addresses: str, group: str):
-    """The group as its owner describes it (ConsumerGroupDescribe)."""
-    async def ask():
-        client = await coordinator_client(addresses, group)
-        try:
-            answer = await client.call(ConsumerGroupDescribeRequest(version=0, group_ids=[group],
-                                                                    include_authorized_operations=False))
-        finally:
-            await client.close()
-        return answer.groups[0]
-    return asyncio.run(ask())
 
 
 # -- tests -------------------------------------------------------------------------------------------
