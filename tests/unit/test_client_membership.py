@@ -181,6 +181,9 @@ def test_partitions_of_unknown_topics_wait_for_the_metadata():
     assert m.state is S.RECONCILING  # the rest of the target is still to come
     m.on_response(partial, ok(1), 2)
     assert m.next_work({T: "t"}.get, frozenset({("t", 0)})) is None  # acknowledged already, nothing new
+    assert not m.has_work()  # poll() does not spin on it
+    m.metadata_changed()
+    assert m.has_work()
     later = reconcile(m, owned={("t", 0)})
     assert (later.added, later.revoked) == ({("u", 0)}, frozenset())
     m.reconciled(later)

@@ -475,6 +475,8 @@ class ConsumerProtocolCoordinator(ConsumerCoordinator):
         if cluster.unauthorized_topics:
             raise Errors.TopicAuthorizationFailedError(cluster.unauthorized_topics)
         if getattr(self, "_member_lock", None) is not None:  # registered before __init__ ends
+            with self._member_lock:
+                self._membership.metadata_changed()
             self._notify_waiters()  # topic ids of the target may resolve now
 
     # -- offsets with the member's epoch --------------------------------------------------------------

@@ -350,6 +350,7 @@ class Membership:
         self._stale_released = False
         self._stale_rejoin = False
         self._target_confirmed = True  # no heartbeat went unanswered since the target arrived
+        self._awaiting_metadata: int | None = None  # the target's local epoch whose rest awaits topic names
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -374,7 +375,12 @@ class Membership:
 
     def _may_reconcile(self) -> bool:
         return (self.state is S.RECONCILING and self._reconciling is None and self.target != self.current
-                and self._target_confirmed and not self._timing.in_flight)
+                and self._target_confirmed and not self._timing.in_flight
+                and self._awaiting_metadata != self.target.local_epoch)
+
+    def metadata_changed(self) -> None:
+        """New topic metadata: topic ids of the target may resolve now."""
+        self._awaiting_metadata = None
 
     def target_topic_ids(self) -> frozenset[TopicId]:
         return frozenset(t for t, _ in self.target.partitions)
@@ -418,6 +424,8 @@ class Membership:
                 # What resolves is already owned: acknowledge it under the new local epoch.
                 self.current = LocalAssignment(self.target.local_epoch, resolved)
                 self._transition(S.ACKNOWLEDGING)
+            else:
+                self._awaiting_metadata = self.target.local_epoch  # no work until metadata_changed()
             return None
         assigned = frozenset((names[t], p) for t, p in resolved)
         work = Reconcile(self.target.local_epoch, resolved, assigned, frozenset(owned) - assigned,
