@@ -13,7 +13,9 @@ thread of its own, so slow processing between two ``poll()`` calls does not
 expire the session (only ``max_poll_interval_ms`` without ``poll()`` makes
 the consumer leave the group). Listener callbacks run on a helper thread
 while the ``poll()`` or ``close()`` that triggered them waits; they may call
-``commit()``, ``committed()``, ``position()`` and ``seek()``.
+``commit()``, ``committed()``, ``position()`` and ``seek()``. With the
+consumer protocol (:mod:`zkcoord.client.consumer_protocol`) they run on the
+thread of that ``poll()`` or ``close()`` itself, with the same freedom.
 """
 
 from __future__ import annotations
@@ -84,7 +86,9 @@ class Consumer:
     Kafka brokers; the group is joined by the first ``poll()`` after
     ``subscribe()``. ``close()`` commits (with auto commit on), calls
     ``on_revoked`` and leaves the group (a static member, with
-    ``group_instance_id``, stays until its session times out, as in Kafka).
+    ``group_instance_id``, stays until its session times out, as in Kafka;
+    with the consumer protocol it leaves with epoch -2, its partitions kept
+    for its return).
     """
 
     def __init__(self, config: ConsumerConfig):
