@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import itertools
 import threading
+import time
 
 import pytest
 
@@ -91,13 +92,16 @@ class Worker:
 
 
 class Recording(RebalanceListener):
-    """Commits on revoke; stamps a revocation when it is done, an assignment when it starts."""
+    """Commits on revoke; stamps a revocation when it is done, an assignment
+    when it starts (``clock``: :func:`tick`, or milliseconds of the wall
+    clock beside other processes' callbacks)."""
 
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: Worker, clock=tick):
         self.worker = worker
+        self.clock = clock
 
     def _note(self, kind: str, partitions) -> None:
-        self.worker.changes.append(AssignmentChange(self.worker.name, kind, tick(),
+        self.worker.changes.append(AssignmentChange(self.worker.name, kind, self.clock(),
                                                     {(tp.topic, tp.partition) for tp in partitions}))
         self.worker.epochs.append((kind, self.worker.consumer.membership().generation_id))
 
@@ -113,13 +117,13 @@ class Recording(RebalanceListener):
         self._note("lost", partitions)
 
 
-def start_worker(name: str, cfg: ConsumerConfig, topics=(), pattern=None) -> Worker:
+def start_worker(name: str, cfg: ConsumerConfig, topics=(), pattern=None, clock=tick) -> Worker:
     consumer = Consumer(dataclasses.replace(cfg, client_id=name)).start()
     worker = Worker(name, consumer)
     if pattern is not None:
-        consumer.subscribe(pattern=pattern, listener=Recording(worker))
+        consumer.subscribe(pattern=pattern, listener=Recording(worker, clock))
     else:
-        consumer.subscribe(list(topics), listener=Recording(worker))
+        consumer.subscribe(list(topics), listener=Recording(worker, clock))
     return worker
 
 
@@ -485,3 +489,49 @@ def test_the_owner_daemon_dies_and_the_group_goes_on(services, fleet, unique_nam
     finally:
         for w in workers:
             w.consumer.close()
+
+
+def test_against_kafkas_own_coordinator_beside_its_java_consumer(kafka4, unique_name):
+    """The same client with Kafka 4.4's own group coordinator (the 4.x node
+    answers the FindCoordinator the consumer sends to its "daemons") and
+    Kafka's VerifiableConsumer in the same group: they split the topic, a
+    zkcoord member leaves (commit on revoke), every record is consumed once,
+    and the callbacks of all three show no partition with two owners."""
+    from tests.support.java4_tools import VerifiableConsumerProcess
+
+    topic, group = unique_name("t"), unique_name("g")
+    create_topic(kafka4, topic, 6)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(6))
+    wall_ms = lambda: int(time.time() * 1000)  # noqa: E731 - the Java consumer's stamps are wall-clock ms
+    cfg = protocol_config(kafka4, kafka4, group, group_remote_assignor="uniform")
+    workers = [start_worker(f"w{i}", cfg, [topic], clock=wall_ms) for i in range(2)]
+    everyone = list(workers)
+    with VerifiableConsumerProcess(kafka4, topic, group, label="java", assignor="uniform") as java:
+        try:
+            def three_way():
+                held = [w.owned() for w in workers] + [frozenset(TopicPartition(*tp) for tp in java.assignment())]
+                return all(len(h) == 2 for h in held) and frozenset().union(*held) == partitions and all(
+                    w.consumer.membership().state == "stable" for w in workers)
+
+            eventually(three_way, "two zkcoord members and Kafka's own split the topic", step=polling(workers),
+                       timeout_s=120)
+            produced = produce(kafka4, topic, range(6), 10, tag="a")
+
+            def offsets() -> list[tuple[int, int]]:
+                ours = [(r.partition, r.offset) for w in everyone for r in w.records]
+                theirs = [(p, o) for (_, p), seen in java.consumed_offsets().items() for o in seen]
+                return sorted(ours + theirs)
+
+            eventually(lambda: len(offsets()) >= len(produced), "batch a consumed", step=polling(workers),
+                       timeout_s=120)
+            leaving = workers.pop(0)
+            leaving.consumer.close()
+            produced |= produce(kafka4, topic, range(6), 10, tag="b")
+            eventually(lambda: len(offsets()) >= len(produced), "batch b consumed after a zkcoord member left",
+                       step=polling(workers), timeout_s=120)
+            assert offsets() == sorted((p, o) for p in range(6) for o in range(20))  # each record once
+            assert double_owners([c for w in everyone for c in w.changes] + java.changes()) == []
+            assert not [f for w in everyone for f in w.failed_commits]
+        finally:
+            for w in workers:
+                w.consumer.close()
