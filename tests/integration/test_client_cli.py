@@ -159,6 +159,15 @@ def test_consume_with_the_consumer_protocol(services, zk_hosts, unique_name):
             b.send_signal(signal.SIGTERM)
             assert b.wait(60) == 0, b.stderr.read()
             assert describe_consumer_group(daemons.addresses, group).members == []  # b left with epoch -1
+
+            # An assignor the daemons do not offer: one error line naming the setting, no traceback.
+            bad, _ = _consume_process(daemons, services, topic, unique_name("g"), "--group-protocol", "consumer",
+                                      "--group-remote-assignor", "fair")
+            procs.append((bad, []))
+            assert bad.wait(60) == 1
+            errors = bad.stderr.read().splitlines()
+            assert len(errors) == 1 and errors[0].startswith("error: poll: UnsupportedAssignorError: "), errors
+            assert "group_remote_assignor names an assignor the daemons do not offer" in errors[0]
         finally:
             for proc, _ in procs:
                 if proc.poll() is None:
