@@ -64,6 +64,7 @@ class Worker:
 
     name: str
     consumer: Consumer
+    manual_commit: bool = True  # False: auto commit only (on revoke too)
     records: list = dataclasses.field(default_factory=list)
     changes: list = dataclasses.field(default_factory=list)  # AssignmentChange
     epochs: list = dataclasses.field(default_factory=list)  # (callback, member epoch)
@@ -72,7 +73,7 @@ class Worker:
     def poll(self, timeout_ms: int = 100) -> list:
         records = self.consumer.poll(timeout_ms=timeout_ms)
         self.records.extend(records)
-        if records:
+        if records and self.manual_commit:
             self.commit()
         return records
 
@@ -106,7 +107,7 @@ class Recording(RebalanceListener):
         self.worker.epochs.append((kind, self.worker.consumer.membership().generation_id))
 
     def on_revoked(self, partitions):
-        if partitions:
+        if partitions and self.worker.manual_commit:
             self.worker.commit()
         self._note("revoked", partitions)
 
@@ -119,7 +120,7 @@ class Recording(RebalanceListener):
 
 def start_worker(name: str, cfg: ConsumerConfig, topics=(), pattern=None, clock=tick) -> Worker:
     consumer = Consumer(dataclasses.replace(cfg, client_id=name)).start()
-    worker = Worker(name, consumer)
+    worker = Worker(name, consumer, manual_commit=not cfg.enable_auto_commit)
     if pattern is not None:
         consumer.subscribe(pattern=pattern, listener=Recording(worker, clock))
     else:
@@ -196,6 +197,46 @@ def test_members_split_a_topic_through_a_join_and_a_leave(services, zk_hosts, un
         finally:
             for w in workers:
                 w.consumer.close()
+
+
+def test_auto_commit_before_each_reconciliation_and_on_close(services, zk_hosts, unique_name):
+    """No commit by the application: auto commit before every reconciliation
+    (Kafka's commit before revoking) and on close hands every record over once."""
+    topic, group = unique_name("t"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 6)
+    partitions = frozenset(TopicPartition(topic, p) for p in range(6))
+    with ThreadDaemons(zk_hosts, 1, bootstrap_servers=bootstrap, **DAEMON) as daemons:
+        cfg = protocol_config(daemons.addresses, bootstrap, group, enable_auto_commit=True,
+                              auto_commit_interval_ms=60_000)  # only the rebalance and close commits count
+        workers = [start_worker(f"w{i}", cfg, [topic]) for i in range(2)]
+        everyone = list(workers)
+        try:
+            produced = produce(bootstrap, topic, range(6), 10, tag="a")
+            eventually(lambda: split(workers, partitions) and len(consumed(everyone)) >= len(produced),
+                       "2 members consumed batch a", step=polling(workers))
+            workers.append(start_worker("w2", cfg, [topic]))
+            everyone.append(workers[-1])
+            produced |= produce(bootstrap, topic, range(6), 10, tag="b")
+            eventually(lambda: split(workers, partitions) and all(len(w.owned()) == 2 for w in workers)
+                       and len(consumed(everyone)) >= len(produced), "3 members consumed batch b",
+                       step=polling(workers))
+            leaving = workers.pop(0)
+            leaving.consumer.close()  # auto commit, on_revoked, leave
+            produced |= produce(bootstrap, topic, range(6), 10, tag="c")
+            eventually(lambda: split(workers, partitions) and len(consumed(everyone)) >= len(produced),
+                       "2 members after a leave consumed batch c", step=polling(workers))
+            assert consumed(everyone) == sorted(produced)
+            no_double_owner(everyone)
+        finally:
+            for w in workers:
+                w.consumer.close()
+        reader = Consumer(cfg).start()  # partitions by hand: reads the group's offsets without joining
+        try:
+            reader.assign(partitions)
+            assert {tp: o.offset for tp, o in reader.committed(list(partitions)).items()} == {tp: 30 for tp in partitions}
+        finally:
+            reader.close()
 
 
 def crash(worker: Worker) -> None:
