@@ -4,9 +4,12 @@ step as Kafka 4.4's Java consumer takes them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.unit.test_core_purity import _imports, _violations
+from zkcoord.client import member_values
 from zkcoord.client import membership as mm
 from zkcoord.client.membership import (
     ErrorCode as E, HeartbeatResponse, IllegalTransitionError, LookUp, MemberConfig, MemberState as S, Membership,
@@ -396,9 +399,9 @@ def test_transitions_outside_kafkas_table_are_refused():
     assert set(mm.ALLOWED_FROM) == set(S) - {S.UNSUBSCRIBED} | {S.UNSUBSCRIBED}
 
 
-def test_the_membership_module_is_pure():
-    path = mm.__file__
-    from pathlib import Path
-
-    found = {name for name in _imports(mm.__name__, Path(path)) if _violations(name)}
-    assert found == set(), f"zkcoord.client.membership imports {sorted(found)}"
+@pytest.mark.parametrize("module", [mm, member_values])
+def test_the_state_machine_is_pure(module):
+    """The rules of zkcoord.core (tests/unit/test_core_purity.py), its own values apart."""
+    found = {name for name in _imports(module.__name__, Path(module.__file__))
+             if _violations(name) and not name.startswith(member_values.__name__)}
+    assert found == set(), f"{module.__name__} imports {sorted(found)}"

@@ -54,7 +54,7 @@ I/O around it, a ``ConsumerCoordinator`` subclass installed in place of
 kafka-python's; fetching, offsets and the routing above are unchanged.
 
 Modules: ``config`` (settings), ``network`` (where requests go),
-``coordinator`` (the join fixes), ``membership`` and ``consumer_protocol``
+``coordinator`` (the join fixes), ``membership``, ``member_values`` and ``consumer_protocol``
 (the consumer protocol), ``consumer`` (the facade), ``errors``.
 
 Example::
