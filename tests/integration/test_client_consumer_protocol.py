@@ -576,3 +576,55 @@ def test_against_kafkas_own_coordinator_beside_its_java_consumer(kafka4, unique_
         finally:
             for w in workers:
                 w.consumer.close()
+
+
+def test_through_a_sasl_ssl_daemon_with_acls(tmp_path, services, zk_hosts, unique_name):
+    """Heartbeats, commits and offset fetches go on the daemon connection's
+    login (SCRAM over TLS, ``coordinator_security``): alice's member, allowed
+    by Kafka's ACLs, consumes; bob's is refused the group at its first poll
+    (a fatal GROUP_AUTHORIZATION_FAILED: AuthorizationError naming his login)."""
+    from tests.integration.test_daemon_security import kafka_acls, kafka_configs
+    from zkcoord.config import DaemonConfig
+    from zkcoord.errors import AuthorizationError
+    from zkcoord.kafka.client_security import KafkaClientSecurity
+    from zkcoord.local.certs import make_local_ca
+    from zkcoord.server.daemon import Daemon
+
+    topic, group = unique_name("t"), unique_name("g")
+    bootstrap = services.bootstrap_servers
+    create_topic(bootstrap, topic, 2)
+    ca = make_local_ca(tmp_path / "ca")
+    passwords = {"alice": "alice-Kl-4Rw", "bob": "bob-Kl-8Vn"}
+    logins = {}
+    for user, password in passwords.items():
+        kafka_configs(zk_hosts, user, password)
+        path = tmp_path / f"{user}.properties"
+        path.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                        f'username="{user}" password="{password}";\nssl.truststore.location={ca.ca_certificate_pem}\n')
+        logins[user] = KafkaClientSecurity.from_file(str(path))
+    for resource in (("--group", group), ("--topic", topic)):
+        kafka_acls(zk_hosts, "--add", "--allow-principal", "User:alice", "--operation", "Read", *resource)
+    daemons = ThreadDaemons(zk_hosts, count=0)
+    daemons.daemons = [Daemon(DaemonConfig(
+        zookeeper=zk_hosts, listen="SASL_SSL://127.0.0.1:0", node_id=1, zk_session_timeout_ms=6000,
+        bootstrap_servers=bootstrap, ssl_keystore_location=str(ca.server_keystore_pem),
+        ssl_key_password=ca.key_password, sasl_enabled_mechanisms="SCRAM-SHA-512",
+        authorizer_class_name="kafka.security.authorizer.AclAuthorizer", super_users="User:admin", **DAEMON))]
+    with daemons:
+        cfg = protocol_config(daemons.addresses, bootstrap, group, coordinator_security=logins["alice"])
+        alice = start_worker("alice", cfg, [topic])
+        bob = start_worker("bob", dataclasses.replace(cfg, coordinator_security=logins["bob"]), [topic])
+        try:
+            produced = produce(bootstrap, topic, range(2), 5)
+            eventually(lambda: len(consumed([alice])) >= len(produced), "alice consumed everything",
+                       step=polling([alice]))
+            assert consumed([alice]) == sorted(produced) and alice.owned() == {TopicPartition(topic, p) for p in (0, 1)}
+            assert committed(alice, alice.owned()) == {TopicPartition(topic, p): 5 for p in (0, 1)}
+            with pytest.raises(AuthorizationError) as denied:
+                eventually(lambda: False, "bob's poll is refused", timeout_s=30, step=polling([bob]))
+            assert "GroupAuthorizationFailedError" in str(denied.value)
+            assert "daemons: SASL_SSL, SCRAM-SHA-512 as bob" in str(denied.value)
+        finally:
+            alice.consumer.close()
+            bob.consumer.close(autocommit=False)

@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_VERSION = 1  # v1: the member makes its own id (KIP-1082), regular expressions
 OFFSET_API_VERSION = 9  # the first OffsetCommit/OffsetFetch carrying member epochs
+LOOKUP_BACKOFF_MAX_MS = 1_000  # Kafka's retry.backoff.max.ms default: failed lookups back off up to it
 _REGEX_OPTIONS = re2.Options()
 _REGEX_OPTIONS.log_errors = False
 _STATES = {MemberState.STABLE: KafkaMemberState.STABLE, MemberState.RECONCILING: KafkaMemberState.REBALANCING,
@@ -178,6 +179,8 @@ class ConsumerProtocolCoordinator(ConsumerCoordinator):
         self._leave_waiters: set[Future] = set()
         self._subscription_version = -1
         self._offset_fetch_key: tuple | None = None
+        self._lookup_error: Exception | None = None  # the last lookup's refusal (e.g. no ACL for the group)
+        self._lookup_failures = 0
 
     # -- what the consumer asks -------------------------------------------------------------
     @property
@@ -217,7 +220,7 @@ class ConsumerProtocolCoordinator(ConsumerCoordinator):
         future = Future()
         with self._member_lock:
             self._work_waiters.add(future)
-            ready = self._membership.has_work() or bool(self._membership.failures)
+            ready = self._membership.has_work() or bool(self._membership.failures) or self._lookup_error is not None
         try:
             yield None if ready else future
         finally:
@@ -252,12 +255,15 @@ class ConsumerProtocolCoordinator(ConsumerCoordinator):
                 self._membership.subscribe(topics=tuple(sub.subscription or ()))
 
     def _raise_failures(self) -> None:
-        """Each recorded error once, oldest first; a fatal one again at every call."""
+        """Each recorded error once, oldest first; a fatal one, or a refused
+        coordinator lookup, again at every call."""
         with self._member_lock:
             m = self._membership
             failure = m.failures.pop(0) if m.failures else m.fatal
         if failure is not None:
             raise _error(failure, self.group_id)
+        if self._lookup_error is not None:
+            raise self._lookup_error
 
     def _do_member_work(self) -> None:
         while True:
@@ -432,7 +438,15 @@ class ConsumerProtocolCoordinator(ConsumerCoordinator):
                 await self.lookup_coordinator()
             except Errors.KafkaError as exc:
                 log.debug("group %s: coordinator lookup failed: %s", self.group_id, exc)
-                await self._member_wakeup(self.config["retry_backoff_ms"] / 1000)
+                if not exc.retriable:  # Kafka's consumer raises it from poll() (a coordinator "fatal error")
+                    self._lookup_error = exc
+                    self._notify_waiters()
+                self._lookup_failures += 1
+                backoff_ms = min(self.config["retry_backoff_ms"] * 2 ** (self._lookup_failures - 1),
+                                 max(LOOKUP_BACKOFF_MAX_MS, self.config["retry_backoff_ms"]))
+                await self._member_wakeup(backoff_ms / 1000)
+            else:
+                self._lookup_error, self._lookup_failures = None, 0
             return
         request = step.request
         wire = _wire_request(request)
@@ -464,7 +478,7 @@ class ConsumerProtocolCoordinator(ConsumerCoordinator):
         with self._member_lock:
             m = self._membership
             waiters = []
-            if m.has_work() or m.failures:
+            if m.has_work() or m.failures or self._lookup_error is not None:
                 waiters += [f for f in self._work_waiters if not f.is_done]
             if not m.leave_in_progress:
                 waiters += [f for f in self._leave_waiters if not f.is_done]
