@@ -18,7 +18,12 @@ sending its request again as soon as the last is answered:
 * ``find``: FindCoordinator v4 with ~100,000 distinct keys of groups nobody
   owns (1 MiB);
 * ``find-same``: FindCoordinator v4 with 300,000 copies of one key of a
-  group nobody owns (1 MiB).
+  group nobody owns (1 MiB);
+* ``consumer-join``: ConsumerGroupHeartbeat joining with ~40,000 subscribed
+  topic names (1 MiB; the member's record would be over --max-state-bytes,
+  so it is refused each time after the coordinator's work);
+* ``consumer-owned``: ConsumerGroupHeartbeat of a joined member claiming
+  ~250,000 partitions it owns (1 MiB).
 
 The daemon serves ``--metrics-listen`` as every sandbox daemon does (each
 answer's error is counted); ``--no-metrics`` runs it without.
@@ -37,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -48,9 +54,13 @@ from kafka.protocol.consumer.group import (  # noqa: E402
 from kafka.protocol.metadata import FindCoordinatorRequest  # noqa: E402
 from kafka.protocol.parser import KafkaProtocol  # noqa: E402
 
+from zkcoord.schemas import ConsumerGroupHeartbeatRequest  # noqa: E402
+
 GOAL_P99_MS = 50.0
 SETTLE_S = 5.0
-KINDS = ("describe", "describe-same", "delete", "commit", "fetch", "metadata", "find", "find-same")
+KINDS = ("describe", "describe-same", "delete", "commit", "fetch", "metadata", "find", "find-same",
+         "consumer-join", "consumer-owned")
+HOSTILE_MEMBER = "hostileAAAAAAAAAAAAAAA"  # a KIP-848 member id: 22 characters
 Topic = OffsetCommitRequest.OffsetCommitRequestTopic
 Partition = Topic.OffsetCommitRequestPartition
 
@@ -78,7 +88,7 @@ class Wire:
         return received[0][1]
 
 
-def hostile_request(kind: str):
+def hostile_request(kind: str, epoch: int = 0):
     if kind == "describe":
         return DescribeGroupsRequest(version=5, groups=[f"x{i:07d}" for i in range(110_000)],
                                      include_authorized_operations=False)
@@ -105,6 +115,15 @@ def hostile_request(kind: str):
         return FindCoordinatorRequest(version=4, key_type=0, coordinator_keys=[f"f{i:06d}" for i in range(100_000)])
     if kind == "find-same":
         return FindCoordinatorRequest(version=4, key_type=0, coordinator_keys=["f"] * 300_000)
+    if kind == "consumer-join":
+        return ConsumerGroupHeartbeatRequest(
+            version=1, group_id="hostile", member_id=HOSTILE_MEMBER, member_epoch=0, rebalance_timeout_ms=30_000,
+            subscribed_topic_names=[f"topic-{i:06d}-{'x' * 10}" for i in range(40_000)], topic_partitions=[])
+    if kind == "consumer-owned":
+        return ConsumerGroupHeartbeatRequest(
+            version=1, group_id="hostile", member_id=HOSTILE_MEMBER, member_epoch=epoch,
+            topic_partitions=[ConsumerGroupHeartbeatRequest.TopicPartitions(
+                topic_id=uuid.UUID(int=t + 1), partitions=list(range(1_000))) for t in range(250)])
     raise ValueError(kind)
 
 
@@ -112,8 +131,14 @@ async def hostile(kind: str, host: str, port: int) -> None:
     """Send the kind's request again and again; answers are read as raw frames."""
     wire = await Wire.connect(host, port, "hostile")
     await wire.call(FindCoordinatorRequest(version=3, key="hostile", key_type=0))
+    epoch = 0
+    if kind == "consumer-owned":  # a member first, whose heartbeats then claim the partitions
+        joined = await wire.call(ConsumerGroupHeartbeatRequest(
+            version=1, group_id="hostile", member_id=HOSTILE_MEMBER, member_epoch=0, rebalance_timeout_ms=30_000,
+            subscribed_topic_names=["hostile-topic"], topic_partitions=[]))
+        epoch = joined.member_epoch
     protocol = KafkaProtocol(client_id="hostile")
-    protocol.send_request(hostile_request(kind))
+    protocol.send_request(hostile_request(kind, epoch))
     frame = protocol.send_bytes()
     print(f"hostile {kind}: {len(frame)}-byte request", flush=True)
     while True:

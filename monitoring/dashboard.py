@@ -155,6 +155,36 @@ def groups_row(builder: d.Dashboard) -> d.Dashboard:
                                    [query(f"sum by (instance) (zkcoord_groups_owned{{{SEL}}})", "{{instance}}")])))
 
 
+def consumer_groups_row(builder: d.Dashboard) -> d.Dashboard:
+    """KIP-848's consumer groups beside the classic ones: how many of each, which protocol
+    the members speak (classic members in consumer groups: an upgrade under way), how far
+    the groups are from their target assignments, and the heartbeats of each protocol."""
+    heartbeats = 'api=~"Heartbeat|ConsumerGroupHeartbeat"'
+    return (builder.with_row(d.Row("Consumer groups (KIP-848)"))
+            .with_panel(timeseries("Groups by type and state", "Owned groups by group type (classic, consumer) and "
+                                   "Kafka's state of that type (a consumer group: Empty, Assigning, Reconciling, "
+                                   "Stable).",
+                                   [query(f"sum by (type, state) (zkcoord_groups{{{SEL}}})", "{{type}} {{state}}")],
+                                   stacked=True, width=6))
+            .with_panel(timeseries("Members by protocol", "Members of the owned groups by group type and by the "
+                                   "protocol each member speaks; classic members in consumer groups are an online "
+                                   "upgrade (or downgrade) in progress.",
+                                   [query(f"sum by (type, protocol) (zkcoord_members_by_protocol{{{SEL}}})",
+                                          "{{protocol}} members of {{type}} groups")], stacked=True, width=6))
+            .with_panel(timeseries("Consumer groups converging", "Members of consumer groups not at their target "
+                                   "assignment yet (revoking, or waiting for partitions others still own), and the "
+                                   "largest group epoch minus target assignment epoch of a daemon's groups (above 0: "
+                                   "a target assignment is pending). Both return to 0 once the groups settle.",
+                                   [query(f"sum(zkcoord_consumer_group_unreconciled_members{{{SEL}}})",
+                                          "members not at target"),
+                                    query(f"max(zkcoord_consumer_group_epoch_lag_max{{{SEL}}})",
+                                          "max epoch lag")], width=6))
+            .with_panel(rate_panel("zkcoord_requests_total", "api, error", "reqps", "Heartbeats by protocol",
+                                   "Heartbeats answered per second: Heartbeat (classic members, also those in "
+                                   "consumer groups) and ConsumerGroupHeartbeat (KIP-848 members), by error (NONE, "
+                                   "or the error that makes a member rejoin).", extra=heartbeats, width=6)))
+
+
 def requests_row(builder: d.Dashboard) -> d.Dashboard:
     errors = 'error!="NONE"'
     failures = f'error!~"{PROTOCOL_STEPS}"'
@@ -253,12 +283,12 @@ def variables(builder: d.Dashboard) -> d.Dashboard:
 def build() -> dict:
     """The dashboard as Grafana's JSON model (a dict)."""
     builder = (d.Dashboard("zkcoord").uid(UID)
-               .description("zkcoord coordinator daemons and gateways: groups, rebalances, requests, ZooKeeper, "
-                            "offset storage and migration, gateway traffic.")
+               .description("zkcoord coordinator daemons and gateways: groups, rebalances, KIP-848 consumer groups, "
+                            "requests, ZooKeeper, offset storage and migration, gateway traffic.")
                .tags(["zkcoord", "kafka", "zookeeper"]).editable().refresh("30s").time("now-3h", "now")
                .timezone(common.TimeZoneBrowser).tooltip(models.DashboardCursorSync.CROSSHAIR))
     builder = variables(builder)
-    for row in (overview_row, groups_row, requests_row, zookeeper_row, offsets_row, gateway_row):
+    for row in (overview_row, groups_row, consumer_groups_row, requests_row, zookeeper_row, offsets_row, gateway_row):
         builder = row(builder)
     model = builder.build()
     for panel_id, panel in enumerate(model.panels, 1):  # stable ids, in layout order

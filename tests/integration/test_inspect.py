@@ -188,13 +188,16 @@ def test_groups_lists_every_source(scene):
     assert by_name[scene.live] == {
         "group": scene.live, "state": "Stable", "generation": scene.consumers[scene.live][0].membership().generation_id,
         "owner": {"node_id": node, "host": host, "port": int(port), "live": True}, "members": 2,
-        "storage": "zookeeper", "sources": ["zkcoord"], "error": None}  # its offsets under /consumers are its own
+        "storage": "zookeeper", "sources": ["zkcoord"], "error": None,  # its offsets under /consumers are its own
+        "type": "classic", "group_epoch": None, "assignment_epoch": None}
     # its Kafka offsets are zkcoord's too, and Kafka's own coordinator has no members in it
     assert (by_name[scene.dual]["storage"], by_name[scene.dual]["sources"]) == ("dual", ["zkcoord"])
     assert by_name[scene.legacy] == {"group": scene.legacy, "state": "Stable", "generation": None, "owner": None,
-                                     "members": 1, "storage": "zookeeper", "sources": ["legacy"], "error": None}
+                                     "members": 1, "storage": "zookeeper", "sources": ["legacy"], "error": None,
+                                     "type": None, "group_epoch": None, "assignment_epoch": None}
     assert by_name[scene.kafka_only] == {"group": scene.kafka_only, "state": "Empty", "generation": None,
-                                         "owner": None, "members": 0, "storage": "kafka", "sources": ["kafka"], "error": None}
+                                         "owner": None, "members": 0, "storage": "kafka", "sources": ["kafka"],
+                                         "error": None, "type": None, "group_epoch": None, "assignment_epoch": None}
     assert doc["notes"] == []
 
 
@@ -209,12 +212,14 @@ def test_groups_filters_and_table(scene):
     table = run("groups", env=scene.env(kafka=False))
     assert table.exit_code == 0
     lines = table.stdout.splitlines()
-    assert lines[1].split() == ["GROUP", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE"]
+    assert lines[1].split() == ["GROUP", "TYPE", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE"]
     node, address = owner_address(scene, scene.live)
     assert [line.split() for line in lines if line.startswith(scene.live)] == [
-        [scene.live, "Stable", address, f"({node})", "2", "zookeeper", "zkcoord"]]
+        [scene.live, "Classic", "Stable", address, f"({node})", "2", "zookeeper", "zkcoord"]]
     assert [line.split() for line in lines if line.startswith(scene.legacy)] == [
-        [scene.legacy, "Stable", "-", "1", "zookeeper", "legacy"]]
+        [scene.legacy, "-", "Stable", "-", "1", "zookeeper", "legacy"]]
+    classic = run_json("groups", "--type", "classic", env=scene.env(kafka=False))
+    assert [g["group"] for g in classic["groups"]] == sorted([scene.live, scene.dual])
 
     bad = run("groups", "--state", "Running", env=scene.env())
     assert bad.exit_code == 2 and "--state 'Running' is not a group state" in bad.output
@@ -234,8 +239,10 @@ def test_describe_offsets_of_a_live_group(scene):
                     for p in range(3)]
     assert all(r["client_id"] in names and r["member_id"].startswith(r["client_id"] + "-") for r in group["offsets"])
     assert all(r["host"] and r["host"].startswith("/127.0.0.1") for r in group["offsets"])
-    assert (group["state"], group["read_from"], group["storage"], group["sources"]) == \
-        ("Stable", "daemon", "zookeeper", ["zkcoord"])
+    assert (group["state"], group["read_from"], group["storage"], group["sources"], group["type"]) == \
+        ("Stable", "daemon", "zookeeper", ["zkcoord"], "classic")
+    assert (group["group_epoch"], group["assignment_epoch"]) == (None, None)
+    assert {m["member_type"] for m in group["members"]} == {"classic"}
     assert group["kafka_group"] is None  # Kafka's own coordinator never saw the group (it says "Dead")
 
     table = run("describe", scene.live, env=scene.env())
@@ -317,7 +324,10 @@ def test_describe_legacy_and_kafka_only_groups(scene):
     assert (legacy["state"], legacy["storage"], legacy["read_from"], legacy["coordinator"]) == \
         ("Stable", "zookeeper", "zookeeper", None)
     assert legacy["members"] == [{"member_id": consumer_id, "group_instance_id": None, "client_id": "",
-                                  "host": "web-1.example", "partitions": 1, "assignment": {scene.topic: [0]}}]
+                                  "host": "web-1.example", "partitions": 1, "assignment": {scene.topic: [0]},
+                                  "member_type": None, "member_epoch": None, "target_assignment": None,
+                                  "rack_id": None, "subscribed_topic_names": None, "subscribed_topic_regex": None}]
+    assert (legacy["type"], kafka_only["type"]) == (None, None)  # neither is a Kafka group type
     assert [(r["partition"], r["current_offset"], r["log_end_offset"], r["lag"], r["member_id"], r["host"])
             for r in legacy["offsets"]] == [
         (0, 7, 10, 3, f"{consumer_id}-0", "web-1.example"), (1, 10, 10, 0, None, None),

@@ -34,7 +34,7 @@ from test_migrate_flow import RECORDS, layout, seed, topic  # noqa: F401 (fixtur
 from tests.support.http import http_get
 from tests.support.kafka_ready import JOIN_POLL_MS, active_kafka_member, poll_until_assigned
 from zkcoord.core.errors import ErrorCode
-from zkcoord.core.group_states import GroupState
+from zkcoord.core.groups import KINDS
 from zkcoord.core.membership import OFFSET_STORAGES
 
 promql = pytest.importorskip("monitoring.promql", reason="pip install -e '.[test]' (promql-parser)")
@@ -47,7 +47,9 @@ RULES = DASHBOARD.parents[1] / "prometheus" / "zkcoord-alerts.yml"
 KNOWN_VALUES = {
     "error": [e.name for e in ErrorCode],
     "mode": list(OFFSET_STORAGES),
-    "state": [s.value for s in GroupState],
+    "state": [s for kind in KINDS for s in kind.state_names],
+    "type": [kind.name for kind in KINDS],
+    "protocol": [kind.name for kind in KINDS],  # the protocol a member speaks: classic or consumer
     "direction": ["request", "response"],
 }
 

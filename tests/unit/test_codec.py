@@ -26,18 +26,20 @@ from kafka.protocol.metadata import (
 from kafka.protocol.parser import KafkaProtocol
 
 from zkcoord.schemas import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
-from zkcoord.server.codec import (
-    COORDINATOR_APIS, ApiSpec, FrameSizeError, MalformedFrameError, MessageBuildError,
-    ResponseEncodingError, UnsupportedRequestError, api_versions_response, build_message,
-    build_response, constant_response, decode_request, encode_response, encoded_response, frame_size,
-    response_for,
+from zkcoord.wire.errors import (
+    FrameSizeError, MalformedFrameError, MessageBuildError, ResponseEncodingError, UnsupportedRequestError,
 )
+from zkcoord.wire.framing import frame_size
+from zkcoord.wire.messages import api_versions_response, build_message, build_response
+from zkcoord.wire.registry import COORDINATOR_APIS, ApiSpec
+from zkcoord.wire.requests import decode_request
+from zkcoord.wire.responses import constant_response, encode_response, encoded_response, response_for
 
 CLIENT_ID = "zk-test-client"
 
 ADVERTISED = {
-    8: (2, 9),    # OffsetCommit
-    9: (1, 9),    # OffsetFetch
+    8: (2, 10),   # OffsetCommit (v10: topic ids, KIP-848)
+    9: (1, 10),   # OffsetFetch (v10: topic ids)
     10: (0, 4),   # FindCoordinator
     11: (0, 9),   # JoinGroup
     12: (0, 4),   # Heartbeat
@@ -480,7 +482,6 @@ def test_api_versions_newer_than_kafka_python_knows_gets_the_same_reply():
     (MetadataRequest(version=12, topics=None), 3, 12),             # unknown to the coordinator
     (FindCoordinatorRequest(version=5, coordinator_keys=["g"]), 10, 5),
     (DescribeGroupsRequest(version=6, groups=["g"]), 15, 6),
-    (OffsetCommitRequest(version=10, group_id="g", topics=[]), 8, 10),
     (OffsetCommitRequest(version=1, group_id="g", topics=[]), 8, 1),
     (OffsetFetchRequest(version=0, group_id="g", topics=[]), 9, 0),
 ])
@@ -599,7 +600,7 @@ def test_a_response_encoded_ahead_is_sent_as_encoded_and_only_for_its_request():
 
 
 def test_cached_responses_with_nested_fields_are_encoded_once_and_stay_right_when_the_cache_empties(monkeypatch):
-    import zkcoord.server.codec as codec
+    import zkcoord.wire.responses as codec
 
     monkeypatch.setattr(codec, "_MAX_CONSTANTS", 2)
     built = []

@@ -80,3 +80,28 @@ def test_every_setting_is_a_run_flag():
 
     flags = {opt for param in run.params for opt in param.opts}
     assert {row[0] for row in describe_settings()} <= flags
+
+
+def test_consumer_protocol_settings_reach_the_core():
+    config = build_config({"group_consumer_assignors": "range,uniform", "group_consumer_session_timeout_ms": 30000,
+                           "group_consumer_migration_policy": "Upgrade"}, None, environ={"ZKCOORD_ZOOKEEPER": "zk:1"})
+    consumer = config.consumer_group_config
+    assert consumer.default_assignor == "range" and consumer.session_timeout_ms == 30000
+    assert consumer.migration_policy == "upgrade" and consumer.upgrade_enabled and not consumer.downgrade_enabled
+    assert config.rebalance_protocols == {"classic", "consumer"}
+    assert DaemonConfig(zookeeper="zk:1", group_coordinator_rebalance_protocols="classic").rebalance_protocols == {
+        "classic"}
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"group_coordinator_rebalance_protocols": "consumer"}, "classic is required"),
+    ({"group_coordinator_rebalance_protocols": "classic,streams"}, "streams unknown"),
+    ({"group_consumer_assignors": "sticky"}, "name one or more of uniform, range"),
+    ({"group_consumer_migration_policy": "sideways"}, "migration.policy='sideways'"),
+    ({"group_consumer_heartbeat_interval_ms": 45000}, "must be below"),
+    ({"group_consumer_session_timeout_ms": 0}, "group_consumer_session_timeout_ms=0 is out of range"),
+    ({"group_consumer_assignment_interval_ms": -1}, "group_consumer_assignment_interval_ms=-1"),
+])
+def test_bad_consumer_protocol_settings_name_the_setting(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        DaemonConfig(zookeeper="zk:1", **settings)

@@ -375,3 +375,28 @@ def test_a_refused_write_releases_no_rendered_reply():
         assert runtime.group.state is core.GroupState.DEAD and not runtime.active
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_a_big_decision_runs_in_a_worker_thread_with_the_same_outcome():
+    """``call(big=True)`` decides in a worker thread (the group's lock held),
+    then applies and answers as an ordinary call does."""
+    import threading
+
+    async def scenario():
+        fake = FakeClock()
+        runtime, _ = await _stable_runtime(10_000, fake)
+        where, results = [], []
+        for big in (False, True):
+            token = runtime.next_token()
+            request = core.HeartbeatRequest(token, "m1", 1, None)
+
+            def decide(g, now, request=request):
+                where.append(threading.current_thread() is threading.main_thread())
+                return core.handle_heartbeat(g, request, now, CONFIG)
+
+            results.append(await runtime.call(token, decide, big=big))
+        assert where == [True, False]
+        assert [r.error for r in results] == [E.NONE, E.NONE]
+        await runtime.unload("test over")
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))

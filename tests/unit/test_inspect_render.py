@@ -13,6 +13,20 @@ from zkcoord.inspect.model import (
     Coordinator, DescribeReport, GroupError, GroupsReport, GroupSummary, GroupView, MemberView, Migration, OffsetRow,
 )
 
+A, B = "AAAAAAAAAAAAAAAAAAAAAQ", "AAAAAAAAAAAAAAAAAAAAAg"  # consumer-protocol member ids
+MIXED = GroupView(
+    "kip848", ("zkcoord",), "Reconciling", "daemon", "zookeeper", protocol_type="consumer",
+    assignment_strategy="uniform", coordinator=Coordinator(2, "coord-2", 9302, live=True), group_type="consumer",
+    group_epoch=5, assignment_epoch=5,
+    members=(MemberView(A, None, "c1", "/10.0.0.5", (("a", (0, 1)), ("b", (2,))), member_type="consumer",
+                        member_epoch=5, target_assignment=(("a", (0, 1)), ("b", (2,)))),
+             MemberView(B, "static-b", "c2", "/10.0.0.6", (("a", (2,)),), member_type="consumer", member_epoch=4,
+                        target_assignment=()),
+             MemberView("classic-1", None, "c3", "/10.0.0.7", (), member_type="classic", member_epoch=5,
+                        target_assignment=(("a", (2,)),))),
+    offsets=(OffsetRow("a", 0, 4, 4, None, 9, A, "/10.0.0.5", "c1"),),
+    notes=("1 member(s) not at the target assignment of epoch 5 yet: " + B,))
+
 LIVE = GroupView(
     "billing", ("zkcoord",), "Stable", "daemon", "zookeeper", generation=7, protocol_type="consumer",
     assignment_strategy="range", coordinator=Coordinator(1, "coord-1", 9301, live=True),
@@ -72,12 +86,17 @@ def test_state_view(capsys):
 
 def test_groups_table(capsys):
     report = GroupsReport("z", "/consumers", None, (), (
-        GroupSummary("a", "Stable", ("zkcoord", "legacy"), "dual", 2, 3, Coordinator(4, None, None, live=False)),
-        GroupSummary("b", "Empty", ("kafka",), "kafka", 0)))
+        GroupSummary("a", "Stable", ("zkcoord", "legacy"), "dual", 2, 3, Coordinator(4, None, None, live=False),
+                     group_type="classic"),
+        GroupSummary("b", "Empty", ("kafka",), "kafka", 0),
+        GroupSummary("c", "Reconciling", ("zkcoord",), "zookeeper", 3, None, Coordinator(1, "coord-1", 9301, True),
+                     group_type="consumer", group_epoch=4, assignment_epoch=4)))
     lines = printed(cmd._groups_table(report), capsys)
-    assert cells(lines, "GROUP") == [["GROUP", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE"]]
-    assert cells(lines, "a") == [["a", "Stable", "node", "4", "(not", "registered)", "2", "dual", "zkcoord+legacy"]]
-    assert cells(lines, "b") == [["b", "Empty", "-", "0", "kafka", "kafka"]]
+    assert cells(lines, "GROUP") == [["GROUP", "TYPE", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE"]]
+    assert cells(lines, "a") == [["a", "Classic", "Stable", "node", "4", "(not", "registered)", "2", "dual",
+                                  "zkcoord+legacy"]]
+    assert cells(lines, "b") == [["b", "-", "Empty", "-", "0", "kafka", "kafka"]]
+    assert cells(lines, "c") == [["c", "Consumer", "Reconciling", "coord-1:9301", "(1)", "3", "zookeeper", "zkcoord"]]
     assert printed(cmd._groups_table(GroupsReport("z", "/c", None, (), ())), capsys) == ["no consumer groups found"]
 
 
@@ -128,3 +147,48 @@ def test_watch_goes_on_after_a_failed_refresh(capsys):
     out = capsys.readouterr().out
     assert code == 2 and out.count("Every 0.2s: zkcoord describe billing") == 2
     assert "error: down (retrying)" in out and "error: still down (retrying)" in out
+
+
+# -- KIP-848 consumer groups: Kafka 4.x's layout ------------------------------------------------
+def test_consumer_group_heading_and_offsets(capsys):
+    lines = printed(cmd._describe_tables(DescribeReport("z", "/c", "k:9092", (), (MIXED,)), "offsets", False), capsys)
+    assert ("Consumer group 'kip848': Reconciling, type consumer (mixed: classic and consumer members), group epoch 5, "
+            "assignment epoch 5, assignor uniform, storage zookeeper, coordinator coord-2:9302 (2), live from the "
+            "owner") in lines
+    assert f"  note: 1 member(s) not at the target assignment of epoch 5 yet: {B}" in lines
+    assert cells(lines, "GROUP") == [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                                      "CONSUMER-ID", "HOST", "CLIENT-ID"]]
+    assert cells(lines, "kip848") == [["kip848", "a", "0", "4", "9", "5", A, "/10.0.0.5", "c1"]]
+
+
+def test_consumer_group_members(capsys):
+    lines = printed(cmd._describe_tables(DescribeReport("z", "/c", None, (), (MIXED,)), "members", False), capsys)
+    assert cells(lines, "GROUP") == [["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                                      "MEMBER-TYPE"]]
+    assert cells(lines, "kip848") == [["kip848", A, "-", "/10.0.0.5", "c1", "3", "Consumer"],
+                                      ["kip848", B, "static-b", "/10.0.0.6", "c2", "1", "Consumer"],
+                                      ["kip848", "classic-1", "-", "/10.0.0.7", "c3", "0", "Classic"]]
+
+
+def test_consumer_group_members_verbose_as_kafka_4(capsys):
+    """Kafka 4.x's --describe --members --verbose columns, its assignment form (topic:p,p;topic:p)."""
+    lines = printed(cmd._describe_tables(DescribeReport("z", "/c", None, (), (MIXED,)), "members", True), capsys)
+    assert cells(lines, "GROUP") == [["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                                      "MEMBER-TYPE", "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
+                                      "TARGET-ASSIGNMENT"]]
+    assert cells(lines, "kip848") == [
+        ["kip848", A, "-", "/10.0.0.5", "c1", "3", "Consumer", "5", "a:0,1;b:2", "5", "a:0,1;b:2"],
+        ["kip848", B, "static-b", "/10.0.0.6", "c2", "1", "Consumer", "4", "a:2", "5", "-"],
+        ["kip848", "classic-1", "-", "/10.0.0.7", "c3", "0", "Classic", "5", "-", "5", "a:2"]]
+
+
+def test_state_view_with_a_consumer_group(capsys):
+    """A consumer group among those shown adds TYPE and the two epochs; a classic group shows "-" there."""
+    lines = printed(cmd._describe_tables(DescribeReport("z", "/c", None, (), (LIVE, MIXED)), "state", False), capsys)
+    assert cells(lines, "GROUP") == [["GROUP", "TYPE", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE",
+                                      "#MEMBERS", "GENERATION", "GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH", "STORAGE",
+                                      "MIGRATION"]]
+    assert cells(lines, "billing") == [["billing", "-", "coord-1:9301", "(1)", "range", "Stable", "2", "7", "-", "-",
+                                        "zookeeper", "-"]]
+    assert cells(lines, "kip848") == [["kip848", "Consumer", "coord-2:9302", "(2)", "uniform", "Reconciling", "3",
+                                       "-", "5", "5", "zookeeper", "-"]]

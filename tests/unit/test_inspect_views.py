@@ -80,14 +80,14 @@ def test_stored_group_with_its_owner_down():
     assert got == GroupView(
         "g", ("zkcoord",), "Stable", "zookeeper", "zookeeper", generation=7, protocol_type="consumer",
         assignment_strategy="range", coordinator=Coordinator(3, None, None, live=False),
-        members=(MemberView("m1", None, "c1", "/10.0.0.1", (("orders", (0, 1)),)),
-                 MemberView("m2", None, "c2", "/10.0.0.2", (("orders", (2,)),))),
+        members=(MemberView("m1", None, "c1", "/10.0.0.1", (("orders", (0, 1)),), member_type="classic"),
+                 MemberView("m2", None, "c2", "/10.0.0.2", (("orders", (2,)),), member_type="classic")),
         offsets=(OffsetRow("orders", 0, 42, 42, None, None, "m1", "/10.0.0.1", "c1"),
                  OffsetRow("orders", 1, 7, 7, None, None, "m1", "/10.0.0.1", "c1"),
                  OffsetRow("orders", 2, None, None, None, None, "m2", "/10.0.0.2", "c2"),
                  OffsetRow("orders", 5, 3, 3, None, None, None, None, None)),  # committed, nobody owns it
         notes=("its owner, node 3, is not registered under /zkcoord/nodes (stopping or lost); showing its state "
-               "as last stored in ZooKeeper",))
+               "as last stored in ZooKeeper",), group_type="classic")
 
 
 def test_live_description_wins_over_the_record():
@@ -98,8 +98,8 @@ def test_live_description_wins_over_the_record():
     assert (got.state, got.read_from, got.generation, got.assignment_strategy) == \
         ("PreparingRebalance", "daemon", 7, "range")
     assert got.coordinator == Coordinator(1, "coord-1", 9301, live=True)
-    assert got.members == (MemberView("m1", None, "c1", "/10.0.0.1", ()),
-                           MemberView("m3", "static-3", "c3", "/10.0.0.3", ()))
+    assert got.members == (MemberView("m1", None, "c1", "/10.0.0.1", (), member_type="classic"),
+                           MemberView("m3", "static-3", "c3", "/10.0.0.3", (), member_type="classic"))
     assert got.notes == ()
 
 
@@ -245,7 +245,7 @@ def test_a_group_kafka_never_saw_has_no_kafka_view():
 def test_summaries_and_selection():
     zkcoord = summarize(ZkFacts("a", record=record(os="dual"), owner_node_id=2, legacy=True), None, True, DAEMONS)
     assert zkcoord == GroupSummary("a", "Stable", ("zkcoord",), "dual", 2, 7,
-                                   Coordinator(2, "coord-2", 9302, live=True))
+                                   Coordinator(2, "coord-2", 9302, live=True), group_type="classic")
     legacy = summarize(ZkFacts("b", legacy=True, legacy_ids=("b_h-1-x",)), None, False, DAEMONS)
     assert legacy == GroupSummary("b", "Stable", ("legacy",), "zookeeper", 1)
     kafka = summarize(ZkFacts("c"), KafkaGroupInfo("PreparingRebalance", 3), True, DAEMONS)
@@ -254,6 +254,8 @@ def test_summaries_and_selection():
     assert select(everything, ["stable"]) == (zkcoord, legacy)
     assert select(everything, [], ["kafka", "dual"]) == (zkcoord, kafka)
     assert select(everything, ["Stable"], ["zookeeper"]) == (legacy,)
+    assert select(everything, [], [], ["classic"]) == (zkcoord,)
+    assert select(everything, [], [], ["consumer"]) == ()
 
 
 @pytest.mark.parametrize("storage", ["zookeeper", "dual", "kafka"])

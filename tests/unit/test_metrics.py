@@ -34,7 +34,7 @@ def test_metrics_responder_404_405_and_unhealthy_without_zookeeper():
 def test_response_error_names_first_nonzero_code():
     from kafka.protocol.consumer.group import HeartbeatResponse, OffsetCommitResponse
 
-    from zkcoord.server.codec import build_message
+    from zkcoord.wire.messages import build_message
 
     assert response_error(build_message(HeartbeatResponse, 3, error_code=27)) == "REBALANCE_IN_PROGRESS"
     assert response_error(build_message(HeartbeatResponse, 3, error_code=0)) == "NONE"
@@ -56,8 +56,8 @@ def test_the_error_walk_enters_only_fields_that_can_hold_an_error():
     from kafka.protocol.admin.groups import DescribeGroupsResponse
     from kafka.protocol.consumer.group import JoinGroupResponse
 
-    from zkcoord.server.codec import build_message
-    from zkcoord.server.response_errors import first_error_code
+    from zkcoord.wire.messages import build_message
+    from zkcoord.wire.response_errors import first_error_code
 
     described = build_message(DescribeGroupsResponse, 5, groups=[
         {"error_code": 0, "group_id": "a", "group_state": "Stable", "protocol_type": "consumer",
@@ -77,7 +77,9 @@ def test_an_answer_encoded_off_the_loop_carries_its_error_and_is_not_walked_agai
     from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
     from kafka.protocol.parser import KafkaProtocol
 
-    from zkcoord.server.codec import EncodedResponse, build_message, decode_request, encoded_response
+    from zkcoord.wire.messages import build_message
+    from zkcoord.wire.requests import decode_request
+    from zkcoord.wire.responses import EncodedResponse, encoded_response
 
     request = DescribeGroupsRequest(version=5, groups=["a", "b"], include_authorized_operations=False)
     protocol = KafkaProtocol(client_id="c")
@@ -150,6 +152,45 @@ def test_groups_by_state_and_mode_list_every_pair_and_count_only_active_groups()
         ("classic", "Empty", "kafka"): 1}
     assert metrics.registry.get_sample_value("zkcoord_groups_owned") == 4
     assert metrics.registry.get_sample_value("zkcoord_group_members") == 8
+
+
+def test_consumer_groups_by_state_members_by_protocol_and_convergence():
+    """KIP-848 groups in zkcoord_groups (their own states), members by the protocol they
+    speak (classic members of a mixed group apart), members not at their target yet,
+    and how far a group epoch runs ahead of its target assignment."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from zkcoord.core.consumer.model import ClassicMetadata, ConsumerMember, MemberState, new_consumer_group
+    from zkcoord.core.membership import Group, Member
+
+    def consumer_group(name, epoch, target_epoch, *members):
+        group = new_consumer_group(name).with_assignment_epoch(target_epoch, 0)
+        for member in members:
+            group = group.with_member(member)
+        return SimpleNamespace(active=True, held_heartbeats=0, group=replace(group, group_epoch=epoch))
+
+    classic = ClassicMetadata(45_000, (("range", b""),))
+    steady = consumer_group("steady", 4, 4, ConsumerMember("a", member_epoch=4), ConsumerMember("b", member_epoch=4))
+    mixed = consumer_group("mixed", 7, 5, ConsumerMember("c", member_epoch=5),
+                           ConsumerMember("d", member_epoch=5, classic=classic),
+                           ConsumerMember("e", member_epoch=4, state=MemberState.UNREVOKED_PARTITIONS))
+    old = SimpleNamespace(active=True, held_heartbeats=0, group=Group("old", members={
+        "m": Member("m", None, "c", "h", 10_000, 10_000, "consumer", (("range", b""),))}))
+    metrics = DaemonMetrics(manager=SimpleNamespace(_loading=set(), runtimes={"s": steady, "m": mixed, "o": old}))
+    value = metrics.registry.get_sample_value
+    assert value("zkcoord_groups", {"type": "consumer", "state": "Stable", "mode": "zookeeper"}) == 1
+    assert value("zkcoord_groups", {"type": "consumer", "state": "Assigning", "mode": "zookeeper"}) == 1
+    by_protocol = {(s.labels["type"], s.labels["protocol"]): s.value for family in metrics.registry.collect()
+                   if family.name == "zkcoord_members_by_protocol" for s in family.samples}
+    assert by_protocol == {("classic", "classic"): 1, ("consumer", "consumer"): 4, ("consumer", "classic"): 1}
+    assert value("zkcoord_group_members") == 6
+    assert value("zkcoord_consumer_group_unreconciled_members") == 1  # e: behind, revoking
+    assert value("zkcoord_consumer_group_epoch_lag_max") == 2  # mixed: group epoch 7, target 5
+    idle = DaemonMetrics(manager=SimpleNamespace(_loading=set(), runtimes={}))
+    assert idle.registry.get_sample_value("zkcoord_consumer_group_epoch_lag_max") == 0
+    assert idle.registry.get_sample_value("zkcoord_members_by_protocol",
+                                          {"type": "consumer", "protocol": "classic"}) == 0
 
 
 def test_forwarded_requests_and_bytes_by_api_and_direction():

@@ -2,11 +2,14 @@
 
 * ``groups``   every group zkcoord knows (state znodes), every legacy group
   (under ``--zk-root``) and, with ``--bootstrap-servers``, every group Kafka
-  knows: name, state, owner daemon, members, storage mode, source.
+  knows: name, type (Kafka 4.x's ``--list --type``), state, owner daemon,
+  members, storage mode, source.
 * ``describe`` the three views of ``kafka-consumer-groups --describe``
   (``--offsets``, the default; ``--members``; ``--state``) plus what only
   zkcoord knows: owner daemon, generation, storage mode, both stores side by
-  side during dual-commit, the migration phase.
+  side during dual-commit, the migration phase. A KIP-848 consumer group is
+  shown as Kafka 4.x's tool shows it: group and target assignment epochs,
+  assignor, each member's type, epoch, current and target assignment.
 
 Both read ZooKeeper directly (so they work with every daemon down, and say
 so), print tables or JSON (the schema is in :mod:`zkcoord.inspect.model`),
@@ -40,7 +43,7 @@ from rich.text import Text
 from zkcoord.cli.kafka_login import kafka_login_options
 from zkcoord.cli.render import document as document_of, print_out, stdout_console
 from zkcoord.cli.zk_login import zookeeper_login_options
-from zkcoord.core.group_states import GroupState
+from zkcoord.core.groups import KINDS
 from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.errors import UsageError, ZkcoordError
 from zkcoord.inspect import Inspector, select
@@ -52,7 +55,9 @@ from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.paths import OffsetPaths
 
 R = TypeVar("R", DescribeReport, GroupsReport)
-STATES = {s.value.lower(): s.value for s in GroupState}
+STATES = {s.lower(): s for kind in KINDS for s in kind.state_names}  # every group type's states
+TYPES = tuple(kind.name for kind in KINDS)  # classic, consumer
+TYPE_NAMES = {"classic": "Classic", "consumer": "Consumer"}  # as Kafka 4.x's tools print a group type
 
 
 # ------------------------------------------------------------------ options
@@ -105,26 +110,32 @@ def _target(**kw: Any) -> _Target:
               help="Only groups in this state (repeatable or comma-separated; any case).")
 @click.option("--mode", "modes", multiple=True, type=click.Choice(OFFSET_STORAGES),
               help="Only groups with this offset storage (repeatable).")
+@click.option("--type", "types", multiple=True, type=click.Choice(TYPES, case_sensitive=False),
+              help="Only groups of this type (repeatable): classic, or consumer (KIP-848).")
 @_common_options
-def groups(states: tuple[str, ...], modes: tuple[str, ...], **options: Any) -> None:
+def groups(states: tuple[str, ...], modes: tuple[str, ...], types: tuple[str, ...], **options: Any) -> None:
     """List consumer groups: zkcoord's, legacy ones and (with --bootstrap-servers) Kafka's.
 
-    Columns: GROUP, STATE, OWNER (the daemon coordinating it), MEMBERS,
-    STORAGE (where its offsets are: zookeeper, dual, kafka) and SOURCE (who
-    uses it: zkcoord, a state znode; legacy, old ZooKeeper consumers
-    registered under --zk-root, or offsets there and no zkcoord state; kafka,
-    members in Kafka's own coordinator, or offsets in Kafka zkcoord did not
-    write). States of zkcoord groups are as last stored in ZooKeeper.
+    Columns: GROUP, TYPE (Classic, or Consumer: a KIP-848 consumer group;
+    "-" for legacy groups and groups only Kafka knows), STATE, OWNER (the
+    daemon coordinating it), MEMBERS, STORAGE (where its offsets are:
+    zookeeper, dual, kafka) and SOURCE (who uses it: zkcoord, a state znode;
+    legacy, old ZooKeeper consumers registered under --zk-root, or offsets
+    there and no zkcoord state; kafka, members in Kafka's own coordinator,
+    or offsets in Kafka zkcoord did not write). States of zkcoord groups are
+    as last stored in ZooKeeper.
     """
     wanted = _parse_states(states)
+    kinds = tuple(dict.fromkeys(t.lower() for t in types))
     target = _target(**options)
 
     async def report(inspector: Inspector) -> GroupsReport:
         found = await inspector.groups()
         return GroupsReport(found.zookeeper, found.zk_root, found.bootstrap_servers, found.daemons,
-                            select(found.groups, wanted, modes), found.notes)
+                            select(found.groups, wanted, modes, kinds), found.notes)
 
-    title = "zkcoord groups" + "".join(f" --state {s}" for s in wanted) + "".join(f" --mode {m}" for m in modes)
+    title = ("zkcoord groups" + "".join(f" --state {s}" for s in wanted) + "".join(f" --mode {m}" for m in modes)
+             + "".join(f" --type {t}" for t in kinds))
     _execute(target, report, _groups_table, title, "groups")
 
 
@@ -141,10 +152,11 @@ def _groups_table(report: GroupsReport) -> list[RenderableType]:
     out: list[RenderableType] = [_note(n) for n in report.notes]
     if not report.groups:
         return out + [Text("no consumer groups found")]
-    table = _table("GROUP", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE")
+    table = _table("GROUP", "TYPE", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE")
     for g in report.groups:
         owner = "-" if g.owner is None else g.owner.label()
-        table.add_row(g.group, _state_text(g.state), owner, _cell(g.members), _cell(g.storage), "+".join(g.sources))
+        table.add_row(g.group, _type_name(g.group_type), _state_text(g.state), owner, _cell(g.members),
+                      _cell(g.storage), "+".join(g.sources))
     return out + [table] + [_error(f"group {g.group}: {g.error}") for g in report.groups if g.error]
 
 
@@ -153,15 +165,23 @@ def _groups_table(report: GroupsReport) -> list[RenderableType]:
 @click.argument("group_ids", nargs=-1, metavar="GROUP...")
 @click.option("--all-groups", is_flag=True, help="Describe every group `zkcoord groups` lists.")
 @click.option("--offsets", "offsets_view", is_flag=True, help="Per partition offsets, log end, lag, owner (default).")
-@click.option("--members", "members_view", is_flag=True, help="Per member: id, host, client, #partitions.")
-@click.option("--state", "state_view", is_flag=True, help="Coordinator, strategy, state, #members, generation.")
-@click.option("--verbose", is_flag=True, help="Members: the assignment. Offsets: both stores. State: more columns.")
+@click.option("--members", "members_view", is_flag=True,
+              help="Per member: id, host, client, #partitions (consumer groups: and member type).")
+@click.option("--state", "state_view", is_flag=True,
+              help="Coordinator, strategy, state, #members, generation (consumer groups: group and target epochs).")
+@click.option("--verbose", is_flag=True, help="Members: the assignment (consumer groups: epochs, current and target "
+                                               "assignments). Offsets: both stores. State: more columns.")
 @_common_options
 def describe(group_ids: tuple[str, ...], all_groups: bool, offsets_view: bool, members_view: bool,
              state_view: bool, verbose: bool, **options: Any) -> None:
     """Describe consumer groups as kafka-consumer-groups --describe does, plus
     zkcoord's owner daemon, generation, storage mode and, during dual-commit,
     the ZooKeeper and Kafka offsets side by side.
+
+    A KIP-848 consumer group shows its type, group and target assignment
+    epochs and assignor, and per member its type (Consumer, or Classic for
+    a classic-protocol member in a mixed group), epoch, current and target
+    assignment, as Kafka 4.x's kafka-consumer-groups does.
 
     Reads ZooKeeper directly (and the owner daemon when it answers), so it
     works with every daemon down. LOG-END-OFFSET and LAG need
@@ -203,6 +223,10 @@ def _describe_tables(report: DescribeReport, view: str, verbose: bool) -> list[R
 
 def _heading(g: GroupView) -> Text:
     parts = [g.state]
+    if g.group_type == "consumer":
+        parts.append("type consumer" + (" (mixed: classic and consumer members)" if g.mixed else ""))
+        parts += [f"group epoch {g.group_epoch}", f"assignment epoch {g.assignment_epoch}",
+                  f"assignor {g.assignment_strategy or '-'}"]
     if g.generation is not None:
         parts.append(f"generation {g.generation}")
     parts.append(f"storage {g.storage}")
@@ -231,6 +255,8 @@ def _offsets_table(g: GroupView, verbose: bool) -> Table:
 
 
 def _members_table(g: GroupView, verbose: bool) -> Table:
+    if g.group_type == "consumer":
+        return _consumer_members_table(g, verbose)
     columns = ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
     table = _table(*columns, *(["ASSIGNMENT"] if verbose else []))
     for m in g.members:
@@ -242,6 +268,22 @@ def _members_table(g: GroupView, verbose: bool) -> Table:
     return table
 
 
+def _consumer_members_table(g: GroupView, verbose: bool) -> Table:
+    """Kafka 4.x's ``--describe --members [--verbose]`` of a consumer group, plus MEMBER-TYPE (what its
+    UPGRADED column says of a mixed group: Consumer is ``true``, Classic ``false``), always shown."""
+    columns = ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "MEMBER-TYPE"]
+    verbose_columns = ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+    table = _table(*columns, *(verbose_columns if verbose else []))
+    for m in g.members:
+        cells = [g.group, m.member_id, _cell(m.group_instance_id), _cell(m.host), _cell(m.client_id),
+                 _cell(m.partitions), _type_name(m.member_type)]
+        if verbose:
+            cells += [_cell(m.member_epoch), _assignment4(m.assignment), _cell(g.assignment_epoch),
+                      _assignment4(m.target_assignment)]
+        table.add_row(*cells)
+    return table
+
+
 def _assignment(assignment) -> str:
     """kafka-consumer-groups' form: ``a(0,1),b(2)``; ``-`` for none or unknown."""
     if not assignment:
@@ -249,15 +291,31 @@ def _assignment(assignment) -> str:
     return ",".join(f"{topic}({','.join(str(p) for p in ps)})" for topic, ps in assignment)
 
 
+def _assignment4(assignment) -> str:
+    """Kafka 4.x's kafka-consumer-groups form: ``a:0,1;b:2``; ``-`` for none or unknown."""
+    if not assignment:
+        return "-"
+    return ";".join(f"{topic}:{','.join(str(p) for p in ps)}" for topic, ps in assignment)
+
+
+def _type_name(group_type: str | None) -> str:
+    return TYPE_NAMES.get(group_type or "", _cell(group_type))
+
+
 def _state_view(views: tuple[GroupView, ...], verbose: bool) -> list[RenderableType]:
-    columns = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS", "GENERATION", "STORAGE",
-               "MIGRATION"]
+    """One table of every group; with a consumer group among them, its type and epochs too."""
+    consumers = any(g.group_type == "consumer" for g in views)
+    columns = ["GROUP", *(["TYPE"] if consumers else []), "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE",
+               "#MEMBERS", "GENERATION", *(["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"] if consumers else []),
+               "STORAGE", "MIGRATION"]
     table = _table(*columns, *(["PROTOCOL-TYPE", "READ-FROM"] if verbose else []))
     notes: list[RenderableType] = []
     for g in views:
         coordinator = "-" if g.coordinator is None else g.coordinator.label()
-        cells = [g.group, coordinator, _cell(g.assignment_strategy), _state_text(g.state), str(len(g.members)),
-                 _cell(g.generation), g.storage, "-" if g.migration is None else g.migration.phase]
+        cells = [g.group, *([_type_name(g.group_type)] if consumers else []), coordinator,
+                 _cell(g.assignment_strategy), _state_text(g.state), str(len(g.members)), _cell(g.generation),
+                 *([_cell(g.group_epoch), _cell(g.assignment_epoch)] if consumers else []), g.storage,
+                 "-" if g.migration is None else g.migration.phase]
         table.add_row(*cells, *([_cell(g.protocol_type), g.read_from] if verbose else []))
         notes += [_note(f"{g.group}: {n}") for n in g.notes]
     return ([table] if views else []) + notes

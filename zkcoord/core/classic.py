@@ -89,6 +89,10 @@ class ClassicKind:
     def expire_member_by(self, group: Group, member_id: str, deadline_ms: int) -> Outcome:
         return classic.expire_member_by(group, member_id, deadline_ms)
 
+    def validate_offset_fetch(self, group: Group, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """Kafka's classic group checks nothing of an OffsetFetch's member."""
+        return ErrorCode.NONE
+
     def validate_offset_commit(self, group: Group | None, request, config) -> ErrorCode:
         """``request``: a :class:`~zkcoord.core.offset_commit.CommitRequest`."""
         return classic.validate_offset_commit(group, request.member_id, request.generation_or_epoch,

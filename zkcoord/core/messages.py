@@ -106,7 +106,9 @@ class JoinRequest:
     ``new_member_id`` is the id the coordinator hands out if this join needs
     one; the runtime generates it (``<client_id>-<uuid4>``, or
     ``<group_instance_id>-<uuid4>`` for static members as Kafka does) so the
-    core stays deterministic. ``require_known_member_id`` is true for
+    core stays deterministic; ``new_consumer_member_id`` is the one a KIP-848
+    consumer group hands a classic member instead (Kafka's
+    ``Uuid.randomUuid().toString()``). ``require_known_member_id`` is true for
     JoinGroup v4+; ``support_skipping_assignment`` for v9+.
     """
 
@@ -124,6 +126,7 @@ class JoinRequest:
     new_member_id: str
     reason: str | None = None
     support_skipping_assignment: bool = False
+    new_consumer_member_id: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "protocols", freeze_protocols(self.protocols))

@@ -9,14 +9,18 @@ rules of :mod:`zkcoord.inspect.views`.
    :class:`~zkcoord.errors.ServiceUnavailableError` (it names the address
    and the time-out): without it there is nothing to show.
 2. Each owner daemon once, for all the groups it owns
-   (:mod:`zkcoord.inspect.live`). A daemon that does not answer costs at
-   most ``live_timeout_s``; its groups are shown as stored, with a note.
-   With every daemon down, the report is ZooKeeper's alone and says so.
+   (:mod:`zkcoord.inspect.live`): DescribeGroups for its classic groups,
+   ConsumerGroupDescribe for its consumer groups, on one connection. A
+   daemon that does not answer costs at most ``live_timeout_s``; its groups
+   are shown as stored, with a note. With every daemon down, the report is
+   ZooKeeper's alone and says so.
 3. Kafka last, only with bootstrap servers, batched for all groups: Kafka's
    view of each group, committed offsets (groups in ``dual`` or ``kafka``
-   storage, and groups zkcoord does not manage), partition counts, then the
-   log ends. Kafka not answering is a note, not an error: what ZooKeeper
-   holds is still shown. Kafka calls block, so they run in a worker thread.
+   storage, and groups zkcoord does not manage), the ids of the topics of
+   consumer groups shown as stored whose ids ZooKeeper did not name,
+   partition counts, then the log ends. Kafka not answering is a note, not
+   an error: what ZooKeeper holds is still shown. Kafka calls block, so
+   they run in a worker thread.
 4. Daemons and brokers are logged in to with the same Kafka client settings
    (``security``: in a secured deployment they share the users). A refused
    login, by a daemon or by Kafka, is raised
@@ -31,15 +35,17 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from zkcoord.core.group import GroupDescription
 from zkcoord.errors import AuthenticationError, StateError, ZkcoordError
-from zkcoord.inspect import views
-from zkcoord.inspect.live import describe_live
+from zkcoord.inspect import consumer, views
+from zkcoord.inspect.live import Described, describe_live
 from zkcoord.inspect.model import (
     Daemon, DescribeReport, GroupError, GroupsReport, GroupSummary, GroupView, KafkaGroupInfo,
 )
-from zkcoord.inspect.views import KafkaFacts, LiveFacts, TopicPartition
+from zkcoord.inspect.views import Description, KafkaFacts, LiveFacts, TopicPartition
 from zkcoord.kafka.offsets import KafkaOffsets
 from zkcoord.zk.connection import ZkConnection
-from zkcoord.zk.group_reads import ZkFacts, list_legacy_groups, list_zkcoord_groups, read_daemons, read_group
+from zkcoord.zk.group_reads import (
+    ZkFacts, consumer_topic_names, list_legacy_groups, list_zkcoord_groups, read_daemons, read_group,
+)
 from zkcoord.zk.modes import TOOL_NODE_ID
 from zkcoord.zk.paths import OffsetPaths
 
@@ -50,12 +56,13 @@ NO_DAEMONS = ("no zkcoord daemon is registered under /zkcoord/nodes (all down?):
               "states and members are as last stored")
 
 
-def select(summaries: Iterable[GroupSummary], states: Sequence[str] = (),
-           modes: Sequence[str] = ()) -> tuple[GroupSummary, ...]:
-    """The summaries whose state (case-insensitive) and storage mode are among those asked for."""
+def select(summaries: Iterable[GroupSummary], states: Sequence[str] = (), modes: Sequence[str] = (),
+           types: Sequence[str] = ()) -> tuple[GroupSummary, ...]:
+    """The summaries whose state (case-insensitive), storage mode and group type are among those asked for."""
     wanted_states = {s.lower() for s in states}
     return tuple(s for s in summaries
-                 if (not wanted_states or s.state.lower() in wanted_states) and (not modes or s.storage in modes))
+                 if (not wanted_states or s.state.lower() in wanted_states) and (not modes or s.storage in modes)
+                 and (not types or s.group_type in types))
 
 
 class Inspector:
@@ -103,13 +110,15 @@ class Inspector:
                               tuple(daemons.values()), tuple(shown), tuple(errors), tuple(notes))
 
     async def _ask_owners(self, facts: Sequence[ZkFacts], daemons: Mapping[int, Daemon]) -> dict[str, LiveFacts]:
-        by_owner: dict[int, list[str]] = {}
+        by_owner: dict[int, tuple[list[str], list[str]]] = {}  # node -> (classic groups, consumer groups)
         for zk in facts:
             if zk.record is not None and zk.owner_node_id in daemons:
-                by_owner.setdefault(zk.owner_node_id, []).append(zk.group)
+                asked = by_owner.setdefault(zk.owner_node_id, ([], []))
+                asked[1 if zk.is_consumer_group else 0].append(zk.group)
         answers = await asyncio.gather(*(
-            describe_live(daemons[node].host, daemons[node].port, groups, self.live_timeout_s, self.security)
-            for node, groups in by_owner.items()))
+            describe_live(daemons[node].host, daemons[node].port, classic, self.live_timeout_s, self.security,
+                          consumer_groups=consumers)
+            for node, (classic, consumers) in by_owner.items()))
         lives: dict[str, LiveFacts] = {}
         for answer in answers:
             for group, outcome in answer.items():
@@ -128,9 +137,11 @@ class Inspector:
             wanted = [zk.group for zk in facts if zk.record is None or zk.record.get("os", "zookeeper") != "zookeeper"]
             for group, committed in self._kafka.committed_offsets(wanted).items():
                 found[group]["committed"] = committed
+            for group, topic_ids in self._topic_ids_for_stored(facts, lives).items():
+                found[group]["topic_ids"] = topic_ids
             partitions: dict[str, set[TopicPartition]] = {}
             for zk in facts:
-                partitions[zk.group] = views.wanted_partitions(zk, _description(zk, lives),
+                partitions[zk.group] = views.wanted_partitions(zk, _description(zk, lives, found[zk.group]),
                                                                found[zk.group].get("committed"))
             log_ends, missing = self._log_ends(set().union(*partitions.values()))
             for group, tps in partitions.items():
@@ -141,6 +152,19 @@ class Inspector:
         except ZkcoordError as exc:
             return {g: KafkaFacts(**f) for g, f in found.items()}, [f"Kafka: {exc}"]
         return {g: KafkaFacts(**f) for g, f in found.items()}, []
+
+    def _topic_ids_for_stored(self, facts: Sequence[ZkFacts],
+                              lives: Mapping[str, LiveFacts]) -> dict[str, dict[str, str]]:
+        """Kafka's names of the topic ids of consumer groups shown as stored that ZooKeeper did not name."""
+        wanted: dict[str, list[str]] = {}
+        for zk in facts:
+            if zk.is_consumer_group and lives.get(zk.group, LiveFacts()).description is None \
+                    and consumer.unnamed_topic_ids(zk.record, zk.topic_ids):
+                wanted[zk.group] = [n for n in consumer_topic_names(zk.record) if n not in zk.topic_ids]
+        if not wanted:
+            return {}
+        ids = self._kafka.topic_ids(set().union(*wanted.values()))
+        return {group: {n: ids[n] for n in names if ids.get(n)} for group, names in wanted.items()}
 
     def _log_ends(self, partitions: set[TopicPartition]) -> tuple[dict[TopicPartition, int], frozenset[str]]:
         counts = self._kafka.partition_counts({t for t, _ in partitions})
@@ -190,17 +214,17 @@ class Inspector:
         return listed, {g: KafkaGroupInfo(s.state, s.members) for g, s in described.items()}, []
 
 
-def _live_facts(outcome: GroupDescription | str) -> LiveFacts:
+def _live_facts(outcome: Described | str) -> LiveFacts:
     if isinstance(outcome, str):
         return LiveFacts(error=outcome)
-    if outcome.state == "Dead":  # the owner has not loaded it (it only just won the election)
+    if isinstance(outcome, GroupDescription) and outcome.state == "Dead":  # not loaded yet (it just won the election)
         return LiveFacts(error="the owner has not loaded the group yet")
     return LiveFacts(description=outcome)
 
 
-def _description(zk: ZkFacts, lives: Mapping[str, LiveFacts]) -> GroupDescription | None:
+def _description(zk: ZkFacts, lives: Mapping[str, LiveFacts], found: Mapping) -> Description | None:
     try:
-        return views.description_of(zk, lives.get(zk.group, LiveFacts()))
+        return views.description_of(zk, lives.get(zk.group, LiveFacts()), found.get("topic_ids"))
     except StateError:
         return None
 

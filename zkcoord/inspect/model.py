@@ -16,11 +16,15 @@ line and refresh)::
      "groups": [{
         "group": "billing",
         "sources": ["zkcoord", "legacy", "kafka"],   # who uses the group (zkcoord.inspect.views)
-        "state": "Stable",               # Empty PreparingRebalance CompletingRebalance Stable Dead
+        "type": "classic" | "consumer" | null,       # Kafka's group type; null: legacy or Kafka-only
+        "state": "Stable",               # classic: Empty PreparingRebalance CompletingRebalance Stable Dead
+                                         # consumer: Empty Assigning Reconciling Stable Dead
         "read_from": "daemon",           # daemon (live) | zookeeper (stored) | kafka
-        "generation": 7 | null,
+        "generation": 7 | null,          # classic groups; null for a consumer group
+        "group_epoch": 7 | null,         # consumer groups; null for a classic group
+        "assignment_epoch": 7 | null,    # consumer groups: the target assignment's epoch
         "protocol_type": "consumer" | null,
-        "assignment_strategy": "range" | null,
+        "assignment_strategy": "range" | null,   # a consumer group's server-side assignor
         "storage": "zookeeper" | "dual" | "kafka",
         "coordinator": {"node_id": 1, "host": "coord-1", "port": 9300, "live": true} | null,
         "migration": {"phase": "dual", "since_ms": 1795315596682} | null,
@@ -28,7 +32,11 @@ line and refresh)::
                                          # null: Kafka not asked, or its coordinator does not have the group
         "members": [{"member_id": "...", "group_instance_id": null, "client_id": "...",
                      "host": "/10.0.0.5", "partitions": 2 | null,
-                     "assignment": {"orders": [0, 2]} | null}],
+                     "assignment": {"orders": [0, 2]} | null,
+                     "member_type": "classic" | "consumer" | null,   # the protocol the member speaks
+                     "member_epoch": 7 | null, "target_assignment": {"orders": [0, 2]} | null,
+                     "rack_id": null, "subscribed_topic_names": ["orders"] | null,
+                     "subscribed_topic_regex": null}],  # the last five: consumer groups only
         "offsets": [{"topic": "orders", "partition": 0,
                      "current_offset": 42 | null, "zookeeper_offset": 42 | null,
                      "kafka_offset": 40 | null, "log_end_offset": 50 | null, "lag": 8 | null,
@@ -46,7 +54,9 @@ a refresh that failed is ``{"error": "...", "at": "..."}``.
      "groups": [{"group": "billing", "state": "Stable", "generation": 7 | null,
                  "owner": {"node_id": 1, "host": ..., "port": ..., "live": true} | null,
                  "members": 2 | null, "storage": "dual" | null, "sources": ["zkcoord", "legacy"],
-                 "error": null | "state znode /coordinators/g/state of group 'g' is ..."}]}
+                 "error": null | "state znode /coordinators/g/state of group 'g' is ...",
+                 "type": "classic" | "consumer" | null, "group_epoch": 7 | null,
+                 "assignment_epoch": 7 | null}]}
 
 A group whose state znode is not a valid record is listed with state
 ``"Corrupt"`` and ``error`` saying what is wrong (``describe`` reports it
@@ -58,6 +68,15 @@ in ``dual`` (the dual-commit rule); ``null`` when nothing is committed (or
 the store was not read: see ``notes``). ``lag`` is ``log_end_offset -
 current_offset``. ``partitions`` / ``assignment`` are null when the
 assignment cannot be decoded (not the consumer protocol, or not Stable).
+
+Consumer groups (KIP-848, ``"type": "consumer"``): ``generation`` is null
+and ``group_epoch`` / ``assignment_epoch`` are set; each member's
+``assignment`` is its current assignment (partitions it owns, those it
+still has to revoke included), ``target_assignment`` what the coordinator
+wants it to own at ``assignment_epoch``, ``member_type`` ``consumer`` or
+``classic`` (a classic-protocol member in a consumer group: an online
+upgrade in progress). Members of a classic group have ``member_type``
+``classic`` and null epochs and target.
 """
 
 from __future__ import annotations
@@ -137,6 +156,10 @@ class KafkaGroupInfo:
 Assignment = tuple[tuple[str, tuple[int, ...]], ...]  # ((topic, (partition, ...)), ...) sorted
 
 
+def _assignment_dict(assignment: Assignment | None) -> dict[str, list[int]] | None:
+    return None if assignment is None else {t: list(ps) for t, ps in assignment}
+
+
 @dataclass(frozen=True)
 class MemberView:
     member_id: str
@@ -144,15 +167,30 @@ class MemberView:
     client_id: str
     host: str
     assignment: Assignment | None  # None: not known (not decodable, not Stable)
+    member_type: str | None = None  # "classic" or "consumer": the protocol it speaks; None: a legacy consumer
+    # consumer groups only (None otherwise):
+    member_epoch: int | None = None
+    target_assignment: Assignment | None = None
+    rack_id: str | None = None
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
 
     @property
     def partitions(self) -> int | None:
         return None if self.assignment is None else sum(len(ps) for _, ps in self.assignment)
 
+    @property
+    def target_partitions(self) -> int | None:
+        return None if self.target_assignment is None else sum(len(ps) for _, ps in self.target_assignment)
+
     def as_dict(self) -> dict[str, Any]:
+        names = self.subscribed_topic_names
         return {"member_id": self.member_id, "group_instance_id": self.group_instance_id,
                 "client_id": self.client_id, "host": self.host, "partitions": self.partitions,
-                "assignment": None if self.assignment is None else {t: list(ps) for t, ps in self.assignment}}
+                "assignment": _assignment_dict(self.assignment), "member_type": self.member_type,
+                "member_epoch": self.member_epoch, "target_assignment": _assignment_dict(self.target_assignment),
+                "rack_id": self.rack_id, "subscribed_topic_names": None if names is None else list(names),
+                "subscribed_topic_regex": self.subscribed_topic_regex}
 
 
 @dataclass(frozen=True)
@@ -198,12 +236,23 @@ class GroupView:
     members: tuple[MemberView, ...] = ()
     offsets: tuple[OffsetRow, ...] = ()
     notes: tuple[str, ...] = ()
+    group_type: str | None = None  # "classic", "consumer"; None: legacy or Kafka-only
+    group_epoch: int | None = None  # consumer groups
+    assignment_epoch: int | None = None  # consumer groups: the target assignment's epoch
+
+    @property
+    def mixed(self) -> bool:
+        """A consumer group with classic-protocol members beside consumer ones (an online upgrade;
+        Kafka 4.x's tool shows its UPGRADED column then)."""
+        types = {m.member_type for m in self.members}
+        return self.group_type == "consumer" and {"classic", "consumer"} <= types
 
     def as_dict(self) -> dict[str, Any]:
         def opt(value: Any) -> Any:
             return None if value is None else value.as_dict()
-        return {"group": self.group, "sources": list(self.sources), "state": self.state,
-                "read_from": self.read_from, "generation": self.generation, "protocol_type": self.protocol_type,
+        return {"group": self.group, "sources": list(self.sources), "type": self.group_type, "state": self.state,
+                "read_from": self.read_from, "generation": self.generation, "group_epoch": self.group_epoch,
+                "assignment_epoch": self.assignment_epoch, "protocol_type": self.protocol_type,
                 "assignment_strategy": self.assignment_strategy, "storage": self.storage,
                 "coordinator": opt(self.coordinator), "migration": opt(self.migration),
                 "kafka_group": opt(self.kafka_group), "members": [m.as_dict() for m in self.members],
@@ -265,11 +314,15 @@ class GroupSummary:
     generation: int | None = None
     owner: Coordinator | None = None
     error: str | None = None  # state "Corrupt": what is wrong with its state znode
+    group_type: str | None = None  # "classic", "consumer"; None: legacy or Kafka-only (or corrupt)
+    group_epoch: int | None = None  # consumer groups
+    assignment_epoch: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"group": self.group, "state": self.state, "generation": self.generation,
                 "owner": None if self.owner is None else self.owner.as_dict(), "members": self.members,
-                "storage": self.storage, "sources": list(self.sources), "error": self.error}
+                "storage": self.storage, "sources": list(self.sources), "error": self.error,
+                "type": self.group_type, "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch}
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,14 @@ reads ZooKeeper, the owner daemon and Kafka into the ``*Facts`` values here,
 and everything below is a pure function of them (unit-tested exactly):
 
 * **State and members** of a zkcoord group come from its owner daemon's
-  DescribeGroups answer when the owner is registered and answers (live: it
-  sees a rebalance as it runs), else from the state record in ZooKeeper (as
-  last stored; a note says so). The generation is always the record's.
+  DescribeGroups answer (a KIP-848 consumer group's: ConsumerGroupDescribe)
+  when the owner is registered and answers (live: it sees a rebalance as it
+  runs), else from the records in ZooKeeper (as last stored; a note says
+  so). A classic group's generation is always the record's.
+* **Type**: a record naming ``"t": "consumer"`` is a consumer group
+  (:mod:`zkcoord.inspect.consumer` owns its rules: epochs, member types,
+  current and target assignments, topic names); any other is classic.
+  Legacy groups and groups only Kafka knows have no type (``None``).
 * **Assignments** are consumer-protocol bytes (``ConsumerProtocolAssignment``,
   decoded with kafka-python's class, as the version-0 prefix every version
   starts with); another protocol type, or bytes that do not decode, leave
@@ -46,11 +51,13 @@ from dataclasses import dataclass, field
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
+from zkcoord.core.consumer.describe import DescribedConsumerGroup
 from zkcoord.core.group import GroupDescription, describe, from_record
 from zkcoord.core.legacy_values import Unparsable, read_legacy_value
 from zkcoord.core.legacy_values import shown as shown_value
 from zkcoord.core.migration import dual_fetch, parse_legacy_offset
 from zkcoord.errors import StateError
+from zkcoord.inspect import consumer
 from zkcoord.zk.group_reads import ZkFacts
 from zkcoord.inspect.model import (
     Assignment, Coordinator, Daemon, GroupError, GroupSummary, GroupView, KafkaGroupInfo, MemberView, Migration,
@@ -58,20 +65,22 @@ from zkcoord.inspect.model import (
 )
 
 __all__ = ["TopicPartition", "ZkFacts", "LiveFacts", "KafkaFacts", "decode_assignment", "legacy_host", "in_kafka",
-           "kafka_group_of", "sources", "coordinator_of", "description_of", "wanted_partitions", "build_view",
-           "not_found", "summarize"]
+           "kafka_group_of", "sources", "coordinator_of", "description_of", "members_of", "wanted_partitions",
+           "build_view", "not_found", "summarize", "Description", "CLASSIC_TYPE", "CONSUMER_TYPE"]
 
 TopicPartition = tuple[str, int]
-CONSUMER = "consumer"
+CONSUMER = "consumer"  # the consumer protocol type (classic groups), and the KIP-848 group type
+CLASSIC_TYPE, CONSUMER_TYPE = "classic", "consumer"  # Kafka's group types
+Description = GroupDescription | DescribedConsumerGroup
 NO_MEMBERS = "Consumer group {group!r} has no active members."
 CORRUPT = "Corrupt"  # the state ``groups`` lists for a group whose state znode is not a valid record
 
 
 @dataclass(frozen=True)
 class LiveFacts:
-    """The owner daemon's DescribeGroups answer, or why there is none."""
+    """The owner daemon's DescribeGroups (or ConsumerGroupDescribe) answer, or why there is none."""
 
-    description: GroupDescription | None = None
+    description: Description | None = None
     error: str | None = None  # set when the owner was asked and did not answer
 
 
@@ -84,6 +93,7 @@ class KafkaFacts:
     group: KafkaGroupInfo | None = None
     log_ends: Mapping[TopicPartition, int] = field(default_factory=dict)
     missing_topics: frozenset[str] = frozenset()
+    topic_ids: Mapping[str, str] = field(default_factory=dict)  # name -> id, for a consumer group read as stored
 
 
 # ------------------------------------------------------------ small rules
@@ -142,15 +152,24 @@ def coordinator_of(owner_node_id: int | None, daemons: Mapping[int, Daemon]) -> 
     return Coordinator(owner_node_id, daemon.host, daemon.port, live=True)
 
 
-def description_of(zk: ZkFacts, live: LiveFacts) -> GroupDescription | None:
-    """The live description, else the stored record's; StateError if the record is corrupt."""
-    stored = None if zk.record is None else describe(from_record(zk.group, zk.record))
-    return live.description if live.description is not None else stored
+def description_of(zk: ZkFacts, live: LiveFacts, topic_ids: Mapping[str, str] | None = None) -> Description | None:
+    """The live description, else the stored records'; StateError if the record is corrupt.
+    ``topic_ids``: names of topic ids beyond those ZooKeeper gave (a consumer group's, from Kafka)."""
+    if live.description is not None:
+        return live.description
+    if zk.record is None:
+        return None
+    if zk.is_consumer_group:
+        return consumer.stored_description(zk.group, zk.record, {**zk.topic_ids, **(topic_ids or {})})
+    return describe(from_record(zk.group, zk.record))
 
 
-def _members(description: GroupDescription) -> tuple[MemberView, ...]:
+def members_of(description: Description) -> tuple[MemberView, ...]:
+    """The members of a described group, either type."""
+    if isinstance(description, DescribedConsumerGroup):
+        return consumer.members(description)
     return tuple(MemberView(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                            decode_assignment(description.protocol_type, m.assignment))
+                            decode_assignment(description.protocol_type, m.assignment), member_type=CLASSIC_TYPE)
                  for m in description.members)
 
 
@@ -168,12 +187,12 @@ def _legacy_consumer(thread_id: str, consumer_ids: Iterable[str]) -> str:
     return base if base in set(consumer_ids) else thread_id
 
 
-def wanted_partitions(zk: ZkFacts, description: GroupDescription | None,
+def wanted_partitions(zk: ZkFacts, description: Description | None,
                       kafka_committed: Mapping[TopicPartition, int] | None) -> set[TopicPartition]:
     """Every partition the offsets view of this group may show (for log end lookups)."""
     found = {tp for tp, raw in zk.zk_offsets.items()} | set(kafka_committed or {}) | set(zk.legacy_owners)
     if description is not None:
-        for member in _members(description):
+        for member in members_of(description):
             found |= {(t, p) for t, ps in member.assignment or () for p in ps}
     return found
 
@@ -246,7 +265,7 @@ def _migration(zk: ZkFacts, notes: list[str]) -> Migration | None:
 
 
 def _owner_notes(coordinator: Coordinator | None, live: LiveFacts, daemons: Mapping[int, Daemon],
-                 tool_node_id: int) -> list[str]:
+                 tool_node_id: int, api: str = "DescribeGroups") -> list[str]:
     stored = "showing its state as last stored in ZooKeeper"
     if coordinator is not None and coordinator.node_id == tool_node_id:
         return [f"a zkcoord migrate command holds the group's election right now; {stored}"]
@@ -256,7 +275,7 @@ def _owner_notes(coordinator: Coordinator | None, live: LiveFacts, daemons: Mapp
         return [f"its owner, node {coordinator.node_id}, is not registered under /zkcoord/nodes "
                 f"(stopping or lost); {stored}"]
     if live.error:
-        return [f"its owner {coordinator.label()} did not answer DescribeGroups ({live.error}); {stored}"]
+        return [f"its owner {coordinator.label()} did not answer {api} ({live.error}); {stored}"]
     return []
 
 
@@ -291,9 +310,11 @@ def build_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping
     if not found_in:
         return not_found(zk.group, zk_root, bootstrap_servers)
     try:
-        description = description_of(zk, live)
+        description = description_of(zk, live, kafka.topic_ids)
     except StateError as exc:
         return GroupError(zk.group, "corrupt", str(exc))
+    if isinstance(description, DescribedConsumerGroup):
+        return _consumer_view(zk, live, kafka, daemons, description, found_in, tool_node_id, zk_root)
     if zk.record is not None:
         return _zkcoord_view(zk, live, kafka, daemons, description, found_in, bootstrap_servers, tool_node_id,
                              zk_root)
@@ -309,9 +330,22 @@ def _zkcoord_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapp
     storage = str(record.get("os", "zookeeper"))
     coordinator = coordinator_of(zk.owner_node_id, daemons)
     notes = _owner_notes(coordinator, live, daemons, tool_node_id)
-    members = _members(description)
+    members = members_of(description)
+    rows, notes = _offsets_and_notes(zk, kafka, storage, members, notes, zk_root)
+    migration = _migration(zk, notes)
+    return GroupView(
+        zk.group, sources, description.state, "daemon" if live.description is not None else "zookeeper", storage,
+        generation=int(record["g"]), protocol_type=description.protocol_type or record.get("pt"),
+        assignment_strategy=description.protocol or record.get("pn") or None, coordinator=coordinator,
+        migration=migration, kafka_group=kafka.group, members=members, offsets=rows, notes=tuple(notes),
+        group_type=CLASSIC_TYPE)
+
+
+def _offsets_and_notes(zk: ZkFacts, kafka: KafkaFacts, storage: str, members: tuple[MemberView, ...],
+                       notes: list[str], zk_root: str) -> tuple[tuple[OffsetRow, ...], list[str]]:
+    """The offsets view of a zkcoord group (either type), and ``notes`` with what it adds."""
     rows, row_notes = offset_rows(zk.group, storage, members, zk, kafka, zk_root)
-    notes += row_notes
+    notes = notes + row_notes
     if storage != "zookeeper" and not kafka.asked:
         notes.append(f"the group's offsets are in Kafka too ({storage} storage); pass --bootstrap-servers "
                      "(or set ZKCOORD_BOOTSTRAP_SERVERS) to see them")
@@ -319,12 +353,33 @@ def _zkcoord_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapp
         notes.append(kafka_side_warning(kafka.group))
     if not members:
         notes.append(NO_MEMBERS.format(group=zk.group))
+    return rows, notes
+
+
+def _consumer_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping[int, Daemon],
+                   description: DescribedConsumerGroup, sources: tuple[str, ...], tool_node_id: int,
+                   zk_root: str) -> GroupView:
+    """A KIP-848 consumer group's view (:mod:`zkcoord.inspect.consumer`)."""
+    storage = str((zk.record or {}).get("os", "zookeeper"))
+    coordinator = coordinator_of(zk.owner_node_id, daemons)
+    notes = _owner_notes(coordinator, live, daemons, tool_node_id, api="ConsumerGroupDescribe")
+    if live.description is None and zk.record is not None:
+        unnamed = consumer.unnamed_topic_ids(zk.record, {**zk.topic_ids, **kafka.topic_ids})
+        if unnamed:
+            where = "ZooKeeper's /brokers/topics nor Kafka" if kafka.asked else \
+                "ZooKeeper's /brokers/topics (pass --bootstrap-servers to ask Kafka)"
+            notes.append(f"topic id(s) {', '.join(unnamed)} in its stored assignments are named by neither "
+                         f"{where}: their partitions are left out (deleted topics?)")
+    notes += consumer.notes(description)
+    members = members_of(description)
+    rows, notes = _offsets_and_notes(zk, kafka, storage, members, notes, zk_root)
     migration = _migration(zk, notes)
     return GroupView(
         zk.group, sources, description.state, "daemon" if live.description is not None else "zookeeper", storage,
-        generation=int(record["g"]), protocol_type=description.protocol_type or record.get("pt"),
-        assignment_strategy=description.protocol or record.get("pn") or None, coordinator=coordinator,
-        migration=migration, kafka_group=kafka.group, members=members, offsets=rows, notes=tuple(notes))
+        protocol_type=CONSUMER, assignment_strategy=description.assignor_name or None, coordinator=coordinator,
+        migration=migration, kafka_group=kafka.group, members=members, offsets=rows, notes=tuple(notes),
+        group_type=CONSUMER_TYPE, group_epoch=description.group_epoch,
+        assignment_epoch=description.assignment_epoch)
 
 
 def kafka_side_warning(group: KafkaGroupInfo) -> str:
@@ -366,9 +421,20 @@ def summarize(zk: ZkFacts, kafka_group: KafkaGroupInfo | None, known_to_kafka: b
     if zk.record_error is not None:  # its state znode is corrupt: listed as such, with what is wrong
         return GroupSummary(zk.group, CORRUPT, found_in, owner=coordinator_of(zk.owner_node_id, daemons),
                             error=zk.record_error)
+    if zk.is_consumer_group:
+        try:
+            stored = consumer.stored_description(zk.group, record, {})
+        except StateError as exc:
+            return GroupSummary(zk.group, CORRUPT, found_in, owner=coordinator_of(zk.owner_node_id, daemons),
+                                error=str(exc))
+        return GroupSummary(zk.group, stored.state, found_in, str(record.get("os", "zookeeper")),
+                            len(stored.members), None, coordinator_of(zk.owner_node_id, daemons),
+                            group_type=CONSUMER_TYPE, group_epoch=stored.group_epoch,
+                            assignment_epoch=stored.assignment_epoch)
     if record is not None:
         return GroupSummary(zk.group, str(record.get("s", "-")), found_in, str(record.get("os", "zookeeper")),
-                            len(record.get("m") or ()), record.get("g"), coordinator_of(zk.owner_node_id, daemons))
+                            len(record.get("m") or ()), record.get("g"), coordinator_of(zk.owner_node_id, daemons),
+                            group_type=CLASSIC_TYPE)
     if zk.legacy:
         return GroupSummary(zk.group, "Stable" if zk.legacy_ids else "Empty", found_in, "zookeeper",
                             len(zk.legacy_ids))

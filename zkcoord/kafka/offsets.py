@@ -179,6 +179,29 @@ class KafkaOffsets:
                 counts[name] = len(entry.get("partitions") or ()) or None
         return counts
 
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
+        """Topic -> its id in Kafka's text form (None: the topic does not
+        exist, or the broker names no id: Metadata below v10)."""
+        from uuid import UUID
+
+        from zkcoord.topic_ids import topic_id_text
+
+        wanted = sorted(set(topics))
+        if not wanted:
+            return {}
+        described = self._call(f"describe topics {_short(wanted)}", self._describe_topics, wanted)
+        found: dict[str, str | None] = {topic: None for topic in wanted}
+        for entry in described:
+            name, raw = entry.get("name") or entry.get("topic"), entry.get("topic_id")
+            if name not in found or entry.get("error_code") or raw is None:
+                continue
+            try:
+                topic_id = raw if isinstance(raw, UUID) else UUID(str(raw))
+            except ValueError:
+                continue
+            found[name] = topic_id_text(topic_id) if topic_id.int else None
+        return found
+
     def _describe_topics(self, topics: list[str]) -> list[dict]:
         import kafka.errors as Errors
 

@@ -5,7 +5,7 @@ Owns the translation between kafka-python's generated request/response
 messages and zkcoord's core values, per API and version, and nothing else:
 ownership, persistence and group rules live in :mod:`.manager` and
 :mod:`zkcoord.core`. Every response is built with
-:func:`~zkcoord.server.codec.response_for`, which drops the fields a version
+:func:`~zkcoord.wire.responses.response_for`, which drops the fields a version
 does not have. Group-level failures (:class:`GroupUnavailableError`) become
 the error code of the API's response; nothing a client sends can make a
 handler raise anything else but a bug.
@@ -54,28 +54,30 @@ from typing import TYPE_CHECKING
 
 from zkcoord.core import groups, notice
 from zkcoord.core import messages as core
+from zkcoord.core.api_keys import (
+    API_VERSIONS, CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR,
+    HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS, OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP,
+)
 from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.core.offset_fetch import count
 from zkcoord.errors import StateError, StateTooLargeError
-from zkcoord.server.codec import (
-    COORDINATOR_APIS,
-    DecodedRequest,
-    EncodedResponse,
-    api_versions_response,
-    cached_response,
-    constant_response,
-    encoded_response,
-    response_for,
-)
 from zkcoord.server.authorization import (
     OPEN, UNKNOWN_OPERATIONS, GroupAccess, Operation, commit_authorized, fetch_authorized, with_refused,
 )
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
 from zkcoord.server.bulk_work import off_loop, pause_every
 from zkcoord.server.consumer_apis import ConsumerGroupApis
+from zkcoord.server.consumer_apis import new_member_id as consumer_member_id
+from zkcoord.topic_ids import topic_id_text, topic_id_uuid
 from zkcoord.server.manager import UNKNOWN_TOKEN
 from zkcoord.server.member_connections import MemberConnections
-from zkcoord.server.transport import ConnectionInfo
+from zkcoord.wire.connections import ConnectionInfo
+from zkcoord.wire.messages import api_versions_response
+from zkcoord.wire.registry import COORDINATOR_APIS
+from zkcoord.wire.requests import DecodedRequest
+from zkcoord.wire.responses import (
+    EncodedResponse, cached_response, constant_response, encoded_response, response_for,
+)
 
 if TYPE_CHECKING:
     from zkcoord.server.manager import GroupManager
@@ -84,9 +86,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 E = ErrorCode
-API_VERSIONS, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 18, 10, 11, 12, 13, 14
-OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 8, 9, 15, 16, 42
-CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 TRANSACTION_KEY_TYPE = 1
 SMALL_COMMIT_PARTITIONS = 8  # OffsetCommit answers cached up to this many partitions
 BIG_ANSWER_ITEMS = 1000  # answers listing more entries are built and encoded in a worker thread
@@ -114,7 +113,7 @@ class ApiHandler:
         self._notice_connections: set[int] = set()  # connection ids that asked for held heartbeats
         # group id -> {held heartbeat's waiter: its request}, for the LeaveGroup that ends a hold
         self._holds: dict[str, dict[asyncio.Future, core.HeartbeatRequest]] = {}
-        self._classic_apis = apis.without(CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE)
+        self._classic_apis = apis.classic_only()
         self.consumer = ConsumerGroupApis(manager, access, self.consumer_groups_served)
         self._routes = {
             API_VERSIONS: self.api_versions, FIND_COORDINATOR: self.find_coordinator,
@@ -295,6 +294,7 @@ class ApiHandler:
                 rebalance_timeout_ms=r.rebalance_timeout_ms if version >= 1 else r.session_timeout_ms,
                 protocol_type=r.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in r.protocols],
                 require_known_member_id=version >= 4, new_member_id=f"{prefix}-{uuid.uuid4()}",
+                new_consumer_member_id=consumer_member_id(),
                 reason=getattr(r, "reason", None) if version >= 8 else None,
                 support_skipping_assignment=version >= 9,
             )
@@ -471,41 +471,61 @@ class ApiHandler:
     async def offset_commit(self, decoded, connection):
         r = decoded.request
         version = decoded.api_version
-        wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata)
-                  for t in r.topics for p in t.partitions]
+        # v10 names topics by id (KIP-848): the topics image gives their names; an unknown id's partitions
+        # are UNKNOWN_TOPIC_ID, as Kafka answers them.
+        by_id = TopicNames(self.manager.group_config.image) if version >= 10 else None
+        named = [(t, t.name if by_id is None else by_id.name(t.topic_id)) for t in r.topics]
+        wanted = [(name, p.partition_index, p.committed_offset, p.committed_metadata)
+                  for t, name in named if name is not None for p in t.partitions]
         instance = getattr(r, "group_instance_id", None) if version >= 7 else None
         errors = await commit_authorized(self.access, self.manager.group_offsets, connection, r.group_id,
                                          r.member_id, r.generation_id_or_member_epoch, instance, wanted, version)
         if self.members is not None and r.member_id and instance is None and E.NONE in errors:
             self.members.seen(r.group_id, r.member_id, connection.connection_id)
+        answered = iter(errors)
+        codes = [(name if name is not None else t.topic_id, t.topic_id if by_id is not None else None,
+                  p.partition_index, int(next(answered) if name is not None else E.UNKNOWN_TOPIC_ID))
+                 for t, name in named for p in t.partitions]
 
         def fields():
-            topics: dict[str, list] = {}
-            for (topic, partition, _, _), code in zip(wanted, errors):
-                topics.setdefault(topic, []).append({"partition_index": partition, "error_code": int(code)})
-            return {"throttle_time_ms": 0,
-                    "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
+            topics: dict = {}
+            for key, topic_id, partition, code in codes:
+                entry = topics.get(key)
+                if entry is None:
+                    entry = topics[key] = {"name": key if isinstance(key, str) else "", "topic_id": topic_id,
+                                           "partitions": []}
+                entry["partitions"].append({"partition_index": partition, "error_code": code})
+            return {"throttle_time_ms": 0, "topics": list(topics.values())}
 
-        if len(wanted) > SMALL_COMMIT_PARTITIONS:
-            return await _answer(decoded, len(wanted), **fields())
+        if len(codes) > SMALL_COMMIT_PARTITIONS:
+            return await _answer(decoded, len(codes), **fields())
         # The answer is a function of (topic, partition, error) in order: the same for every commit of those
         # partitions, so it is encoded once.
-        return cached_response(decoded, tuple((t, p, int(c)) for (t, p, _, _), c in zip(wanted, errors)), fields)
+        return cached_response(decoded, tuple(codes), fields)
 
     async def offset_fetch(self, decoded, connection):
         r = decoded.request
-        if decoded.api_version >= 8:
+        version = decoded.api_version
+        if version >= 8:
+            by_id = TopicNames(self.manager.group_config.image) if version >= 10 else None
             answers = []
             for i, g in enumerate(r.groups):
                 await pause_every(i)
+                wanted, unknown = (_wanted(g.topics), []) if by_id is None else by_id.wanted(g.topics)
+                member = (g.member_id, g.member_epoch) if version >= 9 else (None, -1)
                 code, answer, refused = await fetch_authorized(self.access, self.manager.group_offsets, connection,
-                                                               g.group_id, _wanted(g.topics))
-                answers.append((g.group_id, code, answer, refused))
-            return await _answer(decoded, sum(1 + len(a) for _, _, a, _ in answers), lambda: {
+                                                               g.group_id, wanted, member)
+                answers.append((g.group_id, code, answer, refused, unknown))
+
+            def topics(answer, refused, unknown):
+                listed = with_refused(answer.response_topics(), refused)
+                return listed if by_id is None else by_id.answer_topics(listed, unknown)
+
+            return await _answer(decoded, sum(1 + len(a) for _, _, a, _, _ in answers), lambda: {
                 "throttle_time_ms": 0,
                 "groups": [{"group_id": group_id, "error_code": int(code),
-                            "topics": with_refused(answer.response_topics(), refused)}
-                           for group_id, code, answer, refused in answers]})
+                            "topics": topics(answer, refused, unknown) if code is E.NONE else []}
+                           for group_id, code, answer, refused, unknown in answers]})
         wanted = _wanted(r.topics)
         code, answer, refused = await fetch_authorized(self.access, self.manager.group_offsets, connection,
                                                        r.group_id, wanted)
@@ -587,18 +607,54 @@ async def _answer(decoded, items: int, build=None, /, **fields):
     return await off_loop(lambda: encoded_response(decoded, answer()))
 
 
-def _wanted(topics) -> dict[str, list[int]] | None:
+def _wanted(topics, names=None) -> dict[str, list[int]] | None:
     """An OffsetFetch's topics as :data:`~zkcoord.core.offset_fetch.Wanted`
-    (None: all), its partition lists kept as decoded, not copied per item."""
+    (None: all), its partition lists kept as decoded, not copied per item;
+    ``names``: each topic's name, when not its ``name`` field."""
     if topics is None:
         return None
     wanted: dict[str, list[int]] = {}
-    for topic in topics:
-        if topic.name in wanted:
-            wanted[topic.name] = [*wanted[topic.name], *topic.partition_indexes]
+    for i, topic in enumerate(topics):
+        name = topic.name if names is None else names[i]
+        if name in wanted:
+            wanted[name] = [*wanted[name], *topic.partition_indexes]
         else:
-            wanted[topic.name] = topic.partition_indexes
+            wanted[name] = topic.partition_indexes
     return wanted
+
+
+class TopicNames:
+    """OffsetCommit and OffsetFetch v10 name topics by id (KIP-848): names
+    from the daemon's topics image, and ids back in the answers, as Kafka's
+    ``KafkaApis`` does with its metadata cache."""
+
+    def __init__(self, image) -> None:
+        self.image = image
+
+    def name(self, topic_id) -> str | None:
+        return self.image.name_of(topic_id_text(topic_id))
+
+    def wanted(self, topics) -> tuple[dict[str, list[int]] | None, list]:
+        """(the topics known, by name; the unknown ones ``[(topic id, partitions)]``)."""
+        if topics is None:
+            return None, []
+        names = [self.name(t.topic_id) for t in topics]
+        known = [(t, n) for t, n in zip(topics, names) if n is not None]
+        unknown = [(t.topic_id, t.partition_indexes) for t, n in zip(topics, names) if n is None]
+        return _wanted([t for t, _ in known], [n for _, n in known]), unknown
+
+    def answer_topics(self, listed: list[dict], unknown: list) -> list[dict]:
+        """Answer topics with their ids (a topic the image has no id for is
+        left out, as Kafka leaves it out), then the unknown ids' partitions,
+        UNKNOWN_TOPIC_ID."""
+        out = []
+        for topic in listed:
+            topic_id = self.image.id_of(topic["name"])
+            if topic_id is not None:
+                out.append({**topic, "topic_id": topic_id_uuid(topic_id)})
+        return out + [{"name": "", "topic_id": topic_id, "partitions": [
+            {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+             "error_code": int(E.UNKNOWN_TOPIC_ID)} for p in parts]} for topic_id, parts in unknown]
 
 
 def _state_error_code(exc: StateError) -> ErrorCode:

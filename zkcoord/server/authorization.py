@@ -45,7 +45,7 @@ from zkcoord.core.offset_fetch import FetchAnswer
 
 if TYPE_CHECKING:
     from zkcoord.core.acl import Authorizer
-    from zkcoord.server.transport import ConnectionInfo
+    from zkcoord.wire.connections import ConnectionInfo
 
 __all__ = ["GroupAccess", "OPEN", "CLUSTER_NAME", "Operation", "commit_authorized", "fetch_authorized", "with_refused"]
 
@@ -113,24 +113,25 @@ async def commit_authorized(access: GroupAccess, offsets, connection, group_id: 
 
 
 async def fetch_authorized(access: GroupAccess, offsets, connection, group_id: str,
-                           wanted) -> tuple[ErrorCode, FetchAnswer, list]:
+                           wanted, member: tuple[str | None, int] = (None, -1)) -> tuple[ErrorCode, FetchAnswer, list]:
     """One group's OffsetFetch as Kafka authorizes it: (group error, answer
     of the topics the principal may DESCRIBE, the refused topics
     ``[(topic, partitions)]`` asked for by name); an all-topics fetch
-    (``wanted`` None) leaves the refused topics out."""
+    (``wanted`` None) leaves the refused topics out. ``member``: the
+    (member id, member epoch) an OffsetFetch v9+ names."""
     if not access.group(connection, Operation.DESCRIBE, group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, FetchAnswer({}), []
     if not access.enforcing:
-        return (*await offsets.fetch(group_id, wanted), [])
+        return (*await offsets.fetch(group_id, wanted, *member), [])
     if wanted is None:
-        code, answer = await offsets.fetch(group_id, None)
+        code, answer = await offsets.fetch(group_id, None, *member)
         topics = {t for t, _ in answer.stored} | {t for t, _ in answer.corrupt}
         allowed = access.topics(connection, Operation.DESCRIBE, topics)
         return code, FetchAnswer(None, {tp: v for tp, v in answer.stored.items() if tp[0] in allowed},
                                  {tp: v for tp, v in answer.corrupt.items() if tp[0] in allowed}), []
     allowed = access.topics(connection, Operation.DESCRIBE, wanted)
     refused = [(t, parts) for t, parts in wanted.items() if t not in allowed]
-    code, answer = await offsets.fetch(group_id, {t: p for t, p in wanted.items() if t in allowed})
+    code, answer = await offsets.fetch(group_id, {t: p for t, p in wanted.items() if t in allowed}, *member)
     return code, answer, refused
 
 

@@ -38,6 +38,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from zkcoord.core import groups
+from zkcoord.core.api_keys import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT
 from zkcoord.core.consumer.describe import (
     DescribedConsumerGroup, describe_consumer_group, not_consumer_message, not_found_message,
 )
@@ -47,10 +48,10 @@ from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.errors import StateError, StateTooLargeError
 from zkcoord.server.authorization import Operation
 from zkcoord.server.bulk_work import pause_every
-from zkcoord.server.codec import encoded_response, response_for
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
 from zkcoord.server.manager import UNKNOWN_TOKEN
 from zkcoord.topic_ids import topic_id_text, topic_id_uuid
+from zkcoord.wire.responses import encoded_response, response_for
 
 if TYPE_CHECKING:
     from zkcoord.server.manager import GroupManager
@@ -59,7 +60,6 @@ __all__ = ["ConsumerGroupApis", "new_member_id", "heartbeat_request_problem"]
 
 log = logging.getLogger(__name__)
 E = ErrorCode
-CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 NOT_ASKED = -(2**31)  # authorized_operations not asked for: Kafka's INT32_MIN
 _DESCRIBE_TOPICS_REFUSED = "The group has described topic(s) that the client is not authorized to describe."
 
@@ -72,6 +72,18 @@ def new_member_id() -> str:
         text = topic_id_text(uuid.uuid4())
         if not text.startswith("-"):
             return text
+
+
+BIG_REQUEST_ITEMS = 2000  # subscribed names plus owned partitions from which the decision runs off the loop
+
+
+def _big(r) -> bool:
+    """Does the coordinator's work on this heartbeat grow large (thousands of
+    subscribed names, or of partitions it says it owns)?"""
+    items = len(r.subscribed_topic_names or ())
+    for topic in r.topic_partitions or ():
+        items += len(topic.partitions)
+    return items > BIG_REQUEST_ITEMS
 
 
 def _blank(value: str | None) -> bool:
@@ -157,7 +169,7 @@ class ConsumerGroupApis:
         that writes nothing (a steady member's), answered without a task; None
         sends it through :meth:`heartbeat`."""
         r = decoded.request
-        if r.member_epoch <= 0:
+        if r.member_epoch <= 0 or _big(r):
             return None
         runtime = self.manager.serving(r.group_id)
         if runtime is None or self._refusal(decoded, connection) is not None:
@@ -187,7 +199,8 @@ class ConsumerGroupApis:
             token = runtime.next_token()
             request = self._core_request(decoded, connection, token)
             result = await runtime.call(token, lambda g, now: groups.decide(g, request, now, runtime.config),
-                                        render=lambda res: encoded_response(decoded, self._answer(decoded, res)))
+                                        render=lambda res: encoded_response(decoded, self._answer(decoded, res)),
+                                        big=_big(r))
             return result
         except GroupUnavailableError as exc:
             return self._answer(decoded, ConsumerHeartbeatResult.failed(exc.code, str(exc)))

@@ -197,16 +197,23 @@ class GroupOffsets:
                 if t in counts and (counts[t] is None or not 0 <= p < counts[t])}
 
     # -- OffsetFetch -----------------------------------------------------------------------
-    async def fetch(self, group_id: str, wanted: Wanted | None) -> tuple[ErrorCode, FetchAnswer]:
+    async def fetch(self, group_id: str, wanted: Wanted | None, member_id: str | None = None,
+                    member_epoch: int = -1) -> tuple[ErrorCode, FetchAnswer]:
         """OffsetFetch: (group error, answer); ``wanted`` None asks for every
         committed partition. A partition whose legacy znode holds no offset
         gets :data:`~zkcoord.core.offset_fetch.CORRUPT_OFFSET_ERROR`; the
-        others are answered."""
+        others are answered. A member named (OffsetFetch v9+) is checked as
+        the group's kind says (a consumer group's member must exist at that
+        epoch: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)."""
         manager = self.manager
         if group_id in await manager.unknown([group_id]):
             return E.NONE, FetchAnswer(wanted)
         try:
             runtime = await manager.runtime(group_id, allow_empty=True)
+            if member_id is not None or member_epoch >= 0:
+                code = await runtime.read(lambda g, now: kind_of(g).validate_offset_fetch(g, member_id, member_epoch))
+                if code is not E.NONE:
+                    return code, FetchAnswer({})
             stored = await self.storages[runtime.group.offset_storage].fetch(group_id, wanted)
         except GroupUnavailableError as exc:
             return exc.code, FetchAnswer({})

@@ -49,6 +49,7 @@ from zkcoord.core.membership import GroupConfig
 from zkcoord.core.messages import Outcome, Reply, Schedule
 from zkcoord.tasks import Background
 from zkcoord.errors import NotOwnerError, StateError, ZkcoordError
+from zkcoord.server.bulk_work import off_loop
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +276,7 @@ class GroupRuntime:
         return next(self._tokens)
 
     async def call(self, token: int, decide: Callable[[Any, int], Outcome],
-                   render: Callable[[Any], Any] | None = None) -> Any:
+                   render: Callable[[Any], Any] | None = None, big: bool = False) -> Any:
         """Run ``decide(group, now_ms)`` for the request carrying ``token`` and
         wait for the reply addressed to it (maybe released by a later outcome).
 
@@ -284,10 +285,17 @@ class GroupRuntime:
         runs while the ZooKeeper write of the outcome that answers it is in
         flight, so that only sending is left once the write is accepted. If
         it raises there, it runs again in the caller, where the error belongs.
+        ``big``: the decision's work grows with a large request: it runs in
+        a worker thread (the group is immutable and its lock held meanwhile),
+        so other groups' requests are answered in between.
         """
         async with self._lock:
             self._require_active()
-            outcome = decide(self.group, self._clock())
+            if big:
+                outcome = await off_loop(decide, self.group, self._clock())
+                self._require_active()
+            else:
+                outcome = decide(self.group, self._clock())
             await self._apply(outcome)
             for reply in outcome.replies:  # answered at once: no future needed
                 if reply.token == token:

@@ -11,6 +11,18 @@ metric                                     type       meaning
                                                       consumer), Kafka state name and offset storage
                                                       mode (every triple present, 0 or more)
 ``zkcoord_group_members``                  gauge      members summed over the owned groups
+``zkcoord_members_by_protocol{type,protocol}``  gauge  the same members by group type and by the
+                                                      protocol each speaks: ``classic``/``classic``,
+                                                      ``consumer``/``consumer``, and ``consumer``/
+                                                      ``classic`` (classic members in consumer groups:
+                                                      an online upgrade in progress); all three present
+``zkcoord_consumer_group_unreconciled_members``  gauge  members of owned consumer groups not at their
+                                                      group's target assignment yet (revoking, waiting
+                                                      for partitions, or behind the assignment epoch)
+``zkcoord_consumer_group_epoch_lag_max``   gauge      the largest group epoch minus target assignment
+                                                      epoch of the owned consumer groups (0: every
+                                                      target is computed; above 0: a group waits for
+                                                      its next target assignment)
 ``zkcoord_held_heartbeats``                gauge      heartbeats held for the rebalance notice
                                                       (about one per zkcoord-consumer member)
 ``zkcoord_rebalances_total``               counter    new generations started by this daemon
@@ -45,7 +57,15 @@ metric                                     type       meaning
 =========================================  =========  ==========================================
 
 The group APIs the gateway answers are counted in ``zkcoord_requests_total``
-like those on the daemon's own listener.
+like those on the daemon's own listener; heartbeats by API there:
+``Heartbeat`` (classic members, in classic and in consumer groups) and
+``ConsumerGroupHeartbeat`` (KIP-848 members), fast path included.
+
+The gauges computed at scrape time walk the owned groups once, reading
+what each group value keeps up to date as it changes (its size, its
+classic and reconciled member counts, its epochs): O(1) per group, as
+``zkcoord_groups`` and ``zkcoord_group_members`` always were; nothing
+walks a group's members at scrape time.
 
 Both follow the owner's in-memory state changes (:meth:`Metrics.observe_transition`),
 so they count a rebalance whether or not its start was written; a group
@@ -69,11 +89,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from zkcoord.core.consumer.model import ConsumerGroup
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.groups import KINDS, GroupPhase, kind_of
 from zkcoord.core.membership import OFFSET_STORAGES
-from zkcoord.server.codec import EncodedResponse
-from zkcoord.server.response_errors import first_error_code
+from zkcoord.wire.response_errors import first_error_code
+from zkcoord.wire.responses import EncodedResponse
 from zkcoord.zk.connection import SessionEvent
 
 log = logging.getLogger(__name__)
@@ -81,9 +102,9 @@ log = logging.getLogger(__name__)
 
 def response_error(response) -> str:
     """The Kafka error name of a response (a message, or an
-    :class:`~zkcoord.server.codec.EncodedResponse`, whose error was found
+    :class:`~zkcoord.wire.responses.EncodedResponse`, whose error was found
     when it was encoded): its top-level ``error_code``, else the first
-    nonzero nested one, else ``NONE`` (:mod:`.response_errors`)."""
+    nonzero nested one, else ``NONE`` (:mod:`zkcoord.wire.response_errors`)."""
     code = response.error_code if type(response) is EncodedResponse else first_error_code(response)
     if not code:
         return "NONE"
@@ -240,6 +261,10 @@ class DaemonMetrics:
         return 200, {"status": "ready", "groups_owned": len(self._active_runtimes())}
 
 
+# (group type, member protocol) of zkcoord_members_by_protocol, each always exported
+_MEMBER_PROTOCOLS = (("classic", "classic"), ("consumer", "consumer"), ("consumer", "classic"))
+
+
 class _ScrapeTimeCollector:
     """Gauges computed when scraped, from the manager and the connection."""
 
@@ -251,17 +276,39 @@ class _ScrapeTimeCollector:
         yield GaugeMetricFamily("zkcoord_groups_owned", "Groups this daemon serves.", value=len(runtimes))
         counts = dict.fromkeys(((kind.name, s, m) for kind in KINDS for s in kind.state_names
                                 for m in OFFSET_STORAGES), 0)
+        members = dict.fromkeys(_MEMBER_PROTOCOLS, 0)
+        unreconciled = epoch_lag = 0
         for rt in runtimes:
-            kind = kind_of(rt.group)
-            key = (kind.name, kind.state_name(rt.group), rt.group.offset_storage)
+            group = rt.group
+            kind = kind_of(group)
+            key = (kind.name, kind.state_name(group), group.offset_storage)
             counts[key] = counts.get(key, 0) + 1
+            if type(group) is ConsumerGroup:  # its counters, kept as it changes: O(1) here
+                members[("consumer", "classic")] += group.classic_members
+                members[("consumer", "consumer")] += group.size - group.classic_members
+                unreconciled += group.size - group.reconciled_members
+                epoch_lag = max(epoch_lag, group.group_epoch - group.assignment_epoch)
+            else:
+                members[(kind.name, "classic")] = members.get((kind.name, "classic"), 0) + group.size
         by_state = GaugeMetricFamily("zkcoord_groups", "Groups this daemon serves, by type, state and offset storage.",
                                      labels=["type", "state", "mode"])
         for labels, count in counts.items():
             by_state.add_metric(list(labels), count)
         yield by_state
         yield GaugeMetricFamily("zkcoord_group_members", "Members summed over the owned groups.",
-                                value=sum(rt.group.size for rt in runtimes))
+                                value=sum(members.values()))
+        by_protocol = GaugeMetricFamily("zkcoord_members_by_protocol",
+                                        "Members of the owned groups, by group type and the protocol each speaks.",
+                                        labels=["type", "protocol"])
+        for labels, count in members.items():
+            by_protocol.add_metric(list(labels), count)
+        yield by_protocol
+        yield GaugeMetricFamily("zkcoord_consumer_group_unreconciled_members",
+                                "Members of owned consumer groups not at their target assignment yet.",
+                                value=unreconciled)
+        yield GaugeMetricFamily("zkcoord_consumer_group_epoch_lag_max",
+                                "Largest group epoch minus target assignment epoch of the owned consumer groups.",
+                                value=epoch_lag)
         yield GaugeMetricFamily("zkcoord_held_heartbeats", "Heartbeats held for the rebalance notice.",
                                 value=sum(rt.held_heartbeats for rt in runtimes))
         offsets = getattr(self.metrics.manager, "group_offsets", None)

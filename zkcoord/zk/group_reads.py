@@ -2,11 +2,15 @@
 describe``, ``zkcoord groups``). Reads only.
 
 This module owns the read side of every znode inspection looks at: the
-registered daemons (``/zkcoord/nodes``), a group's state record, its
-election (the lowest contender's node id), its migration record, and the
-legacy layout under the offsets root (offsets, old consumers' ``ids`` and
-``owners``). It never writes and needs no daemon: with every daemon down it
-reads the same znodes.
+registered daemons (``/zkcoord/nodes``), a group's state record (a consumer
+group's with its member records, ``/coordinators/<group>/members/*``, as
+the daemon loads them: :mod:`zkcoord.zk.group_records`), its election (the
+lowest contender's node id), its migration record, the legacy layout under
+the offsets root (offsets, old consumers' ``ids`` and ``owners``) and, for
+a consumer group, Kafka's registrations (``/brokers/topics/<topic>``) of
+the topics its members subscribe to: member records name topics by id, and
+these name the ids. It never writes and needs no daemon: with every daemon
+down it reads the same znodes.
 
 Rules:
 
@@ -14,9 +18,13 @@ Rules:
    hop per round) and each group's read is one idempotent step under the
    connection's retry, so a connection loss re-reads the group.
 2. A znode that vanishes between listing and reading is simply absent.
-3. A state znode that is not a record, or a migration record that is not
-   JSON, is reported in the facts (``record_error`` / ``migration_error``),
-   never raised: the other groups are still shown.
+3. A state znode that is not a record (a consumer group's member record
+   that is not one included), or a migration record that is not JSON, is
+   reported in the facts (``record_error`` / ``migration_error``), never
+   raised: the other groups are still shown.
+4. A topic registration that is missing, unreadable or without an id
+   simply names nothing (a chrooted zkcoord sees no ``/brokers/topics``;
+   inspection then asks Kafka, when it may).
 """
 
 from __future__ import annotations
@@ -30,16 +38,20 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
+from zkcoord.core.consumer.record import KIND_NAME as CONSUMER_KIND, MEMBERS_KEY
+from zkcoord.core.groups import KIND_KEY, record_problem
 from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import StateError, ZkcoordError
 from zkcoord.zk import aio, election, paths
+from zkcoord.zk.group_records import read_member_records
 from zkcoord.zk.multi_read import GET_DATA, read_many
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.legacy import TopicPartition
 from zkcoord.zk.nodes import NodeInfo, read_nodes
 from zkcoord.zk.state_store import decode_state
+from zkcoord.zk.topics import parse_topic
 
-__all__ = ["ZkFacts", "read_daemons", "read_group", "list_zkcoord_groups", "list_legacy_groups"]
+__all__ = ["ZkFacts", "read_daemons", "read_group", "list_zkcoord_groups", "list_legacy_groups", "consumer_topic_names"]
 
 _IDS, _OWNERS = "ids", "owners"  # old ZooKeeper consumers: registrations and partition owners
 
@@ -59,6 +71,13 @@ class ZkFacts:
     legacy_owners: Mapping[TopicPartition, str] = field(default_factory=dict)  # thread ids
     migration: Mapping | None = None
     migration_error: str | None = None
+    # a consumer group's topics, by name, as Kafka registers them in this ZooKeeper: name -> topic id
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_consumer_group(self) -> bool:
+        """The stored record is a KIP-848 consumer group's."""
+        return self.record is not None and self.record.get(KIND_KEY) == CONSUMER_KIND
 
 
 def _raise_unexpected(*outcomes: Any) -> None:
@@ -144,6 +163,11 @@ async def _inner_read_group(conn: ZkConnection, offsets: paths.OffsetPaths, grou
     ])
     _raise_unexpected(state, listed_contenders, legacy, ids, migration)
     record, record_error = _record(group, state)
+    topic_ids: dict[str, str] = {}
+    if record is not None and record.get(KIND_KEY) == CONSUMER_KIND:
+        record, record_error = await _with_members(conn, group, record)
+        if record is not None and with_offsets:
+            topic_ids = await _topic_ids(conn, consumer_topic_names(record))
     migration_record, migration_error = _migration(group, migration)
     zk_offsets: dict[TopicPartition, str | None] = {}
     owners: dict[TopicPartition, str] = {}
@@ -157,7 +181,7 @@ async def _inner_read_group(conn: ZkConnection, offsets: paths.OffsetPaths, grou
     return ZkFacts(group, record=record, record_error=record_error, owner_node_id=owner, owner_error=owner_error,
                    legacy=isinstance(legacy, ZnodeStat), zk_offsets=zk_offsets,
                    legacy_ids=tuple(sorted(_children(ids))), legacy_owners=owners,
-                   migration=migration_record, migration_error=migration_error)
+                   migration=migration_record, migration_error=migration_error, topic_ids=topic_ids)
 
 
 def _record(group: str, outcome: Any) -> tuple[dict | None, str | None]:
@@ -167,6 +191,53 @@ def _record(group: str, outcome: Any) -> tuple[dict | None, str | None]:
         return decode_state(group, paths.state(group), outcome[0]), None
     except StateError as exc:
         return None, str(exc)
+
+
+async def _with_members(conn: ZkConnection, group: str, record: dict) -> tuple[dict | None, str | None]:
+    """A consumer group's record with its member records (as the daemon loads it), or what is wrong with them."""
+    try:
+        members = await read_member_records(conn, group)
+    except StateError as exc:
+        return None, str(exc)
+    loaded = dict(record, **{MEMBERS_KEY: members})
+    problem = record_problem(loaded)
+    if problem is not None:
+        return None, (f"group {group!r}: {problem}; repair it, or delete {paths.coordinator(group)} to start the "
+                      "group afresh")
+    return loaded, None
+
+
+def consumer_topic_names(record: Mapping) -> list[str]:
+    """The topics a consumer group's assignments can hold: those its members subscribe to by name, and those
+    its regular expressions resolved to."""
+    names = {name for member in record.get(MEMBERS_KEY, ()) for name in member.get("tn", ())}
+    names |= {name for resolved in record.get("rx", {}).values() for name in resolved.get("t", ())}
+    return sorted(names)
+
+
+async def _topic_ids(conn: ZkConnection, names: list[str]) -> dict[str, str]:
+    """name -> topic id of each of ``names`` Kafka registers in this ZooKeeper (rule 4)."""
+    wanted = []
+    for name in names:
+        try:
+            wanted.append((name, paths.broker_topic(name)))
+        except ZkcoordError:
+            continue  # no topic can have this name
+    if not wanted:
+        return {}
+    outcomes = await read_many(conn, [(GET_DATA, path) for _, path in wanted])
+    found = {}
+    for (name, _), outcome in zip(wanted, outcomes):
+        if isinstance(outcome, BaseException):
+            _raise_unexpected(outcome)
+            continue
+        try:
+            parsed = parse_topic(name, bytes(outcome))
+        except StateError:
+            continue
+        if parsed is not None:
+            found[name] = parsed[0]
+    return found
 
 
 def _migration(group: str, outcome: Any) -> tuple[dict | None, str | None]:

@@ -119,7 +119,7 @@ def _join(group: ConsumerGroup, req: JoinRequest, now_ms: int, config) -> Outcom
                                                                "with the classic protocol because the group "
                                                                "migration is disabled.")
     unknown = req.member_id == ""
-    member_id = req.new_member_id if unknown else req.member_id
+    member_id = (req.new_consumer_member_id or req.new_member_id) if unknown else req.member_id
     throw_if_full(group, member_id, req.group_instance_id, c)
     names = {name for name, _ in req.protocols}
     if not _supports(group, req.protocol_type, names):

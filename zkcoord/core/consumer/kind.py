@@ -124,6 +124,9 @@ class ConsumerKind:
     def validate_offset_commit(self, group: ConsumerGroup | None, request, config):
         return offsets.validate_commit(group, request, config)
 
+    def validate_offset_fetch(self, group: ConsumerGroup, member_id: str | None, member_epoch: int) -> ErrorCode:
+        return offsets.validate_fetch(group, member_id, member_epoch)
+
     def touch_member(self, group: ConsumerGroup, member_id: str, now_ms: int) -> Outcome:
         return Outcome(group)  # a commit is no heartbeat in the consumer protocol
 
