@@ -48,6 +48,7 @@ from kafka.coordinator.consumer import ConsumerCoordinator
 from kafka.future import Future
 from kafka.net.wakeup_notifier import WakeupNotifier
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.structs import ConsumerGroupMetadata, MemberState as KafkaMemberState, TopicPartition
 from kafka.util import WeakMethod, synchronized
 
@@ -181,6 +182,7 @@ class ConsumerProtocolCoordinator(ConsumerCoordinator):
         self._offset_fetch_key: tuple | None = None
         self._lookup_error: Exception | None = None  # the last lookup's refusal (e.g. no ACL for the group)
         self._lookup_failures = 0
+        self._checked_node = None  # the coordinator whose ApiVersions offer ConsumerGroupHeartbeat v1
 
     # -- what the consumer asks -------------------------------------------------------------
     @property
@@ -451,6 +453,12 @@ class ConsumerProtocolCoordinator(ConsumerCoordinator):
         request = step.request
         wire = _wire_request(request)
         try:
+            refusal = await self._coordinator_refusal(node_id)
+            if refusal is not None:  # as Kafka's consumer, before sending: nothing to send to
+                with self._member_lock:
+                    self._membership.on_response(request, refusal, _now_ms())
+                self._notify_waiters()
+                return
             answer = await self._manager.send(wire, node_id=node_id)
         except Exception as exc:  # noqa: BLE001 - any failure to get an answer
             retriable = bool(getattr(exc, "retriable", False)) or isinstance(
@@ -472,6 +480,23 @@ class ConsumerProtocolCoordinator(ConsumerCoordinator):
             if unknown:
                 self.coordinator_dead(Errors.for_code(response.error_code).__name__)
         self._notify_waiters()
+
+    async def _coordinator_refusal(self, node_id) -> HeartbeatResponse | None:
+        """UNSUPPORTED_VERSION if the coordinator does not advertise
+        ConsumerGroupHeartbeat v1 (Kafka's consumer checks the ApiVersions of
+        the node before sending it); asked once per coordinator."""
+        if node_id == self._checked_node:
+            return None
+        answer = await self._manager.send(ApiVersionsRequest(version=0), node_id=node_id)
+        served = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+        low, high = served.get(ConsumerGroupHeartbeatRequest.API_KEY, (0, -1))
+        if not low <= HEARTBEAT_VERSION <= high:
+            broker = self._cluster.broker_metadata(node_id)
+            where = f"{broker.host}:{broker.port}" if broker is not None else str(node_id)
+            return HeartbeatResponse(ErrorCode.UNSUPPORTED_VERSION, f"the coordinator at {where} does not "
+                                     f"advertise ConsumerGroupHeartbeat v{HEARTBEAT_VERSION}", -1, 0)
+        self._checked_node = node_id
+        return None
 
     def _notify_waiters(self) -> None:
         """Wake the application: work for its ``poll()`` or an error; its leave done."""
