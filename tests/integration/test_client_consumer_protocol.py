@@ -295,46 +295,59 @@ def test_a_member_that_dies_loses_its_partitions_when_its_session_runs_out(servi
 
 
 def test_a_static_member_leaves_and_comes_back_to_its_partitions(services, zk_hosts, unique_name):
-    topic, group = unique_name("t"), unique_name("g")
-    instance = unique_name("i")
-    bootstrap = services.bootstrap_servers
-    create_topic(bootstrap, topic, 4)
+    topic = unique_name("t")
+    create_topic(services.bootstrap_servers, topic, 4)
+    with ThreadDaemons(zk_hosts, 1, bootstrap_servers=services.bootstrap_servers, **DAEMON) as daemons:
+        static_member_scenario(daemons.addresses, services.bootstrap_servers, topic, unique_name("g"),
+                               unique_name("i"))
+
+
+def test_a_static_member_leaves_and_comes_back_on_kafka_too(kafka4, unique_name):
+    """The same steps against Kafka 4.4's own coordinator."""
+    topic = unique_name("t")
+    create_topic(kafka4, topic, 4)
+    static_member_scenario(kafka4, kafka4, topic, unique_name("g"), unique_name("i"))
+
+
+def static_member_scenario(coordinators: str, bootstrap: str, topic: str, group: str, instance: str) -> None:
+    """A static and a dynamic member split a topic; the static one closes
+    (epoch -2: its partitions wait for it, nobody else moves), a new consumer
+    with its instance id gets them back; every record once."""
     partitions = frozenset(TopicPartition(topic, p) for p in range(4))
-    with ThreadDaemons(zk_hosts, 1, bootstrap_servers=bootstrap, **DAEMON) as daemons:
-        cfg = protocol_config(daemons.addresses, bootstrap, group)
-        static = start_worker("static", dataclasses.replace(cfg, group_instance_id=instance), [topic])
-        dynamic = start_worker("dynamic", cfg, [topic])
-        workers = [static, dynamic]
-        everyone = list(workers)
-        try:
-            produced = produce(bootstrap, topic, range(4), 5, tag="a")
-            eventually(lambda: settled(workers, partitions, produced) and all(len(w.owned()) == 2 for w in workers),
-                       "static and dynamic split the topic and consumed batch a", step=polling(workers))
-            kept, theirs, callbacks = static.owned(), dynamic.owned(), len(dynamic.changes)
-            static.consumer.close()  # epoch -2: the coordinator keeps its partitions for it
-            assert static.changes[-1].kind == "revoked" and static.changes[-1].partitions == {
-                (tp.topic, tp.partition) for tp in kept}
-            parked = describe(daemons.addresses, group)
-            assert {(m.instance_id, m.member_epoch) for m in parked.members if m.instance_id} == {(instance, -2)}
+    cfg = protocol_config(coordinators, bootstrap, group)
+    static = start_worker("static", dataclasses.replace(cfg, group_instance_id=instance), [topic])
+    dynamic = start_worker("dynamic", cfg, [topic])
+    workers = [static, dynamic]
+    everyone = list(workers)
+    try:
+        produced = produce(bootstrap, topic, range(4), 5, tag="a")
+        eventually(lambda: settled(workers, partitions, produced) and all(len(w.owned()) == 2 for w in workers),
+                   "static and dynamic split the topic and consumed batch a", step=polling(workers))
+        kept, theirs, callbacks = static.owned(), dynamic.owned(), len(dynamic.changes)
+        static.consumer.close()  # epoch -2: the coordinator keeps its partitions for it
+        assert static.changes[-1].kind == "revoked" and static.changes[-1].partitions == {
+            (tp.topic, tp.partition) for tp in kept}
+        parked = describe(coordinators, group)
+        assert {(m.instance_id, m.member_epoch) for m in parked.members if m.instance_id} == {(instance, -2)}
 
-            produced |= produce(bootstrap, topic, range(4), 5, tag="b")
-            mine = {(p, k) for p, k in produced if k.startswith("b-") and TopicPartition(topic, p) in theirs}
-            eventually(lambda: mine <= set(dynamic.keys()), "the dynamic member consumed its own batch b",
-                       step=polling([dynamic]))
-            assert dynamic.owned() == theirs and len(dynamic.changes) == callbacks  # no rebalance meanwhile
+        produced |= produce(bootstrap, topic, range(4), 5, tag="b")
+        mine = {(p, k) for p, k in produced if k.startswith("b-") and TopicPartition(topic, p) in theirs}
+        eventually(lambda: mine <= set(dynamic.keys()), "the dynamic member consumed its own batch b",
+                   step=polling([dynamic]))
+        assert dynamic.owned() == theirs and len(dynamic.changes) == callbacks  # no rebalance meanwhile
 
-            back = start_worker("static-again", dataclasses.replace(cfg, group_instance_id=instance), [topic])
-            workers = [back, dynamic]
-            everyone.append(back)
-            eventually(lambda: settled(workers, partitions, produced, everyone),
-                       "the static member back consumed batch b", step=polling(workers))
-            assert back.owned() == kept and dynamic.owned() == theirs
-            assert len(dynamic.changes) == callbacks
-            assert consumed(everyone) == sorted(produced)
-            no_double_owner(everyone)
-        finally:
-            for w in workers:
-                w.consumer.close()
+        back = start_worker("static-again", dataclasses.replace(cfg, group_instance_id=instance), [topic])
+        workers = [back, dynamic]
+        everyone.append(back)
+        eventually(lambda: settled(workers, partitions, produced, everyone),
+                   "the static member back consumed batch b", step=polling(workers))
+        assert back.owned() == kept and dynamic.owned() == theirs
+        assert len(dynamic.changes) == callbacks
+        assert consumed(everyone) == sorted(produced)
+        no_double_owner(everyone)
+    finally:
+        for w in workers:
+            w.consumer.close()
 
 
 def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(services, zk_hosts, unique_name):

@@ -185,10 +185,6 @@ class ConsumerProtocolCoordinator(ConsumerCoordinator):
         self._checked_node = None  # the coordinator whose ApiVersions offer ConsumerGroupHeartbeat v1
 
     # -- what the consumer asks -------------------------------------------------------------
-    @property
-    def membership_state(self) -> MemberState:
-        return self._membership.state
-
     def group_metadata(self):
         with self._member_lock:
             m = self._membership
