@@ -10,7 +10,7 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
-from zkcoord.client import CommitFailedError, Consumer, ConsumerConfig, ConsumerTimeoutError
+from zkcoord.client import CommitFailedError, Consumer, ConsumerConfig, ConsumerTimeoutError, FencedInstanceError
 from zkcoord.client.errors import translate
 from zkcoord.config import build_config
 from zkcoord.errors import ConfigError, ServiceUnavailableError, UsageError
@@ -60,11 +60,30 @@ def test_environment_and_text_values():
     (dict(auto_offset_reset="smallest"), "auto_offset_reset='smallest' must be one of earliest, latest, none"),
     (dict(enable_auto_commit="maybe"), "enable_auto_commit='maybe' must be true or false"),
     (dict(max_poll_records=0), "max_poll_records=0 must be at least 1"),
+    (dict(group_protocol="modern"), "group_protocol='modern' must be classic or consumer (Kafka's group.protocol)"),
+    (dict(group_remote_assignor="range"), "group_remote_assignor='range' cannot be set when group_protocol=classic"),
+    (dict(group_protocol="consumer", session_timeout_ms=10_000, heartbeat_interval_ms=1_000),
+     "session_timeout_ms, heartbeat_interval_ms cannot be set when group_protocol=consumer (as in Kafka): the "
+     "coordinator decides session_timeout_ms: the daemons' group_consumer_session_timeout_ms; "
+     "heartbeat_interval_ms: the daemons' group_consumer_heartbeat_interval_ms"),
+    (dict(group_protocol="consumer", assignment_strategy="roundrobin"),
+     "assignment_strategy: group_remote_assignor, among the daemons' group_consumer_assignors"),
 ])
 def test_invalid_settings_name_the_problem(changes, message):
     with pytest.raises(ConfigError) as caught:
         ConsumerConfig(**{**REQUIRED, **changes})
     assert message in str(caught.value)
+
+
+def test_the_consumer_protocol_settings():
+    config = ConsumerConfig(**REQUIRED, group_protocol="Consumer", group_remote_assignor=" uniform ")
+    assert (config.group_protocol, config.group_remote_assignor, config.consumer_protocol) == (
+        "consumer", "uniform", True)
+    assert ConsumerConfig(**REQUIRED).group_protocol == "classic"
+    environ = {"ZKCOORD_COORDINATORS": "a:1", "ZKCOORD_BOOTSTRAP_SERVERS": "b:2", "ZKCOORD_GROUP_ID": "g",
+               "ZKCOORD_GROUP_PROTOCOL": "consumer", "ZKCOORD_GROUP_REMOTE_ASSIGNOR": "range"}
+    config = build_config({}, cls=ConsumerConfig, environ=environ)
+    assert (config.group_protocol, config.group_remote_assignor) == ("consumer", "range")
 
 
 def test_kafka_errors_are_translated():
@@ -74,6 +93,9 @@ def test_kafka_errors_are_translated():
     assert isinstance(translate(kerr.KafkaTimeoutError(), "committed"), ConsumerTimeoutError)
     assert isinstance(translate(kerr.KafkaConfigurationError("x"), "start"), ConfigError)
     assert isinstance(translate(kerr.IllegalStateError("x"), "assign"), UsageError)
+    assert isinstance(translate(kerr.StaleMemberEpochError(), "commit"), CommitFailedError)
+    unreleased = translate(kerr.UnreleasedInstanceIdError("i-1"), "poll")
+    assert isinstance(unreleased, FencedInstanceError) and "still held by a member that did not leave" in str(unreleased)
     assert translate(RuntimeError("bug"), "poll") is None
 
 

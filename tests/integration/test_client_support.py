@@ -135,6 +135,23 @@ def read_group_state(zk, group: str):
     return stored.state.value, stored.generation_id, sorted(stored.members)
 
 
+def describe_consumer_group(addresses: str, group: str):
+    """A KIP-848 group as its owner describes it (ConsumerGroupDescribe's group)."""
+    from tests.support.wire import coordinator_client
+    from zkcoord.schemas import ConsumerGroupDescribeRequest
+
+    async def ask():
+        client = await coordinator_client(addresses, group)
+        try:
+            answer = await client.call(ConsumerGroupDescribeRequest(version=0, group_ids=[group],
+                                                                    include_authorized_operations=False))
+        finally:
+            await client.close()
+        return answer.groups[0]
+
+    return asyncio.run(ask())
+
+
 # -- the consumer harness -----------------------------------------------------------------
 @dataclass
 class Member:

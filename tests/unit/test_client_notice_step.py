@@ -77,3 +77,24 @@ def test_a_rejoin_waits_for_a_heartbeat_being_sent():
     notice._step()
     notice._marker.join(5)
     assert order == ["heartbeat written", "rejoin marked"]
+
+
+def test_answers_that_are_never_held_space_the_heartbeats_out_up_to_the_interval(monkeypatch):
+    """A daemon answers at once when it holds nothing (a KIP-848 group with
+    this classic member inside): the pauses double from retry_backoff_ms
+    to heartbeat_interval_ms, and a held answer starts them over."""
+    coordinator = FakeCoordinator()
+    notice, sent = notice_with(coordinator, lambda: None)
+    waits = []
+    notice._wait = waits.append
+    for _ in range(4):
+        notice._step()
+    assert waits == [0.05, 0.1, 0.1, 0.1]  # CONFIG: 50 ms back-off, 100 ms interval
+    clock = iter([0.0, 1.0])  # sent, answered a second later: held
+    import zkcoord.client.notice as module
+
+    with monkeypatch.context() as patched:
+        patched.setattr(module, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+        notice._step()
+    notice._step()
+    assert waits[-1] == 0.05 and len(sent) == 6

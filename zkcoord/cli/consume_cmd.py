@@ -4,8 +4,10 @@ lines, through :class:`zkcoord.client.Consumer`.
 
 It commits what it printed after every batch, so ``--max-records N`` stops
 having committed exactly the records it printed. Ctrl-C and SIGTERM stop the
-loop at the next poll; then it commits and leaves the group (LeaveGroup), so
-the group rebalances at once instead of after the session timeout.
+loop at the next poll; then it commits and leaves the group (LeaveGroup, or
+with ``--group-protocol consumer`` a heartbeat with epoch -1; -2 for a
+static member, whose partitions wait for its return), so the group
+rebalances at once instead of after the session timeout.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ def _options(func):
         ("--heartbeat-interval-ms", "heartbeat_interval_ms", int, "Heartbeat interval [default: 3000]."),
         ("--max-poll-interval-ms", "max_poll_interval_ms", int, "Most time between polls [default: 300000]."),
         ("--rebalance-timeout-ms", "rebalance_timeout_ms", int, "Rebalance timeout [default: max poll interval]."),
+        ("--group-protocol", "group_protocol", str, "classic (JoinGroup/SyncGroup) or consumer (KIP-848's "
+                                                    "consumer group protocol) [default: classic]."),
+        ("--group-remote-assignor", "group_remote_assignor", str, "With --group-protocol consumer: the "
+                                                                  "coordinator's assignor (uniform, range) "
+                                                                  "[default: the daemons' first]."),
     ]
     for flag, name, kind, help_text in reversed(specs):
         func = click.option(flag, name, type=kind, default=None, help=help_text)(func)

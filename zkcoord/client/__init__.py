@@ -46,8 +46,16 @@ the :class:`RebalanceListener` bridge (callbacks run off kafka-python's I/O
 thread so they may commit), and the rebalance timeout, which kafka-python
 ties to ``max_poll_interval_ms`` and the manager stamps on JoinGroup.
 
+KIP-848's consumer group protocol (``group_protocol="consumer"``) replaces
+the group membership only: kafka-python has no client of it, so
+:mod:`zkcoord.client.membership` is the member's state machine (pure, after
+Kafka 4.4's Java consumer) and :mod:`zkcoord.client.consumer_protocol` the
+I/O around it, a ``ConsumerCoordinator`` subclass installed in place of
+kafka-python's; fetching, offsets and the routing above are unchanged.
+
 Modules: ``config`` (settings), ``network`` (where requests go),
-``coordinator`` (the join fixes), ``consumer`` (the facade), ``errors``.
+``coordinator`` (the join fixes), ``membership``, ``member_values`` and ``consumer_protocol``
+(the consumer protocol), ``consumer`` (the facade), ``errors``.
 
 Example::
 

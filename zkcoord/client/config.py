@@ -45,6 +45,11 @@ ASSIGNORS = {
 }
 COOPERATIVE = {"cooperative-sticky"}
 OFFSET_RESETS = ("earliest", "latest", "none")
+GROUP_PROTOCOLS = ("classic", "consumer")  # Kafka's group.protocol
+# Kafka refuses these with group.protocol=consumer: the coordinator decides them (ConsumerConfig 4.4).
+COORDINATOR_DECIDES = {"session_timeout_ms": "the daemons' group_consumer_session_timeout_ms",
+                       "heartbeat_interval_ms": "the daemons' group_consumer_heartbeat_interval_ms",
+                       "assignment_strategy": "group_remote_assignor, among the daemons' group_consumer_assignors"}
 _INSTANCE_ID = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
@@ -85,6 +90,10 @@ class ConsumerConfig:
     security: KafkaClientSecurity | None = None
     # The daemons' own, when their listeners differ from the brokers' (None: ``security`` for both).
     coordinator_security: KafkaClientSecurity | None = None
+    # Kafka's group.protocol: classic (JoinGroup/SyncGroup) or consumer (KIP-848's ConsumerGroupHeartbeat).
+    group_protocol: str = "classic"
+    # Kafka's group.remote.assignor: the coordinator's assignor for this member (consumer protocol); "": its default.
+    group_remote_assignor: str = ""
 
     def __post_init__(self) -> None:
         self._normalise()
@@ -110,6 +119,7 @@ class ConsumerConfig:
             raise ConfigError(f"auto_offset_reset={self.auto_offset_reset!r} must be one of "
                               f"{', '.join(OFFSET_RESETS)}")
         self._check_strategies()
+        self._check_protocol()
         for name in ("security", "coordinator_security"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, KafkaClientSecurity):
@@ -158,6 +168,29 @@ class ConsumerConfig:
             raise ConfigError("assignment_strategy cannot mix cooperative-sticky with eager strategies "
                               f"({', '.join(self.assignment_strategy)}): members must agree on one "
                               "rebalance protocol; list cooperative-sticky alone")
+
+    def _check_protocol(self) -> None:
+        protocol = self.group_protocol.strip().lower()
+        if protocol not in GROUP_PROTOCOLS:
+            raise ConfigError(f"group_protocol={self.group_protocol!r} must be classic or consumer (Kafka's "
+                              "group.protocol)")
+        object.__setattr__(self, "group_protocol", protocol)
+        object.__setattr__(self, "group_remote_assignor", self.group_remote_assignor.strip())
+        if protocol == "classic":
+            if self.group_remote_assignor:
+                raise ConfigError(f"group_remote_assignor={self.group_remote_assignor!r} cannot be set when "
+                                  "group_protocol=classic: it names the coordinator's assignor of the consumer "
+                                  "protocol (classic members use assignment_strategy)")
+            return
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        changed = [name for name in COORDINATOR_DECIDES if getattr(self, name) != defaults[name]]
+        if changed:
+            raise ConfigError(f"{', '.join(changed)} cannot be set when group_protocol=consumer (as in Kafka): "
+                              "the coordinator decides " + "; ".join(f"{n}: {COORDINATOR_DECIDES[n]}" for n in changed))
+
+    @property
+    def consumer_protocol(self) -> bool:
+        return self.group_protocol == "consumer"
 
     @property
     def daemon_addresses(self) -> tuple[tuple[str, int], ...]:

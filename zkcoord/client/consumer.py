@@ -13,7 +13,9 @@ thread of its own, so slow processing between two ``poll()`` calls does not
 expire the session (only ``max_poll_interval_ms`` without ``poll()`` makes
 the consumer leave the group). Listener callbacks run on a helper thread
 while the ``poll()`` or ``close()`` that triggered them waits; they may call
-``commit()``, ``committed()``, ``position()`` and ``seek()``.
+``commit()``, ``committed()``, ``position()`` and ``seek()``. With the
+consumer protocol (:mod:`zkcoord.client.consumer_protocol`) they run on the
+thread of that ``poll()`` or ``close()`` itself, with the same freedom.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
+from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
 from kafka.future import Future as KafkaFuture
 from kafka.structs import MemberState, OffsetAndMetadata, TopicPartition
 
@@ -84,7 +86,9 @@ class Consumer:
     Kafka brokers; the group is joined by the first ``poll()`` after
     ``subscribe()``. ``close()`` commits (with auto commit on), calls
     ``on_revoked`` and leaves the group (a static member, with
-    ``group_instance_id``, stays until its session times out, as in Kafka).
+    ``group_instance_id``, stays until its session times out, as in Kafka;
+    with the consumer protocol it leaves with epoch -2, its partitions kept
+    for its return).
     """
 
     def __init__(self, config: ConsumerConfig):
@@ -106,8 +110,11 @@ class Consumer:
         daemon_options = dict(coordinator.kafka_python_options()) if coordinator is not None else None
         factory = client_factory(config.daemon_addresses, config.effective_rebalance_timeout_ms, daemon_options)
         try:
-            self._kafka = ZkcoordKafkaConsumer(**config.kafka_options(), kafka_client=factory,
-                                               rebalance_notice=config.rebalance_notice, daemon_options=daemon_options)
+            self._kafka = ZkcoordKafkaConsumer(
+                **config.kafka_options(), kafka_client=factory, rebalance_notice=config.rebalance_notice,
+                daemon_options=daemon_options, group_protocol=config.group_protocol,
+                server_assignor=config.group_remote_assignor or None,
+                rebalance_timeout_ms=config.effective_rebalance_timeout_ms)
         except Exception as exc:
             error = translate(exc, "connecting to Kafka", self._who())
             if isinstance(error, ConsumerTimeoutError):
@@ -169,7 +176,10 @@ class Consumer:
         (a regular expression); replaces an earlier subscription."""
         kafka = self._started()
         topics = [topics] if isinstance(topics, str) else list(topics)
-        bridge = _ListenerBridge(listener, self) if listener is not None else None
+        bridge = None
+        if listener is not None:
+            # The consumer protocol calls listeners on this thread already (zkcoord.client.consumer_protocol).
+            bridge = _DirectListener(listener) if self.config.consumer_protocol else _ListenerBridge(listener, self)
         with self._boundary("subscribe"):
             kafka.subscribe(topics=topics, pattern=pattern, listener=bridge)
 
@@ -356,6 +366,28 @@ class _ListenerBridge(AsyncConsumerRebalanceListener):
         if method is None:
             return
         await self._consumer._off_loop(method, frozenset(partitions))
+
+
+class _DirectListener(ConsumerRebalanceListener):
+    """A :class:`RebalanceListener` as kafka-python's listener, called on the
+    application's thread (the consumer protocol's ``poll()`` and ``close()``)."""
+
+    def __init__(self, listener: RebalanceListener):
+        self._listener = listener
+
+    def on_partitions_revoked(self, revoked):
+        self._call("on_revoked", revoked)
+
+    def on_partitions_assigned(self, assigned):
+        self._call("on_assigned", assigned)
+
+    def on_partitions_lost(self, lost):
+        self._call("on_lost", lost)
+
+    def _call(self, name: str, partitions) -> None:
+        method = getattr(self._listener, name, None)
+        if method is not None:
+            method(frozenset(partitions))
 
 
 def _offsets(offsets: Offsets | None) -> dict[TopicPartition, OffsetAndMetadata] | None:

@@ -93,6 +93,7 @@ from kafka.protocol.consumer import UNKNOWN_MEMBER_ID
 from kafka.structs import MemberState
 from kafka.util import WeakMethod
 
+from zkcoord.client.consumer_protocol import ConsumerProtocolCoordinator, ConsumerProtocolSubscription
 from zkcoord.client.notice import RebalanceNotice
 
 log = logging.getLogger(__name__)
@@ -266,11 +267,17 @@ class ZkcoordFetcher(Fetcher):
 
 class ZkcoordKafkaConsumer(KafkaConsumer):
     """``KafkaConsumer`` whose coordinator is a :class:`ZkcoordCoordinator`
-    and whose fetcher a :class:`ZkcoordFetcher`. Takes ``KafkaConsumer``'s
-    keyword options; ``daemon_options``: the daemons' own login settings (kafka-python's
-    names) when they differ from the brokers', for the rebalance notice's connection."""
+    (``group_protocol="consumer"``: a
+    :class:`~zkcoord.client.consumer_protocol.ConsumerProtocolCoordinator`,
+    with ``server_assignor`` and ``rebalance_timeout_ms``) and whose fetcher
+    a :class:`ZkcoordFetcher`. Takes ``KafkaConsumer``'s keyword options;
+    ``daemon_options``: the daemons' own login settings (kafka-python's
+    names) when they differ from the brokers', for the rebalance notice's
+    connection (classic protocol only: the consumer protocol has nothing to hold)."""
 
-    def __init__(self, *, rebalance_notice: bool = False, daemon_options: dict | None = None, **configs):
+    def __init__(self, *, rebalance_notice: bool = False, daemon_options: dict | None = None,
+                 group_protocol: str = "classic", server_assignor: str | None = None,
+                 rebalance_timeout_ms: int | None = None, **configs):
         try:
             super().__init__(**configs, metrics_enabled=False)
         except BaseException:
@@ -281,10 +288,31 @@ class ZkcoordKafkaConsumer(KafkaConsumer):
             raise
         replaced = self._coordinator
         self._cluster.remove_listener(WeakMethod(replaced._handle_metadata_update))
-        self._coordinator = ZkcoordCoordinator(
-            self._client, self._subscription, metrics=None,
-            assignors=self.config["partition_assignment_strategy"], **self.config)
+        if group_protocol == "consumer":
+            self._subscription = ConsumerProtocolSubscription(self.config["auto_offset_reset"])
+            self._coordinator = ConsumerProtocolCoordinator(
+                self._client, self._subscription, metrics=None, assignors=self.config["partition_assignment_strategy"],
+                server_assignor=server_assignor, rebalance_timeout_ms=rebalance_timeout_ms, **self.config)
+        else:
+            self._coordinator = ZkcoordCoordinator(
+                self._client, self._subscription, metrics=None,
+                assignors=self.config["partition_assignment_strategy"], **self.config)
         self._fetcher = ZkcoordFetcher(self._client, self._subscription, coordinator=self._coordinator,
                                        metrics=None, **self.config)
-        if rebalance_notice:
+        if rebalance_notice and group_protocol == "classic":
             self._coordinator.start_notice(self.config, daemon_options)
+
+    def unsubscribe(self):
+        """kafka-python's, except that a consumer-protocol member revokes and
+        leaves before its subscription is dropped (Kafka's ``unsubscribe``)."""
+        if not isinstance(self._coordinator, ConsumerProtocolCoordinator):
+            return super().unsubscribe()
+        self._coordinator.maybe_auto_commit_offsets_now()
+        try:
+            if self._subscription.partitions_auto_assigned():
+                self._coordinator.leave_group()
+        finally:
+            self._subscription.unsubscribe()
+            self._cluster.need_all_topic_metadata = False
+            self._cluster.set_topics([])
+            self._iterator = None

@@ -10,7 +10,7 @@ boundary)::
     ├── AuthorizationError        an ACL refused the group or a topic (*_AUTHORIZATION_FAILED)
     └── ConsumerError             anything else Kafka or zkcoord reported; ``retriable``
         ├── CommitFailedError     the group rebalanced or dropped this member; poll() rejoins
-        ├── FencedInstanceError   another consumer runs with this group_instance_id
+        ├── FencedInstanceError   another consumer runs with this group_instance_id (or still holds it)
         ├── RebalanceListenerError  the rebalance listener raised (the cause is chained)
         └── ConsumerTimeoutError  a blocking call ran out of its timeout_ms
 """
@@ -68,11 +68,16 @@ def translate(exc: BaseException, doing: str, who: str = "") -> ZkcoordError | N
         return UsageError(f"{doing}: {exc}")
     if isinstance(exc, ValueError):
         return UsageError(f"{doing}: {exc}")
-    if isinstance(exc, (kerr.CommitFailedError, kerr.RebalanceInProgressError,
-                        kerr.UnknownMemberIdError, kerr.IllegalGenerationError)):
+    if isinstance(exc, (kerr.CommitFailedError, kerr.RebalanceInProgressError, kerr.UnknownMemberIdError,
+                        kerr.IllegalGenerationError, kerr.StaleMemberEpochError, kerr.FencedMemberEpochError)):
         return CommitFailedError(
             f"{doing}: the group rebalanced or no longer counts this consumer as a member ({_name(exc)}); "
             "call poll() to rejoin, then commit what you consume next", retriable=True)
+    if isinstance(exc, kerr.UnreleasedInstanceIdError):
+        return FencedInstanceError(f"{doing}: the group_instance_id is still held by a member that did not leave "
+                                   "(another consumer runs with it, or an earlier one was fenced and its session "
+                                   "has not expired); give each running consumer its own, or wait out the session "
+                                   "timeout")
     if isinstance(exc, kerr.FencedInstanceIdError):
         return FencedInstanceError(f"{doing}: another consumer uses this group_instance_id; give each "
                                    "running consumer its own")

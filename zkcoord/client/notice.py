@@ -22,8 +22,11 @@ outcome (a lost connection, NOT_COORDINATOR, ILLEGAL_GENERATION, ...) is
 left to kafka-python's own heartbeat, which meets it within one interval;
 the thread backs off, then follows the coordinator and generation it then
 has. A NONE answer that came at once instead of after a hold (the group is
-loading, or between states after a fail-over) is followed by a pause of
-``retry_backoff_ms``, so the thread never spins. The member's generation is
+loading, or between states after a fail-over, or it became a KIP-848
+consumer group, whose classic members' heartbeats a daemon never holds:
+:mod:`zkcoord.core.notice`) is followed by a pause of ``retry_backoff_ms``,
+doubling while such answers keep coming, up to ``heartbeat_interval_ms``, so
+the thread never spins and adds at most about one heartbeat per interval. The member's generation is
 read again right before a heartbeat is sent, under the coordinator's lock
 (kafka-python marks a rejoin under it before sending the JoinGroup):
 opening the connection takes a round trip or two, in which a member that
@@ -105,6 +108,7 @@ class RebalanceNotice:
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"zkcoord-notice-{coordinator.group_id}")
         self.notices = 0  # rebalances this member learned of through the notice
+        self._unheld = 0  # NONE answers in a row that came at once
 
     def start(self) -> None:
         self._thread.start()
@@ -167,9 +171,13 @@ class RebalanceNotice:
             return
         if answer.error_code == NONE:
             # The hold ran out: hold again. An answer that came at once was not held (the group is
-            # loading or between states): do not spin on such answers.
+            # loading or between states, or it is a KIP-848 group, which holds nothing): do not spin
+            # on such answers; the pause doubles while they keep coming, up to the heartbeat interval.
             if time.monotonic() - sent < self._backoff_s:
-                self._wait(self._backoff_s)
+                self._wait(min(self._backoff_s * 2 ** self._unheld, self._idle_s))
+                self._unheld = min(self._unheld + 1, 16)
+            else:
+                self._unheld = 0
             return
         if answer.error_code == REBALANCE_IN_PROGRESS and self._still(generation_id, member_id):
             self.notices += 1
