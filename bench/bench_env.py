@@ -66,12 +66,37 @@ def cpu_cores(a: CpuSnapshot, b: CpuSnapshot) -> dict[str, float]:
 
 def zk_counters(port: int, namespace: str) -> tuple[int, int]:
     """(last zxid, znode writes under /<namespace>) from ZooKeeper's four-letter words."""
+    counters = zk_write_counters(port, (namespace,))
+    return counters.zxid, counters.writes
+
+
+@dataclass(frozen=True)
+class ZkWrites:
+    """ZooKeeper's own counters: the last transaction id (``srvr``; a multi is
+    one transaction), and, summed over top-level namespaces, the znode writes
+    (creates, sets and deletes; each op of a multi counts) and the bytes of
+    data they wrote (``mntr``'s ``zk_cnt_`` and ``zk_sum_<ns>_write_per_namespace``)."""
+    zxid: int
+    writes: int
+    bytes: int
+
+    def __sub__(self, before: "ZkWrites") -> "ZkWrites":
+        return ZkWrites(self.zxid - before.zxid, self.writes - before.writes, self.bytes - before.bytes)
+
+
+def zk_write_counters(port: int, namespaces: tuple[str, ...]) -> ZkWrites:
+    """:class:`ZkWrites` now, for the znodes under ``/<namespace>`` for each of ``namespaces``."""
     zxid = re.search(r"Zxid: (0x[0-9a-f]+)", zk_four_letter(port, "srvr"))
-    writes = re.search(rf"zk_cnt_{re.escape(namespace)}_write_per_namespace\s+(\d+)",
-                       zk_four_letter(port, "mntr"))
     if zxid is None:
         raise BenchError(f"ZooKeeper on port {port} did not answer srvr")
-    return int(zxid.group(1), 16), int(writes.group(1)) if writes else 0
+    mntr = zk_four_letter(port, "mntr")
+    writes = written = 0
+    for namespace in namespaces:
+        count = re.search(rf"zk_cnt_{re.escape(namespace)}_write_per_namespace\s+(\d+)", mntr)
+        total = re.search(rf"zk_sum_{re.escape(namespace)}_write_per_namespace\s+(\d+)", mntr)
+        writes += int(count.group(1)) if count else 0
+        written += int(total.group(1)) if total else 0
+    return ZkWrites(int(zxid.group(1), 16), writes, written)
 
 
 def zkcoord_cli(*args: str, check: bool = True) -> str:
@@ -111,18 +136,30 @@ class Environment:
     the sandbox broker, ``--gateway-listen 127.0.0.1:0``: the kernel picks its
     ports); ``gateway_address`` is then where the daemon's registration says
     stock clients reach it, and it answered ApiVersions there.
+
+    ``sandbox_args`` go to ``zkcoord local up`` (``--kafka4`` adds the Kafka
+    4.x KRaft node: ``kafka4_address``, process ``kafka4``). With
+    ``broker_chroot`` the daemon shares the brokers' ZooKeeper root instead
+    of a chroot of its own, as a production daemon beside ZooKeeper-mode
+    brokers does: it then learns topics from ``/brokers/topics``, and its
+    writes are those under ``namespaces`` (``/coordinators``, ``/zkcoord``,
+    ``/consumers``). ``topic`` None creates no topic.
     """
 
-    def __init__(self, workdir: Path, *, topic: str, topic_partitions: int, profiler: str = "",
-                 daemon_args: tuple[str, ...] = (), gateway: bool = False) -> None:
+    def __init__(self, workdir: Path, *, topic: str | None, topic_partitions: int, profiler: str = "",
+                 daemon_args: tuple[str, ...] = (), gateway: bool = False, sandbox_args: tuple[str, ...] = (),
+                 broker_chroot: bool = False) -> None:
         self.workdir = workdir
         self.topic, self.topic_partitions = topic, topic_partitions
         self.profiler = profiler  # "", "cprofile" or "pyinstrument"
         self.daemon_args = daemon_args  # extra `zkcoord run` flags
         self.gateway = gateway
+        self.sandbox_args = sandbox_args
         self.state_dir = workdir / "sandbox"
         self.namespace = f"zkcoord-bench-{os.getpid()}"
-        self.chroot = "/" + self.namespace
+        self.chroot = "" if broker_chroot else "/" + self.namespace
+        self.namespaces = ("coordinators", "zkcoord", "consumers") if broker_chroot else (self.namespace,)
+        self.kafka4_address: tuple[str, int] | None = None
         self.profile_path = {"": None, "cprofile": workdir / "zkcoord.prof",
                              "pyinstrument": workdir / "zkcoord-profile.txt"}[profiler]
         self.daemon: subprocess.Popen | None = None
@@ -141,15 +178,20 @@ class Environment:
         if (self.state_dir / "sandbox.json").exists():
             raise BenchError(f"{self.state_dir} already holds a sandbox; the benchmark starts its own")
         self._sandbox_started = True
-        env = sandbox_up(self.state_dir)
+        env = sandbox_up(self.state_dir, *self.sandbox_args)
         zookeeper, bootstrap = env["ZKCOORD_ZOOKEEPER"], env["ZKCOORD_BOOTSTRAP_SERVERS"].split(",")[0]
         self.zk_port = int(zookeeper.rsplit(":", 1)[1])
         host, port = bootstrap.rsplit(":", 1)
         self.kafka_address = (host, int(port))
         state = json.loads((self.state_dir / "sandbox.json").read_text())
         self.pids = {"kafka": state["brokers"][0]["pid"], "zookeeper": state["zookeeper"]["pid"]}
+        if env.get("ZKCOORD_KAFKA4_BOOTSTRAP_SERVERS"):
+            host, port = env["ZKCOORD_KAFKA4_BOOTSTRAP_SERVERS"].split(",")[0].rsplit(":", 1)
+            self.kafka4_address = (host, int(port))
+            self.pids["kafka4"] = state["kafka4"]["pid"]
         self._prepare_zookeeper(zookeeper)
-        self._create_topics(bootstrap)
+        if self.topic is not None:
+            self._create_topics(bootstrap)
         self._start_daemon(zookeeper, bootstrap)
 
     def _prepare_zookeeper(self, zookeeper: str) -> None:
@@ -157,7 +199,8 @@ class Environment:
 
         self._zk = KazooClient(hosts=zookeeper)
         self._zk.start(timeout=15)
-        self._zk.ensure_path(self.chroot)
+        if self.chroot:
+            self._zk.ensure_path(self.chroot)
 
     def _create_topics(self, bootstrap: str) -> None:
         """Kafka refuses commits to unknown topics (zkcoord does not check)."""
