@@ -40,7 +40,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest
 
 from zkcoord.core import notice as rebalance_notice
-from zkcoord.server.codec import build_message
+from zkcoord.wire.messages import build_message
 
 NONE, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 14, 15, 16
 ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, MEMBER_ID_REQUIRED = 22, 25, 27, 79

@@ -25,9 +25,12 @@ from typing import Any
 
 from zkcoord.core import limits, notice
 from zkcoord.errors import ConfigError
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 
 ENV_PREFIX = "ZKCOORD_"
+# The daemon's kafka_client_config as a variable; the commands' --command-config reads it too (and the
+# demo's clients), so one export serves the daemons and the commands.
+KAFKA_CLIENT_CONFIG_ENV = ENV_PREFIX + "KAFKA_CLIENT_CONFIG"
 # Old setting names still accepted (flag, environment variable, file key) -> their current name.
 ALIASES = {"max_frame_bytes": "socket_request_max_bytes"}
 

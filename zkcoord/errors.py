@@ -19,7 +19,7 @@ with the error's ``exit_code`` instead of a traceback::
     ├── GroupRequestError        exit 1  a group refuses a request: its Kafka error
     │                                    code goes in the answer (zkcoord.core.consumer)
     └── WireProtocolError        exit 1  a Kafka frame that cannot be read or
-                                         written (zkcoord.server.codec: its
+                                         written (zkcoord.wire.errors: its
                                          subclasses close that connection)
 
 Each message says what was wrong and, where there is one, what to do.

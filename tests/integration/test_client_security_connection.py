@@ -33,7 +33,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from zkcoord.errors import AuthenticationError, MissingToolError, ServiceUnavailableError
 from zkcoord.kafka.client_security import KafkaClientSecurity, open_kafka_connection
 from zkcoord.local import certs, jars
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 from zkcoord.security.ssl_principal import peer_principal
 from zkcoord.security.tls import SslSettings
 

@@ -22,7 +22,7 @@ from zkcoord.config import DaemonConfig
 from zkcoord.errors import AuthenticationError
 from zkcoord.kafka.client_security import KafkaClientSecurity, open_kafka_connection
 from zkcoord.local.certs import make_local_ca
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 from zkcoord.security.tls import SslSettings
 from zkcoord.server.daemon import Daemon
 

@@ -1,7 +1,8 @@
 """The gateway of an in-process daemon, over the wire, in front of the
 sandbox's real broker: what ApiVersions advertises, how Metadata,
 DescribeCluster and FindCoordinator answers are rewritten, the
-registration, and the gateway's metrics."""
+registration, the gateway's metrics, and a start that fails with a gateway
+bound."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from tests.integration.test_daemon_protocol import daemon_config, join
 from tests.support.http import http_get
 from tests.support.wire import WireClient, parse_address
 from zkcoord.core.gateway import GATEWAY_NODE_ID_BASE
-from zkcoord.server.codec import COORDINATOR_APIS
+from zkcoord.errors import NodeIdInUseError
+from zkcoord.local.procs import free_port
 from zkcoord.server.daemon import Daemon
+from zkcoord.wire.registry import COORDINATOR_APIS
 
 pytestmark = pytest.mark.integration
 HIDDEN = {25, 28, 47, 68, 69}
@@ -163,5 +166,41 @@ def test_an_owner_without_a_gateway_is_named_as_unavailable(services, zk_hosts, 
         finally:
             await with_gateway.stop()
             await plain.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_start_that_fails_undoes_what_it_started(services, zk_hosts):
+    """Daemon.start's steps are undone, last first, when one fails: a second
+    daemon with the first one's node id fails to register, after binding its
+    listener, its metrics endpoint and its gateway; all three are closed
+    again and its ZooKeeper session ended. The first daemon serves on."""
+
+    async def refused(address: tuple[str, int]) -> bool:
+        try:
+            _, writer = await asyncio.open_connection(*address)
+        except OSError:
+            return True
+        writer.close()
+        return False
+
+    async def scenario():
+        first = Daemon(gateway_config(zk_hosts, services.bootstrap_servers, 7))
+        running = await first.start()
+        try:
+            port = free_port()
+            second = Daemon(gateway_config(zk_hosts, services.bootstrap_servers, 7, listen=f"127.0.0.1:{port}"))
+            with pytest.raises(NodeIdInUseError):
+                await second.start()
+            assert second.metrics_port and second.gateway.bound_port  # they were bound
+            for address in (("127.0.0.1", port), ("127.0.0.1", second.metrics_port),
+                            ("127.0.0.1", second.gateway.bound_port)):
+                assert await refused(address), address
+            assert not second.conn.connected
+            versions = await call(running.gateway, ApiVersionsRequest(version=3, client_software_name="t",
+                                                                      client_software_version="1"))
+            assert versions.error_code == 0
+        finally:
+            await first.stop()
 
     asyncio.run(scenario())

@@ -29,8 +29,8 @@ from zkcoord.errors import AuthenticationError
 from zkcoord.kafka.client_security import KafkaClientSecurity
 from zkcoord.local import secure
 from zkcoord.local.sandbox import Sandbox
+from zkcoord.password import Password
 from zkcoord.security.properties import read_properties
-from zkcoord.security.secrets import Password
 
 pytestmark = pytest.mark.integration
 

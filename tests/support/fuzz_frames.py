@@ -42,7 +42,8 @@ from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest, Sy
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest, MetadataResponse
 from kafka.protocol.parser import KafkaProtocol
 
-from zkcoord.server.codec import COORDINATOR_APIS, ApiSpec, build_message
+from zkcoord.wire.messages import build_message
+from zkcoord.wire.registry import COORDINATOR_APIS, ApiSpec
 
 GROUPS = tuple(f"fuzz-{i}" for i in range(8))
 UNKNOWN_KEYS = (0, 1, 2, 4, 17, 19, 36, 60, 68, 999, 32767, -1, -32768)

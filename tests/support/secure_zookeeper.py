@@ -23,7 +23,7 @@ from pathlib import Path
 from tests.support.daemons import process_marker
 from zkcoord.local import config_files, jars, procs
 from zkcoord.local.sandbox import zk_four_letter
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 
 __all__ = ["SecureZooKeeper", "start_secure_zookeeper"]
 

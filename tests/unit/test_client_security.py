@@ -21,12 +21,14 @@ from kafka.protocol.sasl import (SaslAuthenticateRequest, SaslAuthenticateRespon
 
 from zkcoord.errors import AuthenticationError, ConfigError
 from zkcoord.kafka.client_security import KafkaClientSecurity, format_java_properties, open_kafka_connection
-from zkcoord.server.codec import (ApiRegistry, ApiSpec, api_versions_response, decode_request, encode_response,
-                                  response_for)
 from zkcoord.local import certs
+from zkcoord.password import Password
 from zkcoord.security.properties import parse_properties
-from zkcoord.security.secrets import Password
 from zkcoord.security.tls import SslSettings
+from zkcoord.wire.messages import api_versions_response
+from zkcoord.wire.registry import ApiRegistry, ApiSpec
+from zkcoord.wire.requests import decode_request
+from zkcoord.wire.responses import encode_response, response_for
 
 SECRET = 'p"a\\ss=w:o#rd! é'  # quotes, backslash, separators, a comment mark and non-ASCII
 STORE_PW, KEY_PW = "store-pw-31", "key-pw-47"

@@ -26,12 +26,14 @@ from kafka.protocol.metadata import (
 from kafka.protocol.parser import KafkaProtocol
 
 from zkcoord.schemas import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
-from zkcoord.server.codec import (
-    COORDINATOR_APIS, ApiSpec, FrameSizeError, MalformedFrameError, MessageBuildError,
-    ResponseEncodingError, UnsupportedRequestError, api_versions_response, build_message,
-    build_response, constant_response, decode_request, encode_response, encoded_response, frame_size,
-    response_for,
+from zkcoord.wire.errors import (
+    FrameSizeError, MalformedFrameError, MessageBuildError, ResponseEncodingError, UnsupportedRequestError,
 )
+from zkcoord.wire.framing import frame_size
+from zkcoord.wire.messages import api_versions_response, build_message, build_response
+from zkcoord.wire.registry import COORDINATOR_APIS, ApiSpec
+from zkcoord.wire.requests import decode_request
+from zkcoord.wire.responses import constant_response, encode_response, encoded_response, response_for
 
 CLIENT_ID = "zk-test-client"
 
@@ -599,7 +601,7 @@ def test_a_response_encoded_ahead_is_sent_as_encoded_and_only_for_its_request():
 
 
 def test_cached_responses_with_nested_fields_are_encoded_once_and_stay_right_when_the_cache_empties(monkeypatch):
-    import zkcoord.server.codec as codec
+    import zkcoord.wire.responses as codec
 
     monkeypatch.setattr(codec, "_MAX_CONSTANTS", 2)
     built = []

@@ -8,7 +8,7 @@ import pytest
 
 from zkcoord.config import DaemonConfig, build_config, parse_listener
 from zkcoord.errors import ConfigError
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 
 
 def test_listeners_take_kafkas_protocol_prefix():

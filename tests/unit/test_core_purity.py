@@ -12,8 +12,10 @@ import pytest
 import zkcoord.core
 
 FORBIDDEN_TOP = {"kazoo", "kafka", "asyncio", "socket", "click", "rich", "time", "random", "uuid"}
+# Every package above the ground but the core itself; the values the core may hold (zkcoord.password,
+# zkcoord.errors) stand on the ground floor (tests/unit/test_package_boundaries.py).
 FORBIDDEN_ZKCOORD = {"zk", "kafka", "server", "client", "cli", "local", "migrate", "inspect", "config", "gateway",
-                     "tasks"}
+                     "tasks", "security", "wire", "monitor", "schemas"}
 
 
 def _core_modules() -> list[tuple[str, Path]]:
@@ -76,3 +78,12 @@ def test_the_checker_catches_violations(tmp_path):
     assert {"time", "zkcoord.zk", "kazoo.client", "zkcoord.core.fine"} <= found
     assert [n for n in sorted(found) if _violations(n)] == [
         "kazoo.client", "kazoo.client.KazooClient", "time", "zkcoord.zk", "zkcoord.zk.paths"]
+
+
+def test_the_checker_forbids_the_security_adapters_but_not_the_ground_values(tmp_path):
+    src = tmp_path / "bad.py"
+    src.write_text("from zkcoord.security.tls import SslSettings\nfrom zkcoord.password import Password\n"
+                   "from zkcoord.wire import requests\n")
+    found = _imports("zkcoord.core.bad", src)
+    assert [n for n in sorted(found) if _violations(n)] == [
+        "zkcoord.security.tls", "zkcoord.security.tls.SslSettings", "zkcoord.wire", "zkcoord.wire.requests"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import HeartbeatResponse, JoinGroupResponse
 
 from zkcoord.local.demo_metrics import summary
-from zkcoord.server.codec import build_message
 from zkcoord.server.metrics import DaemonMetrics
+from zkcoord.wire.messages import build_message
 
 URL = "http://127.0.0.1:29501"
 

@@ -22,8 +22,8 @@ from kafka.protocol.schemas.fields.codecs import Int32
 from zkcoord.core.limits import RequestLimits
 from zkcoord.gateway import connection as gc
 from zkcoord.gateway.connection import ClientConnection
-from zkcoord.server.codec import response_for
-from zkcoord.server.listener_security import PLAINTEXT_LISTENER
+from zkcoord.wire.listener_security import PLAINTEXT_LISTENER
+from zkcoord.wire.responses import response_for
 
 LIST_OFFSETS, PRODUCE = 2, 0
 

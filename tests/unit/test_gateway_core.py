@@ -19,7 +19,8 @@ def test_routes_of_the_apis_that_matter():
     assert g.route_of(2) is g.Route.FORWARD  # ListOffsets
     assert g.route_of(22) is g.Route.FORWARD  # InitProducerId
     assert g.route_of(28) is g.Route.HIDDEN  # TxnOffsetCommit
-    assert g.route_of(68) is g.Route.HIDDEN  # ConsumerGroupHeartbeat
+    assert g.route_of(68) is g.Route.LOCAL  # ConsumerGroupHeartbeat (KIP-848)
+    assert g.route_of(69) is g.Route.LOCAL  # ConsumerGroupDescribe
     assert g.route_of(47) is g.Route.HIDDEN  # OffsetDelete
 
 
@@ -44,7 +45,10 @@ def test_advertised_versions_combine_broker_zkcoord_and_the_decoder():
     assert table[8] == (2, 9) and table[11] == (0, 9) and table[42] == (0, 2)  # zkcoord's own, even unlisted
     assert table[10] == (0, 4) and table[18] == (0, 3)  # both
     assert table[55] == (0, 1)  # controllers' addresses are not behind the gateway
-    assert 28 not in table and 47 not in table and 68 not in table
+    assert 28 not in table and 47 not in table
+    assert 68 not in table  # a LOCAL API zkcoord does not serve now: never the broker's range
+    served = g.advertised_versions(BROKER, {**ZKCOORD, 68: (0, 1), 69: (0, 1)}, DECODABLE)
+    assert served[68] == (0, 1) and served[69] == (0, 1)  # zkcoord's, whatever the broker says
 
 
 def test_rewritten_apis_are_capped_at_what_can_be_decoded():

@@ -9,11 +9,12 @@ from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from zkcoord.gateway.frames import RequestFrames, produce_expects_response, request_prefix
 from zkcoord.gateway.rewrite import AddressBook, GatewayNode, rewrite_addresses
-from zkcoord.server.codec import (
-    FrameSizeError, MalformedFrameError, build_message, decode_response_frame, encode_response_frame,
-)
+from zkcoord.gateway.routing import produce_expects_response
+from zkcoord.wire.errors import FrameSizeError, MalformedFrameError
+from zkcoord.wire.framing import RequestFrames, request_prefix
+from zkcoord.wire.messages import build_message
+from zkcoord.wire.responses import decode_response_frame, encode_response_frame
 
 GATEWAY_PORTS = {0: 9401, 1: 9402}
 BOOK = AddressBook(lambda b: ("gw.example", GATEWAY_PORTS[b]) if b in GATEWAY_PORTS else None,

@@ -27,7 +27,7 @@ from zkcoord.local.certs import make_local_ca
 from zkcoord.migrate.plan import Selection
 from zkcoord.migrate.spark_job import JobConfig
 from zkcoord.migrate.spark_tasks import TaskSpec
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 from zkcoord.security.tls import SslSettings
 
 SECRET = "s3cr3t-Pw-8Jq"

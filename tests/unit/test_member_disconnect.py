@@ -21,10 +21,11 @@ from zkcoord.core.errors import ErrorCode
 from zkcoord.core.group import GroupConfig, GroupState, to_record
 from zkcoord.errors import ConfigError
 from zkcoord.server.apis import ApiHandler
-from zkcoord.server.codec import COORDINATOR_APIS, decode_request
 from zkcoord.server.manager import GroupManager
 from zkcoord.server.member_connections import MemberConnections
-from zkcoord.server.transport import ConnectionInfo
+from zkcoord.wire.connections import ConnectionInfo
+from zkcoord.wire.registry import COORDINATOR_APIS
+from zkcoord.wire.requests import decode_request
 
 S = GroupState
 E = ErrorCode

@@ -34,7 +34,7 @@ def test_metrics_responder_404_405_and_unhealthy_without_zookeeper():
 def test_response_error_names_first_nonzero_code():
     from kafka.protocol.consumer.group import HeartbeatResponse, OffsetCommitResponse
 
-    from zkcoord.server.codec import build_message
+    from zkcoord.wire.messages import build_message
 
     assert response_error(build_message(HeartbeatResponse, 3, error_code=27)) == "REBALANCE_IN_PROGRESS"
     assert response_error(build_message(HeartbeatResponse, 3, error_code=0)) == "NONE"
@@ -56,8 +56,8 @@ def test_the_error_walk_enters_only_fields_that_can_hold_an_error():
     from kafka.protocol.admin.groups import DescribeGroupsResponse
     from kafka.protocol.consumer.group import JoinGroupResponse
 
-    from zkcoord.server.codec import build_message
-    from zkcoord.server.response_errors import first_error_code
+    from zkcoord.wire.messages import build_message
+    from zkcoord.wire.response_errors import first_error_code
 
     described = build_message(DescribeGroupsResponse, 5, groups=[
         {"error_code": 0, "group_id": "a", "group_state": "Stable", "protocol_type": "consumer",
@@ -77,7 +77,9 @@ def test_an_answer_encoded_off_the_loop_carries_its_error_and_is_not_walked_agai
     from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
     from kafka.protocol.parser import KafkaProtocol
 
-    from zkcoord.server.codec import EncodedResponse, build_message, decode_request, encoded_response
+    from zkcoord.wire.messages import build_message
+    from zkcoord.wire.requests import decode_request
+    from zkcoord.wire.responses import EncodedResponse, encoded_response
 
     request = DescribeGroupsRequest(version=5, groups=["a", "b"], include_authorized_operations=False)
     protocol = KafkaProtocol(client_id="c")

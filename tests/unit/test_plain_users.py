@@ -8,8 +8,8 @@ import os
 import pytest
 
 from zkcoord.errors import ConfigError
+from zkcoord.password import Password
 from zkcoord.security.plain_users import PlainUsers, parse_plain_users
-from zkcoord.security.secrets import Password
 
 BROKER_JAAS = """
 // the broker's own file: zkcoord reads the same users

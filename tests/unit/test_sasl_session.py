@@ -8,13 +8,11 @@ from kafka.net.sasl.plain import SaslMechanismPlain
 from kafka.net.sasl.scram import SaslMechanismScram
 
 from zkcoord.core import scram
+from zkcoord.core.api_keys import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from zkcoord.core.errors import ErrorCode
-from zkcoord.core.sasl import (
-    API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE, TRANSITIONS, AuthenticateReply, Event, HandshakeReply, Lookup,
-    SaslSession, SaslState,
-)
+from zkcoord.core.sasl import TRANSITIONS, AuthenticateReply, Event, HandshakeReply, Lookup, SaslSession, SaslState
 from zkcoord.errors import ConfigError
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 
 ALL = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 METADATA, JOIN_GROUP = 3, 11

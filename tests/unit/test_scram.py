@@ -15,7 +15,7 @@ from zkcoord.core.scram import (
     PassiveScramVerifier, ScramAuthenticationError, ScramCredential, ScramCredentialMismatchError, ScramError,
     ScramFormatError, ScramServer,
 )
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 
 # RFC 7677 section 3
 RFC_CLIENT_FIRST = b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"

@@ -7,8 +7,8 @@ import pickle
 import pytest
 
 from zkcoord.errors import ConfigError
+from zkcoord.password import Password, reveal
 from zkcoord.security.properties import parse_jaas_config, parse_jaas_file, parse_properties, read_properties
-from zkcoord.security.secrets import Password, reveal
 
 
 def test_properties_as_java_reads_them():

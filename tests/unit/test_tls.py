@@ -19,7 +19,7 @@ from cryptography.x509.oid import NameOID, ObjectIdentifier
 
 from zkcoord.errors import AuthenticationError, ConfigError
 from zkcoord.local import certs
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 from zkcoord.security.ssl_principal import SslPrincipalMapper, java_x500_name, peer_principal
 from zkcoord.security.tls import IGNORED_SSL_PROPERTIES, SSL_PROPERTIES, SslSettings, validity_problems
 

@@ -26,11 +26,10 @@ from kafka.protocol.parser import KafkaProtocol
 from kafka.protocol.schemas.fields.codecs import Int32
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from zkcoord.server.codec import (
-    COORDINATOR_APIS, ApiSpec, api_versions_response, build_message, build_response,
-    response_for,
-)
 from zkcoord.server.transport import KafkaProtocolServer
+from zkcoord.wire.messages import api_versions_response, build_message, build_response
+from zkcoord.wire.registry import COORDINATOR_APIS, ApiSpec
+from zkcoord.wire.responses import response_for
 
 CLIENT_ID = "zk-test-client"
 TIMEOUT_S = 5

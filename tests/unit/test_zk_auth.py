@@ -18,8 +18,8 @@ from zkcoord.config import DaemonConfig, build_config
 from zkcoord.errors import ConfigError
 from zkcoord.local import config_files
 from zkcoord.migrate.spark_tasks import TaskSpec
+from zkcoord.password import Password
 from zkcoord.security.properties import parse_jaas_file
-from zkcoord.security.secrets import Password
 from zkcoord.zk.auth import (
     OPEN_ACL, SECURE_ACL, SaslLogin, ZkSecurity, acl_kind, acl_text, digest_id, digest_mismatch, zk_security,
 )

@@ -18,7 +18,7 @@ the zkcoord daemons where a command talks to them (``describe``, ``groups``,
 
 A bad file is a :class:`~zkcoord.errors.ConfigError` (one line, exit 2)
 naming the file and the setting, never a secret: every password is a
-:class:`~zkcoord.security.secrets.Password` from the moment it is read.
+:class:`~zkcoord.password.Password` from the moment it is read.
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from zkcoord.config import KAFKA_CLIENT_CONFIG_ENV
+
 if TYPE_CHECKING:
     from zkcoord.kafka.client_security import KafkaClientSecurity
 
 __all__ = ["kafka_login_options", "read_command_config", "COMMAND_CONFIG_ENV", "LOGIN_PARAMS"]
 
-COMMAND_CONFIG_ENV = "ZKCOORD_KAFKA_CLIENT_CONFIG"
+COMMAND_CONFIG_ENV = KAFKA_CLIENT_CONFIG_ENV
 LOGIN_PARAMS = ("command_config",)
 
 _OPTION = click.option(

@@ -8,7 +8,7 @@ environment variable, as the daemon's settings of the same names
 keyword argument, ``zk_security``: a :class:`~zkcoord.zk.auth.ZkSecurity`,
 or None when none is given (no login, open ACLs).
 
-The digest is a :class:`~zkcoord.security.secrets.Password` from the moment
+The digest is a :class:`~zkcoord.password.Password` from the moment
 click hands it over; its help says to prefer the environment variable (a
 command line shows in ``ps``).
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 from zkcoord.zk.auth import DEFAULT_CLIENT_SECTION, zk_security
 
 __all__ = ["zookeeper_login_options", "LOGIN_PARAMS"]

@@ -62,12 +62,12 @@ from kafka.structs import MemberState
 
 from zkcoord import __version__
 from zkcoord.core import notice
+from zkcoord.core.api_keys import SASL_AUTHENTICATE
 
 log = logging.getLogger(__name__)
 
 NONE, REBALANCE_IN_PROGRESS = 0, 27
 HEARTBEAT_VERSION = 4  # what the daemon serves and the Java consumer sends
-SASL_AUTHENTICATE = 36
 # kafka-python's settings that say how to log in (as zkcoord.client.network.SECURITY_KEYS, ssl_* apart)
 _LOGIN_KEYS = ("security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
                "sasl_kerberos_name", "sasl_kerberos_service_name", "sasl_kerberos_domain_name",

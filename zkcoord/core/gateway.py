@@ -9,7 +9,9 @@ brokers. This module owns the rules it follows:
 1. **Routes.** Every API key has one route (:class:`Route`):
 
    ========== =============================================================
-   LOCAL      answered by zkcoord: the classic group APIs
+   LOCAL      answered by zkcoord: the group APIs, classic and KIP-848's
+              (ConsumerGroupHeartbeat, ConsumerGroupDescribe: advertised
+              only while the daemon serves the consumer protocol)
    VERSIONS   ApiVersions, answered by the gateway itself (rule 2)
    COORDINATOR FindCoordinator: group keys are LOCAL, other keys (transaction
               ids) are forwarded and their answer rewritten
@@ -57,6 +59,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from zkcoord.core.api_keys import (
+    ADD_OFFSETS_TO_TXN, ALTER_SHARE_GROUP_OFFSETS, API_VERSIONS, CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT,
+    DELETE_GROUPS, DELETE_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_STATE, DESCRIBE_CLUSTER, DESCRIBE_GROUPS,
+    DESCRIBE_QUORUM, DESCRIBE_SHARE_GROUP_OFFSETS, FETCH, FIND_COORDINATOR, HEARTBEAT, INITIALIZE_SHARE_GROUP_STATE,
+    JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS, LOGIN_APIS, METADATA, OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH, PRODUCE,
+    READ_SHARE_GROUP_STATE, READ_SHARE_GROUP_STATE_SUMMARY, SHARE_ACKNOWLEDGE, SHARE_FETCH, SHARE_GROUP_DESCRIBE,
+    SHARE_GROUP_HEARTBEAT, STREAMS_GROUP_DESCRIBE, STREAMS_GROUP_HEARTBEAT, SYNC_GROUP, TXN_OFFSET_COMMIT,
+    WRITE_SHARE_GROUP_STATE,
+)
+
 __all__ = [
     "Route", "route_of", "needs_rewrite", "advertised_versions", "intersect_versions",
     "BrokerPorts", "parse_broker_ids", "gateway_node_id", "colliding_broker_ids",
@@ -81,21 +93,20 @@ class Route(Enum):
     LOGIN = "login"
 
 
-PRODUCE, FETCH, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 3, 8, 9, 10
-JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
-API_VERSIONS, DELETE_GROUPS, DESCRIBE_QUORUM, DESCRIBE_CLUSTER = 18, 42, 55, 60
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-LOGIN_APIS = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
-
 LOCAL_APIS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
-                        DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS})
+                        DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, CONSUMER_GROUP_HEARTBEAT,
+                        CONSUMER_GROUP_DESCRIBE})
 
 # Group-coordinator APIs a broker would answer for a group zkcoord coordinates:
-# AddOffsetsToTxn (25) and TxnOffsetCommit (28), exactly-once offset commits
-# inside a Kafka transaction (zkcoord keeps offsets outside the transaction
-# log); OffsetDelete (47); KIP-848's ConsumerGroupHeartbeat/Describe (68, 69);
-# KIP-932's share groups (76-79, 83-87, 90-92); KIP-1071's streams groups (88, 89).
-HIDDEN_APIS = frozenset({25, 28, 47, 68, 69, 76, 77, 78, 79, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92})
+# AddOffsetsToTxn and TxnOffsetCommit, exactly-once offset commits inside a
+# Kafka transaction (zkcoord keeps offsets outside the transaction log);
+# OffsetDelete; KIP-932's share groups; KIP-1071's streams groups.
+HIDDEN_APIS = frozenset({
+    ADD_OFFSETS_TO_TXN, TXN_OFFSET_COMMIT, OFFSET_DELETE, SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE, INITIALIZE_SHARE_GROUP_STATE,
+    READ_SHARE_GROUP_STATE, WRITE_SHARE_GROUP_STATE, DELETE_SHARE_GROUP_STATE, READ_SHARE_GROUP_STATE_SUMMARY,
+    STREAMS_GROUP_HEARTBEAT, STREAMS_GROUP_DESCRIBE, DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS,
+    DELETE_SHARE_GROUP_OFFSETS,
+})
 
 # Answers carrying broker addresses from this version on.
 REWRITE_FROM_VERSION = {METADATA: 0, DESCRIBE_CLUSTER: 0, FETCH: 16, PRODUCE: 10}

@@ -2,8 +2,8 @@
 
 This module owns the checks that keep one client's request from costing
 other groups their service, as numbers and pure functions (no I/O, no
-clock). The adapters apply them: :mod:`zkcoord.server.transport` before a
-frame is read whole, :mod:`zkcoord.server.manager` before an offset is
+clock). The adapters apply them: the listeners (:mod:`zkcoord.server.transport`,
+:mod:`zkcoord.gateway.connection`) before a frame is read whole, :mod:`zkcoord.server.manager` before an offset is
 written.
 
 Rules (Kafka's name and default where Kafka has one):
@@ -48,6 +48,7 @@ Rules (Kafka's name and default where Kafka has one):
 
 from __future__ import annotations
 
+from zkcoord.core.api_keys import JOIN_GROUP, OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP
 from zkcoord.core.errors import ErrorCode
 
 __all__ = [
@@ -69,8 +70,8 @@ DEFAULT_PARTIAL_REQUESTS_MAX_BYTES = 64 * 1024 * 1024
 INLINE_DECODE_BYTES = 16 * 1024
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka's Topic.MAX_NAME_LENGTH
 
-# OffsetCommit, OffsetFetch, JoinGroup, SyncGroup: requests that grow with partitions or members.
-LARGE_API_KEYS = frozenset({8, 9, 11, 14})
+# Requests that grow with partitions or members.
+LARGE_API_KEYS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP})
 
 # What one offset op costs in a multi beyond its path and data (op header, ACL, stat); see zk/offsets.py.
 _OP_OVERHEAD_BYTES = 64

@@ -60,17 +60,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from zkcoord.core import scram
+from zkcoord.core.api_keys import BEFORE_LOGIN_APIS, LOGIN_APIS
 from zkcoord.core.errors import ErrorCode
 from zkcoord.errors import ConfigError
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 
 __all__ = [
-    "SaslState", "Event", "TRANSITIONS", "SUPPORTED_MECHANISMS", "PLAIN", "API_VERSIONS", "SASL_HANDSHAKE",
-    "SASL_AUTHENTICATE", "HandshakeReply", "AuthenticateReply", "Lookup", "SaslSession", "parse_plain",
+    "SaslState", "Event", "TRANSITIONS", "SUPPORTED_MECHANISMS", "PLAIN", "HandshakeReply", "AuthenticateReply", "Lookup", "SaslSession", "parse_plain",
     "PlainMessage", "PlainFormatError", "scram_failure_message",
 ]
 
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 PLAIN = "PLAIN"
 SUPPORTED_MECHANISMS = (PLAIN, *scram.MECHANISMS)
 SASL_HANDSHAKE_VERSION = 1  # v0 (raw tokens after the handshake) is not offered, as in Kafka 4
@@ -126,10 +125,10 @@ TRANSITIONS: dict[tuple[SaslState, Event], SaslState] = {
 }
 
 _ADMITS: dict[SaslState, frozenset[int] | None] = {  # None: every api key
-    S.HANDSHAKE_OR_VERSIONS: frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}),
-    S.HANDSHAKE: frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE}),
-    S.AUTHENTICATE: frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE}),
-    S.CHALLENGED: frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE}),
+    S.HANDSHAKE_OR_VERSIONS: BEFORE_LOGIN_APIS,
+    S.HANDSHAKE: LOGIN_APIS,
+    S.AUTHENTICATE: LOGIN_APIS,
+    S.CHALLENGED: LOGIN_APIS,
     S.COMPLETE: None,
     S.FAILED: frozenset(),
 }

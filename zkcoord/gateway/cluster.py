@@ -27,9 +27,12 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.schemas.fields.codecs import Int32
 
 import zkcoord
-from zkcoord.core.gateway import METADATA, cluster_versions
+from zkcoord.core.api_keys import API_VERSIONS, METADATA
+from zkcoord.core.errors import ErrorCode
+from zkcoord.core.gateway import cluster_versions
 from zkcoord.errors import AuthenticationError, ServiceUnavailableError
-from zkcoord.server.codec import build_message, decode_response_frame
+from zkcoord.wire.messages import build_message
+from zkcoord.wire.responses import decode_response_frame
 
 __all__ = ["Broker", "BrokerVersions", "ClusterView", "ControlClient"]
 
@@ -38,7 +41,6 @@ CLIENT_ID = "zkcoord-gateway"
 CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 15.0
 FIRST_REFRESH_S = 5.0  # how long a daemon's start waits for the brokers before serving anyway
-UNSUPPORTED_VERSION = 35
 VERSIONS_REFRESH_ROUNDS = 60  # ApiVersions of every broker again after this many refreshes
 
 
@@ -111,8 +113,8 @@ class ControlClient:
             _, frame = await self._call(request, version)
             answer = ApiVersionsResponse.decode(frame[4:], version=version, header=True)
             table = {e.api_key: (e.min_version, e.max_version) for e in answer.api_keys}
-            if answer.error_code == UNSUPPORTED_VERSION and 18 in table:
-                version = min(version, table[18][1])  # KIP-511: retry at a version it knows
+            if answer.error_code == ErrorCode.UNSUPPORTED_VERSION and API_VERSIONS in table:
+                version = min(version, table[API_VERSIONS][1])  # KIP-511: retry at a version it knows
                 continue
             if answer.error_code:
                 raise ServiceUnavailableError(f"Kafka broker {self.where} answered ApiVersions with error "

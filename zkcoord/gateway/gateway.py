@@ -12,7 +12,7 @@ FindCoordinator sends a group's members).
 A client connection idle for ``connections_max_idle_ms`` (nothing read from
 or written to the client, nothing in flight), or whose unfinished request
 frame started that long ago, is closed, as the daemon's listener closes
-its own (:func:`zkcoord.core.limits.idle_expired`).
+its own (:class:`zkcoord.wire.connections.IdleSweep`).
 
 ``stop()`` closes the listeners and every connection (each closes its broker
 connection), then stops the background refreshes.
@@ -25,7 +25,6 @@ import itertools
 import logging
 import socket
 import ssl
-import time
 from dataclasses import dataclass
 
 from kafka.protocol.admin.cluster import DescribeClusterResponse
@@ -35,23 +34,23 @@ from kafka.protocol.producer import ProduceResponse
 
 from zkcoord.config import DaemonConfig, parse_host_port, parse_listener
 from zkcoord.core import limits
+from zkcoord.core.api_keys import (
+    CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, DESCRIBE_CLUSTER, FETCH, METADATA, PRODUCE,
+)
 from zkcoord.core.gateway import (
-    DESCRIBE_CLUSTER, FETCH, METADATA, PRODUCE, BrokerPorts, advertised_versions, colliding_broker_ids,
-    gateway_node_id, parse_broker_ids,
+    BrokerPorts, advertised_versions, colliding_broker_ids, gateway_node_id, parse_broker_ids,
 )
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.gateway.cluster import Broker, ClusterView
 from zkcoord.gateway.connection import ClientConnection
 from zkcoord.gateway.rewrite import RESPONSE_CLASSES, AddressBook, GatewayNode, rewrite_addresses
-from zkcoord.server.codec import decode_response_frame, encode_response_frame
-from zkcoord.server.listener_security import PLAINTEXT_LISTENER, TLS_HANDSHAKE_TIMEOUT_S, ListenerSecurity
+from zkcoord.gateway.upstream import Expected
 from zkcoord.tasks import Background
+from zkcoord.wire.connections import IdleSweep
+from zkcoord.wire.listener_security import PLAINTEXT_LISTENER, TLS_HANDSHAKE_TIMEOUT_S, ListenerSecurity
+from zkcoord.wire.responses import decode_response_frame, encode_response_frame
 
 __all__ = ["Gateway", "GatewaySettings"]
-
-
-def limits_now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +123,16 @@ class Gateway:
         # (a Produce may be socket_request_max_bytes).
         self.partial_requests_max_bytes = max(settings.partial_requests_max_bytes, settings.max_frame_bytes)
         self.partial_bytes = 0
-        self._sweeper: asyncio.Task | None = None
+        self._sweeper = IdleSweep(lambda: self._connections.values(), lambda connection: connection.close(),
+                                  settings.connections_max_idle_ms, log, "gateway ")
         self.cluster = ClusterView(list(settings.bootstrap), settings.refresh_ms, on_broker=self._on_broker,
                                    security=settings.client_security)
         self.security = settings.security
         self.upstream_ssl = settings.upstream_ssl
         self._own_versions = settings.security.apis.version_table()  # what the gateway answers itself
+        # ... while the daemon does not serve KIP-848's consumer protocol (its handler says, once ready)
+        self._classic_versions = {k: v for k, v in self._own_versions.items()
+                                  if k not in (CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE)}
         self._own: socket.socket | None = None
         self._bound_port = 0
         self._broker_ports: dict[int, int] = {}  # broker id -> bound port
@@ -212,20 +215,6 @@ class Gateway:
                 except Exception:
                     log.exception("the handler failed on the close of gateway %s", connection.info)
 
-    async def _sweep_idle(self) -> None:
-        """Close the client connections idle for connections_max_idle_ms."""
-        idle_ms = self.settings.connections_max_idle_ms
-        period_s = min(max(idle_ms / 4, 10), 1000) / 1000
-        while True:
-            await asyncio.sleep(period_s)
-            now = limits_now_ms()
-            for connection in list(self._connections.values()):
-                why = limits.idle_expired(now, connection.last_active_ms, connection.partial_since_ms,
-                                          connection.busy, idle_ms)
-                if why is not None:
-                    log.info("closing gateway %s: %s (connections_max_idle_ms=%d)", connection.info, why, idle_ms)
-                    connection.close()
-
     def upstream_candidates(self, broker_id: int | None) -> list[tuple[str, int]]:
         if broker_id is None:
             return self.cluster.upstream_candidates()
@@ -236,10 +225,12 @@ class Gateway:
         """(advertised table, ApiVersions v3 extras) for a connection to ``broker_id``'s port."""
         versions = self.cluster.versions_of(broker_id)
         cached = self._advertised.get(broker_id)
-        token = None if versions is None else (id(versions) if broker_id is not None else tuple(
-            sorted((k, id(v)) for k, v in self.cluster.versions.items())))
+        served = getattr(self.handler, "consumer_groups_served", None)
+        own = self._own_versions if served is not None and served() else self._classic_versions
+        token = (own is self._own_versions, None if versions is None else (
+            id(versions) if broker_id is not None else tuple(sorted((k, id(v)) for k, v in self.cluster.versions.items()))))
         if cached is None or cached[0] != token:
-            table = advertised_versions(versions.table if versions else {}, self._own_versions, self._decodable)
+            table = advertised_versions(versions.table if versions else {}, own, self._decodable)
             cached = self._advertised[broker_id] = (token, table, dict(versions.extras) if versions else {})
         return cached[1], cached[2]
 
@@ -249,14 +240,18 @@ class Gateway:
     def versions_known(self, broker_id: int | None) -> bool:
         return self.cluster.versions_of(broker_id) is not None
 
-    def rewrite(self, pending, frame: bytes) -> bytes:
+    async def versions_ready(self, broker_id: int | None, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) for the brokers' versions to be known."""
+        await self.cluster.versions_ready(broker_id, timeout_s)
+
+    def rewrite(self, expected: Expected, frame: bytes) -> bytes:
         """A broker answer with its addresses rewritten (MalformedFrameError, ResponseEncodingError)."""
-        correlation_id, message = decode_response_frame(frame, RESPONSE_CLASSES[pending.api_key],
-                                                        pending.api_version)
-        if pending.api_key in (FETCH, PRODUCE) and not getattr(message, "node_endpoints", None):
+        correlation_id, message = decode_response_frame(frame, RESPONSE_CLASSES[expected.api_key],
+                                                        expected.api_version)
+        if expected.api_key in (FETCH, PRODUCE) and not getattr(message, "node_endpoints", None):
             return frame  # nothing to rewrite: the broker's bytes as they came
-        rewrite_addresses(pending.api_key, message, self._book)
-        return encode_response_frame(message, pending.api_version, correlation_id)
+        rewrite_addresses(expected.api_key, message, self._book)
+        return encode_response_frame(message, expected.api_version, correlation_id)
 
     # -- life cycle ----------------------------------------------------------------------
     async def prepare(self) -> None:
@@ -274,7 +269,7 @@ class Gateway:
         await self.prepare()
         await self._serve(self._own, None)
         self._own = None
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle(), name="gateway-idle-sweep")
+        self._sweeper.start("gateway-idle-sweep")
         self._registry = registry
         if registry is not None:
             await self._read_nodes(None)
@@ -286,8 +281,7 @@ class Gateway:
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        self._sweeper.stop()
         for server in self._servers:
             server.close()
         for sock in list(self._unserved):

@@ -44,19 +44,19 @@ from typing import TYPE_CHECKING
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from zkcoord.core import sasl, scram
+from zkcoord.core.api_keys import BEFORE_LOGIN_APIS, SASL_HANDSHAKE
 from zkcoord.core.errors import ErrorCode
 from zkcoord.errors import ZkcoordError
-from zkcoord.server.codec import SASL_HANDSHAKE, decode_response_frame, encode_response_frame, response_for
+from zkcoord.wire.responses import decode_response_frame, encode_response_frame, response_for
 
 if TYPE_CHECKING:
-    from zkcoord.server.authentication import Credentials
-    from zkcoord.server.codec import DecodedRequest
-    from zkcoord.server.transport import ConnectionInfo
+    from zkcoord.wire.authentication import Credentials
+    from zkcoord.wire.connections import ConnectionInfo
+    from zkcoord.wire.requests import DecodedRequest
 
 __all__ = ["PassthroughLogin"]
 
 log = logging.getLogger(__name__)
-_ADMITTED = frozenset({sasl.API_VERSIONS, sasl.SASL_HANDSHAKE, sasl.SASL_AUTHENTICATE})
 
 
 class PassthroughLogin:
@@ -74,7 +74,7 @@ class PassthroughLogin:
         self._plain_user: str | None = None
 
     def admits(self, api_key: int) -> bool:
-        return self.done or api_key in _ADMITTED
+        return self.done or api_key in BEFORE_LOGIN_APIS
 
     def versions_answered(self, error_code: int) -> None:
         """The broker checks the order of the login's requests itself."""

@@ -28,7 +28,7 @@ from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 
-from zkcoord.core.gateway import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
+from zkcoord.core.api_keys import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
 
 __all__ = ["AddressBook", "GatewayNode", "rewrite_addresses", "RESPONSE_CLASSES"]
 

@@ -40,11 +40,13 @@ from kafka.protocol.sasl import (SaslAuthenticateRequest, SaslAuthenticateRespon
 from kafka.protocol.schemas.fields.codecs import Int32
 
 import zkcoord
+from zkcoord.core.api_keys import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from zkcoord.errors import AuthenticationError, ConfigError, ServiceUnavailableError
+from zkcoord.password import HIDDEN, Password
 from zkcoord.security.properties import parse_jaas_config, read_properties
-from zkcoord.security.secrets import HIDDEN, Password
 from zkcoord.security.tls import SslSettings
-from zkcoord.server.codec import build_message, decode_response_frame
+from zkcoord.wire.messages import build_message
+from zkcoord.wire.responses import decode_response_frame
 
 __all__ = ["KafkaClientSecurity", "KafkaConnection", "open_kafka_connection", "SecretOptions", "PROTOCOLS",
            "MECHANISMS", "format_java_properties"]
@@ -57,7 +59,6 @@ NOT_YET = ("GSSAPI", "OAUTHBEARER")
 LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 UNSUPPORTED_VERSION, UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE = 35, 33, 34
 SECRET_KEYS = frozenset({"sasl_plain_password", "sasl.password", "sasl.jaas.config", "ssl.key.password",
                          "ssl.keystore.password", "ssl.truststore.password", "ssl.keystore.key",

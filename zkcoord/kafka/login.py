@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives import serialization
 
 from zkcoord.errors import AuthenticationError, ServiceUnavailableError
 from zkcoord.kafka.client_security import KafkaClientSecurity, open_kafka_connection
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 
 __all__ = ["check_login", "probe_login", "portable", "split_servers", "SETTINGS_HINT"]
 

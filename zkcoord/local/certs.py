@@ -57,7 +57,7 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from zkcoord.errors import ConfigError
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 
 __all__ = ["Identity", "ClientFiles", "LocalCa", "new_ca", "new_server_identity", "new_client_identity",
            "write_certificates_pem", "write_key_pem", "write_keystore_pem", "write_keystore_pkcs12",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 
 # JVM heaps: ZooKeeper is tiny; each broker gets enough for the benchmarks.
 ZOOKEEPER_HEAP = ("-Xms64m", "-Xmx768m")  # an 8 MiB OffsetCommit makes 460,000 znodes; 256m ran out

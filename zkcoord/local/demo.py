@@ -20,8 +20,9 @@ import uuid
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from zkcoord.cli.kafka_login import COMMAND_CONFIG_ENV, read_command_config
 from zkcoord.client import Consumer, ConsumerConfig, RebalanceListener
+from zkcoord.config import KAFKA_CLIENT_CONFIG_ENV
+from zkcoord.kafka.client_security import KafkaClientSecurity
 
 PARTITIONS = 6
 RECORDS_PER_ROUND = 60
@@ -81,7 +82,8 @@ class AssignmentReport(RebalanceListener):
 
 def security():
     """The Kafka login of ``ZKCOORD_KAFKA_CLIENT_CONFIG`` (None: PLAINTEXT)."""
-    return read_command_config(os.environ.get(COMMAND_CONFIG_ENV))
+    path = os.environ.get(KAFKA_CLIENT_CONFIG_ENV)
+    return KafkaClientSecurity.from_file(path) if path else None
 
 
 def kafka_options() -> dict:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from zkcoord.errors import SandboxError
 from zkcoord.local import config_files, jars
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 
 __all__ = ["SecureMaterial", "USERS", "ZOOKEEPER_USER", "prepare", "load"]
 

@@ -55,7 +55,7 @@ from typing import Any, NamedTuple
 
 from zkcoord.errors import UsageError
 from zkcoord.kafka.offsets import check_bootstrap_servers
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 from zkcoord.zk.connection import parse_hosts
 from zkcoord.zk.paths import DEFAULT_CONSUMERS_ROOT, check_absolute
 

@@ -35,8 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from zkcoord.errors import ConfigError
+from zkcoord.password import Password
 from zkcoord.security.properties import parse_jaas_file, parse_properties
-from zkcoord.security.secrets import Password
 
 __all__ = ["PlainUsers", "parse_plain_users", "PLAIN_LOGIN_MODULE"]
 

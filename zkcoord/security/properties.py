@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zkcoord.errors import ConfigError
-from zkcoord.security.secrets import HIDDEN
+from zkcoord.password import HIDDEN
 
 __all__ = ["LoginModule", "parse_properties", "read_properties", "parse_jaas_config", "parse_jaas_file",
            "read_jaas_file", "FLAGS"]

@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from zkcoord.errors import ConfigError
-from zkcoord.security.secrets import Password
+from zkcoord.password import Password
 from zkcoord.security.ssl_principal import ANONYMOUS, SslPrincipalMapper, java_x500_name, peer_principal
 
 __all__ = ["SslSettings", "SSL_PROPERTIES", "IGNORED_SSL_PROPERTIES", "SslPrincipalMapper", "peer_principal",

@@ -5,7 +5,7 @@ Owns the translation between kafka-python's generated request/response
 messages and zkcoord's core values, per API and version, and nothing else:
 ownership, persistence and group rules live in :mod:`.manager` and
 :mod:`zkcoord.core`. Every response is built with
-:func:`~zkcoord.server.codec.response_for`, which drops the fields a version
+:func:`~zkcoord.wire.responses.response_for`, which drops the fields a version
 does not have. Group-level failures (:class:`GroupUnavailableError`) become
 the error code of the API's response; nothing a client sends can make a
 handler raise anything else but a bug.
@@ -54,19 +54,13 @@ from typing import TYPE_CHECKING
 
 from zkcoord.core import groups, notice
 from zkcoord.core import messages as core
+from zkcoord.core.api_keys import (
+    API_VERSIONS, CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR,
+    HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS, OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP,
+)
 from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.core.offset_fetch import count
 from zkcoord.errors import StateError, StateTooLargeError
-from zkcoord.server.codec import (
-    COORDINATOR_APIS,
-    DecodedRequest,
-    EncodedResponse,
-    api_versions_response,
-    cached_response,
-    constant_response,
-    encoded_response,
-    response_for,
-)
 from zkcoord.server.authorization import (
     OPEN, UNKNOWN_OPERATIONS, GroupAccess, Operation, commit_authorized, fetch_authorized, with_refused,
 )
@@ -75,7 +69,13 @@ from zkcoord.server.bulk_work import off_loop, pause_every
 from zkcoord.server.consumer_apis import ConsumerGroupApis
 from zkcoord.server.manager import UNKNOWN_TOKEN
 from zkcoord.server.member_connections import MemberConnections
-from zkcoord.server.transport import ConnectionInfo
+from zkcoord.wire.connections import ConnectionInfo
+from zkcoord.wire.messages import api_versions_response
+from zkcoord.wire.registry import COORDINATOR_APIS
+from zkcoord.wire.requests import DecodedRequest
+from zkcoord.wire.responses import (
+    EncodedResponse, cached_response, constant_response, encoded_response, response_for,
+)
 
 if TYPE_CHECKING:
     from zkcoord.server.manager import GroupManager
@@ -84,9 +84,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 E = ErrorCode
-API_VERSIONS, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 18, 10, 11, 12, 13, 14
-OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 8, 9, 15, 16, 42
-CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 TRANSACTION_KEY_TYPE = 1
 SMALL_COMMIT_PARTITIONS = 8  # OffsetCommit answers cached up to this many partitions
 BIG_ANSWER_ITEMS = 1000  # answers listing more entries are built and encoded in a worker thread

@@ -45,7 +45,7 @@ from zkcoord.core.offset_fetch import FetchAnswer
 
 if TYPE_CHECKING:
     from zkcoord.core.acl import Authorizer
-    from zkcoord.server.transport import ConnectionInfo
+    from zkcoord.wire.connections import ConnectionInfo
 
 __all__ = ["GroupAccess", "OPEN", "CLUSTER_NAME", "Operation", "commit_authorized", "fetch_authorized", "with_refused"]
 

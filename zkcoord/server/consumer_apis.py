@@ -38,6 +38,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from zkcoord.core import groups
+from zkcoord.core.api_keys import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT
 from zkcoord.core.consumer.describe import (
     DescribedConsumerGroup, describe_consumer_group, not_consumer_message, not_found_message,
 )
@@ -47,10 +48,10 @@ from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.errors import StateError, StateTooLargeError
 from zkcoord.server.authorization import Operation
 from zkcoord.server.bulk_work import pause_every
-from zkcoord.server.codec import encoded_response, response_for
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
 from zkcoord.server.manager import UNKNOWN_TOKEN
 from zkcoord.topic_ids import topic_id_text, topic_id_uuid
+from zkcoord.wire.responses import encoded_response, response_for
 
 if TYPE_CHECKING:
     from zkcoord.server.manager import GroupManager
@@ -59,7 +60,6 @@ __all__ = ["ConsumerGroupApis", "new_member_id", "heartbeat_request_problem"]
 
 log = logging.getLogger(__name__)
 E = ErrorCode
-CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 NOT_ASKED = -(2**31)  # authorized_operations not asked for: Kafka's INT32_MIN
 _DESCRIBE_TOPICS_REFUSED = "The group has described topic(s) that the client is not authorized to describe."
 

@@ -1,14 +1,27 @@
 """The ``zkcoord run`` daemon: wires ZooKeeper, ownership, the group manager
 and the Kafka-protocol server together, and stops them in order.
 
-Start: connect to ZooKeeper (a clear error naming the address when it does
-not answer), check the layout version (:mod:`zkcoord.zk.layout`; on an empty
-ZooKeeper apply the layout migrations first), create the offsets root
-(``/consumers``) if missing, load the security settings and start their
-watchers (:mod:`.daemon_security`: TLS, SASL credentials, Kafka's ACLs),
-bind the listener, register
-``/zkcoord/nodes/<id>`` with the
-advertised address (a node id in use is an error), then serve.
+This module is where the daemon's parts meet: the only module of
+:mod:`zkcoord.server` that imports the gateway (:mod:`zkcoord.gateway`),
+which it builds beside the listener and hands its login and handler.
+
+Start, in steps (each a method of :class:`Daemon`; a step that fails undoes
+the ones before it, last first):
+
+1. ``_connect``: load the security settings (:mod:`.daemon_security`: TLS,
+   SASL credentials, Kafka's ACLs; files first, so a local mistake fails
+   before anything connects), connect to ZooKeeper (a clear error naming
+   the address when it does not answer), check the layout version
+   (:mod:`zkcoord.zk.layout`; on an empty ZooKeeper apply the layout
+   migrations first), create the offsets root (``/consumers``) if missing,
+   start the security watchers.
+2. ``_listen``: bind the Kafka listener, then the metrics endpoint.
+3. ``_register``: bind the gateway and learn the brokers, then register
+   ``/zkcoord/nodes/<id>`` with the advertised addresses (a node id in use
+   is an error).
+4. ``_start_groups``: group ownership, offsets, topic watches, the group
+   manager.
+5. ``_serve``: hand the listeners their handlers; the gateway serves.
 
 Stop (SIGTERM / SIGINT): unload every owned group and delete its election
 node, so another daemon wins it on the clients' next FindCoordinator, close
@@ -28,17 +41,18 @@ import gc
 import logging
 import signal
 import sys
-from contextlib import suppress
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
 
 from zkcoord.config import DaemonConfig
 from zkcoord.core.group import GroupConfig
 from zkcoord.gateway.gateway import Gateway, GatewaySettings
+from zkcoord.gateway.login import PassthroughLogin
+from zkcoord.kafka.forwarder import KafkaForwarder
+from zkcoord.kafka.metadata import KafkaTopicMetadata
 from zkcoord.server.apis import ApiHandler
 from zkcoord.server.consumer_protocol import CONSUMER_PROTOCOL
 from zkcoord.server.daemon_security import DaemonSecurity
-from zkcoord.kafka.forwarder import KafkaForwarder
-from zkcoord.kafka.metadata import KafkaTopicMetadata
 from zkcoord.server.manager import GroupManager
 from zkcoord.server.metrics import DaemonMetrics, MetricsServer
 from zkcoord.server.topic_watcher import TopicWatcher
@@ -82,91 +96,128 @@ class Daemon:
         self.metrics_port: int | None = None
         self.gateway: Gateway | None = None
         self.security: DaemonSecurity | None = None
+        self.advertised: tuple[str, int] | None = None  # the listener's address as registered
+        # The listeners start before the manager exists: their handlers wait for it (_LateHandler).
+        self._handler = _LateHandler()
+        self._gateway_handler = _LateHandler()
 
     async def start(self) -> RunningDaemon:
+        """Start in steps; a step that fails undoes the steps before it, last first."""
+        async with AsyncExitStack() as undo:
+            await self._connect(undo)
+            await self._listen(undo)
+            node_id = await self._register(undo)
+            await self._start_groups(undo, node_id)
+            await self._serve()
+            undo.pop_all()  # started: from now on stop() takes everything down
+        host, port = self.config.listen_address
+        adv_host, adv_port = self.advertised
+        log.info("zkcoord node %d serving on %s:%d (advertised %s:%d), ZooKeeper %s", node_id, host,
+                 self.server.bound_port, adv_host, adv_port, self.config.zookeeper)
+        return RunningDaemon(node_id, (adv_host, adv_port), self.server.bound_port, self.manager,
+                             self.metrics_port, self.gateway.address if self.gateway else None)
+
+    async def _connect(self, undo: AsyncExitStack) -> None:
+        """Read the security files, connect to ZooKeeper, check its layout,
+        start the security watchers."""
         config = self.config
-        self.security = await DaemonSecurity.load(config)  # key stores and files first: fail before connecting
+        # key stores and files first: fail before connecting
+        self.security = await DaemonSecurity.load(config, passthrough_login=PassthroughLogin)
         await asyncio.to_thread(self.conn.start)
-        try:
-            # An empty ZooKeeper gets zkcoord's layout (first run); any other
-            # layout must be the one this version knows.
-            await layout.ensure_layout(self.conn)
-            await ensure_offsets_root(self.conn, config.offsets_zk_root)
-            await self.security.start(self.conn)
-        except BaseException:
-            self.conn.stop()
-            raise
-        security = self.security
+        undo.push_async_callback(_undo, "close the ZooKeeper session", asyncio.to_thread, self.conn.stop)
+        # An empty ZooKeeper gets zkcoord's layout (first run); any other
+        # layout must be the one this version knows.
+        await layout.ensure_layout(self.conn)
+        await ensure_offsets_root(self.conn, config.offsets_zk_root)
+        await self.security.start(self.conn)  # undoes itself when it fails
+        undo.push_async_callback(_undo, "stop the security watchers", self.security.stop)
+
+    async def _listen(self, undo: AsyncExitStack) -> None:
+        """Bind the Kafka listener (its port goes into the registration), then the metrics endpoint."""
+        config = self.config
         host, port = config.listen_address
-        handler = _LateHandler()
         limits = config.request_limits
         self.server = KafkaProtocolServer(
-            handler, host, port, max_frame_bytes=config.socket_request_max_bytes,
+            self._handler, host, port, max_frame_bytes=config.socket_request_max_bytes,
             request_max_bytes=limits.request_max_bytes, request_limit_setting=limits.setting_of,
             connections_max_idle_ms=config.connections_max_idle_ms,
-            partial_requests_max_bytes=config.partial_requests_max_bytes, security=security.listener)
-        try:
-            await self.server.start()
-            await self._start_metrics()
-        except BaseException:
-            await self.server.stop()
-            await security.stop()
-            self.conn.stop()
-            raise
-        adv_host, adv_port = config.advertised_address(self.server.bound_port)
-        gateway_handler = _LateHandler()
-        try:
-            gateway_address = self._bind_gateway(gateway_handler)
-            if self.gateway is not None:
-                await self.gateway.prepare()
-            self.nodes = NodeRegistry(self.conn, host=adv_host, port=adv_port, node_id=config.node_id,
-                                      gateway=gateway_address)
-            node_id = await self.nodes.register()
-        except BaseException:
-            if self.gateway is not None:
-                await self.gateway.stop()
-            await self._stop_metrics()
-            await self.server.stop()
-            await security.stop()
-            self.conn.stop()
-            raise
-        group_config = GroupConfig(
-            min_session_timeout_ms=config.group_min_session_timeout_ms,
-            max_session_timeout_ms=config.group_max_session_timeout_ms,
-            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-            max_group_size=config.group_max_size, consumer=config.consumer_group_config)
+            partial_requests_max_bytes=config.partial_requests_max_bytes, security=self.security.listener)
+        undo.push_async_callback(_undo, "close the listener", self.server.stop)
+        await self.server.start()
+        await self._start_metrics()
+        undo.push_async_callback(_undo, "close the metrics endpoint", self._stop_metrics)
+
+    async def _register(self, undo: AsyncExitStack) -> int:
+        """Bind the gateway and learn the brokers, then register this node
+        with both advertised addresses; the node id."""
+        config = self.config
+        gateway_address = None
+        settings = GatewaySettings.from_config(config, **self.security.gateway)
+        if settings is not None:
+            self.gateway = Gateway(settings, self._gateway_handler)
+            undo.push_async_callback(_undo, "close the gateway", self.gateway.stop)
+            gateway_address = self.gateway.bind()  # its address goes into the registration
+            await self.gateway.prepare()
+        adv_host, adv_port = self.advertised = config.advertised_address(self.server.bound_port)
+        self.nodes = NodeRegistry(self.conn, host=adv_host, port=adv_port, node_id=config.node_id,
+                                  gateway=gateway_address)
+        node_id = await self.nodes.register()
+        undo.push_async_callback(_undo, "unregister", self.nodes.unregister)
+        return node_id
+
+    async def _start_groups(self, undo: AsyncExitStack, node_id: int) -> None:
+        """Group ownership, offsets, topic watches and the group manager."""
+        config = self.config
         self.ownership = GroupOwnership(self.conn, node_id, on_change=lambda c: self.manager.on_ownership_change(c))
         await self.ownership.start()
+        undo.push_async_callback(_undo, "stop group ownership", self.ownership.stop)
         ownership = self.ownership
         # A refused fenced offset commit proves we were deposed: drop the group
         # at once, as a refused state write does, rather than serving it from
         # memory until ZooKeeper's watch or session event arrives.
         self.offsets = OffsetStore(self.conn, offsets_root=config.offsets_zk_root,
                                    on_deposed=lambda fence, why: ownership.drop(fence.group, why, fence))
-        store = GroupStateStore(self.conn, self.ownership, max_state_bytes=config.max_state_bytes)
+        undo.push_async_callback(_undo, "stop offset batching", self.offsets.stop)
         registry = TopicRegistry(self.conn)
+        kafka_client = self.security.kafka_client
         self.topics = TopicWatcher(
             lambda group_id: self.manager.metadata_changed(group_id), registry=registry,
-            kafka_metadata=KafkaTopicMetadata(config.bootstrap_servers, security=security.kafka_client)
+            kafka_metadata=KafkaTopicMetadata(config.bootstrap_servers, security=kafka_client)
             if config.bootstrap_servers else None,
             refresh_ms=config.topic_metadata_refresh_ms,
             on_image=lambda image, groups: self.manager is not None and self.manager.topics_changed(image, groups))
+        undo.push_async_callback(_undo, "stop topic watches", self.topics.stop)
         await self.topics.start(await registry.kafka_registers_topics())
-        group_config = dataclasses.replace(group_config, image=self.topics.image,
-                                           consumer_protocol=CONSUMER_PROTOCOL)
-        self.manager = GroupManager(
-            node_id, group_config, self.ownership, store, self.offsets, self.nodes, topic_watcher=self.topics,
-            conn=self.conn, member_disconnect_grace_ms=config.member_disconnect_grace_ms,
-            rebalance_notice_hold_ms=config.rebalance_notice_hold_ms,
-            cleanup_interval_ms=config.offsets_retention_check_interval_ms,
-            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
-            kafka_forwarder=KafkaForwarder(config.bootstrap_servers, security=security.kafka_client)
-            if config.bootstrap_servers else None)
+        self.manager = self._group_manager(node_id)
         self.manager.consumer_groups_enabled = "consumer" in config.rebalance_protocols and self.topics.source != "none"
         if "consumer" in config.rebalance_protocols and self.topics.source == "none":
             log.warning("the consumer group protocol (KIP-848) is not served: no topic metadata (ZooKeeper has no "
                         "/brokers/topics here and --bootstrap-servers is not set)")
         self.manager.admin.start_cleanup()
+        undo.push_async_callback(_undo, "release groups", self.manager.release_all)
+
+    def _group_manager(self, node_id: int) -> GroupManager:
+        config = self.config
+        group_config = GroupConfig(
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            max_group_size=config.group_max_size, consumer=config.consumer_group_config)
+        group_config = dataclasses.replace(group_config, image=self.topics.image, consumer_protocol=CONSUMER_PROTOCOL)
+        store = GroupStateStore(self.conn, self.ownership, max_state_bytes=config.max_state_bytes)
+        kafka_client = self.security.kafka_client
+        return GroupManager(
+            node_id, group_config, self.ownership, store, self.offsets, self.nodes, topic_watcher=self.topics,
+            conn=self.conn, member_disconnect_grace_ms=config.member_disconnect_grace_ms,
+            rebalance_notice_hold_ms=config.rebalance_notice_hold_ms,
+            cleanup_interval_ms=config.offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+            kafka_forwarder=KafkaForwarder(config.bootstrap_servers, security=kafka_client)
+            if config.bootstrap_servers else None)
+
+    async def _serve(self) -> None:
+        """Wire the metrics in, hand the listeners their handlers, start the gateway's serving."""
+        security = self.security
         if self.metrics is not None:
             self.metrics.manager = self.manager
             self.manager.metrics = self.metrics
@@ -175,24 +226,13 @@ class Daemon:
             if self.gateway is not None:
                 self.metrics.gateway = self.gateway
                 self.gateway.metrics = self.metrics
-        handler.ready(ApiHandler(self.manager, self.metrics, access=security.access, apis=security.listener.apis))
+        self._handler.ready(ApiHandler(self.manager, self.metrics, access=security.access,
+                                       apis=security.listener.apis))
         if self.gateway is not None:
-            gateway_handler.ready(ApiHandler(self.manager, self.metrics, access=security.access,
-                                             coordinator_address=self.gateway.coordinator_address,
-                                             apis=self.gateway.security.apis))
+            self._gateway_handler.ready(ApiHandler(self.manager, self.metrics, access=security.access,
+                                                   coordinator_address=self.gateway.coordinator_address,
+                                                   apis=self.gateway.security.apis))
             await self.gateway.start(self.nodes)
-        log.info("zkcoord node %d serving on %s:%d (advertised %s:%d), ZooKeeper %s", node_id, host,
-                 self.server.bound_port, adv_host, adv_port, config.zookeeper)
-        return RunningDaemon(node_id, (adv_host, adv_port), self.server.bound_port, self.manager,
-                             self.metrics_port, self.gateway.address if self.gateway else None)
-
-    def _bind_gateway(self, handler) -> tuple[str, int] | None:
-        """Bind the gateway's own port (its address goes into the registration)."""
-        settings = GatewaySettings.from_config(self.config, **self.security.gateway)
-        if settings is None:
-            return None
-        self.gateway = Gateway(settings, handler)
-        return self.gateway.bind()
 
     async def _start_metrics(self) -> None:
         address = self.config.metrics_address
@@ -235,6 +275,15 @@ class Daemon:
         log.info("zkcoord daemon stopped")
 
 
+async def _undo(what: str, step, *args) -> None:
+    """One undo step of a start that failed: its own failure is logged, and
+    the undoing goes on (the start's error is the one raised)."""
+    try:
+        await step(*args)
+    except Exception as exc:
+        log.warning("start failed; could not %s: %s", what, exc)
+
+
 class _LateHandler:
     """The server starts before the manager exists (its bound port is part of
     the registration). A request that arrives meanwhile (a client may see the
@@ -262,6 +311,9 @@ class _LateHandler:
 
     def notice_features(self, decoded, connection) -> list[dict]:
         return [] if self.target is None else self.target.notice_features(decoded, connection)
+
+    def consumer_groups_served(self) -> bool:
+        return self.target is not None and self.target.consumer_groups_served()
 
 
 async def serve(config: DaemonConfig) -> None:

@@ -24,19 +24,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from zkcoord.config import DaemonConfig
 from zkcoord.errors import ConfigError
-from zkcoord.server.authentication import Credentials, SaslLogin
 from zkcoord.server.authorization import OPEN, GroupAccess
-from zkcoord.server.listener_security import PLAINTEXT_LISTENER, ListenerSecurity
+from zkcoord.wire.authentication import Credentials, SaslLogin
+from zkcoord.wire.connections import ConnectionInfo
+from zkcoord.wire.listener_security import PLAINTEXT_LISTENER, ListenerSecurity, Login
 
 __all__ = ["DaemonSecurity"]
 
 log = logging.getLogger(__name__)
 
 _SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+# (mechanisms, credentials, connection) -> the connection's login
+LoginFactory = Callable[[tuple[str, ...], Credentials, ConnectionInfo], Login]
 
 
 def ssl_settings(config: DaemonConfig):
@@ -69,11 +73,14 @@ class DaemonSecurity:
     _mapper: object = None
     _plain: object = None
     credentials: Credentials | None = None  # what SASL logins are checked against (its on_login: metrics)
+    # The gateway's login when the brokers speak SASL: a client's login passed through to its broker
+    # (zkcoord.gateway.login.PassthroughLogin, given by the daemon, which composes the two)
+    passthrough_login: LoginFactory | None = None
     _watchers: list = field(default_factory=list)
 
     @classmethod
-    async def load(cls, config: DaemonConfig) -> DaemonSecurity:
-        security = cls(config)
+    async def load(cls, config: DaemonConfig, *, passthrough_login: LoginFactory | None = None) -> DaemonSecurity:
+        security = cls(config, passthrough_login=passthrough_login)
         if config.kafka_client_config:
             from zkcoord.kafka.client_security import KafkaClientSecurity
 
@@ -113,7 +120,7 @@ class DaemonSecurity:
             await credentials.scram_store.start()
             self._watchers.append(credentials.scram_store)
         self.listener = _listener(config.listener_protocol, config, self._server_context, self._mapper, credentials,
-                                  passthrough=False)
+                                  SaslLogin)
         if config.gateway_listen:
             self.gateway = self._gateway(config, self._server_context, self._mapper, credentials)
         if config.authorizer_class_name:
@@ -130,9 +137,11 @@ class DaemonSecurity:
     def _gateway(self, config: DaemonConfig, server_context, mapper, credentials: Credentials) -> dict:
         client = self.kafka_client
         brokers_sasl = client is not None and client.uses_sasl
+        if brokers_sasl and self.passthrough_login is None:
+            raise RuntimeError("the brokers speak SASL: DaemonSecurity.load needs the gateway's passthrough_login")
         return {
             "security": _listener(config.gateway_protocol, config, server_context, mapper, credentials,
-                                  passthrough=brokers_sasl),
+                                  self.passthrough_login if brokers_sasl else SaslLogin),
             "upstream_ssl": client.ssl.client_context() if client is not None and client.uses_tls else None,
             "client_security": client,
             "passthrough": brokers_sasl,
@@ -161,21 +170,14 @@ class DaemonSecurity:
 
 
 def _listener(protocol: str, config: DaemonConfig, server_context, mapper, credentials: Credentials,
-              passthrough: bool) -> ListenerSecurity:
+              login: LoginFactory) -> ListenerSecurity:
+    """A listener's security; on SASL listeners each new connection's login is ``login``'s: checked
+    here (SaslLogin), or passed through to the broker (the gateway's, when the brokers speak SASL)."""
     tls = protocol.endswith("SSL")
+    mechanisms = config.sasl_mechanisms
+    new_login = (lambda info: login(mechanisms, credentials, info)) if protocol.startswith("SASL") else None
     return ListenerSecurity(protocol, server_context if tls else None,
-                            _certificate_principal(mapper) if protocol == "SSL" else None,
-                            _login_factory(config.sasl_mechanisms, credentials, passthrough)
-                            if protocol.startswith("SASL") else None)
-
-
-def _login_factory(mechanisms: tuple[str, ...], credentials: Credentials, passthrough: bool):
-    """A new connection's SASL login: checked here, or passed through to the broker (the gateway's)."""
-    if passthrough:
-        from zkcoord.gateway.login import PassthroughLogin
-
-        return lambda info: PassthroughLogin(mechanisms, credentials, info)
-    return lambda info: SaslLogin(mechanisms, credentials, info)
+                            _certificate_principal(mapper) if protocol == "SSL" else None, new_login)
 
 
 def _certificate_principal(mapper):

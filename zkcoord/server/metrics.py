@@ -72,8 +72,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.groups import KINDS, GroupPhase, kind_of
 from zkcoord.core.membership import OFFSET_STORAGES
-from zkcoord.server.codec import EncodedResponse
-from zkcoord.server.response_errors import first_error_code
+from zkcoord.wire.response_errors import first_error_code
+from zkcoord.wire.responses import EncodedResponse
 from zkcoord.zk.connection import SessionEvent
 
 log = logging.getLogger(__name__)
@@ -81,9 +81,9 @@ log = logging.getLogger(__name__)
 
 def response_error(response) -> str:
     """The Kafka error name of a response (a message, or an
-    :class:`~zkcoord.server.codec.EncodedResponse`, whose error was found
+    :class:`~zkcoord.wire.responses.EncodedResponse`, whose error was found
     when it was encoded): its top-level ``error_code``, else the first
-    nonzero nested one, else ``NONE`` (:mod:`.response_errors`)."""
+    nonzero nested one, else ``NONE`` (:mod:`zkcoord.wire.response_errors`)."""
     code = response.error_code if type(response) is EncodedResponse else first_error_code(response)
     if not code:
         return "NONE"

@@ -1,9 +1,10 @@
 """asyncio TCP transport that speaks Kafka's size-prefixed framing.
 
-This module owns the listening socket and every accepted connection: reading
-frames, handing decoded requests to the handler, writing responses, and
-closing connections. What the bytes mean is `codec.py`'s business; what a
-request does is the handler's.
+This module owns the daemon's listening socket and every accepted
+connection: reading frames, handing decoded requests to the handler, writing
+responses, and closing connections. What the bytes mean is the wire
+codec's business (:mod:`zkcoord.wire`: :mod:`~zkcoord.wire.requests`,
+:mod:`~zkcoord.wire.responses`); what a request does is the handler's.
 
 Rules:
 
@@ -37,18 +38,20 @@ Rules:
    connection waits, so the loop keeps answering others. A connection with
    no request in flight that read and wrote nothing for
    ``connections_max_idle_ms``, or whose unfinished frame started that
-   long ago, is closed (a sweep every quarter of that time, at most every
-   second). The bytes of unanswered frames of all connections together stay
-   under ``partial_requests_max_bytes``: the connection whose read would go
-   over is closed.
-8. Security (:mod:`.listener_security`): with an SSL context the listener
-   speaks TLS (the handshake is done before a connection is seen). On a
-   SASL listener a connection's :class:`~.listener_security.Login` answers
-   its SaslHandshake and SaslAuthenticate requests; until the login is done
-   only ApiVersions and those are read (anything else closes the
-   connection, as Kafka does), and frames are at most
-   ``SASL_MAX_RECEIVE_BYTES``. The principal the handler sees on
-   :class:`ConnectionInfo` is set when the login completes.
+   long ago, is closed (:class:`zkcoord.wire.connections.IdleSweep`). The
+   bytes of unanswered frames of all connections together stay under
+   ``partial_requests_max_bytes``: the connection whose read would go over
+   is closed.
+8. Security (:mod:`zkcoord.wire.listener_security`): with an SSL context
+   the listener speaks TLS (the handshake is done before a connection is
+   seen). On a SASL listener a connection's login answers its
+   SaslHandshake and SaslAuthenticate requests; until the login is done
+   (its :class:`~zkcoord.wire.listener_security.LoginGate`) only
+   ApiVersions and those are read (anything else closes the connection, as
+   Kafka does), and frames are at most ``SASL_MAX_RECEIVE_BYTES``. The
+   principal the handler sees on
+   :class:`~zkcoord.wire.connections.ConnectionInfo` is set when the login
+   completes.
 """
 
 from __future__ import annotations
@@ -56,54 +59,31 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
 
 from kafka.protocol.api_message import ApiMessage
 
-from zkcoord.core.limits import (
-    DEFAULT_CONNECTIONS_MAX_IDLE_MS, DEFAULT_PARTIAL_REQUESTS_MAX_BYTES, INLINE_DECODE_BYTES, idle_expired,
+from zkcoord.core.api_keys import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from zkcoord.core.limits import DEFAULT_CONNECTIONS_MAX_IDLE_MS, DEFAULT_PARTIAL_REQUESTS_MAX_BYTES, INLINE_DECODE_BYTES
+from zkcoord.wire.connections import ConnectionInfo, IdleSweep
+from zkcoord.wire.connections import now_ms as _now_ms
+from zkcoord.wire.errors import (
+    FrameSizeError, MalformedFrameError, RequestTooLargeError, ResponseEncodingError, UnsupportedRequestError,
 )
+from zkcoord.wire.framing import API_KEY_END, FRAME_SIZE_PREFIX_BYTES, api_key_at, frame_size
+from zkcoord.wire.listener_security import (
+    PLAINTEXT_LISTENER, SASL_MAX_RECEIVE_BYTES, TLS_HANDSHAKE_TIMEOUT_S, ListenerSecurity, LoginGate, login_gate,
+)
+from zkcoord.wire.registry import COORDINATOR_APIS, ApiRegistry
+from zkcoord.wire.requests import DecodedRequest, decode_request
+from zkcoord.wire.responses import encode_response
 
 from .bulk_work import off_loop
-from .codec import (
-    COORDINATOR_APIS, FRAME_SIZE_PREFIX_BYTES, SASL_AUTHENTICATE, SASL_HANDSHAKE, ApiRegistry, DecodedRequest,
-    FrameSizeError, MalformedFrameError, RequestTooLargeError, ResponseEncodingError, UnsupportedRequestError,
-    decode_request, encode_response, frame_size,
-)
-from .listener_security import (
-    ANONYMOUS, PLAINTEXT_LISTENER, SASL_MAX_RECEIVE_BYTES, TLS_HANDSHAKE_TIMEOUT_S, ListenerSecurity,
-)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
-_API_KEY_END = FRAME_SIZE_PREFIX_BYTES + 2  # the size prefix and the api key
-API_VERSIONS = 18
-
-
-def _now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-@dataclass(frozen=True)
-class ConnectionInfo:
-    """Who is on the other end of a connection."""
-
-    connection_id: int
-    peer_host: str
-    peer_port: int
-    principal: str = ANONYMOUS  # who is on the other end (listener_security rule 1)
-
-    @property
-    def client_host(self) -> str:
-        """The peer as Kafka reports it in JoinGroup/DescribeGroups (`/1.2.3.4`)."""
-        return "/" + self.peer_host
-
-    def __str__(self) -> str:
-        who = "" if self.principal == ANONYMOUS else f" ({self.principal})"
-        return f"connection {self.connection_id} from {self.peer_host}:{self.peer_port}{who}"
+_ANSWERED, _AWAITED, _FAILED = object(), object(), object()  # what became of one frame (_handle_frame)
 
 
 Handler = Callable[[DecodedRequest, ConnectionInfo], Awaitable[ApiMessage]]
@@ -114,7 +94,7 @@ class KafkaProtocolServer:
 
     `handler(decoded_request, connection_info)` is awaited for every request
     the codec decodes and returns the response message (see
-    `codec.response_for`). If the handler also has `handle_now(decoded,
+    :func:`zkcoord.wire.responses.response_for`). If the handler also has `handle_now(decoded,
     connection_info)`, that is tried first: a response answers at once, None
     means "await the handler". Construction does no I/O; call `start()`.
 
@@ -150,7 +130,8 @@ class KafkaProtocolServer:
         self.connections_max_idle_ms = connections_max_idle_ms
         self.partial_requests_max_bytes = partial_requests_max_bytes
         self.partial_bytes = 0  # bytes buffered by all connections, not yet handled
-        self._sweeper: asyncio.Task | None = None
+        self._sweeper = IdleSweep(lambda: self._connections.values(), lambda connection: connection.shut(),
+                                  connections_max_idle_ms, log)
         self._server: asyncio.Server | None = None
         self._stopping = False
         self._connections: dict[int, _Connection] = {}
@@ -170,7 +151,7 @@ class KafkaProtocolServer:
         tls = {} if self.security.ssl_context is None else {
             "ssl": self.security.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
         self._server = await loop.create_server(lambda: _Connection(self), self._host, self._port, **tls)
-        self._sweeper = loop.create_task(self._sweep_idle(), name="kafka-idle-sweep")
+        self._sweeper.start("kafka-idle-sweep")
         log.info("serving the Kafka protocol (%s) on %s:%d", self.security.protocol, self._host, self.bound_port)
 
     async def stop(self) -> None:
@@ -178,8 +159,7 @@ class KafkaProtocolServer:
         if self._stopping:
             return
         self._stopping = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        self._sweeper.stop()
         server = self._server
         if server is not None:
             port = self.bound_port
@@ -192,20 +172,6 @@ class KafkaProtocolServer:
             await server.wait_closed()
             log.info("stopped serving the Kafka protocol on %s:%d", self._host, port)
 
-    async def _sweep_idle(self) -> None:
-        """Close the connections idle for connections_max_idle_ms (rule 7)."""
-        idle_ms = self.connections_max_idle_ms
-        period_s = min(max(idle_ms / 4, 10), 1000) / 1000
-        while True:
-            await asyncio.sleep(period_s)
-            now = _now_ms()
-            for connection in list(self._connections.values()):
-                why = idle_expired(now, connection.last_active_ms, connection.partial_since_ms,
-                                   connection.busy, idle_ms)
-                if why is not None:
-                    log.info("closing %s: %s (connections_max_idle_ms=%d)", connection.info, why, idle_ms)
-                    connection.shut()
-
     def _frame_limit(self, buffer: bytearray, pos: int, logging_in: bool = False) -> int | None:
         """The size of the frame at ``pos``, checked against its API's limit
         (``SASL_MAX_RECEIVE_BYTES`` before a SASL login is done); None when
@@ -215,9 +181,9 @@ class KafkaProtocolServer:
         size = frame_size(buffer[pos:pos + FRAME_SIZE_PREFIX_BYTES], self._max_frame_bytes)
         if size <= self._any_api_bytes:
             return size
-        if len(buffer) - pos < _API_KEY_END:
+        if len(buffer) - pos < API_KEY_END:
             return None
-        api_key = int.from_bytes(buffer[pos + FRAME_SIZE_PREFIX_BYTES:pos + _API_KEY_END], "big", signed=True)
+        api_key = api_key_at(buffer, pos)
         limit = self._request_max_bytes(api_key)
         if size > limit:
             raise RequestTooLargeError(size, limit, api_key, self._request_limit_setting(api_key))
@@ -279,7 +245,7 @@ class _Connection(asyncio.Protocol):
         self.last_active_ms = _now_ms()  # last read or write
         self.partial_since_ms: int | None = None  # when the unfinished frame in the buffer started
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._login = None  # the SASL login (rule 8) until it is done
+        self._gate = None  # the SASL login's gate (rule 8), on SASL listeners
 
     # -- asyncio.Protocol ------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -292,8 +258,7 @@ class _Connection(asyncio.Protocol):
         if server._stopping:
             self._close()
             return
-        if security.new_login is not None:
-            self._login = security.new_login(self.info)
+        self._gate = login_gate(security, self.info)
         server._connections[self.info.connection_id] = self
         log.debug("%s opened", self.info)
 
@@ -374,10 +339,10 @@ class _Connection(asyncio.Protocol):
             while not self._done:
                 if len(buffer) - pos < FRAME_SIZE_PREFIX_BYTES:
                     break
-                login = self._login
-                if login is not None and login.done:
-                    login = None
-                size = server._frame_limit(buffer, pos, login is not None)
+                gate = self._gate
+                if gate is not None and not gate.closed:
+                    gate = None
+                size = server._frame_limit(buffer, pos, gate is not None)
                 if size is None:
                     break
                 end = pos + FRAME_SIZE_PREFIX_BYTES + size
@@ -385,36 +350,11 @@ class _Connection(asyncio.Protocol):
                     break
                 frame = bytes(buffer[pos + FRAME_SIZE_PREFIX_BYTES:end])
                 pos = end
-                if login is not None:
-                    api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
-                    if not login.admits(api_key):
-                        log.warning("closing %s: api key %d before its SASL login was done", info, api_key)
-                        self._fail(out)
-                        return
-                if size > INLINE_DECODE_BYTES:
-                    self._await(None, frame)
+                step = self._handle_frame(frame, gate, out)
+                if step is _FAILED:
+                    return
+                if step is _AWAITED:
                     break
-                decoded = decode_request(frame, server._apis)
-                response = decoded.immediate_response
-                if decoded.api_key == SASL_HANDSHAKE or decoded.api_key == SASL_AUTHENTICATE:
-                    self._await(decoded)
-                    break
-                if response is not None:
-                    log.debug("%s: answered %s v%d (correlation id %d) from the codec",
-                              info, decoded.api_name, decoded.api_version, decoded.correlation_id)
-                else:
-                    try:
-                        response = server._handle_now(decoded, info)
-                    except Exception:
-                        _log_handler_failure(decoded, info)
-                        self._fail(out)
-                        return
-                    if response is None:
-                        self._await(decoded)
-                        break
-                if login is not None and decoded.api_key == API_VERSIONS:
-                    login.versions_answered(_error_code(response))
-                out.append(encode_response(decoded, response))
         except (FrameSizeError, MalformedFrameError, UnsupportedRequestError) as exc:
             log.warning("closing %s: %s", info, exc)
             self._fail(out)
@@ -431,6 +371,43 @@ class _Connection(asyncio.Protocol):
         self._write(out)
         if self._eof and self._task is None:
             self._end_of_input()
+
+    def _handle_frame(self, frame: bytes, gate: LoginGate | None, out: list[bytes]) -> object:
+        """Answer one frame's request into ``out`` when it can be answered now
+        (_ANSWERED); else start awaiting it (_AWAITED), or close (_FAILED).
+        ``gate``: the login's, while it is not done. Raises the wire's errors."""
+        info = self.info
+        if gate is not None:
+            api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
+            if gate.refuses(api_key):
+                log.warning("closing %s: api key %d before its SASL login was done", info, api_key)
+                self._fail(out)
+                return _FAILED
+        if len(frame) > INLINE_DECODE_BYTES:
+            self._await(None, frame)
+            return _AWAITED
+        decoded = decode_request(frame, self._server._apis)
+        response = decoded.immediate_response
+        if decoded.api_key == SASL_HANDSHAKE or decoded.api_key == SASL_AUTHENTICATE:
+            self._await(decoded)
+            return _AWAITED
+        if response is not None:
+            log.debug("%s: answered %s v%d (correlation id %d) from the codec",
+                      info, decoded.api_name, decoded.api_version, decoded.correlation_id)
+        else:
+            try:
+                response = self._server._handle_now(decoded, info)
+            except Exception:
+                _log_handler_failure(decoded, info)
+                self._fail(out)
+                return _FAILED
+            if response is None:
+                self._await(decoded)
+                return _AWAITED
+        if gate is not None and decoded.api_key == API_VERSIONS:
+            gate.versions_answered(_error_code(response))
+        out.append(encode_response(decoded, response))
+        return _ANSWERED
 
     def _await(self, decoded: DecodedRequest | None, frame: bytes | None = None) -> None:
         """Answer ``decoded`` in a task; with ``frame`` instead, decode it in
@@ -462,8 +439,8 @@ class _Connection(asyncio.Protocol):
         if response is None:
             self._close()
             return
-        if self._login is not None and not self._login.done and decoded.api_key == API_VERSIONS:
-            self._login.versions_answered(_error_code(response))
+        if self._gate is not None and decoded.api_key == API_VERSIONS:
+            self._gate.versions_answered(_error_code(response))
         try:
             data = encode_response(decoded, response)
         except ResponseEncodingError:
@@ -482,12 +459,13 @@ class _Connection(asyncio.Protocol):
     async def _log_in(self, decoded: DecodedRequest) -> tuple[ApiMessage, bool]:
         """A login request's answer (rule 8); once the login is done the
         connection's principal is its user."""
-        login = self._login
-        if login is None:  # not decodable on a listener without SASL: the codec refused it already
+        gate = self._gate
+        if gate is None:  # not decodable on a listener without SASL: the codec refused it already
             raise RuntimeError("a SASL request reached a listener without SASL")
-        response, close_after = await login.answer(decoded)
-        if login.done and self.info.principal != login.principal:
-            self.info = replace(self.info, principal=login.principal)
+        response, close_after = await gate.login.answer(decoded)
+        info = gate.logged_in(self.info)
+        if info is not None:
+            self.info = info
             log.info("%s logged in", self.info)
         return response, close_after
 

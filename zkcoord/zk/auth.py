@@ -38,7 +38,7 @@ Rules:
    with an ``auth`` ACL from a session that has no authenticated identity,
    and Kafka refuses ``zookeeper.set.acl`` without a JAAS login.
 3. No secret in any message or repr: passwords are
-   :class:`~zkcoord.security.secrets.Password`; messages name the file,
+   :class:`~zkcoord.password.Password`; messages name the file,
    the section, the mechanism and the user.
 """
 
@@ -53,8 +53,8 @@ from typing import Any
 from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Id, Permissions
 
 from zkcoord.errors import ConfigError
+from zkcoord.password import Password
 from zkcoord.security.properties import LoginModule, read_jaas_file
-from zkcoord.security.secrets import Password
 
 __all__ = ["ZkSecurity", "SaslLogin", "zk_security", "SECURE_ACL", "OPEN_ACL", "DIGEST_LOGIN_MODULE",
            "KRB5_LOGIN_MODULE", "DEFAULT_CLIENT_SECTION", "acl_kind", "acl_text", "digest_id", "digest_mismatch"]

@@ -64,7 +64,7 @@ from kazoo.protocol.serialization import SASL, Auth
 from kazoo.protocol.states import KazooState, KeeperState
 
 from zkcoord.errors import AuthenticationError, ConfigError, ServiceUnavailableError, ZkcoordError
-from zkcoord.security.secrets import HIDDEN
+from zkcoord.password import HIDDEN
 from zkcoord.zk import aio
 from zkcoord.zk.auth import ZkSecurity, digest_mismatch
 from zkcoord.zk.paths import ROOT, check_absolute

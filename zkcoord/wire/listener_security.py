@@ -2,8 +2,8 @@
 connection must complete before anything else.
 
 This module owns the contract between a listener's connection code (the
-daemon's :mod:`.transport`, the gateway's :mod:`zkcoord.gateway.connection`)
-and the security adapters:
+daemon's :mod:`zkcoord.server.transport`, the gateway's
+:mod:`zkcoord.gateway.connection`) and the security adapters:
 
 * :class:`ListenerSecurity` says what a listener speaks (Kafka's security
   protocol names), its server ``ssl.SSLContext``, how a client certificate
@@ -12,8 +12,11 @@ and the security adapters:
   the connection hands it every SaslHandshake / SaslAuthenticate request and
   asks :meth:`Login.admits` before anything else is read (Kafka admits only
   ApiVersions and the login APIs; anything else closes the connection).
-* :data:`ANONYMOUS` is the principal of a connection nobody logged in on,
-  as Kafka names it.
+* :class:`LoginGate` is what both connection codes ask while a login is
+  not done: which requests pass, how large a frame may be, and who the
+  connection is once it is done.
+* :data:`~.connections.ANONYMOUS` is the principal of a connection nobody
+  logged in on, as Kafka names it.
 
 Rules:
 
@@ -30,22 +33,23 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from zkcoord.server.codec import COORDINATOR_APIS, SASL_COORDINATOR_APIS, ApiRegistry
+from zkcoord.wire.connections import ANONYMOUS, ConnectionInfo
+from zkcoord.wire.registry import COORDINATOR_APIS, SASL_COORDINATOR_APIS, ApiRegistry
 
 if TYPE_CHECKING:
     from kafka.protocol.api_message import ApiMessage
 
-    from zkcoord.server.codec import DecodedRequest
-    from zkcoord.server.transport import ConnectionInfo
+    from zkcoord.wire.requests import DecodedRequest
 
-__all__ = ["ANONYMOUS", "Login", "ListenerSecurity", "PLAINTEXT_LISTENER", "SASL_MAX_RECEIVE_BYTES",
+__all__ = ["ANONYMOUS", "Login", "LoginGate", "ListenerSecurity", "PLAINTEXT_LISTENER", "SASL_MAX_RECEIVE_BYTES",
            "TLS_HANDSHAKE_TIMEOUT_S"]
 
-ANONYMOUS = "User:ANONYMOUS"
 SASL_MAX_RECEIVE_BYTES = 524_288
+# How a frame refused before the login is done names its limit (rule 2).
+SASL_MAX_RECEIVE_SETTING = "sasl.server.max.receive.size (before the login)"
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
@@ -106,3 +110,56 @@ class ListenerSecurity:
 
 
 PLAINTEXT_LISTENER = ListenerSecurity()
+
+
+def login_gate(security: ListenerSecurity, info: ConnectionInfo) -> LoginGate | None:
+    """The gate of a new connection on a listener with ``security``; None
+    when the listener has no SASL login (nothing to gate)."""
+    if security.new_login is None:
+        return None
+    return LoginGate(security.new_login(info))
+
+
+class LoginGate:
+    """One connection's SASL login, as its connection code sees it (rules 1 and 2).
+
+    ``closed`` holds until the login is done: then only what the login
+    ``admits`` is read (anything else closes the connection, as Kafka
+    does), frames are at most :data:`SASL_MAX_RECEIVE_BYTES`, and an
+    ApiVersions answer is shown to the login (``versions_answered``).
+    :meth:`logged_in` gives the connection's info with the login's user
+    once the login made it someone else.
+    """
+
+    __slots__ = ("login",)
+
+    def __init__(self, login: Login) -> None:
+        self.login = login
+
+    @property
+    def closed(self) -> bool:
+        """The login is not done: only ApiVersions and the login's requests pass."""
+        return not self.login.done
+
+    def refuses(self, api_key: int) -> bool:
+        """A request of ``api_key`` closes the connection now."""
+        login = self.login
+        return not login.done and not login.admits(api_key)
+
+    def frame_limit(self) -> tuple[int, str] | None:
+        """(the largest frame read now, the setting that says so); None once the login is done."""
+        return None if self.login.done else (SASL_MAX_RECEIVE_BYTES, SASL_MAX_RECEIVE_SETTING)
+
+    def versions_answered(self, error_code: int) -> None:
+        """An ApiVersions request was answered with ``error_code``: the login
+        hears of it while it is not done."""
+        if not self.login.done:
+            self.login.versions_answered(error_code)
+
+    def logged_in(self, info: ConnectionInfo) -> ConnectionInfo | None:
+        """``info`` with the login's user as its principal, once the login is
+        done and that changes who the connection is; else None."""
+        login = self.login
+        if login.done and info.principal != login.principal:
+            return replace(info, principal=login.principal)
+        return None

@@ -2,7 +2,8 @@
 gateway when its brokers do not speak SASL.
 
 Owns :class:`Credentials` (where a login is checked: SCRAM credentials from
-ZooKeeper's ``/config/users``, PLAIN users from a file) and
+ZooKeeper's ``/config/users``, PLAIN users from a file; both reached through
+the small interfaces defined here, so the wire imports neither adapter) and
 :class:`SaslLogin`, the :class:`~.listener_security.Login` of one
 connection: it feeds :class:`zkcoord.core.sasl.SaslSession` the decoded
 SaslHandshake / SaslAuthenticate requests, does the credential lookups the
@@ -19,20 +20,19 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from zkcoord.core import sasl
+from zkcoord.core.api_keys import SASL_HANDSHAKE
 from zkcoord.core.errors import ErrorCode
 from zkcoord.errors import ZkcoordError
-from zkcoord.server.codec import SASL_HANDSHAKE, response_for
+from zkcoord.wire.responses import response_for
 
 if TYPE_CHECKING:
     from zkcoord.core.scram import ScramCredential
-    from zkcoord.security.plain_users import PlainUsers
-    from zkcoord.security.secrets import Password
-    from zkcoord.server.codec import DecodedRequest
-    from zkcoord.server.transport import ConnectionInfo
-    from zkcoord.zk.scram_credentials import ScramCredentialStore
+    from zkcoord.password import Password
+    from zkcoord.wire.connections import ConnectionInfo
+    from zkcoord.wire.requests import DecodedRequest
 
 __all__ = ["Credentials", "SaslLogin"]
 
@@ -43,10 +43,25 @@ log = logging.getLogger(__name__)
 _UNKNOWN_USER_KEY = os.urandom(32)
 
 
+class ScramCredentials(Protocol):
+    """Where SCRAM credentials are looked up (ZooKeeper's ``/config/users``:
+    :class:`zkcoord.zk.scram_credentials.ScramCredentialStore`)."""
+
+    async def credential(self, username: str, mechanism: str) -> ScramCredential | None:
+        """The user's credential for ``mechanism``; None: no such user. A ZkcoordError when it cannot be read."""
+
+
+class PlainCredentials(Protocol):
+    """Where PLAIN passwords are checked (a users file: :class:`zkcoord.security.plain_users.PlainUsers`)."""
+
+    def check(self, username: str, password: Password) -> bool:
+        """Is ``password`` the user's?"""
+
+
 class Credentials:
     """What logins are checked against; either source may be absent."""
 
-    def __init__(self, scram: ScramCredentialStore | None = None, plain: PlainUsers | None = None) -> None:
+    def __init__(self, scram: ScramCredentials | None = None, plain: PlainCredentials | None = None) -> None:
         self.scram_store = scram
         self.plain_users = plain
         self.on_login = None  # (mechanism, ok) -> None: the daemon's metrics, once they exist

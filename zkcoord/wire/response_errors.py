@@ -11,9 +11,10 @@ an ``error_code`` somewhere below them. A DescribeGroups answer's members,
 a JoinGroup answer's member list, a ListGroups answer's groups are never
 entered; a walk visits at most the entries that have an error field, and
 stops at the first nonzero one. Answers with more than a thousand such
-entries are built in a worker thread (``apis._answer``), which finds their
-error there too (:func:`zkcoord.server.codec.encoded_response`), so the
-event loop never walks a big answer.
+entries are built in a worker thread (the daemon's ``apis._answer``),
+which finds their error there too
+(:func:`zkcoord.wire.responses.encoded_response`), so the event loop never
+walks a big answer.
 """
 
 from __future__ import annotations
