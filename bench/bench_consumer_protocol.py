@@ -60,6 +60,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -149,7 +150,8 @@ QUICK = {"join_rounds": 2, "kip_rounds": 1, "steady_members": 200, "steady_group
 def make_environment(workdir: Path, settings: Settings) -> Environment:
     sandbox_args = ("--kafka4", *(a for kv in settings.kafka4_config() for a in ("--kafka4-config", kv)))
     return Environment(workdir, topic=None, topic_partitions=0, profiler=settings.profile,
-                       daemon_args=settings.daemon_args(), sandbox_args=sandbox_args, broker_chroot=True)
+                       daemon_args=settings.daemon_args(), sandbox_args=sandbox_args, broker_chroot=True,
+                       keep_sandbox_logs=True)
 
 
 def topics_needed(settings: Settings) -> list[tuple[str, int]]:
@@ -163,28 +165,67 @@ def topics_needed(settings: Settings) -> list[tuple[str, int]]:
     return topics
 
 
-def create_topics(broker: tuple[str, int], topics: list[tuple[str, int]]) -> None:
-    from kafka.admin import KafkaAdminClient, NewTopic
+ADMIN_TIMEOUT_MS = 300_000  # a 3.9 broker in ZooKeeper mode creates 1,000 partitions in tens of seconds on 2 busy cores
 
-    admin = KafkaAdminClient(bootstrap_servers=f"{broker[0]}:{broker[1]}", client_id="zkcoord-bench")
+
+def _admin(broker: tuple[str, int], client_id: str):
+    from kafka.admin import KafkaAdminClient
+
+    return KafkaAdminClient(bootstrap_servers=f"{broker[0]}:{broker[1]}", client_id=client_id,
+                            request_timeout_ms=ADMIN_TIMEOUT_MS)
+
+
+def create_topics(broker: tuple[str, int], topics: list[tuple[str, int]]) -> None:
+    """Create ``topics`` on ``broker`` and wait until every partition has a leader."""
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError
+
+    admin = _admin(broker, "zkcoord-bench")
+    where = f"{broker[0]}:{broker[1]}"
     try:
         admin.create_topics([NewTopic(name, num_partitions=n, replication_factor=1) for name, n in topics],
-                            wait_for_metadata=True, timeout_ms=120_000)
+                            timeout_ms=ADMIN_TIMEOUT_MS)
+        deadline = time.monotonic() + ADMIN_TIMEOUT_MS / 1000
+        wanted = dict(topics)
+        while wanted:
+            for described in admin.describe_topics(list(wanted)):
+                leaders = [p for p in described["partitions"] if p["leader_id"] >= 0]
+                if described["error_code"] == 0 and len(leaders) == wanted[described["name"]]:
+                    del wanted[described["name"]]
+            if wanted and time.monotonic() > deadline:
+                raise BenchError(f"topics {', '.join(wanted)} on {where}: not every partition has a leader after "
+                                 f"{ADMIN_TIMEOUT_MS / 1000:g} s")
+            time.sleep(0.5)
+    except KafkaError as exc:
+        raise BenchError(f"creating topics on {where}: {exc}") from None
     finally:
         admin.close()
 
 
-def grower(broker: tuple[str, int]):
-    """``grow(topic, total)``: CreatePartitions to ``total`` on ``broker``, blocking."""
-    def grow(topic: str, total: int) -> None:
-        from kafka.admin import KafkaAdminClient, NewPartitions
+class Grower:
+    """CreatePartitions on one broker, from an admin client connected
+    beforehand (:meth:`open`), so that a round times the request alone."""
 
-        admin = KafkaAdminClient(bootstrap_servers=f"{broker[0]}:{broker[1]}", client_id="zkcoord-bench-grow")
+    def __init__(self, broker: tuple[str, int]) -> None:
+        self.broker = broker
+        self._admin = None
+
+    def open(self) -> None:
+        self._admin = _admin(self.broker, "zkcoord-bench-grow")
+
+    def grow(self, topic: str, total: int) -> None:
+        from kafka.admin import NewPartitions
+        from kafka.errors import KafkaError
+
         try:
-            admin.create_partitions({topic: NewPartitions(total_count=total)}, timeout_ms=60_000)
-        finally:
-            admin.close()
-    return grow
+            self._admin.create_partitions({topic: NewPartitions(total_count=total)}, timeout_ms=ADMIN_TIMEOUT_MS)
+        except KafkaError as exc:
+            raise BenchError(f"adding partitions to {topic} on {self.broker[0]}:{self.broker[1]}: {exc}") from None
+
+    def close(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
 
 
 async def make_targets(env: Environment, settings: Settings) -> list[Target]:
@@ -228,10 +269,10 @@ async def run(env: Environment, settings: Settings) -> dict:
               + (f"ConsumerGroupHeartbeat v{target.heartbeat_version}" if target.protocol == "consumer" else
                  "classic " + ", ".join(f"{k} v{v}" for k, v in target.classic_versions.items())), flush=True)
     topics = topics_needed(settings)
-    for broker in {t.broker for t in targets}:
-        print(f"creating {len(topics)} topics ({sum(n for _, n in topics):,} partitions) on {broker[0]}:{broker[1]} ...",
-              flush=True)
-        await asyncio.to_thread(create_topics, broker, topics)
+    brokers = list(dict.fromkeys(t.broker for t in targets))
+    print(f"creating {len(topics)} topics ({sum(n for _, n in topics):,} partitions) on "
+          f"{', '.join(f'{h}:{p}' for h, p in brokers)} ...", flush=True)
+    await asyncio.gather(*(asyncio.to_thread(create_topics, broker, topics) for broker in brokers))
     results: dict = {"join": [], "classic": [], "kip": [], "steady": [], "writes": []}
     consumer = [t for t in targets if t.protocol == "consumer"]
     if "join" in settings.only:
@@ -245,7 +286,7 @@ async def run(env: Environment, settings: Settings) -> dict:
         print("\n== kip: partitions added ==", flush=True)
         kip_topics = [f"{KIP_TOPIC}-{i}" for i in range(settings.kip_rounds)]
         for target in consumer:
-            results["kip"] += await grow_scenario(target, env, settings, kip_topics, grower(target.broker))
+            results["kip"] += await grow_scenario(target, env, settings, kip_topics, Grower(target.broker))
     if "steady" in settings.only:
         print("\n== steady heartbeats ==", flush=True)
         for target in consumer:
@@ -278,6 +319,10 @@ def _goal(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
+def _troubles(r) -> str:
+    return (f"  fenced {r.fenced}" if r.fenced else "") + (f"  retried {r.retries}" if r.retries else "")
+
+
 def _zk(zk) -> str:
     return "-" if zk is None else f"{zk.zxid:>5} {zk.writes:>6} {zk.bytes:>9,}"
 
@@ -294,7 +339,7 @@ def report(results: dict, settings: Settings) -> None:
                   f"{r.target_seen_ms:>8,.0f} {r.last_revoked_ms:>10,.0f} {r.final_step_ms:>9.1f} {r.heartbeats:>6} "
                   f"{r.heartbeat_p50_ms:>9.2f} {r.heartbeat_max_ms:>9.1f} "
                   f"{r.cpu_s.get(SERVER_PROCESS[r.target], 0):>12.3f} {_zk(r.zk):>24}"
-                  + (f"  fenced {r.fenced}" if r.fenced else ""))
+                  + _troubles(r))
         if results["classic"]:
             print(f"{'target':<16} {'members':>8} {'total ms':>9} {'noticed ms':>10} {'joined ms':>9} "
                   f"{'server cpu s':>12} {'zk txn writes     bytes':>24}")
@@ -310,7 +355,7 @@ def report(results: dict, settings: Settings) -> None:
         for r in results["kip"]:
             print(f"{r.target:<16} {r.total_ms:>9,.0f} {r.created_ms:>10,.0f} {r.noticed_ms:>10,.0f} "
                   f"{r.final_step_ms:>9.1f} {r.heartbeats:>6} {r.cpu_s.get(SERVER_PROCESS[r.target], 0):>12.3f} "
-                  f"{_zk(r.zk):>24}" + (f"  fenced {r.fenced}" if r.fenced else ""))
+                  f"{_zk(r.zk):>24}" + _troubles(r))
     if results["steady"]:
         print(f"\n== steady heartbeats: {settings.steady_members} members in {settings.steady_groups} groups ==")
         print(f"{'scenario':<22} {'target':<8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'zk txn/s':>9} "

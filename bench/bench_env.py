@@ -143,12 +143,14 @@ class Environment:
     of a chroot of its own, as a production daemon beside ZooKeeper-mode
     brokers does: it then learns topics from ``/brokers/topics``, and its
     writes are those under ``namespaces`` (``/coordinators``, ``/zkcoord``,
-    ``/consumers``). ``topic`` None creates no topic.
+    ``/consumers``). ``topic`` None creates no topic. ``keep_sandbox_logs``
+    copies the servers' logs to ``<workdir>/sandbox-logs`` before the
+    sandbox (and its state directory) goes.
     """
 
     def __init__(self, workdir: Path, *, topic: str | None, topic_partitions: int, profiler: str = "",
                  daemon_args: tuple[str, ...] = (), gateway: bool = False, sandbox_args: tuple[str, ...] = (),
-                 broker_chroot: bool = False) -> None:
+                 broker_chroot: bool = False, keep_sandbox_logs: bool = False) -> None:
         self.workdir = workdir
         self.topic, self.topic_partitions = topic, topic_partitions
         self.profiler = profiler  # "", "cprofile" or "pyinstrument"
@@ -160,6 +162,7 @@ class Environment:
         self.chroot = "" if broker_chroot else "/" + self.namespace
         self.namespaces = ("coordinators", "zkcoord", "consumers") if broker_chroot else (self.namespace,)
         self.kafka4_address: tuple[str, int] | None = None
+        self.keep_sandbox_logs = keep_sandbox_logs  # copied to <workdir>/sandbox-logs before `local down`
         self.profile_path = {"": None, "cprofile": workdir / "zkcoord.prof",
                              "pyinstrument": workdir / "zkcoord-profile.txt"}[profiler]
         self.daemon: subprocess.Popen | None = None
@@ -291,6 +294,10 @@ class Environment:
                 self._zk.close()
             except Exception as exc:  # keep cleaning up
                 print(f"warning: closing the ZooKeeper client: {exc!r}", file=sys.stderr)
+        if self._sandbox_started and self.keep_sandbox_logs and (self.state_dir / "logs").is_dir():
+            import shutil
+
+            shutil.copytree(self.state_dir / "logs", self.workdir / "sandbox-logs", dirs_exist_ok=True)
         if self._sandbox_started:
             print("stopping the sandbox ...", flush=True)
             self._cli("local", "down", "--state-dir", str(self.state_dir), check=False)

@@ -23,8 +23,9 @@ Rules (Kafka's ``ConsumerHeartbeatRequestManager`` and
    coordinators see the same heartbeat phases, or heartbeat faster while a
    group is being set up (``fast_interval_s``; never while measuring).
 4. FENCED_MEMBER_EPOCH and UNKNOWN_MEMBER_ID make it drop its partitions
-   and join again (counted in ``fenced``); any other error is a
-   :class:`group_client.BenchError`.
+   and join again (counted in ``fenced``); a coordinator loading or not
+   available is asked again every 0.1 s for up to 30 s (counted in
+   ``retries``); any other error is a :class:`group_client.BenchError`.
 
 What each member knows (its epoch, its partitions, when either last
 changed) is everything the benchmark's completion checks read:
@@ -40,12 +41,16 @@ from collections.abc import Sequence
 
 from group_client import NONE, BenchError, KafkaConnection, RequestTemplate
 from zkcoord.schemas import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
-from zkcoord.server.codec import build_message
+from zkcoord.wire.messages import build_message
 
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 PREFERRED_HEARTBEAT_VERSION = 1  # Kafka 4.4's client
 UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH = 25, 110
 REJOIN = {UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH}
+# Asked again after RETRY_S, as Kafka's client does (it would look the coordinator up again for the
+# last two; the benchmark's coordinators do not move, and the errors are counted in ``retries``).
+RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+RETRY_S, RETRY_FOR_S = 0.1, 30.0
 LEAVE_EPOCH = -1
 ERROR_NAMES = {14: "COORDINATOR_LOAD_IN_PROGRESS", 15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR",
                25: "UNKNOWN_MEMBER_ID", 110: "FENCED_MEMBER_EPOCH", 111: "UNRELEASED_INSTANCE_ID",
@@ -94,6 +99,7 @@ class ConsumerMember:
         self.fast_interval_s: float | None = None  # set-up only: heartbeat at most this far apart
         self.changed_at = 0.0  # perf_counter of the answer that last changed the epoch or the partitions
         self.fenced = 0
+        self.retries = 0
         self.heartbeats = 0
         self.last_latency_s = 0.0
         # with keep_log: (sent, answered, kind, epoch, partitions owned before, after) per heartbeat
@@ -147,6 +153,13 @@ class ConsumerMember:
         before = self.owned_count()
         sent = time.perf_counter()
         response = await self.conn.call(request)
+        while response.error_code in RETRIABLE:
+            self.retries += 1
+            if time.perf_counter() - sent > RETRY_FOR_S:
+                raise BenchError(f"ConsumerGroupHeartbeat of {self.name} in {self.group}: "
+                                 f"{error_name(response.error_code)} for {RETRY_FOR_S:g} s")
+            await asyncio.sleep(RETRY_S)
+            response = await self.conn.call(request)
         answered = time.perf_counter()
         self.heartbeats += 1
         self.last_latency_s = answered - sent

@@ -179,6 +179,7 @@ class JoinRound:
     heartbeat_p50_ms: float
     heartbeat_max_ms: float
     fenced: int
+    retries: int  # heartbeats answered COORDINATOR_LOAD_IN_PROGRESS and the like, asked again
     cpu_s: dict[str, float]
     zk: ZkWrites | None
 
@@ -257,7 +258,7 @@ async def _join_round(target: Target, env, settings, topic: str, runner: Runner,
     return JoinRound(target.name, len(old), (done - t0) * 1e3, (min(seen, default=done) - t0) * 1e3,
                      (_last_acknowledged(entries, newcomer, t0) - t0) * 1e3, (final[0] if final else 0.0) * 1e3, len(entries),
                      _median(latencies) * 1e3, (latencies[-1] if latencies else 0.0) * 1e3,
-                     sum(m.fenced for m in everyone), cpu_s, zk)
+                     sum(m.fenced for m in everyone), sum(m.retries for m in everyone), cpu_s, zk)
 
 
 # -- the KIP's scenario: partitions added under a settled group --------------------------------------
@@ -271,14 +272,16 @@ class GrowRound:
     final_step_ms: float
     heartbeats: int
     fenced: int
+    retries: int
     cpu_s: dict[str, float]
     zk: ZkWrites | None
 
 
-async def grow_scenario(target: Target, env, settings, topics: Sequence[str], grow) -> list[GrowRound]:
+async def grow_scenario(target: Target, env, settings, topics: Sequence[str], grower) -> list[GrowRound]:
     """Per round a fresh group of ``kip_members`` on a fresh topic of
     ``kip_initial_partitions``; then ``kip_added_partitions`` are added
-    (``grow(topic, total)``, blocking, run in a thread)."""
+    (``grower``: ``open()``, ``grow(topic, total)``, ``close()``, blocking,
+    run in a thread)."""
     rounds = []
     total = settings.kip_initial_partitions + settings.kip_added_partitions
     for round_no, topic in enumerate(topics):
@@ -288,6 +291,7 @@ async def grow_scenario(target: Target, env, settings, topics: Sequence[str], gr
         try:
             await set_up(runner, members, settings.kip_initial_partitions, settings, f"{group}: settled")
             await asyncio.sleep(settings.quiet_s)
+            await asyncio.to_thread(grower.open)
             meter = Meter(env, target)
             await meter.start()
             interval_s = settings.heartbeat_interval_ms / 1000
@@ -298,7 +302,7 @@ async def grow_scenario(target: Target, env, settings, topics: Sequence[str], gr
                 member.schedule(t0 + u * interval_s)
             await asyncio.sleep(max(0.0, t0 - time.perf_counter()))
             t0 = time.perf_counter()
-            await asyncio.to_thread(grow, topic, total)
+            await asyncio.to_thread(grower.grow, topic, total)
             created = time.perf_counter()
             await runner.until(lambda: settled(members, total), f"{group}: {total} partitions owned")
             done = settled_at(members)
@@ -308,12 +312,14 @@ async def grow_scenario(target: Target, env, settings, topics: Sequence[str], gr
             final = [e[1] - e[0] for _, e in entries if e[1] == done]
             rounds.append(GrowRound(target.name, (done - t0) * 1e3, (created - t0) * 1e3,
                                     (min(noticed, default=done) - t0) * 1e3, (final[0] if final else 0) * 1e3,
-                                    len(entries), sum(m.fenced for m in members), cpu_s, zk))
+                                    len(entries), sum(m.fenced for m in members),
+                                    sum(m.retries for m in members), cpu_s, zk))
             r = rounds[-1]
             print(f"  {target.name}: {settings.kip_members} members, {topic} {settings.kip_initial_partitions} -> "
                   f"{total} partitions: {r.total_ms:,.0f} ms (created {r.created_ms:,.0f}, first noticed "
                   f"{r.noticed_ms:,.0f})", flush=True)
         finally:
+            await asyncio.to_thread(grower.close)
             await runner.halt()
             await close_consumers(members)
     return rounds
