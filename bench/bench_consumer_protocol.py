@@ -106,7 +106,7 @@ class Settings:
     steady_partitions: int = 1000
     duration_s: float = 10.0
     warmup_s: float = 2.0
-    paced_rate: int = 5000
+    paced_rate: int = 2000
     only: tuple[str, ...] = SCENARIOS
     targets: tuple[str, ...] = ("zkcoord", "kafka4", "zkcoord-classic")
     profile: str = ""
@@ -142,7 +142,7 @@ class Settings:
 
 
 QUICK = {"join_rounds": 2, "kip_rounds": 1, "steady_members": 200, "steady_groups": 2, "duration_s": 3.0,
-         "warmup_s": 1.0, "heartbeat_interval_ms": 1000, "paced_rate": 2000}
+         "warmup_s": 1.0, "heartbeat_interval_ms": 1000, "paced_rate": 1000}
 
 
 # -- the environment and the targets ---------------------------------------------------------------
@@ -332,11 +332,11 @@ def report(results: dict, settings: Settings) -> None:
     if results["join"] or results["classic"]:
         print(f"\n== join: {settings.join_members} members + 1 joining, {settings.join_partitions} partitions, "
               f"heartbeat interval {hb} ms, seeded phases (seed {settings.seed}) ==")
-        print(f"{'target':<16} {'members':>8} {'total ms':>9} {'seen ms':>8} {'revoked ms':>10} {'final ms':>9} "
+        print(f"{'target':<16} {'members':>8} {'total ms':>9} {'join ms':>8} {'seen ms':>8} {'revoked ms':>10} {'final ms':>9} "
               f"{'beats':>6} {'beat p50':>9} {'beat max':>9} {'server cpu s':>12} {'zk txn writes     bytes':>24}")
         for r in results["join"]:
             print(f"{r.target:<16} {f'{r.members_before}->{r.members_before + 1}':>8} {r.total_ms:>9,.0f} "
-                  f"{r.target_seen_ms:>8,.0f} {r.last_revoked_ms:>10,.0f} {r.final_step_ms:>9.1f} {r.heartbeats:>6} "
+                  f"{r.join_ms:>8.1f} {r.target_seen_ms:>8,.0f} {r.last_revoked_ms:>10,.0f} {r.final_step_ms:>9.1f} {r.heartbeats:>6} "
                   f"{r.heartbeat_p50_ms:>9.2f} {r.heartbeat_max_ms:>9.1f} "
                   f"{r.cpu_s.get(SERVER_PROCESS[r.target], 0):>12.3f} {_zk(r.zk):>24}"
                   + _troubles(r))
@@ -389,10 +389,16 @@ def ratios(results: dict, settings: Settings) -> None:
         z, k = _median(join["zkcoord"]), _median(join["kafka4"])
         print(f"join: {z:,.0f} ms / {k:,.0f} ms = {z / k:.3f} (goal <= 1.0: {_goal(z / k <= 1.0)}); "
               f"spreads {_med(join['zkcoord'])} / {_med(join['kafka4'])} ms")
+        part = {t: [x - settings.heartbeat_interval_ms for x in v] for t, v in join.items()}
+        print(f"  beyond the newcomer's heartbeat interval (total - {settings.heartbeat_interval_ms} ms): "
+              f"{_median(part['zkcoord']):,.1f} / {_median(part['kafka4']):,.1f} ms; spreads {_med(part['zkcoord'])} / "
+              f"{_med(part['kafka4'])} ms")
         final = {t: _median(r.final_step_ms for r in results["join"] if r.target == t) for t in join}
+        joined = {t: _median(r.join_ms for r in results["join"] if r.target == t) for t in join}
         beat = {t: _median(r.heartbeat_p50_ms for r in results["join"] if r.target == t) for t in join}
         cpu = {t: _median(r.cpu_s.get(SERVER_PROCESS[t], 0) for r in results["join"] if r.target == t) for t in join}
-        print(f"  the coordinators' own part: final step {final['zkcoord']:.1f} / {final['kafka4']:.1f} ms, "
+        print(f"  the coordinators' own part: join {joined['zkcoord']:.1f} / {joined['kafka4']:.1f} ms, "
+              f"final step {final['zkcoord']:.1f} / {final['kafka4']:.1f} ms, "
               f"heartbeat p50 in the rounds {beat['zkcoord']:.2f} / {beat['kafka4']:.2f} ms, server CPU per round "
               f"{cpu['zkcoord']:.3f} / {cpu['kafka4']:.3f} s")
     classic = [r.total_ms for r in results["classic"]]

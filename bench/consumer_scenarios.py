@@ -172,6 +172,7 @@ class JoinRound:
     target: str
     members_before: int
     total_ms: float
+    join_ms: float  # the newcomer's joining heartbeat, sent to answered
     target_seen_ms: float  # the first old member's answer at the new epoch
     last_revoked_ms: float  # the last old member's acknowledged revocation answered
     final_step_ms: float  # latency of the heartbeat that completed the round
@@ -255,7 +256,9 @@ async def _join_round(target: Target, env, settings, topic: str, runner: Runner,
     latencies = sorted(e[1] - e[0] for _, e in entries)
     seen = [e[1] for m, e in entries if m is not newcomer and e[3] > epoch_before]
     final = [e[1] - e[0] for _, e in entries if e[1] == done]
-    return JoinRound(target.name, len(old), (done - t0) * 1e3, (min(seen, default=done) - t0) * 1e3,
+    joined = [e[1] - e[0] for m, e in entries if m is newcomer and e[2] == "join"]
+    return JoinRound(target.name, len(old), (done - t0) * 1e3, (joined[0] if joined else 0.0) * 1e3,
+                     (min(seen, default=done) - t0) * 1e3,
                      (_last_acknowledged(entries, newcomer, t0) - t0) * 1e3, (final[0] if final else 0.0) * 1e3, len(entries),
                      _median(latencies) * 1e3, (latencies[-1] if latencies else 0.0) * 1e3,
                      sum(m.fenced for m in everyone), sum(m.retries for m in everyone), cpu_s, zk)
