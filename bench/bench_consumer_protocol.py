@@ -372,13 +372,18 @@ def report(results: dict, settings: Settings) -> None:
     if results["writes"]:
         print(f"\n== ZooKeeper per reconciliation step (zkcoord; {settings.join_members} members over "
               f"{settings.join_partitions} partitions; medians [min-max]) ==")
-        print(f"{'step':<58} {'count':>5} {'transactions':>12} {'znode writes':>14} {'bytes':>20} {'ms':>6}")
+        print(f"{'step':<66} {'count':>5} {'transactions':>12} {'znode writes':>14} {'bytes':>20} {'fsync ms':>9} "
+              f"{'ms':>6}")
         labels = list(dict.fromkeys(s.label for s in results["writes"]))
         for label in labels:
             steps = [s for s in results["writes"] if s.label == label]
-            print(f"{label:<58} {len(steps):>5} {_med(s.zk.zxid for s in steps):>12} "
-                  f"{_med(s.zk.writes for s in steps):>14} {_med(s.zk.bytes for s in steps):>20} "
+            fsyncs = sum(s.zk.fsyncs for s in steps)
+            fsync = f"{sum(s.zk.fsync_ms for s in steps) / fsyncs:.1f}" if fsyncs else "-"
+            print(f"{label:<66} {len(steps):>5} {_med(s.zk.zxid for s in steps):>12} "
+                  f"{_med(s.zk.writes for s in steps):>14} {_med(s.zk.bytes for s in steps):>20} {fsync:>9} "
                   f"{_median(s.latency_ms for s in steps):>6.1f}")
+        print("  ms: the step's heartbeat as the member timed it (sent to answered); fsync ms: ZooKeeper's mean "
+              "transaction-log fsync in those steps (whole ms)")
     ratios(results, settings)
 
 

@@ -79,9 +79,12 @@ class ZkWrites:
     zxid: int
     writes: int
     bytes: int
+    fsyncs: int = 0  # the transaction log's fsyncs (``zk_cnt_fsynctime``) and their time in ms (``zk_sum_fsynctime``)
+    fsync_ms: int = 0
 
     def __sub__(self, before: "ZkWrites") -> "ZkWrites":
-        return ZkWrites(self.zxid - before.zxid, self.writes - before.writes, self.bytes - before.bytes)
+        return ZkWrites(self.zxid - before.zxid, self.writes - before.writes, self.bytes - before.bytes,
+                        self.fsyncs - before.fsyncs, self.fsync_ms - before.fsync_ms)
 
 
 def zk_write_counters(port: int, namespaces: tuple[str, ...]) -> ZkWrites:
@@ -96,7 +99,10 @@ def zk_write_counters(port: int, namespaces: tuple[str, ...]) -> ZkWrites:
         total = re.search(rf"zk_sum_{re.escape(namespace)}_write_per_namespace\s+(\d+)", mntr)
         writes += int(count.group(1)) if count else 0
         written += int(total.group(1)) if total else 0
-    return ZkWrites(int(zxid.group(1), 16), writes, written)
+    fsyncs = re.search(r"zk_cnt_fsynctime\s+(\d+)", mntr)
+    fsync_ms = re.search(r"zk_sum_fsynctime\s+(\d+)", mntr)
+    return ZkWrites(int(zxid.group(1), 16), writes, written, int(fsyncs.group(1)) if fsyncs else 0,
+                    int(fsync_ms.group(1)) if fsync_ms else 0)
 
 
 def zkcoord_cli(*args: str, check: bool = True) -> str:
@@ -275,6 +281,33 @@ class Environment:
                 await asyncio.sleep(0.2)
         raise BenchError(f"zkcoord run: {what} did not answer within {timeout_s:g} s; see "
                          f"{self.workdir / 'zkcoord.log'}")
+
+    def zk_multi_latencies_ms(self, count: int, data_bytes: int) -> list[float]:
+        """What one ZooKeeper write costs a client here, apart from any daemon:
+        ``count`` multis shaped as a consumer group's reconciliation step
+        (check a znode's version, set two znodes of ``data_bytes`` in all),
+        timed one after the other on the benchmark's own session, in a scratch
+        znode that is deleted afterwards."""
+        root = f"/zkcoord-bench-probe-{os.getpid()}"
+        self._zk.ensure_path(f"{root}/a")
+        self._zk.ensure_path(f"{root}/b")
+        data = b"x" * (data_bytes // 2)
+        latencies = []
+        try:
+            for _ in range(count):
+                version = self._zk.exists(f"{root}/a").version
+                transaction = self._zk.transaction()
+                transaction.check(f"{root}/a", version)
+                transaction.set_data(f"{root}/b", data)
+                transaction.set_data(f"{root}/a", data)
+                start = time.perf_counter()
+                results = transaction.commit()
+                latencies.append((time.perf_counter() - start) * 1e3)
+                if any(isinstance(r, Exception) for r in results):
+                    raise BenchError(f"ZooKeeper probe multi failed: {results}")
+        finally:
+            self._zk.delete(root, recursive=True)
+        return latencies
 
     def state_version(self, group: str) -> int | None:
         stat = self._zk.exists(f"{self.chroot}/coordinators/{group}/state")

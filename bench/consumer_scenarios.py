@@ -667,6 +667,9 @@ async def writes_scenario(target: Target, env, settings, topic: str) -> list[Ste
         await step_everyone([m for m in members if m is not leaver], after_leave=True)
         if not settled([m for m in members if m is not leaver], settings.join_partitions):
             raise BenchError(f"{group}: not settled after stepping every member once more")
+        probe = await asyncio.to_thread(env.zk_multi_latencies_ms, 50, 540)
+        steps.append(Step("ZooKeeper alone: a 2-znode multi of 540 B from the benchmark (x50)", ZkWrites(0, 0, 0),
+                          _median(probe)))
     finally:
         await runner.halt()
         await close_consumers(members)
