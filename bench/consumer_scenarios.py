@@ -185,6 +185,11 @@ class JoinRound:
     zk: ZkWrites | None
 
 
+def _troubles(members: Sequence[ConsumerMember], before: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+    """(fences, retried answers) of ``members`` since ``before`` (counted from their start)."""
+    return (sum(m.fenced for m in members) - before[0], sum(m.retries for m in members) - before[1])
+
+
 def _round_log(members: Sequence[ConsumerMember], t0: float):
     entries = [(m, e) for m in members for e in m.log if e[1] >= t0]
     for member in members:
@@ -240,6 +245,7 @@ async def _join_round(target: Target, env, settings, topic: str, runner: Runner,
                                        f"{target.name}-join-new{round_no}")
     meter = Meter(env, target)
     await meter.start()
+    troubles_before = _troubles(old)
     t0 = time.perf_counter() + 0.02
     epoch_before = old[0].epoch
     for member, u in zip(old, phases(settings, "join", round_no, len(old))):
@@ -261,7 +267,7 @@ async def _join_round(target: Target, env, settings, topic: str, runner: Runner,
                      (min(seen, default=done) - t0) * 1e3,
                      (_last_acknowledged(entries, newcomer, t0) - t0) * 1e3, (final[0] if final else 0.0) * 1e3, len(entries),
                      _median(latencies) * 1e3, (latencies[-1] if latencies else 0.0) * 1e3,
-                     sum(m.fenced for m in everyone), sum(m.retries for m in everyone), cpu_s, zk)
+                     *_troubles(everyone, troubles_before), cpu_s, zk)
 
 
 # -- the KIP's scenario: partitions added under a settled group --------------------------------------
@@ -297,6 +303,7 @@ async def grow_scenario(target: Target, env, settings, topics: Sequence[str], gr
             await asyncio.to_thread(grower.open)
             meter = Meter(env, target)
             await meter.start()
+            troubles_before = _troubles(members)
             interval_s = settings.heartbeat_interval_ms / 1000
             t0 = time.perf_counter() + 0.02
             epoch_before = members[0].epoch
@@ -315,8 +322,7 @@ async def grow_scenario(target: Target, env, settings, topics: Sequence[str], gr
             final = [e[1] - e[0] for _, e in entries if e[1] == done]
             rounds.append(GrowRound(target.name, (done - t0) * 1e3, (created - t0) * 1e3,
                                     (min(noticed, default=done) - t0) * 1e3, (final[0] if final else 0) * 1e3,
-                                    len(entries), sum(m.fenced for m in members),
-                                    sum(m.retries for m in members), cpu_s, zk))
+                                    len(entries), *_troubles(members, troubles_before), cpu_s, zk))
             r = rounds[-1]
             print(f"  {target.name}: {settings.kip_members} members, {topic} {settings.kip_initial_partitions} -> "
                   f"{total} partitions: {r.total_ms:,.0f} ms (created {r.created_ms:,.0f}, first noticed "
