@@ -45,7 +45,8 @@ Scenarios (``--only``):
    reconciliation step (join, revocation, acknowledgement, leave, ...).
 
 Files: this one (settings, environment, report), ``consumer_scenarios.py``
-(the scenarios), ``consumer_client.py`` (the KIP-848 member),
+(the scenarios), ``classic_scenario.py`` (the classic baseline),
+``consumer_client.py`` (the KIP-848 member),
 ``group_client.py`` (the connection, classic members), ``bench_env.py``
 (sandbox, daemon, meters).
 """
@@ -72,9 +73,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), os.env
 
 from bench_env import Environment  # noqa: E402  (after the path tweak)
 from consumer_client import heartbeat_version  # noqa: E402
-from consumer_scenarios import (  # noqa: E402
-    Target, classic_join_scenario, grow_scenario, join_scenario, steady_scenario, writes_scenario,
-)
+from classic_scenario import classic_join_scenario  # noqa: E402
+from consumer_scenarios import Target, grow_scenario, join_scenario, steady_scenario, writes_scenario  # noqa: E402
 from group_client import BenchError, KafkaConnection, common_versions, served_versions  # noqa: E402
 
 TARGETS = ("zkcoord", "kafka4", "zkcoord-classic", "java4-gateway")
