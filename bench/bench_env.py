@@ -66,12 +66,43 @@ def cpu_cores(a: CpuSnapshot, b: CpuSnapshot) -> dict[str, float]:
 
 def zk_counters(port: int, namespace: str) -> tuple[int, int]:
     """(last zxid, znode writes under /<namespace>) from ZooKeeper's four-letter words."""
+    counters = zk_write_counters(port, (namespace,))
+    return counters.zxid, counters.writes
+
+
+@dataclass(frozen=True)
+class ZkWrites:
+    """ZooKeeper's own counters: the last transaction id (``srvr``; a multi is
+    one transaction), and, summed over top-level namespaces, the znode writes
+    (creates, sets and deletes; each op of a multi counts) and the bytes of
+    data they wrote (``mntr``'s ``zk_cnt_`` and ``zk_sum_<ns>_write_per_namespace``)."""
+    zxid: int
+    writes: int
+    bytes: int
+    fsyncs: int = 0  # the transaction log's fsyncs (``zk_cnt_fsynctime``) and their time in ms (``zk_sum_fsynctime``)
+    fsync_ms: int = 0
+
+    def __sub__(self, before: "ZkWrites") -> "ZkWrites":
+        return ZkWrites(self.zxid - before.zxid, self.writes - before.writes, self.bytes - before.bytes,
+                        self.fsyncs - before.fsyncs, self.fsync_ms - before.fsync_ms)
+
+
+def zk_write_counters(port: int, namespaces: tuple[str, ...]) -> ZkWrites:
+    """:class:`ZkWrites` now, for the znodes under ``/<namespace>`` for each of ``namespaces``."""
     zxid = re.search(r"Zxid: (0x[0-9a-f]+)", zk_four_letter(port, "srvr"))
-    writes = re.search(rf"zk_cnt_{re.escape(namespace)}_write_per_namespace\s+(\d+)",
-                       zk_four_letter(port, "mntr"))
     if zxid is None:
         raise BenchError(f"ZooKeeper on port {port} did not answer srvr")
-    return int(zxid.group(1), 16), int(writes.group(1)) if writes else 0
+    mntr = zk_four_letter(port, "mntr")
+    writes = written = 0
+    for namespace in namespaces:
+        count = re.search(rf"zk_cnt_{re.escape(namespace)}_write_per_namespace\s+(\d+)", mntr)
+        total = re.search(rf"zk_sum_{re.escape(namespace)}_write_per_namespace\s+(\d+)", mntr)
+        writes += int(count.group(1)) if count else 0
+        written += int(total.group(1)) if total else 0
+    fsyncs = re.search(r"zk_cnt_fsynctime\s+(\d+)", mntr)
+    fsync_ms = re.search(r"zk_sum_fsynctime\s+(\d+)", mntr)
+    return ZkWrites(int(zxid.group(1), 16), writes, written, int(fsyncs.group(1)) if fsyncs else 0,
+                    int(fsync_ms.group(1)) if fsync_ms else 0)
 
 
 def zkcoord_cli(*args: str, check: bool = True) -> str:
@@ -111,18 +142,33 @@ class Environment:
     the sandbox broker, ``--gateway-listen 127.0.0.1:0``: the kernel picks its
     ports); ``gateway_address`` is then where the daemon's registration says
     stock clients reach it, and it answered ApiVersions there.
+
+    ``sandbox_args`` go to ``zkcoord local up`` (``--kafka4`` adds the Kafka
+    4.x KRaft node: ``kafka4_address``, process ``kafka4``). With
+    ``broker_chroot`` the daemon shares the brokers' ZooKeeper root instead
+    of a chroot of its own, as a production daemon beside ZooKeeper-mode
+    brokers does: it then learns topics from ``/brokers/topics``, and its
+    writes are those under ``namespaces`` (``/coordinators``, ``/zkcoord``,
+    ``/consumers``). ``topic`` None creates no topic. ``keep_sandbox_logs``
+    copies the servers' logs to ``<workdir>/sandbox-logs`` before the
+    sandbox (and its state directory) goes.
     """
 
-    def __init__(self, workdir: Path, *, topic: str, topic_partitions: int, profiler: str = "",
-                 daemon_args: tuple[str, ...] = (), gateway: bool = False) -> None:
+    def __init__(self, workdir: Path, *, topic: str | None, topic_partitions: int, profiler: str = "",
+                 daemon_args: tuple[str, ...] = (), gateway: bool = False, sandbox_args: tuple[str, ...] = (),
+                 broker_chroot: bool = False, keep_sandbox_logs: bool = False) -> None:
         self.workdir = workdir
         self.topic, self.topic_partitions = topic, topic_partitions
         self.profiler = profiler  # "", "cprofile" or "pyinstrument"
         self.daemon_args = daemon_args  # extra `zkcoord run` flags
         self.gateway = gateway
+        self.sandbox_args = sandbox_args
         self.state_dir = workdir / "sandbox"
         self.namespace = f"zkcoord-bench-{os.getpid()}"
-        self.chroot = "/" + self.namespace
+        self.chroot = "" if broker_chroot else "/" + self.namespace
+        self.namespaces = ("coordinators", "zkcoord", "consumers") if broker_chroot else (self.namespace,)
+        self.kafka4_address: tuple[str, int] | None = None
+        self.keep_sandbox_logs = keep_sandbox_logs  # copied to <workdir>/sandbox-logs before `local down`
         self.profile_path = {"": None, "cprofile": workdir / "zkcoord.prof",
                              "pyinstrument": workdir / "zkcoord-profile.txt"}[profiler]
         self.daemon: subprocess.Popen | None = None
@@ -141,15 +187,20 @@ class Environment:
         if (self.state_dir / "sandbox.json").exists():
             raise BenchError(f"{self.state_dir} already holds a sandbox; the benchmark starts its own")
         self._sandbox_started = True
-        env = sandbox_up(self.state_dir)
+        env = sandbox_up(self.state_dir, *self.sandbox_args)
         zookeeper, bootstrap = env["ZKCOORD_ZOOKEEPER"], env["ZKCOORD_BOOTSTRAP_SERVERS"].split(",")[0]
         self.zk_port = int(zookeeper.rsplit(":", 1)[1])
         host, port = bootstrap.rsplit(":", 1)
         self.kafka_address = (host, int(port))
         state = json.loads((self.state_dir / "sandbox.json").read_text())
         self.pids = {"kafka": state["brokers"][0]["pid"], "zookeeper": state["zookeeper"]["pid"]}
+        if env.get("ZKCOORD_KAFKA4_BOOTSTRAP_SERVERS"):
+            host, port = env["ZKCOORD_KAFKA4_BOOTSTRAP_SERVERS"].split(",")[0].rsplit(":", 1)
+            self.kafka4_address = (host, int(port))
+            self.pids["kafka4"] = state["kafka4"]["pid"]
         self._prepare_zookeeper(zookeeper)
-        self._create_topics(bootstrap)
+        if self.topic is not None:
+            self._create_topics(bootstrap)
         self._start_daemon(zookeeper, bootstrap)
 
     def _prepare_zookeeper(self, zookeeper: str) -> None:
@@ -157,7 +208,8 @@ class Environment:
 
         self._zk = KazooClient(hosts=zookeeper)
         self._zk.start(timeout=15)
-        self._zk.ensure_path(self.chroot)
+        if self.chroot:
+            self._zk.ensure_path(self.chroot)
 
     def _create_topics(self, bootstrap: str) -> None:
         """Kafka refuses commits to unknown topics (zkcoord does not check)."""
@@ -230,6 +282,33 @@ class Environment:
         raise BenchError(f"zkcoord run: {what} did not answer within {timeout_s:g} s; see "
                          f"{self.workdir / 'zkcoord.log'}")
 
+    def zk_multi_latencies_ms(self, count: int, data_bytes: int) -> list[float]:
+        """What one ZooKeeper write costs a client here, apart from any daemon:
+        ``count`` multis shaped as a consumer group's reconciliation step
+        (check a znode's version, set two znodes of ``data_bytes`` in all),
+        timed one after the other on the benchmark's own session, in a scratch
+        znode that is deleted afterwards."""
+        root = f"/zkcoord-bench-probe-{os.getpid()}"
+        self._zk.ensure_path(f"{root}/a")
+        self._zk.ensure_path(f"{root}/b")
+        data = b"x" * (data_bytes // 2)
+        latencies = []
+        try:
+            for _ in range(count):
+                version = self._zk.exists(f"{root}/a").version
+                transaction = self._zk.transaction()
+                transaction.check(f"{root}/a", version)
+                transaction.set_data(f"{root}/b", data)
+                transaction.set_data(f"{root}/a", data)
+                start = time.perf_counter()
+                results = transaction.commit()
+                latencies.append((time.perf_counter() - start) * 1e3)
+                if any(isinstance(r, Exception) for r in results):
+                    raise BenchError(f"ZooKeeper probe multi failed: {results}")
+        finally:
+            self._zk.delete(root, recursive=True)
+        return latencies
+
     def state_version(self, group: str) -> int | None:
         stat = self._zk.exists(f"{self.chroot}/coordinators/{group}/state")
         return None if stat is None else stat.version
@@ -248,6 +327,10 @@ class Environment:
                 self._zk.close()
             except Exception as exc:  # keep cleaning up
                 print(f"warning: closing the ZooKeeper client: {exc!r}", file=sys.stderr)
+        if self._sandbox_started and self.keep_sandbox_logs and (self.state_dir / "logs").is_dir():
+            import shutil
+
+            shutil.copytree(self.state_dir / "logs", self.workdir / "sandbox-logs", dirs_exist_ok=True)
         if self._sandbox_started:
             print("stopping the sandbox ...", flush=True)
             self._cli("local", "down", "--state-dir", str(self.state_dir), check=False)
