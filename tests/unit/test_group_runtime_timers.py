@@ -221,6 +221,45 @@ def test_call_now_declines_and_changes_nothing_when_it_would_have_to_wait():
     asyncio.run(asyncio.wait_for(scenario(), 10))
 
 
+def test_a_persisting_decision_call_now_kept_is_applied_by_the_call_that_follows_without_deciding_again():
+    async def scenario():
+        runtime, writes = await _stable_runtime(10_000, FakeClock())
+        request = object()  # what the fast path and the slow path both know the request by
+        decisions: list[int] = []
+
+        def leave(token):
+            req = core.LeaveRequest(token, (("m1", None),))
+
+            def decide(g, now):
+                decisions.append(token)
+                return core.handle_leave(g, req, now, CONFIG)
+            return decide
+
+        token = runtime.next_token()
+        assert runtime.call_now(token, leave(token), keep=request) is NOT_NOW
+        assert runtime.kept_token(request) == token and runtime.kept_token(object()) != token
+        result = await runtime.call(token, leave(token), reuse=request)
+        assert decisions == [token] and len(writes) == 3  # decided once, written once
+        assert "m1" not in runtime.group.members and result is not None
+
+        # a change in between (another request applied) makes the kept decision stale: decided again
+        fake = FakeClock()
+        runtime2, writes2 = await _stable_runtime(10_000, fake)
+        decisions.clear()
+        token = runtime2.next_token()
+        assert runtime2.call_now(token, leave(token), keep=request) is NOT_NOW
+        await fake.advance(10)
+        before = runtime2.group
+        assert _heartbeat_now(runtime2) == core.HeartbeatResult(E.NONE)  # the group object changes
+        assert runtime2.group is not before
+        await runtime2.call(runtime2.kept_token(request), leave(token), reuse=request)
+        assert decisions == [token, token] and "m1" not in runtime2.group.members
+        await runtime.unload("test over")
+        await runtime2.unload("test over")
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
 # -- render: parked replies made ready while their write is in flight ----------------
 
 def _join(token, member_id="", new_member_id="m1"):

@@ -51,7 +51,7 @@ from zkcoord.server.bulk_work import pause_every
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
 from zkcoord.server.manager import UNKNOWN_TOKEN
 from zkcoord.topic_ids import topic_id_text, topic_id_uuid
-from zkcoord.wire.responses import encoded_response, response_for
+from zkcoord.wire.responses import cached_response, encoded_response, response_for
 
 if TYPE_CHECKING:
     from zkcoord.server.manager import GroupManager
@@ -180,7 +180,7 @@ class ConsumerGroupApis:
             return None
         token = runtime.next_token()
         request = self._core_request(decoded, connection, token)
-        result = runtime.call_now(token, lambda g, now: groups.decide(g, request, now, runtime.config))
+        result = runtime.call_now(token, lambda g, now: groups.decide(g, request, now, runtime.config), keep=decoded)
         if result is NOT_NOW:
             return None
         return self._answer(decoded, result)
@@ -201,11 +201,11 @@ class ConsumerGroupApis:
                                                                  f"{what} {r.group_id} not found.")
                     return self._answer(decoded, unknown)
             runtime = await self.manager.runtime(r.group_id)
-            token = runtime.next_token()
+            token = runtime.kept_token(decoded)  # the fast path's decision, if it made one, is applied as made
             request = self._core_request(decoded, connection, token)
             result = await runtime.call(token, lambda g, now: groups.decide(g, request, now, runtime.config),
                                         render=lambda res: encoded_response(decoded, self._answer(decoded, res)),
-                                        big=_big(r))
+                                        big=_big(r), reuse=decoded)
             return result
         except GroupUnavailableError as exc:
             return self._answer(decoded, ConsumerHeartbeatResult.failed(exc.code, str(exc)))
@@ -216,6 +216,13 @@ class ConsumerGroupApis:
 
     @staticmethod
     def _answer(decoded, result: ConsumerHeartbeatResult):
+        if result.assignment is None and result.error is E.NONE and result.message is None:
+            # A steady member's answer: the same bytes each time, built and encoded once (per member).
+            key = (result.member_id, result.member_epoch, result.heartbeat_interval_ms)
+            return cached_response(decoded, key, lambda: dict(
+                throttle_time_ms=0, error_code=0, error_message=None, member_id=result.member_id,
+                member_epoch=result.member_epoch, heartbeat_interval_ms=result.heartbeat_interval_ms,
+                assignment=None))
         assignment = None
         if result.assignment is not None:
             assignment = {"topic_partitions": [

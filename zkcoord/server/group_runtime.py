@@ -40,6 +40,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from zkcoord.core import groups
@@ -157,6 +158,17 @@ class KeyedTimers:
 PersistFn = Callable[[str, list, "int | None"], Awaitable["int | None"]]
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """A decision :meth:`GroupRuntime.call_now` made and could not apply
+    (it persists), with what it was made on."""
+    key: object
+    token: int
+    group: Any
+    config: Any
+    outcome: Any
+
+
 class GroupRuntime:
     """One owned group. Create with :meth:`load`; no I/O in the constructor."""
 
@@ -183,6 +195,7 @@ class GroupRuntime:
         self._timers = KeyedTimers(clock, self._fire, timer_loop)
         self._background = Background(log, f"group {group_id}")  # timer expiries
         self._unsettled_waiters: set[asyncio.Future] = set()  # held heartbeats (core.notice)
+        self._kept: _Kept | None = None  # the last persisting decision :meth:`call_now` made and could not apply
 
     @property
     def config(self) -> GroupConfig:
@@ -276,7 +289,7 @@ class GroupRuntime:
         return next(self._tokens)
 
     async def call(self, token: int, decide: Callable[[Any, int], Outcome],
-                   render: Callable[[Any], Any] | None = None, big: bool = False) -> Any:
+                   render: Callable[[Any], Any] | None = None, big: bool = False, reuse: object = None) -> Any:
         """Run ``decide(group, now_ms)`` for the request carrying ``token`` and
         wait for the reply addressed to it (maybe released by a later outcome).
 
@@ -288,10 +301,18 @@ class GroupRuntime:
         ``big``: the decision's work grows with a large request: it runs in
         a worker thread (the group is immutable and its lock held meanwhile),
         so other groups' requests are answered in between.
+        ``reuse``: the key a :meth:`call_now` for the same request kept its
+        decision under (with ``token`` from :meth:`kept_token`); that decision
+        is applied when the group and its config are still those it was made
+        on, instead of deciding again.
         """
         async with self._lock:
             self._require_active()
-            if big:
+            kept, self._kept = self._kept, None
+            if (reuse is not None and kept is not None and kept.key is reuse and kept.token == token
+                    and kept.group is self.group and kept.config is self.config):
+                outcome = kept.outcome
+            elif big:
                 outcome = await off_loop(decide, self.group, self._clock())
                 self._require_active()
             else:
@@ -321,23 +342,35 @@ class GroupRuntime:
             return render(value.payload)
         return value
 
-    def call_now(self, token: int, decide: Callable[[Any, int], Outcome]) -> Any:
+    def call_now(self, token: int, decide: Callable[[Any, int], Outcome], keep: object = None) -> Any:
         """:meth:`call` without awaiting, when nothing needs to be awaited: the
         group is active, its lock free, and the outcome persists nothing and
         answers ``token``. Then it is applied as :meth:`call` applies it and
         the reply's payload returned; otherwise the (pure) decision is thrown
         away, nothing changes, and :data:`NOT_NOW` is returned: use
-        :meth:`call`."""
+        :meth:`call`. With ``keep`` (a key standing for the request), a
+        decision that persists is kept under it for the :meth:`call` that
+        follows (``reuse=keep``, ``token`` from :meth:`kept_token`): a step
+        of a reconciliation is decided once, not twice."""
         if not self.active or self._lock.locked():
             return NOT_NOW
-        outcome = decide(self.group, self._clock())
+        group, config = self.group, self.config
+        outcome = decide(group, self._clock())
         if outcome.persist:
+            if keep is not None:
+                self._kept = _Kept(keep, token, group, config, outcome)
             return NOT_NOW
         for reply in outcome.replies:
             if reply.token == token:
                 self._commit(outcome)
                 return reply.payload
         return NOT_NOW
+
+    def kept_token(self, key: object) -> int:
+        """The token of the decision :meth:`call_now` kept under ``key``,
+        else a new one (:meth:`next_token`)."""
+        kept = self._kept
+        return kept.token if kept is not None and kept.key is key else self.next_token()
 
     async def read(self, decide: Callable[[Any, int], Any]) -> Any:
         """Run a decision that changes nothing (validation, describe)."""
