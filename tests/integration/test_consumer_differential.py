@@ -562,10 +562,7 @@ async def offset_commits_with_member_epochs(run: ConsumerRun) -> None:
     await run.call("describe it", c2, describe(other))
 
 
-@scenario(topics={"t": 2}, xfail="OffsetFetch v9's member id and epoch are not handed to the group: "
-          "zkcoord/server/apis.py's offset_fetch (frozen while zkcoord/wire/ is made) passes neither to "
-          "GroupOffsets.fetch, so a consumer group never checks them (core: zkcoord.core.consumer.offsets."
-          "validate_fetch is ready)")
+@scenario(topics={"t": 2})
 async def offset_fetch_with_member_epochs(run: ConsumerRun) -> None:
     g, t = run.group, run.n("t")
     a = await member(run, "member-a")
