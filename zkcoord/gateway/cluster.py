@@ -86,7 +86,8 @@ class ControlClient:
             connection = await open_kafka_connection(host, port, security, client_id=CLIENT_ID, timeout_s=timeout_s)
             return cls(connection.reader, connection.writer, f"{host}:{port}")
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: on 3.11 it can swallow a cancel (gh-86296)
+                reader, writer = await asyncio.open_connection(host, port)
         except (OSError, TimeoutError) as exc:
             raise ServiceUnavailableError(f"Kafka broker {host}:{port} does not accept connections: {exc}") from None
         return cls(reader, writer, f"{host}:{port}")
@@ -97,9 +98,10 @@ class ControlClient:
         try:
             self._writer.write(bytes(request.encode(header=True, framed=True)))
             await self._writer.drain()
-            prefix = await asyncio.wait_for(self._reader.readexactly(4), REQUEST_TIMEOUT_S)
-            size, _ = Int32.decode_from(prefix, 0)
-            payload = await asyncio.wait_for(self._reader.readexactly(size), REQUEST_TIMEOUT_S)
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):  # not wait_for (gh-86296)
+                prefix = await self._reader.readexactly(4)
+                size, _ = Int32.decode_from(prefix, 0)
+                payload = await self._reader.readexactly(size)
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             raise ServiceUnavailableError(f"Kafka broker {self.where} did not answer "
                                           f"{type(request).__name__} v{version}: {exc!r}") from None
@@ -163,6 +165,7 @@ class ClusterView:
         self._rotation = itertools.count()
         self._rounds = 0
         self._wake = asyncio.Event()
+        self._stopping = False  # the loop's own exit: a cancel swallowed in a refresh must not keep it alive
         self._pulse = asyncio.Event()  # set (and replaced) after every refresh
         self.last_error: str | None = None
 
@@ -234,7 +237,9 @@ class ClusterView:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="gateway-cluster-view")
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
+            self._wake.set()
             self._task.cancel()
             try:
                 await self._task
@@ -243,7 +248,7 @@ class ClusterView:
             self._task = None
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 async with asyncio.timeout(self.refresh_s):  # not wait_for: on 3.11 it can swallow a cancel (gh-86296)
                     await self._wake.wait()
