@@ -22,9 +22,9 @@ jars: venv
 	$(ZKC) local fetch
 
 # Unit, integration and bounded fault tests (about 20 faults, a printed seed);
-# the fixtures start private sandboxes and stop them.
+# the fixtures start private sandboxes and stop them; the 25 slowest steps are listed at the end.
 test: jars
-	$(PY) -m pytest tests/unit tests/integration tests/faults -ra $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit tests/integration tests/faults -ra --durations=25 $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
