@@ -49,6 +49,9 @@ def follow_the_cluster(services, config, topic: str) -> str:
             assert image.partitions_of(first) == 2 and image.name_of(first) == topic
             assert daemon.manager.group_config.image is image  # the handlers see it
 
+            # A group subscribing to the topic makes the daemon watch it (ZooKeeper: a data watch; an
+            # unwatched topic's count is read again at the next full read, every ZK_RESYNC_S).
+            await daemon.topics.track("g", frozenset({topic}))
             await asyncio.to_thread(admin.create_partitions, {topic: NewPartitions(total_count=5)})
             await image_shows(daemon, lambda i: i.partitions_of(first) == 5, f"{topic} with 5 partitions")
 
