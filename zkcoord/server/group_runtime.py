@@ -354,7 +354,8 @@ class GroupRuntime:
         of a reconciliation is decided once, not twice."""
         if not self.active or self._lock.locked():
             return NOT_NOW
-        group, config = self.group, self.config
+        group = self.group
+        config = self.config if keep is not None else None  # what the decision is made on, when it may be kept
         outcome = decide(group, self._clock())
         if outcome.persist:
             if keep is not None:
