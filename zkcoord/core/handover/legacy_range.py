@@ -38,6 +38,8 @@ Regular expressions: Kafka evaluates them with ``java.util.regex``
 names (``[a-zA-Z0-9._-]``, no line breaks) the two agree on the syntax they
 share; what Python reads differently or not at all (``\\p{..}`` classes,
 ``\\Q..\\E``, class intersections ``&&``, ``\\z``, Java's ``(?<name>``) is
+(and a ``{`` that is no repetition, which Java refuses and Python reads as
+itself: after the clean-up turns commas into ``|``, only ``{n}`` is one) is
 refused with a :class:`~zkcoord.errors.StateError` naming the consumer,
 since zkcoord could not compute the answer the legacy consumers compute.
 """
@@ -56,7 +58,9 @@ __all__ = ["INTERNAL_TOPICS", "TopicPartition", "java_sort_key", "clean_regex", 
 
 TopicPartition = tuple[str, int]
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})  # Kafka 1.1's Topic.isInternal
-_JAVA_ONLY = re.compile(r"\\[pPQEz]|&&|\(\?<[A-Za-z]")
+# Read differently by Python, or refused by Java alone: \p{..}, \Q..\E, \z, class intersections, Java's
+# named groups, and a '{' that is no repetition (Java: "Illegal repetition"; Python: a literal '{').
+_JAVA_ONLY = re.compile(r"\\[pPQEz]|&&|\(\?<[A-Za-z]|(?<!\\)\{(?!\d+\})")
 
 
 def java_sort_key(text: str) -> bytes:
@@ -85,7 +89,7 @@ def clean_regex(raw: str) -> str:
 def _compiled(regex: str) -> re.Pattern | str:
     """The compiled regex, or why zkcoord cannot evaluate it as Java does."""
     if _JAVA_ONLY.search(regex):
-        return "it uses Java regex syntax Python reads differently (\\p, \\Q..\\E, \\z, &&, (?<name>)"
+        return "it uses Java regex syntax Python reads differently (\\p, \\Q..\\E, \\z, &&, (?<name>, a '{' that is no {n})"
     try:
         return re.compile(regex)
     except re.error as exc:
