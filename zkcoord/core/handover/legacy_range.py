@@ -89,7 +89,8 @@ def clean_regex(raw: str) -> str:
 def _compiled(regex: str) -> re.Pattern | str:
     """The compiled regex, or why zkcoord cannot evaluate it as Java does."""
     if _JAVA_ONLY.search(regex):
-        return "it uses Java regex syntax Python reads differently (\\p, \\Q..\\E, \\z, &&, (?<name>, a '{' that is no {n})"
+        return ("it uses Java regex syntax Python reads differently (\\p, \\Q..\\E, \\z, &&, (?<name>, "
+                "a '{' that is no {n})")
     try:
         return re.compile(regex)
     except re.error as exc:
