@@ -205,10 +205,8 @@ def test_the_plan_carried_out_beside_a_legacy_consumer_ends_in_the_range_answer(
                 result = plan((await handover.read("g")).view(members))
                 if result.settled:
                     break
-                for cid in result.register:
-                    await handover.register("g", cid, members[cid].topics, 1)
-                for claim in result.claim:
-                    await handover.claim("g", claim.partition, claim.holder)
+                outcome = await handover.carry_out("g", result, members, now_ms=1)
+                assert outcome.claimed == tuple(c.partition for c in result.claim) and outcome.complete
                 if result.waiting:  # the legacy consumer's watch fired: it rebalances
                     await asyncio.to_thread(legacy_rebalance, old, "g_old")
             owners = {("t", int(p)): zk.get(f"/consumers/g/owners/t/{p}")[0].decode()

@@ -21,6 +21,11 @@ writes (paths in :class:`~zkcoord.zk.paths.OffsetPaths`)::
 * :meth:`claim` / :meth:`release`: an owner znode, created ephemeral (only
   where absent), deleted only when the daemon's session holds it and it
   names the thread we release it for.
+* :meth:`carry_out`: a plan's ZooKeeper steps in the plan's order
+  (unregister, register, release, claim); revocations are the runtime's
+  (they need the members), so it leaves them out. Its :class:`Outcome`
+  says which claims found the znode taken (back off:
+  :meth:`~zkcoord.core.handover.retries.Attempts.failed`).
 
 Rules:
 
@@ -50,7 +55,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.retry import ForceRetryError
 
 from zkcoord.core.handover.legacy_range import TopicPartition, subscribed_threads
-from zkcoord.core.handover.plan import Member, Owner, View
+from zkcoord.core.handover.plan import Member, Owner, Plan, View
 from zkcoord.core.handover.registration import LegacyRegistration, encode_registration, parse_registration
 from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import ConflictError, StateError
@@ -59,7 +64,7 @@ from zkcoord.zk.auth import OPEN_ACL
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.topics import parse_partition_ids
 
-__all__ = ["Reading", "LegacyRebalanceZk"]
+__all__ = ["Reading", "Outcome", "LegacyRebalanceZk"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +87,19 @@ class Reading:
             raise StateError(next(iter(self.problems.values())))
         return View(self.registrations, self.topics, self.owners, members, self.ours, frozenset(quiesced),
                     exclude_internal_topics)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What :meth:`LegacyRebalanceZk.carry_out` did."""
+
+    released: tuple[TopicPartition, ...] = ()
+    claimed: tuple[TopicPartition, ...] = ()
+    taken: tuple[TopicPartition, ...] = ()  # claims that found the znode held by another session
+
+    @property
+    def complete(self) -> bool:
+        return not self.taken
 
 
 class LegacyRebalanceZk:
@@ -218,6 +236,19 @@ class LegacyRebalanceZk:
         ``holder``; whether it was ours (and is now gone)."""
         path = self.paths.owner(group, *tp)
         return await self._conn.retry(f"release {path}", self._inner_delete_ours, path, holder.encode())
+
+    async def carry_out(self, group: str, plan: Plan, members: Mapping[str, Member], now_ms: int) -> Outcome:
+        """The plan's ZooKeeper steps, in order (module docstring); a
+        registration is timestamped ``now_ms``."""
+        for cid in plan.unregister:
+            await self.unregister(group, cid)
+        for cid in plan.register:
+            await self.register(group, cid, members[cid].topics, now_ms)
+        released = [r.partition for r in plan.release if await self.release(group, r.partition, r.holder)]
+        claimed, taken = [], []
+        for claim in plan.claim:
+            (claimed if await self.claim(group, claim.partition, claim.holder) else taken).append(claim.partition)
+        return Outcome(tuple(released), tuple(claimed), tuple(taken))
 
     # ------------------------------------------------------------------ steps
     async def _inner_create(self, path: str, data: bytes, parent: str, what: str) -> None:
