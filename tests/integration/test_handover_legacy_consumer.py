@@ -1,0 +1,202 @@
+"""The handover's first layer beside real legacy consumers: Kafka 1.1.1's
+``ZookeeperConsumerConnector`` (:mod:`zkcoord.local.legacy`) and a zkcoord
+member registered and served by :class:`~zkcoord.zk.handover.LegacyRebalanceZk`
+and the core's :func:`~zkcoord.core.handover.plan.plan`, driven here the
+way the daemon will drive them (read, plan, carry out, wait for a watch).
+
+* Mixed: the legacy consumers see the member as one of theirs, and both
+  sides hold exactly the range answer: each legacy member's last claim is
+  its share of the plan's target, the owner znodes are the target.
+* Legacy members leave (clean stop; kill -9): the member takes every
+  partition once their znodes are gone, never before.
+* The member leaves: no registration and no owner znode is left behind.
+
+No partition is held by two sides at once: every legacy claim-to-release
+interval (its own events, logged after it created its owner znodes and
+before it deletes them) and every interval in which the member held an owner
+znode (after our create returned, before our delete was sent) are disjoint
+per partition, on one clock.
+
+The old consumer reads ``/brokers`` at ZooKeeper's root, so the test runs
+there with a group and a topic of its own, deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from kafka.admin import NewTopic
+from test_zk_support import connection, eventually
+
+from tests.support.daemons import process_marker
+from zkcoord.core.handover.plan import Member, Plan, plan
+from zkcoord.core.handover.registration import zkcoord_consumer_id
+from zkcoord.core.handover.retries import Attempts, RetrySchedule
+from zkcoord.errors import MissingToolError
+from zkcoord.local import jars
+from zkcoord.local.legacy import LegacyGroup, LegacySettings, driver_classpath
+from zkcoord.zk.handover import LegacyRebalanceZk
+
+pytestmark = pytest.mark.integration
+PARTITIONS = 6
+SESSION_TIMEOUT_MS = 6000
+SCHEDULE = RetrySchedule(max_retries=20, backoff_ms=500)  # what the legacy consumers below are given
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Driver:
+    """The daemon's part, as its runtime will play it: read with watches, plan,
+    carry the plan out, wait for a change or the back-off; the intervals in
+    which the member held each owner znode are recorded."""
+
+    def __init__(self, handover: LegacyRebalanceZk, group: str):
+        self.handover, self.group = handover, group
+        self.members: dict[str, Member] = {}
+        self.held: dict[tuple[str, int], list[list[int | None]]] = {}  # partition -> [[from, until]]
+
+    async def settle(self, timeout_s: float = 90.0) -> Plan:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        attempts = Attempts.start(SCHEDULE, now_ms())
+        while True:
+            changed = asyncio.Event()
+            reading = await self.handover.read(self.group, on_change=changed.set)
+            result = plan(reading.view(self.members))
+            if result.settled:
+                return result
+            assert loop.time() < end, f"not settled within {timeout_s} s: {result}"
+            for release in result.release:
+                self.held.setdefault(release.partition, [[0, None]])[-1][1] = now_ms()  # before the delete is sent
+            outcome = await self.handover.carry_out(self.group, result, self.members, now_ms())
+            for tp in outcome.claimed:
+                self.held.setdefault(tp, []).append([now_ms(), None])  # after our create returned
+            if outcome.taken:
+                attempts = attempts.failed(now_ms())
+            if result.waiting or outcome.taken:  # a legacy consumer must act first: wait for its znode to go
+                wait_ms = max((attempts.next_at_ms or 0) - now_ms(), 0) or SCHEDULE.backoff_ms
+                try:
+                    await asyncio.wait_for(changed.wait(), wait_ms / 1000)
+                except TimeoutError:
+                    pass
+                attempts = attempts.released(now_ms())
+
+
+def legacy_intervals(events, left_at_ms: int) -> dict[int, list[tuple[int, int]]]:
+    """partition -> [(claimed at, released at)] of every legacy member, from its own
+    log; what it still held is closed at ``left_at_ms``, when it was signalled (its
+    znodes went later: at its shutdown, or at its session's expiry)."""
+    found: dict[int, list[tuple[int, int]]] = {}
+    holding: dict[str, dict[int, int]] = {}
+    for event in sorted(events, key=lambda e: e.ts_ms):
+        mine = holding.setdefault(event.member, {})
+        if event.event == "claim":
+            mine.update({p: event.ts_ms for p in event.data["partitions"]})
+        elif event.event == "release":
+            for p, since in mine.items():
+                found.setdefault(p, []).append((since, event.ts_ms))
+            mine.clear()
+    for mine in holding.values():
+        for p, since in mine.items():
+            found.setdefault(p, []).append((since, left_at_ms))
+    return found
+
+
+def assert_never_two_holders(topic: str, driver: Driver, events, left_at_ms: int) -> None:
+    ours = {p: spans for (t, p), spans in driver.held.items() if t == topic}
+    for p, spans in legacy_intervals(events, left_at_ms).items():
+        for l_from, l_until in spans:
+            for o_from, o_until in ours.get(p, []):
+                overlap = l_from < (o_until or 2**62) and o_from < l_until
+                assert not overlap, f"partition {p}: legacy held it {l_from}-{l_until}, we {o_from}-{o_until}"
+
+
+def last_claims(events) -> dict[str, set[int]]:
+    claims: dict[str, set[int]] = {}
+    for event in sorted(events, key=lambda e: e.ts_ms):
+        if event.event == "claim":
+            claims[event.member] = set(event.data["partitions"])
+    return claims
+
+
+@pytest.fixture
+def scene(services, zk_root, admin, unique_name, tmp_path):
+    try:
+        jars.find_java()
+        classpath = driver_classpath()
+    except MissingToolError as exc:
+        pytest.skip(f"the legacy consumer needs java and javac: {exc}")
+    topic, group = unique_name("handover-t"), unique_name("handover-g")
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)], wait_for_metadata=True)
+    started: list[LegacyGroup] = []
+
+    def start(members: int) -> LegacyGroup:
+        settings = LegacySettings(services.zookeeper, group, topic, members=members, commit_interval_ms=100,
+                                  properties=(("zookeeper.session.timeout.ms", str(SESSION_TIMEOUT_MS)),
+                                              ("rebalance.backoff.ms", str(SCHEDULE.backoff_ms)),
+                                              ("rebalance.max.retries", str(SCHEDULE.max_retries))))
+        process = LegacyGroup(settings, classpath, tmp_path / f"legacy-{len(started)}.log",
+                              jvm_args=(f"-D{process_marker()}",))
+        started.append(process)
+        return process.start()
+
+    yield topic, group, start
+    for process in started:
+        process.stop()
+    zk_root.delete(f"/consumers/{group}", recursive=True)
+
+
+def owners(zk_root, group: str, topic: str) -> dict[int, str]:
+    path = f"/consumers/{group}/owners/{topic}"
+    if not zk_root.exists(path):
+        return {}
+    return {int(p): zk_root.get(f"{path}/{p}")[0].decode() for p in zk_root.get_children(path)}
+
+
+@pytest.mark.parametrize("leave", ["stop", "kill"])
+def test_a_member_joins_legacy_consumers_then_takes_over_when_they_leave(services, zk_root, scene, leave):
+    topic, group, start = scene
+    legacy = start(members=2)
+    legacy.wait_for(lambda ev: sorted(p for ps in last_claims(ev).values() for p in ps) == list(range(PARTITIONS)),
+                    90, "the legacy members own every partition")
+    zid = zkcoord_consumer_id(group, now_ms(), "0a1b2c3d")
+
+    async def scenario():
+        async with connection(services.zookeeper, session_timeout_ms=SESSION_TIMEOUT_MS) as conn:
+            driver = Driver(LegacyRebalanceZk(conn), group)
+            driver.members[zid] = Member(zid, {topic: 1})
+            mixed = await driver.settle()
+            # The same answer on both sides: m1, m2 sort before g_zkcoord-...: 0-1, 2-3, ours 4-5.
+            expected = {(topic, p): t for p, t in enumerate([f"{group}_m1-0"] * 2 + [f"{group}_m2-0"] * 2
+                                                            + [f"{zid}-0"] * 2)}
+            assert mixed.target == expected and mixed.assignment == {zid: frozenset({(topic, 4), (topic, 5)})}
+            legacy.wait_for(lambda ev: last_claims(ev) == {"m1": {0, 1}, "m2": {2, 3}}, 60,
+                            "the legacy members claim their share of the same answer")
+            assert owners(zk_root, group, topic) == {p: t for (_, p), t in expected.items()}
+
+            left_at_ms = now_ms()
+            legacy.kill() if leave == "kill" else legacy.stop()
+            # A killed consumer is a member (registered, holding its range) until its session expires,
+            # for the legacy consumers as for us: the plan stays settled, nothing is claimed, until /ids changes.
+            if leave == "kill":
+                right_after = plan((await driver.handover.read(group)).view(driver.members))
+                assert right_after.settled and right_after.target == expected
+            await eventually(lambda: zk_root.get_children(f"/consumers/{group}/ids") == [zid],
+                             "the legacy registrations gone", timeout_s=SESSION_TIMEOUT_MS / 1000 + 60)
+            alone = await driver.settle()
+            assert alone.target == {(topic, p): f"{zid}-0" for p in range(PARTITIONS)}
+            assert alone.assignment == {zid: frozenset((topic, p) for p in range(PARTITIONS))}
+            assert zk_root.get_children(f"/consumers/{group}/ids") == [zid]
+            assert_never_two_holders(topic, driver, legacy.events(), left_at_ms)
+
+            driver.members.clear()  # the member leaves: nothing of ours stays behind
+            gone = await driver.settle()
+            assert gone.target == {} and zk_root.get_children(f"/consumers/{group}/ids") == []
+            assert owners(zk_root, group, topic) == {}
+
+    asyncio.run(scenario())
+    assert [e for e in legacy.events() if e.event == "error"] == []
