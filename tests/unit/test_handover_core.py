@@ -245,6 +245,15 @@ def test_znodes_not_ours_are_never_released_whatever_name_they_hold():
     assert result.release == () and result.waiting == {}  # ("t", 0) is legacy a's range: not our business
 
 
+def test_legacy_holders_that_are_not_the_range_answer_are_reported():
+    # roundrobin over 4 partitions, g_a and g_b: a holds 0 and 2, b holds 1 and 3; range would give a 0-1, b 2-3
+    owners = {("t", p): Owner(f"g_{'ab'[p % 2]}-0", ours=False) for p in range(4)}
+    result = plan(view(legacy=("g_a", "g_b"), members=(), registered=(), owners=owners))
+    assert result.disagreeing == {("t", 1): "g_b-0", ("t", 2): "g_a-0"}
+    agreeing = {("t", p): Owner(f"g_{'aabb'[p]}-0", ours=False) for p in range(4)}
+    assert plan(view(legacy=("g_a", "g_b"), members=(), registered=(), owners=agreeing)).disagreeing == {}
+
+
 def test_a_member_keyed_under_another_id_is_refused():
     v = View({}, {"t": (0,)}, {}, {"x": Member("y", {"t": 1})})
     with pytest.raises(UsageError, match="member keyed 'x' stands for consumer 'y'"):

@@ -147,7 +147,11 @@ class Plan:
     members), release, claim. ``assignment``: per member (consumer id), the
     partitions it may consume now; ``revoke``: what it must stop consuming
     and commit; ``waiting``: partitions of our ranges another holder still
-    has (legacy, or a member of ours not yet quiesced)."""
+    has (legacy, or a member of ours not yet quiesced). ``disagreeing``:
+    partitions outside our ranges whose holder (not ours) is not the target
+    thread: normal while legacy consumers rebalance; if it lasts after they
+    settled, they do not compute the range answer (``partition.assignment.
+    strategy=roundrobin``, which no znode shows) and the handover must stop."""
 
     target: Mapping[TopicPartition, str]
     register: tuple[str, ...] = ()
@@ -157,6 +161,7 @@ class Plan:
     claim: tuple[Claim, ...] = ()
     waiting: Mapping[TopicPartition, str] = field(default_factory=dict)
     assignment: Mapping[str, frozenset[TopicPartition]] = field(default_factory=dict)
+    disagreeing: Mapping[TopicPartition, str] = field(default_factory=dict)
 
     @property
     def settled(self) -> bool:
@@ -208,6 +213,8 @@ def plan(view: View) -> Plan:
         else:
             revoke.setdefault(holder_member, set()).add(tp)
 
+    disagreeing = {tp: o.holder for tp, o in view.owners.items()
+                   if not o.ours and tp not in ours_target and target.get(tp) != o.holder}
     for tp, wanted in ours_target.items():
         owner = view.owners.get(tp)
         if owner is None or tp in releasing:
@@ -217,7 +224,7 @@ def plan(view: View) -> Plan:
 
     return Plan(target, register, unregister, {cid: frozenset(tps) for cid, tps in revoke.items()},
                 tuple(sorted(release)), tuple(sorted(claim)), waiting,
-                {cid: frozenset(tps) for cid, tps in assignment.items()})
+                {cid: frozenset(tps) for cid, tps in assignment.items()}, disagreeing)
 
 
 def legacy_holder(owner: Owner) -> str | None:
