@@ -239,6 +239,13 @@ def test_a_registration_that_no_longer_says_what_the_member_wants_is_replaced():
     assert result.unregister == (Z1,) and result.register == (Z1,) and result.claim == ()
 
 
+def test_a_member_asking_for_fewer_streams_gives_up_its_old_threads_partitions_first():
+    owners = {("t", 3): Owner(f"{Z1}-1", True)}  # held for its second stream, which it no longer asks for
+    result = plan(view(legacy=(), owners=owners))
+    assert result.revoke == {Z1: frozenset({("t", 3)})} and result.release == ()
+    assert plan(view(legacy=(), owners=owners, quiesced=[("t", 3)])).release == (Release(("t", 3), f"{Z1}-1"),)
+
+
 def test_znodes_not_ours_are_never_released_whatever_name_they_hold():
     owners = {("t", 0): Owner(f"{Z1}-0", ours=False)}  # our name, another session (an old daemon's)
     result = plan(view(owners=owners))

@@ -270,22 +270,22 @@ class World:
         for c in self.legacy.values():
             for tp in c.fetching:
                 consumers[tp] += 1
-                assert self.owners[tp][1] == f"L:{c.cid}", (tp, c.cid, self.owners.get(tp))
+                assert self.owners.get(tp, ("", ""))[1] == f"L:{c.cid}", (tp, c.cid, self.owners.get(tp))
         for m in self.members.values():
             for tp in m.consuming:
                 consumers[tp] += 1
-                holder, session = self.owners[tp]
-                assert session == DAEMON and holder in m.member.threads(), (tp, m.member.consumer_id, holder)
+                holder, session = self.owners.get(tp, ("(no owner znode)", ""))
+                assert session == DAEMON and holder.rsplit("-", 1)[0] == m.member.consumer_id, (tp, holder)
         assert all(n == 1 for n in consumers.values()), consumers
         if not self.killed:
             assert all(n == 1 for n in self.delivered.values()), [k for k, n in self.delivered.items() if n > 1]
 
 
 def step(world: World, rng: random.Random, changes: bool) -> None:
-    choices = ["daemon", "daemon", "consume", "consume", "ack", "legacy", "legacy"]
-    if changes:
-        choices += ["join", "leave", "legacy_join", "legacy_leave", "kill", "expire", "resubscribe"]
-    what = rng.choice(choices)
+    if changes and rng.random() < 0.08:  # a change of membership now and then, so the group gets to settle
+        what = rng.choice(["join", "leave", "legacy_join", "legacy_leave", "kill", "expire", "resubscribe"])
+    else:
+        what = rng.choice(["daemon", "daemon", "daemon", "consume", "consume", "ack", "legacy", "legacy"])
     live_legacy = [c for c in world.legacy.values() if c.alive]
     if what == "daemon":
         world.daemon_act() if world.pending else world.daemon_plan()
@@ -304,9 +304,7 @@ def step(world: World, rng: random.Random, changes: bool) -> None:
     elif what == "leave" and world.members:
         world.member_leaves(rng.choice(list(world.members.values())), clean=rng.random() < 0.8)
     elif what == "resubscribe" and world.members:  # the member asks for another number of streams
-        m = rng.choice(list(world.members.values()))  # a rejoin: it gives up everything, committed
-        m.revoking = set(m.consuming)
-        world.member_acks(m)
+        m = rng.choice(list(world.members.values()))  # it keeps consuming until the plan revokes
         m.member = Member(m.member.consumer_id, {"t": 3 - m.member.topics["t"]})
     elif what == "legacy_join" and len(world.legacy) < 3:
         cid = f"g_host{rng.randint(0, 9)}-{rng.randint(1, 99)}"
@@ -347,7 +345,7 @@ def settle(world: World) -> None:
 
 
 @SETTINGS
-@given(st.integers(0, 2**32), st.integers(1, 8), st.integers(20, 250))
+@given(st.integers(0, 2**32), st.integers(1, 8), st.integers(20, 400))
 def test_a_mixed_group_never_shares_a_partition_and_settles_on_one_answer(seed, partitions, steps):
     rng = random.Random(seed)
     world = World(rng, partitions)

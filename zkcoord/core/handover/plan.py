@@ -13,7 +13,7 @@ as a legacy consumer writes them).
 
 :func:`plan` reads one consistent picture (:class:`View`) and returns a
 :class:`Plan`. The daemon carries it out (registrations first, then
-releases, then claims), reads again and plans again until the plan is
+revocations and releases, then claims), reads again and plans again until the plan is
 settled. Nothing here does I/O.
 
 The rules, per partition ``p`` whose target thread (the range answer) is
@@ -23,8 +23,8 @@ The rules, per partition ``p`` whose target thread (the range answer) is
 situation                                   decision
 ==========================================  ==================================================
 ``H`` ours, ``H == T``                      keep; the member consumes ``p``
-``H`` ours, ``H != T``, its member gone     release now (nobody consumes it; offsets are as
-                                            the member last committed them)
+``H`` ours, ``H != T``, the member it names  release now (nobody consumes it; offsets are as
+gone                                        the member last committed them)
 ``H`` ours, ``H != T``, member live, not    revoke: the member stops consuming ``p`` and
 quiesced                                    commits its offset to ZooKeeper; keep the znode
 ``H`` ours, ``H != T``, quiesced            release (then claim in the same plan if ``T`` is
@@ -143,7 +143,7 @@ class Claim:
 
 @dataclass(frozen=True)
 class Plan:
-    """What to do next, in this order: register, unregister, revoke (ask
+    """What to do next, in this order: unregister, register, revoke (ask
     members), release, claim. ``assignment``: per member (consumer id), the
     partitions it may consume now; ``revoke``: what it must stop consuming
     and commit; ``waiting``: partitions of our ranges another holder still
@@ -175,16 +175,32 @@ def _thread_members(members: Mapping[str, Member]) -> dict[str, str]:
     return {t: cid for cid, m in members.items() for t in m.threads()}
 
 
-def plan(view: View) -> Plan:
-    """The next step of the handover for ``view`` (module docstring)."""
-    for cid, member in view.members.items():
-        if member.consumer_id != cid:
-            raise UsageError(f"member keyed {cid!r} stands for consumer {member.consumer_id!r}")
+def _member_of(holder: str, members: Mapping[str, Member]) -> str | None:
+    """The live member whose consumer id an owner znode names (whatever the
+    stream: a member that now asks for fewer streams still consumes what its
+    old threads hold until it gives it up)."""
+    split = split_thread_id(holder)
+    return split[0] if split is not None and split[0] in members else None
+
+
+def _registrations(view: View) -> tuple[set[str], tuple[str, ...], tuple[str, ...]]:
+    """(stale, register, unregister): a stale registration is ours but no
+    longer says what its member subscribes to; it is deleted and created
+    again (legacy consumers watch the children of ``ids``, not their data)."""
     stale = {cid for cid, m in view.members.items()
              if cid in view.registrations and view.registrations[cid] != m.registration_as(view.registrations[cid])}
     register = tuple(sorted(cid for cid in view.members if cid not in view.registrations or cid in stale))
     unregister = tuple(sorted(cid for cid in view.ours
                               if cid in view.registrations and (cid not in view.members or cid in stale)))
+    return stale, register, unregister
+
+
+def plan(view: View) -> Plan:
+    """The next step of the handover for ``view`` (module docstring)."""
+    for cid, member in view.members.items():
+        if member.consumer_id != cid:
+            raise UsageError(f"member keyed {cid!r} stands for consumer {member.consumer_id!r}")
+    stale, register, unregister = _registrations(view)
     target = range_assignment(view.registrations.values(), view.topics, view.exclude_internal_topics)
     live_threads = _thread_members(view.members)
     # Our ranges count only for members registered (by our session) as they are now: a member whose
@@ -194,11 +210,7 @@ def plan(view: View) -> Plan:
 
     revoke: dict[str, set[TopicPartition]] = {}
     release: list[Release] = []
-    claim: list[Claim] = []
-    waiting: dict[TopicPartition, str] = {}
     assignment: dict[str, set[TopicPartition]] = {cid: set() for cid in view.members}
-    releasing: set[TopicPartition] = set()
-
     for tp, owner in view.owners.items():
         if not owner.ours:
             continue
@@ -206,22 +218,23 @@ def plan(view: View) -> Plan:
         if wanted is not None and owner.holder == wanted:
             assignment[live_threads[wanted]].add(tp)
             continue
-        holder_member = live_threads.get(owner.holder)
+        holder_member = _member_of(owner.holder, view.members)
         if holder_member is None or tp in view.quiesced:
             release.append(Release(tp, owner.holder))
-            releasing.add(tp)
         else:
             revoke.setdefault(holder_member, set()).add(tp)
 
-    disagreeing = {tp: o.holder for tp, o in view.owners.items()
-                   if not o.ours and tp not in ours_target and target.get(tp) != o.holder}
+    releasing = {r.partition for r in release}
+    claim: list[Claim] = []
+    waiting: dict[TopicPartition, str] = {}
     for tp, wanted in ours_target.items():
         owner = view.owners.get(tp)
         if owner is None or tp in releasing:
             claim.append(Claim(tp, wanted))
         elif owner.holder != wanted or not owner.ours:
             waiting[tp] = owner.holder
-
+    disagreeing = {tp: o.holder for tp, o in view.owners.items()
+                   if not o.ours and tp not in ours_target and target.get(tp) != o.holder}
     return Plan(target, register, unregister, {cid: frozenset(tps) for cid, tps in revoke.items()},
                 tuple(sorted(release)), tuple(sorted(claim)), waiting,
                 {cid: frozenset(tps) for cid, tps in assignment.items()}, disagreeing)
