@@ -10,6 +10,8 @@ way the daemon will drive them (read, plan, carry out, wait for a watch).
 * Legacy members leave (clean stop; kill -9): the member takes every
   partition once their znodes are gone, never before.
 * The member leaves: no registration and no owner znode is left behind.
+* A legacy member with two streams and one subscribed by a whitelist: the
+  same answer, thread by thread (Java's string order of the thread ids).
 
 No partition is held by two sides at once: every legacy claim-to-release
 interval (its own events, logged after it created its owner znodes and
@@ -134,8 +136,9 @@ def scene(services, zk_root, admin, unique_name, tmp_path):
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)], wait_for_metadata=True)
     started: list[LegacyGroup] = []
 
-    def start(members: int) -> LegacyGroup:
-        settings = LegacySettings(services.zookeeper, group, topic, members=members, commit_interval_ms=100,
+    def start(members: int, prefix: str = "m", streams: int = 1, whitelist: str | None = None) -> LegacyGroup:
+        settings = LegacySettings(services.zookeeper, group, topic, members=members, prefix=prefix,
+                                  commit_interval_ms=100, streams=streams, whitelist=whitelist,
                                   properties=(("zookeeper.session.timeout.ms", str(SESSION_TIMEOUT_MS)),
                                               ("rebalance.backoff.ms", str(SCHEDULE.backoff_ms)),
                                               ("rebalance.max.retries", str(SCHEDULE.max_retries))))
@@ -200,3 +203,36 @@ def test_a_member_joins_legacy_consumers_then_takes_over_when_they_leave(service
 
     asyncio.run(scenario())
     assert [e for e in legacy.events() if e.event == "error"] == []
+
+
+def test_members_with_two_streams_or_a_whitelist_get_the_same_answer(services, zk_root, scene):
+    topic, group, start = scene
+    streams = start(members=1, prefix="a", streams=2)
+    filtered = start(members=1, prefix="w", whitelist=topic)  # a regex matching this topic only
+    for process, member in ((streams, "a1"), (filtered, "w1")):
+        process.wait_for(lambda ev, m=member: m in last_claims(ev), 90, f"{member} claims its share")
+    zid = zkcoord_consumer_id(group, now_ms(), "00000001")
+
+    async def scenario():
+        async with connection(services.zookeeper, session_timeout_ms=SESSION_TIMEOUT_MS) as conn:
+            driver = Driver(LegacyRebalanceZk(conn), group)
+            driver.members[zid] = Member(zid, {topic: 1})
+            mixed = await driver.settle()
+            # Threads in Java's order: a1-0, a1-1, w1-0, ours; 6 partitions: two, two, one, one.
+            threads = [f"{group}_a1-0"] * 2 + [f"{group}_a1-1"] * 2 + [f"{group}_w1-0", f"{zid}-0"]
+            expected = {(topic, p): t for p, t in enumerate(threads)}
+            assert mixed.target == expected
+            reading = await driver.handover.read(group)
+            assert reading.registrations[f"{group}_w1"].wildcard is not None
+            streams.wait_for(lambda ev: last_claims(ev) == {"a1": {0, 1, 2, 3}}, 60, "a1 claims 0-3")
+            filtered.wait_for(lambda ev: last_claims(ev) == {"w1": {4}}, 60, "w1 claims 4")
+            assert owners(zk_root, group, topic) == {p: t for (_, p), t in expected.items()}
+            left_at_ms = now_ms()
+            streams.stop()
+            filtered.stop()
+            assert_never_two_holders(topic, driver, streams.events() + filtered.events(), left_at_ms)
+            driver.members.clear()
+            await driver.settle()
+
+    asyncio.run(scenario())
+    assert [e for e in streams.events() + filtered.events() if e.event == "error"] == []
