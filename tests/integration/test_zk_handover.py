@@ -106,10 +106,11 @@ def test_a_group_is_read_as_the_legacy_consumers_read_it(zk_hosts, zk, legacy):
                        ephemeral=True, makepath=True)
             old.create("/consumers/g/owners/orders/0", b"g_w-0", ephemeral=True, makepath=True)
             old.create("/consumers/g/owners/orders/not-a-partition", b"x", ephemeral=True)
+            old.create("/consumers/g/ids/g_odd", legacy_registration({"no/such/topic": 1}), ephemeral=True)
             await handover.register("g", ZID, {"payments": 1, "missing": 1}, 1)
             await handover.claim("g", ("payments", 1), thread_id(ZID, 0))
             reading = await handover.read("g")
-            assert reading.topics == {"orders": (0, 1, 2), "orders-eu": (0,), "payments": (0, 1)}
+            assert reading.topics == {"orders": (0, 1, 2), "orders-eu": (0,), "payments": (0, 1)}  # no "no/such/topic"
             assert reading.owners == {("orders", 0): Owner("g_w-0", False),
                                       ("payments", 1): Owner(thread_id(ZID, 0), True)}
             result = plan(reading.view({ZID: Member(ZID, {"payments": 1, "missing": 1})}))

@@ -58,7 +58,7 @@ from zkcoord.core.handover.legacy_range import TopicPartition, subscribed_thread
 from zkcoord.core.handover.plan import Member, Owner, Plan, View
 from zkcoord.core.handover.registration import LegacyRegistration, encode_registration, parse_registration
 from zkcoord.core.legacy_values import partition_number
-from zkcoord.errors import ConflictError, StateError
+from zkcoord.errors import ConflictError, StateError, UsageError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.auth import OPEN_ACL
 from zkcoord.zk.connection import ZkConnection
@@ -79,14 +79,14 @@ class Reading:
     topics: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # subscribed topics -> partitions
     owners: Mapping[TopicPartition, Owner] = field(default_factory=dict)
     problems: Mapping[str, str] = field(default_factory=dict)  # consumer id -> why its registration is unreadable
+    exclude_internal_topics: bool = True  # what the read assumed of the legacy consumers
 
-    def view(self, members: Mapping[str, Member], quiesced: Set[TopicPartition] = frozenset(),
-             exclude_internal_topics: bool = True) -> View:
+    def view(self, members: Mapping[str, Member], quiesced: Set[TopicPartition] = frozenset()) -> View:
         """The core's view; StateError for an unreadable registration."""
         if self.problems:
             raise StateError(next(iter(self.problems.values())))
         return View(self.registrations, self.topics, self.owners, members, self.ours, frozenset(quiesced),
-                    exclude_internal_topics)
+                    self.exclude_internal_topics)
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class LegacyRebalanceZk:
         subscribed = set()
         for reg in registrations.values():
             try:
-                subscribed.update(subscribed_threads(reg, names, exclude_internal_topics))
+                subscribed.update(t for t in subscribed_threads(reg, names, exclude_internal_topics) if _topic_name(t))
             except StateError as exc:
                 problems[reg.consumer_id] = str(exc)
         if watch is not None and any(r.wildcard is not None for r in registrations.values()):
@@ -165,7 +165,7 @@ class LegacyRebalanceZk:
         owners = await self._read_owners(group, sorted(subscribed), watch, session, missing)
         if watch is not None and missing:  # no watch is left on a znode that is not there: watch its creation
             _raise_first(await aio.gather(loop, [client.exists_async(path, watch) for path in missing]))
-        return Reading(group, registrations, frozenset(ours), topics, owners, problems)
+        return Reading(group, registrations, frozenset(ours), topics, owners, problems, exclude_internal_topics)
 
     async def _read_topics(self, topics: list[str], watch, missing: list[str]) -> dict[str, tuple[int, ...]]:
         loop = asyncio.get_running_loop()
@@ -283,6 +283,17 @@ class LegacyRebalanceZk:
         except BadVersionError:
             raise ForceRetryError() from None  # changed meanwhile: look again
         return True
+
+
+def _topic_name(topic: str) -> bool:
+    """Whether a subscribed name can be a topic's znode (a registration may
+    name anything; one that cannot be a topic has no partitions, as legacy
+    consumers find)."""
+    try:
+        paths.broker_topic(topic)
+    except UsageError:
+        return False
+    return True
 
 
 def _list_or_empty(outcome) -> list[str]:
