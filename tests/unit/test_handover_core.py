@@ -27,7 +27,10 @@ LEGACY_STATIC = b'{"version":1,"subscription":{"orders":1},"pattern":"static","t
 LEGACY_WHITELIST = b'{"version":1,"subscription":{"orders.*":2},"pattern":"white_list","timestamp":"1"}'
 
 
-@pytest.mark.parametrize("module", [registration, legacy_range, importlib.import_module("zkcoord.core.handover.plan"), retries])
+PLAN_MODULE = importlib.import_module("zkcoord.core.handover.plan")  # the package's `plan` is the function
+
+
+@pytest.mark.parametrize("module", [registration, legacy_range, PLAN_MODULE, retries])
 def test_docstring_examples(module):
     failures, _ = doctest.testmod(module)
     assert failures == 0
@@ -215,7 +218,8 @@ def test_a_partition_leaving_our_member_is_revoked_then_released_once_quiesced()
     first = plan(view(owners=owners))
     assert first.revoke == {Z1: frozenset({("t", 0), ("t", 1)})} and first.release == ()
     assert first.assignment == {Z1: frozenset({("t", 2), ("t", 3)})}
-    later = plan(view(owners=owners, quiesced=[("t", 0)]))
+    assert plan(view(owners=owners, quiesced=[(("t", 0), Z2)])).release == ()  # another member's answer
+    later = plan(view(owners=owners, quiesced=[(("t", 0), Z1)]))
     assert later.release == (Release(("t", 0), f"{Z1}-0"),) and later.revoke == {Z1: frozenset({("t", 1)})}
 
 
@@ -228,7 +232,8 @@ def test_a_gone_members_partitions_are_released_at_once_and_its_registration_rem
 
 def test_a_partition_moving_between_our_members_is_released_and_claimed_in_one_plan_once_quiesced():
     owners = {("t", p): Owner(f"{Z1}-0", True) for p in range(4)}
-    v = view(legacy=(), members=(Z1, Z2), registered=(Z1, Z2), owners=owners, quiesced=[("t", 2), ("t", 3)])
+    v = view(legacy=(), members=(Z1, Z2), registered=(Z1, Z2), owners=owners,
+             quiesced=[(("t", 2), Z1), (("t", 3), Z1)])
     result = plan(v)
     assert result.release == (Release(("t", 2), f"{Z1}-0"), Release(("t", 3), f"{Z1}-0"))
     assert result.claim == (Claim(("t", 2), f"{Z2}-0"), Claim(("t", 3), f"{Z2}-0"))
@@ -243,7 +248,8 @@ def test_a_member_asking_for_fewer_streams_gives_up_its_old_threads_partitions_f
     owners = {("t", 3): Owner(f"{Z1}-1", True)}  # held for its second stream, which it no longer asks for
     result = plan(view(legacy=(), owners=owners))
     assert result.revoke == {Z1: frozenset({("t", 3)})} and result.release == ()
-    assert plan(view(legacy=(), owners=owners, quiesced=[("t", 3)])).release == (Release(("t", 3), f"{Z1}-1"),)
+    quiesced = plan(view(legacy=(), owners=owners, quiesced=[(("t", 3), Z1)]))
+    assert quiesced.release == (Release(("t", 3), f"{Z1}-1"),)
 
 
 def test_znodes_not_ours_are_never_released_whatever_name_they_hold():

@@ -135,7 +135,7 @@ class World:
         self.committed: dict[TP, int] = {}
         self.legacy: dict[str, LegacyConsumer] = {}
         self.members: dict[str, OurMember] = {}
-        self.quiesced: set[TP] = set()
+        self.quiesced: set[tuple[TP, str]] = set()  # (partition, consumer id)
         self.pending: list[tuple] = []  # the daemon's plan, action by action
         self.delivered: Counter = Counter()
         self.killed = False
@@ -225,7 +225,7 @@ class World:
             release = action[1]
             if self.owners.get(release.partition) == (release.holder, DAEMON):  # only if still ours
                 del self.owners[release.partition]
-                self.quiesced.discard(release.partition)
+                self.quiesced.discard((release.partition, release.holder.rsplit("-", 1)[0]))
         elif kind == "claim":
             self.create_owner(action[1].partition, action[1].holder, DAEMON)
         elif kind == "assign" and action[1] in self.members:
@@ -236,13 +236,13 @@ class World:
                         and self.owners[tp][0] in threads:
                     m.consuming[tp] = self.committed.get(tp, 0)
                     m.revoking.discard(tp)
-                    self.quiesced.discard(tp)
+                    self.quiesced.discard((tp, action[1]))
 
     def member_acks(self, m: OurMember) -> None:
         for tp in m.revoking:
             if tp in m.consuming:
                 self.committed[tp] = m.consuming.pop(tp)
-            self.quiesced.add(tp)
+            self.quiesced.add((tp, m.member.consumer_id))
         m.revoking.clear()
 
     def member_joins(self) -> None:

@@ -81,7 +81,7 @@ class Reading:
     problems: Mapping[str, str] = field(default_factory=dict)  # consumer id -> why its registration is unreadable
     exclude_internal_topics: bool = True  # what the read assumed of the legacy consumers
 
-    def view(self, members: Mapping[str, Member], quiesced: Set[TopicPartition] = frozenset()) -> View:
+    def view(self, members: Mapping[str, Member], quiesced: Set[tuple[TopicPartition, str]] = frozenset()) -> View:
         """The core's view; StateError for an unreadable registration."""
         if self.problems:
             raise StateError(next(iter(self.problems.values())))

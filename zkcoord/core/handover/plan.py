@@ -111,8 +111,11 @@ class View:
     ``topics``: every topic under ``/brokers/topics`` -> its partition numbers.
     ``owners``: every owner znode of the group's topics.
     ``members``: the daemon's live members taking part, by consumer id.
-    ``quiesced``: partitions that members were asked to give up and have:
-    they stopped consuming them and their offsets are committed to ZooKeeper.
+    ``quiesced``: (partition, consumer id) pairs: that member was asked to
+    give the partition up and has: it stopped consuming it and its offset is
+    committed to ZooKeeper. Kept per member, so that a member's late answer
+    about a partition that has moved on cannot release it from under the
+    member consuming it now.
     """
 
     registrations: Mapping[str, LegacyRegistration]
@@ -120,7 +123,7 @@ class View:
     owners: Mapping[TopicPartition, Owner] = field(default_factory=dict)
     members: Mapping[str, Member] = field(default_factory=dict)
     ours: Set[str] = frozenset()
-    quiesced: Set[TopicPartition] = frozenset()
+    quiesced: Set[tuple[TopicPartition, str]] = frozenset()
     exclude_internal_topics: bool = True
 
 
@@ -219,7 +222,7 @@ def plan(view: View) -> Plan:
             assignment[live_threads[wanted]].add(tp)
             continue
         holder_member = _member_of(owner.holder, view.members)
-        if holder_member is None or tp in view.quiesced:
+        if holder_member is None or (tp, holder_member) in view.quiesced:
             release.append(Release(tp, owner.holder))
         else:
             revoke.setdefault(holder_member, set()).add(tp)
@@ -238,11 +241,3 @@ def plan(view: View) -> Plan:
     return Plan(target, register, unregister, {cid: frozenset(tps) for cid, tps in revoke.items()},
                 tuple(sorted(release)), tuple(sorted(claim)), waiting,
                 {cid: frozenset(tps) for cid, tps in assignment.items()}, disagreeing)
-
-
-def legacy_holder(owner: Owner) -> str | None:
-    """The legacy consumer id an owner znode names, when it is not ours."""
-    if owner.ours:
-        return None
-    split = split_thread_id(owner.holder)
-    return None if split is None else split[0]
