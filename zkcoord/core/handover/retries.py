@@ -13,9 +13,10 @@ zkcoord keeps the same bound, so it never outlasts the legacy consumers'
 patience in a way they could not, but it does not sleep blindly: an attempt
 is also due as soon as an owner znode it waits for is deleted (the daemon
 watches them; :meth:`Attempts.released`), which is most of the time long
-before the back-off ends. Its claims are not undone on failure: zkcoord
-only claims a partition whose znode is absent and whose range is its
-member's, so what it holds never blocks a legacy consumer's own range.
+before the back-off ends. Its claims are not undone on failure: each
+claimed partition is in a member's range of the answer as last read, so it
+blocks a legacy consumer only once the answer moved, and then the next plan
+revokes and releases it.
 
 Time is passed in (``now_ms``); nothing here reads a clock.
 
