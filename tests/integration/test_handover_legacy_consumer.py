@@ -1,7 +1,7 @@
 """The handover's first layer beside real legacy consumers: Kafka 1.1.1's
 ``ZookeeperConsumerConnector`` (:mod:`zkcoord.local.legacy`) and a zkcoord
 member registered and served by :class:`~zkcoord.zk.handover.LegacyRebalanceZk`
-and the core's :func:`~zkcoord.core.handover.plan.plan`, driven here the
+and the core's :func:`~zkcoord.core.handover.decision.plan`, driven here the
 way the daemon will drive them (read, plan, carry out, wait for a watch).
 
 * Mixed: the legacy consumers see the member as one of theirs, and both
@@ -33,7 +33,7 @@ from kafka.admin import NewTopic
 from test_zk_support import connection, eventually
 
 from tests.support.daemons import process_marker
-from zkcoord.core.handover.plan import Member, Plan, plan
+from zkcoord.core.handover.decision import Member, Plan, plan
 from zkcoord.core.handover.registration import zkcoord_consumer_id
 from zkcoord.core.handover.retries import Attempts, RetrySchedule
 from zkcoord.errors import MissingToolError

@@ -16,8 +16,8 @@ import pytest
 from kazoo.client import KazooClient
 from test_zk_support import connection, eventually
 
+from zkcoord.core.handover.decision import Member, Owner, plan
 from zkcoord.core.handover.legacy_range import range_assignment
-from zkcoord.core.handover.plan import Member, Owner, plan
 from zkcoord.core.handover.registration import LegacyRegistration, encode_registration, thread_id
 from zkcoord.errors import ConflictError, StateError
 from zkcoord.zk.handover import LegacyRebalanceZk

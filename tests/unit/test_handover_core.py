@@ -7,14 +7,13 @@ The properties over generated groups are in test_handover_properties.py."""
 from __future__ import annotations
 
 import doctest
-import importlib
 import json
 
 import pytest
 
-from zkcoord.core.handover import legacy_range, registration, retries
+from zkcoord.core.handover import decision, legacy_range, registration, retries
 from zkcoord.core.handover.legacy_range import assignment_of, clean_regex, range_assignment, threads_per_topic
-from zkcoord.core.handover.plan import Claim, Member, Owner, Release, View, plan
+from zkcoord.core.handover.decision import Claim, Member, Owner, Release, View, plan
 from zkcoord.core.handover.registration import (
     LegacyRegistration, Pattern, Wildcard, encode_registration, is_zkcoord_consumer_id, parse_registration,
     split_thread_id, thread_id, zkcoord_consumer_id,
@@ -27,10 +26,7 @@ LEGACY_STATIC = b'{"version":1,"subscription":{"orders":1},"pattern":"static","t
 LEGACY_WHITELIST = b'{"version":1,"subscription":{"orders.*":2},"pattern":"white_list","timestamp":"1"}'
 
 
-PLAN_MODULE = importlib.import_module("zkcoord.core.handover.plan")  # the package's `plan` is the function
-
-
-@pytest.mark.parametrize("module", [registration, legacy_range, PLAN_MODULE, retries])
+@pytest.mark.parametrize("module", [registration, legacy_range, decision, retries])
 def test_docstring_examples(module):
     failures, _ = doctest.testmod(module)
     assert failures == 0

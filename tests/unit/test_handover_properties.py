@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from zkcoord.core.handover.decision import Member, Owner, View, plan
 from zkcoord.core.handover.legacy_range import java_sort_key, range_assignment, subscribed_threads
-from zkcoord.core.handover.plan import Member, Owner, View, plan
 from zkcoord.core.handover.registration import LegacyRegistration, Pattern, zkcoord_consumer_id
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

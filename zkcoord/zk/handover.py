@@ -12,7 +12,7 @@ writes (paths in :class:`~zkcoord.zk.paths.OffsetPaths`)::
   registration, the topics and partitions it subscribes to, the owner
   znodes of those topics; which znodes the daemon's session holds), from
   which :meth:`Reading.view` makes the core's
-  :class:`~zkcoord.core.handover.plan.View`; optionally arming one-shot
+  :class:`~zkcoord.core.handover.decision.View`; optionally arming one-shot
   watches on what starts a legacy rebalance (children of ``ids``, the
   subscribed topics' registrations) and on the owner directories (a
   release we wait for).
@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.retry import ForceRetryError
 
+from zkcoord.core.handover.decision import Member, Owner, Plan, View
 from zkcoord.core.handover.legacy_range import TopicPartition, subscribed_threads
-from zkcoord.core.handover.plan import Member, Owner, Plan, View
 from zkcoord.core.handover.registration import LegacyRegistration, encode_registration, parse_registration
 from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import ConflictError, StateError, UsageError

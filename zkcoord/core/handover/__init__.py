@@ -5,12 +5,12 @@ inside the same group (issue 26). Pure: the adapters are in
 
 * :mod:`.registration`: the ``/consumers/<group>/ids/<id>`` JSON, zkcoord's consumer ids;
 * :mod:`.legacy_range`: the legacy range assignment, topic filters included;
-* :mod:`.plan`: the decision (register, revoke, release, claim, wait) as data;
+* :mod:`.decision`: the decision (register, revoke, release, claim, wait) as data;
 * :mod:`.retries`: ``rebalance.max.retries`` / ``rebalance.backoff.ms`` as a schedule.
 """
 
+from zkcoord.core.handover.decision import Claim, Member, Owner, Plan, Release, View, plan
 from zkcoord.core.handover.legacy_range import TopicPartition, range_assignment
-from zkcoord.core.handover.plan import Claim, Member, Owner, Plan, Release, View, plan
 from zkcoord.core.handover.registration import (
     LegacyRegistration, Pattern, encode_registration, parse_registration, thread_id, zkcoord_consumer_id,
 )
