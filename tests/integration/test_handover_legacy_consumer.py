@@ -117,10 +117,11 @@ def assert_never_two_holders(topic: str, driver: Driver, events, left_at_ms: int
                 assert not overlap, f"partition {p}: legacy held it {l_from}-{l_until}, we {o_from}-{o_until}"
 
 
-def last_claims(events) -> dict[str, set[int]]:
+def last_claims(events, since_ms: int = 0) -> dict[str, set[int]]:
+    """member -> the partitions of its last claim at or after ``since_ms``."""
     claims: dict[str, set[int]] = {}
     for event in sorted(events, key=lambda e: e.ts_ms):
-        if event.event == "claim":
+        if event.event == "claim" and event.ts_ms >= since_ms:
             claims[event.member] = set(event.data["partitions"])
     return claims
 
@@ -172,14 +173,16 @@ def test_a_member_joins_legacy_consumers_then_takes_over_when_they_leave(service
         async with connection(services.zookeeper, session_timeout_ms=SESSION_TIMEOUT_MS) as conn:
             driver = Driver(LegacyRebalanceZk(conn), group)
             driver.members[zid] = Member(zid, {topic: 1})
+            joined_ms = now_ms()
             mixed = await driver.settle()
             # The same answer on both sides: m1, m2 sort before g_zkcoord-...: 0-1, 2-3, ours 4-5.
             expected = {(topic, p): t for p, t in enumerate([f"{group}_m1-0"] * 2 + [f"{group}_m2-0"] * 2
                                                             + [f"{zid}-0"] * 2)}
             assert mixed.target == expected and mixed.assignment == {zid: frozenset({(topic, 4), (topic, 5)})}
-            legacy.wait_for(lambda ev: last_claims(ev) == {"m1": {0, 1}, "m2": {2, 3}}, 60,
+            legacy.wait_for(lambda ev: last_claims(ev, joined_ms) == {"m1": {0, 1}, "m2": {2, 3}}, 60,
                             "the legacy members claim their share of the same answer")
-            assert owners(zk_root, group, topic) == {p: t for (_, p), t in expected.items()}
+            await eventually(lambda: owners(zk_root, group, topic) == {p: t for (_, p), t in expected.items()},
+                             "the owner znodes as the answer says")
 
             left_at_ms = now_ms()
             legacy.kill() if leave == "kill" else legacy.stop()
@@ -217,6 +220,7 @@ def test_members_with_two_streams_or_a_whitelist_get_the_same_answer(services, z
         async with connection(services.zookeeper, session_timeout_ms=SESSION_TIMEOUT_MS) as conn:
             driver = Driver(LegacyRebalanceZk(conn), group)
             driver.members[zid] = Member(zid, {topic: 1})
+            joined_ms = now_ms()
             mixed = await driver.settle()
             # Threads in Java's order: a1-0, a1-1, w1-0, ours; 6 partitions: two, two, one, one.
             threads = [f"{group}_a1-0"] * 2 + [f"{group}_a1-1"] * 2 + [f"{group}_w1-0", f"{zid}-0"]
@@ -224,9 +228,11 @@ def test_members_with_two_streams_or_a_whitelist_get_the_same_answer(services, z
             assert mixed.target == expected
             reading = await driver.handover.read(group)
             assert reading.registrations[f"{group}_w1"].wildcard is not None
-            streams.wait_for(lambda ev: last_claims(ev) == {"a1": {0, 1, 2, 3}}, 60, "a1 claims 0-3")
-            filtered.wait_for(lambda ev: last_claims(ev) == {"w1": {4}}, 60, "w1 claims 4")
-            assert owners(zk_root, group, topic) == {p: t for (_, p), t in expected.items()}
+            # (a1 held 0-3 before we joined too: only a claim after our registration counts)
+            streams.wait_for(lambda ev: last_claims(ev, joined_ms) == {"a1": {0, 1, 2, 3}}, 60, "a1 claims 0-3")
+            filtered.wait_for(lambda ev: last_claims(ev, joined_ms) == {"w1": {4}}, 60, "w1 claims 4")
+            await eventually(lambda: owners(zk_root, group, topic) == {p: t for (_, p), t in expected.items()},
+                             "the owner znodes as the answer says")
             left_at_ms = now_ms()
             streams.stop()
             filtered.stop()
