@@ -160,6 +160,16 @@ def test_whitelists_and_blacklists_pick_from_every_registered_topic():
     assert ("__consumer_offsets", 0) not in range_assignment([everything], topics)
 
 
+def test_a_whitelist_registered_by_kafka_1_1_with_a_backslash_matches_as_kafka_reads_it_back():
+    # Kafka 1.0.1-1.1.x escape the regex (JSONEscapeString) and Jackson escapes it again: what Kafka 1.1.1
+    # wrote for Whitelist("orders\..*"); read back, the backslash is doubled and "orders.eu" does not match
+    # (Kafka's own RangeAssignor gives it nothing either; checked against the 1.1.1 jar).
+    data = rb'{"version":1,"subscription":{"orders\\\\..*":1},"pattern":"white_list","timestamp":"1"}'
+    reg = parse_registration("w", data)
+    assert reg.wildcard.regex == r"orders\\..*"
+    assert range_assignment([reg], {"orders.eu": (0,), r"orders\x": (0,)}) == {(r"orders\x", 0): "w-0"}
+
+
 def test_the_regex_is_cleaned_as_kafka_cleans_it():
     assert clean_regex(' "a, b ,c"\t') == "a|b|c"
     assert clean_regex("''x''") == "x"
