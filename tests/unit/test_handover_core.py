@@ -258,6 +258,15 @@ def test_a_member_asking_for_fewer_streams_gives_up_its_old_threads_partitions_f
     assert quiesced.release == (Release(("t", 3), f"{Z1}-1"),)
 
 
+def test_a_member_whose_id_another_session_registered_waits_for_it_to_go():
+    v = view(legacy=(), registered=())  # nobody's registration yet
+    other = View({**v.registrations, Z1: static(Z1, t=1)}, v.topics, {}, v.members, frozenset())
+    result = plan(other)  # the previous owner daemon's session still holds Z1's registration
+    assert result.blocked == (Z1,) and result.register == () and result.claim == () and not result.settled
+    stale_elsewhere = View({Z1: static(Z1, t=2)}, v.topics, {}, v.members, frozenset())
+    assert plan(stale_elsewhere).register == () and plan(stale_elsewhere).unregister == ()
+
+
 def test_znodes_not_ours_are_never_released_whatever_name_they_hold():
     owners = {("t", 0): Owner(f"{Z1}-0", ours=False)}  # our name, another session (an old daemon's)
     result = plan(view(owners=owners))

@@ -154,7 +154,10 @@ class Plan:
     partitions outside our ranges whose holder (not ours) is not the target
     thread: normal while legacy consumers rebalance; if it lasts after they
     settled, they do not compute the range answer (``partition.assignment.
-    strategy=roundrobin``, which no znode shows) and the handover must stop."""
+    strategy=roundrobin``, which no znode shows) and the handover must stop.
+    ``blocked``: members whose consumer id another session has registered
+    (a previous owner daemon's): they get nothing until it is gone (or the
+    runtime gives them a new id)."""
 
     target: Mapping[TopicPartition, str]
     register: tuple[str, ...] = ()
@@ -165,12 +168,13 @@ class Plan:
     waiting: Mapping[TopicPartition, str] = field(default_factory=dict)
     assignment: Mapping[str, frozenset[TopicPartition]] = field(default_factory=dict)
     disagreeing: Mapping[TopicPartition, str] = field(default_factory=dict)
+    blocked: tuple[str, ...] = ()
 
     @property
     def settled(self) -> bool:
         """Nothing left to do: every range of ours is held and consumed."""
         return not (self.register or self.unregister or self.revoke or self.release or self.claim
-                    or self.waiting)
+                    or self.waiting or self.blocked)
 
 
 def _thread_members(members: Mapping[str, Member]) -> dict[str, str]:
@@ -186,16 +190,19 @@ def _member_of(holder: str, members: Mapping[str, Member]) -> str | None:
     return split[0] if split is not None and split[0] in members else None
 
 
-def _registrations(view: View) -> tuple[set[str], tuple[str, ...], tuple[str, ...]]:
-    """(stale, register, unregister): a stale registration is ours but no
-    longer says what its member subscribes to; it is deleted and created
-    again (legacy consumers watch the children of ``ids``, not their data)."""
-    stale = {cid for cid, m in view.members.items()
-             if cid in view.registrations and view.registrations[cid] != m.registration_as(view.registrations[cid])}
+def _registrations(view: View) -> tuple[set[str], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(stale, register, unregister, blocked): a stale registration is ours
+    but no longer says what its member subscribes to; it is deleted and
+    created again (legacy consumers watch the children of ``ids``, not their
+    data). A member is blocked while another session holds its consumer id
+    (a previous owner daemon's, until that session ends)."""
+    blocked = tuple(sorted(cid for cid in view.members if cid in view.registrations and cid not in view.ours))
+    stale = {cid for cid, m in view.members.items() if cid in view.registrations and cid in view.ours
+             and view.registrations[cid] != m.registration_as(view.registrations[cid])}
     register = tuple(sorted(cid for cid in view.members if cid not in view.registrations or cid in stale))
     unregister = tuple(sorted(cid for cid in view.ours
                               if cid in view.registrations and (cid not in view.members or cid in stale)))
-    return stale, register, unregister
+    return stale, register, unregister, blocked
 
 
 def plan(view: View) -> Plan:
@@ -203,7 +210,7 @@ def plan(view: View) -> Plan:
     for cid, member in view.members.items():
         if member.consumer_id != cid:
             raise UsageError(f"member keyed {cid!r} stands for consumer {member.consumer_id!r}")
-    stale, register, unregister = _registrations(view)
+    stale, register, unregister, blocked = _registrations(view)
     target = range_assignment(view.registrations.values(), view.topics, view.exclude_internal_topics)
     live_threads = _thread_members(view.members)
     # Our ranges count only for members registered (by our session) as they are now: a member whose
@@ -240,4 +247,4 @@ def plan(view: View) -> Plan:
                    if not o.ours and tp not in ours_target and target.get(tp) != o.holder}
     return Plan(target, register, unregister, {cid: frozenset(tps) for cid, tps in revoke.items()},
                 tuple(sorted(release)), tuple(sorted(claim)), waiting,
-                {cid: frozenset(tps) for cid, tps in assignment.items()}, disagreeing)
+                {cid: frozenset(tps) for cid, tps in assignment.items()}, disagreeing, blocked)
