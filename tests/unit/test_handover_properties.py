@@ -11,7 +11,9 @@
    znode, compute, claim all or undo) and by the owner daemon applying
    :func:`plan` one action at a time on behalf of its members; joins, clean
    leaves and kills of both kinds of member, members changing their
-   subscription, in random order. After every
+   subscription, the owner daemon failing over (its session's znodes stay
+   until it expires; the members give everything up first, as
+   docs/handover.md requires), in random order. After every
    step: no partition is consumed by two members, every member consumes
    only partitions whose owner znode names it, and no record is delivered
    twice (unless a member was killed before committing). At the end, with
@@ -100,7 +102,6 @@ def test_the_group_answer_is_each_consumers_own_answer_put_together(seed):
 
 # -- 2. a mixed group in motion ------------------------------------------------------------------
 
-DAEMON = "daemon"
 
 
 @dataclass
@@ -140,6 +141,8 @@ class World:
         self.delivered: Counter = Counter()
         self.killed = False
         self.serial = 0
+        self.session = "daemon-1"  # the owner daemon's ZooKeeper session
+        self.dead_sessions: list[str] = []  # of owner daemons gone, until they expire
 
     # -- ZooKeeper
     def ids_changed(self) -> None:
@@ -198,9 +201,9 @@ class World:
     # -- the daemon: plan, then carry the plan out one action at a time
     def view(self) -> View:
         return View({cid: r for cid, (r, _) in self.ids.items()}, self.topics,
-                    {tp: Owner(h, s == DAEMON) for tp, (h, s) in self.owners.items()},
+                    {tp: Owner(h, s == self.session) for tp, (h, s) in self.owners.items()},
                     {cid: m.member for cid, m in self.members.items()},
-                    frozenset(cid for cid, (_, s) in self.ids.items() if s == DAEMON), frozenset(self.quiesced))
+                    frozenset(cid for cid, (_, s) in self.ids.items() if s == self.session), frozenset(self.quiesced))
 
     def daemon_plan(self):
         result = plan(self.view())
@@ -213,30 +216,42 @@ class World:
     def daemon_act(self) -> None:
         action = self.pending.pop(0)
         kind = action[0]
-        if kind == "unregister" and self.ids.get(action[1], (None, None))[1] == DAEMON:
+        if kind == "unregister" and self.ids.get(action[1], (None, None))[1] == self.session:
             del self.ids[action[1]]
             self.ids_changed()
         elif kind == "register" and action[1] in self.members and action[1] not in self.ids:
-            self.ids[action[1]] = (self.members[action[1]].member.registration(), DAEMON)
+            self.ids[action[1]] = (self.members[action[1]].member.registration(), self.session)
             self.ids_changed()
         elif kind == "revoke" and action[1] in self.members:
             self.members[action[1]].revoking |= set(action[2])
         elif kind == "release":
             release = action[1]
-            if self.owners.get(release.partition) == (release.holder, DAEMON):  # only if still ours
+            if self.owners.get(release.partition) == (release.holder, self.session):  # only if still ours
                 del self.owners[release.partition]
                 self.quiesced.discard((release.partition, release.holder.rsplit("-", 1)[0]))
         elif kind == "claim":
-            self.create_owner(action[1].partition, action[1].holder, DAEMON)
+            self.create_owner(action[1].partition, action[1].holder, self.session)
         elif kind == "assign" and action[1] in self.members:
             m = self.members[action[1]]
             threads = m.member.threads()
             for tp in action[2]:  # the runtime's rule: hand out only what the znode says is this member's
-                if tp not in m.consuming and self.owners.get(tp, ("", ""))[1] == DAEMON \
+                if tp not in m.consuming and self.owners.get(tp, ("", ""))[1] == self.session \
                         and self.owners[tp][0] in threads:
                     m.consuming[tp] = self.committed.get(tp, 0)
                     m.revoking.discard(tp)
                     self.quiesced.discard((tp, action[1]))
+
+    def failover(self) -> None:
+        """The owner daemon dies; the next one loads the group. As docs/handover.md
+        requires, the members give everything up (committed) before the old
+        session can expire; they keep their consumer ids (the group record has them)."""
+        for m in self.members.values():
+            m.revoking = set(m.consuming)
+            self.member_acks(m)
+        self.dead_sessions.append(self.session)
+        self.session = f"daemon-{int(self.session.rsplit('-', 1)[1]) + 1}"
+        self.quiesced.clear()
+        self.pending = []
 
     def member_acks(self, m: OurMember) -> None:
         for tp in m.revoking:
@@ -275,7 +290,7 @@ class World:
             for tp in m.consuming:
                 consumers[tp] += 1
                 holder, session = self.owners.get(tp, ("(no owner znode)", ""))
-                assert session == DAEMON and holder.rsplit("-", 1)[0] == m.member.consumer_id, (tp, holder)
+                assert session == self.session and holder.rsplit("-", 1)[0] == m.member.consumer_id, (tp, holder)
         assert all(n == 1 for n in consumers.values()), consumers
         if not self.killed:
             assert all(n == 1 for n in self.delivered.values()), [k for k, n in self.delivered.items() if n > 1]
@@ -283,7 +298,8 @@ class World:
 
 def step(world: World, rng: random.Random, changes: bool) -> None:
     if changes and rng.random() < 0.08:  # a change of membership now and then, so the group gets to settle
-        what = rng.choice(["join", "leave", "legacy_join", "legacy_leave", "kill", "expire", "resubscribe"])
+        what = rng.choice(["join", "leave", "legacy_join", "legacy_leave", "kill", "expire", "resubscribe",
+                           "failover"])
     else:
         what = rng.choice(["daemon", "daemon", "daemon", "consume", "consume", "ack", "legacy", "legacy"])
     live_legacy = [c for c in world.legacy.values() if c.alive]
@@ -318,6 +334,11 @@ def step(world: World, rng: random.Random, changes: bool) -> None:
         for c in [c for c in world.legacy.values() if not c.alive]:
             del world.legacy[c.cid]
             world.expire(f"L:{c.cid}")
+        for session in world.dead_sessions:
+            world.expire(session)
+        world.dead_sessions.clear()
+    elif what == "failover" and rng.random() < 0.5:
+        world.failover()
 
 
 def settle(world: World) -> None:
@@ -325,6 +346,9 @@ def settle(world: World) -> None:
     for c in [c for c in world.legacy.values() if not c.alive]:
         del world.legacy[c.cid]
         world.expire(f"L:{c.cid}")
+    for session in world.dead_sessions:
+        world.expire(session)
+    world.dead_sessions.clear()
     for _ in range(200):
         for c in list(world.legacy.values()):
             while c.needs_rebalance or c.released:
