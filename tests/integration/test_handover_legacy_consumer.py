@@ -4,6 +4,8 @@ member registered and served by :class:`~zkcoord.zk.handover.LegacyRebalanceZk`
 and the core's :func:`~zkcoord.core.handover.decision.plan`, driven here the
 way the daemon will drive them (read, plan, carry out, wait for a watch).
 
+* A legacy consumer's registration is, byte for byte, what zkcoord writes
+  for the same subscription.
 * Mixed: the legacy consumers see the member as one of theirs, and both
   sides hold exactly the range answer: each legacy member's last claim is
   its share of the plan's target, the owner znodes are the target.
@@ -26,6 +28,7 @@ there with a group and a topic of its own, deleted afterwards.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -34,7 +37,7 @@ from test_zk_support import connection, eventually
 
 from tests.support.daemons import process_marker
 from zkcoord.core.handover.decision import Member, Plan, plan
-from zkcoord.core.handover.registration import zkcoord_consumer_id
+from zkcoord.core.handover.registration import encode_registration, zkcoord_consumer_id
 from zkcoord.core.handover.retries import Attempts, RetrySchedule
 from zkcoord.errors import MissingToolError
 from zkcoord.local import jars
@@ -168,6 +171,9 @@ def test_a_member_joins_legacy_consumers_then_takes_over_when_they_leave(service
     legacy.wait_for(lambda ev: sorted(p for ps in last_claims(ev).values() for p in ps) == list(range(PARTITIONS)),
                     90, "the legacy members own every partition")
     zid = zkcoord_consumer_id(group, now_ms(), "0a1b2c3d")
+    # What Kafka 1.1.1 wrote is, byte for byte, what we write for the same subscription.
+    data, _ = zk_root.get(f"/consumers/{group}/ids/{group}_m1")
+    assert encode_registration({topic: 1}, int(json.loads(data)["timestamp"])) == data
 
     async def scenario():
         async with connection(services.zookeeper, session_timeout_ms=SESSION_TIMEOUT_MS) as conn:
