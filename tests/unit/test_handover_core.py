@@ -18,7 +18,7 @@ from zkcoord.core.handover.registration import (
     LegacyRegistration, Pattern, Wildcard, encode_registration, is_zkcoord_consumer_id, parse_registration,
     split_thread_id, thread_id, zkcoord_consumer_id,
 )
-from zkcoord.core.handover.retries import Attempts, RetrySchedule
+from zkcoord.core.handover.retries import Attempts, RetrySchedule, needs_nudge
 from zkcoord.errors import ConfigError, StateError, UsageError
 
 # What Kafka 1.1.1's ZookeeperConsumerConnector wrote in the sandbox (Jackson, ordered map).
@@ -319,6 +319,14 @@ def test_a_released_znode_makes_the_next_attempt_due_at_once():
 def test_bad_legacy_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError, match="rebalance"):
         RetrySchedule(**kwargs)
+
+
+def test_a_legacy_range_left_unowned_for_two_back_offs_needs_a_nudge():
+    v = view(legacy=("g_a",), owners={("t", 2): Owner(f"{Z1}-0", True), ("t", 3): Owner(f"{Z1}-0", True),
+                                      ("t", 0): Owner("g_a-0", False)})
+    assert plan(v).unowned == {("t", 1)}  # g_a's range; nobody holds it (g_a mid-rebalance, or it gave up)
+    schedule = RetrySchedule(backoff_ms=500)
+    assert [needs_nudge(s, 2000, schedule) for s in (None, 1001, 1000)] == [False, False, True]
 
 
 def test_patience_is_what_a_legacy_consumer_waits_at_least():

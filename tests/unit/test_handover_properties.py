@@ -382,7 +382,8 @@ def test_a_mixed_group_never_shares_a_partition_and_settles_on_one_answer(seed, 
         world.check()
     settle(world)
     result = plan(world.view())
-    assert {tp: h for tp, (h, _) in world.owners.items()} == result.target and result.disagreeing == {}
+    assert {tp: h for tp, (h, _) in world.owners.items()} == result.target
+    assert result.disagreeing == {} and result.unowned == frozenset() and result.blocked == ()
     for c in world.legacy.values():
         assert c.target == result.target
         assert set(c.fetching) == {tp for tp, t in result.target.items() if t.rsplit("-", 1)[0] == c.cid}

@@ -157,7 +157,10 @@ class Plan:
     strategy=roundrobin``, which no znode shows) and the handover must stop.
     ``blocked``: members whose consumer id another session has registered
     (a previous owner daemon's): they get nothing until it is gone (or the
-    runtime gives them a new id)."""
+    runtime gives them a new id). ``unowned``: partitions of legacy threads'
+    ranges with no owner znode: normal during their rebalance; for longer
+    than a back-off, they gave up (:func:`~zkcoord.core.handover.retries.
+    needs_nudge`)."""
 
     target: Mapping[TopicPartition, str]
     register: tuple[str, ...] = ()
@@ -169,6 +172,7 @@ class Plan:
     assignment: Mapping[str, frozenset[TopicPartition]] = field(default_factory=dict)
     disagreeing: Mapping[TopicPartition, str] = field(default_factory=dict)
     blocked: tuple[str, ...] = ()
+    unowned: frozenset[TopicPartition] = frozenset()
 
     @property
     def settled(self) -> bool:
@@ -245,6 +249,8 @@ def plan(view: View) -> Plan:
             waiting[tp] = owner.holder
     disagreeing = {tp: o.holder for tp, o in view.owners.items()
                    if not o.ours and tp not in ours_target and target.get(tp) != o.holder}
+    unowned = frozenset(tp for tp in target if tp not in ours_target and tp not in view.owners
+                        and live_threads.get(target[tp]) is None)
     return Plan(target, register, unregister, {cid: frozenset(tps) for cid, tps in revoke.items()},
                 tuple(sorted(release)), tuple(sorted(claim)), waiting,
-                {cid: frozenset(tps) for cid, tps in assignment.items()}, disagreeing, blocked)
+                {cid: frozenset(tps) for cid, tps in assignment.items()}, disagreeing, blocked, unowned)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from zkcoord.errors import ConfigError
 
-__all__ = ["RetrySchedule", "Attempts", "DEFAULT_MAX_RETRIES", "DEFAULT_BACKOFF_MS"]
+__all__ = ["RetrySchedule", "Attempts", "needs_nudge", "DEFAULT_MAX_RETRIES", "DEFAULT_BACKOFF_MS"]
 
 DEFAULT_MAX_RETRIES = 4  # ConsumerConfig.MaxRebalanceRetries
 DEFAULT_BACKOFF_MS = 2000  # rebalance.backoff.ms defaults to zookeeper.sync.time.ms, 2000
@@ -90,3 +90,20 @@ class Attempts:
         if self.gave_up:
             return self
         return replace(self, next_at_ms=now_ms)
+
+
+def needs_nudge(unowned_since_ms: int | None, now_ms: int, schedule: RetrySchedule) -> bool:
+    """Whether the legacy consumers gave up on a partition of their ranges.
+
+    A legacy consumer still trying claims a free partition of its range
+    within one back-off (plus its attempt); one that gave up waits for the
+    next change of ``ids``. ``unowned_since_ms``: since when a partition of
+    a legacy thread's range (``Plan.unowned``) has had no owner znode (None:
+    it has one). After two back-offs the daemon should start a new legacy
+    rebalance, e.g. by registering one of its members again (delete, then
+    create: legacy consumers watch the children of ``ids``).
+
+    >>> needs_nudge(1000, 4999, RetrySchedule(backoff_ms=2000)), needs_nudge(1000, 5000, RetrySchedule(backoff_ms=2000))
+    (False, True)
+    """
+    return unowned_since_ms is not None and now_ms - unowned_since_ms >= 2 * schedule.backoff_ms
