@@ -42,6 +42,10 @@ Rules:
 4. An unreadable registration does not stop the read: it is listed in
    ``Reading.problems`` and :meth:`Reading.view` raises its StateError (no
    consumer of the group, legacy or not, can rebalance while it is there).
+5. A read's watches are ZooKeeper's one-shot watches: ``on_change`` is
+   called at most once per read, and not for a session event (a watch set
+   in a session that expired never fires). The caller reads again after
+   every call and after every RECONNECTED or LOST/CONNECTED.
 """
 
 from __future__ import annotations
