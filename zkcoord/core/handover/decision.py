@@ -13,26 +13,24 @@ as a legacy consumer writes them).
 
 :func:`plan` reads one consistent picture (:class:`View`) and returns a
 :class:`Plan`. The daemon carries it out (registrations first, then
-revocations and releases, then claims), reads again and plans again until the plan is
-settled. Nothing here does I/O.
+revocations and releases, then claims), reads again and plans again until
+the plan is settled. Nothing here does I/O.
 
 The rules, per partition ``p`` whose target thread (the range answer) is
-``T`` and whose owner znode names ``H`` (or is absent):
+``T`` and whose owner znode names ``H`` (or is absent)::
 
-==========================================  ==================================================
-situation                                   decision
-==========================================  ==================================================
-``H`` ours, ``H == T``                      keep; the member consumes ``p``
-``H`` ours, ``H != T``, the member it names  release now (nobody consumes it; offsets are as
-gone                                        the member last committed them)
-``H`` ours, ``H != T``, member live, not    revoke: the member stops consuming ``p`` and
-quiesced                                    commits its offset to ZooKeeper; keep the znode
-``H`` ours, ``H != T``, quiesced            release (then claim in the same plan if ``T`` is
-                                            ours too)
-absent, ``T`` ours                          claim for ``T``
-``H`` not ours, ``T`` ours                  wait: the holder releases it in its own rebalance
-absent or not ours, ``T`` not ours          nothing (a legacy consumer's business)
-==========================================  ==================================================
+    situation                                 decision
+    ----------------------------------------  -------------------------------------------------
+    H ours, H == T                            keep; the member consumes p
+    H ours, H != T, the member H names gone   release now (nobody consumes it; its offset is
+                                              what the member last committed)
+    H ours, H != T, that member live and      revoke: the member stops consuming p and commits
+    not quiesced on p                         its offset to ZooKeeper; keep the znode
+    H ours, H != T, that member quiesced      release (and claim in the same plan if T is ours
+    on p                                      too)
+    absent, T ours                            claim for T
+    H not ours, T ours                        wait: the holder releases it in its own rebalance
+    absent or not ours, T not ours            nothing (a legacy consumer's business)
 
 "Ours" is decided by the znode's session (its ``ephemeralOwner`` is the
 daemon's session id), never by the name it holds: a name can be read back
