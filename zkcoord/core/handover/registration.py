@@ -104,7 +104,7 @@ class LegacyRegistration:
     def static(cls, consumer_id: str, topics: Mapping[str, int], timestamp_ms: int | None = None
                ) -> LegacyRegistration:
         """A static registration (what zkcoord registers; also handy in tests)."""
-        return cls(consumer_id, dict(_checked_streams(topics, consumer_id)), None, Pattern.STATIC.value, 1,
+        return cls(consumer_id, dict(_checked_streams(topics, f"consumer {consumer_id!r}")), None, Pattern.STATIC.value, 1,
                    None if timestamp_ms is None else str(timestamp_ms))
 
     @classmethod
@@ -112,16 +112,15 @@ class LegacyRegistration:
         """A whitelist or blacklist registration."""
         if pattern is Pattern.STATIC:
             raise UsageError("a filtered registration needs Pattern.WHITE_LIST or Pattern.BLACK_LIST")
-        _checked_streams({regex: streams}, consumer_id)
+        _checked_streams({regex: streams}, f"consumer {consumer_id!r}")
         return cls(consumer_id, {}, Wildcard(pattern, regex, streams), pattern.value)
 
 
-def _checked_streams(topics: Mapping[str, int], consumer_id: str) -> Mapping[str, int]:
+def _checked_streams(topics: Mapping[str, int], whose: str) -> Mapping[str, int]:
     for topic, streams in topics.items():
         if not isinstance(topic, str) or isinstance(streams, bool) or not isinstance(streams, int) \
                 or not 1 <= streams <= INT32_MAX:
-            raise UsageError(f"consumer {consumer_id!r}: {topic!r} needs a stream count from 1 to {INT32_MAX}, "
-                             f"got {streams!r}")
+            raise UsageError(f"{whose}: {topic!r} needs a stream count from 1 to {INT32_MAX}, got {streams!r}")
     return topics
 
 
@@ -182,7 +181,7 @@ def _jackson_string(text: str) -> str:
 def encode_registration(topics: Mapping[str, int], timestamp_ms: int) -> bytes:
     """A static registration as a Kafka 1.1.x consumer writes it (topics in
     name order; legacy readers do not care about the order)."""
-    _checked_streams(topics, "(ours)")
+    _checked_streams(topics, "a registration")
     if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
         raise UsageError(f"timestamp_ms must be a whole number >= 0, got {timestamp_ms!r}")
     subscription = ",".join(f"{_jackson_string(t)}:{topics[t]}" for t in sorted(topics))
