@@ -421,3 +421,50 @@ def test_rollback_writes_keep_the_group_znode_open(hosts, anyone):
     written = ["/kafka/consumers/rb/offsets", "/kafka/consumers/rb/offsets/t", "/kafka/consumers/rb/offsets/t/0"]
     assert {p: acls(anyone, p) for p in opened + written} == \
         {**{p: OPEN for p in opened}, **{p: DIGEST_SECURE_SEEN for p in written}}
+
+
+# ------------------------------------------------------------------ the legacy handover (issue 26)
+def test_handover_znodes_with_set_acl_leave_the_legacy_consumers_their_directories(secure_zk, hosts, anyone):
+    """A daemon with zookeeper_set_acl registers a member and claims for it: the
+    directories legacy consumers create in (ids, owners, owners/<topic>) are open,
+    as Kafka keeps them; our ephemeral znodes are the daemon's, readable by all."""
+    from zkcoord.zk.handover import LegacyRebalanceZk
+
+    conn = _connect(hosts, ZkSecurity(str(secure_zk.client_jaas("zkcoord")), set_acl=True))
+    zid = "g_zkcoord-1795315596682-0a1b2c3d"
+
+    async def take_part():
+        handover = LegacyRebalanceZk(conn)
+        await handover.register("g", zid, {"orders": 1}, 1)
+        assert await handover.claim("g", ("orders", 0), f"{zid}-0") is True
+
+    try:
+        asyncio.run(take_part())
+    finally:
+        conn.stop()  # closes the session: our ephemeral znodes go
+    for path in ("/consumers", "/consumers/g", "/consumers/g/ids", "/consumers/g/owners", "/consumers/g/owners/orders"):
+        assert acls(anyone, path) == OPEN, path
+    anyone.create("/consumers/g/ids/g_legacy-1", b"{}", ephemeral=True)  # an unauthenticated legacy consumer
+    anyone.create("/consumers/g/owners/orders/0", b"g_legacy-1-0", ephemeral=True)
+
+
+def test_handover_ephemeral_znodes_get_the_daemons_acl(secure_zk, hosts, anyone):
+    from zkcoord.zk.handover import LegacyRebalanceZk
+
+    conn = _connect(hosts, ZkSecurity(str(secure_zk.client_jaas("zkcoord")), set_acl=True))
+    zid = "g_zkcoord-1795315596682-0a1b2c3d"
+
+    async def take_part():
+        handover = LegacyRebalanceZk(conn)
+        await handover.register("g", zid, {"orders": 1}, 1)
+        await handover.claim("g", ("orders", 0), f"{zid}-0")
+        assert acls(anyone, f"/consumers/g/ids/{zid}") == SASL_SECURE
+        assert acls(anyone, "/consumers/g/owners/orders/0") == SASL_SECURE
+        assert anyone.get("/consumers/g/owners/orders/0")[0] == f"{zid}-0".encode()  # legacy consumers read it
+        with pytest.raises(NoAuthError):
+            anyone.set(f"/consumers/g/ids/{zid}", b"{}")
+
+    try:
+        asyncio.run(take_part())
+    finally:
+        conn.stop()

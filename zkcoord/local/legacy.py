@@ -80,7 +80,9 @@ def _compile(classpath: str, classes: Path, log) -> None:
 @dataclass(frozen=True)
 class LegacySettings:
     """One legacy group process: ``members`` connectors named
-    ``<prefix>1..N`` (each registers as ``<group>_<prefix>i``).
+    ``<prefix>1..N`` (each registers as ``<group>_<prefix>i``), each with
+    ``streams`` streams (a thread each) of ``topic``, or of every topic
+    ``whitelist`` matches (events still name ``topic``'s partitions only).
     ``commit_interval_ms`` -1 never commits; ``properties`` are extra old
     consumer settings (``zookeeper.session.timeout.ms``, ``rebalance.backoff.ms``...)."""
 
@@ -92,10 +94,14 @@ class LegacySettings:
     commit_interval_ms: int = -1
     log_records: bool = False
     properties: tuple[tuple[str, str], ...] = ()
+    streams: int = 1
+    whitelist: str | None = None
 
     def __post_init__(self) -> None:
         if self.members < 1:
             raise ValueError(f"members={self.members} must be at least 1")
+        if self.streams < 1:
+            raise ValueError(f"streams={self.streams} must be at least 1")
 
 
 def command(settings: LegacySettings, classpath: str, jvm_args: tuple[str, ...] = ()) -> list[str]:
@@ -105,7 +111,9 @@ def command(settings: LegacySettings, classpath: str, jvm_args: tuple[str, ...] 
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath, MAIN_CLASS,
             settings.zookeeper, settings.group, settings.topic, str(settings.members), settings.prefix,
             str(settings.commit_interval_ms), "true" if settings.log_records else "false",
-            *(f"{k}={v}" for k, v in settings.properties)]
+            *(f"{k}={v}" for k, v in settings.properties),
+            *([f"zkcoord.streams={settings.streams}"] if settings.streams != 1 else []),
+            *([f"zkcoord.whitelist={settings.whitelist}"] if settings.whitelist is not None else [])]
 
 
 @dataclass(frozen=True)

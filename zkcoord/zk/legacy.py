@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 LegacyVersions = dict[TopicPartition, tuple[str | None, int]]  # (topic, partition) -> (raw text, znode version)
 _MAX_OPS = 900  # deletes per multi
-_IDS = "ids"  # <root>/<group>/ids/<consumer id>: ephemeral registrations of old ZooKeeper consumers
 _GROUPS_AT_ONCE = 32
 
 
@@ -120,7 +119,7 @@ class LegacyOffsets:
         topics, state, ids = await aio.gather(loop, [
             client.get_children_async(self.paths.offsets_dir(group)),
             client.get_async(state_path),
-            client.get_children_async(f"{self.paths.group(group)}/{_IDS}"),
+            client.get_children_async(self.paths.ids_dir(group)),
         ])
         _raise_unexpected(topics, state, ids)
         members = storage = state_error = None

@@ -13,6 +13,9 @@ Layout (all paths relative to the connection string's chroot)::
     <consumers>/<group>/offsets/<topic>/<p>    legacy offset: "42"
     <consumers>/<group>/offsets-metadata/<topic>/<p>
                                                commit metadata {"o":42,"m":"..."}
+    <consumers>/<group>/ids/<consumer id>      ephemeral: a legacy consumer's registration,
+                                               or a zkcoord member's during a handover
+    <consumers>/<group>/owners/<topic>/<p>     ephemeral: the thread id consuming the partition
     /brokers/topics/<topic>                    Kafka's topic registration (JSON)
 
 ``<consumers>`` is ``/consumers`` unless configured (``/kafka/consumers``).
@@ -80,6 +83,8 @@ _CONTENDER_RE = re.compile(re.escape(CONTENDER_MARKER) + r"(-?\d{10})$")
 
 OFFSETS = "offsets"
 OFFSETS_METADATA = "offsets-metadata"
+IDS = "ids"
+OWNERS = "owners"
 
 
 def _forbidden(ch: str) -> bool:
@@ -255,6 +260,23 @@ class OffsetPaths:
 
     def metadata(self, group: str, topic: str, partition: int) -> str:
         return f"{self.metadata_topic_dir(group, topic)}/{partition_name(partition)}"
+
+    # The legacy consumers' rebalance (Kafka's ZKGroupDirs / ZKGroupTopicDirs): registrations and
+    # partition owners, ephemeral, written by legacy consumers and, during a handover, by zkcoord.
+    def ids_dir(self, group: str) -> str:
+        return f"{self.group(group)}/{IDS}"
+
+    def registration(self, group: str, consumer_id: str) -> str:
+        return f"{self.ids_dir(group)}/{component(consumer_id, 'consumer id')}"
+
+    def owners_dir(self, group: str) -> str:
+        return f"{self.group(group)}/{OWNERS}"
+
+    def owners_topic_dir(self, group: str, topic: str) -> str:
+        return f"{self.owners_dir(group)}/{component(topic, 'topic')}"
+
+    def owner(self, group: str, topic: str, partition: int) -> str:
+        return f"{self.owners_topic_dir(group, topic)}/{partition_name(partition)}"
 
 
 # -- the migration toolkit ----------------------------------------------------

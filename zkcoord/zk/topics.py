@@ -34,7 +34,8 @@ from zkcoord.errors import ServiceUnavailableError, StateError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection, wait_znode_gone
 
-__all__ = ["TopicRegistry", "TopicWatch", "parse_partition_count", "parse_topic", "wait_broker_unregistered"]
+__all__ = ["TopicRegistry", "TopicWatch", "parse_partition_count", "parse_partition_ids", "parse_topic",
+           "wait_broker_unregistered"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,14 @@ def parse_partition_count(topic: str, data: bytes) -> int:
     if not isinstance(partitions, dict) or not all(isinstance(k, str) and k.isdigit() for k in partitions):
         raise StateError(f"topic registration {path} has no \"partitions\" object keyed by partition number")
     return len(partitions)
+
+
+def parse_partition_ids(topic: str, data: bytes) -> tuple[int, ...]:
+    """The partition numbers of a registration, sorted (the keys of
+    ``"partitions"``, read as numbers, as legacy consumers read them).
+    StateError as :func:`parse_partition_count`."""
+    parse_partition_count(topic, data)
+    return tuple(sorted({int(k) for k in json.loads(data.decode())["partitions"]}))
 
 
 def parse_topic(topic: str, data: bytes) -> tuple[str, int] | None:

@@ -12,8 +12,12 @@
 //   {"ts":ms,"member":"m1","event":"commit","offsets":{"0":42}}    next offsets, as written to ZooKeeper
 //   {"ts":ms,"member":"m1","event":"error","error":"..."}
 // Arguments: zookeeper group topic members member-prefix commit-interval-ms
-// log-records(true|false) [key=value consumer properties...]. SIGTERM shuts
-// every connector down (their ephemeral znodes go at once).
+// log-records(true|false) [key=value consumer properties...]. Two keys are
+// the driver's, not the consumer's: zkcoord.streams=N (streams per member,
+// default 1; each has a thread of its own) and zkcoord.whitelist=REGEX
+// (subscribe with a Whitelist instead of the topic; events still name the
+// partitions of the topic argument). SIGTERM shuts every connector down
+// (their ephemeral znodes go at once).
 import java.util.*;
 import java.util.concurrent.*;
 import kafka.consumer.*;
@@ -79,14 +83,18 @@ public class LegacyGroup {
                 String[] kv = args[a].split("=", 2);
                 props.put(kv[0], kv[1]);
             }
-            new Thread(() -> runMember(member, group, topic, props, commitIntervalMs, logRecords, connectors),
+            int streams = Integer.parseInt((String) props.getOrDefault("zkcoord.streams", "1"));
+            String whitelist = (String) props.remove("zkcoord.whitelist");
+            props.remove("zkcoord.streams");
+            new Thread(() -> runMember(member, group, topic, props, commitIntervalMs, logRecords, connectors,
+                                       streams, whitelist),
                        "member-" + member).start();
         }
         done.await();
     }
 
     static void runMember(String member, String group, String topic, Properties props, long commitIntervalMs,
-                          boolean logRecords, List<ConsumerConnector> connectors) {
+                          boolean logRecords, List<ConsumerConnector> connectors, int streams, String whitelist) {
         try {
             emit(member, "joining", "");
             ConsumerConnector connector = Consumer.createJavaConsumerConnector(new ConsumerConfig(props));
@@ -106,9 +114,26 @@ public class LegacyGroup {
                     emit(member, "claim", ",\"partitions\":" + list(mine));
                 }
             });
-            KafkaStream<byte[], byte[]> stream = connector.createMessageStreams(Collections.singletonMap(topic, 1))
-                    .get(topic).get(0);
+            List<KafkaStream<byte[], byte[]>> created = whitelist == null
+                    ? connector.createMessageStreams(Collections.singletonMap(topic, streams)).get(topic)
+                    : connector.createMessageStreamsByFilter(new Whitelist(whitelist), streams);
             emit(member, "started", "");
+            for (int s = 1; s < created.size(); s++) {
+                KafkaStream<byte[], byte[]> stream = created.get(s);
+                new Thread(() -> iterate(member, connector, stream, next, commitIntervalMs, logRecords),
+                           "member-" + member + "-stream-" + s).start();
+            }
+            iterate(member, connector, created.get(0), next, commitIntervalMs, logRecords);
+        } catch (Throwable e) {
+            if (stopping) emit(member, "stopped", "");
+            else emit(member, "error", ",\"error\":" + quote(e.toString()));
+        }
+    }
+
+    // One stream's records, logged; commits every commitIntervalMs (what every stream of the member consumed).
+    static void iterate(String member, ConsumerConnector connector, KafkaStream<byte[], byte[]> stream,
+                        Map<Integer, Long> next, long commitIntervalMs, boolean logRecords) {
+        try {
             ConsumerIterator<byte[], byte[]> it = stream.iterator();
             long lastCommit = System.currentTimeMillis();
             boolean dirty = false;
