@@ -12,7 +12,9 @@ group's side of that, pure:
   rejoin (an eager consumer stops consuming everything and, with
   auto-commit, commits first), and the SyncGroup that ends the rebalance
   hands out the shares (:func:`share_assignments`) instead of the leader's
-  assignment. ``None`` ends the handover: the leader assigns again.
+  assignment. ``None`` ends the handover: a Stable group rebalances and its
+  leader assigns every partition again (the shares covered only what the
+  legacy range answer gave zkcoord's members).
 * :func:`consuming` is what a member may still be consuming, as far as the
   group can tell: the daemon releases a partition's owner znode only once
   its member is no longer consuming it (the decision's ``quiesced``).
@@ -123,7 +125,9 @@ def handle_shares(group: Group, shares: Shares | None, now_ms: int, config: Grou
         {mid: frozenset(parts) for mid, parts in shares.items() if mid in group.members})
     w = Draft.of(group, now_ms, config)
     w.handover_shares = frozen
-    if frozen is not None and w.state is S.STABLE and any(
-            _assigned(m, config) != frozen.get(mid, frozenset()) for mid, m in w.members.items()):
+    if w.state is S.STABLE and (
+            (frozen is None and group.handover_shares is not None)  # the leader assigns every partition again
+            or (frozen is not None and any(_assigned(m, config) != frozen.get(mid, frozenset())
+                                           for mid, m in w.members.items()))):
         prepare_rebalance(w)
     return w.outcome()
