@@ -17,8 +17,10 @@ there too (its group and topic are the test's own, deleted afterwards).
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
+import urllib.request
 
 import pytest
 from kafka import KafkaProducer
@@ -107,7 +109,8 @@ def scene(services, zk_root, admin, unique_name, tmp_path):
         started.append(process)
         return process.start()
 
-    with gateway_fleet(services.zookeeper, zk_root, tmp_path / "logs", services.bootstrap_servers, node_id()) as fleet:
+    with gateway_fleet(services.zookeeper, zk_root, tmp_path / "logs", services.bootstrap_servers, node_id(),
+                       metrics_listen="127.0.0.1:0") as fleet:
         yield topic, group, start_legacy, fleet
         for process in started:
             process.stop()
@@ -132,6 +135,7 @@ def test_legacy_members_replaced_one_by_one_by_a_stock_consumer_through_the_gate
         wait_for(lambda: zkcoord_thread() and owners(zk_root, group, topic) == dict(enumerate(
             [f"{group}_a1-0"] * 2 + [f"{group}_b1-0"] * 2 + [zkcoord_thread()] * 2)), WAIT_S,
             "the owner znodes are the range answer of a1, b1 and the zkcoord member")
+        wait_for(lambda: mixed_groups(fleet) == 1, WAIT_S, "the metric counts the mixed group")
         consumed_at_join = len(member.records)
         wait_for(lambda: {p for p, _, _ in member.records[consumed_at_join:]} == {4, 5}, WAIT_S,
                  "the stock consumer consumes partitions 4 and 5")
@@ -142,6 +146,7 @@ def test_legacy_members_replaced_one_by_one_by_a_stock_consumer_through_the_gate
         legacy["b"].stop()
         wait_for(lambda: registered(zk_root, group) == [] and owners(zk_root, group, topic) == {}, WAIT_S,
                  "no legacy registration and no owner znode left once the last legacy member stopped")
+        wait_for(lambda: mixed_groups(fleet) == 0, WAIT_S, "the metric counts no mixed group")
         producer.stop()
         expected = {(i % PARTITIONS, i // PARTITIONS) for i in range(producer.sent)}
 
@@ -168,6 +173,15 @@ def test_legacy_members_replaced_one_by_one_by_a_stock_consumer_through_the_gate
     assert not twice, f"{len(twice)} records went to two members, e.g. {sorted(twice.items())[:10]}"
     assert [e for process in legacy.values() for e in process.events() if e.event == "error"] == []
     assert "handover over" in next(iter(fleet.daemons.values())).log(400)
+
+
+def mixed_groups(fleet) -> float:
+    """The daemon's ``zkcoord_mixed_groups`` gauge (its metrics port is in its log)."""
+    daemon = next(iter(fleet.daemons.values()))
+    port = int(re.search(r"metrics and health on http://[^:]+:(\d+)/metrics", daemon.log(400)).group(1))
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return float(re.search(r"^zkcoord_mixed_groups (\S+)$", text, re.M).group(1))
 
 
 def legacy_records(processes) -> set[tuple[int, int]]:
