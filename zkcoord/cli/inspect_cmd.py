@@ -155,7 +155,8 @@ def _groups_table(report: GroupsReport) -> list[RenderableType]:
     if not report.groups:
         return out + [Text("no consumer groups found")]
     handovers = any(g.handover for g in report.groups)  # the column only when a group is in one
-    table = _table("GROUP", "TYPE", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE", *(["HANDOVER"] if handovers else []))
+    table = _table("GROUP", "TYPE", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE",
+                   *(["HANDOVER"] if handovers else []))
     for g in report.groups:
         owner = "-" if g.owner is None else g.owner.label()
         table.add_row(g.group, _type_name(g.group_type), _state_text(g.state), owner, _cell(g.members),
