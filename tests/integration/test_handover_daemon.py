@@ -24,6 +24,7 @@ import time
 import urllib.request
 
 import pytest
+from click.testing import CliRunner
 from kafka import KafkaProducer
 from kazoo.exceptions import NoNodeError
 from kafka.admin import NewTopic
@@ -31,6 +32,7 @@ from kafka.admin import NewTopic
 from tests.integration.test_gateway_clients import PythonMember
 from tests.support import java_tools as jt
 from tests.support.daemons import gateway_fleet, process_marker, wait_for
+from zkcoord.cli.main import cli
 from zkcoord.core.handover.registration import is_zkcoord_consumer_id
 from zkcoord.errors import MissingToolError
 from zkcoord.local import jars
@@ -358,3 +360,46 @@ def test_an_orphaned_handover_is_adopted_and_ends(services, zk_root, scene2):
     finally:
         java.kill()
     assert [e for e in legacy.events() if e.event == "error"] == []
+
+
+def test_kept_in_handover_a_legacy_consumer_can_come_back(services, zk_root, scene):
+    """The rollback after the last legacy member left: `zkcoord handover keep`
+    registers the stock member as a legacy consumer again (with owner znodes
+    for every partition), so a legacy member started again takes only its
+    range, handed over by the member, and then everything once the member
+    leaves. No record twice."""
+    topic, group, start_legacy, fleet = scene
+    producer = Producer(services.bootstrap_servers, topic).start()
+    member = PythonMember("kafka-python", next(iter(fleet.daemons.values())).gateway_address, group, topic).start()
+    legacy: dict[str, LegacyGroup] = {}
+    try:
+        wait_for(lambda: {p for p, _, _ in member.records} == set(range(PARTITIONS)), WAIT_S,
+                 "the stock member alone consumes every partition")
+        keep = CliRunner().invoke(cli, ["handover", "keep", group, "--zookeeper", services.zookeeper])
+        assert keep.exit_code == 0 and "kept in handover" in keep.output, keep.output
+
+        def zkcoord_thread() -> str | None:
+            ours = [cid for cid in registered(zk_root, group) if is_zkcoord_consumer_id(cid)]
+            return f"{ours[0]}-0" if len(ours) == 1 else None
+
+        wait_for(lambda: zkcoord_thread() and owners(zk_root, group, topic) == {
+            p: zkcoord_thread() for p in range(PARTITIONS)}, WAIT_S, "the member registered, holding every partition")
+        legacy["c"] = start_legacy("c")
+        wait_for(lambda: owners(zk_root, group, topic) == dict(enumerate(
+            [f"{group}_c1-0"] * 3 + [zkcoord_thread()] * 3)), WAIT_S, "the legacy member takes its range, no more")
+    finally:
+        member.close()  # the rest of the rollback: the stock member leaves
+    wait_for(lambda: owners(zk_root, group, topic) == {p: f"{group}_c1-0" for p in range(PARTITIONS)}
+             and registered(zk_root, group) == [f"{group}_c1"], WAIT_S, "the legacy member holds everything")
+    end = CliRunner().invoke(cli, ["handover", "end", group, "--zookeeper", services.zookeeper])
+    assert end.exit_code == 0, end.output
+    producer.stop()
+    expected = {(i % PARTITIONS, i // PARTITIONS) for i in range(producer.sent)}
+    wait_for(lambda: expected <= {(p, o) for p, o, _ in member.records} | legacy_records(legacy.values()),
+             WAIT_S, "every record produced was consumed")
+    seen: dict[tuple[int, int], int] = {}
+    for p, o in [(p, o) for p, o, _ in member.records] + [
+            (e.data["partition"], e.data["offset"]) for e in legacy["c"].events() if e.event == "consumed"]:
+        seen[(p, o)] = seen.get((p, o), 0) + 1
+    twice = sorted(tp for tp, n in seen.items() if n > 1)
+    assert not twice, f"{len(twice)} records consumed twice, e.g. {twice[:10]}"

@@ -44,6 +44,8 @@ def _register() -> None:
     cli.add_command(inspect_cmd.describe)
     cli.add_command(inspect_cmd.groups)
     cli.add_command(local_cmd.local)
+    from zkcoord.cli.handover_cmd import handover
+    cli.add_command(handover)
     cli.add_command(migrate_cmd.migrate)
     cli.add_command(run_cmd.run)
 

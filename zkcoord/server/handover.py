@@ -86,13 +86,14 @@ class HandoverDriver:
 
     def __init__(self, runtime: GroupRuntime, zk: LegacyRebalanceZk, schedule: RetrySchedule,
                  fence_of: Callable[[str], Fence], on_end: Callable[[str], None],
-                 wall_ms: Callable[[], int] = _wall_ms) -> None:
+                 kept: Callable[[], bool] = lambda: False, wall_ms: Callable[[], int] = _wall_ms) -> None:
         self.runtime = runtime
         self.group_id = runtime.group_id
         self._zk = zk
         self._schedule = schedule
         self._fence_of = fence_of
         self._on_end = on_end
+        self._kept = kept
         self._wall_ms = wall_ms
         self._wake = asyncio.Event()
         self._attempts: Attempts | None = None
@@ -163,7 +164,7 @@ class HandoverDriver:
         ids = dict(self.runtime.group.handover_ids or {})
         reading = await self._zk.read(self.group_id, on_change=self.poke, recorded=set(ids.values()))
         group = self.runtime.group
-        if not legacy_ids(reading.registrations) and not reading.problems:
+        if not legacy_ids(reading.registrations) and not reading.problems and not self._kept():
             await self._end(reading)
             return None
         members = self._members(group, ids)
@@ -287,6 +288,7 @@ class Handovers:
         self._schedule = schedule or RetrySchedule()
         self.drivers: dict[str, HandoverDriver] = {}
         self._runtimes: dict[str, GroupRuntime] = {}
+        self._kept: dict[str, bool] = {}  # group -> an operator keeps it in handover (zkcoord handover keep)
         self._background = Background(log, "handovers")
 
     def __len__(self) -> int:
@@ -307,15 +309,20 @@ class Handovers:
         if runtime is None or not runtime.active:
             return
         ids = await self._zk.consumer_ids(group_id, on_change=lambda: self._changed(group_id))
+        self._kept[group_id] = await self._zk.kept(group_id, on_change=lambda: self._changed(group_id))
         recorded = isinstance(runtime.group, Group) and runtime.group.handover_ids is not None
-        if group_id in self.drivers or not (legacy_ids(ids) or recorded):
+        if group_id in self.drivers:
+            self.drivers[group_id].poke()  # what it knows changed (kept or not)
+            return
+        if not (legacy_ids(ids) or recorded or self._kept[group_id]):
             return
         if not isinstance(runtime.group, Group):
             log.warning("group %s: legacy ZooKeeper consumers are registered in it, but it uses the consumer "
                         "protocol: no handover (classic groups only); both may consume the same partitions",
                         group_id)
             return
-        driver = HandoverDriver(runtime, self._zk, self._schedule, self._fence_of, self._ended)
+        driver = HandoverDriver(runtime, self._zk, self._schedule, self._fence_of, self._ended,
+                                kept=lambda: self._kept.get(group_id, False))
         self.drivers[group_id] = driver
         driver.start()
 
@@ -337,6 +344,7 @@ class Handovers:
 
     async def unloaded(self, group_id: str) -> None:
         self._runtimes.pop(group_id, None)
+        self._kept.pop(group_id, None)
         driver = self.drivers.pop(group_id, None)
         if driver is not None:
             await driver.stop()

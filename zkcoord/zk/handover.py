@@ -76,6 +76,7 @@ from zkcoord.zk.topics import parse_partition_ids
 __all__ = ["Reading", "Outcome", "LegacyRebalanceZk"]
 
 log = logging.getLogger(__name__)
+KEPT = b'{"keep":true}'  # a handover marker's data when an operator keeps the group in handover
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,40 @@ class LegacyRebalanceZk:
             await aio.call(self._conn.client.delete_async, path)
         except NoNodeError:
             pass
+
+    async def set_kept(self, group: str, kept: bool) -> None:
+        """An operator's switch: a kept group stays in handover (its members
+        registered as legacy consumers) even with no legacy consumer left, so
+        that one can be started again at any time (a rollback)."""
+        path = paths.handover_marker(group)
+        data = KEPT if kept else b""
+        await self._conn.retry(f"{'keep' if kept else 'stop keeping'} group {group!r} in handover",
+                               self._inner_set_marker, path, data)
+
+    async def _inner_set_marker(self, path: str, data: bytes) -> None:
+        client = self._conn.client
+        try:
+            await aio.call(client.set_async, path, data)
+        except NoNodeError:
+            if data:
+                try:
+                    await aio.call(client.create_async, path, data, makepath=True)
+                except NodeExistsError:
+                    raise ForceRetryError() from None
+
+    async def kept(self, group: str, on_change: Callable[[], None] | None = None) -> bool:
+        """Whether an operator keeps the group in handover (a watch on its marker)."""
+        return await self._conn.retry(f"read the handover marker of {group!r}", self._inner_kept,
+                                      paths.handover_marker(group), on_change)
+
+    async def _inner_kept(self, path: str, on_change) -> bool:
+        watch = self._watch(on_change)
+        try:
+            data, _ = await aio.call(self._conn.client.get_async, path, watch)
+        except NoNodeError:
+            await aio.call(self._conn.client.exists_async, path, watch)
+            return False
+        return data == KEPT
 
     async def marked(self, on_change: Callable[[], None] | None = None) -> list[str]:
         """The groups marked as in handover (with a watch on the list)."""
