@@ -105,6 +105,19 @@ def zk_write_counters(port: int, namespaces: tuple[str, ...]) -> ZkWrites:
                     int(fsync_ms.group(1)) if fsync_ms else 0)
 
 
+def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    """Create ``names`` on the brokers, ``partitions`` each, replication 1, and
+    wait until the metadata has them."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="zkcoord-bench")
+    try:
+        admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names],
+                            wait_for_metadata=True)
+    finally:
+        admin.close()
+
+
 def zkcoord_cli(*args: str, check: bool = True) -> str:
     """Run ``zkcoord ARGS`` and return its output. Interrupted, we pass SIGINT
     on and let it finish: ``local up`` then stops what it started (a SIGKILL
@@ -213,14 +226,7 @@ class Environment:
 
     def _create_topics(self, bootstrap: str) -> None:
         """Kafka refuses commits to unknown topics (zkcoord does not check)."""
-        from kafka.admin import KafkaAdminClient, NewTopic
-
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="zkcoord-bench")
-        try:
-            admin.create_topics([NewTopic(self.topic, num_partitions=self.topic_partitions, replication_factor=1)],
-                                wait_for_metadata=True)
-        finally:
-            admin.close()
+        create_topics(bootstrap, [self.topic], self.topic_partitions)
 
     def _start_daemon(self, zookeeper: str, bootstrap: str) -> None:
         port = free_port()

@@ -34,7 +34,7 @@
 // Standard input, one command a line: "stop NAME" shuts member NAME down as
 // SIGTERM does every member (with auto.commit.enable its consumed offsets are
 // committed; its ephemeral znodes go at once). End of input changes nothing.
-// SIGTERM shuts every connector down.
+// SIGTERM shuts every connector down, all at once.
 import java.io.*;
 import java.nio.charset.StandardCharsets;
 import java.util.*;
@@ -195,8 +195,17 @@ public class LegacyGroup {
             flusher.start();
         }
         CountDownLatch done = new CountDownLatch(1);
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            for (Member m : MEMBERS.values()) m.stop();
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {  // every member at once, as separate processes would
+            List<Thread> stops = new ArrayList<>();
+            for (Member m : MEMBERS.values()) stops.add(new Thread(m::stop, "stop-" + m.name));
+            for (Thread t : stops) t.start();
+            for (Thread t : stops) {
+                try {
+                    t.join();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
             flushRecords();
             done.countDown();
         }));
