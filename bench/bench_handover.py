@@ -25,7 +25,8 @@ each on topics and a group of its own:
   partition beside the legacy ones, as in (b).
 
 Before them, the ``yardstick``: one legacy rebalance of the same group, a
-member of ``--members`` + 1 leaving cleanly (``--yardstick-rounds`` times).
+member leaving cleanly (``--yardstick-rounds`` times, from a group of
+``--members`` + rounds down to ``--members``).
 
 Per step, from the members' own callbacks and events (a legacy member's
 claim after its owner znodes were written, its release before they go; a
@@ -398,7 +399,7 @@ def per_member(scene: Scene) -> dict[str, float]:
 
 
 def print_scene(scene: Scene) -> None:
-    print(f"\n== {scene.name}: {SCENARIOS.get(scene.name, 'one legacy rebalance: a member of N + 1 leaves')} ==")
+    print(f"\n== {scene.name}: {SCENARIOS.get(scene.name, 'one legacy rebalance per step: a legacy member leaves cleanly')} ==")
     print(f"{'step':24} {'replaced':>8} {'settle s':>8} {'window s':>8} {'unowned p-s':>11} {'longest gap s':>13} "
           f"{'two owners p-s':>14} {'extra deliveries':>16} {'to two members':>14}")
     for s in scene.steps:
@@ -445,8 +446,10 @@ def report(scenes: dict[str, Scene], args) -> dict:
         print(line)
     if "yardstick" in figures:
         yard = figures["yardstick"]
-        print(f"\nyardstick: one legacy rebalance (a member of {args.members} + 1 leaves cleanly, mean of "
-              f"{len(scenes['yardstick'].steps)}): {yard['settle_s']:.2f} s, {yard['unowned_ps']:.2f} unowned "
+        rounds = len(scenes["yardstick"].steps)
+        print(f"\nyardstick: one legacy rebalance (a member leaves a group of {args.members + 1}"
+              f"{'' if rounds == 1 else f' to {args.members + rounds}'} cleanly; mean of {rounds}): "
+              f"{yard['settle_s']:.2f} s, {yard['unowned_ps']:.2f} unowned "
               f"partition-s, longest gap {yard['longest_gap_s']:.2f} s")
     goals = {}
     if "managed" in figures:

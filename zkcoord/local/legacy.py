@@ -1,13 +1,16 @@
 """Real legacy consumers: a group of Kafka 1.1.1's old ZooKeeper-based
-high-level consumers (``ZookeeperConsumerConnector``), for the legacy test
-and ``bench/bench_legacy.py``.
+high-level consumers (``ZookeeperConsumerConnector``), for the legacy and
+handover tests, ``bench/bench_legacy.py`` and ``bench/bench_handover.py``.
 
 Owns compiling the small Java driver (``legacy_consumer/LegacyGroup.java``)
 against the legacy jars (:func:`zkcoord.local.jars.legacy_distribution`) into
 the cache, once per source version; the driver's command line; and
 :class:`LegacyGroup`, one JVM running N members of one group whose JSON-line
-log (claims, releases, records, commits, errors; see the Java file) is
-collected as :class:`LegacyEvent` s while it runs.
+log (claims, releases, records, commits, errors, of every topic they
+consume; see the Java file) is collected as :class:`LegacyEvent` s while it
+runs, and whose members can be stopped one by one. With
+``LegacySettings.record_log`` the driver also writes every record it hands
+over to a record log (:mod:`zkcoord.local.record_log`).
 
 The members rebalance, claim partitions and commit offsets exactly as old
 consumers do: the Kafka code does it, we only log what its rebalance listener
