@@ -189,15 +189,17 @@ def test_groups_lists_every_source(scene):
         "group": scene.live, "state": "Stable", "generation": scene.consumers[scene.live][0].membership().generation_id,
         "owner": {"node_id": node, "host": host, "port": int(port), "live": True}, "members": 2,
         "storage": "zookeeper", "sources": ["zkcoord"], "error": None,  # its offsets under /consumers are its own
-        "type": "classic", "group_epoch": None, "assignment_epoch": None}
+        "type": "classic", "group_epoch": None, "assignment_epoch": None, "legacy_consumers": 0, "handover": None}
     # its Kafka offsets are zkcoord's too, and Kafka's own coordinator has no members in it
     assert (by_name[scene.dual]["storage"], by_name[scene.dual]["sources"]) == ("dual", ["zkcoord"])
     assert by_name[scene.legacy] == {"group": scene.legacy, "state": "Stable", "generation": None, "owner": None,
                                      "members": 1, "storage": "zookeeper", "sources": ["legacy"], "error": None,
-                                     "type": None, "group_epoch": None, "assignment_epoch": None}
+                                     "type": None, "group_epoch": None, "assignment_epoch": None,
+                                     "legacy_consumers": 1, "handover": None}
     assert by_name[scene.kafka_only] == {"group": scene.kafka_only, "state": "Empty", "generation": None,
                                          "owner": None, "members": 0, "storage": "kafka", "sources": ["kafka"],
-                                         "error": None, "type": None, "group_epoch": None, "assignment_epoch": None}
+                                         "error": None, "type": None, "group_epoch": None, "assignment_epoch": None,
+                                         "legacy_consumers": 0, "handover": None}
     assert doc["notes"] == []
 
 

@@ -64,7 +64,7 @@ def test_describe_document():
                 {"topic": "orders", "partition": 1, "current_offset": None, "zookeeper_offset": None,
                  "kafka_offset": None, "log_end_offset": 50, "lag": None, "member_id": None, "host": None,
                  "client_id": None}],
-            "notes": ["a note"]}],
+            "legacy_rebalance": None, "notes": ["a note"]}],
         "errors": [{"group": "nope", "error": "not-found", "message": "consumer group 'nope' does not exist"}]}
     assert report.exit_code == 1
     assert DescribeReport("z", "/consumers", None, (), (VIEW,)).exit_code == 0
@@ -88,7 +88,7 @@ def test_consumer_group_in_the_describe_document():
              "partitions": 0, "assignment": {}, "member_type": "classic", "member_epoch": 5,
              "target_assignment": {"orders": [1]}, "rack_id": "r1", "subscribed_topic_names": ["orders"],
              "subscribed_topic_regex": "ord.*"}],
-        "offsets": [], "notes": []}
+        "offsets": [], "legacy_rebalance": None, "notes": []}
     assert CONSUMER_VIEW.mixed and not VIEW.mixed
     classic_only = GroupView("g", ("zkcoord",), "Stable", "daemon", "zookeeper", group_type="consumer",
                              members=(CONSUMER_VIEW.members[1],))
@@ -109,13 +109,13 @@ def test_groups_document():
             {"group": "a", "state": "Stable", "generation": 3,
              "owner": {"node_id": 4, "host": None, "port": None, "live": False}, "members": 2,
              "storage": "zookeeper", "sources": ["zkcoord"], "error": None, "type": "classic", "group_epoch": None,
-             "assignment_epoch": None},
+             "assignment_epoch": None, "legacy_consumers": 0, "handover": None},
             {"group": "b", "state": "Empty", "generation": None, "owner": None, "members": 0,
              "storage": "zookeeper", "sources": ["legacy"], "error": None, "type": None, "group_epoch": None,
-             "assignment_epoch": None},
+             "assignment_epoch": None, "legacy_consumers": 0, "handover": None},
             {"group": "c", "state": "Assigning", "generation": None, "owner": None, "members": 3,
              "storage": "dual", "sources": ["zkcoord"], "error": None, "type": "consumer", "group_epoch": 9,
-             "assignment_epoch": 8}]}
+             "assignment_epoch": 8, "legacy_consumers": 0, "handover": None}]}
 
 
 def test_schema_versions():

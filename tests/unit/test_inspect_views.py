@@ -247,7 +247,7 @@ def test_summaries_and_selection():
     assert zkcoord == GroupSummary("a", "Stable", ("zkcoord",), "dual", 2, 7,
                                    Coordinator(2, "coord-2", 9302, live=True), group_type="classic")
     legacy = summarize(ZkFacts("b", legacy=True, legacy_ids=("b_h-1-x",)), None, False, DAEMONS)
-    assert legacy == GroupSummary("b", "Stable", ("legacy",), "zookeeper", 1)
+    assert legacy == GroupSummary("b", "Stable", ("legacy",), "zookeeper", 1, legacy_consumers=1)
     kafka = summarize(ZkFacts("c"), KafkaGroupInfo("PreparingRebalance", 3), True, DAEMONS)
     assert kafka == GroupSummary("c", "PreparingRebalance", ("kafka",), "kafka", 3)
     everything = (zkcoord, legacy, kafka)

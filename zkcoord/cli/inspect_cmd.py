@@ -123,7 +123,9 @@ def groups(states: tuple[str, ...], modes: tuple[str, ...], types: tuple[str, ..
     legacy, old ZooKeeper consumers registered under --zk-root, or offsets
     there and no zkcoord state; kafka, members in Kafka's own coordinator,
     or offsets in Kafka zkcoord did not write). States of zkcoord groups are
-    as last stored in ZooKeeper.
+    as last stored in ZooKeeper. HANDOVER is added when a listed group is
+    "mixed": legacy consumers registered under --zk-root beside zkcoord's
+    members (a live handover, docs/handover.md).
     """
     wanted = _parse_states(states)
     kinds = tuple(dict.fromkeys(t.lower() for t in types))
@@ -152,11 +154,13 @@ def _groups_table(report: GroupsReport) -> list[RenderableType]:
     out: list[RenderableType] = [_note(n) for n in report.notes]
     if not report.groups:
         return out + [Text("no consumer groups found")]
-    table = _table("GROUP", "TYPE", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE")
+    handovers = any(g.handover for g in report.groups)  # the column only when a group is in one
+    table = _table("GROUP", "TYPE", "STATE", "OWNER", "MEMBERS", "STORAGE", "SOURCE",
+                   *(["HANDOVER"] if handovers else []))
     for g in report.groups:
         owner = "-" if g.owner is None else g.owner.label()
         table.add_row(g.group, _type_name(g.group_type), _state_text(g.state), owner, _cell(g.members),
-                      _cell(g.storage), "+".join(g.sources))
+                      _cell(g.storage), "+".join(g.sources), *([_cell(g.handover)] if handovers else []))
     return out + [table] + [_error(f"group {g.group}: {g.error}") for g in report.groups if g.error]
 
 
@@ -184,7 +188,11 @@ def describe(group_ids: tuple[str, ...], all_groups: bool, offsets_view: bool, m
     assignment, as Kafka 4.x's kafka-consumer-groups does.
 
     Reads ZooKeeper directly (and the owner daemon when it answers), so it
-    works with every daemon down. LOG-END-OFFSET and LAG need
+    works with every daemon down. A group with registrations under
+    <zk-root>/<group>/ids gets a section of its legacy rebalance: each
+    registered consumer id, legacy or zkcoord member, its subscription
+    (topic or regex:streams) and the partitions its owner znodes hold, then
+    those of the subscribed topics nobody holds. LOG-END-OFFSET and LAG need
     --bootstrap-servers. A partition with a committed offset and no owner
     shows "-" as its consumer. A named group that exists nowhere is an
     error line on stderr ("Consumer group 'x' does not exist (...)", as
@@ -218,6 +226,7 @@ def _describe_tables(report: DescribeReport, view: str, verbose: bool) -> list[R
         out.append(_heading(g))
         out += [_note(n, indent=True) for n in g.notes]
         out.append(_members_table(g, verbose) if view == "members" else _offsets_table(g, verbose))
+        out += _legacy_rebalance(g)
     return out
 
 
@@ -284,6 +293,24 @@ def _consumer_members_table(g: GroupView, verbose: bool) -> Table:
     return table
 
 
+def _legacy_rebalance(g: GroupView) -> list[RenderableType]:
+    """The registrations under ``<root>/<group>/ids``: each one's kind, subscription and owner znodes,
+    then the partitions nobody owns and why a registration cannot be read."""
+    section = g.legacy_rebalance
+    if section is None:
+        return []
+    table = _table("GROUP", "CONSUMER-ID", "KIND", "PATTERN", "SUBSCRIPTION", "OWNED")
+    for c in section.consumers:
+        table.add_row(g.group, c.consumer_id, c.kind, _cell(c.pattern), c.subscription_label(), _assignment(c.owned))
+    notes = [f"partitions of subscribed topics no owner znode holds: {_assignment(section.unowned)}"] \
+        if section.unowned else []
+    notes += [f"{_assignment(owned)} held by thread {thread}, of no registered consumer"
+              for thread, owned in section.other_owners]
+    notes += [f"consumer {c.consumer_id}: {c.problem}" for c in section.consumers if c.problem]
+    heading = Text.assemble(("Legacy rebalance", "bold"), f" under {section.ids_dir}: {section.summary()}")
+    return [heading, table, *(_note(n, indent=True) for n in notes)]
+
+
 def _assignment(assignment) -> str:
     """kafka-consumer-groups' form: ``a(0,1),b(2)``; ``-`` for none or unknown."""
     if not assignment:
@@ -318,6 +345,9 @@ def _state_view(views: tuple[GroupView, ...], verbose: bool) -> list[RenderableT
                  "-" if g.migration is None else g.migration.phase]
         table.add_row(*cells, *([_cell(g.protocol_type), g.read_from] if verbose else []))
         notes += [_note(f"{g.group}: {n}") for n in g.notes]
+        if g.legacy_rebalance is not None:
+            notes.append(_note(f"{g.group}: legacy rebalance: {g.legacy_rebalance.summary()}; "
+                               "--offsets or --members shows it"))
     return ([table] if views else []) + notes
 
 

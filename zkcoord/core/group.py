@@ -46,6 +46,7 @@ from zkcoord.core.errors import ErrorCode
 from zkcoord.core.group_record import from_record, load_group, to_record
 from zkcoord.core.group_timers import expire_member_by, handle_timer
 from zkcoord.core.group_states import BEHAVIOUR, GroupState, VALID_PREVIOUS
+from zkcoord.core.handover.classic_group import share_assignments
 from zkcoord.core.phases import GroupPhase
 from zkcoord.core.membership import (
     Group,
@@ -358,7 +359,10 @@ def handle_sync(group: Group, req: SyncRequest, now_ms: int, config: GroupConfig
         w.awaiting_sync[mid] = req.token
         remove_pending_sync_member(w, mid)
         if w.is_leader(mid):
-            assignment = {m: req.assignments.get(m, b"") for m in w.members}
+            if w.handover_shares is not None:  # shared with legacy consumers: the daemon's shares
+                assignment = share_assignments(w, config)
+            else:
+                assignment = {m: req.assignments.get(m, b"") for m in w.members}
             set_and_propagate_assignment(w, assignment)
             w.transition(S.STABLE)
             w.persist = True

@@ -197,6 +197,10 @@ class Group:
     * ``generation_floor``: set when a group is taken over, to the loaded
       ``generation_reserved``: generations up to it may have been handed out
       by the previous owner, so the next one is above it.
+    * ``handover_shares``: None, or, while the group shares its partitions
+      with legacy ZooKeeper consumers (issue 26, :mod:`zkcoord.core.handover`),
+      member id -> the partitions the owner daemon holds for it: the
+      assignment every SyncGroup hands out instead of the leader's.
     """
 
     group_id: str
@@ -221,6 +225,7 @@ class Group:
     sync_deadline_ms: int | None = None
     sync_generation: int | None = None
     generation_floor: int = 0
+    handover_shares: FrozenMap[str, frozenset[tuple[str, int]]] | None = None
 
     def __post_init__(self) -> None:
         for name in ("members", "static_members", "awaiting_join", "awaiting_sync",

@@ -29,6 +29,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from zkcoord.core.errors import ErrorCode
+from zkcoord.core.frozenmap import FrozenMap
 from zkcoord.core.group_states import GroupState, can_rebalance, check_transition
 from zkcoord.core.membership import (
     NEW_MEMBER_JOIN_TIMEOUT_MS,
@@ -98,6 +99,7 @@ class Draft:
     sync_generation: int | None
     generation_reserved: int
     generation_floor: int
+    handover_shares: FrozenMap[str, frozenset[tuple[str, int]]] | None
     replies: list[Reply] = field(default_factory=list)
     timers: dict[str, TimerOp] = field(default_factory=dict)
     persist: bool = False
@@ -117,7 +119,7 @@ class Draft:
             new_member_added=group.new_member_added, join_deadline_ms=group.join_deadline_ms,
             initial_delay=group.initial_delay, sync_deadline_ms=group.sync_deadline_ms,
             sync_generation=group.sync_generation, generation_reserved=group.generation_reserved,
-            generation_floor=group.generation_floor,
+            generation_floor=group.generation_floor, handover_shares=group.handover_shares,
         )
 
     def freeze(self) -> Group:
@@ -132,6 +134,7 @@ class Draft:
             join_deadline_ms=self.join_deadline_ms, initial_delay=self.initial_delay,
             sync_deadline_ms=self.sync_deadline_ms, sync_generation=self.sync_generation,
             generation_reserved=self.generation_reserved, generation_floor=self.generation_floor,
+            handover_shares=self.handover_shares,
         )
 
     def outcome(self) -> Outcome:
@@ -160,6 +163,7 @@ class Draft:
             and b.static_members == self.static_members and b.awaiting_join == self.awaiting_join
             and b.awaiting_sync == self.awaiting_sync and b.pending_members == self.pending_members
             and self.pending_sync == b.pending_sync and self.new_members == b.new_members
+            and self.handover_shares == b.handover_shares
         )
 
     # -- effects -----------------------------------------------------------

@@ -11,6 +11,8 @@ Modules, from pure to I/O:
 * :mod:`~zkcoord.inspect.model`: the report values and their JSON schema
   (a documented, versioned contract).
 * :mod:`~zkcoord.inspect.views`: pure rules from gathered facts to views.
+* :mod:`~zkcoord.inspect.legacy_rebalance`: pure rules of a group's legacy
+  rebalance (legacy consumers and zkcoord's members in a handover).
 * :mod:`~zkcoord.zk.group_reads`: the ZooKeeper reads.
 * :mod:`~zkcoord.inspect.live`: DescribeGroups to a group's owner daemon.
 * :mod:`~zkcoord.inspect.gather`: :class:`Inspector`, which asks ZooKeeper,

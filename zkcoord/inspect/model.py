@@ -41,6 +41,17 @@ line and refresh)::
                      "current_offset": 42 | null, "zookeeper_offset": 42 | null,
                      "kafka_offset": 40 | null, "log_end_offset": 50 | null, "lag": 8 | null,
                      "member_id": "..." | null, "host": "..." | null, "client_id": "..." | null}],
+        "legacy_rebalance": null | {     # registrations under <zk_root>/<group>/ids (issue 26's handover)
+            "ids_dir": "/consumers/billing/ids",
+            "handover": "mixed" | null,  # mixed: legacy consumers beside zkcoord's members (as in ``groups``)
+            "consumers": [{"consumer_id": "billing_web-1-1700000000000-abcd1234",
+                           "kind": "legacy" | "zkcoord",   # zkcoord: the form zkcoord gives its members' ids
+                           "pattern": "static" | "white_list" | "black_list" | null,   # null: unreadable
+                           "subscription": {"orders": 2} | null,   # topic (or regex) -> streams, as registered
+                           "owned": {"orders": [0, 1]},            # owner znodes naming its threads
+                           "problem": null | "... cannot be read as a legacy consumer registration ..."}],
+            "unowned": {"orders": [3]},  # partitions of subscribed topics no owner znode holds
+            "other_owners": [{"thread_id": "x-0", "owned": {"orders": [4]}}]},  # threads of no registration
         "notes": ["..."]}],
      "errors": [{"group": "nope", "error": "not-found" | "corrupt", "message": "..."}]}
 
@@ -56,7 +67,9 @@ a refresh that failed is ``{"error": "...", "at": "..."}``.
                  "members": 2 | null, "storage": "dual" | null, "sources": ["zkcoord", "legacy"],
                  "error": null | "state znode /coordinators/g/state of group 'g' is ...",
                  "type": "classic" | "consumer" | null, "group_epoch": 7 | null,
-                 "assignment_epoch": 7 | null}]}
+                 "assignment_epoch": 7 | null,
+                 "legacy_consumers": 1,   # registrations under <zk_root>/<group>/ids not in zkcoord's form
+                 "handover": "mixed" | null}]}   # mixed: legacy consumers and zkcoord's members in one group
 
 A group whose state znode is not a valid record is listed with state
 ``"Corrupt"`` and ``error`` saying what is wrong (``describe`` reports it
@@ -86,7 +99,7 @@ from typing import Any
 
 __all__ = [
     "DESCRIBE_SCHEMA", "GROUPS_SCHEMA", "SOURCES", "Daemon", "Coordinator", "Migration", "KafkaGroupInfo",
-    "MemberView", "OffsetRow", "GroupView", "GroupError", "DescribeReport", "GroupSummary", "GroupsReport",
+    "MemberView", "OffsetRow", "LegacyConsumer", "LegacyRebalance", "GroupView", "GroupError", "DescribeReport", "GroupSummary", "GroupsReport",
 ]
 
 DESCRIBE_SCHEMA = "zkcoord/describe/v1"
@@ -219,6 +232,52 @@ class OffsetRow:
 
 
 @dataclass(frozen=True)
+class LegacyConsumer:
+    """One registration under ``<root>/<group>/ids``: a legacy consumer or a zkcoord member
+    (``kind``); ``pattern`` and ``subscription`` None when it cannot be read (``problem`` says why)."""
+
+    consumer_id: str
+    kind: str  # "legacy" or "zkcoord"
+    pattern: str | None
+    subscription: tuple[tuple[str, int], ...] | None  # (topic or regex, streams), as registered
+    owned: Assignment = ()
+    problem: str | None = None
+
+    def subscription_label(self) -> str:
+        """``orders:2,payments:1`` (topic or regex : streams); ``-`` when unreadable."""
+        if self.subscription is None:
+            return "-"
+        return ",".join(f"{name}:{streams}" for name, streams in self.subscription) or "(none)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"consumer_id": self.consumer_id, "kind": self.kind, "pattern": self.pattern,
+                "subscription": None if self.subscription is None else dict(self.subscription),
+                "owned": _assignment_dict(self.owned), "problem": self.problem}
+
+
+@dataclass(frozen=True)
+class LegacyRebalance:
+    """The legacy rebalance of a group with registrations (``describe``'s section)."""
+
+    ids_dir: str
+    consumers: tuple[LegacyConsumer, ...]
+    handover: str | None = None  # "mixed": legacy consumers beside zkcoord's members
+    unowned: Assignment = ()
+    other_owners: tuple[tuple[str, Assignment], ...] = ()  # (thread id, what it owns): no registration's thread
+
+    def summary(self) -> str:
+        """``2 legacy consumer(s) and 1 zkcoord member(s) registered (mixed)``."""
+        kinds = [c.kind for c in self.consumers]
+        return (f"{kinds.count('legacy')} legacy consumer(s) and {kinds.count('zkcoord')} zkcoord member(s) "
+                f"registered" + (f" ({self.handover})" if self.handover else ""))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ids_dir": self.ids_dir, "handover": self.handover, "consumers": [c.as_dict() for c in self.consumers],
+                "unowned": _assignment_dict(self.unowned),
+                "other_owners": [{"thread_id": t, "owned": _assignment_dict(a)} for t, a in self.other_owners]}
+
+
+@dataclass(frozen=True)
 class GroupView:
     """Everything ``describe`` shows of one group (all three views)."""
 
@@ -239,6 +298,7 @@ class GroupView:
     group_type: str | None = None  # "classic", "consumer"; None: legacy or Kafka-only
     group_epoch: int | None = None  # consumer groups
     assignment_epoch: int | None = None  # consumer groups: the target assignment's epoch
+    legacy_rebalance: LegacyRebalance | None = None  # registrations under <root>/<group>/ids
 
     @property
     def mixed(self) -> bool:
@@ -256,7 +316,8 @@ class GroupView:
                 "assignment_strategy": self.assignment_strategy, "storage": self.storage,
                 "coordinator": opt(self.coordinator), "migration": opt(self.migration),
                 "kafka_group": opt(self.kafka_group), "members": [m.as_dict() for m in self.members],
-                "offsets": [o.as_dict() for o in self.offsets], "notes": list(self.notes)}
+                "offsets": [o.as_dict() for o in self.offsets], "legacy_rebalance": opt(self.legacy_rebalance),
+                "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)
@@ -317,12 +378,15 @@ class GroupSummary:
     group_type: str | None = None  # "classic", "consumer"; None: legacy or Kafka-only (or corrupt)
     group_epoch: int | None = None  # consumer groups
     assignment_epoch: int | None = None
+    legacy_consumers: int = 0  # registrations under <root>/<group>/ids that are not zkcoord members'
+    handover: str | None = None  # "mixed": legacy consumers beside zkcoord's members (inspect.legacy_rebalance)
 
     def as_dict(self) -> dict[str, Any]:
         return {"group": self.group, "state": self.state, "generation": self.generation,
                 "owner": None if self.owner is None else self.owner.as_dict(), "members": self.members,
                 "storage": self.storage, "sources": list(self.sources), "error": self.error,
-                "type": self.group_type, "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch}
+                "type": self.group_type, "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
+                "legacy_consumers": self.legacy_consumers, "handover": self.handover}
 
 
 @dataclass(frozen=True)

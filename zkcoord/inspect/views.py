@@ -39,6 +39,12 @@ and everything below is a pure function of them (unit-tested exactly):
   does not write (it writes them in ``dual`` and ``kafka`` storage).
 * **Kafka's view** of a group Kafka's coordinator does not have (it answers
   DescribeGroups with state Dead and no members) is absent (``None``).
+* **The legacy rebalance** of a group with registrations under
+  ``<root>/<group>/ids`` (legacy consumers, zkcoord's members during a
+  handover) is a section of its view (:mod:`zkcoord.inspect.legacy_rebalance`
+  owns its rules, "mixed" included); the owner znodes read for it also name
+  the consumer of partitions no zkcoord member is assigned in the offsets view.
+  Only registrations not in zkcoord's form make a group ``legacy``.
 """
 
 from __future__ import annotations
@@ -57,8 +63,9 @@ from zkcoord.core.legacy_values import Unparsable, read_legacy_value
 from zkcoord.core.legacy_values import shown as shown_value
 from zkcoord.core.migration import dual_fetch, parse_legacy_offset
 from zkcoord.errors import StateError
-from zkcoord.inspect import consumer
+from zkcoord.inspect import consumer, legacy_rebalance
 from zkcoord.zk.group_reads import ZkFacts
+from zkcoord.zk.paths import OffsetPaths
 from zkcoord.inspect.model import (
     Assignment, Coordinator, Daemon, GroupError, GroupSummary, GroupView, KafkaGroupInfo, MemberView, Migration,
     OffsetRow,
@@ -190,11 +197,18 @@ def _legacy_consumer(thread_id: str, consumer_ids: Iterable[str]) -> str:
 def wanted_partitions(zk: ZkFacts, description: Description | None,
                       kafka_committed: Mapping[TopicPartition, int] | None) -> set[TopicPartition]:
     """Every partition the offsets view of this group may show (for log end lookups)."""
-    found = {tp for tp, raw in zk.zk_offsets.items()} | set(kafka_committed or {}) | set(zk.legacy_owners)
+    found = {tp for tp, raw in zk.zk_offsets.items()} | set(kafka_committed or {}) | set(legacy_threads(zk))
     if description is not None:
         for member in members_of(description):
             found |= {(t, p) for t, ps in member.assignment or () for p in ps}
     return found
+
+
+def legacy_threads(zk: ZkFacts) -> dict[TopicPartition, str]:
+    """The thread id each owner znode read names: those of the legacy rebalance (groups with
+    registrations) and of the legacy layout (groups without zkcoord state)."""
+    read = zk.legacy_rebalance.owners if zk.legacy_rebalance is not None else {}
+    return {**{tp: owner.holder for tp, owner in read.items()}, **zk.legacy_owners}
 
 
 # ------------------------------------------------------------ offsets view
@@ -226,7 +240,7 @@ def offset_rows(group: str, storage: str, members: tuple[MemberView, ...], zk: Z
         shown |= set(zk.zk_offsets)
     if storage in ("kafka", "dual"):
         shown |= set(committed)
-    legacy_threads = zk.legacy_owners
+    threads = legacy_threads(zk)
     rows = []
     for tp in sorted(shown):
         z, k = zk_parsed.get(tp), committed.get(tp)
@@ -234,8 +248,8 @@ def offset_rows(group: str, storage: str, members: tuple[MemberView, ...], zk: Z
             dual_fetch(z, k) if kafka.committed is not None else None  # Kafka unread: unknown
         owner = owners.get(tp)
         member_id, host, client = (owner.member_id, owner.host, owner.client_id) if owner else (None, None, None)
-        if owner is None and tp in legacy_threads:  # an old consumer's thread owns it
-            member_id = legacy_threads[tp]  # the owning thread, as Kafka's old tools showed it
+        if owner is None and tp in threads:  # an old consumer's (or a handover's) thread owns it
+            member_id = threads[tp]  # the owning thread, as Kafka's old tools showed it
             host = legacy_host(group, member_id.rsplit("-", 1)[0])
         rows.append(OffsetRow(tp[0], tp[1], current, z, k, kafka.log_ends.get(tp), member_id, host or None,
                               client or None))
@@ -294,7 +308,7 @@ def sources(zk: ZkFacts, kafka_knows: bool, kafka_group: KafkaGroupInfo | None =
     """Who uses the group (module docstring): ``kafka_knows`` Kafka has it or
     offsets of it; ``kafka_group`` what its coordinator says (members)."""
     has_state = zk.record is not None or zk.record_error is not None
-    legacy = bool(zk.legacy_ids) or (zk.legacy and not has_state)
+    legacy = legacy_rebalance.legacy_count(zk.legacy_ids) > 0 or (zk.legacy and not has_state)
     zkcoord_writes_kafka = zk.record is not None and zk.record.get("os", "zookeeper") != "zookeeper"
     kafka = bool(kafka_group and kafka_group.members) if zkcoord_writes_kafka else kafka_knows
     return tuple(s for s, present in (("zkcoord", has_state), ("legacy", legacy), ("kafka", kafka)) if present)
@@ -314,13 +328,26 @@ def build_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping
     except StateError as exc:
         return GroupError(zk.group, "corrupt", str(exc))
     if isinstance(description, DescribedConsumerGroup):
-        return _consumer_view(zk, live, kafka, daemons, description, found_in, tool_node_id, zk_root)
-    if zk.record is not None:
-        return _zkcoord_view(zk, live, kafka, daemons, description, found_in, bootstrap_servers, tool_node_id,
-                             zk_root)
-    if zk.legacy:
-        return _legacy_view(zk, kafka, found_in, zk_root)
-    return _kafka_view(zk, kafka, found_in)
+        built = _consumer_view(zk, live, kafka, daemons, description, found_in, tool_node_id, zk_root)
+    elif zk.record is not None:
+        built = _zkcoord_view(zk, live, kafka, daemons, description, found_in, bootstrap_servers, tool_node_id,
+                              zk_root)
+    elif zk.legacy:
+        built = _legacy_view(zk, kafka, found_in, zk_root)
+    else:
+        built = _kafka_view(zk, kafka, found_in)
+    return _with_legacy_rebalance(built, zk, zk_root)
+
+
+def _with_legacy_rebalance(built: GroupView, zk: ZkFacts, zk_root: str) -> GroupView:
+    """The view with its legacy rebalance section (or a note on why it could not be read)."""
+    if zk.legacy_rebalance_error is not None:
+        return dataclasses.replace(built, notes=built.notes + (zk.legacy_rebalance_error,))
+    if zk.legacy_rebalance is None:
+        return built
+    zkcoord_members = len(built.members) if zk.record is not None else 0
+    return dataclasses.replace(built, legacy_rebalance=legacy_rebalance.section(
+        zk.legacy_rebalance, OffsetPaths(zk_root).ids_dir(zk.group), zkcoord_members))
 
 
 def _zkcoord_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping[int, Daemon],
@@ -416,6 +443,14 @@ def _kafka_view(zk: ZkFacts, kafka: KafkaFacts, sources: tuple[str, ...]) -> Gro
 def summarize(zk: ZkFacts, kafka_group: KafkaGroupInfo | None, known_to_kafka: bool,
               daemons: Mapping[int, Daemon]) -> GroupSummary:
     """One line of ``zkcoord groups``, from the record (as stored), legacy ids or Kafka."""
+    summary = _summary(zk, kafka_group, known_to_kafka, daemons)
+    members = summary.members if zk.record is not None and summary.error is None else 0
+    return dataclasses.replace(summary, legacy_consumers=legacy_rebalance.legacy_count(zk.legacy_ids),
+                               handover=legacy_rebalance.handover(zk.legacy_ids, members or 0))
+
+
+def _summary(zk: ZkFacts, kafka_group: KafkaGroupInfo | None, known_to_kafka: bool,
+             daemons: Mapping[int, Daemon]) -> GroupSummary:
     found_in = sources(zk, known_to_kafka, kafka_group)
     record = zk.record
     if zk.record_error is not None:  # its state znode is corrupt: listed as such, with what is wrong

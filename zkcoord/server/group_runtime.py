@@ -196,6 +196,8 @@ class GroupRuntime:
         self._background = Background(log, f"group {group_id}")  # timer expiries
         self._unsettled_waiters: set[asyncio.Future] = set()  # held heartbeats (core.notice)
         self._kept: _Kept | None = None  # the last persisting decision :meth:`call_now` made and could not apply
+        # Called with the group when its state, generation or members change (the handover driver's wake-up).
+        self.observers: list[Callable[[Any], None]] = []
 
     @property
     def config(self) -> GroupConfig:
@@ -451,6 +453,11 @@ class GroupRuntime:
                 self._on_transition(self.group)
             if self._unsettled_waiters:
                 self._wake_unsettled()
+            for observer in self.observers:
+                observer(after)
+        elif self.observers and getattr(before, "members", None) is not getattr(after, "members", None):
+            for observer in self.observers:
+                observer(after)
         if outcome.persist and self._on_persisted is not None:
             self._on_persisted(outcome.group)
         if outcome.timers:

@@ -53,8 +53,11 @@ from zkcoord.server.bulk_work import SLICE
 from zkcoord.server.group_admin import GroupAdmin
 from zkcoord.server.group_offsets import GroupOffsets
 from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError, monotonic_ms
+from zkcoord.server.handover import Handovers
 from zkcoord.tasks import Background
+from zkcoord.zk import paths
 from zkcoord.zk.group_reads import unknown_groups
+from zkcoord.zk.handover import LegacyRebalanceZk
 
 log = logging.getLogger(__name__)
 E = ErrorCode
@@ -96,6 +99,9 @@ class GroupManager:
         self.group_offsets = GroupOffsets(self, kafka_forwarder=kafka_forwarder,
                                           offset_metadata_max_bytes=offset_metadata_max_bytes)
         self.admin = GroupAdmin(self, cleanup_interval_ms=cleanup_interval_ms)
+        # Groups shared with legacy ZooKeeper consumers (issue 26); needs the ZooKeeper connection.
+        self.handovers = None if conn is None else Handovers(
+            LegacyRebalanceZk(conn, offsets.paths.root if offsets is not None else paths.DEFAULT_CONSUMERS_ROOT))
 
     # -- ownership ---------------------------------------------------------------
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
@@ -203,6 +209,8 @@ class GroupManager:
                 self.metrics.observe_loaded(groups.from_record(group_id, record) if record else runtime.group)
             await runtime.load(record, None if version is None or version < 0 else version)
             self._track_topics(runtime.group)
+            if self.handovers is not None:
+                await self.handovers.loaded(runtime)
         except StateError as exc:
             self._broken[group_id] = (str(exc), self.clock())
             log.error("group %s cannot be served: %s", group_id, exc)
@@ -273,6 +281,11 @@ class GroupManager:
         self.group_offsets.forget(group_id)
         if self.topic_watcher is not None:
             self.topic_watcher.untrack(group_id)
+        self._forget_handover(group_id)
+
+    def _forget_handover(self, group_id: str) -> None:
+        if self.handovers is not None:
+            self._background.spawn(self.handovers.unloaded(group_id), f"end the handover of group {group_id}")
 
     def _on_persisted(self, group) -> None:
         """A runtime wrote the group's state: log it, watch its topics. (The
@@ -311,6 +324,7 @@ class GroupManager:
                 if self.topic_watcher is not None:
                     self.topic_watcher.untrack(group_id)
                 self.group_offsets.forget(group_id)
+                self._forget_handover(group_id)
                 runtime = self.runtimes.pop(group_id, None)
                 if runtime is not None:
                     self._background.spawn(runtime.unload(change.reason), f"unload group {group_id}")
@@ -319,6 +333,8 @@ class GroupManager:
         """Graceful stop: unload every group and give up its election node."""
         self.admin.stop_cleanup()
         runtimes, self.runtimes = self.runtimes, {}
+        if self.handovers is not None:
+            await self.handovers.close()
         for runtime in runtimes.values():
             await runtime.unload("daemon stopping")
         try:

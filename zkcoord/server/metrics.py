@@ -46,6 +46,9 @@ metric                                     type       meaning
 ``zkcoord_groups_with_kafka_members``      gauge      owned dual/kafka groups with members in
                                                       Kafka's own coordinator (last seen)
 ``zkcoord_kafka_side_members``             gauge      those members, summed over the groups
+``zkcoord_mixed_groups``                   gauge      owned groups in handover: legacy ZooKeeper
+                                                      consumers registered beside zkcoord's members
+                                                      (issue 26, docs/handover.md)
 ``zkcoord_gateway_connections``            gauge      client connections open on the gateway
 ``zkcoord_gateway_brokers``                gauge      brokers the gateway has a port for
 ``zkcoord_gateway_forwarded_requests_total{api}``  counter  requests the gateway passed to a broker
@@ -318,6 +321,10 @@ class _ScrapeTimeCollector:
                                 value=seen.groups if seen is not None else 0)
         yield GaugeMetricFamily("zkcoord_kafka_side_members", "Members in Kafka's own coordinator of owned groups.",
                                 value=seen.members if seen is not None else 0)
+        handovers = getattr(self.metrics.manager, "handovers", None)
+        yield GaugeMetricFamily("zkcoord_mixed_groups",
+                                "Owned groups shared with legacy ZooKeeper consumers (in handover).",
+                                value=len(handovers) if handovers is not None else 0)
         yield GaugeMetricFamily("zkcoord_zookeeper_connected", "1 while the ZooKeeper session is connected.",
                                 value=1 if self.metrics.zookeeper_connected() else 0)
         gateway = self.metrics.gateway

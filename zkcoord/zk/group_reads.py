@@ -25,11 +25,19 @@ Rules:
 4. A topic registration that is missing, unreadable or without an id
    simply names nothing (a chrooted zkcoord sees no ``/brokers/topics``;
    inspection then asks Kafka, when it may).
+5. A group with registrations under ``<root>/<group>/ids`` (legacy
+   consumers, or zkcoord's members during a handover) is read as the legacy
+   consumers read it (:meth:`zkcoord.zk.handover.LegacyRebalanceZk.read`,
+   without watches), for ``describe`` only: ``groups`` tells legacy
+   consumers from zkcoord's members by the ids it lists anyway. An
+   unreadable registration is in the reading's ``problems``; a read that
+   fails otherwise (a znode this login may not read) is ``legacy_rebalance_error``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,9 +49,10 @@ from kazoo.protocol.states import ZnodeStat
 from zkcoord.core.consumer.record import KIND_NAME as CONSUMER_KIND, MEMBERS_KEY
 from zkcoord.core.groups import KIND_KEY, record_problem
 from zkcoord.core.legacy_values import partition_number
-from zkcoord.errors import StateError, ZkcoordError
+from zkcoord.errors import ServiceUnavailableError, StateError, ZkcoordError
 from zkcoord.zk import aio, election, paths
 from zkcoord.zk.group_records import read_member_records
+from zkcoord.zk.handover import LegacyRebalanceZk, Reading
 from zkcoord.zk.multi_read import GET_DATA, read_many
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.legacy import TopicPartition
@@ -73,6 +82,8 @@ class ZkFacts:
     migration_error: str | None = None
     # a consumer group's topics, by name, as Kafka registers them in this ZooKeeper: name -> topic id
     topic_ids: Mapping[str, str] = field(default_factory=dict)
+    legacy_rebalance: Reading | None = None  # rule 5: read when legacy_ids has registrations (describe)
+    legacy_rebalance_error: str | None = None  # rule 5: why it could not be read
 
     @property
     def is_consumer_group(self) -> bool:
@@ -147,7 +158,17 @@ async def read_group(conn: ZkConnection, offsets: paths.OffsetPaths, group: str,
     offsets and partition owners, for the groups listing)."""
     paths.state(group)  # UsageError for a name that cannot be a znode, before any I/O
     offsets.group(group)
-    return await conn.retry(f"read group {group!r}", _inner_read_group, conn, offsets, group, with_offsets)
+    facts = await conn.retry(f"read group {group!r}", _inner_read_group, conn, offsets, group, with_offsets)
+    if not (with_offsets and facts.legacy_ids):
+        return facts
+    try:  # rule 5
+        reading = await LegacyRebalanceZk(conn, offsets.root).read(group)
+    except ServiceUnavailableError:
+        raise
+    except ZkcoordError as exc:
+        return dataclasses.replace(facts, legacy_rebalance_error=f"the legacy rebalance under "
+                                                                  f"{offsets.ids_dir(group)} cannot be read: {exc}")
+    return dataclasses.replace(facts, legacy_rebalance=reading)
 
 
 async def _inner_read_group(conn: ZkConnection, offsets: paths.OffsetPaths, group: str,

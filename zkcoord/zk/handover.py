@@ -16,6 +16,8 @@ writes (paths in :class:`~zkcoord.zk.paths.OffsetPaths`)::
   watches on what starts a legacy rebalance (children of ``ids``, the
   subscribed topics' registrations) and on the owner directories (a
   release we wait for).
+* :meth:`consumer_ids`: who is registered, with a watch (how a daemon
+  notices that legacy consumers share one of its groups).
 * :meth:`register` / :meth:`unregister`: a member's registration,
   ephemeral, in the form legacy consumers write.
 * :meth:`claim` / :meth:`release`: an owner znode, created ephemeral (only
@@ -135,6 +137,24 @@ class LegacyRebalanceZk:
                 fired.append(event)
                 aio.post(loop, on_change)
         return watcher
+
+    async def consumer_ids(self, group: str, on_change: Callable[[], None] | None = None) -> list[str]:
+        """The consumer ids registered in the group (none when ``ids`` is
+        absent), with a one-shot watch calling ``on_change`` (on the loop)
+        when one comes or goes, or when ``ids`` is created."""
+        ids_dir = self.paths.ids_dir(group)
+        return await self._conn.retry(f"list the legacy consumers of group {group!r}", self._inner_ids, ids_dir,
+                                      on_change)
+
+    async def _inner_ids(self, ids_dir: str, on_change) -> list[str]:
+        client, watch = self._conn.client, self._watch(on_change)
+        try:
+            return list(await aio.call(client.get_children_async, ids_dir, watch))
+        except NoNodeError:
+            pass
+        if await aio.call(client.exists_async, ids_dir, watch) is not None:
+            raise ForceRetryError()  # created meanwhile: list it
+        return []
 
     async def _inner_read(self, group: str, on_change, exclude_internal_topics: bool) -> Reading:
         client, loop = self._conn.client, asyncio.get_running_loop()

@@ -1,0 +1,297 @@
+"""The owner daemon's side of a live handover (issue 26, ``docs/handover.md``).
+
+A classic consumer group this daemon owns is *in handover* while legacy
+ZooKeeper consumers (Kafka 0.8.1-1.1) are registered under
+``/consumers/<group>/ids``. Then one :class:`HandoverDriver` per group takes
+part in the legacy consumers' rebalance on behalf of the group's members,
+and :class:`Handovers` (one per daemon) notices such groups and ends their
+drivers.
+
+The driver's loop, one step at a time, never concurrently with itself:
+
+1. read the legacy rebalance znodes (:class:`~zkcoord.zk.handover.LegacyRebalanceZk`),
+   arming watches that wake it;
+2. build the core's view: each member stands for a legacy consumer id
+   (kept for as long as the member id lives), subscribing with one stream
+   to each topic its JoinGroup names; a partition whose owner znode we hold
+   for a member is ``quiesced`` once the group says the member no longer
+   consumes it (:func:`~zkcoord.core.handover.classic_group.consuming`);
+3. :func:`~zkcoord.core.handover.decision.plan`, then its ZooKeeper steps
+   (register, release, claim; ``carry_out``);
+4. hand the plan's assignment to the group as its shares
+   (:func:`~zkcoord.core.handover.classic_group.handle_shares`): a member
+   gets exactly what we hold for it, a partition to give up or a newly held
+   one makes the group rebalance;
+5. wait for a watch, a change of the group (membership, state, a rejoin), or
+   the retry back-off, and go again.
+
+A claim that finds the znode taken waits for its release (the owner
+watches wake the loop at once) and otherwise retries as the legacy
+consumers do (:class:`~zkcoord.core.handover.retries.Attempts`). When no
+legacy consumer is registered any more, the driver unregisters the members,
+releases what it holds and clears the shares: the group goes on under
+zkcoord alone, each member keeping what it consumes.
+
+When it starts, the driver clears every member's share at once (the group
+rebalances if it was Stable): a group loaded here after another daemon
+owned it hands nothing out until this daemon holds the znodes.
+
+Not yet here (``docs/handover.md``, "What is left"): owner znodes that
+outlive a killed daemon (they are ephemeral, in this daemon's session), the
+consumer protocol (KIP-848 groups are left alone, with a warning), members
+asking for more than one stream, and the nudge of legacy consumers that gave
+up (``needs_nudge``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from zkcoord.core.handover.classic_group import CONSUMER_PROTOCOL_TYPE, consuming, handle_shares, subscribed_topics
+from zkcoord.core.handover.decision import Member, plan
+from zkcoord.core.handover.registration import is_zkcoord_consumer_id, split_thread_id, zkcoord_consumer_id
+from zkcoord.core.handover.retries import Attempts, RetrySchedule
+from zkcoord.core.membership import Group
+from zkcoord.core.messages import Outcome
+from zkcoord.errors import ZkcoordError
+from zkcoord.server.group_runtime import GroupRuntime
+from zkcoord.tasks import Background
+from zkcoord.zk.handover import LegacyRebalanceZk
+
+__all__ = ["HandoverDriver", "Handovers", "legacy_ids"]
+
+log = logging.getLogger(__name__)
+SETTLED_RECHECK_S = 30.0  # a settled handover reads again this often even if no watch fired
+
+
+def legacy_ids(consumer_ids) -> list[str]:
+    """The registrations of legacy consumers (not zkcoord members of any daemon)."""
+    return [cid for cid in consumer_ids if not is_zkcoord_consumer_id(cid)]
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class HandoverDriver:
+    """The handover loop of one group (module docstring)."""
+
+    def __init__(self, runtime: GroupRuntime, zk: LegacyRebalanceZk, schedule: RetrySchedule,
+                 on_end: Callable[[str], None], wall_ms: Callable[[], int] = _wall_ms) -> None:
+        self.runtime = runtime
+        self.group_id = runtime.group_id
+        self._zk = zk
+        self._schedule = schedule
+        self._on_end = on_end
+        self._wall_ms = wall_ms
+        self._wake = asyncio.Event()
+        self._consumer_ids: dict[str, str] = {}  # member id -> the legacy consumer id it stands for
+        self._attempts: Attempts | None = None
+        self._task: asyncio.Task | None = None
+        self._last_problem: str | None = None
+        self.last_plan = None  # for inspection and tests
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"handover of {self.group_id}")
+        self.runtime.observers.append(self._group_changed)
+
+    async def stop(self) -> None:
+        if self._group_changed in self.runtime.observers:
+            self.runtime.observers.remove(self._group_changed)
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def _group_changed(self, _group: Any) -> None:
+        self._wake.set()
+
+    # -- the loop ------------------------------------------------------------------
+    async def _run(self) -> None:
+        log.info("group %s: legacy ZooKeeper consumers share it; handover started", self.group_id)
+        await self._set_shares({})
+        while self.runtime.active:
+            self._wake.clear()
+            try:
+                timeout = await self._step()
+            except ZkcoordError as exc:
+                if str(exc) != self._last_problem:
+                    log.warning("group %s: handover step failed, trying again: %s", self.group_id, exc)
+                self._last_problem = str(exc)
+                timeout = self._schedule.backoff_ms / 1000
+            else:
+                self._last_problem = None
+            if timeout is None:  # the handover is over
+                self._on_end(self.group_id)
+                return
+            if timeout == 0:
+                continue
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def _step(self) -> float | None:
+        """One read, plan and action; the seconds to wait for a wake-up
+        before the next (0: at once; None: the handover is over)."""
+        reading = await self._zk.read(self.group_id, on_change=self.poke)
+        group = self.runtime.group
+        if not legacy_ids(reading.registrations) and not reading.problems:
+            await self._end(reading)
+            return None
+        members = self._members(group)
+        quiesced = self._quiesced(group, reading, members)
+        decided = plan(reading.view(members, quiesced))
+        self.last_plan = decided
+        now = self._wall_ms()
+        acted = False
+        if decided.unregister or decided.register or decided.release or decided.claim:
+            done = await self._zk.carry_out(self.group_id, decided, members, now)
+            acted = bool(decided.unregister or decided.register or done.released or done.claimed)
+            if done.taken:
+                attempts = self._attempts or Attempts.start(self._schedule, now)
+                self._attempts = attempts.failed(now)
+            else:
+                self._attempts = None
+        if acted:
+            return 0  # read what we did before handing anything out
+        await self._set_shares({members[cid].member_id: decided.assignment.get(cid, frozenset())
+                                for cid in members})
+        if decided.settled:
+            return SETTLED_RECHECK_S
+        if self._attempts is not None and self._attempts.gave_up:
+            return SETTLED_RECHECK_S  # as a legacy consumer that gave up: until something changes
+        return self._schedule.backoff_ms / 1000
+
+    def _members(self, group: Any) -> dict[str, Member]:
+        """The group's members as legacy consumers, by consumer id."""
+        members: dict[str, Member] = {}
+        if not isinstance(group, Group) or group.protocol_type not in (None, CONSUMER_PROTOCOL_TYPE):
+            return members
+        config = self.runtime.config
+        for mid in group.members:
+            topics = subscribed_topics(group, mid, config)
+            if not topics:
+                continue  # nothing it could be handed; it gets an empty share
+            cid = self._consumer_ids.get(mid)
+            if cid is None:
+                cid = zkcoord_consumer_id(self.group_id, self._wall_ms(), os.urandom(4).hex())
+                self._consumer_ids[mid] = cid
+            members[cid] = Member(cid, {t: 1 for t in sorted(topics)}, mid)
+        for mid in [m for m in self._consumer_ids if m not in group.members]:
+            del self._consumer_ids[mid]
+        return members
+
+    def _quiesced(self, group: Any, reading, members: dict[str, Member]) -> set:
+        config = self.runtime.config
+        quiesced = set()
+        for tp, owner in reading.owners.items():
+            split = split_thread_id(owner.holder) if owner.ours else None
+            member = members.get(split[0]) if split is not None else None
+            if member is None or member.member_id not in group.members:
+                continue
+            still = consuming(group, member.member_id, config)
+            if still is not None and tp not in still:
+                quiesced.add((tp, member.consumer_id))
+        return quiesced
+
+    async def _set_shares(self, shares: dict | None) -> None:
+        group = self.runtime.group
+        if not isinstance(group, Group):
+            return
+        current = group.handover_shares
+        if shares is not None and current is not None and dict(current) == {
+                mid: frozenset(p) for mid, p in shares.items() if mid in group.members}:
+            return
+        if shares is None and current is None:
+            return
+        await self.runtime.apply(lambda g, now: handle_shares(g, shares, now, self.runtime.config)
+                                 if isinstance(g, Group) else _unchanged(g))
+
+    async def _end(self, reading) -> None:
+        """No legacy consumer left: the group is zkcoord's alone."""
+        for cid in sorted(reading.ours):
+            await self._zk.unregister(self.group_id, cid)
+        for tp, owner in sorted(reading.owners.items()):
+            if owner.ours:
+                await self._zk.release(self.group_id, tp, owner.holder)
+        await self._set_shares(None)
+        log.info("group %s: no legacy consumer left; handover over, the group is zkcoord's alone", self.group_id)
+
+
+def _unchanged(group: Any) -> Outcome:
+    return Outcome(group, False, (), ())
+
+
+class Handovers:
+    """Which of this daemon's groups are in handover (one driver each)."""
+
+    def __init__(self, zk: LegacyRebalanceZk, schedule: RetrySchedule | None = None) -> None:
+        self._zk = zk
+        self._schedule = schedule or RetrySchedule()
+        self.drivers: dict[str, HandoverDriver] = {}
+        self._runtimes: dict[str, GroupRuntime] = {}
+        self._background = Background(log, "handovers")
+
+    def __len__(self) -> int:
+        return len(self.drivers)
+
+    async def loaded(self, runtime: GroupRuntime) -> None:
+        """A group was loaded here: start its handover if legacy consumers
+        share it, and watch its registrations either way."""
+        self._runtimes[runtime.group_id] = runtime
+        await self._probe(runtime.group_id)
+
+    async def _probe(self, group_id: str) -> None:
+        runtime = self._runtimes.get(group_id)
+        if runtime is None or not runtime.active:
+            return
+        ids = await self._zk.consumer_ids(group_id, on_change=lambda: self._changed(group_id))
+        if group_id in self.drivers or not legacy_ids(ids):
+            return
+        if not isinstance(runtime.group, Group):
+            log.warning("group %s: legacy ZooKeeper consumers are registered in it, but it uses the consumer "
+                        "protocol: no handover (classic groups only); both may consume the same partitions",
+                        group_id)
+            return
+        driver = HandoverDriver(runtime, self._zk, self._schedule, self._ended)
+        self.drivers[group_id] = driver
+        driver.start()
+
+    def _changed(self, group_id: str) -> None:
+        driver = self.drivers.get(group_id)
+        if driver is not None:
+            driver.poke()
+        if group_id in self._runtimes:
+            self._background.spawn(self._probe_logged(group_id), f"look at the legacy consumers of {group_id}")
+
+    async def _probe_logged(self, group_id: str) -> None:
+        try:
+            await self._probe(group_id)
+        except ZkcoordError as exc:
+            log.warning("group %s: could not look at its legacy consumers: %s", group_id, exc)
+
+    def _ended(self, group_id: str) -> None:
+        self.drivers.pop(group_id, None)
+
+    async def unloaded(self, group_id: str) -> None:
+        self._runtimes.pop(group_id, None)
+        driver = self.drivers.pop(group_id, None)
+        if driver is not None:
+            await driver.stop()
+
+    async def close(self) -> None:
+        for group_id in list(self._runtimes):
+            await self.unloaded(group_id)
+        self._background.cancel_all()
