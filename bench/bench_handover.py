@@ -315,6 +315,10 @@ class Scene:
 
     def analyse(self, produced: dict[TopicPartition, range]) -> None:
         changes = self.changes()
+        with open(self.dir / "ownership.jsonl", "w") as out:  # for reading a run's timeline afterwards
+            for c in changes:
+                out.write(json.dumps({"ts": c.ts_ms, "member": c.member, "kind": c.kind,
+                                      "partitions": sorted(c.partitions)}) + "\n")
         for step in self.steps:
             cover = coverage(changes, self.partitions, step.start_ms, step.window_end_ms).values()
             step.unowned_ps = sum(c.unowned for c in cover) / 1000
