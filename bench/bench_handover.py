@@ -51,9 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -66,12 +64,11 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPOSITORY)]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))
 
-from bench_env import Environment, create_topics, zkcoord_cli  # noqa: E402  (after the path tweak)
+from bench_env import Environment, bad_key_values, bench_main, create_topics, zkcoord_cli  # noqa: E402  (after the path tweak)
 from group_client import BenchError  # noqa: E402
 
 from tests.support.ownership import AssignmentChange, coverage, current_owners  # noqa: E402
 from tests.support.rdkafka_members import RdkafkaMember  # noqa: E402
-from zkcoord.errors import ZkcoordError  # noqa: E402
 from zkcoord.local import legacy  # noqa: E402
 from zkcoord.local.record_log import Delivery, RecordLogWriter, check_deliveries, read_record_logs  # noqa: E402
 
@@ -525,57 +522,43 @@ def parse_args(argv=None):
     if args.session_timeout_ms < 1000:
         parser.error(f"--session-timeout-ms {args.session_timeout_ms}: must be at least 1000")
     for flag, values in (("--legacy-property", args.legacy_property), ("--modern-property", args.modern_property)):
-        bad = [p for p in values if "=" not in p or not p.split("=", 1)[0]]
-        if bad:
-            parser.error(f"{flag} {bad[0]!r}: expected KEY=VALUE")
+        if bad_key_values(values) is not None:
+            parser.error(f"{flag} {bad_key_values(values)!r}: expected KEY=VALUE")
     return args
-
-
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt  # SIGTERM: clean up as for Ctrl-C
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="zkcoord-handover-bench-"))
-    try:
-        workdir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        print(f"error: --workdir {workdir}: {exc.strerror}", file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, _interrupt)
+    env: list[Environment] = []  # once the working directory exists
+    return bench_main(args.workdir, "zkcoord-handover-bench-", lambda workdir: run(args, workdir, env),
+                      lambda: env and env[0].stop())
+
+
+def run(args, workdir: Path, started: list[Environment]) -> int:
     # The daemon shares the brokers' ZooKeeper root: the legacy groups live there.
     env = Environment(workdir, topic=None, topic_partitions=0, gateway="managed" in args.scenarios,
                       broker_chroot=True)
+    started.append(env)
+    classpath = legacy.driver_classpath(log=print)
+    env.start()
+    print(f"{args.members} legacy consumers -> {args.members} modern ones; {args.topics} topics x "
+          f"{args.partitions} partitions; {args.rate} records/s; workdir {workdir}; load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    bodies = {"yardstick": yardstick, "stop": stop_the_world,
+              "rolling": lambda s, a: rolling(s, a, lambda: s.broker, copy_offsets=True),
+              "managed": lambda s, a: rolling(s, a, lambda: "%s:%d" % env.gateway_address, copy_offsets=False)}
     scenes: dict[str, Scene] = {}
-    try:
-        classpath = legacy.driver_classpath(log=print)
-        env.start()
-        print(f"{args.members} legacy consumers -> {args.members} modern ones; {args.topics} topics x "
-              f"{args.partitions} partitions; {args.rate} records/s; workdir {workdir}; load average "
-              f"{os.getloadavg()[0]:.1f}", flush=True)
-        bodies = {"yardstick": yardstick, "stop": stop_the_world,
-                  "rolling": lambda s, a: rolling(s, a, lambda: s.broker, copy_offsets=True),
-                  "managed": lambda s, a: rolling(s, a, lambda: "%s:%d" % env.gateway_address, copy_offsets=False)}
-        for name in ([] if args.no_yardstick else ["yardstick"]) + args.scenarios:
-            scenes[name] = run_scene(name, args, env, workdir, classpath, lambda s, n=name: bodies[n](s, args))
-        summary = report(scenes, args)
-        print(f"load average at the end {os.getloadavg()[0]:.1f}; logs and record logs in {workdir}")
-        if args.json:
-            args.json.write_text(json.dumps({
-                "args": {k: str(v) for k, v in vars(args).items()}, **summary,
-                "scenarios": {n: {"group": s.group, "topics": s.topics, "steps": [asdict(st) for st in s.steps],
-                                  "check": s.check.summary() if s.check else None, "notes": s.notes}
-                              for n, s in scenes.items()}}, indent=1))
-        return 0
-    except (BenchError, ZkcoordError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted; stopping everything", file=sys.stderr)
-        return 130
-    finally:
-        env.stop()
+    for name in ([] if args.no_yardstick else ["yardstick"]) + args.scenarios:
+        scenes[name] = run_scene(name, args, env, workdir, classpath, lambda s, n=name: bodies[n](s, args))
+    summary = report(scenes, args)
+    print(f"load average at the end {os.getloadavg()[0]:.1f}; logs and record logs in {workdir}")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "args": {k: str(v) for k, v in vars(args).items()}, **summary,
+            "scenarios": {n: {"group": s.group, "topics": s.topics, "steps": [asdict(st) for st in s.steps],
+                              "check": s.check.summary() if s.check else None, "notes": s.notes}
+                          for n, s in scenes.items()}}, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
