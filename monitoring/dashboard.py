@@ -240,7 +240,10 @@ def offsets_row(builder: d.Dashboard) -> d.Dashboard:
             .with_panel(timeseries("Members in Kafka's own coordinator", "Owned dual/kafka groups with members in "
                                    "Kafka's own group coordinator, and those members, as last seen.",
                                    [query(f"sum(zkcoord_groups_with_kafka_members{{{SEL}}})", "groups"),
-                                    query(f"sum(zkcoord_kafka_side_members{{{SEL}}})", "members")], width=24)))
+                                    query(f"sum(zkcoord_kafka_side_members{{{SEL}}})", "members")]))
+            .with_panel(timeseries("Groups in a live handover", "Owned groups shared with legacy ZooKeeper "
+                                   "consumers, whose partitions the daemons hand over member by member.",
+                                   [query(f"sum by (instance) (zkcoord_mixed_groups{{{SEL}}})", "{{instance}}")])))
 
 
 def gateway_row(builder: d.Dashboard) -> d.Dashboard:

@@ -16,6 +16,7 @@ there too (its group and topic are the test's own, deleted afterwards).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -28,6 +29,7 @@ from kazoo.exceptions import NoNodeError
 from kafka.admin import NewTopic
 
 from tests.integration.test_gateway_clients import PythonMember
+from tests.support import java_tools as jt
 from tests.support.daemons import gateway_fleet, process_marker, wait_for
 from zkcoord.core.handover.registration import is_zkcoord_consumer_id
 from zkcoord.errors import MissingToolError
@@ -42,10 +44,11 @@ LEGACY_PROPERTIES = (("zookeeper.session.timeout.ms", "6000"), ("rebalance.backo
                      ("auto.commit.interval.ms", "100"))
 
 
-def node_id() -> int:
-    """A node id of its own at ZooKeeper's root, where a previous run's daemon may
+def node_ids(count: int) -> list[int]:
+    """Node ids of their own at ZooKeeper's root, where a previous run's daemon may
     still be registered until its session expires."""
-    return 26_000 + int.from_bytes(os.urandom(2), "big") % 10_000
+    first = 26_000 + int.from_bytes(os.urandom(2), "big") % 10_000 * 10
+    return list(range(first, first + count))
 
 
 class Producer:
@@ -90,8 +93,10 @@ def registered(zk, group: str) -> list[str]:
     return sorted(zk.get_children(path)) if zk.exists(path) else []
 
 
-@pytest.fixture
-def scene(services, zk_root, admin, unique_name, tmp_path):
+@contextlib.contextmanager
+def make_scene(services, zk_root, admin, unique_name, tmp_path, daemons: int):
+    """A topic, a group, ``start_legacy(prefix)`` and a fleet of ``daemons`` daemons with
+    gateways (at ZooKeeper's root); legacy members stopped and the group's znodes deleted after."""
     try:
         jars.find_java()
         classpath = driver_classpath()
@@ -109,12 +114,26 @@ def scene(services, zk_root, admin, unique_name, tmp_path):
         started.append(process)
         return process.start()
 
-    with gateway_fleet(services.zookeeper, zk_root, tmp_path / "logs", services.bootstrap_servers, node_id(),
-                       metrics_listen="127.0.0.1:0") as fleet:
-        yield topic, group, start_legacy, fleet
+    try:
+        with gateway_fleet(services.zookeeper, zk_root, tmp_path / "logs", services.bootstrap_servers,
+                           *node_ids(daemons), metrics_listen="127.0.0.1:0") as fleet:
+            yield topic, group, start_legacy, fleet
+    finally:
         for process in started:
             process.stop()
-    zk_root.delete(f"/consumers/{group}", recursive=True)
+        zk_root.delete(f"/consumers/{group}", recursive=True)
+
+
+@pytest.fixture
+def scene(services, zk_root, admin, unique_name, tmp_path):
+    with make_scene(services, zk_root, admin, unique_name, tmp_path, 1) as made:
+        yield made
+
+
+@pytest.fixture
+def scene2(services, zk_root, admin, unique_name, tmp_path):
+    with make_scene(services, zk_root, admin, unique_name, tmp_path, 2) as made:
+        yield made
 
 
 def test_legacy_members_replaced_one_by_one_by_a_stock_consumer_through_the_gateway(services, zk_root, scene):
@@ -238,3 +257,67 @@ def test_a_legacy_member_killed_then_the_stock_consumer_rolled_back(services, zk
     # to whoever takes its partitions (2 and 3); nothing else may come twice.
     unexplained = {tp: who for tp, who in twice.items() if not ("b1" in who and tp[0] in (2, 3))}
     assert not unexplained, f"records delivered twice that no kill explains: {sorted(unexplained.items())[:10]}"
+
+
+def test_kill_9_of_the_owner_daemon_mid_handover(services, zk_root, scene2):
+    """Two daemons; a stock Java consumer through both gateways. kill -9 of
+    the group's owner daemon mid-handover: the member's registration and owner
+    znodes are persistent, so the legacy members never see them go and never
+    take the member's partitions; the other daemon carries the handover on
+    from the group's record (the member keeps consuming, nothing rebalances
+    for the kill), and the legacy members are then replaced as before. No
+    record is consumed twice, none is missed."""
+    topic, group, start_legacy, fleet = scene2
+    producer = Producer(services.bootstrap_servers, topic).start()
+    legacy = {prefix: start_legacy(prefix) for prefix in ("a", "b")}
+    wait_for(lambda: len(owners(zk_root, group, topic)) == PARTITIONS, WAIT_S, "the legacy members own every partition")
+    bootstrap = ",".join(d.gateway_address for d in fleet.daemons.values())
+    java = jt.ConsoleConsumerProcess(bootstrap, topic, group=group, client_id="java-m", consumer_properties={
+        "session.timeout.ms": 10000, "heartbeat.interval.ms": 500, "auto.commit.interval.ms": 200,
+        "partition.assignment.strategy": "org.apache.kafka.clients.consumer.RangeAssignor"}).start()
+    try:
+        def zkcoord_thread() -> str | None:
+            ours = [cid for cid in registered(zk_root, group) if is_zkcoord_consumer_id(cid)]
+            return f"{ours[0]}-0" if len(ours) == 1 else None
+
+        wait_for(lambda: zkcoord_thread() and owners(zk_root, group, topic) == dict(enumerate(
+            [f"{group}_a1-0"] * 2 + [f"{group}_b1-0"] * 2 + [zkcoord_thread()] * 2)), WAIT_S, "three-way split")
+        ours = zkcoord_thread()
+        registration = f"/consumers/{group}/ids/{ours[:-2]}"
+        assert zk_root.exists(registration).ephemeralOwner == 0  # persistent: it outlives a daemon
+        wait_for(lambda: {r.partition for r in java.records()} >= {4, 5}, WAIT_S, "the Java member consumes 4, 5")
+
+        owner = fleet.daemons[fleet.contenders(group)[0]]
+        survivor = next(d for d in fleet.daemons.values() if d is not owner)
+        owner.kill()
+        consumed_at_kill = len(java.records())
+        # Until the survivor owns the group, and after: 4 and 5 stay the member's, the rest the legacy members'.
+        split = dict(enumerate([f"{group}_a1-0"] * 2 + [f"{group}_b1-0"] * 2 + [ours] * 2))
+
+        def carried_on() -> bool:
+            assert owners(zk_root, group, topic) == split, "the owner znodes changed after the kill"
+            return (fleet.contenders(group)[:1] == [survivor.node_id]
+                    and {r.partition for r in java.records()[consumed_at_kill:]} >= {4, 5})
+
+        wait_for(carried_on, WAIT_S, "the survivor owns the group and the member goes on consuming 4 and 5")
+        legacy["a"].stop()
+        wait_for(lambda: owners(zk_root, group, topic) == dict(enumerate(
+            [f"{group}_b1-0"] * 3 + [ours] * 3)), WAIT_S, "b1 and the member split the topic (the survivor acting)")
+        legacy["b"].stop()
+        wait_for(lambda: registered(zk_root, group) == [] and owners(zk_root, group, topic) == {}, WAIT_S,
+                 "nothing of the handover left")
+        producer.stop()
+        expected = {(i % PARTITIONS, i // PARTITIONS) for i in range(producer.sent)}
+        wait_for(lambda: expected <= {(r.partition, r.offset) for r in java.records()}
+                 | legacy_records(legacy.values()), WAIT_S, "every record produced was consumed")
+        assert "carrying on its handover" in survivor.log(400)
+    finally:
+        java.stop()
+        producer_stop_quietly(producer)
+    logged = [(e.data["partition"], e.data["offset"], e.member) for process in legacy.values()
+              for e in process.events() if e.event == "consumed"]
+    seen: dict[tuple[int, int], list[str]] = {}
+    for p, o, who in logged + [(r.partition, r.offset, "java") for r in java.records()]:
+        seen.setdefault((p, o), []).append(who)
+    twice = {tp: who for tp, who in seen.items() if len(who) > 1}
+    assert not twice, f"{len(twice)} records went to two members, e.g. {sorted(twice.items())[:10]}"

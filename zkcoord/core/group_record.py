@@ -139,6 +139,9 @@ def record_problem(record: object) -> str | None:
         return f"reserved generation 'gr' is {record['gr']!r}, not a whole number from 0 to {INT32_MAX}"
     if "os" in record and record["os"] not in OFFSET_STORAGES:
         return f"offset storage 'os' is {record['os']!r}, not one of {', '.join(OFFSET_STORAGES)}"
+    if "ho" in record and (not isinstance(record["ho"], dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in record["ho"].items())):
+        return f"handover ids 'ho' is {record['ho']!r}, not an object of member id -> legacy consumer id"
     for key, what in (("pt", "protocol type"), ("pn", "protocol name"), ("l", "leader")):
         if (problem := _optional_str(record, key, what)) is not None:
             return problem
@@ -201,6 +204,8 @@ def to_record(group: Group) -> dict[str, Any]:
         rec["l"] = group.leader_id
     if group.members:
         rec["m"] = [_member_record(m, group.protocol_name, stable) for m in group.members.values()]
+    if group.handover_ids is not None:
+        rec["ho"] = dict(group.handover_ids)
     return rec
 
 
@@ -243,6 +248,7 @@ def from_record(group_id: str, record: Mapping[str, Any]) -> Group:
             static_members={m.group_instance_id: m.member_id
                             for m in members if m.group_instance_id is not None},
             offset_storage=record.get("os", "zookeeper"),
+            handover_ids=dict(record["ho"]) if "ho" in record else None,
         )
     except (KeyError, TypeError, ValueError, binascii.Error, AttributeError) as exc:
         raise StateError(
@@ -263,6 +269,7 @@ def _persisted_only(group: Group) -> Group:
         leader_id=group.leader_id, members=group.members, static_members=group.static_members,
         offset_storage=group.offset_storage, generation_reserved=group.generation_reserved,
         generation_floor=group.generation_reserved if group.generation_reserved != group.generation_id else 0,
+        handover_ids=group.handover_ids,
     )
 
 

@@ -201,6 +201,12 @@ class Group:
       with legacy ZooKeeper consumers (issue 26, :mod:`zkcoord.core.handover`),
       member id -> the partitions the owner daemon holds for it: the
       assignment every SyncGroup hands out instead of the leader's.
+
+    ``handover_ids`` (persisted, ``"ho"``): None, or, while the group is in a
+    handover, member id -> the legacy consumer id the owner daemon registered
+    for it (a member that left stays until its registration and owner znodes
+    are deleted): what the owner's znodes are recognised by, so that the next
+    owner carries on where a killed one stopped.
     """
 
     group_id: str
@@ -226,6 +232,7 @@ class Group:
     sync_generation: int | None = None
     generation_floor: int = 0
     handover_shares: FrozenMap[str, frozenset[tuple[str, int]]] | None = None
+    handover_ids: FrozenMap[str, str] | None = None
 
     def __post_init__(self) -> None:
         for name in ("members", "static_members", "awaiting_join", "awaiting_sync",
@@ -235,6 +242,10 @@ class Group:
                 object.__setattr__(self, name, FrozenMap(value))
         for name in ("pending_sync", "new_members"):
             object.__setattr__(self, name, frozenset(getattr(self, name)))
+        for name in ("handover_shares", "handover_ids"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, FrozenMap):
+                object.__setattr__(self, name, FrozenMap(value))
         self._check_invariants()
 
     def _check_invariants(self) -> None:

@@ -100,6 +100,7 @@ class Draft:
     generation_reserved: int
     generation_floor: int
     handover_shares: FrozenMap[str, frozenset[tuple[str, int]]] | None
+    handover_ids: FrozenMap[str, str] | None
     replies: list[Reply] = field(default_factory=list)
     timers: dict[str, TimerOp] = field(default_factory=dict)
     persist: bool = False
@@ -120,6 +121,7 @@ class Draft:
             initial_delay=group.initial_delay, sync_deadline_ms=group.sync_deadline_ms,
             sync_generation=group.sync_generation, generation_reserved=group.generation_reserved,
             generation_floor=group.generation_floor, handover_shares=group.handover_shares,
+            handover_ids=group.handover_ids,
         )
 
     def freeze(self) -> Group:
@@ -134,7 +136,7 @@ class Draft:
             join_deadline_ms=self.join_deadline_ms, initial_delay=self.initial_delay,
             sync_deadline_ms=self.sync_deadline_ms, sync_generation=self.sync_generation,
             generation_reserved=self.generation_reserved, generation_floor=self.generation_floor,
-            handover_shares=self.handover_shares,
+            handover_shares=self.handover_shares, handover_ids=self.handover_ids,
         )
 
     def outcome(self) -> Outcome:
@@ -163,7 +165,7 @@ class Draft:
             and b.static_members == self.static_members and b.awaiting_join == self.awaiting_join
             and b.awaiting_sync == self.awaiting_sync and b.pending_members == self.pending_members
             and self.pending_sync == b.pending_sync and self.new_members == b.new_members
-            and self.handover_shares == b.handover_shares
+            and self.handover_shares == b.handover_shares and self.handover_ids == b.handover_ids
         )
 
     # -- effects -----------------------------------------------------------

@@ -52,16 +52,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from zkcoord.core.handover.classic_group import CONSUMER_PROTOCOL_TYPE, consuming, handle_shares, subscribed_topics
+from zkcoord.core.handover.classic_group import (
+    CONSUMER_PROTOCOL_TYPE, assigned, consuming, handle_ids, handle_shares, subscribed_topics,
+)
 from zkcoord.core.handover.decision import Member, plan
 from zkcoord.core.handover.registration import is_zkcoord_consumer_id, split_thread_id, zkcoord_consumer_id
 from zkcoord.core.handover.retries import Attempts, RetrySchedule
 from zkcoord.core.membership import Group
 from zkcoord.core.messages import Outcome
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import NotOwnerError, ZkcoordError
 from zkcoord.server.group_runtime import GroupRuntime
 from zkcoord.tasks import Background
 from zkcoord.zk.handover import LegacyRebalanceZk
+from zkcoord.zk.ownership import Fence
 
 __all__ = ["HandoverDriver", "Handovers", "legacy_ids"]
 
@@ -82,15 +85,16 @@ class HandoverDriver:
     """The handover loop of one group (module docstring)."""
 
     def __init__(self, runtime: GroupRuntime, zk: LegacyRebalanceZk, schedule: RetrySchedule,
-                 on_end: Callable[[str], None], wall_ms: Callable[[], int] = _wall_ms) -> None:
+                 fence_of: Callable[[str], Fence], on_end: Callable[[str], None],
+                 wall_ms: Callable[[], int] = _wall_ms) -> None:
         self.runtime = runtime
         self.group_id = runtime.group_id
         self._zk = zk
         self._schedule = schedule
+        self._fence_of = fence_of
         self._on_end = on_end
         self._wall_ms = wall_ms
         self._wake = asyncio.Event()
-        self._consumer_ids: dict[str, str] = {}  # member id -> the legacy consumer id it stands for
         self._attempts: Attempts | None = None
         self._task: asyncio.Task | None = None
         self._last_problem: str | None = None
@@ -118,12 +122,21 @@ class HandoverDriver:
 
     # -- the loop ------------------------------------------------------------------
     async def _run(self) -> None:
-        log.info("group %s: legacy ZooKeeper consumers share it; handover started", self.group_id)
-        await self._set_shares({})
+        group = self.runtime.group
+        if group.handover_ids is None:
+            log.info("group %s: legacy ZooKeeper consumers share it; handover started", self.group_id)
+            await self._set_shares({})  # nobody consumes what this daemon does not hold yet
+        else:  # carried on from the record: the members keep what they were given, until the first plan
+            log.info("group %s: carrying on its handover (%d legacy consumer ids of zkcoord members recorded)",
+                     self.group_id, len(group.handover_ids))
+            config = self.runtime.config
+            await self._set_shares({mid: assigned(m, config) or frozenset() for mid, m in group.members.items()})
         while self.runtime.active:
             self._wake.clear()
             try:
                 timeout = await self._step()
+            except NotOwnerError:
+                return  # the runtime steps down too; the next owner carries on
             except ZkcoordError as exc:
                 if str(exc) != self._last_problem:
                     log.warning("group %s: handover step failed, trying again: %s", self.group_id, exc)
@@ -145,27 +158,30 @@ class HandoverDriver:
     async def _step(self) -> float | None:
         """One read, plan and action; the seconds to wait for a wake-up
         before the next (0: at once; None: the handover is over)."""
-        reading = await self._zk.read(self.group_id, on_change=self.poke)
+        if await self._record_new_members():
+            return 0
+        ids = dict(self.runtime.group.handover_ids or {})
+        reading = await self._zk.read(self.group_id, on_change=self.poke, recorded=set(ids.values()))
         group = self.runtime.group
         if not legacy_ids(reading.registrations) and not reading.problems:
             await self._end(reading)
             return None
-        members = self._members(group)
+        members = self._members(group, ids)
         quiesced = self._quiesced(group, reading, members)
         decided = plan(reading.view(members, quiesced))
         self.last_plan = decided
         now = self._wall_ms()
-        acted = False
         if decided.unregister or decided.register or decided.release or decided.claim:
-            done = await self._zk.carry_out(self.group_id, decided, members, now)
-            acted = bool(decided.unregister or decided.register or done.released or done.claimed)
+            done = await self._zk.carry_out(self.group_id, decided, members, now, self._fence_of(self.group_id))
             if done.taken:
                 attempts = self._attempts or Attempts.start(self._schedule, now)
                 self._attempts = attempts.failed(now)
             else:
                 self._attempts = None
-        if acted:
-            return 0  # read what we did before handing anything out
+            if decided.unregister or decided.register or done.released or done.claimed:
+                return 0  # read what we did before handing anything out
+        if await self._forget_departed(reading, ids):
+            return 0
         await self._set_shares({members[cid].member_id: decided.assignment.get(cid, frozenset())
                                 for cid in members})
         if decided.settled:
@@ -174,7 +190,35 @@ class HandoverDriver:
             return SETTLED_RECHECK_S  # as a legacy consumer that gave up: until something changes
         return self._schedule.backoff_ms / 1000
 
-    def _members(self, group: Any) -> dict[str, Member]:
+    async def _record_new_members(self) -> bool:
+        """Give every member that has none a legacy consumer id, recorded in the
+        group's state before anything is written for it; whether ids were added."""
+        group = self.runtime.group
+        ids = dict(group.handover_ids or {})
+        new = [mid for mid in group.members if mid not in ids]
+        if not new and group.handover_ids is not None:
+            return False
+        for mid in new:
+            ids[mid] = zkcoord_consumer_id(self.group_id, self._wall_ms(), os.urandom(4).hex())
+        await self.runtime.apply(lambda g, now: handle_ids(g, ids, now, self.runtime.config))
+        return bool(new)
+
+    async def _forget_departed(self, reading, ids: dict[str, str]) -> bool:
+        """Drop the recorded ids of members gone whose registration and owner
+        znodes are gone too; whether any was dropped."""
+        group = self.runtime.group
+        holding = {split[0] for o in reading.owners.values() if o.ours
+                   for split in [split_thread_id(o.holder)] if split is not None}
+        keep = {mid: cid for mid, cid in ids.items()
+                if mid in group.members or cid in reading.ours or cid in holding}
+        if keep == ids:
+            return False
+        await self.runtime.apply(lambda g, now: handle_ids(
+            g, {mid: cid for mid, cid in (g.handover_ids or {}).items() if mid in keep or mid not in ids},
+            now, self.runtime.config))
+        return True
+
+    def _members(self, group: Any, ids: dict[str, str]) -> dict[str, Member]:
         """The group's members as legacy consumers, by consumer id."""
         members: dict[str, Member] = {}
         if not isinstance(group, Group) or group.protocol_type not in (None, CONSUMER_PROTOCOL_TYPE):
@@ -182,15 +226,9 @@ class HandoverDriver:
         config = self.runtime.config
         for mid in group.members:
             topics = subscribed_topics(group, mid, config)
-            if not topics:
-                continue  # nothing it could be handed; it gets an empty share
-            cid = self._consumer_ids.get(mid)
-            if cid is None:
-                cid = zkcoord_consumer_id(self.group_id, self._wall_ms(), os.urandom(4).hex())
-                self._consumer_ids[mid] = cid
-            members[cid] = Member(cid, {t: 1 for t in sorted(topics)}, mid)
-        for mid in [m for m in self._consumer_ids if m not in group.members]:
-            del self._consumer_ids[mid]
+            cid = ids.get(mid)
+            if topics and cid is not None:  # without topics, nothing it could be handed: an empty share
+                members[cid] = Member(cid, {t: 1 for t in sorted(topics)}, mid)
         return members
 
     def _quiesced(self, group: Any, reading, members: dict[str, Member]) -> set:
@@ -221,11 +259,13 @@ class HandoverDriver:
 
     async def _end(self, reading) -> None:
         """No legacy consumer left: the group is zkcoord's alone."""
+        fence = self._fence_of(self.group_id)
         for cid in sorted(reading.ours):
-            await self._zk.unregister(self.group_id, cid)
+            await self._zk.unregister(self.group_id, cid, fence)
         for tp, owner in sorted(reading.owners.items()):
             if owner.ours:
-                await self._zk.release(self.group_id, tp, owner.holder)
+                await self._zk.release(self.group_id, tp, owner.holder, fence)
+        await self.runtime.apply(lambda g, now: handle_ids(g, None, now, self.runtime.config))
         await self._set_shares(None)
         log.info("group %s: no legacy consumer left; handover over, the group is zkcoord's alone", self.group_id)
 
@@ -237,8 +277,10 @@ def _unchanged(group: Any) -> Outcome:
 class Handovers:
     """Which of this daemon's groups are in handover (one driver each)."""
 
-    def __init__(self, zk: LegacyRebalanceZk, schedule: RetrySchedule | None = None) -> None:
+    def __init__(self, zk: LegacyRebalanceZk, fence_of: Callable[[str], Fence],
+                 schedule: RetrySchedule | None = None) -> None:
         self._zk = zk
+        self._fence_of = fence_of
         self._schedule = schedule or RetrySchedule()
         self.drivers: dict[str, HandoverDriver] = {}
         self._runtimes: dict[str, GroupRuntime] = {}
@@ -258,14 +300,15 @@ class Handovers:
         if runtime is None or not runtime.active:
             return
         ids = await self._zk.consumer_ids(group_id, on_change=lambda: self._changed(group_id))
-        if group_id in self.drivers or not legacy_ids(ids):
+        recorded = isinstance(runtime.group, Group) and runtime.group.handover_ids is not None
+        if group_id in self.drivers or not (legacy_ids(ids) or recorded):
             return
         if not isinstance(runtime.group, Group):
             log.warning("group %s: legacy ZooKeeper consumers are registered in it, but it uses the consumer "
                         "protocol: no handover (classic groups only); both may consume the same partitions",
                         group_id)
             return
-        driver = HandoverDriver(runtime, self._zk, self._schedule, self._ended)
+        driver = HandoverDriver(runtime, self._zk, self._schedule, self._fence_of, self._ended)
         self.drivers[group_id] = driver
         driver.start()
 

@@ -101,7 +101,8 @@ class GroupManager:
         self.admin = GroupAdmin(self, cleanup_interval_ms=cleanup_interval_ms)
         # Groups shared with legacy ZooKeeper consumers (issue 26); needs the ZooKeeper connection.
         self.handovers = None if conn is None else Handovers(
-            LegacyRebalanceZk(conn, offsets.paths.root if offsets is not None else paths.DEFAULT_CONSUMERS_ROOT))
+            LegacyRebalanceZk(conn, offsets.paths.root if offsets is not None else paths.DEFAULT_CONSUMERS_ROOT),
+            ownership.fence)
 
     # -- ownership ---------------------------------------------------------------
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:

@@ -62,12 +62,15 @@ from kazoo.retry import ForceRetryError
 
 from zkcoord.core.handover.decision import Member, Owner, Plan, View
 from zkcoord.core.handover.legacy_range import TopicPartition, subscribed_threads
-from zkcoord.core.handover.registration import LegacyRegistration, encode_registration, parse_registration
+from zkcoord.core.handover.registration import (
+    LegacyRegistration, encode_registration, parse_registration, split_thread_id,
+)
 from zkcoord.core.legacy_values import partition_number
-from zkcoord.errors import ConflictError, StateError, UsageError
+from zkcoord.errors import ConflictError, NotOwnerError, StateError, UsageError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.auth import OPEN_ACL
 from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.ownership import Fence
 from zkcoord.zk.topics import parse_partition_ids
 
 __all__ = ["Reading", "Outcome", "LegacyRebalanceZk"]
@@ -117,14 +120,16 @@ class LegacyRebalanceZk:
 
     # ---------------------------------------------------------------- reading
     async def read(self, group: str, on_change: Callable[[], None] | None = None,
-                   exclude_internal_topics: bool = True) -> Reading:
+                   exclude_internal_topics: bool = True, recorded: Set[str] | None = None) -> Reading:
         """The group as the legacy consumers see it. ``on_change`` (on the
         loop, once) when a registration comes or goes, a subscribed topic's
         registration or the topic list changes, or an owner znode of a
-        subscribed topic is created or deleted."""
+        subscribed topic is created or deleted. ``recorded``: the consumer
+        ids the group's record lists (persistent mode, rule 1): their
+        registrations and the owner znodes naming their threads are ours."""
         self.paths.ids_dir(group)  # validates the group id before any I/O
         return await self._conn.retry(f"read the legacy consumers of group {group!r}", self._inner_read, group,
-                                      on_change, exclude_internal_topics)
+                                      on_change, exclude_internal_topics, recorded)
 
     def _watch(self, on_change: Callable[[], None] | None):
         if on_change is None:
@@ -156,7 +161,8 @@ class LegacyRebalanceZk:
             raise ForceRetryError()  # created meanwhile: list it
         return []
 
-    async def _inner_read(self, group: str, on_change, exclude_internal_topics: bool) -> Reading:
+    async def _inner_read(self, group: str, on_change, exclude_internal_topics: bool,
+                          recorded: Set[str] | None) -> Reading:
         client, loop = self._conn.client, asyncio.get_running_loop()
         watch = self._watch(on_change)
         ids, names = await aio.gather(loop, [client.get_children_async(self.paths.ids_dir(group), watch),
@@ -171,7 +177,7 @@ class LegacyRebalanceZk:
                 continue  # gone meanwhile: the watch fires
             _raise(value)
             data, stat = value
-            if stat.ephemeralOwner == session:
+            if _ours(cid, stat, session, recorded):
                 ours.add(cid)
             try:
                 registrations[cid] = parse_registration(cid, data, self.paths.registration(group, cid))
@@ -186,7 +192,7 @@ class LegacyRebalanceZk:
         if watch is not None and any(r.wildcard is not None for r in registrations.values()):
             await aio.call(client.get_children_async, paths.BROKER_TOPICS, watch)  # a topic a filter allows
         topics = await self._read_topics(sorted(subscribed), watch, missing)
-        owners = await self._read_owners(group, sorted(subscribed), watch, session, missing)
+        owners = await self._read_owners(group, sorted(subscribed), watch, session, missing, recorded)
         if watch is not None and missing:  # no watch is left on a znode that is not there: watch its creation
             _raise_first(await aio.gather(loop, [client.exists_async(path, watch) for path in missing]))
         return Reading(group, registrations, frozenset(ours), topics, owners, problems, exclude_internal_topics)
@@ -208,7 +214,7 @@ class LegacyRebalanceZk:
         return found
 
     async def _read_owners(self, group: str, topics: list[str], watch, session: int | None,
-                           missing: list[str]) -> dict[TopicPartition, Owner]:
+                           missing: list[str], recorded: Set[str] | None) -> dict[TopicPartition, Owner]:
         client, loop = self._conn.client, asyncio.get_running_loop()
         listed = await aio.gather(loop, [client.get_children_async(self.paths.owners_topic_dir(group, t), watch)
                                          for t in topics])
@@ -224,62 +230,72 @@ class LegacyRebalanceZk:
             _raise(value)
             data, stat = value
             holder = (data or b"").decode("utf-8", "backslashreplace")
-            owners[tp] = Owner(holder, session is not None and stat.ephemeralOwner == session)
+            split = split_thread_id(holder)
+            owners[tp] = Owner(holder, _ours(split[0] if split else None, stat, session, recorded))
         return owners
 
     # ---------------------------------------------------------- registrations
-    async def register(self, group: str, consumer_id: str, topics: Mapping[str, int], timestamp_ms: int) -> None:
-        """Register a member as a legacy consumer (ephemeral). ConflictError
-        when another session holds that consumer id."""
+    async def register(self, group: str, consumer_id: str, topics: Mapping[str, int], timestamp_ms: int,
+                       fence: Fence | None = None) -> None:
+        """Register a member as a legacy consumer (ephemeral; with ``fence``,
+        persistent and fenced). ConflictError when another holds that id."""
         path = self.paths.registration(group, consumer_id)
         data = encode_registration(topics, timestamp_ms)
         await self._conn.retry(f"register consumer {consumer_id!r} in group {group!r}", self._inner_create,
-                               path, data, self.paths.ids_dir(group), "consumer id")
+                               path, data, self.paths.ids_dir(group), "consumer id", fence)
 
-    async def unregister(self, group: str, consumer_id: str) -> bool:
-        """Delete a registration our session holds; False when there is none of ours."""
+    async def unregister(self, group: str, consumer_id: str, fence: Fence | None = None) -> bool:
+        """Delete a registration of ours; False when there is none of ours."""
         path = self.paths.registration(group, consumer_id)
         return await self._conn.retry(f"unregister consumer {consumer_id!r} of group {group!r}",
-                                      self._inner_delete_ours, path, None)
+                                      self._inner_delete_ours, path, None, fence)
 
     # ------------------------------------------------------------------ owners
-    async def claim(self, group: str, tp: TopicPartition, holder: str) -> bool:
+    async def claim(self, group: str, tp: TopicPartition, holder: str, fence: Fence | None = None) -> bool:
         """Create the owner znode of ``tp`` naming ``holder``; False when it
         exists and is not ours with that name (wait for its release)."""
         topic, partition = tp
         path = self.paths.owner(group, topic, partition)
         try:
             await self._conn.retry(f"claim {path}", self._inner_create, path, holder.encode(),
-                                   self.paths.owners_topic_dir(group, topic), "owner")
+                                   self.paths.owners_topic_dir(group, topic), "owner", fence)
         except ConflictError:
             return False
         return True
 
-    async def release(self, group: str, tp: TopicPartition, holder: str) -> bool:
-        """Delete the owner znode of ``tp`` if our session holds it naming
-        ``holder``; whether it was ours (and is now gone)."""
+    async def release(self, group: str, tp: TopicPartition, holder: str, fence: Fence | None = None) -> bool:
+        """Delete the owner znode of ``tp`` if it is ours and names ``holder``;
+        whether it was (and is now gone)."""
         path = self.paths.owner(group, *tp)
-        return await self._conn.retry(f"release {path}", self._inner_delete_ours, path, holder.encode())
+        return await self._conn.retry(f"release {path}", self._inner_delete_ours, path, holder.encode(), fence)
 
-    async def carry_out(self, group: str, plan: Plan, members: Mapping[str, Member], now_ms: int) -> Outcome:
+    async def carry_out(self, group: str, plan: Plan, members: Mapping[str, Member], now_ms: int,
+                        fence: Fence | None = None) -> Outcome:
         """The plan's ZooKeeper steps, in order (module docstring); a
         registration is timestamped ``now_ms``."""
         for cid in plan.unregister:
-            await self.unregister(group, cid)
+            await self.unregister(group, cid, fence)
         for cid in plan.register:
-            await self.register(group, cid, members[cid].topics, now_ms)
-        released = [r.partition for r in plan.release if await self.release(group, r.partition, r.holder)]
+            await self.register(group, cid, members[cid].topics, now_ms, fence)
+        released = [r.partition for r in plan.release if await self.release(group, r.partition, r.holder, fence)]
         claimed, taken = [], []
         for claim in plan.claim:
-            (claimed if await self.claim(group, claim.partition, claim.holder) else taken).append(claim.partition)
+            ok = await self.claim(group, claim.partition, claim.holder, fence)
+            (claimed if ok else taken).append(claim.partition)
         return Outcome(tuple(released), tuple(claimed), tuple(taken))
 
     # ------------------------------------------------------------------ steps
-    async def _inner_create(self, path: str, data: bytes, parent: str, what: str) -> None:
+    async def _inner_create(self, path: str, data: bytes, parent: str, what: str, fence: Fence | None) -> None:
         client = self._conn.client
         await aio.call(client.ensure_path_async, parent, OPEN_ACL)  # rule 3
         try:
-            await aio.call(client.create_async, path, data, ephemeral=True)
+            if fence is None:
+                await aio.call(client.create_async, path, data, ephemeral=True)
+            else:
+                txn = client.transaction()
+                fence.add_check(txn)
+                txn.create(path, data)
+                await self._commit(txn, fence, f"create {path}")
             return
         except NodeExistsError:
             pass
@@ -287,26 +303,56 @@ class LegacyRebalanceZk:
             found, stat = await aio.call(client.get_async, path)
         except NoNodeError:
             raise ForceRetryError() from None  # released meanwhile: create again
-        if stat.ephemeralOwner == self._conn.session_id and found == data:
+        mine = stat.ephemeralOwner == (0 if fence is not None else self._conn.session_id)
+        if mine and found == data:
             return  # ours already (a create whose answer was lost)
-        raise ConflictError(f"{path} is held by another ZooKeeper session (0x{stat.ephemeralOwner:x}); "
-                            f"its {what} is taken")
+        holder = ("another owner (a persistent znode)" if stat.ephemeralOwner == 0
+                  else f"another ZooKeeper session (0x{stat.ephemeralOwner:x})")
+        raise ConflictError(f"{path} is held by {holder}; its {what} is taken")
 
-    async def _inner_delete_ours(self, path: str, data: bytes | None) -> bool:
+    async def _inner_delete_ours(self, path: str, data: bytes | None, fence: Fence | None) -> bool:
         client = self._conn.client
         try:
             found, stat = await aio.call(client.get_async, path)
         except NoNodeError:
             return False
-        if stat.ephemeralOwner != self._conn.session_id or (data is not None and found != data):
-            return False  # rule 1: never delete what another session holds, nor a name we did not mean
+        owner = 0 if fence is not None else self._conn.session_id
+        if stat.ephemeralOwner != owner or (data is not None and found != data):
+            return False  # rule 1: never delete what another holds, nor a name we did not mean
         try:
-            await aio.call(client.delete_async, path, stat.version)
+            if fence is None:
+                await aio.call(client.delete_async, path, stat.version)
+            else:
+                txn = client.transaction()
+                fence.add_check(txn)
+                txn.delete(path, stat.version)
+                await self._commit(txn, fence, f"delete {path}")
         except NoNodeError:
             pass  # deleted by a try whose answer was lost
         except BadVersionError:
             raise ForceRetryError() from None  # changed meanwhile: look again
         return True
+
+    async def _commit(self, txn, fence: Fence, what: str) -> None:
+        """A fenced multi of one op: NotOwnerError when the fence fails; the
+        op's own error (NodeExists, NoNode, BadVersion) raised as kazoo's."""
+        results = await aio.future_of(asyncio.get_running_loop(), txn.commit_async())
+        failure = aio.transaction_failure(results)
+        if failure is None:
+            return
+        index, exc = failure
+        if index == 0:
+            raise NotOwnerError(f"not the owner of group {fence.group!r} any more (its contender {fence.path} "
+                                f"is gone): cannot {what}", fence.group)
+        raise exc
+
+
+def _ours(consumer_id: str | None, stat, session: int | None, recorded: Set[str] | None) -> bool:
+    """Rule 1: ephemeral mode, the znode is our session's; persistent mode
+    (``recorded``), a persistent znode of a consumer id the record lists."""
+    if recorded is None:
+        return session is not None and stat.ephemeralOwner == session
+    return stat.ephemeralOwner == 0 and consumer_id in recorded
 
 
 def _topic_name(topic: str) -> bool:

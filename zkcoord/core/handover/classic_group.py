@@ -15,6 +15,8 @@ group's side of that, pure:
   assignment. ``None`` ends the handover: a Stable group rebalances and its
   leader assigns every partition again (the shares covered only what the
   legacy range answer gave zkcoord's members).
+* :func:`handle_ids` records, persisted, the legacy consumer id the daemon
+  registers for each member (the group record's ``"ho"``).
 * :func:`consuming` is what a member may still be consuming, as far as the
   group can tell: the daemon releases a partition's owner znode only once
   its member is no longer consuming it (the decision's ``quiesced``).
@@ -51,7 +53,8 @@ from zkcoord.core.membership import Group, GroupConfig, Member
 from zkcoord.core.messages import Outcome
 from zkcoord.core.rebalance import Draft, prepare_rebalance
 
-__all__ = ["CONSUMER_PROTOCOL_TYPE", "handle_shares", "share_assignments", "consuming", "subscribed_topics"]
+__all__ = ["CONSUMER_PROTOCOL_TYPE", "handle_shares", "handle_ids", "share_assignments", "consuming",
+           "subscribed_topics", "assigned"]
 
 S = GroupState
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -78,7 +81,8 @@ def subscribed_topics(group: Group, member_id: str, config: GroupConfig) -> froz
         return None
 
 
-def _assigned(member: Member, config: GroupConfig) -> frozenset[TopicPartition] | None:
+def assigned(member: Member, config: GroupConfig) -> frozenset[TopicPartition] | None:
+    """The partitions of the member's last assignment; None if it does not decode."""
     if not member.assignment:
         return frozenset()
     try:
@@ -98,8 +102,8 @@ def consuming(group: Group, member_id: str, config: GroupConfig) -> frozenset[To
                 or (group.state is S.COMPLETING_REBALANCE and not member.is_static))
     if rejoined:
         return owned
-    assigned = _assigned(member, config)
-    return None if assigned is None else assigned | owned
+    given = assigned(member, config)
+    return None if given is None else given | owned
 
 
 def share_assignments(group: Group | Draft, config: GroupConfig) -> dict[str, bytes]:
@@ -127,7 +131,22 @@ def handle_shares(group: Group, shares: Shares | None, now_ms: int, config: Grou
     w.handover_shares = frozen
     if w.state is S.STABLE and (
             (frozen is None and group.handover_shares is not None)  # the leader assigns every partition again
-            or (frozen is not None and any(_assigned(m, config) != frozen.get(mid, frozenset())
+            or (frozen is not None and any(assigned(m, config) != frozen.get(mid, frozenset())
                                            for mid, m in w.members.items()))):
         prepare_rebalance(w)
+    return w.outcome()
+
+
+def handle_ids(group: Group, ids: Mapping[str, str] | None, now_ms: int, config: GroupConfig) -> Outcome:
+    """Record the legacy consumer ids the owner daemon registers for the
+    members (None: the handover is over). Persist: when they changed, before
+    any znode is written for a new id, so the next owner knows them all."""
+    if group.state is S.DEAD:
+        return Outcome(group, False, (), ())
+    frozen = None if ids is None else FrozenMap(ids)
+    if frozen == group.handover_ids:
+        return Outcome(group, False, (), ())
+    w = Draft.of(group, now_ms, config)
+    w.handover_ids = frozen
+    w.persist = True
     return w.outcome()
