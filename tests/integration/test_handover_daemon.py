@@ -321,3 +321,40 @@ def test_kill_9_of_the_owner_daemon_mid_handover(services, zk_root, scene2):
         seen.setdefault((p, o), []).append(who)
     twice = {tp: who for tp, who in seen.items() if len(who) > 1}
     assert not twice, f"{len(twice)} records went to two members, e.g. {sorted(twice.items())[:10]}"
+
+
+def test_an_orphaned_handover_is_adopted_and_ends(services, zk_root, scene2):
+    """kill -9 of the owner daemon and of the stock member together: nobody asks
+    for the group again, but its persistent znodes must not stay held for a
+    member that is gone. The other daemon adopts the group (its marker under
+    /zkcoord/handovers), the member's session expires there, its registration
+    and owner znodes are deleted, and the legacy member takes every partition.
+    The group stays in handover (a zkcoord member may come back) until the
+    legacy member leaves too."""
+    topic, group, start_legacy, fleet = scene2
+    legacy = start_legacy("a")
+    wait_for(lambda: len(owners(zk_root, group, topic)) == PARTITIONS, WAIT_S, "the legacy member owns every partition")
+    bootstrap = ",".join(d.gateway_address for d in fleet.daemons.values())
+    java = jt.ConsoleConsumerProcess(bootstrap, topic, group=group, client_id="java-m", consumer_properties={
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+        "partition.assignment.strategy": "org.apache.kafka.clients.consumer.RangeAssignor"}).start()
+    try:
+        def ours() -> list[str]:
+            return [cid for cid in registered(zk_root, group) if is_zkcoord_consumer_id(cid)]
+
+        wait_for(lambda: len(ours()) == 1 and sorted(set(owners(zk_root, group, topic).values())) == sorted(
+            [f"{group}_a1-0", f"{ours()[0]}-0"]), WAIT_S, "the legacy member and the stock member split the topic")
+        assert zk_root.exists(f"/zkcoord/handovers/{group}")
+        owner = fleet.daemons[fleet.contenders(group)[0]]
+        survivor = next(d for d in fleet.daemons.values() if d is not owner)
+        java.kill()
+        owner.kill()
+        wait_for(lambda: registered(zk_root, group) == [f"{group}_a1"] and owners(zk_root, group, topic) == {
+            p: f"{group}_a1-0" for p in range(PARTITIONS)}, WAIT_S, "the legacy member holds every partition")
+        assert fleet.contenders(group)[:1] == [survivor.node_id] and "adopted" in survivor.log(400)
+        legacy.stop()  # the last legacy member leaves: the handover ends, its marker with it
+        wait_for(lambda: not zk_root.exists(f"/zkcoord/handovers/{group}") and registered(zk_root, group) == [],
+                 WAIT_S, "the marker is gone")
+    finally:
+        java.kill()
+    assert [e for e in legacy.events() if e.event == "error"] == []

@@ -127,9 +127,10 @@ class ClassicKind:
 
     def holds_nothing(self, group: Group) -> bool:
         """Empty, no members or pending ids, offsets in ZooKeeper (a ``dual`` /
-        ``kafka`` group's state records its mode, which must not be lost)."""
+        ``kafka`` group's state records its mode, which must not be lost),
+        not in a handover (its record lists the znodes it still holds)."""
         return (BEHAVIOUR[group.state].phase is GroupPhase.EMPTY and group.size == 0 and not group.pending_members
-                and group.offset_storage == "zookeeper")
+                and group.offset_storage == "zookeeper" and group.handover_ids is None)
 
     def describe(self, group: Group) -> classic.GroupDescription:
         return classic.describe(group)

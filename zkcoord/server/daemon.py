@@ -194,6 +194,7 @@ class Daemon:
             log.warning("the consumer group protocol (KIP-848) is not served: no topic metadata (ZooKeeper has no "
                         "/brokers/topics here and --bootstrap-servers is not set)")
         self.manager.admin.start_cleanup()
+        self.manager.start_adoption()
         undo.push_async_callback(_undo, "release groups", self.manager.release_all)
 
     def _group_manager(self, node_id: int) -> GroupManager:

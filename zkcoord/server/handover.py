@@ -200,6 +200,8 @@ class HandoverDriver:
             return False
         for mid in new:
             ids[mid] = zkcoord_consumer_id(self.group_id, self._wall_ms(), os.urandom(4).hex())
+        if group.handover_ids is None:
+            await self._zk.mark(self.group_id)  # before any znode a daemon would have to adopt exists
         await self.runtime.apply(lambda g, now: handle_ids(g, ids, now, self.runtime.config))
         return bool(new)
 
@@ -266,6 +268,7 @@ class HandoverDriver:
             if owner.ours:
                 await self._zk.release(self.group_id, tp, owner.holder, fence)
         await self.runtime.apply(lambda g, now: handle_ids(g, None, now, self.runtime.config))
+        await self._zk.unmark(self.group_id)
         await self._set_shares(None)
         log.info("group %s: no legacy consumer left; handover over, the group is zkcoord's alone", self.group_id)
 
@@ -288,6 +291,10 @@ class Handovers:
 
     def __len__(self) -> int:
         return len(self.drivers)
+
+    async def marked(self, on_change: Callable[[], None] | None = None) -> list[str]:
+        """The groups in handover anywhere (markers), for their adoption."""
+        return await self._zk.marked(on_change)
 
     async def loaded(self, runtime: GroupRuntime) -> None:
         """A group was loaded here: start its handover if legacy consumers

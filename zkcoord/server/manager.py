@@ -62,6 +62,7 @@ from zkcoord.zk.handover import LegacyRebalanceZk
 log = logging.getLogger(__name__)
 E = ErrorCode
 
+ADOPT_INTERVAL_S = 5.0  # groups in handover without an owner are looked for at least this often
 BROKEN_RECHECK_MS = 5_000  # a group whose state could not be loaded is read again after this long
 UNKNOWN_TOKEN = 0  # the token of a request answered for a group that exists nowhere (runtimes count from 1)
 
@@ -100,6 +101,8 @@ class GroupManager:
                                           offset_metadata_max_bytes=offset_metadata_max_bytes)
         self.admin = GroupAdmin(self, cleanup_interval_ms=cleanup_interval_ms)
         # Groups shared with legacy ZooKeeper consumers (issue 26); needs the ZooKeeper connection.
+        self._adoption: asyncio.Task | None = None
+        self._adopt_now = asyncio.Event()
         self.handovers = None if conn is None else Handovers(
             LegacyRebalanceZk(conn, offsets.paths.root if offsets is not None else paths.DEFAULT_CONSUMERS_ROOT),
             ownership.fence)
@@ -175,6 +178,7 @@ class GroupManager:
 
     def _nodes_changed(self) -> None:
         self._live = None
+        self._adopt_now.set()  # a daemon left: its groups in handover may need a new owner
 
     async def _take(self, group_id: str) -> None:
         """A request for a group we do not own: contend if nobody owns it;
@@ -333,6 +337,9 @@ class GroupManager:
     async def release_all(self) -> None:
         """Graceful stop: unload every group and give up its election node."""
         self.admin.stop_cleanup()
+        if self._adoption is not None:
+            self._adoption.cancel()
+            self._adoption = None
         runtimes, self.runtimes = self.runtimes, {}
         if self.handovers is not None:
             await self.handovers.close()
@@ -342,6 +349,50 @@ class GroupManager:
             await self.ownership.release_all()
         finally:
             await self.group_offsets.close()
+
+    # -- handovers nobody owns ----------------------------------------------------------
+    def start_adoption(self) -> None:
+        """Adopt groups in a handover whose owner is gone (:meth:`adopt_handovers`),
+        at once, whenever the markers or the live daemons change, and every
+        :data:`ADOPT_INTERVAL_S`; stopped by :meth:`release_all`."""
+        if self.handovers is not None and self._adoption is None:
+            self._adoption = self._background.spawn(self._adoption_loop(), "adopt groups in handover")
+
+    async def _adoption_loop(self) -> None:
+        while True:
+            self._adopt_now.clear()
+            try:
+                await self.adopt_handovers()
+            except ZkcoordError as exc:
+                log.warning("groups in handover not looked at: %s", exc)
+            try:
+                async with asyncio.timeout(ADOPT_INTERVAL_S):
+                    await self._adopt_now.wait()
+            except TimeoutError:
+                pass
+
+    async def adopt_handovers(self) -> list[str]:
+        """Load every group marked as in handover that nobody owns, if this
+        daemon is the one placement names for it: a killed owner's members
+        may never come back, and its znodes under ``/consumers`` (persistent)
+        must not be held for them forever. The ids loaded."""
+        marked = await self.handovers.marked(on_change=self._adopt_now.set)
+        adopted = []
+        for start in range(0, len(marked), SLICE):
+            chunk = marked[start:start + SLICE]
+            owners = await self.ownership.current_owners(chunk)
+            for group_id in chunk:
+                if owners[group_id] is not None or group_id in self.runtimes:
+                    continue
+                try:
+                    if (await self._choose(group_id, None)).node_id != self.node_id:
+                        continue
+                    await self.runtime(group_id)
+                    adopted.append(group_id)
+                    log.info("group %s: in a handover without an owner; adopted", group_id)
+                except GroupUnavailableError as exc:
+                    log.info("group %s: in a handover without an owner; not adopted here: %s", group_id, exc)
+        return adopted
 
     # -- members whose connection closed ------------------------------------------
     def member_disconnected(self, group_id: str, member_id: str) -> asyncio.Task | None:

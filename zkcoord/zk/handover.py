@@ -161,6 +161,39 @@ class LegacyRebalanceZk:
             raise ForceRetryError()  # created meanwhile: list it
         return []
 
+    # -------------------------------------------------------------- markers
+    async def mark(self, group: str) -> None:
+        """The group is in a handover: its marker under ``/zkcoord/handovers``."""
+        await self._conn.retry(f"mark group {group!r} as in handover", self._inner_mark, paths.handover_marker(group))
+
+    async def _inner_mark(self, path: str) -> None:
+        try:
+            await aio.call(self._conn.client.create_async, path, b"", makepath=True)
+        except NodeExistsError:
+            pass
+
+    async def unmark(self, group: str) -> None:
+        await self._conn.retry(f"unmark group {group!r}", self._inner_unmark, paths.handover_marker(group))
+
+    async def _inner_unmark(self, path: str) -> None:
+        try:
+            await aio.call(self._conn.client.delete_async, path)
+        except NoNodeError:
+            pass
+
+    async def marked(self, on_change: Callable[[], None] | None = None) -> list[str]:
+        """The groups marked as in handover (with a watch on the list)."""
+        return await self._conn.retry("list the groups in handover", self._inner_marked, on_change)
+
+    async def _inner_marked(self, on_change) -> list[str]:
+        watch = self._watch(on_change)
+        try:
+            names = await aio.call(self._conn.client.get_children_async, paths.HANDOVERS, watch)
+        except NoNodeError:
+            await aio.call(self._conn.client.exists_async, paths.HANDOVERS, watch)
+            return []
+        return paths.group_ids(names)
+
     async def _inner_read(self, group: str, on_change, exclude_internal_topics: bool,
                           recorded: Set[str] | None) -> Reading:
         client, loop = self._conn.client, asyncio.get_running_loop()

@@ -304,3 +304,17 @@ def migration_archive(group: str) -> str:
 
 def mode_request(group: str) -> str:
     return f"{migration(group)}/mode-request"
+
+
+# -- live handovers ---------------------------------------------------------------
+# /zkcoord/handovers/<group>      persistent marker: the group is in a handover and its
+#                                 owner holds persistent znodes under /consumers/<group>
+#                                 for its members; a group without an owner is adopted by
+#                                 a live daemon (zkcoord.server.handover.Adoption)
+HANDOVERS = f"{ROOT}/handovers"
+
+__all__ += ["HANDOVERS", "handover_marker"]
+
+
+def handover_marker(group: str) -> str:
+    return f"{HANDOVERS}/{group_name(group)}"
