@@ -105,6 +105,57 @@ def zk_write_counters(port: int, namespaces: tuple[str, ...]) -> ZkWrites:
                     int(fsync_ms.group(1)) if fsync_ms else 0)
 
 
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt  # SIGTERM: clean up as for Ctrl-C
+
+
+def bench_main(workdir: Path | None, prefix: str, run, stop) -> int:
+    """A benchmark's ``main``: its working directory created (``workdir``, or
+    a new ``/tmp/<prefix>*``; exit 2 naming it when it cannot be), then
+    ``run(workdir)``'s exit code; a BenchError or ZkcoordError is one
+    ``error:`` line (exit 1), Ctrl-C and SIGTERM exit 130; ``stop()``
+    always runs last, whatever ``run`` got to."""
+    import tempfile
+
+    from zkcoord.errors import ZkcoordError
+
+    workdir = workdir or Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"error: --workdir {workdir}: {exc.strerror}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return run(workdir)
+    except (BenchError, ZkcoordError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; stopping everything", file=sys.stderr)
+        return 130
+    finally:
+        stop()
+
+
+def bad_key_values(values: list[str]) -> str | None:
+    """The first of ``values`` that is not ``KEY=VALUE`` with a key, or None."""
+    return next((v for v in values if "=" not in v or not v.split("=", 1)[0]), None)
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    """Create ``names`` on the brokers, ``partitions`` each, replication 1, and
+    wait until the metadata has them."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="zkcoord-bench")
+    try:
+        admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names],
+                            wait_for_metadata=True)
+    finally:
+        admin.close()
+
+
 def zkcoord_cli(*args: str, check: bool = True) -> str:
     """Run ``zkcoord ARGS`` and return its output. Interrupted, we pass SIGINT
     on and let it finish: ``local up`` then stops what it started (a SIGKILL
@@ -213,14 +264,7 @@ class Environment:
 
     def _create_topics(self, bootstrap: str) -> None:
         """Kafka refuses commits to unknown topics (zkcoord does not check)."""
-        from kafka.admin import KafkaAdminClient, NewTopic
-
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="zkcoord-bench")
-        try:
-            admin.create_topics([NewTopic(self.topic, num_partitions=self.topic_partitions, replication_factor=1)],
-                                wait_for_metadata=True)
-        finally:
-            admin.close()
+        create_topics(bootstrap, [self.topic], self.topic_partitions)
 
     def _start_daemon(self, zookeeper: str, bootstrap: str) -> None:
         port = free_port()

@@ -43,20 +43,17 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench_env import Environment
+from bench_env import Environment, bad_key_values, bench_main
 from group_client import BenchError
-from zkcoord.errors import ZkcoordError
 from zkcoord.local import legacy
 from zkcoord.local.sandbox import zk_four_letter
 
@@ -427,32 +424,29 @@ def parse_args(argv=None):
         parser.error("--zkcoord-disconnect-grace-ms must be -1 (off) or at least 0")
     if args.session_timeout_ms < 1000 or not 0 < args.heartbeat_interval_ms < args.session_timeout_ms:
         parser.error("--session-timeout-ms must be >= 1000 and --heartbeat-interval-ms between 1 and it")
-    bad = [p for p in args.legacy_property if "=" not in p or not p.split("=", 1)[0]]
-    if bad:
-        parser.error(f"--legacy-property {bad[0]!r}: expected KEY=VALUE")
+    if bad_key_values(args.legacy_property) is not None:
+        parser.error(f"--legacy-property {bad_key_values(args.legacy_property)!r}: expected KEY=VALUE")
     return args
-
-
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt  # SIGTERM: clean up as for Ctrl-C
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="zkcoord-legacy-bench-"))
-    try:
-        workdir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        print(f"error: --workdir {workdir}: {exc.strerror}", file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, _interrupt)
     daemon_args = ("--member-disconnect-grace-ms", str(args.zkcoord_disconnect_grace_ms))
-    env = Environment(workdir, topic="bench-legacy", topic_partitions=args.partitions,
-                      daemon_args=daemon_args if args.zkcoord_disconnect_grace_ms >= 0 else ())
-    results: list[Measurement] = []
-    extra: dict[str, dict] = {}
+    envs: list[Environment] = []
     targets: list[Target] = []
-    try:
+
+    def stop() -> None:
+        for target in targets:
+            target.stop()
+        for env in envs:
+            env.stop()
+
+    def run(workdir: Path) -> int:
+        env = Environment(workdir, topic="bench-legacy", topic_partitions=args.partitions,
+                          daemon_args=daemon_args if args.zkcoord_disconnect_grace_ms >= 0 else ())
+        envs.append(env)
+        results: list[Measurement] = []
+        extra: dict[str, dict] = {}
         env.start()
         print(f"group of {args.members} (+1 joining) over {args.partitions} partitions, {args.rounds} rounds; "
               f"session {args.session_timeout_ms} ms; workdir {workdir}", flush=True)
@@ -469,16 +463,8 @@ def main(argv=None) -> int:
             args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                              "results": [asdict(m) for m in results], "extra": extra}, indent=1))
         return 0
-    except (BenchError, ZkcoordError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted; stopping everything", file=sys.stderr)
-        return 130
-    finally:
-        for target in targets:
-            target.stop()
-        env.stop()
+
+    return bench_main(args.workdir, "zkcoord-legacy-bench-", run, stop)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,10 @@ KIP-848's consumer protocol: only what changes is revoked or assigned):
   before that callback: overlaps with an ownership ended by ``lost`` are
   left out unless ``include_lost``.
 
+:func:`coverage` measures a window instead: per partition, the time no
+member owned it (the longest such gap too) and the time two or more did,
+e.g. the unowned partition-seconds of a handover (``bench/bench_handover.py``).
+
 Example::
 
     a = [AssignmentChange("a", "assigned", 10, {("t", 0), ("t", 1)}),
@@ -130,3 +134,41 @@ def current_owners(changes: Iterable[AssignmentChange]) -> dict[TopicPartition, 
         if span.end_ms is None:
             owners[span.partition].add(span.member)
     return dict(owners)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """One partition over a window: time with no owner, its longest stretch,
+    time with two or more owners (in the changes' unit)."""
+
+    unowned: int
+    longest_gap: int
+    shared: int
+
+
+def coverage(changes: Iterable[AssignmentChange], partitions: Iterable[TopicPartition], start: int,
+             end: int) -> dict[TopicPartition, Coverage]:
+    """Per partition of ``partitions``, its :class:`Coverage` over ``[start,
+    end)``. A release and the next owner's assignment at the same instant
+    leave no gap and no overlap; an ownership still open runs to ``end``."""
+    marks: dict[TopicPartition, list[tuple[int, int]]] = defaultdict(list)
+    for span in ownerships(changes):
+        marks[span.partition] += [(span.start_ms, 1), (end if span.end_ms is None else span.end_ms, -1)]
+    found = {}
+    for tp in partitions:
+        owners, at, unowned, gap, longest, shared = 0, start, 0, 0, 0, 0
+        for ts, step in sorted(marks.get(tp, []), key=lambda m: (m[0], m[1])):  # releases first at a tie
+            ts = min(max(ts, start), end)
+            if owners == 0:
+                unowned, gap = unowned + ts - at, gap + ts - at
+            else:
+                longest, gap = max(longest, gap), 0
+                if owners > 1:
+                    shared += ts - at
+            owners, at = owners + step, ts
+        if owners == 0:
+            unowned, gap = unowned + end - at, gap + end - at
+        elif owners > 1:
+            shared += end - at
+        found[tp] = Coverage(unowned, max(longest, gap), shared)
+    return found

@@ -11,6 +11,10 @@ that thread, where librdkafka runs the callbacks). Its ``on_assign``,
 (the member may fetch from then on), a revocation at its end (librdkafka
 gives the partitions up once it returns). It commits synchronously after
 each batch, records every consumed offset and every acknowledged commit.
+Optionally (the handover benchmark) it subscribes to several topics, times
+its callbacks on another clock (``clock``, e.g. wall-clock milliseconds, the
+legacy driver's) and writes every record it consumed to a record log
+(:mod:`zkcoord.local.record_log`), flushed before each commit.
 
 Also :func:`produce`: records with acknowledged offsets, by librdkafka.
 """
@@ -22,18 +26,24 @@ import time
 from collections.abc import Mapping
 
 from tests.support.ownership import AssignmentChange
+from zkcoord.local.record_log import RecordLogWriter
 
 TopicPartition = tuple[str, int]
 CLOSE_TIMEOUT_S = 60.0
 
 
 class RdkafkaMember:
-    """A librdkafka member of ``group`` on ``topic``; ``properties`` are
-    librdkafka settings over the defaults here (e.g. ``group.protocol``)."""
+    """A librdkafka member of ``group`` on ``topic`` (or a list of topics);
+    ``properties`` are librdkafka settings over the defaults here (e.g.
+    ``group.protocol``); ``record_log`` gets a line per record consumed;
+    ``clock`` times callbacks and commits (default ``time.monotonic_ns``)."""
 
-    def __init__(self, label: str, bootstrap_servers: str, topic: str, group: str,
-                 properties: Mapping[str, object] | None = None):
+    def __init__(self, label: str, bootstrap_servers: str, topic: str | list[str], group: str,
+                 properties: Mapping[str, object] | None = None, record_log: RecordLogWriter | None = None,
+                 clock=time.monotonic_ns):
         self.label, self.topic, self.group = label, topic, group
+        self.topics = [topic] if isinstance(topic, str) else list(topic)
+        self.record_log, self.clock = record_log, clock
         self.config = {"bootstrap.servers": bootstrap_servers, "group.id": group, "client.id": label,
                        "auto.offset.reset": "earliest", "enable.auto.commit": False, **(properties or {})}
         self._lock = threading.Lock()
@@ -71,7 +81,7 @@ class RdkafkaMember:
 
         consumer = Consumer(self.config, logger=None)
         try:
-            consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost)
+            consumer.subscribe(self.topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost)
             while not self._stop.is_set():
                 messages = consumer.consume(num_messages=500, timeout=0.2)
                 positions: dict[TopicPartition, int] = {}
@@ -82,14 +92,20 @@ class RdkafkaMember:
                             continue
                         tp = (m.topic(), m.partition())
                         self._consumed.setdefault(tp, set()).add(m.offset())
+                        if self.record_log is not None:
+                            self.record_log.write(m.topic(), m.partition(), m.offset(), self.label)
                         positions[tp] = max(positions.get(tp, -1), m.offset() + 1)
                 if positions:
+                    if self.record_log is not None:
+                        self.record_log.flush()  # a committed record is in the log
                     self._commit(consumer, positions, KafkaException)
         except Exception as exc:  # reported through errors(); the test sees it
             with self._lock:
                 self._errors.append(f"{type(exc).__name__}: {exc}")
         finally:
             consumer.close()
+            if self.record_log is not None:
+                self.record_log.flush()
             self._closed.set()
 
     def _commit(self, consumer, positions: dict[TopicPartition, int], kafka_exception) -> None:
@@ -103,7 +119,7 @@ class RdkafkaMember:
             return
         done = {(tp.topic, tp.partition): tp.offset for tp in answer if tp.error is None}
         with self._lock:
-            self._commits.append((time.monotonic_ns(), done))
+            self._commits.append((self.clock(), done))
 
     # -- callbacks (on the member's thread)
     def _note(self, kind: str, partitions, ts: int) -> None:
@@ -111,13 +127,13 @@ class RdkafkaMember:
             self._changes.append(AssignmentChange(self.label, kind, ts, {(p.topic, p.partition) for p in partitions}))
 
     def _assigned(self, consumer, partitions) -> None:
-        self._note("assigned", partitions, time.monotonic_ns())
+        self._note("assigned", partitions, self.clock())
 
     def _revoked(self, consumer, partitions) -> None:
-        self._note("revoked", partitions, time.monotonic_ns())
+        self._note("revoked", partitions, self.clock())
 
     def _lost(self, consumer, partitions) -> None:
-        self._note("lost", partitions, time.monotonic_ns())
+        self._note("lost", partitions, self.clock())
 
     # -- what it saw
     def changes(self) -> list[AssignmentChange]:

@@ -1,11 +1,13 @@
 """tests/support/ownership.py: two owners of one partition found from the
-members' own callbacks, for eager, incremental and lost hand-overs."""
+members' own callbacks, for eager, incremental and lost hand-overs; the time
+a partition had no owner, or two, over a window."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support.ownership import AssignmentChange, Ownership, Overlap, current_owners, double_owners, ownerships
+from tests.support.ownership import (AssignmentChange, Coverage, Ownership, Overlap, coverage, current_owners,
+                                     double_owners, ownerships)
 
 
 def change(member, kind, ts, *partitions):
@@ -51,3 +53,17 @@ def test_a_partition_still_held_by_two_members_at_the_end():
 def test_an_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="kind 'moved'"):
         change("a", "moved", 1, 0)
+
+
+def test_coverage_counts_gaps_and_shared_time_within_the_window():
+    changes = [change("a", "assigned", 10, 0), change("a", "revoked", 20, 0), change("b", "assigned", 25, 0),
+               change("c", "assigned", 30, 0), change("c", "revoked", 40, 0)]
+    assert coverage(changes, [("t", 0), ("t", 1)], 0, 50) == {
+        ("t", 0): Coverage(unowned=15, longest_gap=10, shared=10),  # 0-10, 20-25 free; 30-40 two owners
+        ("t", 1): Coverage(unowned=50, longest_gap=50, shared=0)}
+    assert coverage(changes, [("t", 0)], 15, 35) == {("t", 0): Coverage(unowned=5, longest_gap=5, shared=5)}
+
+
+def test_coverage_of_a_hand_over_in_the_same_instant_has_no_gap_and_no_overlap():
+    changes = [change("a", "assigned", 0, 0), change("a", "revoked", 20, 0), change("b", "assigned", 20, 0)]
+    assert coverage(changes, [("t", 0)], 0, 30) == {("t", 0): Coverage(0, 0, 0)}

@@ -1,13 +1,16 @@
 """Real legacy consumers: a group of Kafka 1.1.1's old ZooKeeper-based
-high-level consumers (``ZookeeperConsumerConnector``), for the legacy test
-and ``bench/bench_legacy.py``.
+high-level consumers (``ZookeeperConsumerConnector``), for the legacy and
+handover tests, ``bench/bench_legacy.py`` and ``bench/bench_handover.py``.
 
 Owns compiling the small Java driver (``legacy_consumer/LegacyGroup.java``)
 against the legacy jars (:func:`zkcoord.local.jars.legacy_distribution`) into
 the cache, once per source version; the driver's command line; and
 :class:`LegacyGroup`, one JVM running N members of one group whose JSON-line
-log (claims, releases, records, commits, errors; see the Java file) is
-collected as :class:`LegacyEvent` s while it runs.
+log (claims, releases, records, commits, errors, of every topic they
+consume; see the Java file) is collected as :class:`LegacyEvent` s while it
+runs, and whose members can be stopped one by one. With
+``LegacySettings.record_log`` the driver also writes every record it hands
+over to a record log (:mod:`zkcoord.local.record_log`).
 
 The members rebalance, claim partitions and commit offsets exactly as old
 consumers do: the Kafka code does it, we only log what its rebalance listener
@@ -81,10 +84,15 @@ def _compile(classpath: str, classes: Path, log) -> None:
 class LegacySettings:
     """One legacy group process: ``members`` connectors named
     ``<prefix>1..N`` (each registers as ``<group>_<prefix>i``), each with
-    ``streams`` streams (a thread each) of ``topic``, or of every topic
-    ``whitelist`` matches (events still name ``topic``'s partitions only).
-    ``commit_interval_ms`` -1 never commits; ``properties`` are extra old
-    consumer settings (``zookeeper.session.timeout.ms``, ``rebalance.backoff.ms``...)."""
+    ``streams`` streams (a thread each) of ``topic`` and every topic of
+    ``topics``, or of every topic ``whitelist`` matches (then ``topics`` must
+    be empty). Events name every topic a member holds (``"topics"``);
+    ``"partitions"`` is ``topic``'s alone. ``commit_interval_ms`` -1 never
+    commits (the driver; ``auto.commit.enable=true`` in ``properties`` makes
+    the consumer commit by itself, on rebalances and shutdown too);
+    ``record_log`` appends a line per record consumed to that file (see
+    :mod:`zkcoord.local.record_log`); ``properties`` are extra old consumer
+    settings (``zookeeper.session.timeout.ms``, ``rebalance.backoff.ms``...)."""
 
     zookeeper: str
     group: str
@@ -96,12 +104,25 @@ class LegacySettings:
     properties: tuple[tuple[str, str], ...] = ()
     streams: int = 1
     whitelist: str | None = None
+    topics: tuple[str, ...] = ()
+    record_log: Path | None = None
 
     def __post_init__(self) -> None:
         if self.members < 1:
             raise ValueError(f"members={self.members} must be at least 1")
         if self.streams < 1:
             raise ValueError(f"streams={self.streams} must be at least 1")
+        for name in (self.topic, *self.topics):
+            if not name or any(c in name for c in ",\t\n") or name.startswith("-"):
+                raise ValueError(f"topic {name!r}: not a topic name the driver can pass on")
+        if self.whitelist is not None and self.topics:
+            raise ValueError(f"topics={self.topics!r} with whitelist={self.whitelist!r}: a member subscribes "
+                             "to a list of topics or to a whitelist, not both")
+        if not self.prefix or any(c.isspace() for c in self.prefix):
+            raise ValueError(f"prefix {self.prefix!r}: member names must be non-empty, without spaces")
+
+    def member_names(self) -> list[str]:
+        return [f"{self.prefix}{i}" for i in range(1, self.members + 1)]
 
 
 def command(settings: LegacySettings, classpath: str, jvm_args: tuple[str, ...] = ()) -> list[str]:
@@ -113,21 +134,28 @@ def command(settings: LegacySettings, classpath: str, jvm_args: tuple[str, ...] 
             str(settings.commit_interval_ms), "true" if settings.log_records else "false",
             *(f"{k}={v}" for k, v in settings.properties),
             *([f"zkcoord.streams={settings.streams}"] if settings.streams != 1 else []),
-            *([f"zkcoord.whitelist={settings.whitelist}"] if settings.whitelist is not None else [])]
+            *([f"zkcoord.whitelist={settings.whitelist}"] if settings.whitelist is not None else []),
+            *([f"zkcoord.topics={','.join(settings.topics)}"] if settings.topics else []),
+            *([f"zkcoord.record.log={settings.record_log}"] if settings.record_log is not None else [])]
 
 
 @dataclass(frozen=True)
 class LegacyEvent:
     ts_ms: int
     member: str
-    event: str  # started, claim, release, consumed, commit, stopped, error
+    event: str  # joining, started, claim, release, consumed, commit, stopped, error
     data: dict = field(default_factory=dict)
+
+    def topic_partitions(self) -> frozenset[tuple[str, int]]:
+        """A claim's or release's partitions of every topic, as (topic, partition)."""
+        return frozenset((t, p) for t, ps in self.data.get("topics", {}).items() for p in ps)
 
 
 class LegacyGroup:
     """One JVM running a legacy group's members; ``start()`` / ``stop()``
     (SIGTERM: connectors shut down cleanly) / ``kill()`` (SIGKILL: the
-    members' ZooKeeper sessions must expire)."""
+    members' ZooKeeper sessions must expire); ``stop_member(name)`` shuts
+    one member down as ``stop()`` does all of them, the others go on."""
 
     def __init__(self, settings: LegacySettings, classpath: str, stderr_path: Path,
                  jvm_args: tuple[str, ...] = ()):
@@ -142,7 +170,7 @@ class LegacyGroup:
         with open(self.stderr_path, "ab") as err:
             # Own session: a Ctrl-C reaches the caller, who stops us in order.
             self.proc = subprocess.Popen(command(self.settings, self.classpath, self.jvm_args),
-                                         stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE,
                                          start_new_session=True)
         self._reader = threading.Thread(target=self._read, name=f"legacy-{self.settings.prefix}", daemon=True)
         self._reader.start()
@@ -185,6 +213,20 @@ class LegacyGroup:
                 raise SandboxError(f"not within {timeout_s:g} s: {what}"
                                    + (f"; member errors: {errors[:3]}" if errors else ""))
             time.sleep(0.05)
+
+    def stop_member(self, member: str, timeout_s: float = 30.0) -> int:
+        """Shut ``member`` down (its connector commits with auto-commit, its
+        znodes go) and wait for its ``stopped`` event; its time (ms)."""
+        if member not in self.settings.member_names():
+            raise SandboxError(f"no legacy member {member!r} in this group process "
+                               f"(members: {', '.join(self.settings.member_names())})")
+        if not self.alive():
+            raise SandboxError(f"the legacy consumer JVM is not running; cannot stop {member}")
+        self.proc.stdin.write(f"stop {member}\n".encode())
+        self.proc.stdin.flush()
+        found = self.wait_for(lambda ev: [e.ts_ms for e in ev if e.member == member and e.event == "stopped"],
+                              timeout_s, f"legacy member {member} stopped")
+        return found[0]
 
     def kill(self) -> None:
         self._signal(signal.SIGKILL, 10.0)
