@@ -120,10 +120,17 @@ def make_scene(services, zk_root, admin, unique_name, tmp_path, daemons: int):
         with gateway_fleet(services.zookeeper, zk_root, tmp_path / "logs", services.bootstrap_servers,
                            *node_ids(daemons), metrics_listen="127.0.0.1:0") as fleet:
             yield topic, group, start_legacy, fleet
+            # At ZooKeeper's root the next test's FindCoordinator would name a daemon of this one (a killed
+            # one, until its session expires), and a client may keep asking it: leave none registered.
+            for daemon in fleet.daemons.values():
+                if daemon.alive():
+                    daemon.terminate()
+            wait_for(lambda: all(fleet.session_gone(n) for n in fleet.daemons), 60, "this test's daemons gone")
     finally:
         for process in started:
             process.stop()
-        zk_root.delete(f"/consumers/{group}", recursive=True)
+        for path in (f"/consumers/{group}", f"/zkcoord/handovers/{group}", f"/coordinators/{group}"):
+            zk_root.delete(path, recursive=True)
 
 
 @pytest.fixture

@@ -202,6 +202,11 @@ class Group:
       member id -> the partitions the owner daemon holds for it: the
       assignment every SyncGroup hands out instead of the leader's.
 
+    ``handover_hold`` (in memory): the owner daemon is about to hold more
+    partitions for the members: the join phase does not end early (its
+    timer still ends it), so that the SyncGroup hands the new shares out in
+    this rebalance rather than in another one.
+
     ``handover_ids`` (persisted, ``"ho"``): None, or, while the group is in a
     handover, member id -> the legacy consumer id the owner daemon registered
     for it (a member that left stays until its registration and owner znodes
@@ -233,6 +238,7 @@ class Group:
     generation_floor: int = 0
     handover_shares: FrozenMap[str, frozenset[tuple[str, int]]] | None = None
     handover_ids: FrozenMap[str, str] | None = None
+    handover_hold: bool = False
 
     def __post_init__(self) -> None:
         for name in ("members", "static_members", "awaiting_join", "awaiting_sync",

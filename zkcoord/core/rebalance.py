@@ -101,6 +101,7 @@ class Draft:
     generation_floor: int
     handover_shares: FrozenMap[str, frozenset[tuple[str, int]]] | None
     handover_ids: FrozenMap[str, str] | None
+    handover_hold: bool
     replies: list[Reply] = field(default_factory=list)
     timers: dict[str, TimerOp] = field(default_factory=dict)
     persist: bool = False
@@ -121,7 +122,7 @@ class Draft:
             initial_delay=group.initial_delay, sync_deadline_ms=group.sync_deadline_ms,
             sync_generation=group.sync_generation, generation_reserved=group.generation_reserved,
             generation_floor=group.generation_floor, handover_shares=group.handover_shares,
-            handover_ids=group.handover_ids,
+            handover_ids=group.handover_ids, handover_hold=group.handover_hold,
         )
 
     def freeze(self) -> Group:
@@ -137,6 +138,7 @@ class Draft:
             sync_deadline_ms=self.sync_deadline_ms, sync_generation=self.sync_generation,
             generation_reserved=self.generation_reserved, generation_floor=self.generation_floor,
             handover_shares=self.handover_shares, handover_ids=self.handover_ids,
+            handover_hold=self.handover_hold,
         )
 
     def outcome(self) -> Outcome:
@@ -166,6 +168,7 @@ class Draft:
             and b.awaiting_sync == self.awaiting_sync and b.pending_members == self.pending_members
             and self.pending_sync == b.pending_sync and self.new_members == b.new_members
             and self.handover_shares == b.handover_shares and self.handover_ids == b.handover_ids
+            and self.handover_hold == b.handover_hold
         )
 
     # -- effects -----------------------------------------------------------
@@ -444,8 +447,10 @@ def prepare_rebalance(w: Draft) -> None:
 def try_complete_join(w: Draft) -> None:
     """Kafka's ``tryCompleteJoin``: end the join phase as soon as every known
     member has rejoined and no MEMBER_ID_REQUIRED id is outstanding. During
-    the initial delay nothing ends it early (``InitialDelayedJoin``)."""
-    if w.state is not S.PREPARING_REBALANCE or w.initial_delay is not None:
+    the initial delay nothing ends it early (``InitialDelayedJoin``), nor while
+    a handover holds it (``handover_hold``: more partitions are about to be
+    held for the members)."""
+    if w.state is not S.PREPARING_REBALANCE or w.initial_delay is not None or w.handover_hold:
         return
     if w.has_all_members_joined():
         complete_join(w)

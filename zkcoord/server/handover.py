@@ -97,6 +97,8 @@ class HandoverDriver:
         self._wall_ms = wall_ms
         self._wake = asyncio.Event()
         self._attempts: Attempts | None = None
+        self._hold_since: int | None = None  # when the join phase began waiting for the current target
+        self._hold_target: frozenset = frozenset()
         self._task: asyncio.Task | None = None
         self._last_problem: str | None = None
         self.last_plan = None  # for inspection and tests
@@ -184,7 +186,7 @@ class HandoverDriver:
         if await self._forget_departed(reading, ids):
             return 0
         await self._set_shares({members[cid].member_id: decided.assignment.get(cid, frozenset())
-                                for cid in members})
+                                for cid in members}, self._hold(decided, members))
         if decided.settled:
             return SETTLED_RECHECK_S
         if self._attempts is not None and self._attempts.gave_up:
@@ -221,6 +223,25 @@ class HandoverDriver:
             now, self.runtime.config))
         return True
 
+    def _hold(self, decided, members: dict[str, Member]) -> bool:
+        """Whether the group's join phase should wait for partitions about to be
+        held for its members (see ``handle_shares``): while their ranges are
+        not all held, at most ``2 x rebalance.backoff.ms`` per target (a
+        legacy consumer releases within its rebalance, or after one back-off),
+        so a holder that does not release (a killed one, until its session
+        expires) costs one bounded wait, not a rebalance after every wait."""
+        threads = {t for m in members.values() for t in m.threads()}
+        target = frozenset((tp, t) for tp, t in decided.target.items() if t in threads)
+        wanted = {c.holder for c in decided.claim} | {decided.target[tp] for tp in decided.waiting}
+        pending = bool(decided.register) or bool(wanted & threads)
+        if not pending:
+            self._hold_since = None
+            return False
+        now = self._wall_ms()
+        if self._hold_since is None or self._hold_target != target:
+            self._hold_since, self._hold_target = now, target
+        return now - self._hold_since < 2 * self._schedule.backoff_ms
+
     def _members(self, group: Any, ids: dict[str, str]) -> dict[str, Member]:
         """The group's members as legacy consumers, by consumer id."""
         members: dict[str, Member] = {}
@@ -247,17 +268,17 @@ class HandoverDriver:
                 quiesced.add((tp, member.consumer_id))
         return quiesced
 
-    async def _set_shares(self, shares: dict | None) -> None:
+    async def _set_shares(self, shares: dict | None, hold: bool = False) -> None:
         group = self.runtime.group
         if not isinstance(group, Group):
             return
         current = group.handover_shares
-        if shares is not None and current is not None and dict(current) == {
+        if shares is not None and current is not None and group.handover_hold == hold and dict(current) == {
                 mid: frozenset(p) for mid, p in shares.items() if mid in group.members}:
             return
         if shares is None and current is None:
             return
-        await self.runtime.apply(lambda g, now: handle_shares(g, shares, now, self.runtime.config)
+        await self.runtime.apply(lambda g, now: handle_shares(g, shares, now, self.runtime.config, hold)
                                  if isinstance(g, Group) else _unchanged(g))
 
     async def _end(self, reading) -> None:

@@ -51,7 +51,7 @@ from zkcoord.core.group_states import GroupState
 from zkcoord.core.handover.legacy_range import TopicPartition
 from zkcoord.core.membership import Group, GroupConfig, Member
 from zkcoord.core.messages import Outcome
-from zkcoord.core.rebalance import Draft, prepare_rebalance
+from zkcoord.core.rebalance import Draft, prepare_rebalance, try_complete_join
 
 __all__ = ["CONSUMER_PROTOCOL_TYPE", "handle_shares", "handle_ids", "share_assignments", "consuming",
            "subscribed_topics", "assigned"]
@@ -118,9 +118,17 @@ def share_assignments(group: Group | Draft, config: GroupConfig) -> dict[str, by
     return out
 
 
-def handle_shares(group: Group, shares: Shares | None, now_ms: int, config: GroupConfig) -> Outcome:
+def handle_shares(group: Group, shares: Shares | None, now_ms: int, config: GroupConfig,
+                  hold: bool = False) -> Outcome:
     """Set the group's handover shares (None: the handover is over) and
     rebalance a Stable group whose members' assignments differ from them.
+
+    ``hold``: the daemon is about to hold more partitions for the members
+    (claims under way, holders releasing): a Stable group rebalances now
+    (its members hear of it at their next heartbeat while the claims go on)
+    and the join phase waits for the hold to be lifted (or its timer), so
+    that one rebalance hands the new shares out. Lifting it ends a join
+    phase every member has rejoined.
 
     Persist: only what a rebalance it starts persists (a generation block)."""
     if group.state is S.DEAD:
@@ -129,11 +137,14 @@ def handle_shares(group: Group, shares: Shares | None, now_ms: int, config: Grou
         {mid: frozenset(parts) for mid, parts in shares.items() if mid in group.members})
     w = Draft.of(group, now_ms, config)
     w.handover_shares = frozen
+    w.handover_hold = hold and frozen is not None
     if w.state is S.STABLE and (
             (frozen is None and group.handover_shares is not None)  # the leader assigns every partition again
-            or (frozen is not None and any(assigned(m, config) != frozen.get(mid, frozenset())
-                                           for mid, m in w.members.items()))):
+            or (frozen is not None and (w.handover_hold or any(
+                assigned(m, config) != frozen.get(mid, frozenset()) for mid, m in w.members.items())))):
         prepare_rebalance(w)
+    elif group.handover_hold and not w.handover_hold:
+        try_complete_join(w)
     return w.outcome()
 
 
