@@ -449,9 +449,12 @@ def try_complete_join(w: Draft) -> None:
     member has rejoined and no MEMBER_ID_REQUIRED id is outstanding. During
     the initial delay nothing ends it early (``InitialDelayedJoin``), nor while
     a handover holds it (``handover_hold``: more partitions are about to be
-    held for the members)."""
+    held for the members) or has not given a member its legacy consumer id
+    yet (``handover_ids``); the join timer still ends it."""
     if w.state is not S.PREPARING_REBALANCE or w.initial_delay is not None or w.handover_hold:
         return
+    if w.handover_ids is not None and any(mid not in w.handover_ids for mid in w.members):
+        return  # in a handover, a newcomer gets its range only once the daemon registered it
     if w.has_all_members_joined():
         complete_join(w)
 

@@ -173,6 +173,10 @@ class HandoverDriver:
         quiesced = self._quiesced(group, reading, members)
         decided = plan(reading.view(members, quiesced))
         self.last_plan = decided
+        shares = {members[cid].member_id: decided.assignment.get(cid, frozenset()) for cid in members}
+        hold = self._hold(decided, members)
+        if hold and not group.handover_hold:
+            await self._set_shares(shares, hold)  # before the claims: the rebalance waits for them
         now = self._wall_ms()
         if decided.unregister or decided.register or decided.release or decided.claim:
             done = await self._zk.carry_out(self.group_id, decided, members, now, self._fence_of(self.group_id))
@@ -185,8 +189,7 @@ class HandoverDriver:
                 return 0  # read what we did before handing anything out
         if await self._forget_departed(reading, ids):
             return 0
-        await self._set_shares({members[cid].member_id: decided.assignment.get(cid, frozenset())
-                                for cid in members}, self._hold(decided, members))
+        await self._set_shares(shares, hold)
         if decided.settled:
             return SETTLED_RECHECK_S
         if self._attempts is not None and self._attempts.gave_up:

@@ -143,8 +143,8 @@ def handle_shares(group: Group, shares: Shares | None, now_ms: int, config: Grou
             or (frozen is not None and (w.handover_hold or any(
                 assigned(m, config) != frozen.get(mid, frozenset()) for mid, m in w.members.items())))):
         prepare_rebalance(w)
-    elif group.handover_hold and not w.handover_hold:
-        try_complete_join(w)
+    else:
+        try_complete_join(w)  # the hold lifted, or the newcomers are registered: end a join everyone rejoined
     return w.outcome()
 
 
