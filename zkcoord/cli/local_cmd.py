@@ -194,3 +194,53 @@ def fetch(legacy: bool, kafka4: bool) -> None:
     for dist in [*jars.fetch_all(log=_log), *([jars.kafka4_distribution(log=_log)] if kafka4 else [])]:
         console.print(f"{dist.name} {dist.version}: {dist.classpath} ({dist.source})")
     console.print(f"jar cache: {jars.cache_dir() / 'jars'} ({jars.cache_size_bytes() / 2**20:.0f} MiB)")
+
+
+@local.command()
+@click.argument("group")
+@click.argument("topics", nargs=-1)
+@click.option("--name", default="a", show_default=True,
+              help="The consumer's name: it registers as <group>_<name>1 (consumer.id), <name>2... with --members.")
+@click.option("--members", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="Consumers in this one JVM.")
+@click.option("--streams", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Streams (threads) per consumer and topic.")
+@click.option("--whitelist", metavar="REGEX", default=None,
+              help="Subscribe by a whitelist (a Java regex over topic names) instead of TOPICS.")
+@click.option("--property", "properties", metavar="KEY=VALUE", multiple=True,
+              help="An old-consumer setting (repeatable), e.g. rebalance.backoff.ms=500; auto.commit.enable=true "
+                   "and auto.commit.interval.ms=1000 unless given.")
+@click.option("--log-records", is_flag=True, help="Also print a line per record consumed.")
+@click.option("--zookeeper", envvar="ZKCOORD_ZOOKEEPER", show_envvar=True, required=True,
+              help="ZooKeeper of the Kafka cluster (the old consumer finds the brokers there).")
+def legacy(group: str, topics: tuple[str, ...], name: str, members: int, streams: int, whitelist: str | None,
+           properties: tuple[str, ...], log_records: bool, zookeeper: str) -> None:
+    """Run Kafka 1.1.1's old ZooKeeper consumer (ZookeeperConsumerConnector) in GROUP on TOPICS, in the
+    foreground, printing its events as JSON lines (claim, release, commit, ...). SIGTERM or Ctrl-C stops it
+    cleanly (it commits and leaves); kill -9 leaves its registration until its ZooKeeper session expires.
+    What a live handover starts from (docs/handover.md)."""
+    import os
+
+    from zkcoord.local.legacy import LegacySettings, command, driver_classpath
+
+    if not topics and whitelist is None:
+        raise click.UsageError("give the TOPICS to consume, or --whitelist REGEX")
+    if topics and whitelist is not None:
+        raise click.UsageError(f"topics {', '.join(topics)} and --whitelist {whitelist!r}: give one")
+    settings_given = {}
+    for item in properties:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--property")
+        settings_given[key.strip()] = value
+    props = {"auto.commit.enable": "true", "auto.commit.interval.ms": "1000", **settings_given}
+    try:
+        settings = LegacySettings(zookeeper, group, topics[0] if topics else "_", members=members, prefix=name,
+                                  log_records=log_records, properties=tuple(props.items()), streams=streams,
+                                  whitelist=whitelist, topics=tuple(topics[1:]))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    classpath = driver_classpath(log=_log)
+    argv = command(settings, classpath)
+    sys.stdout.flush()
+    os.execv(argv[0], argv)  # the JVM takes this process's place: signals reach it as they would the app

@@ -19,6 +19,7 @@ import uuid
 
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
 
 from zkcoord.client import Consumer, ConsumerConfig, RebalanceListener
 from zkcoord.config import KAFKA_CLIENT_CONFIG_ENV
@@ -157,18 +158,25 @@ def main() -> int:
 
 def seed_topic(topic: str, partitions: int, records_per_partition: int) -> int:
     """``demo seed-topic T P N``: a topic with P partitions and N records in
-    each, for the migration part of the demo."""
+    each, for the migration part of the demo; a topic that exists gets N
+    more records in each of its first P partitions."""
     bootstrap = os.environ["ZKCOORD_BOOTSTRAP_SERVERS"]
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, **kafka_options())
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    admin.close()
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+        made = "created"
+    except TopicAlreadyExistsError:
+        made = "existed"
+    finally:
+        admin.close()
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **kafka_options())
     for partition in range(partitions):
         for i in range(records_per_partition):
             producer.send(topic, key=f"invoice-{partition}-{i}".encode(), value=b"{}", partition=partition)
     producer.flush()
     producer.close()
-    print(f"topic {topic}: {partitions} partitions x {records_per_partition} records")
+    print(f"topic {topic}: {partitions} partitions x {records_per_partition} records"
+          + (" more" if made == "existed" else ""))
     return 0
 
 
