@@ -17,15 +17,19 @@ there too (its group and topic are the test's own, deleted afterwards).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from kafka import KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 from kazoo.exceptions import NoNodeError
 from kafka.admin import NewTopic
 
@@ -33,10 +37,12 @@ from tests.integration.test_gateway_clients import PythonMember
 from tests.support import java_tools as jt
 from tests.support.daemons import gateway_fleet, process_marker, wait_for
 from zkcoord.cli.main import cli
-from zkcoord.core.handover.registration import is_zkcoord_consumer_id
+from zkcoord.core.handover.legacy_range import range_assignment
+from zkcoord.core.handover.registration import is_zkcoord_consumer_id, parse_registration
 from zkcoord.errors import MissingToolError
 from zkcoord.local import jars
 from zkcoord.local.legacy import LegacyGroup, LegacySettings, driver_classpath
+from zkcoord.local.record_log import Delivery, check_deliveries, read_record_logs
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 6
@@ -410,3 +416,154 @@ def test_kept_in_handover_a_legacy_consumer_can_come_back(services, zk_root, sce
         seen[(p, o)] = seen.get((p, o), 0) + 1
     twice = sorted(tp for tp, n in seen.items() if n > 1)
     assert not twice, f"{len(twice)} records consumed twice, e.g. {twice[:10]}"
+
+
+class TwoTopicProducer:
+    """Writes ``<topic>:<i>`` values to two topics, round robin over their partitions."""
+
+    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        self.topics, self.sent, self._stop = topics, {t: 0 for t in topics}, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> TwoTopicProducer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for topic in self.topics:
+                i = self.sent[topic]
+                self._producer.send(topic, value=f"{topic}:{i}".encode(), partition=i % PARTITIONS)
+                self.sent[topic] = i + 1
+            time.sleep(0.02)
+
+    def stop(self) -> dict[tuple[str, int], range]:
+        """Stop; the offsets written, per partition."""
+        self._stop.set()
+        self._thread.join(30)
+        self._producer.flush()
+        self._producer.close()
+        return {(t, p): range(0, len(range(p, n, PARTITIONS))) for t, n in self.sent.items() for p in range(PARTITIONS)}
+
+
+class ThinConsumer:
+    """``zkcoord consume`` (zkcoord's own consumer) as a process: its records, by (topic, partition, offset)."""
+
+    def __init__(self, fleet, topics: list[str], group: str, out: Path, bootstrap: str) -> None:
+        coordinators = ",".join(f"{d.host}:{d.port}" for d in fleet.daemons.values())
+        self.out = out
+        self.proc = subprocess.Popen(
+            [sys.executable, "-X", process_marker(), "-m", "zkcoord", "consume", *topics, "--group", group,
+             "--coordinators", coordinators, "--bootstrap-servers", bootstrap, "--heartbeat-interval-ms", "500"],
+            stdout=open(out, "wb"), stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+
+    def records(self) -> list[tuple[str, int, int]]:
+        found = []
+        for line in self.out.read_text(errors="replace").splitlines():
+            fields = line.split(" ")
+            if len(fields) >= 3 and fields[1].isdigit() and fields[2].isdigit():
+                found.append((fields[0], int(fields[1]), int(fields[2])))
+        return found
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+def range_answer(zk, group: str, topics: list[str]) -> dict[tuple[str, int], str]:
+    """The legacy range answer of the registrations under ids, as every consumer computes it."""
+    regs = [parse_registration(cid, zk.get(f"/consumers/{group}/ids/{cid}")[0]) for cid in registered(zk, group)]
+    return range_assignment(regs, {t: tuple(range(PARTITIONS)) for t in zk.get_children("/brokers/topics")
+                                   if t in topics})
+
+
+def all_owners(zk, group: str, topics: list[str]) -> dict[tuple[str, int], str]:
+    return {(t, p): holder for t in topics for p, holder in owners(zk, group, t).items()}
+
+
+def test_the_issue_scenario_two_topics_streams_whitelist_replace_reverse_migrate(services, zk_root, scene2, tmp_path):
+    """Three legacy members on two topics (one with two streams, one by a
+    whitelist) while a producer writes; replaced one at a time by zkcoord's
+    consumer and a stock Java consumer through the gateways; then the reverse
+    (a legacy member back, the Java one gone); then the last legacy members
+    leave and the group's offsets move to Kafka. At every step the owner
+    znodes are the legacy range answer of who is registered; from every
+    member's records: none delivered to two members, none missed."""
+    topic, group, start_legacy, fleet = scene2
+    ta, tb = topic, topic + "-b"
+    topics = [ta, tb]
+    KafkaAdminClient(bootstrap_servers=services.bootstrap_servers).create_topics([NewTopic(tb, PARTITIONS, 1)])
+    producer = TwoTopicProducer(services.bootstrap_servers, topics).start()
+    classpath = driver_classpath()
+    legacy: dict[str, LegacyGroup] = {}
+
+    def start(prefix: str, **how) -> LegacyGroup:
+        settings = LegacySettings(services.zookeeper, group, ta, members=1, prefix=prefix, commit_interval_ms=-1,
+                                  properties=LEGACY_PROPERTIES, record_log=tmp_path / f"records-{prefix}.log", **how)
+        legacy[prefix] = LegacyGroup(settings, classpath, tmp_path / f"legacy2-{prefix}.log",
+                                     jvm_args=(f"-D{process_marker()}",)).start()
+        return legacy[prefix]
+
+    def settled(what: str) -> None:
+        def check():
+            answer = range_answer(zk_root, group, topics)
+            return len(answer) == 2 * PARTITIONS and all_owners(zk_root, group, topics) == answer
+        wait_for(check, WAIT_S, what)
+
+    start("s", topics=(tb,), streams=2)
+    start("w", whitelist=re.escape(ta[:-9]) + ".*", topics=())
+    start("p", topics=(tb,))
+    settled("three legacy members (two streams, a whitelist, a plain one) own both topics")
+    thin = ThinConsumer(fleet, topics, group, tmp_path / "thin.txt", services.bootstrap_servers)
+    bootstrap = ",".join(d.gateway_address for d in fleet.daemons.values())
+    java = None
+    try:
+        wait_for(lambda: sum(is_zkcoord_consumer_id(c) for c in registered(zk_root, group)) == 1, WAIT_S,
+                 "zkcoord's consumer registered")
+        legacy["p"].stop()
+        settled("p1 replaced by zkcoord's consumer")
+        java = jt.ConsoleConsumerProcess(bootstrap, ta, include="|".join(map(re.escape, topics)), group=group,
+                                         client_id="java-m", consumer_properties={
+                                             "heartbeat.interval.ms": 500, "auto.commit.interval.ms": 200,
+                                             "partition.assignment.strategy":
+                                                 "org.apache.kafka.clients.consumer.RangeAssignor"}).start()
+        wait_for(lambda: sum(is_zkcoord_consumer_id(c) for c in registered(zk_root, group)) == 2, WAIT_S,
+                 "the Java consumer registered")
+        legacy["w"].stop()
+        settled("w1 replaced by the Java consumer")
+        start("q", topics=(tb,))  # the reverse: a legacy member back, the Java one gone
+        wait_for(lambda: f"{group}_q1" in registered(zk_root, group), WAIT_S, "q1 registered")
+        java.stop()
+        settled("q1 back, the Java consumer gone")
+        legacy["s"].stop()
+        legacy["q"].stop()
+        wait_for(lambda: registered(zk_root, group) == [] and all_owners(zk_root, group, topics) == {}, WAIT_S,
+                 "the last legacy members gone: nothing of the handover left")
+        produced = producer.stop()
+        logs = [tmp_path / f"records-{p}.log" for p in legacy]
+
+        def deliveries():
+            found = read_record_logs(logs)
+            found += [Delivery(t, p, o, "thin", "0", 0) for t, p, o in thin.records()]
+            found += [Delivery(r.value.split(":")[0], r.partition, r.offset, "java", "0", 0) for r in java.records()]
+            return found
+
+        wait_for(lambda: not check_deliveries(deliveries(), produced).missed, WAIT_S,
+                 "every record produced was consumed")
+        check = check_deliveries(deliveries(), produced)
+        assert not check.to_two_members, check.summary()
+        for command in (["apply"], ["verify"], ["finalize"]):
+            result = CliRunner().invoke(cli, ["migrate", *command, "--group", group, "--zookeeper", services.zookeeper,
+                                              "--bootstrap-servers", services.bootstrap_servers])
+            assert result.exit_code == 0, result.output
+        listed = CliRunner().invoke(cli, ["groups", "--output", "json", "--zookeeper", services.zookeeper,
+                                          "--bootstrap-servers", services.bootstrap_servers])
+        assert any(g["group"] == group and g["storage"] == "kafka" for g in json.loads(listed.output)["groups"]), \
+            listed.output
+    finally:
+        thin.stop()
+        if java is not None:
+            java.stop()
+        producer._stop.set()

@@ -350,7 +350,7 @@ def console_consumer_args(bootstrap_servers: str, topic: str, *, group: str | No
                           client_id: str | None = None, partition: int | None = None,
                           offset: int | str | None = None,
                           consumer_properties: Mapping[str, object] | None = None,
-                          kafka4: bool = False) -> list[str]:
+                          kafka4: bool = False, include: str | None = None) -> list[str]:
     """ConsoleConsumer's arguments (``kafka4``: Kafka 4.x's option names): the formatter prints timestamp, partition,
     offset, key and value tab-separated with :data:`NULL_MARKER` for nulls
     (:func:`parse_console_record` reads them). ``timeout_ms`` None: no idle
@@ -358,10 +358,11 @@ def console_consumer_args(bootstrap_servers: str, topic: str, *, group: str | No
     offset; ``isolation_level`` ``read_committed`` hides aborted and open
     transactions; ``partition``/``offset`` read one partition (``offset`` a
     number, ``earliest`` or ``latest``); ``consumer_properties`` are extra
-    consumer settings (``--consumer-property k=v``)."""
+    consumer settings (``--consumer-property k=v``); ``include``: a regex of
+    topics to consume instead of ``topic`` (``--include``)."""
     formatter, command = ("--formatter-property", "--command-property") if kafka4 else ("--property",
                                                                                        "--consumer-property")
-    args = ["--bootstrap-server", bootstrap_servers, "--topic", topic]
+    args = ["--bootstrap-server", bootstrap_servers, *(["--include", include] if include else ["--topic", topic])]
     for setting in ("print.timestamp=true", "print.partition=true", "print.offset=true", "print.key=true",
                     "print.value=true", "print.headers=false", f"key.separator={SEPARATOR}",
                     f"null.literal={NULL_MARKER}"):
@@ -448,14 +449,16 @@ class ConsoleConsumerProcess:
     def __init__(self, bootstrap_servers: str, topic: str, *, group: str | None = None,
                  max_messages: int | None = None, timeout_ms: int | None = None, from_beginning: bool = True,
                  isolation_level: str | None = None, client_id: str | None = None,
-                 consumer_properties: Mapping[str, object] | None = None, kafka4: bool = False):
+                 consumer_properties: Mapping[str, object] | None = None, kafka4: bool = False,
+                 include: str | None = None):
         self.topic = topic
         self.group = group
         self.kafka4 = kafka4
         self.args = console_consumer_args(bootstrap_servers, topic, group=group, max_messages=max_messages,
                                           timeout_ms=timeout_ms, from_beginning=from_beginning,
                                           isolation_level=isolation_level, client_id=client_id,
-                                          consumer_properties=consumer_properties, kafka4=kafka4)
+                                          consumer_properties=consumer_properties, kafka4=kafka4,
+                                          include=include)
         self.proc: subprocess.Popen | None = None
         self._records: list[ConsumedRecord] = []
         self._unparsed: list[str] = []
