@@ -150,7 +150,7 @@ def _join(group: ConsumerGroup, req: JoinRequest, now_ms: int, config) -> Outcom
     from zkcoord.core.classic import CLASSIC
     from zkcoord.core.consumer.messages import REGEX_KEY
 
-    classic = CLASSIC.new(group.group_id, group.offset_storage)
+    classic = replace(CLASSIC.new(group.group_id, group.offset_storage), handover_shares=group.handover_shares)
     joined = CLASSIC.handlers[JoinRequest](classic, req, now_ms, config)
     return replace(joined, persist=True, timers=(Cancel(REGEX_KEY), *joined.timers))
 

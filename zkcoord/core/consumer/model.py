@@ -14,7 +14,9 @@ Persisted part (written as records, :mod:`.record`): the group epoch, the
 target assignment's epoch, each member's metadata, current assignment and
 target assignment, the resolved regular expressions, the offset storage mode.
 In-memory part (rebuilt after fail-over, never written): the epoch each
-member's rebalance time-out was armed for, the metadata refresh deadline.
+member's rebalance time-out was armed for, the metadata refresh deadline,
+the shares of a live handover from legacy ZooKeeper consumers
+(:mod:`zkcoord.core.handover.consumer_group`; the owner daemon sets them).
 
 Assignments: a *target* assignment is ``{topic id: (partitions, ...)}``, in
 the order Kafka's record of it has (the server-side assignors read the
@@ -205,6 +207,9 @@ class ConsumerGroup:
     regex_resolution_pending: bool = False  # a resolution is scheduled (REGEX_KEY)
     join_timers: frozenset[str] = frozenset()  # classic members whose rejoin time-out runs
     target_cut: bool = False  # loaded with a target write cut in the middle (.record): recompute it
+    # in a live handover: member id -> the (topic name, partition)s the owner daemon holds for it, which are
+    # the target instead of the assignor's (zkcoord.core.handover.consumer_group); None: no handover
+    handover_shares: Mapping[str, frozenset[tuple[str, int]]] | None = None
     dead: bool = False
 
     # -- state -------------------------------------------------------------------------
