@@ -22,8 +22,8 @@ import functools
 import pytest
 
 import tests.integration.test_handover_daemon as daemon_test
-from tests.integration.test_handover_daemon import (  # noqa: F401 (scene: the fixture, requested by name)
-    PARTITIONS, WAIT_S, Producer, legacy_records, owners, producer_stop_quietly, registered, scene,
+from tests.integration.test_handover_daemon import (
+    PARTITIONS, WAIT_S, Producer, legacy_records, make_scene, owners, producer_stop_quietly, registered,
 )
 from tests.support.consumer_host import ConsumerHost, member_properties, redelivery
 from tests.support.daemons import wait_for
@@ -38,8 +38,9 @@ CONSUMER_GROUP_OPTIONS = {"group_consumer_heartbeat_interval_ms": 500, "group_co
 
 
 @pytest.fixture
-def kip848_scene(request, monkeypatch):
-    """test_handover_daemon's scene, its fleet started with CONSUMER_GROUP_OPTIONS; and a ConsumerHost JVM."""
+def kip848_scene(services, zk_root, admin, unique_name, tmp_path, monkeypatch):
+    """test_handover_daemon's scene (one daemon), its fleet started with
+    CONSUMER_GROUP_OPTIONS; and a ConsumerHost JVM, closed first."""
     from zkcoord.local import jars
 
     try:
@@ -48,8 +49,8 @@ def kip848_scene(request, monkeypatch):
         pytest.skip(f"Kafka 4.x's clients need Java 17+ and the Kafka 4.x jars: {exc}")
     monkeypatch.setattr(daemon_test, "gateway_fleet", functools.partial(daemon_test.gateway_fleet,
                                                                         **CONSUMER_GROUP_OPTIONS))
-    topic, group, start_legacy, fleet = request.getfixturevalue("scene")
-    with ConsumerHost("kip848-handover") as host:
+    with make_scene(services, zk_root, admin, unique_name, tmp_path, 1) as (topic, group, start_legacy, fleet), \
+            ConsumerHost("kip848-handover") as host:
         yield topic, group, start_legacy, fleet, host
 
 
@@ -75,7 +76,6 @@ def test_legacy_members_replaced_one_by_one_by_a_kip848_consumer(services, zk_ro
         wait_for(lambda: zkcoord_thread() and owners(zk_root, group, topic) == dict(enumerate(
             [f"{group}_a1-0"] * 2 + [f"{group}_b1-0"] * 2 + [zkcoord_thread()] * 2)) and holds(4, 5), WAIT_S,
             "the owner znodes are the range answer of a1, b1 and the zkcoord member, which holds 4 and 5")
-        assert holds(4, 5) and owners(zk_root, group, topic)[4] == zkcoord_thread()
 
         legacy["a"].stop()
         wait_for(lambda: owners(zk_root, group, topic) == dict(enumerate(

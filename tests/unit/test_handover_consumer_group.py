@@ -9,6 +9,8 @@ is replaced."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from test_consumer_group import CONFIG, IMAGE, T, U, Scene, owned, partitions
 from test_consumer_group_migration import CONFIG as MIGRATION_CONFIG
 from test_consumer_group_migration import Scene as MigrationScene
@@ -17,10 +19,11 @@ from test_consumer_group_migration import decoded
 from zkcoord.core import groups
 from zkcoord.core.consumer.kind import CONSUMER
 from zkcoord.core.consumer.model import ConsumerGroup, GroupState, MemberState
-from zkcoord.core.consumer.record import from_records
+from zkcoord.core.consumer.record import from_records, record_problem
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.handover import classic_group
-from zkcoord.core.handover.consumer_group import consuming, handle_shares, subscribed_topics
+from zkcoord.core.frozenmap import FrozenMap
+from zkcoord.core.handover.consumer_group import consuming, handle_ids, handle_shares, subscribed_topics
 from zkcoord.core.membership import Group
 from zkcoord.core.topics_image import TopicInfo, TopicsImage
 
@@ -201,26 +204,61 @@ def test_a_steady_heartbeat_in_a_handover_writes_nothing():
     assert not outcome.persist and s.group is group and answer.assignment is None
 
 
+def stored(group: ConsumerGroup) -> dict:
+    """The group's records as a new owner loads them."""
+    written = CONSUMER.writes(groups.new_group("g"), group)
+    return {**{k: r for k, r, _ in written}[""], "members": [r for k, r, _ in written if k.startswith("members/")]}
+
+
 def test_the_records_keep_the_targets_not_the_shares():
-    """After a fail-over the targets are the last shares until the driver sets
-    new ones; it starts with none at all: every member gives everything up."""
+    """Without recorded ids (a handover of before they were recorded) the
+    targets are the last shares until the driver sets new ones; it starts
+    with none at all: every member gives everything up."""
     s = two_members()
     shares(s, a=(0,), b=(2, 3))
-    written = CONSUMER.writes(groups.new_group("g"), s.group)
-    state = {k: r for k, r, _ in written}[""]
-    loaded, cut = from_records("g", {**state, "members": [r for k, r, _ in written if k.startswith("members/")]})
-    assert not cut and loaded.handover_shares is None and targets(loaded) == targets(s.group)
+    loaded, cut = from_records("g", stored(s.group))
+    assert not cut and loaded.handover_shares is None and loaded.handover_ids is None
+    assert targets(loaded) == targets(s.group)
     outcome = handle_shares(loaded, {}, s.now, CONFIG)
     assert outcome.persist and targets(outcome.group) == {"a": {}, "b": {}} and epochs(outcome.group) == (5, 5)
 
 
+def test_the_legacy_consumer_ids_are_stored_and_a_new_owner_carries_the_handover_on():
+    s = two_members()
+    before = s.group
+    outcome = handle_ids(s.group, {"a": "g_zkcoord-1-a", "b": "g_zkcoord-2-b"}, s.now, CONFIG)
+    s._apply(outcome)
+    assert outcome.persist and [k for k, _, _ in CONSUMER.writes(before, s.group)] == [""]  # the group record
+    assert not handle_ids(s.group, {"a": "g_zkcoord-1-a", "b": "g_zkcoord-2-b"}, s.now, CONFIG).persist
+    shares(s, a=(0,), b=(2, 3))
+    s.beat("a", 3, owned=((T, (0, 1)),))  # a is revoking 1 when its owner dies
+    record = stored(s.group)
+    assert record["ho"] == {"a": "g_zkcoord-1-a", "b": "g_zkcoord-2-b"}
+    loaded = CONSUMER.load(CONSUMER.from_record("g", record), s.now, CONFIG).group
+    assert loaded.handover_ids == {"a": "g_zkcoord-1-a", "b": "g_zkcoord-2-b"}
+    assert loaded.handover_shares == {"a": tps(0), "b": tps(2, 3)}  # what each was given, until the driver runs
+    assert consuming(loaded, "a", CONFIG) == tps(0, 1)
+    assert not CONSUMER.holds_nothing(replace(loaded, members=FrozenMap(), reconciled_members=0))  # kept
+    ended = handle_ids(loaded, None, s.now, CONFIG)
+    assert ended.persist and "ho" not in stored(ended.group)
+
+
+def test_a_record_with_unreadable_ids_is_refused_with_a_reason():
+    s = two_members()
+    for bad in ([1], {"a": ""}, {"a": 3}):
+        assert record_problem({**stored(s.group), "ho": bad}) == (
+            f"handover ids 'ho' is {bad!r}, not an object of member id -> legacy consumer id")
+
+
 def test_the_first_consumer_protocol_member_of_a_group_in_handover_gets_nothing():
-    """The driver clears the shares of the (Empty, classic) group it found;
-    the join that makes it a consumer group keeps them."""
+    """The driver records the ids and clears the shares of the (Empty,
+    classic) group it found; the join that makes it a consumer group keeps them."""
     s = Scene()
+    s.group = classic_group.handle_ids(s.group, {"gone": "g_zkcoord-1-x"}, s.now, CONFIG).group
     s.group = classic_group.handle_shares(s.group, {}, s.now, CONFIG).group
     answer, _ = s.join("a")
     assert isinstance(s.group, ConsumerGroup) and s.group.handover_shares == {}
+    assert s.group.handover_ids == {"gone": "g_zkcoord-1-x"}  # a member gone whose znodes may still be there
     assert (answer.member_epoch, partitions(answer.assignment), targets(s.group)) == (2, {}, {"a": {}})
     shares(s, a=(2,))
     answer, _ = s.beat("a", 2, owned=())
@@ -248,11 +286,14 @@ def test_classic_members_inside_the_consumer_group_follow_their_shares():
     consuming what it reports owning until it reports it gone."""
     s = MigrationScene()
     s.stable_classic_group()  # c1 (0, 1), c2 (2, 3)
+    s.group = classic_group.handle_ids(s.group, {"c1": "g_zkcoord-1-a", "c2": "g_zkcoord-2-b"}, s.now,
+                                       MIGRATION_CONFIG).group
     s.group = classic_group.handle_shares(s.group, {"c1": tps(0, 1), "c2": tps(2, 3)}, s.now, MIGRATION_CONFIG).group
     assert s.group.state.value == "Stable"
     joined = s.consumer_beat("n", 0, subscribed_topic_names=("t",), owned=(), rebalance_timeout_ms=30_000)
     group = s.group
     assert isinstance(group, ConsumerGroup) and group.handover_shares == {"c1": tps(0, 1), "c2": tps(2, 3)}
+    assert group.handover_ids == {"c1": "g_zkcoord-1-a", "c2": "g_zkcoord-2-b"}
     assert targets(group) == {"c1": {T: [0, 1]}, "c2": {T: [2, 3]}, "n": {}} and epochs(group) == (2, 2)
     assert (joined.member_epoch, partitions(joined.assignment)) == (2, {})
     outcome = handle_shares(group, {"c1": tps(0), "c2": tps(2, 3), "n": ()}, s.now, MIGRATION_CONFIG)
@@ -278,9 +319,12 @@ def test_the_shares_go_with_a_downgrade():
     s.group = classic_group.handle_shares(s.group, {"c1": tps(0, 1), "c2": tps(2, 3)}, s.now, MIGRATION_CONFIG).group
     s.consumer_beat("n", 0, subscribed_topic_names=("t",), owned=(), rebalance_timeout_ms=30_000)
     s.group = handle_shares(s.group, {"c1": tps(0, 1), "c2": tps(2, 3), "n": ()}, s.now, MIGRATION_CONFIG).group
+    s.group = handle_ids(s.group, {"c1": "g_zkcoord-1-a", "c2": "g_zkcoord-2-b", "n": "g_zkcoord-3-c"}, s.now,
+                         MIGRATION_CONFIG).group
     answer = s.consumer_beat("n", -1)  # the last consumer-protocol member leaves: a classic group again
     assert answer.error is E.NONE and isinstance(s.group, Group)
     assert s.group.handover_shares == {"c1": tps(0, 1), "c2": tps(2, 3)}
+    assert s.group.handover_ids == {"c1": "g_zkcoord-1-a", "c2": "g_zkcoord-2-b", "n": "g_zkcoord-3-c"}
     assert s.group.state.value == "PreparingRebalance"
 
 
@@ -299,7 +343,9 @@ def test_an_empty_consumer_group_taken_by_a_classic_join_keeps_the_shares():
     s = MigrationScene()
     s.consumer_beat("n", 0, subscribed_topic_names=("t",), owned=(), rebalance_timeout_ms=30_000)
     s.group = handle_shares(s.group, {"n": tps(0)}, s.now, MIGRATION_CONFIG).group
+    s.group = handle_ids(s.group, {"n": "g_zkcoord-1-n"}, s.now, MIGRATION_CONFIG).group
     s.consumer_beat("n", -1)
     assert isinstance(s.group, ConsumerGroup) and s.group.state is GroupState.EMPTY
     s.classic_join("", new_id="c1")
     assert isinstance(s.group, Group) and s.group.handover_shares == {}  # c1 has no share: nothing
+    assert s.group.handover_ids == {"n": "g_zkcoord-1-n"}

@@ -151,7 +151,7 @@ def _join(group: ConsumerGroup, req: JoinRequest, now_ms: int, config) -> Outcom
     from zkcoord.core.classic import CLASSIC
     from zkcoord.core.consumer.messages import REGEX_KEY
 
-    classic = CLASSIC.new(group.group_id, group.offset_storage)
+    classic = replace(CLASSIC.new(group.group_id, group.offset_storage), handover_ids=group.handover_ids)
     if group.handover_shares is not None:  # in a live handover it stays in one (no member: no share)
         classic = replace(classic, handover_shares=FrozenMap())
     joined = CLASSIC.handlers[JoinRequest](classic, req, now_ms, config)

@@ -24,9 +24,9 @@ and back (online downgrade), as KIP-848 and Kafka 4.4 do it.
 
 Both directions replace the group's records with the new type's and its
 timers with the new type's (the runtime writes and arms them). A live
-handover's shares (in memory, :mod:`zkcoord.core.handover`) go with the
-group either way: after an upgrade they are the target where a member's
-assignment differs from its share.
+handover's shares (in memory, :mod:`zkcoord.core.handover`) and legacy
+consumer ids (stored) go with the group either way: after an upgrade the
+shares are the target where a member's assignment differs from its share.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def to_consumer_group(classic: Any, now_ms: int, config) -> Outcome:
     unloaded = classic_rules.handle_unload(classic)  # answers parked requests, cancels the classic timers
     replies = tuple(replace(r, payload=_rebalance_in_progress(r.payload)) for r in unloaded.replies)
     generation = classic.generation_id
-    group = replace(new_consumer_group(classic.group_id, classic.offset_storage), group_epoch=generation)
+    group = replace(new_consumer_group(classic.group_id, classic.offset_storage), group_epoch=generation,
+                    handover_ids=classic.handover_ids)
     group = group.with_assignment_epoch(generation, 0)
     timers: list[TimerOp] = list(unloaded.timers)
     try:
@@ -201,7 +202,8 @@ def to_classic_group(group: ConsumerGroup, members: Iterable[ConsumerMember], jo
                                     if m.group_instance_id is not None},
                     offset_storage=group.offset_storage,
                     handover_shares=None if group.handover_shares is None else FrozenMap(
-                        (m, p) for m, p in group.handover_shares.items() if m in members_with_assignment))
+                        (m, p) for m, p in group.handover_shares.items() if m in members_with_assignment),
+                    handover_ids=group.handover_ids)
     cancels: list[TimerOp] = []
     for member_id in group.members:
         cancels += [Cancel(k) for k in _consumer_keys(member_id)]

@@ -84,7 +84,8 @@ def _consumer_group(group: Any, create: bool, now_ms: int, config) -> Outcome:
 
     if create and convert.is_empty_classic(group):  # in a live handover it stays in one (no member: no share)
         return Outcome(replace(new_consumer_group(group.group_id, group.offset_storage),
-                               handover_shares=None if group.handover_shares is None else FrozenMap()))
+                               handover_shares=None if group.handover_shares is None else FrozenMap(),
+                               handover_ids=group.handover_ids))
     if create:
         return convert.to_consumer_group(group, now_ms, config)
     raise GroupRequestError(E.GROUP_ID_NOT_FOUND, f"Group {group.group_id} is not a consumer group.")

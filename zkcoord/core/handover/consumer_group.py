@@ -34,13 +34,20 @@ consumer group's side, pure, with the classic group's functions
   the coordinator gives it (its answer may still be on its way).
 * :func:`subscribed_topics`: its topic names, and the topics its regular
   expression resolved to.
+* :func:`handle_ids` records, persisted, the legacy consumer id the daemon
+  registers for each member (the group record's ``"ho"``, as the classic
+  group's), and :func:`assigned` is a member's current assignment (what it
+  keeps when a new owner carries a handover on).
 
-What is stored: the shares never (in memory, like the classic group's: the
-driver sets them again after a fail-over, clearing them first, so that
-every member gives everything up until the new owner holds the znodes).
-The targets and epochs they make are written as any target is (the kind's
-member and group records): a new owner loads them, and they stay the
-target until the driver's shares replace them.
+What is stored: the legacy consumer ids (written before any znode is
+written for a new one, so that the next owner recognises its znodes); the
+shares never (in memory, like the classic group's). The targets and epochs
+the shares make are written as any target is (the kind's member and group
+records). A new owner loads a group in handover (``"ho"`` in its record)
+with each member's current assignment as its share
+(:func:`carried_shares`, by :meth:`zkcoord.core.consumer.kind.ConsumerKind.load`):
+nobody is given anything new until the driver's first plan, and nobody
+gives anything up for the fail-over.
 
 Classic-protocol members inside the consumer group (an upgrade in
 progress, :mod:`zkcoord.core.consumer.classic_members`) reconcile at their
@@ -60,14 +67,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from zkcoord.core.consumer.model import EMPTY_TARGET, ConsumerGroup, Target
+from zkcoord.core.consumer.model import EMPTY_TARGET, ConsumerGroup, ConsumerMember, Current, Target
 from zkcoord.core.consumer.reconcile import subscribed_topic_names
 from zkcoord.core.frozenmap import FrozenMap
 from zkcoord.core.handover.legacy_range import TopicPartition
 from zkcoord.core.messages import Outcome
 from zkcoord.core.topics_image import TopicsImage
 
-__all__ = ["handle_shares", "consuming", "subscribed_topics", "share_target", "share_targets"]
+__all__ = ["handle_shares", "handle_ids", "consuming", "subscribed_topics", "assigned", "carried_shares",
+           "share_target", "share_targets"]
 
 Shares = Mapping[str, Iterable[TopicPartition]]
 
@@ -105,9 +113,12 @@ def share_targets(view: ConsumerGroup, group: ConsumerGroup, now_ms: int, image:
     return grouped.with_assignment_epoch(view.group_epoch, now_ms)
 
 
-def handle_shares(group: ConsumerGroup, shares: Shares | None, now_ms: int, config) -> Outcome:
+def handle_shares(group: ConsumerGroup, shares: Shares | None, now_ms: int, config, hold: bool = False) -> Outcome:
     """Set the group's handover shares (None: the handover is over) and make
     them the target where a member's target differs (the module's rules).
+    ``hold`` (more partitions about to be held for the members) changes
+    nothing here: a consumer group has no join phase to make wait, each
+    member is given each partition of its share as soon as it is free.
 
     Persist: when the group epoch moves on (a new target, or the end of a
     handover of a group with members); the shares alone are never written."""
@@ -130,6 +141,41 @@ def handle_shares(group: ConsumerGroup, shares: Shares | None, now_ms: int, conf
     return Outcome(share_targets(bumped, bumped, now_ms, image), True)
 
 
+def handle_ids(group: ConsumerGroup, ids: Mapping[str, str] | None, now_ms: int, config) -> Outcome:
+    """Record the legacy consumer ids the owner daemon registers for the
+    members (None: the handover is over). Persist: when they changed (the
+    group record), before any znode is written for a new id."""
+    if not isinstance(group, ConsumerGroup) or group.dead:
+        return Outcome(group)
+    frozen = None if ids is None else FrozenMap(ids)
+    if frozen == group.handover_ids:
+        return Outcome(group)
+    return Outcome(replace(group, handover_ids=frozen), True)
+
+
+def _named(currents: Iterable[Current], image: TopicsImage) -> frozenset[TopicPartition] | None:
+    held: list[TopicPartition] = []
+    for current in currents:
+        for topic_id, partitions in current.items():
+            name = image.name_of(topic_id)
+            if name is None:
+                return None
+            held.extend((name, p) for p in partitions)
+    return frozenset(held)
+
+
+def assigned(member: ConsumerMember, config) -> frozenset[TopicPartition] | None:
+    """The member's current assignment (not what it is still revoking); None
+    when one of its topic ids has no name in the daemon's topics image."""
+    return _named((member.assigned,), config.image)
+
+
+def carried_shares(group: ConsumerGroup, config) -> dict[str, frozenset[TopicPartition]]:
+    """The shares of a group in handover taken over by a new owner: each
+    member's current assignment (nothing where it cannot be named)."""
+    return {mid: assigned(m, config) or frozenset() for mid, m in group.members.items()}
+
+
 def consuming(group: ConsumerGroup, member_id: str, config) -> frozenset[TopicPartition] | None:
     """What ``member_id`` may be consuming now (module docstring): nothing for
     a member the group does not have; None (anything) when one of its topic
@@ -137,14 +183,7 @@ def consuming(group: ConsumerGroup, member_id: str, config) -> frozenset[TopicPa
     member = group.members.get(member_id)
     if member is None:
         return frozenset()
-    held: list[TopicPartition] = []
-    for current in (member.assigned, member.pending_revocation):
-        for topic_id, partitions in current.items():
-            name = config.image.name_of(topic_id)
-            if name is None:
-                return None
-            held.extend((name, p) for p in partitions)
-    return frozenset(held)
+    return _named((member.assigned, member.pending_revocation), config.image)
 
 
 def subscribed_topics(group: ConsumerGroup, member_id: str, config) -> frozenset[str] | None:
