@@ -349,3 +349,12 @@ def test_an_empty_consumer_group_taken_by_a_classic_join_keeps_the_shares():
     s.classic_join("", new_id="c1")
     assert isinstance(s.group, Group) and s.group.handover_shares == {}  # c1 has no share: nothing
     assert s.group.handover_ids == {"n": "g_zkcoord-1-n"}
+
+
+def test_a_hold_changes_nothing_in_a_consumer_group():
+    """The driver's hold (more partitions about to be held) makes a classic
+    group's join phase wait; a consumer group has none: the same outcome."""
+    s = two_members()
+    held = handle_shares(s.group, {"a": tps(0), "b": tps(2, 3)}, s.now, CONFIG, hold=True)
+    plain = handle_shares(s.group, {"a": tps(0), "b": tps(2, 3)}, s.now, CONFIG)
+    assert held == plain and held.persist
