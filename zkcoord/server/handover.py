@@ -181,7 +181,7 @@ class HandoverDriver:
         self.last_plan = decided
         shares = {members[cid].member_id: decided.assignment.get(cid, frozenset()) for cid in members}
         hold = self._hold(decided, members)
-        if hold and not group.handover_hold:
+        if hold and not getattr(group, "handover_hold", hold):  # (a KIP-848 group has no join phase to hold)
             await self._set_shares(shares, hold)  # before the claims: the rebalance waits for them
         now = self._wall_ms()
         if decided.unregister or decided.register or decided.release or decided.claim:
