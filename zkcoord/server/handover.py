@@ -1,7 +1,7 @@
 """The owner daemon's side of a live handover (issue 26, ``docs/handover.md``).
 
-A classic consumer group this daemon owns is *in handover* while legacy
-ZooKeeper consumers (Kafka 0.8.1-1.1) are registered under
+A consumer group this daemon owns (classic, or KIP-848's) is *in handover*
+while legacy ZooKeeper consumers (Kafka 0.8.1-1.1) are registered under
 ``/consumers/<group>/ids``. Then one :class:`HandoverDriver` per group takes
 part in the legacy consumers' rebalance on behalf of the group's members,
 and :class:`Handovers` (one per daemon) notices such groups and ends their
@@ -15,13 +15,15 @@ The driver's loop, one step at a time, never concurrently with itself:
    (kept for as long as the member id lives), subscribing with one stream
    to each topic its JoinGroup names; a partition whose owner znode we hold
    for a member is ``quiesced`` once the group says the member no longer
-   consumes it (:func:`~zkcoord.core.handover.classic_group.consuming`);
+   consumes it (``consuming``; the functions of the group's kind:
+   :mod:`~zkcoord.core.handover.classic_group` or
+   :mod:`~zkcoord.core.handover.consumer_group`, :func:`_side`);
 3. :func:`~zkcoord.core.handover.decision.plan`, then its ZooKeeper steps
    (register, release, claim; ``carry_out``);
 4. hand the plan's assignment to the group as its shares
-   (:func:`~zkcoord.core.handover.classic_group.handle_shares`): a member
-   gets exactly what we hold for it, a partition to give up or a newly held
-   one makes the group rebalance;
+   (``handle_shares``): a member gets exactly what we hold for it, a
+   partition to give up or a newly held one makes a classic group rebalance
+   and is a KIP-848 group's new target;
 5. wait for a watch, a change of the group (membership, state, a rejoin), or
    the retry back-off, and go again.
 
@@ -37,10 +39,9 @@ rebalances if it was Stable): a group loaded here after another daemon
 owned it hands nothing out until this daemon holds the znodes.
 
 Not yet here (``docs/handover.md``, "What is left"): owner znodes that
-outlive a killed daemon (they are ephemeral, in this daemon's session), the
-consumer protocol (KIP-848 groups are left alone, with a warning), members
-asking for more than one stream, and the nudge of legacy consumers that gave
-up (``needs_nudge``).
+outlive a killed daemon (they are ephemeral, in this daemon's session),
+members asking for more than one stream, and the nudge of legacy consumers
+that gave up (``needs_nudge``).
 """
 
 from __future__ import annotations
@@ -52,14 +53,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from zkcoord.core.handover.classic_group import (
-    CONSUMER_PROTOCOL_TYPE, assigned, consuming, handle_ids, handle_shares, subscribed_topics,
-)
+from zkcoord.core.groups import kind_of
+from zkcoord.core.handover import classic_group, consumer_group
+from zkcoord.core.handover.classic_group import CONSUMER_PROTOCOL_TYPE
 from zkcoord.core.handover.decision import Member, plan
 from zkcoord.core.handover.registration import is_zkcoord_consumer_id, split_thread_id, zkcoord_consumer_id
 from zkcoord.core.handover.retries import Attempts, RetrySchedule
-from zkcoord.core.membership import Group
-from zkcoord.core.messages import Outcome
 from zkcoord.errors import NotOwnerError, ZkcoordError
 from zkcoord.server.group_runtime import GroupRuntime
 from zkcoord.tasks import Background
@@ -75,6 +74,12 @@ SETTLED_RECHECK_S = 30.0  # a settled handover reads again this often even if no
 def legacy_ids(consumer_ids) -> list[str]:
     """The registrations of legacy consumers (not zkcoord members of any daemon)."""
     return [cid for cid in consumer_ids if not is_zkcoord_consumer_id(cid)]
+
+
+def _side(group: Any):
+    """The handover functions of the group's kind (:func:`~zkcoord.core.groups.kind_of`):
+    :mod:`~zkcoord.core.handover.consumer_group` for KIP-848's, else the classic group's."""
+    return consumer_group if kind_of(group).name == "consumer" else classic_group
 
 
 def _wall_ms() -> int:
@@ -133,7 +138,8 @@ class HandoverDriver:
             log.info("group %s: carrying on its handover (%d legacy consumer ids of zkcoord members recorded)",
                      self.group_id, len(group.handover_ids))
             config = self.runtime.config
-            await self._set_shares({mid: assigned(m, config) or frozenset() for mid, m in group.members.items()})
+            await self._set_shares({mid: _side(group).assigned(m, config) or frozenset()
+                                    for mid, m in group.members.items()})
         while self.runtime.active:
             self._wake.clear()
             try:
@@ -175,7 +181,7 @@ class HandoverDriver:
         self.last_plan = decided
         shares = {members[cid].member_id: decided.assignment.get(cid, frozenset()) for cid in members}
         hold = self._hold(decided, members)
-        if hold and not group.handover_hold:
+        if hold and not getattr(group, "handover_hold", hold):  # (a KIP-848 group has no join phase to hold)
             await self._set_shares(shares, hold)  # before the claims: the rebalance waits for them
         now = self._wall_ms()
         if decided.unregister or decided.register or decided.release or decided.claim:
@@ -208,7 +214,7 @@ class HandoverDriver:
             ids[mid] = zkcoord_consumer_id(self.group_id, self._wall_ms(), os.urandom(4).hex())
         if group.handover_ids is None:
             await self._zk.mark(self.group_id)  # before any znode a daemon would have to adopt exists
-        await self.runtime.apply(lambda g, now: handle_ids(g, ids, now, self.runtime.config))
+        await self.runtime.apply(lambda g, now: _side(g).handle_ids(g, ids, now, self.runtime.config))
         return bool(new)
 
     async def _forget_departed(self, reading, ids: dict[str, str]) -> bool:
@@ -221,7 +227,7 @@ class HandoverDriver:
                 if mid in group.members or cid in reading.ours or cid in holding}
         if keep == ids:
             return False
-        await self.runtime.apply(lambda g, now: handle_ids(
+        await self.runtime.apply(lambda g, now: _side(g).handle_ids(
             g, {mid: cid for mid, cid in (g.handover_ids or {}).items() if mid in keep or mid not in ids},
             now, self.runtime.config))
         return True
@@ -248,11 +254,11 @@ class HandoverDriver:
     def _members(self, group: Any, ids: dict[str, str]) -> dict[str, Member]:
         """The group's members as legacy consumers, by consumer id."""
         members: dict[str, Member] = {}
-        if not isinstance(group, Group) or group.protocol_type not in (None, CONSUMER_PROTOCOL_TYPE):
+        if getattr(group, "protocol_type", None) not in (None, CONSUMER_PROTOCOL_TYPE):
             return members
         config = self.runtime.config
         for mid in group.members:
-            topics = subscribed_topics(group, mid, config)
+            topics = _side(group).subscribed_topics(group, mid, config)
             cid = ids.get(mid)
             if topics and cid is not None:  # without topics, nothing it could be handed: an empty share
                 members[cid] = Member(cid, {t: 1 for t in sorted(topics)}, mid)
@@ -266,23 +272,21 @@ class HandoverDriver:
             member = members.get(split[0]) if split is not None else None
             if member is None or member.member_id not in group.members:
                 continue
-            still = consuming(group, member.member_id, config)
+            still = _side(group).consuming(group, member.member_id, config)
             if still is not None and tp not in still:
                 quiesced.add((tp, member.consumer_id))
         return quiesced
 
     async def _set_shares(self, shares: dict | None, hold: bool = False) -> None:
         group = self.runtime.group
-        if not isinstance(group, Group):
-            return
         current = group.handover_shares
-        if shares is not None and current is not None and group.handover_hold == hold and dict(current) == {
+        held = getattr(group, "handover_hold", hold)  # a KIP-848 group has no join phase to hold
+        if shares is not None and current is not None and held == hold and dict(current) == {
                 mid: frozenset(p) for mid, p in shares.items() if mid in group.members}:
             return
         if shares is None and current is None:
             return
-        await self.runtime.apply(lambda g, now: handle_shares(g, shares, now, self.runtime.config, hold)
-                                 if isinstance(g, Group) else _unchanged(g))
+        await self.runtime.apply(lambda g, now: _side(g).handle_shares(g, shares, now, self.runtime.config, hold))
 
     async def _end(self, reading) -> None:
         """No legacy consumer left: the group is zkcoord's alone."""
@@ -292,14 +296,10 @@ class HandoverDriver:
         for tp, owner in sorted(reading.owners.items()):
             if owner.ours:
                 await self._zk.release(self.group_id, tp, owner.holder, fence)
-        await self.runtime.apply(lambda g, now: handle_ids(g, None, now, self.runtime.config))
+        await self.runtime.apply(lambda g, now: _side(g).handle_ids(g, None, now, self.runtime.config))
         await self._zk.unmark(self.group_id)
         await self._set_shares(None)
         log.info("group %s: no legacy consumer left; handover over, the group is zkcoord's alone", self.group_id)
-
-
-def _unchanged(group: Any) -> Outcome:
-    return Outcome(group, False, (), ())
 
 
 class Handovers:
@@ -334,16 +334,11 @@ class Handovers:
             return
         ids = await self._zk.consumer_ids(group_id, on_change=lambda: self._changed(group_id))
         self._kept[group_id] = await self._zk.kept(group_id, on_change=lambda: self._changed(group_id))
-        recorded = isinstance(runtime.group, Group) and runtime.group.handover_ids is not None
+        recorded = runtime.group.handover_ids is not None
         if group_id in self.drivers:
             self.drivers[group_id].poke()  # what it knows changed (kept or not)
             return
         if not (legacy_ids(ids) or recorded or self._kept[group_id]):
-            return
-        if not isinstance(runtime.group, Group):
-            log.warning("group %s: legacy ZooKeeper consumers are registered in it, but it uses the consumer "
-                        "protocol: no handover (classic groups only); both may consume the same partitions",
-                        group_id)
             return
         driver = HandoverDriver(runtime, self._zk, self._schedule, self._fence_of, self._ended,
                                 kept=lambda: self._kept.get(group_id, False))

@@ -46,6 +46,7 @@ from zkcoord.core.consumer.model import ClassicMetadata, ConsumerGroup, Consumer
 from zkcoord.core.consumer.protocol import MalformedProtocolError
 from zkcoord.core.consumer.target import assignment_for
 from zkcoord.core.errors import ErrorCode
+from zkcoord.core.frozenmap import FrozenMap
 from zkcoord.core.messages import (
     HEARTBEAT, JOIN, LEAVE, SYNC, Cancel, HeartbeatRequest, HeartbeatResult, JoinRequest, JoinResult,
     LeaveMemberResult, LeaveRequest, LeaveResult, Outcome, Reply, Schedule, SyncRequest, SyncResult, TimerOp,
@@ -150,7 +151,9 @@ def _join(group: ConsumerGroup, req: JoinRequest, now_ms: int, config) -> Outcom
     from zkcoord.core.classic import CLASSIC
     from zkcoord.core.consumer.messages import REGEX_KEY
 
-    classic = CLASSIC.new(group.group_id, group.offset_storage)
+    classic = replace(CLASSIC.new(group.group_id, group.offset_storage), handover_ids=group.handover_ids)
+    if group.handover_shares is not None:  # in a live handover it stays in one (no member: no share)
+        classic = replace(classic, handover_shares=FrozenMap())
     joined = CLASSIC.handlers[JoinRequest](classic, req, now_ms, config)
     return replace(joined, persist=True, timers=(Cancel(REGEX_KEY), *joined.timers))
 

@@ -23,7 +23,10 @@ and back (online downgrade), as KIP-848 and Kafka 4.4 do it.
   generation, each member's target as its assignment, and then rebalances.
 
 Both directions replace the group's records with the new type's and its
-timers with the new type's (the runtime writes and arms them).
+timers with the new type's (the runtime writes and arms them). A live
+handover's shares (in memory, :mod:`zkcoord.core.handover`) and legacy
+consumer ids (stored) go with the group either way: after an upgrade the
+shares are the target where a member's assignment differs from its share.
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ def to_consumer_group(classic: Any, now_ms: int, config) -> Outcome:
     unloaded = classic_rules.handle_unload(classic)  # answers parked requests, cancels the classic timers
     replies = tuple(replace(r, payload=_rebalance_in_progress(r.payload)) for r in unloaded.replies)
     generation = classic.generation_id
-    group = replace(new_consumer_group(classic.group_id, classic.offset_storage), group_epoch=generation)
+    group = replace(new_consumer_group(classic.group_id, classic.offset_storage), group_epoch=generation,
+                    handover_ids=classic.handover_ids)
     group = group.with_assignment_epoch(generation, 0)
     timers: list[TimerOp] = list(unloaded.timers)
     try:
@@ -97,6 +101,10 @@ def to_consumer_group(classic: Any, now_ms: int, config) -> Outcome:
     from zkcoord.core.consumer.target import metadata_hash
 
     group = replace(group, metadata_hash=metadata_hash(group, config.image))
+    if classic.handover_shares is not None:  # a live handover: its shares, as the target where they differ
+        from zkcoord.core.handover.consumer_group import handle_shares
+
+        group = handle_shares(group, classic.handover_shares, now_ms, config).group
     return Outcome(group, True, replies, tuple(timers))
 
 
@@ -192,7 +200,10 @@ def to_classic_group(group: ConsumerGroup, members: Iterable[ConsumerMember], jo
                     members=members_with_assignment,
                     static_members={m.group_instance_id: m.member_id for m in members_with_assignment.values()
                                     if m.group_instance_id is not None},
-                    offset_storage=group.offset_storage)
+                    offset_storage=group.offset_storage,
+                    handover_shares=None if group.handover_shares is None else FrozenMap(
+                        (m, p) for m, p in group.handover_shares.items() if m in members_with_assignment),
+                    handover_ids=group.handover_ids)
     cancels: list[TimerOp] = []
     for member_id in group.members:
         cancels += [Cancel(k) for k in _consumer_keys(member_id)]

@@ -42,7 +42,7 @@ from zkcoord.core.consumer.messages import (
     session_key, sync_key,
 )
 from zkcoord.core.consumer.model import (
-    EMPTY_CURRENT, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerGroup, ConsumerMember, MemberState,
+    EMPTY_CURRENT, EMPTY_TARGET, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerGroup, ConsumerMember, MemberState,
     current_partitions, new_consumer_group,
 )
 from zkcoord.core.consumer.reconcile import reconcile
@@ -82,8 +82,10 @@ def _consumer_group(group: Any, create: bool, now_ms: int, config) -> Outcome:
         return Outcome(group)
     from zkcoord.core.consumer import convert
 
-    if create and convert.is_empty_classic(group):
-        return Outcome(new_consumer_group(group.group_id, group.offset_storage))
+    if create and convert.is_empty_classic(group):  # in a live handover it stays in one (no member: no share)
+        return Outcome(replace(new_consumer_group(group.group_id, group.offset_storage),
+                               handover_shares=None if group.handover_shares is None else FrozenMap(),
+                               handover_ids=group.handover_ids))
     if create:
         return convert.to_consumer_group(group, now_ms, config)
     raise GroupRequestError(E.GROUP_ID_NOT_FOUND, f"Group {group.group_id} is not a consumer group.")
@@ -182,8 +184,13 @@ def _static_member(group: ConsumerGroup, member_id: str, req: ConsumerHeartbeatR
 
 
 def replace_member(group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember) -> ConsumerGroup:
-    """Kafka's ``replaceMember``: the old member's records go, the new one's come, with its target."""
+    """Kafka's ``replaceMember``: the old member's records go, the new one's come, with its target.
+    In a live handover a new member id starts from nothing instead (no target, no partitions): the
+    owner znodes of its partitions name the old member, and the daemon releases them once the old
+    member is gone (:mod:`zkcoord.core.handover.consumer_group`)."""
     target = group.target(old.member_id)
+    if group.handover_shares is not None and new.member_id != old.member_id:
+        new, target = replace(new, assigned=EMPTY_CURRENT, pending_revocation=EMPTY_CURRENT), EMPTY_TARGET
     return group.without_member(old.member_id).without_target(old.member_id).with_member(new) \
         .with_target(new.member_id, target)
 

@@ -21,6 +21,7 @@ from zkcoord.core.consumer.timers import expiry_note, handle_consumer_timer
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.frozenmap import FrozenMap
 from zkcoord.core.group import GroupDescription, describe_missing
+from zkcoord.core.handover.consumer_group import carried_shares
 from zkcoord.core.messages import DELETE, DeleteResult, Outcome, Reply, Schedule, TimerOp
 from zkcoord.core.phases import GroupPhase
 
@@ -80,7 +81,10 @@ class ConsumerKind:
         """Taken over after a fail-over (Kafka's ``onLoaded``): every member's
         session starts again; a member with partitions to revoke gets its
         rebalance time-out again. A target whose write was cut moves the
-        group epoch on (:mod:`.record`): written at once."""
+        group epoch on (:mod:`.record`): written at once. A group in a live
+        handover (its record lists legacy consumer ids) takes each member's
+        current assignment as its share until the daemon's driver runs
+        (:func:`~zkcoord.core.handover.consumer_group.carried_shares`)."""
         timers: list[TimerOp] = []
         epochs = {}
         for member_id, member in group.members.items():
@@ -88,6 +92,8 @@ class ConsumerKind:
             if member.state is MemberState.UNREVOKED_PARTITIONS and not member.uses_classic_protocol:
                 timers.append(Schedule(rebalance_key(member_id), now_ms + member.rebalance_timeout_ms))
                 epochs[member_id] = member.member_epoch
+        if group.handover_ids is not None:
+            group = replace(group, handover_shares=FrozenMap(carried_shares(group, config)))
         persist = group.target_cut
         if persist:
             group = replace(group, group_epoch=group.group_epoch + 1, target_cut=False)
@@ -151,7 +157,9 @@ class ConsumerKind:
         return type(request) is ConsumerHeartbeatRequest
 
     def holds_nothing(self, group: ConsumerGroup) -> bool:
-        return group.state is GroupState.EMPTY and group.offset_storage == "zookeeper"
+        """Empty, offsets in ZooKeeper, not in a handover (its record lists the znodes it still holds)."""
+        return (group.state is GroupState.EMPTY and group.offset_storage == "zookeeper"
+                and group.handover_ids is None)
 
     def describe(self, group: ConsumerGroup) -> GroupDescription:
         """DescribeGroups of a consumer group: Kafka answers as for a group it

@@ -12,9 +12,13 @@ do, so a heartbeat costs the same whatever the group's size.
 
 Persisted part (written as records, :mod:`.record`): the group epoch, the
 target assignment's epoch, each member's metadata, current assignment and
-target assignment, the resolved regular expressions, the offset storage mode.
+target assignment, the resolved regular expressions, the offset storage mode,
+in a live handover the legacy consumer id the owner daemon registered for
+each member (:mod:`zkcoord.core.handover.consumer_group`).
 In-memory part (rebuilt after fail-over, never written): the epoch each
-member's rebalance time-out was armed for, the metadata refresh deadline.
+member's rebalance time-out was armed for, the metadata refresh deadline,
+the shares of a live handover from legacy ZooKeeper consumers
+(:mod:`zkcoord.core.handover.consumer_group`; the owner daemon sets them).
 
 Assignments: a *target* assignment is ``{topic id: (partitions, ...)}``, in
 the order Kafka's record of it has (the server-side assignors read the
@@ -188,6 +192,9 @@ class ConsumerGroup:
     assignment_epoch: int = 1
     assignment_timestamp_ms: int = 0
     metadata_hash: int = 0
+    # in a live handover: member id -> the legacy consumer id the owner daemon registered for it (a member
+    # gone stays while its znodes do); None: no handover
+    handover_ids: Mapping[str, str] | None = None
     members: Mapping[str, ConsumerMember] = field(default_factory=FrozenMap)
     targets: Mapping[str, Target] = field(default_factory=FrozenMap)
     resolved_regexes: Mapping[str, ResolvedRegex] = field(default_factory=FrozenMap)
@@ -205,6 +212,9 @@ class ConsumerGroup:
     regex_resolution_pending: bool = False  # a resolution is scheduled (REGEX_KEY)
     join_timers: frozenset[str] = frozenset()  # classic members whose rejoin time-out runs
     target_cut: bool = False  # loaded with a target write cut in the middle (.record): recompute it
+    # in a live handover: member id -> the (topic name, partition)s the owner daemon holds for it, which are
+    # the target instead of the assignor's (zkcoord.core.handover.consumer_group); None: no handover
+    handover_shares: Mapping[str, frozenset[tuple[str, int]]] | None = None
     dead: bool = False
 
     # -- state -------------------------------------------------------------------------

@@ -12,13 +12,16 @@ group (``ConsumerGroupMetadata``, ``...TargetAssignmentMetadata``,
 znode. Compact JSON, short keys, absent values left out::
 
     group:  {"v": 1, "t": "consumer", "os": "zookeeper", "ge": 7, "ae": 7, "at": 1795..., "mh": -123...,
-             "rx": {"orders-.*": {"t": ["orders-eu"], "ver": 3, "ts": 1795...}}}
+             "rx": {"orders-.*": {"t": ["orders-eu"], "ver": 3, "ts": 1795...}},
+             "ho": {"<member id>": "<legacy consumer id>"}}
     member: {"v": 1, "id": "<member id>", "e": 7, "pe": 6, "s": 0, "i": "<instance id>", "r": "<rack>",
              "rt": 300000, "c": "<client id>", "h": "/10.0.0.5", "tn": ["orders"], "rx": "<regex>",
              "sa": "uniform", "a": {"<topic id>": [[0, 7], [1, 7]]}, "pr": {...},
              "tg": {"<topic id>": [0, 1]}, "te": 7, "cl": {"st": 45000, "p": [["range", "<b64>"]]}}
 
-``te`` is the assignment epoch a member's target was written at. A target
+``te`` is the assignment epoch a member's target was written at. ``ho`` is
+only there while the group is in a live handover from legacy ZooKeeper
+consumers (the classic group record's ``ho``: :mod:`zkcoord.core.handover`). A target
 computed for many members may need several multi-ops; the group record,
 which holds the target's epoch (``ae``), is written last. A new owner that
 finds a member target newer than ``ae`` (a write cut in the middle) moves
@@ -73,6 +76,8 @@ def to_group_record(group: ConsumerGroup) -> dict[str, Any]:
     if group.resolved_regexes:
         record["rx"] = {regex: {"t": sorted(r.topics), "ver": r.version, "ts": r.timestamp_ms}
                         for regex, r in group.resolved_regexes.items()}
+    if group.handover_ids is not None:
+        record["ho"] = dict(group.handover_ids)
     return record
 
 
@@ -134,7 +139,8 @@ def from_records(group_id: str, record: Mapping[str, Any]) -> tuple[ConsumerGrou
                         for regex, r in record.get("rx", {}).items())
     group = ConsumerGroup(group_id, offset_storage=record.get("os", "zookeeper"), group_epoch=record["ge"],
                           assignment_epoch=record["ae"], assignment_timestamp_ms=record.get("at", 0),
-                          metadata_hash=record.get("mh", 0), resolved_regexes=regexes)
+                          metadata_hash=record.get("mh", 0), resolved_regexes=regexes,
+                          handover_ids=FrozenMap(record["ho"]) if "ho" in record else None)
     cut = False
     for rec in record.get(MEMBERS_KEY, ()):
         member, target, target_epoch = _member_from(rec)
@@ -214,6 +220,9 @@ def record_problem(record: object) -> str | None:
     for key in ("at", "mh"):
         if key in record and not _int(record[key], *_INT64):
             return f"{key!r} is {record[key]!r}, not a 64-bit whole number"
+    if "ho" in record and (not isinstance(record["ho"], dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in record["ho"].items())):
+        return f"handover ids 'ho' is {record['ho']!r}, not an object of member id -> legacy consumer id"
     regexes = record.get("rx", {})
     if not isinstance(regexes, dict):
         return "regular expressions 'rx' are not an object"

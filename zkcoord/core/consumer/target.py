@@ -13,6 +13,11 @@ coordinator gives them (:mod:`zkcoord.core.assignors`), so the target is
 Kafka's for the same group. Only the members whose target changed get a
 new record, and the target's epoch becomes the group epoch.
 
+While the group is in a live handover from legacy ZooKeeper consumers
+(``handover_shares`` set), the target is the owner daemon's shares instead
+of the assignor's, computed at once
+(:func:`zkcoord.core.handover.consumer_group.share_targets`).
+
 Also here: the subscribed topics' metadata hash (a change of their ids or
 partition counts moves the group epoch on) and the preferred assignor.
 """
@@ -29,6 +34,7 @@ from zkcoord.core.consumer.config import ConsumerGroupConfig
 from zkcoord.core.consumer.model import EMPTY_TARGET, ConsumerGroup, ConsumerMember, Target
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.frozenmap import FrozenMap
+from zkcoord.core.handover.consumer_group import share_targets
 from zkcoord.core.topics_image import TopicsImage
 from zkcoord.errors import GroupRequestError
 
@@ -137,6 +143,9 @@ def assignment_for(group: ConsumerGroup, member: ConsumerMember, updated: Consum
     target written) at this heartbeat (the module's rules)."""
     if group.assignment_epoch >= group.group_epoch:
         return group.assignment_epoch, _member_target(group, updated), group
+    if group.handover_shares is not None:  # in a live handover: the daemon's shares, not the assignor's
+        group = share_targets(group.with_member(updated), group, now_ms, image)
+        return group.assignment_epoch, group.target(updated.member_id), group
     last = group.assignment_timestamp_ms
     if last != 0 and c.assignment_interval_ms != 0 and now_ms < last + c.assignment_interval_ms:
         return group.assignment_epoch, _member_target(group, updated), group
