@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -207,6 +208,13 @@ def test_legacy_members_replaced_one_by_one_by_a_stock_consumer_through_the_gate
     assert not twice, f"{len(twice)} records went to two members, e.g. {sorted(twice.items())[:10]}"
     assert [e for process in legacy.values() for e in process.events() if e.event == "error"] == []
     assert "handover over" in next(iter(fleet.daemons.values())).log(400)
+
+
+def live_state(services, group: str) -> str | None:
+    """The group's state as its owner daemon answers `zkcoord describe`."""
+    result = CliRunner().invoke(cli, ["describe", group, "--output", "json", "--zookeeper", services.zookeeper])
+    found = json.loads(result.output)["groups"] if result.exit_code == 0 else []
+    return found[0]["state"] if found and found[0]["read_from"] == "daemon" else None
 
 
 def mixed_groups(fleet) -> float:
@@ -567,3 +575,51 @@ def test_the_issue_scenario_two_topics_streams_whitelist_replace_reverse_migrate
         if java is not None:
             java.stop()
         producer._stop.set()
+
+
+def test_a_legacy_consumer_that_gave_up_is_nudged(services, zk_root, scene, tmp_path):
+    """A legacy consumer whose range grows onto a partition a zkcoord member
+    holds retries `rebalance.max.retries` times (here once) and gives up
+    while the member is slow to give it back (its JVM stopped); then it waits
+    for the next change of ids, which would never come. The daemon sees the
+    legacy ranges' partitions untaken for two back-offs and registers one of
+    its members again: the legacy consumer rebalances and takes its range."""
+    topic, group, start_legacy, fleet = scene
+    bootstrap = next(iter(fleet.daemons.values())).gateway_address
+    props = {"heartbeat.interval.ms": 500, "session.timeout.ms": 60000, "auto.commit.interval.ms": 200,
+             "partition.assignment.strategy": "org.apache.kafka.clients.consumer.RangeAssignor"}
+    settings = LegacySettings(services.zookeeper, group, topic, members=1, prefix="c", commit_interval_ms=-1,
+                              properties=(*LEGACY_PROPERTIES[:1], ("rebalance.backoff.ms", "100"),
+                                          ("rebalance.max.retries", "1"), *LEGACY_PROPERTIES[3:]))
+    legacy = LegacyGroup(settings, driver_classpath(), tmp_path / "legacy-c.log",
+                         jvm_args=(f"-D{process_marker()}",)).start()
+    slow = jt.ConsoleConsumerProcess(bootstrap, topic, group=group, client_id="slow", consumer_properties=props)
+    other = jt.ConsoleConsumerProcess(bootstrap, topic, group=group, client_id="other", consumer_properties=props)
+    try:
+        wait_for(lambda: len(owners(zk_root, group, topic)) == PARTITIONS, WAIT_S, "c1 owns every partition")
+        slow.start()
+        wait_for(lambda: len([c for c in registered(zk_root, group) if is_zkcoord_consumer_id(c)]) == 1, WAIT_S,
+                 "the slow member registered")
+        other.start()
+
+        def split() -> list[str] | None:
+            ours = sorted(c for c in registered(zk_root, group) if is_zkcoord_consumer_id(c))
+            return ours if len(ours) == 2 and owners(zk_root, group, topic) == dict(enumerate(
+                [f"{group}_c1-0"] * 2 + [f"{ours[0]}-0"] * 2 + [f"{ours[1]}-0"] * 2)) else None
+
+        first, _ = wait_for(split, WAIT_S, "c1 and the two members split the topic")
+        wait_for(lambda: live_state(services, group) == "Stable", WAIT_S, "the group Stable (no join parked)")
+        os.kill(slow.pid, signal.SIGSTOP)  # the member holding 2 and 3 cannot answer for a while
+        try:
+            other.stop()  # c1's range grows to 0-2: partition 2 is the stopped member's
+            wait_for(lambda: "can't rebalance after 1 retries" in (tmp_path / "legacy-c.log").read_text(
+                errors="replace"), WAIT_S, "c1 gave up retrying")
+        finally:
+            os.kill(slow.pid, signal.SIGCONT)
+        wait_for(lambda: owners(zk_root, group, topic) == dict(enumerate(
+            [f"{group}_c1-0"] * 3 + [f"{first}-0"] * 3)), WAIT_S, "c1 nudged into taking its range")
+        assert "to start their rebalance" in next(iter(fleet.daemons.values())).log(400)
+    finally:
+        slow.stop()
+        other.stop()
+        legacy.stop()

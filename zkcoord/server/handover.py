@@ -34,14 +34,18 @@ legacy consumer is registered any more, the driver unregisters the members,
 releases what it holds and clears the shares: the group goes on under
 zkcoord alone, each member keeping what it consumes.
 
-When it starts, the driver clears every member's share at once (the group
-rebalances if it was Stable): a group loaded here after another daemon
-owned it hands nothing out until this daemon holds the znodes.
+When it starts on a group that was not in handover, the driver clears
+every member's share at once (the group rebalances if it was Stable): nothing
+is handed out until this daemon holds the znodes. A group whose record lists
+handover ids (its previous owner was killed) keeps each member's share until
+the first plan: the members' znodes are persistent and this daemon's now.
+Registrations and owner znodes are written fenced (``fence_of``) and
+persistent. Legacy consumers that gave up retrying (a partition of theirs
+held too long) are nudged: one of the members is registered again, which
+starts their rebalance (``needs_nudge``).
 
-Not yet here (``docs/handover.md``, "What is left"): owner znodes that
-outlive a killed daemon (they are ephemeral, in this daemon's session),
-members asking for more than one stream, and the nudge of legacy consumers
-that gave up (``needs_nudge``).
+Not yet here (``docs/handover.md``, "What is left"): members asking for more
+than one stream.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from zkcoord.core.handover import classic_group, consumer_group
 from zkcoord.core.handover.classic_group import CONSUMER_PROTOCOL_TYPE
 from zkcoord.core.handover.decision import Member, plan
 from zkcoord.core.handover.registration import is_zkcoord_consumer_id, split_thread_id, zkcoord_consumer_id
-from zkcoord.core.handover.retries import Attempts, RetrySchedule
+from zkcoord.core.handover.retries import Attempts, RetrySchedule, needs_nudge
 from zkcoord.errors import NotOwnerError, ZkcoordError
 from zkcoord.server.group_runtime import GroupRuntime
 from zkcoord.tasks import Background
@@ -104,6 +108,7 @@ class HandoverDriver:
         self._attempts: Attempts | None = None
         self._hold_since: int | None = None  # when the join phase began waiting for the current target
         self._hold_target: frozenset = frozenset()
+        self._unowned_since: int | None = None  # since when legacy ranges have had untaken partitions
         self._task: asyncio.Task | None = None
         self._last_problem: str | None = None
         self.last_plan = None  # for inspection and tests
@@ -196,11 +201,37 @@ class HandoverDriver:
         if await self._forget_departed(reading, ids):
             return 0
         await self._set_shares(shares, hold)
+        if await self._nudge(decided, members, now):
+            return 0
+        if decided.unowned:
+            return self._schedule.backoff_ms / 1000  # to see whether the legacy consumers take them
         if decided.settled:
             return SETTLED_RECHECK_S
         if self._attempts is not None and self._attempts.gave_up:
             return SETTLED_RECHECK_S  # as a legacy consumer that gave up: until something changes
         return self._schedule.backoff_ms / 1000
+
+    async def _nudge(self, decided, members: dict[str, Member], now: int) -> bool:
+        """Partitions of legacy consumers' ranges nobody has taken for two
+        back-offs: they gave up retrying (we held a partition of theirs too
+        long) and wait for the next change of ``ids``. Make one: register one
+        of our members again (delete, then create). Whether it did."""
+        if not decided.unowned or not members:
+            self._unowned_since = None
+            return False
+        if self._unowned_since is None:
+            self._unowned_since = now
+        if not needs_nudge(self._unowned_since, now, self._schedule):
+            return False
+        cid = min(members)
+        fence = self._fence_of(self.group_id)
+        await self._zk.unregister(self.group_id, cid, fence)
+        await self._zk.register(self.group_id, cid, members[cid].topics, now, fence)
+        log.info("group %s: %d partition(s) of legacy consumers' ranges untaken for %d ms (they gave up retrying); "
+                 "registered %s again to start their rebalance", self.group_id, len(decided.unowned),
+                 now - self._unowned_since, cid)
+        self._unowned_since = None
+        return True
 
     async def _record_new_members(self) -> bool:
         """Give every member that has none a legacy consumer id, recorded in the
