@@ -171,6 +171,10 @@ def test_legacy_members_replaced_one_by_one_by_a_stock_consumer_through_the_gate
             [f"{group}_a1-0"] * 2 + [f"{group}_b1-0"] * 2 + [zkcoord_thread()] * 2)), WAIT_S,
             "the owner znodes are the range answer of a1, b1 and the zkcoord member")
         wait_for(lambda: mixed_groups(fleet) == 1, WAIT_S, "the metric counts the mixed group")
+        described = CliRunner().invoke(cli, ["describe", group, "--output", "json", "--zookeeper", services.zookeeper])
+        [ours] = [c for c in json.loads(described.output)["groups"][0]["legacy_rebalance"]["consumers"]
+                  if c["kind"] == "zkcoord"]
+        assert ours["member"].startswith("kafka-python-m-") and ours["owned"] == {topic: [4, 5]}, ours
         consumed_at_join = len(member.records)
         wait_for(lambda: {p for p, _, _ in member.records[consumed_at_join:]} == {4, 5}, WAIT_S,
                  "the stock consumer consumes partitions 4 and 5")

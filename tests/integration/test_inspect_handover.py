@@ -49,17 +49,17 @@ def test_a_group_in_handover_is_described_and_listed_as_mixed(zk_hosts, zk, lega
         "ids_dir": f"/consumers/{mixed}/ids", "handover": "mixed",
         "consumers": [
             {"consumer_id": old, "kind": "legacy", "pattern": "static", "subscription": {topic: 1},
-             "owned": {topic: [2]}, "problem": None},
+             "owned": {topic: [2]}, "problem": None, "member": None},
             {"consumer_id": zid, "kind": "zkcoord", "pattern": "static", "subscription": {topic: 1},
-             "owned": {topic: [0, 1]}, "problem": None}],
+             "owned": {topic: [0, 1]}, "problem": None, "member": None}],
         "unowned": {topic: [3]}, "other_owners": []}
 
     table = run("describe", mixed, env=env)
     assert table.exit_code == 0
     assert f"Legacy rebalance under /consumers/{mixed}/ids: 1 legacy consumer(s) and 1 zkcoord member(s) " \
            "registered (mixed)" in table.stdout
-    assert row(table.stdout, mixed, old) == [mixed, old, "legacy", "static", f"{topic}:1", f"{topic}(2)"]
-    assert row(table.stdout, mixed, zid) == [mixed, zid, "zkcoord", "static", f"{topic}:1", f"{topic}(0,1)"]
+    assert row(table.stdout, mixed, old) == [mixed, old, "legacy", "static", f"{topic}:1", f"{topic}(2)", "-"]
+    assert row(table.stdout, mixed, zid) == [mixed, zid, "zkcoord", "static", f"{topic}:1", f"{topic}(0,1)", "-"]
     assert row(table.stdout, mixed, topic, "2")[:4] == [mixed, topic, "2", "5"]
     assert f"note: partitions of subscribed topics no owner znode holds: {topic}(3)" in table.stdout
     members = run("describe", mixed, "--members", env=env).stdout
@@ -69,7 +69,8 @@ def test_a_group_in_handover_is_described_and_listed_as_mixed(zk_hosts, zk, lega
     section = other["legacy_rebalance"]
     assert (section["handover"], [c["consumer_id"] for c in section["consumers"]]) == (None, [filtered, unreadable])
     assert section["consumers"][0] == {"consumer_id": filtered, "kind": "legacy", "pattern": "white_list",
-                                       "subscription": {"t-.*": 1}, "owned": {}, "problem": None}
+                                       "subscription": {"t-.*": 1}, "owned": {}, "problem": None,
+                                       "member": None}
     bad = section["consumers"][1]
     assert (bad["pattern"], bad["subscription"]) == (None, None)
     assert bad["problem"].startswith(f"/consumers/{legacy_group}/ids/{unreadable} cannot be read as a legacy "

@@ -53,12 +53,12 @@ def test_kinds_and_when_a_group_is_mixed():
 
 
 def test_the_section_of_a_reading():
-    got = section(READING, "/consumers/g/ids", 0)
+    got = section(READING, "/consumers/g/ids", 0, {"member-1": ZID, "gone": "g_zkcoord-1795315596600-00000000"})
     assert got == LegacyRebalance("/consumers/g/ids", (
         LegacyConsumer(BAD, "legacy", None, None, (), WHY),
         LegacyConsumer(FILTER, "legacy", "white_list", (("pay.*", 1),), (("payments", (0,)),)),
         LegacyConsumer(OLD, "legacy", "static", (("orders", 2),), (("orders", (0, 1)),)),
-        LegacyConsumer(ZID, "zkcoord", "static", (("orders", 1),), (("orders", (2,)),))),
+        LegacyConsumer(ZID, "zkcoord", "static", (("orders", 1),), (("orders", (2,)),), member="member-1")),
         handover="mixed", unowned=(("orders", (3,)),),
         other_owners=(("g_gone-9-1700000000003-00000000-0", (("orders", (4,)),)), ("junk", (("payments", (1,)),))))
     assert [c.subscription_label() for c in got.consumers] == ["-", "pay.*:1", "orders:2", "orders:1"]
@@ -67,13 +67,13 @@ def test_the_section_of_a_reading():
         "ids_dir": "/consumers/g/ids", "handover": "mixed",
         "consumers": [
             {"consumer_id": BAD, "kind": "legacy", "pattern": None, "subscription": None, "owned": {},
-             "problem": WHY},
+             "problem": WHY, "member": None},
             {"consumer_id": FILTER, "kind": "legacy", "pattern": "white_list", "subscription": {"pay.*": 1},
-             "owned": {"payments": [0]}, "problem": None},
+             "owned": {"payments": [0]}, "problem": None, "member": None},
             {"consumer_id": OLD, "kind": "legacy", "pattern": "static", "subscription": {"orders": 2},
-             "owned": {"orders": [0, 1]}, "problem": None},
+             "owned": {"orders": [0, 1]}, "problem": None, "member": None},
             {"consumer_id": ZID, "kind": "zkcoord", "pattern": "static", "subscription": {"orders": 1},
-             "owned": {"orders": [2]}, "problem": None}],
+             "owned": {"orders": [2]}, "problem": None, "member": "member-1"}],
         "unowned": {"orders": [3]},
         "other_owners": [{"thread_id": "g_gone-9-1700000000003-00000000-0", "owned": {"orders": [4]}},
                          {"thread_id": "junk", "owned": {"payments": [1]}}]}
@@ -123,17 +123,19 @@ def test_groups_marks_a_mixed_group():
 
 
 def test_tables(capsys):
-    zk = ZkFacts("g", record=record(), owner_node_id=1, legacy=True, legacy_ids=IDS, legacy_rebalance=READING)
+    zk = ZkFacts("g", record={**record(), "ho": {"m1": ZID}}, owner_node_id=1, legacy=True, legacy_ids=IDS,
+                 legacy_rebalance=READING)
     report = DescribeReport("z", "/consumers", None, tuple(DAEMONS.values()), (view(zk),))
     for shown in ("offsets", "members"):
         lines = printed(cmd._describe_tables(report, shown, False), capsys)
         assert "Legacy rebalance under /consumers/g/ids: 3 legacy consumer(s) and 1 zkcoord member(s) registered " \
                "(mixed)" in lines
-        assert ["GROUP", "CONSUMER-ID", "KIND", "PATTERN", "SUBSCRIPTION", "OWNED"] in cells(lines, "GROUP")
+        assert ["GROUP", "CONSUMER-ID", "KIND", "PATTERN", "SUBSCRIPTION", "OWNED", "MEMBER"] in cells(lines, "GROUP")
         assert [row for row in cells(lines, "g") if row[1] in IDS] == [
-            ["g", BAD, "legacy", "-", "-", "-"], ["g", FILTER, "legacy", "white_list", "pay.*:1", "payments(0)"],
-            ["g", OLD, "legacy", "static", "orders:2", "orders(0,1)"], ["g", ZID, "zkcoord", "static", "orders:1",
-                                                                        "orders(2)"]]
+            ["g", BAD, "legacy", "-", "-", "-", "-"],
+            ["g", FILTER, "legacy", "white_list", "pay.*:1", "payments(0)", "-"],
+            ["g", OLD, "legacy", "static", "orders:2", "orders(0,1)", "-"],
+            ["g", ZID, "zkcoord", "static", "orders:1", "orders(2)", "m1"]]
         assert lines[-4:] == [
             "  note: partitions of subscribed topics no owner znode holds: orders(3)",
             "  note: orders(4) held by thread g_gone-9-1700000000003-00000000-0, of no registered consumer",

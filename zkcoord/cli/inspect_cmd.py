@@ -299,9 +299,10 @@ def _legacy_rebalance(g: GroupView) -> list[RenderableType]:
     section = g.legacy_rebalance
     if section is None:
         return []
-    table = _table("GROUP", "CONSUMER-ID", "KIND", "PATTERN", "SUBSCRIPTION", "OWNED")
+    table = _table("GROUP", "CONSUMER-ID", "KIND", "PATTERN", "SUBSCRIPTION", "OWNED", "MEMBER")
     for c in section.consumers:
-        table.add_row(g.group, c.consumer_id, c.kind, _cell(c.pattern), c.subscription_label(), _assignment(c.owned))
+        table.add_row(g.group, c.consumer_id, c.kind, _cell(c.pattern), c.subscription_label(), _assignment(c.owned),
+                      _cell(c.member))
     notes = [f"partitions of subscribed topics no owner znode holds: {_assignment(section.unowned)}"] \
         if section.unowned else []
     notes += [f"{_assignment(owned)} held by thread {thread}, of no registered consumer"

@@ -27,7 +27,7 @@ members. The rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from zkcoord.core.handover.registration import LegacyRegistration, is_zkcoord_consumer_id, split_thread_id
 from zkcoord.inspect.model import Assignment, LegacyConsumer, LegacyRebalance
@@ -75,20 +75,23 @@ def _assignment(partitions: Iterable[tuple[str, int]]) -> Assignment:
 
 
 def _consumer(consumer_id: str, registration: LegacyRegistration | None, problem: str | None,
-              owned: Iterable[tuple[str, int]]) -> LegacyConsumer:
+              owned: Iterable[tuple[str, int]], member: str | None) -> LegacyConsumer:
     if registration is None:
-        return LegacyConsumer(consumer_id, kind(consumer_id), None, None, _assignment(owned), problem)
+        return LegacyConsumer(consumer_id, kind(consumer_id), None, None, _assignment(owned), problem, member)
     wildcard = registration.wildcard
     subscription = ((wildcard.regex, wildcard.streams),) if wildcard is not None else \
         tuple(sorted(registration.static_topics.items()))
     return LegacyConsumer(consumer_id, kind(consumer_id), registration.pattern_text, subscription,
-                          _assignment(owned), problem)
+                          _assignment(owned), problem, member)
 
 
-def section(reading: Reading, ids_dir: str, zkcoord_members: int) -> LegacyRebalance:
+def section(reading: Reading, ids_dir: str, zkcoord_members: int,
+            handover_ids: Mapping[str, str] | None = None) -> LegacyRebalance:
     """``describe``'s section of a group's legacy rebalance, from one read of it
     (:meth:`zkcoord.zk.handover.LegacyRebalanceZk.read`); ``zkcoord_members``: the
-    members zkcoord's record (or its owner) has in the group."""
+    members zkcoord's record (or its owner) has in the group; ``handover_ids``:
+    the record's member id -> the legacy consumer id its owner registered."""
+    member_of = {cid: mid for mid, cid in (handover_ids or {}).items()}
     registered = set(reading.registrations) | set(reading.problems)
     ids = sorted(registered)
     owned: dict[str, list[tuple[str, int]]] = {}
@@ -99,8 +102,8 @@ def section(reading: Reading, ids_dir: str, zkcoord_members: int) -> LegacyRebal
             owned.setdefault(thread[0], []).append(tp)
         else:
             others.setdefault(owner.holder, []).append(tp)
-    consumers = tuple(_consumer(c, reading.registrations.get(c), reading.problems.get(c), owned.get(c, ()))
-                      for c in ids)
+    consumers = tuple(_consumer(c, reading.registrations.get(c), reading.problems.get(c), owned.get(c, ()),
+                                member_of.get(c)) for c in ids)
     unowned = _assignment((t, p) for t, ps in reading.topics.items() for p in ps if (t, p) not in reading.owners)
     return LegacyRebalance(ids_dir, consumers, handover(ids, zkcoord_members), unowned,
                            tuple((thread, _assignment(tps)) for thread, tps in sorted(others.items())))

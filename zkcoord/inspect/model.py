@@ -49,7 +49,8 @@ line and refresh)::
                            "pattern": "static" | "white_list" | "black_list" | null,   # null: unreadable
                            "subscription": {"orders": 2} | null,   # topic (or regex) -> streams, as registered
                            "owned": {"orders": [0, 1]},            # owner znodes naming its threads
-                           "problem": null | "... cannot be read as a legacy consumer registration ..."}],
+                           "problem": null | "... cannot be read as a legacy consumer registration ...",
+                           "member": null | "console-consumer-..."}],   # zkcoord: the member it stands for
             "unowned": {"orders": [3]},  # partitions of subscribed topics no owner znode holds
             "other_owners": [{"thread_id": "x-0", "owned": {"orders": [4]}}]},  # threads of no registration
         "notes": ["..."]}],
@@ -242,6 +243,7 @@ class LegacyConsumer:
     subscription: tuple[tuple[str, int], ...] | None  # (topic or regex, streams), as registered
     owned: Assignment = ()
     problem: str | None = None
+    member: str | None = None  # a zkcoord registration: the member it stands for (the group record's "ho")
 
     def subscription_label(self) -> str:
         """``orders:2,payments:1`` (topic or regex : streams); ``-`` when unreadable."""
@@ -252,7 +254,7 @@ class LegacyConsumer:
     def as_dict(self) -> dict[str, Any]:
         return {"consumer_id": self.consumer_id, "kind": self.kind, "pattern": self.pattern,
                 "subscription": None if self.subscription is None else dict(self.subscription),
-                "owned": _assignment_dict(self.owned), "problem": self.problem}
+                "owned": _assignment_dict(self.owned), "problem": self.problem, "member": self.member}
 
 
 @dataclass(frozen=True)

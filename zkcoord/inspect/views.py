@@ -346,8 +346,10 @@ def _with_legacy_rebalance(built: GroupView, zk: ZkFacts, zk_root: str) -> Group
     if zk.legacy_rebalance is None:
         return built
     zkcoord_members = len(built.members) if zk.record is not None else 0
+    handover_ids = (zk.record or {}).get("ho") if isinstance(zk.record, Mapping) else None
     return dataclasses.replace(built, legacy_rebalance=legacy_rebalance.section(
-        zk.legacy_rebalance, OffsetPaths(zk_root).ids_dir(zk.group), zkcoord_members))
+        zk.legacy_rebalance, OffsetPaths(zk_root).ids_dir(zk.group), zkcoord_members,
+        handover_ids if isinstance(handover_ids, Mapping) else None))
 
 
 def _zkcoord_view(zk: ZkFacts, live: LiveFacts, kafka: KafkaFacts, daemons: Mapping[int, Daemon],
