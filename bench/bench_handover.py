@@ -73,7 +73,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), os.env
 from bench_env import Environment, bad_key_values, bench_main, create_topics, zkcoord_cli  # noqa: E402  (after the path tweak)
 from group_client import BenchError  # noqa: E402
 
-from tests.support.ownership import AssignmentChange, coverage, current_owners  # noqa: E402
+from tests.support.ownership import AssignmentChange, coverage, current_owners, ownerships  # noqa: E402
 from tests.support.rdkafka_members import RdkafkaMember  # noqa: E402
 from tests.support.zkcoord_client_members import ZkcoordClientMember, member_config  # noqa: E402
 from zkcoord.errors import ConfigError  # noqa: E402
@@ -90,6 +90,7 @@ MODERN_CLIENTS = {
     "zkcoord": "zkcoord's consumer (zkcoord.client), in (c) with the daemon as its coordinator",
 }
 TopicPartition = tuple[str, int]
+HANDOFFS = ("legacy -> legacy", "legacy -> modern", "modern -> modern", "modern -> legacy")
 
 
 def wall_ms() -> int:
@@ -193,6 +194,7 @@ class Scene:
         self.notes: list[str] = []
         self.check = None
         self.outside = 0  # extra deliveries in no step's window
+        self.handoffs: dict[str, float] = {}  # unowned partition-s by hand-off (unowned_by_handoff)
 
     @property
     def broker(self) -> str:
@@ -342,6 +344,9 @@ class Scene:
             step.unowned_ps = sum(c.unowned for c in cover) / 1000
             step.longest_gap_s = max((c.longest_gap for c in cover), default=0) / 1000
             step.shared_ps = sum(c.shared for c in cover) / 1000
+        if self.steps:
+            self.handoffs = unowned_by_handoff(changes, self.partitions, self.steps[0].start_ms,
+                                               self.steps[-1].window_end_ms)
         self.check = check_deliveries(self.deliveries(), produced)
         for deliveries in self.check.duplicates.values():
             first = deliveries[0]
@@ -354,6 +359,36 @@ class Scene:
                 step.to_two_members += again.member != first.member
         errors = sorted({e for m in self.modern.values() for e in m.errors() if not e.startswith("commit:")})
         self.notes += [f"modern member error: {e}" for e in errors[:5]]
+
+
+def unowned_by_handoff(changes: list[AssignmentChange], partitions: list[TopicPartition], start: int,
+                       end: int) -> dict[str, float]:
+    """The unowned partition-seconds of ``[start, end)`` by hand-off: each
+    stretch in which a partition had no owner, under "<kind of the member
+    that let it go> -> <kind of the next owner>" (``legacy`` members are
+    named m1.., ``modern`` ones n1..; ``nobody`` before a first owner or
+    after the last). Sums to :func:`coverage`'s unowned time over the window."""
+    kind = {"m": "legacy", "n": "modern"}
+    spans: dict[TopicPartition, list] = {}
+    for span in ownerships(changes):
+        spans.setdefault(span.partition, []).append(span)
+    found: dict[str, float] = {}
+
+    def add(before: str | None, after: str | None, a: int, b: int) -> None:
+        a, b = max(a, start), min(b, end)
+        if b > a:
+            key = f"{kind.get((before or ' ')[0], 'nobody')} -> {kind.get((after or ' ')[0], 'nobody')}"
+            found[key] = found.get(key, 0.0) + (b - a) / 1000
+
+    for tp in partitions:
+        covered_to, last = float("-inf"), None  # the end of the ownership so far, who held it last
+        for span in sorted(spans.get(tp, []), key=lambda s: s.start_ms):
+            add(last, span.member, covered_to, span.start_ms)
+            span_end = end if span.end_ms is None else span.end_ms
+            if span_end >= covered_to:
+                covered_to, last = span_end, span.member
+        add(last, None, covered_to, end)
+    return found
 
 
 # -- the scenarios ------------------------------------------------------------------------------
@@ -408,10 +443,14 @@ def run_scene(name: str, args, env: Environment, workdir: Path, classpath: str, 
 
 # -- report -------------------------------------------------------------------------------------
 
+def divisor(scene: Scene) -> int:
+    """The members a scenario replaced (the yardstick: its rebalances)."""
+    return sum(s.replaced for s in scene.steps) or len(scene.steps) or 1
+
+
 def per_member(scene: Scene) -> dict[str, float]:
     """The scenario's figures per replaced member (the yardstick: per rebalance)."""
-    steps = scene.steps
-    count = sum(s.replaced for s in steps) or len(steps) or 1
+    steps, count = scene.steps, divisor(scene)
     return {"unowned_ps": sum(s.unowned_ps for s in steps) / count,
             "longest_gap_s": max((s.longest_gap_s for s in steps), default=0.0),
             "shared_ps": sum(s.shared_ps for s in steps) / count,
@@ -436,6 +475,9 @@ def print_scene(scene: Scene) -> None:
     print(f"{unit:24} {'':>8} {pm['settle_s']:>8.1f} {'':>8} {pm['unowned_ps']:>11.2f} {pm['longest_gap_s']:>13.2f} "
           f"{pm['shared_ps']:>14.2f} {pm['extra_deliveries']:>16,.1f} {pm['to_two_members']:>14,.1f}")
     produced = sum(len(r) for r in scene.producer.produced().values()) if scene.producer else 0
+    shown = [k for k in HANDOFFS if k in scene.handoffs] + sorted(set(scene.handoffs) - set(HANDOFFS))
+    print(f"unowned partition-s {unit} by hand-off (who let go -> the next owner): "
+          + ("; ".join(f"{k} {scene.handoffs[k] / divisor(scene):.2f}" for k in shown) or "none"))
     print(f"records: {produced:,} produced; {scene.check.summary()}; "
           f"{scene.outside:,} extra deliveries outside the steps' windows")
     for note in scene.notes:
@@ -594,6 +636,7 @@ def run(args, workdir: Path, started: list[Environment]) -> int:
         args.json.write_text(json.dumps({
             "args": {k: str(v) for k, v in vars(args).items()}, **summary,
             "scenarios": {n: {"group": s.group, "topics": s.topics, "steps": [asdict(st) for st in s.steps],
+                              "unowned_by_handoff_ps": s.handoffs,
                               "check": s.check.summary() if s.check else None, "notes": s.notes}
                           for n, s in scenes.items()}}, indent=1))
     return 0
