@@ -48,6 +48,10 @@ newcomers assigned, nothing changed for ``--quiet-s``; its figures count
 until the next step begins (the last step's: until that wait ended), so
 the ``--quiet-s`` in which a rolling move's newcomer consumes beside the
 legacy members is in them.
+Per scenario, its unowned time split by hand-off (:func:`unowned_by_handoff`:
+a legacy member's partition to a legacy one, to a modern one, between modern
+ones), which tells the legacy consumers' own rebalances from the wait for
+the modern members.
 
 Run by hand, never by the tests; prints tables and ratios, never asserts on
 time. Everything it starts is stopped on exit, error, Ctrl-C and SIGTERM.
