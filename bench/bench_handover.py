@@ -5,9 +5,14 @@ A group of ``--members`` (3) legacy consumers (Kafka 1.1.1's
 ``ZookeeperConsumerConnector``, real, one JVM: :mod:`zkcoord.local.legacy`)
 consumes ``--topics`` (2) topics of ``--partitions`` (6) partitions each
 while a producer writes ``--rate`` records/s to them. They are replaced by
-as many modern consumers (librdkafka, ``confluent_kafka.Consumer``, the same
-group id, :class:`tests.support.rdkafka_members.RdkafkaMember`), three ways,
-each on topics and a group of its own:
+as many modern consumers with the same group id, of ``--modern-client``:
+``librdkafka`` (the default: ``confluent_kafka.Consumer``,
+:class:`tests.support.rdkafka_members.RdkafkaMember`), a stock consumer, or
+``zkcoord`` (zkcoord's own consumer, ``zkcoord.client.Consumer``,
+:class:`tests.support.zkcoord_client_members.ZkcoordClientMember`: its
+coordinator is the daemon, which it asks as ``zkcoord consume`` does, and it
+fetches from the broker; it hears of a rebalance through the daemon's
+rebalance notice). Three ways, each on topics and a group of its own:
 
 * ``stop`` (a): Kafka's documented procedure: stop every legacy consumer,
   move the offsets (``zkcoord migrate apply``: ZooKeeper's offsets into
@@ -17,12 +22,14 @@ each on topics and a group of its own:
   (``zkcoord migrate apply``, while the legacy consumers run), then per
   member: a modern consumer starts against the broker beside the legacy ones,
   a legacy consumer stops. The two kinds do not see each other.
-* ``managed`` (c): the same steps, the modern consumers bootstrapping from
-  a zkcoord daemon's gateway (the daemon in the brokers' ZooKeeper root, where
-  the legacy group lives), which coordinates them: whatever handover the
-  daemon does is what is measured. Until the daemon takes part in the legacy
-  rebalance (docs/handover.md, "What is left"), its members get every
-  partition beside the legacy ones, as in (b).
+* ``managed`` (c): the same steps, the modern consumers coordinated by a
+  zkcoord daemon (the daemon in the brokers' ZooKeeper root, where the legacy
+  group lives): librdkafka ones bootstrapping from its gateway, zkcoord's
+  own with the daemon as their coordinator. Whatever handover the daemon
+  does is what is measured.
+
+In (a) and (b) zkcoord's consumer has the broker as its coordinator (it is
+then kafka-python's consumer against Kafka's group coordinator).
 
 Before them, the ``yardstick``: one legacy rebalance of the same group, a
 member leaving cleanly (``--yardstick-rounds`` times, from a group of
@@ -41,6 +48,10 @@ newcomers assigned, nothing changed for ``--quiet-s``; its figures count
 until the next step begins (the last step's: until that wait ended), so
 the ``--quiet-s`` in which a rolling move's newcomer consumes beside the
 legacy members is in them.
+Per scenario, its unowned time split by hand-off (:func:`unowned_by_handoff`:
+a legacy member's partition to a legacy one, to a modern one, between modern
+ones), which tells the legacy consumers' own rebalances from the wait for
+the modern members.
 
 Run by hand, never by the tests; prints tables and ratios, never asserts on
 time. Everything it starts is stopped on exit, error, Ctrl-C and SIGTERM.
@@ -55,7 +66,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -67,17 +77,24 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), os.env
 from bench_env import Environment, bad_key_values, bench_main, create_topics, zkcoord_cli  # noqa: E402  (after the path tweak)
 from group_client import BenchError  # noqa: E402
 
-from tests.support.ownership import AssignmentChange, coverage, current_owners  # noqa: E402
+from tests.support.ownership import AssignmentChange, coverage, current_owners, ownerships  # noqa: E402
 from tests.support.rdkafka_members import RdkafkaMember  # noqa: E402
+from tests.support.zkcoord_client_members import ZkcoordClientMember, member_config  # noqa: E402
+from zkcoord.errors import ConfigError  # noqa: E402
 from zkcoord.local import legacy  # noqa: E402
 from zkcoord.local.record_log import Delivery, RecordLogWriter, check_deliveries, read_record_logs  # noqa: E402
 
 SCENARIOS = {
     "stop": "(a) stop-the-world: stop every legacy consumer, zkcoord migrate apply, start the modern ones",
     "rolling": "(b) unmanaged rolling move: modern consumers on the broker beside the legacy ones",
-    "managed": "(c) managed by zkcoord: modern consumers through the daemon's gateway",
+    "managed": "(c) managed by zkcoord: modern consumers coordinated by the daemon",
+}
+MODERN_CLIENTS = {
+    "librdkafka": "librdkafka (confluent-kafka), a stock consumer; in (c) through the daemon's gateway",
+    "zkcoord": "zkcoord's consumer (zkcoord.client), in (c) with the daemon as its coordinator",
 }
 TopicPartition = tuple[str, int]
+HANDOFFS = ("legacy -> legacy", "legacy -> modern", "modern -> modern", "modern -> legacy")
 
 
 def wall_ms() -> int:
@@ -174,13 +191,14 @@ class Scene:
         self.group = f"bench-ho-{name}-{tag}"
         self.partitions = [(t, p) for t in self.topics for p in range(args.partitions)]
         self.legacy: legacy.LegacyGroup | None = None
-        self.modern: dict[str, RdkafkaMember] = {}
+        self.modern: dict[str, RdkafkaMember] = {}  # or ZkcoordClientMember s, which report alike
         self.modern_log = RecordLogWriter(self.dir / "modern.records")
         self.producer: Producer | None = None
         self.steps: list[Step] = []
         self.notes: list[str] = []
         self.check = None
         self.outside = 0  # extra deliveries in no step's window
+        self.handoffs: dict[str, float] = {}  # unowned partition-s by hand-off (unowned_by_handoff)
 
     @property
     def broker(self) -> str:
@@ -210,9 +228,18 @@ class Scene:
         self.producer = Producer(self.broker, self.partitions, self.args.rate).start()
         time.sleep(self.args.warmup_s)
 
-    def start_modern(self, name: str, bootstrap: str) -> RdkafkaMember:
-        member = RdkafkaMember(name, bootstrap, self.topics, self.group, record_log=self.modern_log, clock=wall_ms,
-                               properties=dict(p.split("=", 1) for p in self.args.modern_property))
+    def start_modern(self, name: str, managed: bool) -> RdkafkaMember:
+        """A modern member of ``--modern-client``, coordinated by the daemon
+        (``managed``) or by the broker."""
+        settings = dict(p.split("=", 1) for p in self.args.modern_property)
+        if self.args.modern_client == "zkcoord":
+            coordinators = "%s:%d" % self.env.daemon_address if managed else self.broker
+            member = ZkcoordClientMember(name, coordinators, self.broker, self.topics, self.group, settings,
+                                         record_log=self.modern_log, clock=wall_ms)
+        else:
+            bootstrap = "%s:%d" % self.env.gateway_address if managed else self.broker
+            member = RdkafkaMember(name, bootstrap, self.topics, self.group, settings, record_log=self.modern_log,
+                                   clock=wall_ms)
         self.modern[name] = member.start()
         return member
 
@@ -321,6 +348,9 @@ class Scene:
             step.unowned_ps = sum(c.unowned for c in cover) / 1000
             step.longest_gap_s = max((c.longest_gap for c in cover), default=0) / 1000
             step.shared_ps = sum(c.shared for c in cover) / 1000
+        if self.steps:
+            self.handoffs = unowned_by_handoff(changes, self.partitions, self.steps[0].start_ms,
+                                               self.steps[-1].window_end_ms)
         self.check = check_deliveries(self.deliveries(), produced)
         for deliveries in self.check.duplicates.values():
             first = deliveries[0]
@@ -333,6 +363,36 @@ class Scene:
                 step.to_two_members += again.member != first.member
         errors = sorted({e for m in self.modern.values() for e in m.errors() if not e.startswith("commit:")})
         self.notes += [f"modern member error: {e}" for e in errors[:5]]
+
+
+def unowned_by_handoff(changes: list[AssignmentChange], partitions: list[TopicPartition], start: int,
+                       end: int) -> dict[str, float]:
+    """The unowned partition-seconds of ``[start, end)`` by hand-off: each
+    stretch in which a partition had no owner, under "<kind of the member
+    that let it go> -> <kind of the next owner>" (``legacy`` members are
+    named m1.., ``modern`` ones n1..; ``nobody`` before a first owner or
+    after the last). Sums to :func:`coverage`'s unowned time over the window."""
+    kind = {"m": "legacy", "n": "modern"}
+    spans: dict[TopicPartition, list] = {}
+    for span in ownerships(changes):
+        spans.setdefault(span.partition, []).append(span)
+    found: dict[str, float] = {}
+
+    def add(before: str | None, after: str | None, a: int, b: int) -> None:
+        a, b = max(a, start), min(b, end)
+        if b > a:
+            key = f"{kind.get((before or ' ')[0], 'nobody')} -> {kind.get((after or ' ')[0], 'nobody')}"
+            found[key] = found.get(key, 0.0) + (b - a) / 1000
+
+    for tp in partitions:
+        covered_to, last = float("-inf"), None  # the end of the ownership so far, who held it last
+        for span in sorted(spans.get(tp, []), key=lambda s: s.start_ms):
+            add(last, span.member, covered_to, span.start_ms)
+            span_end = end if span.end_ms is None else span.end_ms
+            if span_end >= covered_to:
+                covered_to, last = span_end, span.member
+        add(last, None, covered_to, end)
+    return found
 
 
 # -- the scenarios ------------------------------------------------------------------------------
@@ -355,17 +415,17 @@ def stop_the_world(scene: Scene, args) -> None:
     scene.migrate(step)
     names = [f"n{i}" for i in range(1, args.members + 1)]
     for name in names:
-        scene.start_modern(name, scene.broker)
+        scene.start_modern(name, managed=False)
     scene.settle(step, names)
 
 
-def rolling(scene: Scene, args, bootstrap: Callable[[], str], copy_offsets: bool) -> None:
+def rolling(scene: Scene, args, managed: bool) -> None:
     scene.start_legacy(args.members)
-    if copy_offsets:
+    if not managed:
         scene.migrate(None)  # once, while the legacy consumers run: the modern ones start near their position
     for i in range(1, args.members + 1):
         step = scene.begin(f"n{i} in, m{i} out", 1)
-        scene.start_modern(f"n{i}", bootstrap())
+        scene.start_modern(f"n{i}", managed)
         scene.settle(step, [f"n{i}"])
         scene.mark(step, f"n{i} settled")
         scene.legacy.stop_member(f"m{i}")
@@ -387,10 +447,14 @@ def run_scene(name: str, args, env: Environment, workdir: Path, classpath: str, 
 
 # -- report -------------------------------------------------------------------------------------
 
+def divisor(scene: Scene) -> int:
+    """The members a scenario replaced (the yardstick: its rebalances)."""
+    return sum(s.replaced for s in scene.steps) or len(scene.steps) or 1
+
+
 def per_member(scene: Scene) -> dict[str, float]:
     """The scenario's figures per replaced member (the yardstick: per rebalance)."""
-    steps = scene.steps
-    count = sum(s.replaced for s in steps) or len(steps) or 1
+    steps, count = scene.steps, divisor(scene)
     return {"unowned_ps": sum(s.unowned_ps for s in steps) / count,
             "longest_gap_s": max((s.longest_gap_s for s in steps), default=0.0),
             "shared_ps": sum(s.shared_ps for s in steps) / count,
@@ -415,6 +479,9 @@ def print_scene(scene: Scene) -> None:
     print(f"{unit:24} {'':>8} {pm['settle_s']:>8.1f} {'':>8} {pm['unowned_ps']:>11.2f} {pm['longest_gap_s']:>13.2f} "
           f"{pm['shared_ps']:>14.2f} {pm['extra_deliveries']:>16,.1f} {pm['to_two_members']:>14,.1f}")
     produced = sum(len(r) for r in scene.producer.produced().values()) if scene.producer else 0
+    shown = [k for k in HANDOFFS if k in scene.handoffs] + sorted(set(scene.handoffs) - set(HANDOFFS))
+    print(f"unowned partition-s {unit} by hand-off (who let go -> the next owner): "
+          + ("; ".join(f"{k} {scene.handoffs[k] / divisor(scene):.2f}" for k in shown) or "none"))
     print(f"records: {produced:,} produced; {scene.check.summary()}; "
           f"{scene.outside:,} extra deliveries outside the steps' windows")
     for note in scene.notes:
@@ -457,7 +524,8 @@ def report(scenes: dict[str, Scene], args) -> dict:
         managed = figures["managed"]
         extra = sum(s.extra_deliveries for s in scenes["managed"].steps)
         goals["zero double deliveries"] = extra == 0 and scenes["managed"].check.extra_deliveries == 0
-        print("\ngoals of (c) managed:")
+        print(f"\ngoals of (c) managed, modern client {args.modern_client}"
+              f"{' (' + ', '.join(args.modern_property) + ')' if args.modern_property else ''}:")
         print(f"  zero double deliveries without a kill: {'met' if goals['zero double deliveries'] else 'MISSED'} "
               f"({scenes['managed'].check.extra_deliveries:,} extra deliveries in the run)")
         if "yardstick" in figures:
@@ -503,8 +571,14 @@ def parse_args(argv=None):
                         help="legacy zookeeper.session.timeout.ms (default 6000, Kafka's)")
     parser.add_argument("--legacy-property", action="append", default=[], metavar="KEY=VALUE",
                         help="extra legacy consumer setting, e.g. rebalance.backoff.ms=500 (repeatable)")
+    parser.add_argument("--modern-client", default="librdkafka", metavar="librdkafka|zkcoord",
+                        help="the modern consumers: librdkafka (default; a stock consumer, in (c) through the "
+                             "daemon's gateway) or zkcoord (zkcoord's own consumer, in (c) with the daemon as its "
+                             "coordinator, hearing of rebalances through its rebalance notice)")
     parser.add_argument("--modern-property", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra librdkafka consumer setting, e.g. heartbeat.interval.ms=1000 (repeatable)")
+                        help="extra modern consumer setting (repeatable): librdkafka's, e.g. "
+                             "heartbeat.interval.ms=1000; for zkcoord's consumer a ConsumerConfig field or "
+                             "Kafka's name of it, e.g. heartbeat_interval_ms=1000, rebalance_notice=false")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a new /tmp/zkcoord-handover-bench-*")
     parser.add_argument("--json", type=Path, default=None, help="also write every step and figure here")
     args = parser.parse_args(argv)
@@ -524,6 +598,15 @@ def parse_args(argv=None):
     for flag, values in (("--legacy-property", args.legacy_property), ("--modern-property", args.modern_property)):
         if bad_key_values(values) is not None:
             parser.error(f"{flag} {bad_key_values(values)!r}: expected KEY=VALUE")
+    if args.modern_client not in MODERN_CLIENTS:
+        parser.error(f"--modern-client {args.modern_client!r}: unknown client; choose one of "
+                     f"{', '.join(MODERN_CLIENTS)}")
+    if args.modern_client == "zkcoord":
+        try:  # bad settings now, not in a member's thread minutes later
+            member_config("n1", "127.0.0.1:1", "127.0.0.1:1", "bench",
+                          dict(p.split("=", 1) for p in args.modern_property))
+        except (ValueError, ConfigError) as exc:
+            parser.error(f"--modern-property: {exc}")
     return args
 
 
@@ -536,17 +619,18 @@ def main(argv=None) -> int:
 
 def run(args, workdir: Path, started: list[Environment]) -> int:
     # The daemon shares the brokers' ZooKeeper root: the legacy groups live there.
-    env = Environment(workdir, topic=None, topic_partitions=0, gateway="managed" in args.scenarios,
-                      broker_chroot=True)
+    env = Environment(workdir, topic=None, topic_partitions=0,
+                      gateway="managed" in args.scenarios and args.modern_client == "librdkafka", broker_chroot=True)
     started.append(env)
     classpath = legacy.driver_classpath(log=print)
     env.start()
-    print(f"{args.members} legacy consumers -> {args.members} modern ones; {args.topics} topics x "
+    print(f"{args.members} legacy consumers -> {args.members} modern ones ({MODERN_CLIENTS[args.modern_client]}"
+          f"{'; ' + ', '.join(args.modern_property) if args.modern_property else ''}); {args.topics} topics x "
           f"{args.partitions} partitions; {args.rate} records/s; workdir {workdir}; load average "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     bodies = {"yardstick": yardstick, "stop": stop_the_world,
-              "rolling": lambda s, a: rolling(s, a, lambda: s.broker, copy_offsets=True),
-              "managed": lambda s, a: rolling(s, a, lambda: "%s:%d" % env.gateway_address, copy_offsets=False)}
+              "rolling": lambda s, a: rolling(s, a, managed=False),
+              "managed": lambda s, a: rolling(s, a, managed=True)}
     scenes: dict[str, Scene] = {}
     for name in ([] if args.no_yardstick else ["yardstick"]) + args.scenarios:
         scenes[name] = run_scene(name, args, env, workdir, classpath, lambda s, n=name: bodies[n](s, args))
@@ -556,6 +640,7 @@ def run(args, workdir: Path, started: list[Environment]) -> int:
         args.json.write_text(json.dumps({
             "args": {k: str(v) for k, v in vars(args).items()}, **summary,
             "scenarios": {n: {"group": s.group, "topics": s.topics, "steps": [asdict(st) for st in s.steps],
+                              "unowned_by_handoff_ps": s.handoffs,
                               "check": s.check.summary() if s.check else None, "notes": s.notes}
                           for n, s in scenes.items()}}, indent=1))
     return 0

@@ -38,6 +38,8 @@ class RdkafkaMember:
     ``group.protocol``); ``record_log`` gets a line per record consumed;
     ``clock`` times callbacks and commits (default ``time.monotonic_ns``)."""
 
+    client = "librdkafka"  # in messages (tests.support.zkcoord_client_members runs another client)
+
     def __init__(self, label: str, bootstrap_servers: str, topic: str | list[str], group: str,
                  properties: Mapping[str, object] | None = None, record_log: RecordLogWriter | None = None,
                  clock=time.monotonic_ns):
@@ -74,7 +76,7 @@ class RdkafkaMember:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
             if self._thread.is_alive():
-                raise AssertionError(f"librdkafka member {self.label} did not close within {timeout_s:g} s")
+                raise AssertionError(f"{self.client} member {self.label} did not close within {timeout_s:g} s")
 
     def _run(self) -> None:
         from confluent_kafka import Consumer, KafkaException
