@@ -86,6 +86,16 @@ def _side(group: Any):
     return consumer_group if kind_of(group).name == "consumer" else classic_group
 
 
+def _still_owned_after_rejoin(holder: str, members: dict[str, Member], rejoined) -> bool:
+    """Whether a partition we wait for is held for one of our members that has
+    rejoined this rebalance still owning it (a cooperative consumer): it gives
+    it up only after the SyncGroup, so holding the join phase for it would
+    only wait out the hold."""
+    split = split_thread_id(holder)
+    member = members.get(split[0]) if split is not None else None
+    return member is not None and member.member_id in rejoined
+
+
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -269,10 +279,15 @@ class HandoverDriver:
         not all held, at most ``2 x rebalance.backoff.ms`` per target (a
         legacy consumer releases within its rebalance, or after one back-off),
         so a holder that does not release (a killed one, until its session
-        expires) costs one bounded wait, not a rebalance after every wait."""
+        expires) costs one bounded wait, not a rebalance after every wait.
+        A partition held for a member of ours that rejoined still owning it
+        does not count: it is released only after this rebalance."""
         threads = {t for m in members.values() for t in m.threads()}
         target = frozenset((tp, t) for tp, t in decided.target.items() if t in threads)
-        wanted = {c.holder for c in decided.claim} | {decided.target[tp] for tp in decided.waiting}
+        rejoined = getattr(self.runtime.group, "awaiting_join", {})
+        wanted = {c.holder for c in decided.claim} | {
+            decided.target[tp] for tp, holder in decided.waiting.items()
+            if not _still_owned_after_rejoin(holder, members, rejoined)}
         pending = bool(decided.register) or bool(wanted & threads)
         if not pending:
             self._hold_since = None
