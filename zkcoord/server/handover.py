@@ -140,6 +140,10 @@ class HandoverDriver:
     def poke(self) -> None:
         self._wake.set()
 
+    async def clear_shares(self) -> None:
+        """Every member's share empty (the group rebalances if Stable)."""
+        await self._set_shares({})
+
     def _group_changed(self, _group: Any) -> None:
         self._wake.set()
 
@@ -389,6 +393,8 @@ class Handovers:
         driver = HandoverDriver(runtime, self._zk, self._schedule, self._fence_of, self._ended,
                                 kept=lambda: self._kept.get(group_id, False))
         self.drivers[group_id] = driver
+        if not recorded:  # before any request is served: nobody consumes what this daemon does not hold yet
+            await driver.clear_shares()
         driver.start()
 
     def _changed(self, group_id: str) -> None:
