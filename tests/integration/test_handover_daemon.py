@@ -202,14 +202,7 @@ def test_legacy_members_replaced_one_by_one_by_a_stock_consumer_through_the_gate
         member.close()
         producer_stop_quietly(producer)
 
-    logged = [(e.data["partition"], e.data["offset"], e.member) for process in legacy.values()
-              for e in process.events() if e.event == "consumed"]
-    ours = [(p, o, "zkcoord") for p, o, _ in member.records]
-    seen: dict[tuple[int, int], list[str]] = {}
-    for p, o, who in logged + ours:
-        seen.setdefault((p, o), []).append(who)
-    twice = {tp: who for tp, who in seen.items() if len(who) > 1}
-    assert not twice, f"{len(twice)} records went to two members, e.g. {sorted(twice.items())[:10]}"
+    assert_once(topic, legacy.values(), [(p, o, "zkcoord") for p, o, _ in member.records])
     assert [e for process in legacy.values() for e in process.events() if e.event == "error"] == []
     assert "handover over" in next(iter(fleet.daemons.values())).log(400)
 
@@ -228,6 +221,47 @@ def mixed_groups(fleet) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
     return float(re.search(r"^zkcoord_mixed_groups (\S+)$", text, re.M).group(1))
+
+
+def handed_out_while_releasing(processes) -> set[tuple[str, int, int]]:
+    """(topic, partition, offset) of records a legacy member handed to its
+    application after it began releasing that partition in a rebalance (its
+    ``release`` event) and before claiming it again. Kafka 0.8-1.1's consumer
+    does that: its rebalance clears the stream's current chunk and commits,
+    while the application thread may already be taking a record from that
+    chunk, so it gets a record past the position committed, and the next
+    owner gets it too. Between two legacy consumers the same happens; it is
+    the old consumer's, not the handover's."""
+    late = set()
+    for process in processes:
+        releasing: dict[str, set[int]] = {}
+        for e in process.events():  # in the order the member emitted them
+            if e.event == "release":
+                for topic, parts in e.data.get("topics", {}).items():
+                    releasing.setdefault(topic, set()).update(parts)
+            elif e.event == "claim":
+                for topic, parts in e.data.get("topics", {}).items():
+                    releasing.get(topic, set()).difference_update(parts)
+            elif e.event == "consumed" and e.data["partition"] in releasing.get(e.data.get("topic"), set()):
+                late.add((e.data["topic"], e.data["partition"], e.data["offset"]))
+    return late
+
+
+def assert_once(topic: str, legacy, modern: list[tuple[int, int, str]], excused=lambda tp, who: False) -> None:
+    """No record of ``topic`` went to two members (legacy members' ``consumed``
+    events, and ``modern``'s (partition, offset, member)), except the old
+    consumer's own race (:func:`handed_out_while_releasing`) and ``excused``."""
+    late = handed_out_while_releasing(legacy)
+    seen: dict[tuple[int, int], list[str]] = {}
+    for process in legacy:
+        for e in process.events():
+            if e.event == "consumed":
+                seen.setdefault((e.data["partition"], e.data["offset"]), []).append(e.member)
+    for p, o, who in modern:
+        seen.setdefault((p, o), []).append(who)
+    twice = {tp: who for tp, who in seen.items()
+             if len(who) > 1 and (topic, *tp) not in late and not excused(tp, who)}
+    assert not twice, f"{len(twice)} records went to two members, e.g. {sorted(twice.items())[:10]}"
 
 
 def legacy_records(processes) -> set[tuple[int, int]]:
@@ -274,16 +308,10 @@ def test_a_legacy_member_killed_then_the_stock_consumer_rolled_back(services, zk
     expected = {(i % PARTITIONS, i // PARTITIONS) for i in range(producer.sent)}
     wait_for(lambda: expected <= {(p, o) for p, o, _ in member.records} | legacy_records(legacy.values()),
              WAIT_S, "every record produced was consumed")
-    logged = [(e.data["partition"], e.data["offset"], e.member) for process in legacy.values()
-              for e in process.events() if e.event == "consumed"]
-    seen: dict[tuple[int, int], list[str]] = {}
-    for p, o, who in logged + [(p, o, "zkcoord") for p, o, _ in member.records]:
-        seen.setdefault((p, o), []).append(who)
-    twice = {tp: who for tp, who in seen.items() if len(who) > 1}
     # b1 auto-commits every 100 ms: what it consumed after its last commit before the kill is redelivered
     # to whoever takes its partitions (2 and 3); nothing else may come twice.
-    unexplained = {tp: who for tp, who in twice.items() if not ("b1" in who and tp[0] in (2, 3))}
-    assert not unexplained, f"records delivered twice that no kill explains: {sorted(unexplained.items())[:10]}"
+    assert_once(topic, legacy.values(), [(p, o, "zkcoord") for p, o, _ in member.records],
+                excused=lambda tp, who: "b1" in who and tp[0] in (2, 3))
 
 
 def test_kill_9_of_the_owner_daemon_mid_handover(services, zk_root, scene2):
@@ -341,13 +369,7 @@ def test_kill_9_of_the_owner_daemon_mid_handover(services, zk_root, scene2):
     finally:
         java.stop()
         producer_stop_quietly(producer)
-    logged = [(e.data["partition"], e.data["offset"], e.member) for process in legacy.values()
-              for e in process.events() if e.event == "consumed"]
-    seen: dict[tuple[int, int], list[str]] = {}
-    for p, o, who in logged + [(r.partition, r.offset, "java") for r in java.records()]:
-        seen.setdefault((p, o), []).append(who)
-    twice = {tp: who for tp, who in seen.items() if len(who) > 1}
-    assert not twice, f"{len(twice)} records went to two members, e.g. {sorted(twice.items())[:10]}"
+    assert_once(topic, legacy.values(), [(r.partition, r.offset, "java") for r in java.records()])
 
 
 def test_an_orphaned_handover_is_adopted_and_ends(services, zk_root, scene2):
@@ -422,12 +444,7 @@ def test_kept_in_handover_a_legacy_consumer_can_come_back(services, zk_root, sce
     expected = {(i % PARTITIONS, i // PARTITIONS) for i in range(producer.sent)}
     wait_for(lambda: expected <= {(p, o) for p, o, _ in member.records} | legacy_records(legacy.values()),
              WAIT_S, "every record produced was consumed")
-    seen: dict[tuple[int, int], int] = {}
-    for p, o in [(p, o) for p, o, _ in member.records] + [
-            (e.data["partition"], e.data["offset"]) for e in legacy["c"].events() if e.event == "consumed"]:
-        seen[(p, o)] = seen.get((p, o), 0) + 1
-    twice = sorted(tp for tp, n in seen.items() if n > 1)
-    assert not twice, f"{len(twice)} records consumed twice, e.g. {twice[:10]}"
+    assert_once(topic, legacy.values(), [(p, o, "zkcoord") for p, o, _ in member.records])
 
 
 class TwoTopicProducer:
@@ -513,7 +530,8 @@ def test_the_issue_scenario_two_topics_streams_whitelist_replace_reverse_migrate
 
     def start(prefix: str, **how) -> LegacyGroup:
         settings = LegacySettings(services.zookeeper, group, ta, members=1, prefix=prefix, commit_interval_ms=-1,
-                                  properties=LEGACY_PROPERTIES, record_log=tmp_path / f"records-{prefix}.log", **how)
+                                  properties=LEGACY_PROPERTIES, record_log=tmp_path / f"records-{prefix}.log",
+                                  log_records=True, **how)
         legacy[prefix] = LegacyGroup(settings, classpath, tmp_path / f"legacy2-{prefix}.log",
                                      jvm_args=(f"-D{process_marker()}",)).start()
         return legacy[prefix]
@@ -565,7 +583,8 @@ def test_the_issue_scenario_two_topics_streams_whitelist_replace_reverse_migrate
         wait_for(lambda: not check_deliveries(deliveries(), produced).missed, WAIT_S,
                  "every record produced was consumed")
         check = check_deliveries(deliveries(), produced)
-        assert not check.to_two_members, check.summary()
+        late = handed_out_while_releasing(legacy.values())
+        assert not (check.to_two_members - late), check.summary()
         for command in (["apply"], ["verify"], ["finalize"]):
             result = CliRunner().invoke(cli, ["migrate", *command, "--group", group, "--zookeeper", services.zookeeper,
                                               "--bootstrap-servers", services.bootstrap_servers])
