@@ -31,18 +31,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from kafka import KafkaAdminClient, KafkaProducer
-from kazoo.exceptions import NoNodeError
 from kafka.admin import NewTopic
 
 from tests.integration.test_gateway_clients import PythonMember
 from tests.support import java_tools as jt
+from tests.support.handover import legacy_classpath_or_skip, owners
 from tests.support.daemons import gateway_fleet, process_marker, wait_for
 from zkcoord.cli.main import cli
 from zkcoord.core.handover.legacy_range import range_assignment
 from zkcoord.core.handover.registration import is_zkcoord_consumer_id, parse_registration
-from zkcoord.errors import MissingToolError
-from zkcoord.local import jars
-from zkcoord.local.legacy import LegacyGroup, LegacySettings, driver_classpath
+from zkcoord.local.legacy import LegacyGroup, LegacySettings
 from zkcoord.local.record_log import Delivery, check_deliveries, read_record_logs
 
 pytestmark = pytest.mark.integration
@@ -85,16 +83,6 @@ class Producer:
         self._producer.close()
 
 
-def owners(zk, group: str, topic: str) -> dict[int, str]:
-    """partition -> the thread its owner znode names (znodes come and go while read)."""
-    path = f"/consumers/{group}/owners/{topic}"
-    found = {}
-    for p in (zk.get_children(path) if zk.exists(path) else []):
-        try:
-            found[int(p)] = zk.get(f"{path}/{p}")[0].decode()
-        except NoNodeError:
-            pass
-    return found
 
 
 def registered(zk, group: str) -> list[str]:
@@ -102,15 +90,29 @@ def registered(zk, group: str) -> list[str]:
     return sorted(zk.get_children(path)) if zk.exists(path) else []
 
 
+def zkcoord_ids(zk, group: str) -> list[str]:
+    """The registrations of zkcoord members under ids, sorted."""
+    return [cid for cid in registered(zk, group) if is_zkcoord_consumer_id(cid)]
+
+
+def only_zkcoord_thread(zk, group: str) -> str | None:
+    """The thread id of the one zkcoord member registered (None: not exactly one)."""
+    ours = zkcoord_ids(zk, group)
+    return f"{ours[0]}-0" if len(ours) == 1 else None
+
+
+def three_way_split(zk, group: str, topic: str) -> bool:
+    """a1, b1 and the zkcoord member hold the legacy range answer (its id sorts last)."""
+    thread = only_zkcoord_thread(zk, group)
+    return thread is not None and owners(zk, group, topic) == dict(enumerate(
+        [f"{group}_a1-0"] * 2 + [f"{group}_b1-0"] * 2 + [thread] * 2))
+
+
 @contextlib.contextmanager
 def make_scene(services, zk_root, admin, unique_name, tmp_path, daemons: int):
     """A topic, a group, ``start_legacy(prefix)`` and a fleet of ``daemons`` daemons with
     gateways (at ZooKeeper's root); legacy members stopped and the group's znodes deleted after."""
-    try:
-        jars.find_java()
-        classpath = driver_classpath()
-    except MissingToolError as exc:
-        pytest.skip(f"the legacy consumer needs java and javac: {exc}")
+    classpath = legacy_classpath_or_skip()
     topic, group = unique_name("handover-d-t"), unique_name("handover-d-g")
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)], wait_for_metadata=True)
     started: list[LegacyGroup] = []
@@ -162,13 +164,8 @@ def test_legacy_members_replaced_one_by_one_by_a_stock_consumer_through_the_gate
     gateway = next(iter(fleet.daemons.values())).gateway_address
     member = PythonMember("kafka-python", gateway, group, topic).start()
     try:
-        def zkcoord_thread() -> str | None:
-            ours = [cid for cid in registered(zk_root, group) if is_zkcoord_consumer_id(cid)]
-            return f"{ours[0]}-0" if len(ours) == 1 else None
-
         # Three consumers in the legacy range order: a1, b1, then zkcoord's (its id sorts last).
-        wait_for(lambda: zkcoord_thread() and owners(zk_root, group, topic) == dict(enumerate(
-            [f"{group}_a1-0"] * 2 + [f"{group}_b1-0"] * 2 + [zkcoord_thread()] * 2)), WAIT_S,
+        wait_for(lambda: three_way_split(zk_root, group, topic), WAIT_S,
             "the owner znodes are the range answer of a1, b1 and the zkcoord member")
         wait_for(lambda: mixed_groups(fleet) == 1, WAIT_S, "the metric counts the mixed group")
         described = CliRunner().invoke(cli, ["describe", group, "--output", "json", "--zookeeper", services.zookeeper])
@@ -181,7 +178,7 @@ def test_legacy_members_replaced_one_by_one_by_a_stock_consumer_through_the_gate
 
         legacy["a"].stop()
         wait_for(lambda: owners(zk_root, group, topic) == dict(enumerate(
-            [f"{group}_b1-0"] * 3 + [zkcoord_thread()] * 3)), WAIT_S, "b1 and the zkcoord member split the topic")
+            [f"{group}_b1-0"] * 3 + [only_zkcoord_thread(zk_root, group)] * 3)), WAIT_S, "b1 and the zkcoord member split the topic")
         legacy["b"].stop()
         wait_for(lambda: registered(zk_root, group) == [] and owners(zk_root, group, topic) == {}, WAIT_S,
                  "no legacy registration and no owner znode left once the last legacy member stopped")
@@ -289,16 +286,11 @@ def test_a_legacy_member_killed_then_the_stock_consumer_rolled_back(services, zk
     gateway = next(iter(fleet.daemons.values())).gateway_address
     member = PythonMember("kafka-python", gateway, group, topic).start()
     try:
-        def zkcoord_thread() -> str | None:
-            ours = [cid for cid in registered(zk_root, group) if is_zkcoord_consumer_id(cid)]
-            return f"{ours[0]}-0" if len(ours) == 1 else None
-
-        wait_for(lambda: zkcoord_thread() and owners(zk_root, group, topic) == dict(enumerate(
-            [f"{group}_a1-0"] * 2 + [f"{group}_b1-0"] * 2 + [zkcoord_thread()] * 2)), WAIT_S, "three-way split")
+        wait_for(lambda: three_way_split(zk_root, group, topic), WAIT_S, "three-way split")
         killed_at = len(member.records)
         legacy["b"].kill()
         wait_for(lambda: owners(zk_root, group, topic) == dict(enumerate(
-            [f"{group}_a1-0"] * 3 + [zkcoord_thread()] * 3)), WAIT_S, "a1 and the member split b1's share")
+            [f"{group}_a1-0"] * 3 + [only_zkcoord_thread(zk_root, group)] * 3)), WAIT_S, "a1 and the member split b1's share")
         wait_for(lambda: {p for p, _, _ in member.records[killed_at:]} >= {3}, WAIT_S, "the member consumes 3")
     finally:
         member.close()  # the rollback: the stock consumer leaves the group
@@ -331,13 +323,8 @@ def test_kill_9_of_the_owner_daemon_mid_handover(services, zk_root, scene2):
         "session.timeout.ms": 10000, "heartbeat.interval.ms": 500, "auto.commit.interval.ms": 200,
         "partition.assignment.strategy": "org.apache.kafka.clients.consumer.RangeAssignor"}).start()
     try:
-        def zkcoord_thread() -> str | None:
-            ours = [cid for cid in registered(zk_root, group) if is_zkcoord_consumer_id(cid)]
-            return f"{ours[0]}-0" if len(ours) == 1 else None
-
-        wait_for(lambda: zkcoord_thread() and owners(zk_root, group, topic) == dict(enumerate(
-            [f"{group}_a1-0"] * 2 + [f"{group}_b1-0"] * 2 + [zkcoord_thread()] * 2)), WAIT_S, "three-way split")
-        ours = zkcoord_thread()
+        wait_for(lambda: three_way_split(zk_root, group, topic), WAIT_S, "three-way split")
+        ours = only_zkcoord_thread(zk_root, group)
         registration = f"/consumers/{group}/ids/{ours[:-2]}"
         assert zk_root.exists(registration).ephemeralOwner == 0  # persistent: it outlives a daemon
         wait_for(lambda: {r.partition for r in java.records()} >= {4, 5}, WAIT_S, "the Java member consumes 4, 5")
@@ -389,7 +376,7 @@ def test_an_orphaned_handover_is_adopted_and_ends(services, zk_root, scene2):
         "partition.assignment.strategy": "org.apache.kafka.clients.consumer.RangeAssignor"}).start()
     try:
         def ours() -> list[str]:
-            return [cid for cid in registered(zk_root, group) if is_zkcoord_consumer_id(cid)]
+            return zkcoord_ids(zk_root, group)
 
         wait_for(lambda: len(ours()) == 1 and sorted(set(owners(zk_root, group, topic).values())) == sorted(
             [f"{group}_a1-0", f"{ours()[0]}-0"]), WAIT_S, "the legacy member and the stock member split the topic")
@@ -425,15 +412,11 @@ def test_kept_in_handover_a_legacy_consumer_can_come_back(services, zk_root, sce
         keep = CliRunner().invoke(cli, ["handover", "keep", group, "--zookeeper", services.zookeeper])
         assert keep.exit_code == 0 and "kept in handover" in keep.output, keep.output
 
-        def zkcoord_thread() -> str | None:
-            ours = [cid for cid in registered(zk_root, group) if is_zkcoord_consumer_id(cid)]
-            return f"{ours[0]}-0" if len(ours) == 1 else None
-
-        wait_for(lambda: zkcoord_thread() and owners(zk_root, group, topic) == {
-            p: zkcoord_thread() for p in range(PARTITIONS)}, WAIT_S, "the member registered, holding every partition")
+        wait_for(lambda: only_zkcoord_thread(zk_root, group) and owners(zk_root, group, topic) == {
+            p: only_zkcoord_thread(zk_root, group) for p in range(PARTITIONS)}, WAIT_S, "the member registered, holding every partition")
         legacy["c"] = start_legacy("c")
         wait_for(lambda: owners(zk_root, group, topic) == dict(enumerate(
-            [f"{group}_c1-0"] * 3 + [zkcoord_thread()] * 3)), WAIT_S, "the legacy member takes its range, no more")
+            [f"{group}_c1-0"] * 3 + [only_zkcoord_thread(zk_root, group)] * 3)), WAIT_S, "the legacy member takes its range, no more")
     finally:
         member.close()  # the rest of the rollback: the stock member leaves
     wait_for(lambda: owners(zk_root, group, topic) == {p: f"{group}_c1-0" for p in range(PARTITIONS)}
@@ -525,7 +508,7 @@ def test_the_issue_scenario_two_topics_streams_whitelist_replace_reverse_migrate
     topics = [ta, tb]
     KafkaAdminClient(bootstrap_servers=services.bootstrap_servers).create_topics([NewTopic(tb, PARTITIONS, 1)])
     producer = TwoTopicProducer(services.bootstrap_servers, topics).start()
-    classpath = driver_classpath()
+    classpath = legacy_classpath_or_skip()
     legacy: dict[str, LegacyGroup] = {}
 
     def start(prefix: str, **how) -> LegacyGroup:
@@ -550,7 +533,7 @@ def test_the_issue_scenario_two_topics_streams_whitelist_replace_reverse_migrate
     bootstrap = ",".join(d.gateway_address for d in fleet.daemons.values())
     java = None
     try:
-        wait_for(lambda: sum(is_zkcoord_consumer_id(c) for c in registered(zk_root, group)) == 1, WAIT_S,
+        wait_for(lambda: len(zkcoord_ids(zk_root, group)) == 1, WAIT_S,
                  "zkcoord's consumer registered")
         legacy["p"].stop()
         settled("p1 replaced by zkcoord's consumer")
@@ -559,7 +542,7 @@ def test_the_issue_scenario_two_topics_streams_whitelist_replace_reverse_migrate
                                              "heartbeat.interval.ms": 500, "auto.commit.interval.ms": 200,
                                              "partition.assignment.strategy":
                                                  "org.apache.kafka.clients.consumer.RangeAssignor"}).start()
-        wait_for(lambda: sum(is_zkcoord_consumer_id(c) for c in registered(zk_root, group)) == 2, WAIT_S,
+        wait_for(lambda: len(zkcoord_ids(zk_root, group)) == 2, WAIT_S,
                  "the Java consumer registered")
         legacy["w"].stop()
         settled("w1 replaced by the Java consumer")
@@ -614,19 +597,19 @@ def test_a_legacy_consumer_that_gave_up_is_nudged(services, zk_root, scene, tmp_
     settings = LegacySettings(services.zookeeper, group, topic, members=1, prefix="c", commit_interval_ms=-1,
                               properties=(*LEGACY_PROPERTIES[:1], ("rebalance.backoff.ms", "100"),
                                           ("rebalance.max.retries", "1"), *LEGACY_PROPERTIES[3:]))
-    legacy = LegacyGroup(settings, driver_classpath(), tmp_path / "legacy-c.log",
+    legacy = LegacyGroup(settings, legacy_classpath_or_skip(), tmp_path / "legacy-c.log",
                          jvm_args=(f"-D{process_marker()}",)).start()
     slow = jt.ConsoleConsumerProcess(bootstrap, topic, group=group, client_id="slow", consumer_properties=props)
     other = jt.ConsoleConsumerProcess(bootstrap, topic, group=group, client_id="other", consumer_properties=props)
     try:
         wait_for(lambda: len(owners(zk_root, group, topic)) == PARTITIONS, WAIT_S, "c1 owns every partition")
         slow.start()
-        wait_for(lambda: len([c for c in registered(zk_root, group) if is_zkcoord_consumer_id(c)]) == 1, WAIT_S,
+        wait_for(lambda: len(zkcoord_ids(zk_root, group)) == 1, WAIT_S,
                  "the slow member registered")
         other.start()
 
         def split() -> list[str] | None:
-            ours = sorted(c for c in registered(zk_root, group) if is_zkcoord_consumer_id(c))
+            ours = zkcoord_ids(zk_root, group)
             return ours if len(ours) == 2 and owners(zk_root, group, topic) == dict(enumerate(
                 [f"{group}_c1-0"] * 2 + [f"{ours[0]}-0"] * 2 + [f"{ours[1]}-0"] * 2)) else None
 

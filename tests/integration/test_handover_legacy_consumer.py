@@ -35,13 +35,12 @@ import pytest
 from kafka.admin import NewTopic
 from test_zk_support import connection, eventually
 
+from tests.support.handover import legacy_classpath_or_skip, owners
 from tests.support.daemons import process_marker
 from zkcoord.core.handover.decision import Member, Plan, plan
 from zkcoord.core.handover.registration import encode_registration, zkcoord_consumer_id
 from zkcoord.core.handover.retries import Attempts, RetrySchedule
-from zkcoord.errors import MissingToolError
-from zkcoord.local import jars
-from zkcoord.local.legacy import LegacyGroup, LegacySettings, driver_classpath
+from zkcoord.local.legacy import LegacyGroup, LegacySettings
 from zkcoord.zk.handover import LegacyRebalanceZk
 
 pytestmark = pytest.mark.integration
@@ -131,11 +130,7 @@ def last_claims(events, since_ms: int = 0) -> dict[str, set[int]]:
 
 @pytest.fixture
 def scene(services, zk_root, admin, unique_name, tmp_path):
-    try:
-        jars.find_java()
-        classpath = driver_classpath()
-    except MissingToolError as exc:
-        pytest.skip(f"the legacy consumer needs java and javac: {exc}")
+    classpath = legacy_classpath_or_skip()
     topic, group = unique_name("handover-t"), unique_name("handover-g")
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)], wait_for_metadata=True)
     started: list[LegacyGroup] = []
@@ -157,11 +152,6 @@ def scene(services, zk_root, admin, unique_name, tmp_path):
     zk_root.delete(f"/consumers/{group}", recursive=True)
 
 
-def owners(zk_root, group: str, topic: str) -> dict[int, str]:
-    path = f"/consumers/{group}/owners/{topic}"
-    if not zk_root.exists(path):
-        return {}
-    return {int(p): zk_root.get(f"{path}/{p}")[0].decode() for p in zk_root.get_children(path)}
 
 
 @pytest.mark.parametrize("leave", ["stop", "kill"])
