@@ -35,7 +35,7 @@ from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 from zkcoord.local.procs import tail
 
 MARKER_OPTION = "zkcoord-test-process"
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 90.0  # a bound on a failure, not a wait: a daemon on a machine ten times oversubscribed took over 30 s to import and connect
 STOP_TIMEOUT_S = 10.0
 
 
