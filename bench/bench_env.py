@@ -29,12 +29,18 @@ DAEMON_NODE_ID = 1
 
 
 def _proc_cpu_s(pid: int | None) -> float:
-    """CPU seconds (all threads) of a process; 0 when it is gone."""
+    """CPU seconds (all threads) of a process and its live children (a
+    ``zkcoord run --workers N``'s workers); 0 when it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, TypeError):
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return own + sum(_proc_cpu_s(int(child)) for child in children)
 
 
 def _machine_busy_s() -> float:
