@@ -600,13 +600,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None, Pa
     parser.add_argument("--profile", choices=["cprofile", "pyinstrument"], default="",
                         help="run the daemon under this profiler and print its hot spots "
                              "(pyinstrument: pip install pyinstrument into the venv)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="the daemon's zkcoord run --workers (each its own node; members reach the owning "
+                             "worker through FindCoordinator); its CPU counts every worker [default: 1]")
     parser.add_argument("--workdir", type=Path, help="where logs, the sandbox and the profile go [a new temp dir]")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = vars(parser.parse_args(argv))
     workdir, json_path = args.pop("workdir"), args.pop("json")
+    workers = args.pop("workers")
     args["only"] = tuple(s for s in args["only"].split(",") if s)
     args["targets"] = tuple(s for s in args["targets"].split(",") if s)
-    return Settings(**args), workdir, json_path
+    return Settings(**args), workdir, json_path, workers
 
 
 def _interrupt(signum, frame) -> None:
@@ -614,14 +618,16 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings, workdir, json_path = parse_args(argv)
+    settings, workdir, json_path, workers = parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM cleans up as Ctrl-C does
     workdir = workdir or Path(tempfile.mkdtemp(prefix="zkcoord-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"zkcoord benchmark; workdir {workdir}; {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     env = Environment(workdir, topic=COMMIT_TOPIC, profiler=settings.profile, gateway="gateway" in settings.targets,
-                      topic_partitions=settings.members // settings.groups * settings.commit_partitions)
+                      topic_partitions=settings.members // settings.groups * settings.commit_partitions,
+                      workers=workers)
+    print(f"zkcoord run --workers {workers}", flush=True)
     code = 1
     try:
         env.start()

@@ -22,19 +22,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from group_client import BenchError, KafkaConnection, served_versions
-from zkcoord.local.procs import free_port
+from zkcoord.local.procs import free_port, free_port_range
 from zkcoord.local.sandbox import zk_four_letter
 
 DAEMON_NODE_ID = 1
 
 
 def _proc_cpu_s(pid: int | None) -> float:
-    """CPU seconds (all threads) of a process; 0 when it is gone."""
+    """CPU seconds (all threads) of a process and its live children (a
+    ``zkcoord run --workers N``'s workers); 0 when it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, TypeError):
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return own + sum(_proc_cpu_s(int(child)) for child in children)
 
 
 def _machine_busy_s() -> float:
@@ -207,8 +213,9 @@ class Environment:
 
     def __init__(self, workdir: Path, *, topic: str | None, topic_partitions: int, profiler: str = "",
                  daemon_args: tuple[str, ...] = (), gateway: bool = False, sandbox_args: tuple[str, ...] = (),
-                 broker_chroot: bool = False, keep_sandbox_logs: bool = False) -> None:
+                 broker_chroot: bool = False, keep_sandbox_logs: bool = False, workers: int = 1) -> None:
         self.workdir = workdir
+        self.workers = workers  # the daemon's --workers: its listener P, worker k's own port P + k
         self.topic, self.topic_partitions = topic, topic_partitions
         self.profiler = profiler  # "", "cprofile" or "pyinstrument"
         self.daemon_args = daemon_args  # extra `zkcoord run` flags
@@ -267,14 +274,15 @@ class Environment:
         create_topics(bootstrap, [self.topic], self.topic_partitions)
 
     def _start_daemon(self, zookeeper: str, bootstrap: str) -> None:
-        port = free_port()
+        port = free_port() if self.workers <= 1 else free_port_range(1 + self.workers)
         command = [sys.executable]
         if self.profiler == "cprofile":
             command += ["-m", "cProfile", "-o", str(self.profile_path)]
         elif self.profiler == "pyinstrument":
             command += ["-m", "pyinstrument", "-r", "text", "-o", str(self.profile_path)]
         command += ["-m", "zkcoord", "run", "--zookeeper", zookeeper + self.chroot, "--listen", f"127.0.0.1:{port}",
-                    "--node-id", str(DAEMON_NODE_ID), "--group-initial-rebalance-delay-ms", "0"]
+                    "--node-id", str(DAEMON_NODE_ID), "--group-initial-rebalance-delay-ms", "0",
+                    "--workers", str(self.workers)]
         if self.gateway:
             command += ["--bootstrap-servers", bootstrap, "--gateway-listen", "127.0.0.1:0"]
         command += self.daemon_args
@@ -285,11 +293,22 @@ class Environment:
         self.pids["zkcoord"] = self.daemon.pid
         self.daemon_address = ("127.0.0.1", port)
         asyncio.run(self._wait_daemon(lambda: self.daemon_address, "its listener"))
+        if self.workers > 1:  # every worker registered, so groups are placed over all of them from the start
+            asyncio.run(self._wait_daemon(lambda: self.daemon_address if self._registered_nodes() >= self.workers
+                                          else None, f"its {self.workers} workers", 60.0))
         if self.gateway:
             asyncio.run(self._wait_daemon(self._registered_gateway, "its gateway"))
             self.gateway_address = self._registered_gateway()
             print(f"zkcoord daemon on {self.daemon_address[0]}:{self.daemon_address[1]}, its gateway on "
                   f"{self.gateway_address[0]}:{self.gateway_address[1]}", flush=True)
+
+    def _registered_nodes(self) -> int:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            return len(self._zk.get_children(f"{self.chroot}/zkcoord/nodes"))
+        except NoNodeError:
+            return 0
 
     def _registered_gateway(self) -> tuple[str, int] | None:
         """The gateway address in the daemon's registration (``/zkcoord/nodes/<id>``), None until it is there."""

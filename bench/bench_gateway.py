@@ -55,7 +55,7 @@ from tests.support import java_tools  # noqa: E402
 from tests.support.daemons import process_marker  # noqa: E402
 from zkcoord.errors import ZkcoordError  # noqa: E402
 from zkcoord.local import jars  # noqa: E402
-from zkcoord.local.procs import free_port, free_port_range, port_open  # noqa: E402
+from zkcoord.local.procs import free_port_range, port_open  # noqa: E402
 
 CONSUME_TOPIC = "bench-gateway-consume"
 PRODUCE_TOPIC = "bench-gateway-produce"
@@ -93,9 +93,10 @@ class GatewayEnvironment:
     and the daemon's ``--metrics-listen`` for its forwarded-request counters.
     """
 
-    def __init__(self, workdir: Path, partitions: int) -> None:
+    def __init__(self, workdir: Path, partitions: int, workers: int = 0) -> None:
         self.workdir = workdir
         self.partitions = partitions
+        self.workers = workers
         self.state_dir = workdir / "sandbox"
         self.chroot = f"/zkcoord-bench-gateway-{os.getpid()}"
         self.daemon: subprocess.Popen | None = None
@@ -151,14 +152,15 @@ class GatewayEnvironment:
         finally:
             zk.stop()
             zk.close()
-        port = free_port_range(2)  # the gateway's own port and broker <id>'s
-        self.metrics_port = free_port()
+        # the gateway's own port, broker <id>'s and, with workers, each worker's own port after it
+        port = free_port_range(2 + max(self.workers, os.cpu_count() or 1))
+        self.metrics_port = free_port_range(1 + max(self.workers, os.cpu_count() or 1))  # workers: M + k
         self.gateway_address = ("127.0.0.1", port)
         command = [sys.executable, "-m", "zkcoord", "run", "--zookeeper", zookeeper + self.chroot,
-                   "--listen", f"127.0.0.1:{free_port()}", "--node-id", "1", "--group-initial-rebalance-delay-ms", "0",
+                   "--listen", "127.0.0.1:0", "--node-id", "1", "--group-initial-rebalance-delay-ms", "0",
                    "--bootstrap-servers", self.broker, "--gateway-listen", self.gateway,
                    "--gateway-broker-ids", f"{self.broker_id}-{self.broker_id}",
-                   "--metrics-listen", f"127.0.0.1:{self.metrics_port}"]
+                   "--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--workers", str(self.workers)]
         # Exactly these flags: no ZKCOORD_... setting (a config file, say) of the caller's.
         env = {k: v for k, v in os.environ.items() if not k.startswith("ZKCOORD_")}
         with open(self.workdir / "zkcoord.log", "ab") as log:
@@ -301,15 +303,16 @@ class Meter:
         tool = self.children_after - self.children
         me = b.client - a.client
         other = max(0.0, (b.machine - a.machine - sum(procs.values()) - tool - me) / wall)
-        forwarded = {}
-        for name, value in self.samples_after.items():
-            found = re.fullmatch(r'zkcoord_gateway_forwarded_requests_total\{api="([^"]+)"\}', name)
+        forwarded: dict[str, float] = {}
+        failures = 0.0
+        for name, value in self.samples_after.items():  # summed over the workers (worker="k" labels)
+            found = re.fullmatch(r'zkcoord_gateway_forwarded_requests_total\{(?:worker="\d+",)?api="([^"]+)"\}', name)
             if found:
-                forwarded[found.group(1)] = value - self.samples.get(name, 0.0)
-        failures = "zkcoord_gateway_broker_connect_failures_total"
+                forwarded[found.group(1)] = forwarded.get(found.group(1), 0.0) + value - self.samples.get(name, 0.0)
+            if re.fullmatch(r'zkcoord_gateway_broker_connect_failures_total(\{worker="\d+"\})?', name):
+                failures += value - self.samples.get(name, 0.0)
         return Round(phase, number, target, wall, procs["zkcoord"], procs["kafka"], procs["zookeeper"], tool, other,
-                     {k: v for k, v in forwarded.items() if v}, self.samples_after.get(failures, 0.0)
-                     - self.samples.get(failures, 0.0), warnings, result)
+                     {k: v for k, v in forwarded.items() if v}, failures, warnings, result)
 
 
 def order(rounds: int) -> list[tuple[int, str]]:
@@ -582,6 +585,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="extra consumer setting for every consume round (repeatable)")
     p.add_argument("--producer-property", action="append", default=[], metavar="K=V",
                    help="extra producer setting for the load and every produce round (repeatable)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="the daemon's --workers (0: one per core, zkcoord run's default); its CPU counts them all")
     p.add_argument("--workdir", type=Path, help="where the sandbox and the logs go [a new /tmp/zkcoord-gateway-bench-*]")
     p.add_argument("--json", type=Path, help="also write every measurement here")
     args = p.parse_args(argv)
@@ -610,7 +615,7 @@ def main(argv=None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     print(f"gateway benchmark; workdir {args.workdir}; {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    env = GatewayEnvironment(args.workdir, args.partitions)
+    env = GatewayEnvironment(args.workdir, args.partitions, args.workers)
     consume: list[Round] = []
     produce: list[Round] = []
     code = 1

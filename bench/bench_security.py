@@ -92,7 +92,8 @@ class SecureDaemon:
                    "--listen", f"SASL_SSL://127.0.0.1:{port}", "--node-id", "2",
                    "--group-initial-rebalance-delay-ms", "0", "--ssl-keystore-location", str(ca.server_keystore_pkcs12),
                    "--sasl-enabled-mechanisms", MECHANISM,
-                   "--authorizer-class-name", "kafka.security.authorizer.AclAuthorizer"]
+                   "--authorizer-class-name", "kafka.security.authorizer.AclAuthorizer",
+                   "--workers", "1"]  # one process, as the plaintext daemon (bench_env's default)
         environment = {**os.environ, "ZKCOORD_SSL_KEYSTORE_PASSWORD": ca.store_password.value}
         with open(self.workdir / "zkcoord-secure.log", "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from zkcoord.core import limits, notice
+from zkcoord.core.workers import MAX_WORKERS, highest_port, worker_count
 from zkcoord.errors import ConfigError
 from zkcoord.password import Password
 
@@ -101,6 +102,8 @@ class DaemonConfig:
     partial_requests_max_bytes: int = limits.DEFAULT_PARTIAL_REQUESTS_MAX_BYTES  # unanswered frames, per listener
     max_state_bytes: int = 1_000_000
     shutdown_timeout_ms: int = 5_000
+    # Worker processes of one `zkcoord run`, each its own node (zkcoord.core.workers); 0: one per core.
+    workers: int = 0
     topic_metadata_refresh_ms: int = 5_000  # Kafka Metadata polling, when ZooKeeper has no topics for us
     metrics_listen: str = ""  # HOST:PORT of the Prometheus /metrics and /health endpoint; "": none
     # A dynamic member's session ends this long after its last connection closes; -1: off (Kafka: a
@@ -162,6 +165,7 @@ class DaemonConfig:
         self._check_gateway()
         self._check_security()
         _check_range("node_id", self.node_id, -1, 2**31 - 1)
+        _check_range("workers", self.workers, 0, MAX_WORKERS)
         _check_range("zk_session_timeout_ms", self.zk_session_timeout_ms, 1_000, 600_000)
         _check_range("group_min_session_timeout_ms", self.group_min_session_timeout_ms, 1, 2**31 - 1)
         _check_range("group_max_session_timeout_ms", self.group_max_session_timeout_ms,
@@ -305,11 +309,44 @@ class DaemonConfig:
     def metrics_address(self) -> tuple[str, int] | None:
         return parse_host_port(self.metrics_listen, "metrics_listen") if self.metrics_listen else None
 
-    def advertised_address(self, bound_port: int) -> tuple[str, int]:
+    @property
+    def worker_count(self) -> int:
+        """How many worker processes ``zkcoord run`` starts (``workers``, 0: one per core)."""
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # not Linux
+            cpus = os.cpu_count() or 1
+        return worker_count(self.workers, cpus)
+
+    def check_worker_ports(self, count: int) -> None:
+        """ConfigError when ``count`` workers' own ports would pass 65535
+        (worker k's: the listen port + k, the metrics port + k, the gateway's after its broker ports)."""
+        if count <= 1:
+            return
+        checks = [("listen", self.listen_address[1], 0)]
+        if self.metrics_address is not None:
+            checks.append(("metrics_listen", self.metrics_address[1], 0))
+        if self.gateway_listen:
+            from zkcoord.core.gateway import parse_broker_ids
+
+            low, high = parse_broker_ids(self.gateway_broker_ids)
+            checks.append(("gateway_listen", parse_listener(self.gateway_listen, "gateway_listen")[2], high - low + 1))
+        for name, port, span in checks:
+            if highest_port(port, count, span) > 65535:
+                raise ConfigError(f"{name} port {port} leaves no room for the own ports of {count} workers (up to "
+                                  f"{highest_port(port, count, span)}); choose a lower port or fewer --workers")
+
+    def advertised_address(self, bound_port: int, worker=None) -> tuple[str, int]:
         """What FindCoordinator tells clients: --advertised, else the
-        listen host (0.0.0.0 becomes this host's name) and bound port."""
+        listen host (0.0.0.0 becomes this host's name) and bound port. Worker
+        k of several (a :class:`~zkcoord.core.workers.WorkerPlan`) advertises
+        its own port: the advertised port + k (the bound port when the listen
+        port is 0)."""
         if self.advertised:
-            return parse_host_port(self.advertised.partition("://")[2] or self.advertised, "advertised")
+            host, port = parse_host_port(self.advertised.partition("://")[2] or self.advertised, "advertised")
+            if worker is None:
+                return host, port
+            return host, worker.own_port(port) if self.listen_address[1] else bound_port
         import socket
 
         host, _ = self.listen_address

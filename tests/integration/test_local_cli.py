@@ -138,11 +138,16 @@ def test_daemons_serve_metrics_and_health_on_kept_ports(state_dir):
     admin = KafkaAdminClient(bootstrap_servers=first_gateway, client_id="t")
     assert admin.describe_cluster()["brokers"]
     admin.close()
+    workers = json.loads((state_dir / "sandbox.json").read_text())["daemons"][0]["workers"]
+    assert workers >= 2  # the sandbox's daemons run workers: each endpoint adds up theirs
     for url in urls:
-        assert get(f"{url}/health") == (200, '{"status": "ready", "groups_owned": 0}\n')
+        status, body = get(f"{url}/health")
+        health = json.loads(body)
+        assert (status, health["status"], health["groups_owned"]) == (200, "ready", 0)
+        assert [w["status"] for w in health["workers"]] == ["ready"] * workers
         metrics = scrape(url)
-        assert (metrics["zkcoord_groups_owned"], metrics["zkcoord_zookeeper_connected"]) == (0, 1)
-        assert (metrics["zkcoord_gateway_brokers"], metrics["zkcoord_gateway_connections"]) == (1, 0)
+        assert (metrics["zkcoord_groups_owned"], metrics["zkcoord_zookeeper_connected"]) == (0, workers)
+        assert (metrics["zkcoord_gateway_brokers"], metrics["zkcoord_gateway_connections"]) == (workers, 0)
     assert scrape(urls[0])["zkcoord_gateway_forwarded_requests_total"] >= 1
 
     demo = subprocess.run([sys.executable, "-m", "zkcoord.local.demo_metrics"], capture_output=True, text=True,

@@ -140,7 +140,8 @@ class DaemonFleet:
 
     # ------------------------------------------------------------ processes
     def command(self, node_id: int, **options) -> list[str]:
-        settings = {"zookeeper": self.zk_hosts, "listen": "127.0.0.1:0", "node_id": node_id,
+        # One process per daemon (what these tests kill, stop and pause) unless a test asks for workers.
+        settings = {"zookeeper": self.zk_hosts, "listen": "127.0.0.1:0", "node_id": node_id, "workers": 1,
                     **self.options, **options}
         argv = [sys.executable, "-X", process_marker(), "-m", "zkcoord", "-v", "run"]
         for name, value in settings.items():
@@ -283,3 +284,72 @@ def gateway_fleet(zk_hosts: str, zk, log_dir: Path, bootstrap_servers: str, *nod
         raise
     return fleet
 
+
+
+@dataclass
+class WorkerDaemon:
+    """One ``zkcoord run --workers N`` (its supervisor ``proc``) and its
+    workers' registrations, by node id (``{"host", "port", "pid", ...}``)."""
+
+    proc: subprocess.Popen
+    log_path: Path
+    listen_port: int  # the shared listener port
+    gateway_port: int | None  # the shared gateway port
+    metrics_port: int
+    workers: dict[int, dict] = field(default_factory=dict)
+
+    def log(self, lines: int = 80) -> str:
+        return tail(self.log_path, lines)
+
+    def worker_pids(self) -> set[int]:
+        """The live children of the supervisor."""
+        try:
+            return {int(p) for p in Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()}
+        except OSError:
+            return set()
+
+
+def start_worker_daemon(fleet: DaemonFleet, workers: int, node_id: int, timeout_s: float = 60.0,
+                        **options) -> WorkerDaemon:
+    """``zkcoord run --workers <workers> --node-id <node_id>`` in the fleet's
+    chroot, on fixed free ports (listener P and P+1..P+N, metrics M and
+    M+1..M+N, with ``gateway_broker_ids`` LOW-HIGH a gateway G, G+1.. for
+    brokers and its workers' own ports after them); returned once every
+    worker is registered with a pid of the supervisor's children and the
+    supervisor's /health answers 200. The fleet kills it at its close."""
+    from zkcoord.core.gateway import parse_broker_ids
+    from zkcoord.local.procs import free_port_range, http_status
+
+    listen = free_port_range(1 + workers)
+    metrics = free_port_range(1 + workers, avoid=frozenset(range(listen, listen + 1 + workers)))
+    settings = {"listen": f"127.0.0.1:{listen}", "metrics_listen": f"127.0.0.1:{metrics}", "workers": workers,
+                **options}
+    gateway = None
+    if settings.get("gateway_listen") == "auto":
+        low, high = parse_broker_ids(settings.get("gateway_broker_ids", "0-31"))
+        taken = frozenset(range(listen, listen + 1 + workers)) | frozenset(range(metrics, metrics + 1 + workers))
+        gateway = free_port_range(1 + (high - low + 1) + workers, avoid=taken)
+        settings["gateway_listen"] = f"127.0.0.1:{gateway}"
+    log_path = fleet.log_dir / f"workers-{node_id}.log"
+    proc = fleet._spawn(fleet.command(node_id, **settings), log_path)
+    daemon = WorkerDaemon(proc, log_path, listen, gateway, metrics)
+
+    def ready():
+        if proc.poll() is not None:
+            raise AssertionError(f"zkcoord run --workers {workers} exited with {proc.returncode}; its log:\n"
+                                 f"{daemon.log()}")
+        found = {}
+        children = daemon.worker_pids()
+        for child in fleet.zk.get_children("/zkcoord/nodes") if fleet.zk.exists("/zkcoord/nodes") else []:
+            info = fleet.registration(int(child))
+            if info is not None and info["pid"] in children:
+                found[int(child)] = info
+        if len(found) == workers and http_status(f"http://127.0.0.1:{metrics}/health") == 200:
+            return found
+        return None
+
+    try:
+        daemon.workers = wait_for(ready, timeout_s, f"{workers} workers registered and /health 200")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nits log:\n{daemon.log()}") from None
+    return daemon

@@ -47,6 +47,9 @@ def _kafka4_settings(ctx, param, values: tuple[str, ...]) -> dict[str, str | Non
               help="Number of Kafka brokers.")
 @click.option("--daemons", type=click.IntRange(0, MAX_DAEMONS), default=0, show_default=True,
               help="Also run this many zkcoord coordinator daemons (node ids 1..N), each with a gateway.")
+@click.option("--workers", type=click.IntRange(0, 16), default=0, show_default=True,
+              help="Each new daemon's zkcoord run --workers: worker processes behind its addresses (0: one per "
+                   "core, at least 2).")
 @click.option("--secure", is_flag=True,
               help="A secure sandbox: a local CA, SASL_SSL (SCRAM-SHA-512) brokers, daemons and gateways, "
                    "ZooKeeper with SASL and ACLs, users admin, alice and bob with Kafka's ACLs.")
@@ -58,11 +61,12 @@ def _kafka4_settings(ctx, param, values: tuple[str, ...]) -> dict[str, str | Non
                    "(repeatable; KEY= removes one; implies --kafka4). Kept for later `up`s; a change restarts "
                    "the node, keeping its data.")
 @state_dir_option
-def up(brokers: int, daemons: int, secure: bool, kafka4: bool, kafka4_config: dict[str, str | None],
+def up(brokers: int, daemons: int, workers: int, secure: bool, kafka4: bool, kafka4_config: dict[str, str | None],
        state_dir: Path | None) -> None:
     """Start the sandbox (fetching the jars with Maven the first time)."""
     sandbox = Sandbox(state_dir, log=_log)
-    state, started = sandbox.up(brokers, daemons, secure=secure, kafka4=kafka4, kafka4_settings=kafka4_config)
+    state, started = sandbox.up(brokers, daemons, secure=secure, kafka4=kafka4, kafka4_settings=kafka4_config,
+                                workers=workers)
     if started:
         console.print(f"sandbox up in {sandbox.state_dir} (started: {', '.join(started)})")
     else:

@@ -95,6 +95,8 @@ def _options(func):
         ("--kafka-client-config", str, "Java client properties (security.protocol, sasl.mechanism, "
          "sasl.jaas.config, ssl.*) for the daemon's and gateway's connections to the brokers."),
         ("--shutdown-timeout-ms", int, "How long SIGTERM may take before connections are cut [default: 5000]."),
+        ("--workers", int, "Worker processes, each its own node in the group elections, behind the same listener, "
+         "gateway and metrics addresses; 0: one per core [default: 0]."),
         ("--zookeeper-sasl-jaas-file", str, "JAAS file whose Client section logs in to ZooKeeper with SASL "
          "(DigestLoginModule: DIGEST-MD5; Krb5LoginModule: GSSAPI) [default: no SASL]."),
         ("--zookeeper-sasl-client-section", str, "The JAAS file's section to log in with, as ZooKeeper's "
@@ -119,9 +121,17 @@ def run(config_file: Path | None, **flags) -> None:
 
     Every option is also an environment variable (--node-id is
     ZKCOORD_NODE_ID) and a config-file key (node_id). SIGTERM or Ctrl-C stops
-    it gracefully: owned groups are persisted and released at once.
+    it gracefully: owned groups are persisted and released at once. With
+    several --workers (default: one per core) each worker is a node of its
+    own behind the same addresses; the first has --node-id.
     """
     config: DaemonConfig = build_config(flags, config_file)
+    count = config.worker_count
+    if count > 1:
+        from zkcoord.server.supervisor import run_supervisor
+
+        run_supervisor(config, count)
+        return
     from zkcoord.server.daemon import run_daemon
 
     run_daemon(config)

@@ -147,6 +147,8 @@ class ClientConnection(asyncio.Protocol):
             return
         self._gate = login_gate(security, self.info)
         self._link.task_name = f"gateway-upstream-{self.info.connection_id}"
+        if security.ssl_context is None:  # long answers may go from the broker's socket to ours in the kernel
+            self._link.splice_target = lambda: None if self.closed else self._transport
         if self.broker_id is not None:
             self._link.connect()
 

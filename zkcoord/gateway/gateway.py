@@ -81,10 +81,21 @@ class GatewaySettings:
     upstream_ssl: ssl.SSLContext | None = None
     client_security: object = None  # KafkaClientSecurity, None: PLAINTEXT
     passthrough: bool = False
+    # One worker of several (zkcoord.core.workers): the own port and broker ports are shared by every worker
+    # (SO_REUSEPORT), and the worker has a port of its own (0: the kernel's), the one it registers.
+    worker_port: int | None = None
+    worker_advertised_port: int = 0  # 0: the bound worker port
+    kernel_ports: bool | None = None  # every port the kernel's (None: when listen_port is 0)
+
+    @property
+    def picks_ports(self) -> bool:
+        """The kernel picks the broker ports (the gateway port was configured as 0)."""
+        return self.listen_port == 0 if self.kernel_ports is None else self.kernel_ports
 
     @classmethod
-    def from_config(cls, config: DaemonConfig, **security) -> GatewaySettings | None:
-        """The gateway's settings; ``security``: the fields above, built by the daemon."""
+    def from_config(cls, config: DaemonConfig, worker=None, **security) -> GatewaySettings | None:
+        """The gateway's settings; ``security``: the fields above, built by the daemon; ``worker``: the
+        :class:`~zkcoord.core.workers.WorkerPlan` of a worker of several."""
         if not config.gateway_listen:
             return None
         _, host, port = parse_listener(config.gateway_listen, "gateway_listen")
@@ -103,6 +114,10 @@ class GatewaySettings:
             raise ConfigError(str(exc)) from None
         bootstrap = tuple(parse_host_port(s.strip(), "bootstrap_servers")
                           for s in config.bootstrap_servers.split(",") if s.strip())
+        if worker is not None:  # the configured port 0: the kernel picks every port
+            security.update(worker_port=worker.own_gateway_port(port), kernel_ports=port == 0,
+                            worker_advertised_port=worker.own_gateway_port(adv_port or port) if port else 0)
+            port = worker.gateway_port  # the shared port, as the supervisor bound it
         return cls(host, port, adv_host, adv_port, BrokerPorts(low, high), bootstrap,
                    config.topic_metadata_refresh_ms, config.socket_request_max_bytes,
                    config.gateway_leader_hints == "on", config.connections_max_idle_ms, config.request_limits,
@@ -132,6 +147,8 @@ class Gateway:
         self._classic_versions = settings.security.apis.classic_only().version_table()
         self._own: socket.socket | None = None
         self._bound_port = 0
+        self._worker_sock: socket.socket | None = None  # a worker's own port (settings.worker_port)
+        self._worker_bound_port = 0
         self._broker_ports: dict[int, int] = {}  # broker id -> bound port
         self._servers: list[asyncio.Server] = []
         self._unserved: set[socket.socket] = set()  # bound, its server not created yet
@@ -151,14 +168,28 @@ class Gateway:
 
     # -- addresses -------------------------------------------------------------------
     def bind(self) -> tuple[str, int]:
-        """Bind the gateway's own port (no serving yet); its advertised address."""
-        self._own = self._listen_socket(self.settings.listen_port)
+        """Bind the gateway's own port (no serving yet), and a worker's own
+        port; the address to register (:attr:`node_address`)."""
+        worker = self.settings.worker_port is not None
+        self._own = self._listen_socket(self.settings.listen_port, shared=worker)
         self._bound_port = self._own.getsockname()[1]
-        return self.address
+        if worker:
+            self._worker_sock = self._listen_socket(self.settings.worker_port)
+            self._worker_bound_port = self._worker_sock.getsockname()[1]
+        return self.node_address
 
     @property
     def address(self) -> tuple[str, int]:
+        """Where clients bootstrap (every worker's, with workers); broker ports follow it."""
         return self.settings.advertised_host, self.settings.advertised_port or self._bound_port
+
+    @property
+    def node_address(self) -> tuple[str, int]:
+        """This daemon's gateway as its registration names it: FindCoordinator sends a group's
+        members there (with workers, the worker's own port, so they reach the owning worker)."""
+        if self.settings.worker_port is None:
+            return self.address
+        return self.settings.advertised_host, self.settings.worker_advertised_port or self._worker_bound_port
 
     @property
     def bound_port(self) -> int:
@@ -170,7 +201,7 @@ class Gateway:
         if bound is None:
             return None
         host, port = self.address
-        if self.settings.listen_port == 0:
+        if self.settings.picks_ports:
             return host, bound
         return host, port + self.settings.broker_ports.offset(broker_id)
 
@@ -266,6 +297,9 @@ class Gateway:
         await self.prepare()
         await self._serve(self._own, None)
         self._own = None
+        if self._worker_sock is not None:
+            await self._serve(self._worker_sock, None)
+            self._worker_sock = None
         self._sweeper.start("gateway-idle-sweep")
         self._registry = registry
         if registry is not None:
@@ -275,6 +309,9 @@ class Gateway:
         log.info("gateway (%s) on %s:%d (advertised %s:%d), brokers %s", self.security.protocol,
                  self.settings.listen_host, self._bound_port, host, port,
                  ", ".join(f"{h}:{p}" for h, p in self.settings.bootstrap))
+        if self.settings.worker_port is not None:
+            log.info("gateway: this worker's own port %d (advertised %s:%d)", self._worker_bound_port,
+                     *self.node_address)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -283,8 +320,9 @@ class Gateway:
             server.close()
         for sock in list(self._unserved):
             sock.close()
-        if self._own is not None:
-            self._own.close()
+        for sock in (self._own, self._worker_sock):
+            if sock is not None:
+                sock.close()
         connections = list(self._connections.values())
         for connection in connections:
             connection.close()
@@ -297,7 +335,8 @@ class Gateway:
             await server.wait_closed()
 
     # -- listeners -----------------------------------------------------------------------
-    def _listen_socket(self, port: int) -> socket.socket:
+    def _listen_socket(self, port: int, shared: bool = False) -> socket.socket:
+        """A listening socket; ``shared``: a port every worker binds (SO_REUSEPORT)."""
         host = self.settings.listen_host
         try:
             family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
@@ -307,6 +346,8 @@ class Gateway:
             raise ConfigError(f"gateway_listen: cannot listen on {host}:{port}: {exc}") from None
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if shared:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind(address)
             sock.listen(LISTEN_BACKLOG)
             sock.setblocking(False)
@@ -343,9 +384,10 @@ class Gateway:
                           "and clients will not be told of it; widen the range", broker_id, ports.low_id,
                           ports.high_id)
             return
-        port = 0 if self.settings.listen_port == 0 else self.settings.listen_port + offset
+        kernel = self.settings.picks_ports
+        port = 0 if kernel else self.settings.listen_port + offset
         try:
-            sock = self._listen_socket(port)
+            sock = self._listen_socket(port, shared=self.settings.worker_port is not None and not kernel)
         except ConfigError as exc:
             if broker_id not in self._warned:
                 self._warned.add(broker_id)

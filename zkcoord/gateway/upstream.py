@@ -33,6 +33,7 @@ from typing import Protocol
 from kafka.protocol.schemas.fields.codecs import Int32
 
 from zkcoord.gateway.answer_order import AnswerOrder, Slot
+from zkcoord.gateway.splice import SPLICE_MIN_BYTES, Splicer, splice_available
 from zkcoord.wire.errors import WireProtocolError
 from zkcoord.wire.framing import FRAME_SIZE_PREFIX_BYTES
 
@@ -108,6 +109,13 @@ class BrokerLink:
         self._paused = False  # the client does not read: neither do we read the broker
         self._closed = False
         self.task_name = "gateway-upstream"  # its connecting task's, for debugging
+        # The client's transport, where answers may be spliced to (zkcoord.gateway.splice); None: never.
+        self.splice_target: Callable[[], asyncio.Transport | None] | None = None
+
+    @property
+    def paused(self) -> bool:
+        """The client does not read: the broker's socket is not read either."""
+        return self._paused
 
     @property
     def held(self) -> int:
@@ -225,6 +233,8 @@ class Upstream(asyncio.Protocol):
         self._remaining = 0
         self._parts: list | None = None
         self._closed = False
+        self._splicer: Splicer | None = None
+        self._splice = splice_available() and link.splice_target is not None and link._ssl is None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -243,20 +253,28 @@ class Upstream(asyncio.Protocol):
         self._events.upstream_full(False)
 
     def pause_reading(self) -> None:
-        if not self._closed:
+        if not self._closed and not self._splicing:
             self._transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if not self._closed:
+        if not self._closed and not self._splicing:
             self._transport.resume_reading()
+
+    @property
+    def _splicing(self) -> bool:
+        return self._splicer is not None and self._splicer.active
 
     def close(self) -> None:
         self._closed = True
+        if self._splicer is not None:
+            self._splicer.close()
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._splicer is not None:
+            self._splicer.close()
         self._events.upstream_closed(f"its broker connection closed{f' ({exc!r})' if exc else ''}", logging.INFO)
 
     def data_received(self, data: bytes) -> None:
@@ -267,6 +285,37 @@ class Upstream(asyncio.Protocol):
             self._events.upstream_closed(f"bad answer from its broker: {exc}", logging.WARNING)
             return
         self._answers.flush()
+        if self._streamed and self._remaining >= SPLICE_MIN_BYTES and self._splice and not self._closed:
+            self._start_splice()
+
+    # -- the rest of a long streamed answer, in the kernel (zkcoord.gateway.splice) -----
+    def _start_splice(self) -> None:
+        splicer = self._splicer
+        if splicer is None:
+            target = self._link.splice_target()
+            if target is None:
+                self._splice = False
+                return
+            splicer = self._splicer = Splicer(self._transport, target, self._spliced, self._splice_failed,
+                                              self._splice_fell_back)
+        if splicer.usable():
+            splicer.start(self._remaining)
+
+    def _spliced(self) -> None:
+        """The streamed answer's last byte went to the client."""
+        self._remaining = 0
+        if not self._link.paused:
+            self._transport.resume_reading()
+        self._answer_ends()
+
+    def _splice_fell_back(self) -> None:
+        self._splice = False
+        if not self._link.paused:
+            self._transport.resume_reading()
+
+    def _splice_failed(self, why: str) -> None:
+        self.close()
+        self._events.upstream_closed(why, logging.INFO)
 
     def _cut(self, data: bytes) -> None:
         """Pass on the answers in ``data``."""

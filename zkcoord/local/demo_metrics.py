@@ -43,8 +43,8 @@ def _requests_by_api(found: dict) -> list[str]:
     for labels, value in found.get("zkcoord_requests_total", []):
         api, error = labels.get("api", "?"), labels.get("error", "NONE")
         totals[api] += int(value)
-        if error != "NONE" and value:
-            errors[api][error] = int(value)
+        if error != "NONE" and value:  # summed over the workers of a daemon with several
+            errors[api][error] = errors[api].get(error, 0) + int(value)
     width = max((len(api) for api in totals), default=0)
     lines = []
     for api in sorted(totals, key=lambda a: (-totals[a], a)):
@@ -76,7 +76,12 @@ def summary(url: str, health: tuple[int, bytes] | None, metrics_text: str | None
     lines.append(f"  groups owned {_total(found, 'zkcoord_groups_owned')}, "
                  f"members {_total(found, 'zkcoord_group_members')}, rebalances {rebalances}"
                  + (f" (mean {seconds / timed:.2f} s from PreparingRebalance to Stable)" if timed else ""))
-    connected = "connected" if _total(found, "zkcoord_zookeeper_connected") else "NOT connected"
+    sessions = [value for _, value in found.get("zkcoord_zookeeper_connected", [])]
+    connected = "connected" if sessions and all(sessions) else "NOT connected"
+    if len(sessions) > 1:  # one per worker (zkcoord run --workers)
+        ready = int(sum(v for labels, v in found.get("zkcoord_workers", []) if labels.get("state") == "ready"))
+        lines.append(f"  workers: {ready} of {len(sessions)} ready")
+        connected = f"connected in {int(sum(sessions))} of {len(sessions)} workers"
     lines.append(f"  ZooKeeper session {connected}, "
                  f"{_total(found, 'zkcoord_zookeeper_session_expiries_total')} expiries")
     if "zkcoord_gateway_connections" in found:

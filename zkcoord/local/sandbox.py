@@ -69,13 +69,18 @@ class Server:
     gateway_port: int | None = None  # daemons: the gateway's own port; brokers 0..2 follow it
     metrics_port: int | None = None  # daemons: --metrics-listen, serving /metrics and /health
     controller_port: int | None = None  # the Kafka 4.x KRaft node: its CONTROLLER listener
+    # daemons: `zkcoord run --workers`; worker k has port + k, metrics_port + k and, after the gateway's broker
+    # ports, a gateway port of its own (zkcoord.core.workers). 1: one process (sandboxes made before workers).
+    workers: int = 1
 
     @property
     def ports(self) -> set[int]:
-        """Every port this server listens on (a gateway's broker ports too)."""
-        gateway = range(self.gateway_port, self.gateway_port + 1 + MAX_BROKERS) if self.gateway_port else ()
-        extra = [port for port in (self.metrics_port, self.controller_port) if port]
-        return {self.port, *gateway, *extra}
+        """Every port this server listens on (a gateway's broker ports and its workers' own ports too)."""
+        own = self.workers if self.workers > 1 else 0
+        gateway = range(self.gateway_port, self.gateway_port + 1 + MAX_BROKERS + own) if self.gateway_port else ()
+        metrics = range(self.metrics_port, self.metrics_port + 1 + own) if self.metrics_port else ()
+        extra = [port for port in (self.controller_port,) if port]
+        return {*range(self.port, self.port + 1 + own), *gateway, *metrics, *extra}
 
     @property
     def node_id(self) -> int | None:
@@ -258,14 +263,18 @@ class Sandbox:
 
     # -- lifecycle -------------------------------------------------------
     def up(self, brokers: int = 1, daemons: int = 0, secure: bool = False, kafka4: bool = False,
-           kafka4_settings: Mapping[str, str | None] | None = None) -> tuple[SandboxState, list[str]]:
+           kafka4_settings: Mapping[str, str | None] | None = None,
+           workers: int = 0) -> tuple[SandboxState, list[str]]:
         """Start whatever is not running. Returns the state and the names of
         the servers started by this call (empty: it was already up).
         ``daemons`` zkcoord coordinator daemons are added to the servers;
         ``secure`` makes a new sandbox secure (an existing one stays as it is);
         ``kafka4`` adds the Kafka 4.x KRaft node, ``kafka4_settings`` (implying
         it) changes its broker settings (None removes one; see
-        :mod:`zkcoord.local.kraft`) and restarts it when they changed."""
+        :mod:`zkcoord.local.kraft`) and restarts it when they changed.
+        ``workers``: each new daemon's ``--workers`` (0: one per core, at
+        least 2, so the sandbox shows workers on any machine); daemons
+        already recorded keep theirs."""
         if not 1 <= brokers <= MAX_BROKERS:
             raise UsageError(f"--brokers {brokers}: the sandbox runs 1 to {MAX_BROKERS} brokers.")
         if not 0 <= daemons <= MAX_DAEMONS:
@@ -295,11 +304,14 @@ class Sandbox:
             previous = dict(state.kafka4_settings)
             if kafka4:
                 kraft.apply_settings(self, state, changes)
+            count = workers if workers > 0 else max(2, os.cpu_count() or 1)
+            own = count if count > 1 else 0
             for node_id in range(len(state.daemons) + 1, daemons + 1):
-                daemon = Server(f"zkcoord-{node_id}", procs.free_port(avoid=state.ports()))
+                daemon = Server(f"zkcoord-{node_id}", procs.free_port_range(1 + own, avoid=state.ports()),
+                                workers=count)
                 state.daemons.append(daemon)
-                daemon.gateway_port = procs.free_port_range(1 + MAX_BROKERS, avoid=state.ports())
-                daemon.metrics_port = procs.free_port(avoid=state.ports())
+                daemon.gateway_port = procs.free_port_range(1 + MAX_BROKERS + own, avoid=state.ports())
+                daemon.metrics_port = procs.free_port_range(1 + own, avoid=state.ports())
             self.write_tools_log4j()
             with kraft.settings_restored_on_failure(self, state, previous):
                 started = self._start_missing(state)
@@ -433,7 +445,7 @@ class Sandbox:
         cmd = [sys.executable, "-X", self._match(daemon.name), "-m", "zkcoord", "run",
                "--zookeeper", self.zookeeper_address(state), "--node-id", node_id,
                "--bootstrap-servers", self.bootstrap_servers(state),
-               "--metrics-listen", f"127.0.0.1:{daemon.metrics_port}"]
+               "--metrics-listen", f"127.0.0.1:{daemon.metrics_port}", "--workers", str(daemon.workers)]
         if daemon.gateway_port is not None:
             cmd += ["--gateway-broker-ids", f"0-{MAX_BROKERS - 1}"]
         material = self._material(state)
@@ -445,7 +457,8 @@ class Sandbox:
         else:
             flags, environment = secure.daemon_flags(material, daemon.port, daemon.gateway_port)
             cmd += flags
-        self.log(f"starting zkcoord daemon {node_id} on 127.0.0.1:{daemon.port}"
+        self.log(f"starting zkcoord daemon {node_id} ({daemon.workers} worker{'s' * (daemon.workers > 1)}) "
+                 f"on 127.0.0.1:{daemon.port}"
                  + (f", gateway on 127.0.0.1:{daemon.gateway_port}" if daemon.gateway_port else "")
                  + f", metrics on {daemon.metrics_url}")
         daemon.pid = procs.spawn(cmd, self.log_file(daemon.name), cwd=self.state_dir, env=environment)

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 
 from zkcoord.config import DaemonConfig
 from zkcoord.core.group import GroupConfig
+from zkcoord.core.workers import WorkerPlan
+from zkcoord.errors import NodeIdInUseError
 from zkcoord.gateway.gateway import Gateway, GatewaySettings
 from zkcoord.gateway.login import PassthroughLogin
 from zkcoord.kafka.forwarder import KafkaForwarder
@@ -79,10 +81,18 @@ class RunningDaemon:
 
 
 class Daemon:
-    """One coordinator daemon; ``await start()``, ``await stop()``."""
+    """One coordinator daemon; ``await start()``, ``await stop()``.
 
-    def __init__(self, config: DaemonConfig):
+    ``worker``: this daemon is one worker of a ``zkcoord run --workers N``
+    (:mod:`zkcoord.server.supervisor`): it also serves the ports every worker
+    shares and registers its own (:mod:`zkcoord.core.workers`). ``replaces_pid``:
+    a restarted worker waits until the registration of the worker it replaces
+    (same node id, that pid) is gone with its ZooKeeper session."""
+
+    def __init__(self, config: DaemonConfig, worker: WorkerPlan | None = None, replaces_pid: int | None = None):
         self.config = config
+        self.worker = worker
+        self.replaces_pid = replaces_pid
         self.conn = ZkConnection(config.zookeeper, session_timeout_ms=config.zk_session_timeout_ms,
                                  connect_timeout_ms=config.zk_connect_timeout_ms, security=config.zookeeper_security)
         self.server: KafkaProtocolServer | None = None
@@ -115,7 +125,7 @@ class Daemon:
         log.info("zkcoord node %d serving on %s:%d (advertised %s:%d), ZooKeeper %s", node_id, host,
                  self.server.bound_port, adv_host, adv_port, self.config.zookeeper)
         return RunningDaemon(node_id, (adv_host, adv_port), self.server.bound_port, self.manager,
-                             self.metrics_port, self.gateway.address if self.gateway else None)
+                             self.metrics_port, self.gateway.node_address if self.gateway else None)
 
     async def _connect(self, undo: AsyncExitStack) -> None:
         """Read the security files, connect to ZooKeeper, check its layout,
@@ -136,12 +146,16 @@ class Daemon:
         """Bind the Kafka listener (its port goes into the registration), then the metrics endpoint."""
         config = self.config
         host, port = config.listen_address
+        shared = None
+        if self.worker is not None:  # the shared port, and this worker's own (registered) port
+            shared, port = self.worker.listen_port, self.worker.own_port(port)
         limits = config.request_limits
         self.server = KafkaProtocolServer(
             self._handler, host, port, max_frame_bytes=config.socket_request_max_bytes,
             request_max_bytes=limits.request_max_bytes, request_limit_setting=limits.setting_of,
             connections_max_idle_ms=config.connections_max_idle_ms,
-            partial_requests_max_bytes=config.partial_requests_max_bytes, security=self.security.listener)
+            partial_requests_max_bytes=config.partial_requests_max_bytes, security=self.security.listener,
+            shared_port=shared)
         undo.push_async_callback(_undo, "close the listener", self.server.stop)
         await self.server.start()
         await self._start_metrics()
@@ -152,18 +166,39 @@ class Daemon:
         with both advertised addresses; the node id."""
         config = self.config
         gateway_address = None
-        settings = GatewaySettings.from_config(config, **self.security.gateway)
+        settings = GatewaySettings.from_config(config, worker=self.worker, **self.security.gateway)
         if settings is not None:
             self.gateway = Gateway(settings, self._gateway_handler)
             undo.push_async_callback(_undo, "close the gateway", self.gateway.stop)
             gateway_address = self.gateway.bind()  # its address goes into the registration
             await self.gateway.prepare()
-        adv_host, adv_port = self.advertised = config.advertised_address(self.server.bound_port)
+        adv_host, adv_port = self.advertised = config.advertised_address(self.server.bound_port, self.worker)
         self.nodes = NodeRegistry(self.conn, host=adv_host, port=adv_port, node_id=config.node_id,
                                   gateway=gateway_address)
-        node_id = await self.nodes.register()
+        node_id = await self._register_node()
         undo.push_async_callback(_undo, "unregister", self.nodes.unregister)
         return node_id
+
+    async def _register_node(self) -> int:
+        """Register; a restarted worker first waits (up to twice the session
+        timeout) for its predecessor's registration to go with its session."""
+        if self.replaces_pid is None:
+            return await self.nodes.register()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * self.config.zk_session_timeout_ms / 1000 + 5
+        waited = False
+        while True:
+            try:
+                return await self.nodes.register()
+            except NodeIdInUseError:
+                holder = await self.nodes.node(self.config.node_id)
+                if holder is not None and (holder.pid != self.replaces_pid or loop.time() > deadline):
+                    raise
+            if not waited:
+                waited = True
+                log.info("node %d: waiting for the registration of the worker this one replaces (pid %d) to go "
+                         "with its ZooKeeper session", self.config.node_id, self.replaces_pid)
+            await asyncio.sleep(0.25)
 
     async def _start_groups(self, undo: AsyncExitStack, node_id: int) -> None:
         """Group ownership, offsets, topic watches and the group manager."""
@@ -239,6 +274,8 @@ class Daemon:
         address = self.config.metrics_address
         if address is None:
             return
+        if self.worker is not None:  # the supervisor serves the configured port: this worker its own
+            address = address[0], self.worker.own_port(address[1])
         self.metrics = DaemonMetrics(conn=self.conn)
         self.metrics_server = MetricsServer(self.metrics, *address)
         await self.metrics_server.start()

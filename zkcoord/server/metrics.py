@@ -83,6 +83,7 @@ group is loading, else 503 with the reason; anything else 404.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import time
@@ -371,15 +372,34 @@ class MetricsServer:
 
     def respond(self, method: str, path: str) -> tuple[int, str, bytes]:
         """(status, content type, body) for a request line."""
-        path = path.split("?", 1)[0]
-        if path not in ("/metrics", "/health"):
-            return 404, "text/plain; charset=utf-8", b"not found\n"
-        if method not in ("GET", "HEAD"):
-            return 405, "text/plain; charset=utf-8", b"method not allowed\n"
-        if path == "/metrics":
+        refused = self._refused(method, path)
+        if refused is not None:
+            return refused
+        if path.split("?", 1)[0] == "/metrics":
             return 200, CONTENT_TYPE_LATEST, self.metrics.render()
         status, body = self.metrics.health()
         return status, "application/json", (json.dumps(body) + "\n").encode()
+
+    async def respond_async(self, method: str, path: str) -> tuple[int, str, bytes]:
+        """:meth:`respond`, for a source whose ``render()`` and ``health()`` are
+        coroutines (the supervisor's sum of its workers)."""
+        if not inspect.iscoroutinefunction(self.metrics.render):
+            return self.respond(method, path)
+        refused = self._refused(method, path)
+        if refused is not None:
+            return refused
+        if path.split("?", 1)[0] == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, await self.metrics.render()
+        status, body = await self.metrics.health()
+        return status, "application/json", (json.dumps(body) + "\n").encode()
+
+    @staticmethod
+    def _refused(method: str, path: str) -> tuple[int, str, bytes] | None:
+        if path.split("?", 1)[0] not in ("/metrics", "/health"):
+            return 404, "text/plain; charset=utf-8", b"not found\n"
+        if method not in ("GET", "HEAD"):
+            return 405, "text/plain; charset=utf-8", b"method not allowed\n"
+        return None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -388,7 +408,7 @@ class MetricsServer:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
                 method, path, _ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
-                status, content_type, body = self.respond(method, path)
+                status, content_type, body = await self.respond_async(method, path)
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError):
                 return
             except ValueError:

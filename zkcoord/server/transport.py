@@ -110,7 +110,7 @@ class KafkaProtocolServer:
                  request_limit_setting: Callable[[int], str] | None = None,
                  connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
                  partial_requests_max_bytes: int = DEFAULT_PARTIAL_REQUESTS_MAX_BYTES,
-                 security: ListenerSecurity = PLAINTEXT_LISTENER) -> None:
+                 security: ListenerSecurity = PLAINTEXT_LISTENER, shared_port: int | None = None) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port {port} is not in 0..65535 (0 picks a free port)")
         if max_frame_bytes <= 0:
@@ -133,6 +133,9 @@ class KafkaProtocolServer:
         self._sweeper = IdleSweep(lambda: self._connections.values(), lambda connection: connection.shut(),
                                   connections_max_idle_ms, log)
         self._server: asyncio.Server | None = None
+        # A worker of several (zkcoord.core.workers) also serves the port all workers share (SO_REUSEPORT).
+        self._shared_port = shared_port
+        self._shared: asyncio.Server | None = None
         self._stopping = False
         self._connections: dict[int, _Connection] = {}
         self._connection_ids = itertools.count(1)
@@ -151,6 +154,15 @@ class KafkaProtocolServer:
         tls = {} if self.security.ssl_context is None else {
             "ssl": self.security.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
         self._server = await loop.create_server(lambda: _Connection(self), self._host, self._port, **tls)
+        if self._shared_port is not None:
+            try:
+                self._shared = await loop.create_server(lambda: _Connection(self), self._host, self._shared_port,
+                                                        reuse_port=True, **tls)
+            except OSError:
+                self._server.close()
+                raise
+            log.info("serving the Kafka protocol (%s) on the workers' shared port %s:%d too", self.security.protocol,
+                     self._host, self._shared_port)
         self._sweeper.start("kafka-idle-sweep")
         log.info("serving the Kafka protocol (%s) on %s:%d", self.security.protocol, self._host, self.bound_port)
 
@@ -164,10 +176,14 @@ class KafkaProtocolServer:
         if server is not None:
             port = self.bound_port
             server.close()
+        if self._shared is not None:
+            self._shared.close()
         connections = list(self._connections.values())
         for connection in connections:
             connection.shut()
         await asyncio.gather(*(c.closed for c in connections), return_exceptions=True)
+        if self._shared is not None:
+            await self._shared.wait_closed()
         if server is not None:
             await server.wait_closed()
             log.info("stopped serving the Kafka protocol on %s:%d", self._host, port)
