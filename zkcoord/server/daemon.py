@@ -306,6 +306,9 @@ class _LateHandler:
     def handle_now(self, decoded, connection):
         return None if self.target is None else self.target.handle_now(decoded, connection)
 
+    def handle_soon(self, decoded, connection):
+        return None if self.target is None else self.target.handle_soon(decoded, connection)
+
     def connection_closed(self, connection):
         if self.target is not None:
             self.target.connection_closed(connection)

@@ -30,7 +30,11 @@ Rules:
    `asyncio.Protocol`: every frame of one read is handled in that callback,
    and a handler with a synchronous `handle_now(decoded, connection)` answers
    without a task when it can (it returns None to take the awaited path).
-   The answers to one read go out in one write.
+   A handler with ``handle_soon(decoded, connection)`` may then return a
+   future of the answer instead (an OffsetCommit waiting for its ZooKeeper
+   write): the answer is written in that future's callback, still without
+   a task, and the connection reads nothing meanwhile (rule 1). The answers
+   to one read go out in one write.
 7. Limits (:mod:`zkcoord.core.limits`): a frame above its API's limit
    (``request_max_bytes(api_key)``) closes the connection as soon as its
    size and api key are read, before the rest is buffered. A frame above
@@ -193,6 +197,11 @@ class KafkaProtocolServer:
         """The handler's immediate answer, or None to await it. Raises what the handler raises."""
         handle_now = getattr(self._handler, "handle_now", None)
         return None if handle_now is None else handle_now(decoded, info)
+
+    def _handle_soon(self, decoded: DecodedRequest, info: ConnectionInfo) -> asyncio.Future | None:
+        """The handler's future of its answer, or None to await the handler. Raises what the handler raises."""
+        handle_soon = getattr(self._handler, "handle_soon", None)
+        return None if handle_soon is None else handle_soon(decoded, info)
 
     def _connection_closed(self, info: ConnectionInfo) -> None:
         """Tell the handler (rule 5); its failure is logged, never raised into the loop."""
@@ -402,8 +411,19 @@ class _Connection(asyncio.Protocol):
                 self._fail(out)
                 return _FAILED
             if response is None:
-                self._await(decoded)
-                return _AWAITED
+                try:
+                    pending = self._server._handle_soon(decoded, info)
+                except Exception:
+                    _log_handler_failure(decoded, info)
+                    self._fail(out)
+                    return _FAILED
+                if pending is None:
+                    self._await(decoded)
+                    return _AWAITED
+                if not pending.done() or pending.exception() is not None:
+                    self._pend(decoded, pending)
+                    return _AWAITED
+                response = pending.result()
         if gate is not None and decoded.api_key == API_VERSIONS:
             gate.versions_answered(_error_code(response))
         out.append(encode_response(decoded, response))
@@ -415,6 +435,26 @@ class _Connection(asyncio.Protocol):
         self._pause_reading()
         self._task = asyncio.get_running_loop().create_task(
             self._answer(decoded, frame), name=f"kafka-{self.info.connection_id}")
+
+    def _pend(self, decoded: DecodedRequest, pending: asyncio.Future) -> None:
+        """Answer ``decoded`` when ``pending`` (the handler's future of its
+        response) completes: in that future's callback, without a task."""
+        self._pause_reading()
+        self._task = pending
+        pending.add_done_callback(lambda done: self._answered(decoded, done))
+
+    def _answered(self, decoded: DecodedRequest, done: asyncio.Future) -> None:
+        if self._task is done:
+            self._task = None
+        if self._done or done.cancelled():
+            return
+        error = done.exception()
+        if error is not None:
+            log.error("closing %s: handler failed on %s v%d (correlation id %d)", self.info, decoded.api_name,
+                      decoded.api_version, decoded.correlation_id, exc_info=error)
+            self._close()
+            return
+        self._send(decoded, done.result())
 
     async def _answer(self, decoded: DecodedRequest | None, frame: bytes | None = None) -> None:
         response = None
@@ -439,6 +479,10 @@ class _Connection(asyncio.Protocol):
         if response is None:
             self._close()
             return
+        self._send(decoded, response, close_after)
+
+    def _send(self, decoded: DecodedRequest, response: ApiMessage, close_after: bool = False) -> None:
+        """Write the answer to the request that was in flight, then read on."""
         if self._gate is not None and decoded.api_key == API_VERSIONS:
             self._gate.versions_answered(_error_code(response))
         try:
