@@ -50,7 +50,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zkcoord.core import groups, notice
 from zkcoord.core import messages as core
@@ -468,42 +468,41 @@ class ApiHandler:
         return answer(result.error, result.members)
 
     # -- offsets -------------------------------------------------------------------
-    def handle_soon(self, decoded: DecodedRequest, connection: ConnectionInfo) -> asyncio.Future | None:
+    def handle_soon(self, decoded: DecodedRequest, connection: ConnectionInfo,
+                    reply: Callable[[Any], None]) -> bool:
         """The transport's path for a request answered once ZooKeeper accepted
         its write, without a task: a small OffsetCommit (v0-9, at most
         :data:`SMALL_COMMIT_PARTITIONS` partitions) of a group served right
-        now (:meth:`GroupOffsets.commit_now`). A future of the response, or
-        None: send the request through :meth:`__call__`."""
+        now (:meth:`GroupOffsets.commit_now`). True: ``reply(response)`` will
+        be called (maybe before this returns; with an exception: a bug);
+        False: send the request through :meth:`__call__`."""
         if decoded.api_key != OFFSET_COMMIT or decoded.api_version >= 10:
-            return None
+            return False
         r = decoded.request
         wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata)
                   for t in r.topics for p in t.partitions]
         if len(wanted) > SMALL_COMMIT_PARTITIONS:
-            return None
+            return False
         access = self.access
         if access.enforcing:
             topics = {w[0] for w in wanted}
             allowed = access.topics(connection, Operation.READ, topics)
             if not access.group(connection, Operation.READ, r.group_id) or any(t not in allowed for t in topics):
-                return None  # the awaited path answers the refusals
+                return False  # the awaited path answers the refusals
         started = time.perf_counter()
         instance = getattr(r, "group_instance_id", None) if decoded.api_version >= 7 else None
-        answer = asyncio.get_running_loop().create_future()
 
         def respond(errors) -> None:
             if isinstance(errors, BaseException):
-                answer.set_exception(errors)
+                reply(errors)
                 return
             response = self._commit_answer(decoded, connection, instance, errors)
             if self.metrics is not None:
                 self.metrics.observe_request(decoded.api_name, response, time.perf_counter() - started)
-            answer.set_result(response)
+            reply(response)
 
-        if not self.manager.group_offsets.commit_now(r.group_id, r.member_id, r.generation_id_or_member_epoch,
-                                                     instance, wanted, decoded.api_version, respond):
-            return None
-        return answer
+        return self.manager.group_offsets.commit_now(r.group_id, r.member_id, r.generation_id_or_member_epoch,
+                                                     instance, wanted, decoded.api_version, respond)
 
     def _commit_answer(self, decoded, connection, instance, errors):
         """A small OffsetCommit's response (v0-9): its errors, in request order, encoded once per answer."""

@@ -306,8 +306,8 @@ class _LateHandler:
     def handle_now(self, decoded, connection):
         return None if self.target is None else self.target.handle_now(decoded, connection)
 
-    def handle_soon(self, decoded, connection):
-        return None if self.target is None else self.target.handle_soon(decoded, connection)
+    def handle_soon(self, decoded, connection, reply):
+        return self.target is not None and self.target.handle_soon(decoded, connection, reply)
 
     def connection_closed(self, connection):
         if self.target is not None:

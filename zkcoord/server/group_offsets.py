@@ -174,8 +174,9 @@ class GroupOffsets:
         group served right now whose lock is free and whose existence and
         topics are known without asking anyone: the same three steps, with
         ``respond(codes)`` called once the write was accepted (or refused, or
-        at once when nothing is written; an exception: a bug). False, with
-        nothing done, when :meth:`commit` must take it."""
+        at once when nothing is written; an exception: a bug), from the
+        offset store's batcher. False, with nothing done, when :meth:`commit`
+        must take it."""
         manager = self.manager
         runtime = manager.serving(group_id)
         if runtime is None:
@@ -189,11 +190,23 @@ class GroupOffsets:
             return False
         kept, refused_early = self._sort_now(wanted, missing)
         request = CommitRequest(member_id, generation_id, instance_id, kept, api_version)
+        answer = [refused_early.get((t, p), E.NONE) for t, p, _, _ in wanted]
 
-        def begin(decision):
+        def begin(decision) -> bool:
             if not decision.writes:
-                return None
-            return self.zookeeper.submit(group_id, decision.offsets, manager.ownership.fence(group_id))
+                return False
+
+            def written(error: BaseException | None) -> None:  # the batcher's, once ZooKeeper answered
+                if error is not None:
+                    respond([self._commit_error(group_id, error)] * len(wanted)
+                            if isinstance(error, ZkcoordError) else error)
+                    return
+                if manager.metrics is not None:
+                    manager.metrics.observe_offset_commit("zookeeper")
+                self._after_commit(runtime, request, decision, lambda: respond(answer))
+
+            self.zookeeper.submit(group_id, decision.offsets, manager.ownership.fence(group_id), on_done=written)
+            return True
 
         try:
             found = runtime.write_now(lambda g, now: decide_commit(g, request, True, runtime.config), begin)
@@ -202,26 +215,11 @@ class GroupOffsets:
             return True
         if found is NOT_NOW:
             return False
-        decision, pending = found
+        decision, queued = found
         if decision.error is not E.NONE:
             respond([decision.error] * len(wanted))
-            return True
-        answer = [refused_early.get((t, p), E.NONE) for t, p, _, _ in wanted]
-        if pending is None:
+        elif not queued:
             self._after_commit(runtime, request, decision, lambda: respond(answer))
-            return True
-
-        def written(future: asyncio.Future) -> None:
-            error = asyncio.CancelledError() if future.cancelled() else future.exception()
-            if error is not None:
-                respond([self._commit_error(group_id, error)] * len(wanted)
-                        if isinstance(error, ZkcoordError) else error)
-                return
-            if manager.metrics is not None:
-                manager.metrics.observe_offset_commit(decision.mode)
-            self._after_commit(runtime, request, decision, lambda: respond(answer))
-
-        pending.add_done_callback(written)
         return True
 
     def _after_commit(self, runtime: GroupRuntime, request: CommitRequest, decision, then: Callable[[], None]) -> None:

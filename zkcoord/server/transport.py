@@ -30,11 +30,11 @@ Rules:
    `asyncio.Protocol`: every frame of one read is handled in that callback,
    and a handler with a synchronous `handle_now(decoded, connection)` answers
    without a task when it can (it returns None to take the awaited path).
-   A handler with ``handle_soon(decoded, connection)`` may then return a
-   future of the answer instead (an OffsetCommit waiting for its ZooKeeper
-   write): the answer is written in that future's callback, still without
-   a task, and the connection reads nothing meanwhile (rule 1). The answers
-   to one read go out in one write.
+   A handler with ``handle_soon(decoded, connection, reply)`` may then take
+   the request and answer it later by calling ``reply(response)`` (an
+   OffsetCommit waiting for its ZooKeeper write): the answer is written in
+   that call, still without a task, and the connection reads nothing
+   meanwhile (rule 1). The answers to one read go out in one write.
 7. Limits (:mod:`zkcoord.core.limits`): a frame above its API's limit
    (``request_max_bytes(api_key)``) closes the connection as soon as its
    size and api key are read, before the rest is buffered. A frame above
@@ -198,10 +198,11 @@ class KafkaProtocolServer:
         handle_now = getattr(self._handler, "handle_now", None)
         return None if handle_now is None else handle_now(decoded, info)
 
-    def _handle_soon(self, decoded: DecodedRequest, info: ConnectionInfo) -> asyncio.Future | None:
-        """The handler's future of its answer, or None to await the handler. Raises what the handler raises."""
+    def _handle_soon(self, decoded: DecodedRequest, info: ConnectionInfo, reply) -> bool:
+        """Did the handler take the request, to answer it by ``reply(response)``?
+        False: await the handler. Raises what the handler raises."""
         handle_soon = getattr(self._handler, "handle_soon", None)
-        return None if handle_soon is None else handle_soon(decoded, info)
+        return handle_soon is not None and handle_soon(decoded, info, reply)
 
     def _connection_closed(self, info: ConnectionInfo) -> None:
         """Tell the handler (rule 5); its failure is logged, never raised into the loop."""
@@ -232,9 +233,36 @@ def _error_code(response) -> int:
     return getattr(getattr(response, "message", response), "error_code", 0) or 0
 
 
-def _log_handler_failure(decoded: DecodedRequest, info: ConnectionInfo) -> None:
-    log.exception("closing %s: handler failed on %s v%d (correlation id %d)",
-                  info, decoded.api_name, decoded.api_version, decoded.correlation_id)
+def _log_handler_failure(decoded: DecodedRequest, info: ConnectionInfo, error: BaseException | None = None) -> None:
+    log.error("closing %s: handler failed on %s v%d (correlation id %d)", info, decoded.api_name,
+              decoded.api_version, decoded.correlation_id, exc_info=error or True)
+
+
+class _Pending:
+    """A request ``handle_soon`` took: calling it with the response (or the
+    handler's exception) answers it. An answer given before ``handle_soon``
+    returned is kept in ``early``; one given after :meth:`cancel` (the
+    connection closed) is dropped. It stands in the connection's ``_task``
+    while the answer is awaited."""
+
+    __slots__ = ("connection", "decoded", "early", "cancelled")
+
+    def __init__(self, connection: _Connection, decoded: DecodedRequest) -> None:
+        self.connection, self.decoded = connection, decoded
+        self.early = None
+        self.cancelled = False
+
+    def __call__(self, response: object) -> None:
+        if self.cancelled:
+            return
+        connection = self.connection
+        if connection._task is not self:
+            self.early = response
+            return
+        connection._answered(self, response)
+
+    def cancel(self) -> None:
+        self.cancelled = True
 
 
 class _Connection(asyncio.Protocol):
@@ -411,19 +439,25 @@ class _Connection(asyncio.Protocol):
                 self._fail(out)
                 return _FAILED
             if response is None:
+                pending = _Pending(self, decoded)
                 try:
-                    pending = self._server._handle_soon(decoded, info)
+                    taken = self._server._handle_soon(decoded, info, pending)
                 except Exception:
                     _log_handler_failure(decoded, info)
                     self._fail(out)
                     return _FAILED
-                if pending is None:
+                if not taken:
                     self._await(decoded)
                     return _AWAITED
-                if not pending.done() or pending.exception() is not None:
-                    self._pend(decoded, pending)
+                response = pending.early
+                if response is None:  # answered later: by pending(), from the handler's continuation
+                    self._pause_reading()
+                    self._task = pending
                     return _AWAITED
-                response = pending.result()
+                if isinstance(response, BaseException):
+                    _log_handler_failure(decoded, info, response)
+                    self._fail(out)
+                    return _FAILED
         if gate is not None and decoded.api_key == API_VERSIONS:
             gate.versions_answered(_error_code(response))
         out.append(encode_response(decoded, response))
@@ -436,25 +470,17 @@ class _Connection(asyncio.Protocol):
         self._task = asyncio.get_running_loop().create_task(
             self._answer(decoded, frame), name=f"kafka-{self.info.connection_id}")
 
-    def _pend(self, decoded: DecodedRequest, pending: asyncio.Future) -> None:
-        """Answer ``decoded`` when ``pending`` (the handler's future of its
-        response) completes: in that future's callback, without a task."""
-        self._pause_reading()
-        self._task = pending
-        pending.add_done_callback(lambda done: self._answered(decoded, done))
-
-    def _answered(self, decoded: DecodedRequest, done: asyncio.Future) -> None:
-        if self._task is done:
+    def _answered(self, pending: _Pending, response: object) -> None:
+        """A request taken by ``handle_soon`` is answered (an exception: the handler failed)."""
+        if self._task is pending:
             self._task = None
-        if self._done or done.cancelled():
+        if self._done:
             return
-        error = done.exception()
-        if error is not None:
-            log.error("closing %s: handler failed on %s v%d (correlation id %d)", self.info, decoded.api_name,
-                      decoded.api_version, decoded.correlation_id, exc_info=error)
+        if isinstance(response, BaseException):
+            _log_handler_failure(pending.decoded, self.info, response)
             self._close()
             return
-        self._send(decoded, done.result())
+        self._send(pending.decoded, response)
 
     async def _answer(self, decoded: DecodedRequest | None, frame: bytes | None = None) -> None:
         response = None

@@ -49,7 +49,7 @@ from zkcoord.errors import NotOwnerError, ServiceUnavailableError, ZkcoordError
 from zkcoord.zk import paths
 from zkcoord.zk.jute import OpCodec
 
-__all__ = ["Target", "Targets", "QueuedCommit", "Batch", "CommitQueue", "MAX_ATTEMPTS", "OP_OVERHEAD_BYTES"]
+__all__ = ["Target", "Targets", "Callback", "QueuedCommit", "Batch", "CommitQueue", "MAX_ATTEMPTS", "OP_OVERHEAD_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,38 @@ class Targets:
             del self._found[key]
 
 
+class Callback:
+    """A commit's waiter that hands the outcome to ``fn`` (None: landed; an
+    exception: not) at once, from the batcher, instead of a future's callback
+    one loop step later: the daemon's commit path (no future, no hop). It
+    has the part of a future's interface the queue uses; ``fn`` must not
+    raise (a failure is logged)."""
+
+    __slots__ = ("fn", "_done")
+
+    def __init__(self, fn: Callable[[BaseException | None], None]) -> None:
+        self.fn = fn
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, _value: object) -> None:
+        self._settle(None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._settle(error)
+
+    def _settle(self, error: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self.fn(error)
+        except Exception:
+            log.exception("an offset commit's continuation failed")
+
+
 @dataclass(slots=True, eq=False)
 class QueuedCommit:
     """One multi's worth of one commit request (a big request is several)."""
@@ -118,7 +150,7 @@ class QueuedCommit:
     group: str
     entries: list[Entry]
     fence: object  # a Fence (``group``, ``path``, ``version``), or None
-    future: asyncio.Future
+    future: asyncio.Future | Callback
     nbytes: int
     nops: int
     deadline: float  # loop time
@@ -247,6 +279,10 @@ class CommitQueue:
             for commit in batch.commits:
                 if commit.fence is not None and commit.fence.path == culprit.path:
                     self._fail(commit, self.not_owner(culprit))
+            others = sum(not c.future.done() for c in batch.commits)
+            if others:
+                log.info("a multi of %d commits was refused by the fence of group %r; the %d commits of other "
+                         "groups in it are sent again", len(batch.commits), culprit.group, others)
         elif culprit is not None and isinstance(error, (NoNodeError, NodeExistsError, NotEmptyError)):
             culprit.attempts += 1  # what we knew about existing znodes was wrong: re-read and resend
             if culprit.attempts >= MAX_ATTEMPTS:

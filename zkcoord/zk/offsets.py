@@ -60,7 +60,7 @@ from zkcoord.core.offset_fetch import Wanted, wanted_by_topic
 from zkcoord.errors import ServiceUnavailableError, UsageError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.auth import OPEN_ACL
-from zkcoord.zk.commit_batch import OP_OVERHEAD_BYTES, Batch, CommitQueue, Entry, QueuedCommit, Targets
+from zkcoord.zk.commit_batch import OP_OVERHEAD_BYTES, Batch, Callback, CommitQueue, Entry, QueuedCommit, Targets
 from zkcoord.zk.jute import EncodedMulti, OpCodec
 from zkcoord.zk.multi_read import GET_DATA, read_many
 from zkcoord.zk.connection import ZkConnection
@@ -116,11 +116,18 @@ def _utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode())
 
 
-def _done(loop: asyncio.AbstractEventLoop) -> asyncio.Future:
-    """A future already complete: nothing to commit."""
+def _settled(loop: asyncio.AbstractEventLoop, on_done) -> asyncio.Future | None:
+    """Nothing to commit: a future already complete, or ``on_done(None)`` now."""
+    if on_done is not None:
+        on_done(None)
+        return None
     future = loop.create_future()
     future.set_result(None)
     return future
+
+
+def _error_of(future: asyncio.Future) -> BaseException | None:
+    return asyncio.CancelledError() if future.cancelled() else future.exception()
 
 
 def _all(loop: asyncio.AbstractEventLoop, futures: list[asyncio.Future]) -> asyncio.Future:
@@ -235,9 +242,13 @@ class OffsetStore:
         return PreparedCommit(group, self._chunks(entries, None, reserve=True) if entries else [])
 
     def submit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]] | PreparedCommit,
-               fence: Fence | None = None) -> asyncio.Future:
+               fence: Fence | None = None,
+               on_done: Callable[[BaseException | None], None] | None = None) -> asyncio.Future | None:
         """Queue the commit now, in call order, and return the future of its
         outcome (see :meth:`commit`): None once ZooKeeper applied every part.
+        With ``on_done``, nothing is returned: ``on_done(None)`` is called
+        when it landed, ``on_done(exception)`` when not, from the batcher
+        (not a loop step later, as a future's callbacks are).
 
         Queuing is synchronous, so a caller holding a group's lock fixes the
         commit's place in the write order before the lock is released: a
@@ -256,9 +267,9 @@ class OffsetStore:
             targets = self._current_targets()
             entries = [_entry(targets, group, tp, om) for tp, om in offsets.items()]
             if not entries:
-                return _done(loop)
+                return _settled(loop, on_done)
         if chunks is not None and not chunks:
-            return _done(loop)
+            return _settled(loop, on_done)
         if fence is not None and fence.group != group:
             raise UsageError(f"the fence of group {fence.group!r} cannot guard a commit of group {group!r}")
         if self._commits.is_dead(fence):
@@ -269,9 +280,10 @@ class OffsetStore:
             extra = _utf8_len(fence.path) + OP_OVERHEAD_BYTES
             chunks = [(chunk, nbytes + extra, nops + 1) for chunk, nbytes, nops in chunks]
         deadline = loop.time() + self._conn.request_timeout_ms / 1000
+        single = len(chunks) == 1 and on_done is not None
         futures = []
         for chunk, nbytes, nops in chunks:
-            future = loop.create_future()
+            future = Callback(on_done) if single else loop.create_future()
             self._commits.put(QueuedCommit(group, chunk, fence, future, nbytes, nops, deadline))
             futures.append(future)
         self._wakeup.set()
@@ -279,7 +291,13 @@ class OffsetStore:
             self._worker = loop.create_task(self._run())
         if self._watchdog is None:
             self._watchdog = loop.call_at(deadline, self._expire)
-        return futures[0] if len(futures) == 1 else _all(loop, futures)
+        if single:
+            return None
+        outcome = futures[0] if len(futures) == 1 else _all(loop, futures)
+        if on_done is None:
+            return outcome
+        outcome.add_done_callback(lambda done: on_done(_error_of(done)))
+        return None
 
     def _current_targets(self) -> Targets:
         """The encoded targets of the connection's current client (a restarted
