@@ -148,7 +148,7 @@ class ApiHandler:
             return None
         if api_key == HEARTBEAT and self._notice_connections and connection.connection_id in self._notice_connections:
             return None  # may be held
-        started = time.perf_counter()
+        started = time.perf_counter() if self.metrics is not None else 0.0
         r = decoded.request
         if self.access.enforcing and not self.access.group(connection, Operation.READ, r.group_id):
             return None  # the awaited path answers the refusal
@@ -489,7 +489,7 @@ class ApiHandler:
             allowed = access.topics(connection, Operation.READ, topics)
             if not access.group(connection, Operation.READ, r.group_id) or any(t not in allowed for t in topics):
                 return False  # the awaited path answers the refusals
-        started = time.perf_counter()
+        started = time.perf_counter() if self.metrics is not None else 0.0
         instance = getattr(r, "group_instance_id", None) if decoded.api_version >= 7 else None
 
         def respond(errors) -> None:

@@ -297,6 +297,8 @@ class _LateHandler:
 
     def ready(self, target) -> None:
         self.target = target
+        # From now on the listeners' per-request calls reach the handler itself, not through us.
+        self.handle_now, self.handle_soon = target.handle_now, target.handle_soon
         self._ready.set()
 
     async def __call__(self, decoded, connection):

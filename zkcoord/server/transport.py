@@ -193,11 +193,6 @@ class KafkaProtocolServer:
             raise RequestTooLargeError(size, limit, api_key, self._request_limit_setting(api_key))
         return size
 
-    def _handle_now(self, decoded: DecodedRequest, info: ConnectionInfo) -> ApiMessage | None:
-        """The handler's immediate answer, or None to await it. Raises what the handler raises."""
-        handle_now = getattr(self._handler, "handle_now", None)
-        return None if handle_now is None else handle_now(decoded, info)
-
     def _handle_soon(self, decoded: DecodedRequest, info: ConnectionInfo, reply) -> bool:
         """Did the handler take the request, to answer it by ``reply(response)``?
         False: await the handler. Raises what the handler raises."""
@@ -317,8 +312,9 @@ class _Connection(asyncio.Protocol):
             self.partial_since_ms = now
         self._buffer += data
         if self._task is None and not self._write_paused:
-            self._process()
-        self._account()
+            self._process()  # accounts for what it leaves
+        else:
+            self._account()
 
     def _account(self) -> None:
         """Keep the server's partial_bytes up to date with our buffer."""
@@ -379,9 +375,11 @@ class _Connection(asyncio.Protocol):
                 gate = self._gate
                 if gate is not None and not gate.closed:
                     gate = None
-                size = server._frame_limit(buffer, pos, gate is not None)
-                if size is None:
-                    break
+                size = int.from_bytes(buffer[pos:pos + FRAME_SIZE_PREFIX_BYTES], "big", signed=True)
+                if gate is not None or not 0 <= size <= server._any_api_bytes:  # else any API may be this big
+                    size = server._frame_limit(buffer, pos, gate is not None)
+                    if size is None:
+                        break
                 end = pos + FRAME_SIZE_PREFIX_BYTES + size
                 if len(buffer) < end:
                     break
@@ -432,8 +430,9 @@ class _Connection(asyncio.Protocol):
             log.debug("%s: answered %s v%d (correlation id %d) from the codec",
                       info, decoded.api_name, decoded.api_version, decoded.correlation_id)
         else:
+            handle_now = getattr(self._server._handler, "handle_now", None)
             try:
-                response = self._server._handle_now(decoded, info)
+                response = None if handle_now is None else handle_now(decoded, info)
             except Exception:
                 _log_handler_failure(decoded, info)
                 self._fail(out)
