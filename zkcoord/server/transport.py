@@ -9,10 +9,12 @@ codec's business (:mod:`zkcoord.wire`: :mod:`~zkcoord.wire.requests`,
 Rules:
 
 1. One request at a time per connection. Like a Kafka broker muting a channel
-   while a request is in flight, the next frame is not handled (and the
-   socket not read) until the current response is written, so a JoinGroup
-   whose answer is deferred delays later requests on that connection (and
-   only on that connection).
+   while a request is in flight, the next frame is not handled until the
+   current response is written, so a JoinGroup whose answer is deferred
+   delays later requests on that connection (and only on that connection).
+   The socket stops being read as soon as bytes arrive while a request is
+   in flight (not before: pausing and resuming costs two system calls per
+   request, and most clients wait for their answer).
 2. A bad frame closes that connection only, with a warning: a size prefix
    that is negative or above `max_frame_bytes`, a header or body that does not
    decode, an api key we do not serve, or a version outside the served range.
@@ -313,8 +315,10 @@ class _Connection(asyncio.Protocol):
         self._buffer += data
         if self._task is None and not self._write_paused:
             self._process()  # accounts for what it leaves
-        else:
-            self._account()
+            return
+        if self._task is not None:  # a client sending ahead of its answer: the rest waits in the kernel
+            self._pause_reading()
+        self._account()
 
     def _account(self) -> None:
         """Keep the server's partial_bytes up to date with our buffer."""
@@ -450,7 +454,6 @@ class _Connection(asyncio.Protocol):
                     return _AWAITED
                 response = pending.early
                 if response is None:  # answered later: by pending(), from the handler's continuation
-                    self._pause_reading()
                     self._task = pending
                     return _AWAITED
                 if isinstance(response, BaseException):
@@ -465,7 +468,6 @@ class _Connection(asyncio.Protocol):
     def _await(self, decoded: DecodedRequest | None, frame: bytes | None = None) -> None:
         """Answer ``decoded`` in a task; with ``frame`` instead, decode it in
         a worker thread first (rule 7)."""
-        self._pause_reading()
         self._task = asyncio.get_running_loop().create_task(
             self._answer(decoded, frame), name=f"kafka-{self.info.connection_id}")
 
