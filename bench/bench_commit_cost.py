@@ -80,13 +80,14 @@ class Meters:
         host, port = env.kafka_address
         self.consumer = KafkaConsumer(bootstrap_servers=f"{host}:{port}", client_id="zkcoord-bench-cost",
                                       exclude_internal_topics=False)
-        partitions = self.consumer.partitions_for_topic("__consumer_offsets") or set()
-        self.offsets_partitions = [TopicPartition("__consumer_offsets", p) for p in sorted(partitions)]
+        self.partition = lambda p: TopicPartition("__consumer_offsets", p)
         self.log_dir = Path(env.state_dir) / "kafka-0" / "data"
 
     def read(self) -> tuple:
         zk = zk_write_counters(self.env.zk_port, (self.env.namespace,))
-        ends = self.consumer.end_offsets(self.offsets_partitions) if self.offsets_partitions else {}
+        # Kafka creates __consumer_offsets on its first group request (the first forwarded commit): asked each time.
+        partitions = sorted(self.consumer.partitions_for_topic("__consumer_offsets") or ())
+        ends = self.consumer.end_offsets([self.partition(p) for p in partitions]) if partitions else {}
         log_bytes = sum(f.stat().st_size for f in self.log_dir.glob("__consumer_offsets-*/*.log"))
         return zk, sum(ends.values()), log_bytes
 

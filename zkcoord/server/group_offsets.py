@@ -190,7 +190,8 @@ class GroupOffsets:
             return False
         kept, refused_early = self._sort_now(wanted, missing)
         request = CommitRequest(member_id, generation_id, instance_id, kept, api_version)
-        answer = [refused_early.get((t, p), E.NONE) for t, p, _, _ in wanted]
+        answer = [refused_early.get((t, p), E.NONE) for t, p, _, _ in wanted] if refused_early \
+            else [E.NONE] * len(wanted)
 
         def begin(decision) -> bool:
             if not decision.writes:
