@@ -19,11 +19,17 @@ Rules:
    ``max_multi_bytes`` bytes, below ZooKeeper's 1 MB packet limit,
    jute.maxbuffer; a request too big for one multi by itself is split, and
    one partition whose ops alone would not fit is refused with UsageError
-   before anything is queued: no multi is ever sent over the limit). A failed merged multi names its culprit op: that request gets its
-   own error, the others are sent again; a failure nobody can be blamed for
+   before anything is queued: no multi is ever sent over the limit). A
+   failed merged multi names its culprit op: that request gets its own
+   error, the others are sent again; a failure nobody can be blamed for
    sends each request alone. A failed fence fails every request holding it,
    and is reported once to ``on_deposed(fence, reason)`` (the daemon drops
-   the group there, as it does when a fenced state write fails).
+   the group there, as it does when a fenced state write fails). These
+   rules, apart from the I/O, are :mod:`zkcoord.zk.commit_batch`'s; the
+   ops are bytes encoded once per partition (:mod:`zkcoord.zk.jute`), and a
+   commit's waiter is a future, or (``submit(on_done=...)``) a function the
+   batcher calls in place when ZooKeeper answered, a deadline
+   (``request_timeout_ms``) failing it in either form.
 4. What exists is known per (group, topic) directory from one
    ``get_children`` (not one read per partition), parents are ensured once,
    and both are corrected when a multi proves them wrong.
