@@ -66,6 +66,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import pyspy_report  # noqa: E402
 from bench_env import Environment, cpu_cores, cpu_snapshot, zk_counters  # noqa: E402  (after the path tweak)
 from group_client import (  # noqa: E402
     NONE, BenchError, KafkaConnection, Member, common_versions, find_coordinator, leave_all, open_notice,
@@ -99,7 +100,7 @@ class Settings:
     notice: str = "on"  # members use the rebalance notice where offered (zkcoord does; Kafka, the gateway not)
     only: tuple[str, ...] = ("heartbeat", "commit", "rebalance")
     targets: tuple[str, ...] = TARGETS
-    profile: str = ""  # "", "cprofile" or "pyinstrument": run the daemon under that profiler
+    profile: str = ""  # "", "cprofile" or "pyinstrument": run the daemon under it; "py-spy": sample each load run
 
     def __post_init__(self) -> None:
         if self.members < self.groups or self.members % self.groups:
@@ -265,6 +266,16 @@ async def _sample(env: Environment, start: float, end: float, counters: bool) ->
     return cpu_cores(a, b), zk_b[0] - zk_a[0]
 
 
+async def _spy(env: Environment, start: float, seconds: float, path: Path) -> Path | None:
+    """py-spy on the daemon from ``start`` (perf_counter) for ``seconds``; the samples' file."""
+    await asyncio.sleep(max(0.0, start - time.perf_counter()))
+    process = pyspy_report.record(env.pids["zkcoord"], seconds, path)
+    if process is None:
+        return None
+    await asyncio.to_thread(process.wait)
+    return path
+
+
 async def load(scenario: str, target: Target, members: list[Member], env: Environment, settings: Settings,
                paced_rate: int | None = None) -> LoadResult:
     """Every member sends its request over its own connection, one at a time:
@@ -300,8 +311,16 @@ async def load(scenario: str, target: Target, members: list[Member], env: Enviro
             due = max(due + interval, done) if interval else 0.0
 
     sampler = asyncio.get_running_loop().create_task(_sample(env, measure_from, end, committing))
+    spy = loop_task = None
+    if settings.profile == "py-spy" and SERVER_PROCESS[target.name] == "zkcoord":
+        spy_path = env.workdir / f"py-spy-{target.name}-{scenario.replace(' ', '-').replace('/', '')}.txt"
+        loop_task = asyncio.get_running_loop().create_task(_spy(env, measure_from, settings.duration_s, spy_path))
     per_member = await asyncio.gather(*(one(i, m) for i, m in enumerate(members)))
     cpu, zk_txns = await sampler
+    if loop_task is not None:
+        spy = await loop_task
+        if spy is not None:
+            pyspy_report.summary(spy)
     latencies = sorted(x for member_latencies in per_member for x in member_latencies)
     return LoadResult(scenario, target.name, len(latencies), settings.duration_s, percentile(latencies, 0.5) * 1e3,
                       percentile(latencies, 0.99) * 1e3, dict(errors), cpu, zk_txns)
@@ -597,9 +616,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None, Pa
                         help="any of zkcoord (the daemon's own listener), gateway (the same daemon's gateway; "
                              "the daemon then runs one) and kafka (the broker's coordinator), in the order run "
                              f"[default: {','.join(defaults.targets)}]")
-    parser.add_argument("--profile", choices=["cprofile", "pyinstrument"], default="",
+    parser.add_argument("--profile", choices=["cprofile", "pyinstrument", "py-spy"], default="",
                         help="run the daemon under this profiler and print its hot spots "
-                             "(pyinstrument: pip install pyinstrument into the venv)")
+                             "(pyinstrument: pip install pyinstrument into the venv); py-spy: sample the "
+                             "running daemon during each of its load runs and print where its time went "
+                             "(pip install py-spy; pyspy_report.py)")
     parser.add_argument("--workers", type=int, default=1,
                         help="the daemon's zkcoord run --workers (each its own node; members reach the owning "
                              "worker through FindCoordinator); its CPU counts every worker [default: 1]")

@@ -217,7 +217,7 @@ class Environment:
         self.workdir = workdir
         self.workers = workers  # the daemon's --workers: its listener P, worker k's own port P + k
         self.topic, self.topic_partitions = topic, topic_partitions
-        self.profiler = profiler  # "", "cprofile" or "pyinstrument"
+        self.profiler = profiler  # "", "cprofile", "pyinstrument" or "py-spy" (attached per load run, not here)
         self.daemon_args = daemon_args  # extra `zkcoord run` flags
         self.gateway = gateway
         self.sandbox_args = sandbox_args
@@ -227,7 +227,7 @@ class Environment:
         self.namespaces = ("coordinators", "zkcoord", "consumers") if broker_chroot else (self.namespace,)
         self.kafka4_address: tuple[str, int] | None = None
         self.keep_sandbox_logs = keep_sandbox_logs  # copied to <workdir>/sandbox-logs before `local down`
-        self.profile_path = {"": None, "cprofile": workdir / "zkcoord.prof",
+        self.profile_path = {"": None, "cprofile": workdir / "zkcoord.prof", "py-spy": None,
                              "pyinstrument": workdir / "zkcoord-profile.txt"}[profiler]
         self.daemon: subprocess.Popen | None = None
         self.daemon_address: tuple[str, int] | None = None

@@ -27,7 +27,8 @@ Rules:
    re-encoded.
 3. **One request of the handler at a time**, like a broker's muted channel:
    while a group request waits for its answer (a JoinGroup parked for a
-   rebalance), the connection reads nothing more. Forwarded requests are
+   rebalance, an OffsetCommit taken by the handler's ``handle_soon`` until
+   ZooKeeper accepted it), the connection reads nothing more. Forwarded requests are
    pipelined up to ``MAX_IN_FLIGHT`` unanswered requests.
 4. **Backpressure both ways**: the client's socket is not read while the
    broker's is full, the broker's is not read while the client's is full.
@@ -89,7 +90,8 @@ VERSIONS_WAIT_S = 5.0  # an ApiVersions waits this long for the brokers' version
 class GatewayContext(Protocol):
     """What a client connection asks of its gateway (:class:`zkcoord.gateway.gateway.Gateway`)."""
 
-    handler: object  # the daemon's API handler: handle_now(decoded, info), await handler(decoded, info)
+    handler: object  # the daemon's API handler: handle_now(decoded, info), handle_soon(decoded, info, reply),
+    # await handler(decoded, info)
     max_frame_bytes: int
     request_limits: RequestLimits
     partial_requests_max_bytes: int
@@ -277,10 +279,43 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         if response is None:
-            self._local = asyncio.get_running_loop().create_task(self._answer(decoded, self._answers.reserve()))
-            return
+            soon = _Soon(self, decoded)
+            handle_soon = getattr(self._gateway.handler, "handle_soon", None)
+            try:
+                taken = handle_soon is not None and handle_soon(decoded, self.info, soon)
+            except Exception:
+                log.exception("closing gateway %s: the handler failed on %s", self.info, decoded.api_name)
+                self.close()
+                return
+            if not taken:
+                self._local = asyncio.get_running_loop().create_task(self._answer(decoded, self._answers.reserve()))
+                return
+            if soon.early is None:  # answered later, by soon() (an OffsetCommit waiting for ZooKeeper)
+                soon.slot = self._answers.reserve()
+                self._local = soon
+                return
+            response = soon.early
+            if isinstance(response, BaseException):
+                log.error("closing gateway %s: the handler failed on %s", self.info, decoded.api_name,
+                          exc_info=response)
+                self.close()
+                return
         self._answers.answer_now(encode_response(decoded, response))
         self._answers.flush()
+
+    def _answered_soon(self, soon: _Soon, response: object) -> None:
+        """The answer to a request the handler took with ``handle_soon`` (rule 3)."""
+        self._local = None
+        if self.closed:
+            return
+        if isinstance(response, BaseException):
+            log.error("closing gateway %s: the handler failed on %s", self.info, soon.decoded.api_name,
+                      exc_info=response)
+            self.close()
+            return
+        soon.slot.data = encode_response(soon.decoded, response)
+        self._answers.flush()
+        self._process()
 
     async def _answer(self, decoded: DecodedRequest, slot: Slot) -> None:
         async def encoded() -> bytes:
@@ -441,3 +476,30 @@ def _deep_send_buffer(transport: asyncio.BaseTransport) -> None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, CLIENT_SEND_BUFFER_BYTES)
         except OSError as exc:  # a platform without it: the default buffer works, only slower
             log.debug("gateway: SO_SNDBUF not set: %s", exc)
+
+
+class _Soon:
+    """A group request the daemon's handler took to answer later
+    (``handle_soon``: an OffsetCommit answered once ZooKeeper accepted it),
+    without a task: it stands in the connection's ``_local`` meanwhile.
+    An answer given before ``handle_soon`` returned is kept in ``early``."""
+
+    __slots__ = ("connection", "decoded", "slot", "early", "cancelled")
+
+    def __init__(self, connection: ClientConnection, decoded: DecodedRequest) -> None:
+        self.connection, self.decoded = connection, decoded
+        self.slot = None
+        self.early = None
+        self.cancelled = False
+
+    def __call__(self, response: object) -> None:
+        if self.cancelled:
+            return
+        if self.slot is None:
+            self.early = response
+            return
+        self.connection._answered_soon(self, response)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+

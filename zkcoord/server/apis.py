@@ -50,7 +50,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zkcoord.core import groups, notice
 from zkcoord.core import messages as core
@@ -148,7 +148,7 @@ class ApiHandler:
             return None
         if api_key == HEARTBEAT and self._notice_connections and connection.connection_id in self._notice_connections:
             return None  # may be held
-        started = time.perf_counter()
+        started = time.perf_counter() if self.metrics is not None else 0.0
         r = decoded.request
         if self.access.enforcing and not self.access.group(connection, Operation.READ, r.group_id):
             return None  # the awaited path answers the refusal
@@ -468,6 +468,51 @@ class ApiHandler:
         return answer(result.error, result.members)
 
     # -- offsets -------------------------------------------------------------------
+    def handle_soon(self, decoded: DecodedRequest, connection: ConnectionInfo,
+                    reply: Callable[[Any], None]) -> bool:
+        """The transport's path for a request answered once ZooKeeper accepted
+        its write, without a task: a small OffsetCommit (v0-9, at most
+        :data:`SMALL_COMMIT_PARTITIONS` partitions) of a group served right
+        now (:meth:`GroupOffsets.commit_now`). True: ``reply(response)`` will
+        be called (maybe before this returns; with an exception: a bug);
+        False: send the request through :meth:`__call__`."""
+        if decoded.api_key != OFFSET_COMMIT or decoded.api_version >= 10:
+            return False
+        r = decoded.request
+        wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata)
+                  for t in r.topics for p in t.partitions]
+        if len(wanted) > SMALL_COMMIT_PARTITIONS:
+            return False
+        access = self.access
+        if access.enforcing:
+            topics = {w[0] for w in wanted}
+            allowed = access.topics(connection, Operation.READ, topics)
+            if not access.group(connection, Operation.READ, r.group_id) or any(t not in allowed for t in topics):
+                return False  # the awaited path answers the refusals
+        started = time.perf_counter() if self.metrics is not None else 0.0
+        instance = getattr(r, "group_instance_id", None) if decoded.api_version >= 7 else None
+
+        def respond(errors) -> None:
+            if isinstance(errors, BaseException):
+                reply(errors)
+                return
+            response = self._commit_answer(decoded, connection, instance, errors)
+            if self.metrics is not None:
+                self.metrics.observe_request(decoded.api_name, response, time.perf_counter() - started)
+            reply(response)
+
+        return self.manager.group_offsets.commit_now(r.group_id, r.member_id, r.generation_id_or_member_epoch,
+                                                     instance, wanted, decoded.api_version, respond)
+
+    def _commit_answer(self, decoded, connection, instance, errors):
+        """A small OffsetCommit's response (v0-9): its errors, in request order, encoded once per answer."""
+        r = decoded.request
+        if self.members is not None and r.member_id and instance is None and E.NONE in errors:
+            self.members.seen(r.group_id, r.member_id, connection.connection_id)
+        answered = iter(errors)
+        codes = tuple((t.name, None, p.partition_index, int(next(answered))) for t in r.topics for p in t.partitions)
+        return cached_response(decoded, codes, lambda: _commit_fields(codes))
+
     async def offset_commit(self, decoded, connection):
         r = decoded.request
         version = decoded.api_version
@@ -487,21 +532,11 @@ class ApiHandler:
                   p.partition_index, int(next(answered) if name is not None else E.UNKNOWN_TOPIC_ID))
                  for t, name in named for p in t.partitions]
 
-        def fields():
-            topics: dict = {}
-            for key, topic_id, partition, code in codes:
-                entry = topics.get(key)
-                if entry is None:
-                    entry = topics[key] = {"name": key if isinstance(key, str) else "", "topic_id": topic_id,
-                                           "partitions": []}
-                entry["partitions"].append({"partition_index": partition, "error_code": code})
-            return {"throttle_time_ms": 0, "topics": list(topics.values())}
-
         if len(codes) > SMALL_COMMIT_PARTITIONS:
-            return await _answer(decoded, len(codes), **fields())
+            return await _answer(decoded, len(codes), **_commit_fields(codes))
         # The answer is a function of (topic, partition, error) in order: the same for every commit of those
         # partitions, so it is encoded once.
-        return cached_response(decoded, tuple(codes), fields)
+        return cached_response(decoded, tuple(codes), lambda: _commit_fields(codes))
 
     async def offset_fetch(self, decoded, connection):
         r = decoded.request
@@ -679,6 +714,18 @@ def _join_response(decoded, result: core.JoinResult) -> EncodedResponse:
         leader=result.leader_id, skip_assignment=result.skip_assignment, member_id=result.member_id,
         members=[{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
                  for m in result.members]))
+
+
+def _commit_fields(codes) -> dict:
+    """An OffsetCommit response's fields from ``(topic name or id, topic id, partition, error)`` in request order."""
+    topics: dict = {}
+    for key, topic_id, partition, code in codes:
+        entry = topics.get(key)
+        if entry is None:
+            entry = topics[key] = {"name": key if isinstance(key, str) else "", "topic_id": topic_id,
+                                   "partitions": []}
+        entry["partitions"].append({"partition_index": partition, "error_code": code})
+    return {"throttle_time_ms": 0, "topics": list(topics.values())}
 
 
 def _sync_has_protocol(decoded) -> bool:

@@ -334,6 +334,8 @@ class _LateHandler:
 
     def ready(self, target) -> None:
         self.target = target
+        # From now on the listeners' per-request calls reach the handler itself, not through us.
+        self.handle_now, self.handle_soon = target.handle_now, target.handle_soon
         self._ready.set()
 
     async def __call__(self, decoded, connection):
@@ -342,6 +344,9 @@ class _LateHandler:
 
     def handle_now(self, decoded, connection):
         return None if self.target is None else self.target.handle_now(decoded, connection)
+
+    def handle_soon(self, decoded, connection, reply):
+        return self.target is not None and self.target.handle_soon(decoded, connection, reply)
 
     def connection_closed(self, connection):
         if self.target is not None:

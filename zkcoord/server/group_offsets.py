@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from zkcoord.core.errors import ErrorCode
@@ -55,7 +56,7 @@ from zkcoord.errors import NotOwnerError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
 from zkcoord.server.bulk_work import pause_every
 from zkcoord.server.dual_commit import ForwardedOffsets
-from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
+from zkcoord.server.group_runtime import NOT_NOW, GroupRuntime, GroupUnavailableError
 from zkcoord.server.offset_storage import OffsetStorages
 from zkcoord.tasks import Background
 from zkcoord.zk.modes import ModeRequestWatch
@@ -166,6 +167,115 @@ class GroupOffsets:
             code = E.COORDINATOR_LOAD_IN_PROGRESS if manager.ownership.is_suspended(group_id) \
                 else E.UNKNOWN_SERVER_ERROR
         return [code] * len(wanted)
+
+    def commit_now(self, group_id, member_id, generation_id, instance_id, wanted, api_version,
+                   respond: Callable[[list | BaseException], None]) -> bool:
+        """:meth:`commit` without a task, for a small commit of a ``zookeeper``
+        group served right now whose lock is free and whose existence and
+        topics are known without asking anyone: the same three steps, with
+        ``respond(codes)`` called once the write was accepted (or refused, or
+        at once when nothing is written; an exception: a bug), from the
+        offset store's batcher. False, with nothing done, when :meth:`commit`
+        must take it."""
+        manager = self.manager
+        runtime = manager.serving(group_id)
+        if runtime is None:
+            return False
+        group = runtime.group
+        if group.offset_storage != "zookeeper" or (generation_id >= 0 and runtime.version is None
+                                                   and group.size == 0):
+            return False  # another store's path, or Kafka's "does the group exist" needs a read
+        missing = self._missing_now(wanted)
+        if missing is None:
+            return False
+        kept, refused_early = self._sort_now(wanted, missing)
+        request = CommitRequest(member_id, generation_id, instance_id, kept, api_version)
+        answer = [refused_early.get((t, p), E.NONE) for t, p, _, _ in wanted] if refused_early \
+            else [E.NONE] * len(wanted)
+
+        def begin(decision) -> bool:
+            if not decision.writes:
+                return False
+
+            def written(error: BaseException | None) -> None:  # the batcher's, once ZooKeeper answered
+                if error is not None:
+                    respond([self._commit_error(group_id, error)] * len(wanted)
+                            if isinstance(error, ZkcoordError) else error)
+                    return
+                if manager.metrics is not None:
+                    manager.metrics.observe_offset_commit("zookeeper")
+                self._after_commit(runtime, request, decision, lambda: respond(answer))
+
+            self.zookeeper.submit(group_id, decision.offsets, manager.ownership.fence(group_id), on_done=written)
+            return True
+
+        try:
+            found = runtime.write_now(lambda g, now: decide_commit(g, request, True, runtime.config), begin)
+        except ZkcoordError as exc:
+            respond([self._commit_error(group_id, exc)] * len(wanted))
+            return True
+        if found is NOT_NOW:
+            return False
+        decision, queued = found
+        if decision.error is not E.NONE:
+            respond([decision.error] * len(wanted))
+        elif not queued:
+            self._after_commit(runtime, request, decision, lambda: respond(answer))
+        return True
+
+    def _after_commit(self, runtime: GroupRuntime, request: CommitRequest, decision, then: Callable[[], None]) -> None:
+        """Step 3 of an accepted commit (the member's session restarts), then
+        ``then()``; in a task only when the group's lock is held meanwhile."""
+        after = lambda group, now: after_commit(group, request, decision, now)  # noqa: E731
+        if not runtime.active or runtime.apply_now(after):
+            then()
+            return
+
+        async def later() -> None:
+            try:
+                await runtime.apply(after)
+            except GroupUnavailableError:
+                pass  # no longer served here: the commit stands, nothing to apply
+            then()
+        self._background.spawn(later(), f"apply a commit of group {runtime.group_id}")
+
+    def _commit_error(self, group_id: str, exc: ZkcoordError) -> ErrorCode:
+        """The code a commit gets for a failure of its own (as :meth:`commit` answers it)."""
+        if isinstance(exc, GroupUnavailableError):
+            return exc.code
+        if isinstance(exc, NotOwnerError):
+            return E.NOT_COORDINATOR
+        log.warning("OffsetCommit %s failed: %s", group_id, exc)
+        return E.COORDINATOR_LOAD_IN_PROGRESS if self.manager.ownership.is_suspended(group_id) \
+            else E.UNKNOWN_SERVER_ERROR
+
+    def _missing_now(self, wanted) -> set[tuple[str, int]] | None:
+        """:meth:`_missing_partitions` from memory; None when it would ask."""
+        watcher = self.manager.topic_watcher
+        if watcher is None:
+            return set()
+        counts = watcher.partition_counts_now({t for t, _, _, _ in wanted})
+        if counts is None:
+            return None
+        return {(t, p) for t, p, _, _ in wanted
+                if t in counts and (counts[t] is None or not 0 <= p < counts[t])}
+
+    def _sort_now(self, wanted, missing) -> tuple[dict, dict]:
+        """:meth:`_sort_commit` of a small commit, without yielding."""
+        kept, refused = {}, {}
+        limit = self.offset_metadata_max_bytes
+        for t, p, o, m in wanted:
+            if (t, p) in missing:
+                refused[(t, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            code = offset_commit_error(t, m, limit)
+            if code is not E.NONE:
+                refused[(t, p)] = code
+                kept.pop((t, p), None)  # a partition named twice: the last one counts
+            else:
+                kept[(t, p)] = (o, m or "")
+                refused.pop((t, p), None)
+        return kept, refused
 
     async def _sort_commit(self, wanted, missing) -> tuple[dict, dict]:
         """``({(topic, partition): (offset, metadata)} to write, {(topic,

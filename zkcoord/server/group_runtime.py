@@ -410,6 +410,29 @@ class GroupRuntime:
                 await self._apply(after(self.group, decision, self._clock()))
         return decision, written
 
+    def write_now(self, decide: Callable[[Any, int], Any], begin: Callable[[Any], Awaitable | None]) -> Any:
+        """The first half of :meth:`write_then_apply` without awaiting, when
+        the group is active and its lock free (nobody can be between decide
+        and begin then): ``(decision, what begin gave)``, else :data:`NOT_NOW`.
+        The caller awaits the write and then applies what follows it
+        (:meth:`apply_now`, else :meth:`apply`)."""
+        if not self.active or self._lock.locked():
+            return NOT_NOW
+        decision = decide(self.group, self._clock())
+        return decision, begin(decision)
+
+    def apply_now(self, decide: Callable[[Any, int], Outcome]) -> bool:
+        """:meth:`apply` without awaiting, when the group is active, its lock
+        free and the outcome persists nothing; False (nothing changed) when
+        :meth:`apply` must do it."""
+        if not self.active or self._lock.locked():
+            return False
+        outcome = decide(self.group, self._clock())
+        if outcome.persist:
+            return False
+        self._commit(outcome)
+        return True
+
     def _require_active(self) -> None:
         if not self.active:
             raise GroupUnavailableError(self.group_id, ErrorCode.NOT_COORDINATOR, "not owned here")

@@ -115,6 +115,19 @@ class TopicWatcher:
         for topic in self._topics.pop(group_id, frozenset()):
             self._groups.get(topic, set()).discard(group_id)
 
+    def partition_counts_now(self, topics: set[str]) -> dict[str, int | None] | None:
+        """:meth:`partition_counts` when it needs no wait (every topic known
+        from memory, or nothing can be learnt); None when it would ask."""
+        now = asyncio.get_running_loop().time()
+        counts, cached_until, watches, groups = self._counts, self._cached_until, self._watches, self._groups
+        known = {}
+        for t in topics:
+            if t in counts and (t in watches or groups.get(t) or now < cached_until.get(t, 0.0)):
+                known[t] = counts[t]
+            elif self.source != "none":
+                return None
+        return known
+
     async def partition_counts(self, topics: set[str], wait_s: float | None = None) -> dict[str, int | None]:
         """Partition counts of ``topics`` as far as this daemon can know them
         (topics it cannot learn about are left out: treated as existing).

@@ -9,10 +9,12 @@ codec's business (:mod:`zkcoord.wire`: :mod:`~zkcoord.wire.requests`,
 Rules:
 
 1. One request at a time per connection. Like a Kafka broker muting a channel
-   while a request is in flight, the next frame is not handled (and the
-   socket not read) until the current response is written, so a JoinGroup
-   whose answer is deferred delays later requests on that connection (and
-   only on that connection).
+   while a request is in flight, the next frame is not handled until the
+   current response is written, so a JoinGroup whose answer is deferred
+   delays later requests on that connection (and only on that connection).
+   The socket stops being read as soon as bytes arrive while a request is
+   in flight (not before: pausing and resuming costs two system calls per
+   request, and most clients wait for their answer).
 2. A bad frame closes that connection only, with a warning: a size prefix
    that is negative or above `max_frame_bytes`, a header or body that does not
    decode, an api key we do not serve, or a version outside the served range.
@@ -30,7 +32,11 @@ Rules:
    `asyncio.Protocol`: every frame of one read is handled in that callback,
    and a handler with a synchronous `handle_now(decoded, connection)` answers
    without a task when it can (it returns None to take the awaited path).
-   The answers to one read go out in one write.
+   A handler with ``handle_soon(decoded, connection, reply)`` may then take
+   the request and answer it later by calling ``reply(response)`` (an
+   OffsetCommit waiting for its ZooKeeper write): the answer is written in
+   that call, still without a task, and the connection reads nothing
+   meanwhile (rule 1). The answers to one read go out in one write.
 7. Limits (:mod:`zkcoord.core.limits`): a frame above its API's limit
    (``request_max_bytes(api_key)``) closes the connection as soon as its
    size and api key are read, before the rest is buffered. A frame above
@@ -205,10 +211,11 @@ class KafkaProtocolServer:
             raise RequestTooLargeError(size, limit, api_key, self._request_limit_setting(api_key))
         return size
 
-    def _handle_now(self, decoded: DecodedRequest, info: ConnectionInfo) -> ApiMessage | None:
-        """The handler's immediate answer, or None to await it. Raises what the handler raises."""
-        handle_now = getattr(self._handler, "handle_now", None)
-        return None if handle_now is None else handle_now(decoded, info)
+    def _handle_soon(self, decoded: DecodedRequest, info: ConnectionInfo, reply) -> bool:
+        """Did the handler take the request, to answer it by ``reply(response)``?
+        False: await the handler. Raises what the handler raises."""
+        handle_soon = getattr(self._handler, "handle_soon", None)
+        return handle_soon is not None and handle_soon(decoded, info, reply)
 
     def _connection_closed(self, info: ConnectionInfo) -> None:
         """Tell the handler (rule 5); its failure is logged, never raised into the loop."""
@@ -239,9 +246,36 @@ def _error_code(response) -> int:
     return getattr(getattr(response, "message", response), "error_code", 0) or 0
 
 
-def _log_handler_failure(decoded: DecodedRequest, info: ConnectionInfo) -> None:
-    log.exception("closing %s: handler failed on %s v%d (correlation id %d)",
-                  info, decoded.api_name, decoded.api_version, decoded.correlation_id)
+def _log_handler_failure(decoded: DecodedRequest, info: ConnectionInfo, error: BaseException | None = None) -> None:
+    log.error("closing %s: handler failed on %s v%d (correlation id %d)", info, decoded.api_name,
+              decoded.api_version, decoded.correlation_id, exc_info=error or True)
+
+
+class _Pending:
+    """A request ``handle_soon`` took: calling it with the response (or the
+    handler's exception) answers it. An answer given before ``handle_soon``
+    returned is kept in ``early``; one given after :meth:`cancel` (the
+    connection closed) is dropped. It stands in the connection's ``_task``
+    while the answer is awaited."""
+
+    __slots__ = ("connection", "decoded", "early", "cancelled")
+
+    def __init__(self, connection: _Connection, decoded: DecodedRequest) -> None:
+        self.connection, self.decoded = connection, decoded
+        self.early = None
+        self.cancelled = False
+
+    def __call__(self, response: object) -> None:
+        if self.cancelled:
+            return
+        connection = self.connection
+        if connection._task is not self:
+            self.early = response
+            return
+        connection._answered(self, response)
+
+    def cancel(self) -> None:
+        self.cancelled = True
 
 
 class _Connection(asyncio.Protocol):
@@ -296,7 +330,10 @@ class _Connection(asyncio.Protocol):
             self.partial_since_ms = now
         self._buffer += data
         if self._task is None and not self._write_paused:
-            self._process()
+            self._process()  # accounts for what it leaves
+            return
+        if self._task is not None:  # a client sending ahead of its answer: the rest waits in the kernel
+            self._pause_reading()
         self._account()
 
     def _account(self) -> None:
@@ -358,9 +395,11 @@ class _Connection(asyncio.Protocol):
                 gate = self._gate
                 if gate is not None and not gate.closed:
                     gate = None
-                size = server._frame_limit(buffer, pos, gate is not None)
-                if size is None:
-                    break
+                size = int.from_bytes(buffer[pos:pos + FRAME_SIZE_PREFIX_BYTES], "big", signed=True)
+                if gate is not None or not 0 <= size <= server._any_api_bytes:  # else any API may be this big
+                    size = server._frame_limit(buffer, pos, gate is not None)
+                    if size is None:
+                        break
                 end = pos + FRAME_SIZE_PREFIX_BYTES + size
                 if len(buffer) < end:
                     break
@@ -411,15 +450,32 @@ class _Connection(asyncio.Protocol):
             log.debug("%s: answered %s v%d (correlation id %d) from the codec",
                       info, decoded.api_name, decoded.api_version, decoded.correlation_id)
         else:
+            handle_now = getattr(self._server._handler, "handle_now", None)
             try:
-                response = self._server._handle_now(decoded, info)
+                response = None if handle_now is None else handle_now(decoded, info)
             except Exception:
                 _log_handler_failure(decoded, info)
                 self._fail(out)
                 return _FAILED
             if response is None:
-                self._await(decoded)
-                return _AWAITED
+                pending = _Pending(self, decoded)
+                try:
+                    taken = self._server._handle_soon(decoded, info, pending)
+                except Exception:
+                    _log_handler_failure(decoded, info)
+                    self._fail(out)
+                    return _FAILED
+                if not taken:
+                    self._await(decoded)
+                    return _AWAITED
+                response = pending.early
+                if response is None:  # answered later: by pending(), from the handler's continuation
+                    self._task = pending
+                    return _AWAITED
+                if isinstance(response, BaseException):
+                    _log_handler_failure(decoded, info, response)
+                    self._fail(out)
+                    return _FAILED
         if gate is not None and decoded.api_key == API_VERSIONS:
             gate.versions_answered(_error_code(response))
         out.append(encode_response(decoded, response))
@@ -428,9 +484,20 @@ class _Connection(asyncio.Protocol):
     def _await(self, decoded: DecodedRequest | None, frame: bytes | None = None) -> None:
         """Answer ``decoded`` in a task; with ``frame`` instead, decode it in
         a worker thread first (rule 7)."""
-        self._pause_reading()
         self._task = asyncio.get_running_loop().create_task(
             self._answer(decoded, frame), name=f"kafka-{self.info.connection_id}")
+
+    def _answered(self, pending: _Pending, response: object) -> None:
+        """A request taken by ``handle_soon`` is answered (an exception: the handler failed)."""
+        if self._task is pending:
+            self._task = None
+        if self._done:
+            return
+        if isinstance(response, BaseException):
+            _log_handler_failure(pending.decoded, self.info, response)
+            self._close()
+            return
+        self._send(pending.decoded, response)
 
     async def _answer(self, decoded: DecodedRequest | None, frame: bytes | None = None) -> None:
         response = None
@@ -455,6 +522,10 @@ class _Connection(asyncio.Protocol):
         if response is None:
             self._close()
             return
+        self._send(decoded, response, close_after)
+
+    def _send(self, decoded: DecodedRequest, response: ApiMessage, close_after: bool = False) -> None:
+        """Write the answer to the request that was in flight, then read on."""
         if self._gate is not None and decoded.api_key == API_VERSIONS:
             self._gate.versions_answered(_error_code(response))
         try:

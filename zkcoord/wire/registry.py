@@ -102,6 +102,9 @@ class ApiRegistry:
         if API_VERSIONS not in by_key:
             raise ValueError("every Kafka server must serve ApiVersions; add its ApiSpec")
         self._by_key = dict(sorted(by_key.items()))
+        # The request decoder's cache: a frame's first 4 bytes (api key, version) -> how to decode it
+        # (:func:`zkcoord.wire.requests.decode_request`); it never changes what the registry serves.
+        self.plans: dict[bytes, object] = {}
 
     def get(self, api_key: int) -> ApiSpec | None:
         return self._by_key.get(api_key)

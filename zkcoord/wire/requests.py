@@ -21,13 +21,15 @@ Rules:
 3. This is the daemon's hottest path, so everything that depends only on
    (message class, version) is worked out once and cached: the compiled
    decoders (headers included; kafka-python's generic header path costs
-   several times more) and the list of fields that must not be null.
+   several times more) and the list of fields that must not be null, all
+   found with one dictionary lookup on a frame's first four bytes (api
+   key, version: the registry's ``plans``). A null check formats nothing
+   unless it finds a null.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.api_header import RequestHeader
@@ -45,9 +47,10 @@ __all__ = ["DecodedRequest", "decode_request", "decode_request_header"]
 _NULL_CHECKED_TYPES = frozenset({"string", "bytes", "records"})
 
 
-@dataclass(frozen=True)
 class DecodedRequest:
-    """A request as read off the wire.
+    """A request as read off the wire (read-only by convention: a plain
+    slotted class, built for every request, costs a third of a frozen
+    dataclass).
 
     `request` is the generated message (e.g. `JoinGroupRequest`) decoded at
     `api_version`. It is None only when the codec answered the request itself:
@@ -55,14 +58,20 @@ class DecodedRequest:
     and the handler is not consulted.
     """
 
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    header: RequestHeader
-    request: ApiMessage | None
-    spec: ApiSpec
-    immediate_response: ApiMessage | None = None
+    __slots__ = ("api_key", "api_version", "correlation_id", "client_id", "header", "request", "spec",
+                 "immediate_response")
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int, client_id: str | None,
+                 header: RequestHeader, request: ApiMessage | None, spec: ApiSpec,
+                 immediate_response: ApiMessage | None = None) -> None:
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.header = header
+        self.request = request
+        self.spec = spec
+        self.immediate_response = immediate_response
 
     @property
     def api_name(self) -> str:
@@ -73,9 +82,73 @@ class DecodedRequest:
         """The version the response is encoded at (0 for the KIP-511 reply)."""
         return 0 if self.immediate_response is not None else self.api_version
 
+    def __repr__(self) -> str:
+        return (f"DecodedRequest({self.spec.name} v{self.api_version}, correlation id {self.correlation_id}, "
+                f"client {self.client_id!r})")
+
 
 def decode_request(frame: bytes, apis: ApiRegistry = COORDINATOR_APIS) -> DecodedRequest:
     """Decode one request; `frame` is the payload after the 4-byte size prefix."""
+    if len(frame) >= 4:
+        head = frame[:4]
+        if type(head) is not bytes:  # a memoryview (the gateway's)
+            head = bytes(head)
+        plan = apis.plans.get(head)
+        if plan is None:
+            plan = apis.plans[head] = _plan(frame, apis)
+        if plan:  # a served API at a served version: one lookup gave every decoder (rule 3)
+            spec, api_key, header_decoder, header_version, body_decoder, null_checks = plan
+            view = memoryview(frame)
+            try:
+                header, offset = header_decoder(view, 0)
+                if offset > len(frame):  # compiled decoders slice past the end without complaint
+                    raise ValueError(f"the header needs {offset} bytes")
+            except Exception as exc:  # struct.error, ValueError, UnicodeDecodeError, ...
+                raise MalformedFrameError(
+                    f"request header v{header_version} does not decode from a "
+                    f"{len(frame)}-byte frame: {exc!r}") from exc
+            try:
+                request, end = body_decoder(view, offset)
+            except Exception as exc:  # struct.error, IndexError, UnicodeDecodeError, ...
+                raise _malformed_body(spec, header, frame, offset, f"does not decode: {exc!r}") from exc
+            if end != len(frame) or null_checks:
+                _check_body(spec, header, frame, offset, end, request, null_checks)
+            return DecodedRequest(api_key, header.request_api_version, header.correlation_id, header.client_id,
+                                  header, request, spec)
+    return _decode_request(frame, apis)
+
+
+def _plan(frame: bytes, apis: ApiRegistry) -> tuple | bool:
+    """What decodes a frame whose first 4 bytes (api key, version) are those
+    of ``frame``: (spec, api key, header decoder, its version, body decoder, null
+    checks), or False when the API or version is not served (the general
+    path answers or refuses it). Its api key is read here once: the spec's
+    property asks kafka-python's class every time."""
+    api_key, _ = Int16.decode_from(frame, 0)
+    version, _ = Int16.decode_from(frame, 2)
+    spec = apis.get(api_key)
+    if spec is None or not spec.supports(version):
+        return False
+    header_version, header_decoder = _HEADER_DECODERS[spec.request_class.flexible_version_q(version)]
+    body_decoder, null_checks = _body_decoder(spec, version)
+    return spec, spec.api_key, header_decoder, header_version, body_decoder, null_checks
+
+
+def _check_body(spec, header, frame, offset, end, request, null_checks) -> None:
+    """Rule 2 for a decoded body: it ends where the frame ends, and no field
+    the schema declares non-nullable is null; else MalformedFrameError."""
+    if end != len(frame):
+        state = "is truncated" if end > len(frame) else f"has {len(frame) - end} trailing bytes"
+        raise _malformed_body(spec, header, frame, offset, state)
+    null_path = _first_null(null_checks, request, "") if null_checks else None
+    if null_path is not None:
+        raise _malformed_body(spec, header, frame, offset, f"non-nullable field {null_path} is null",
+                              separator=": ")
+
+
+def _decode_request(frame: bytes, apis: ApiRegistry) -> DecodedRequest:
+    """The general path of :func:`decode_request`: unsupported APIs and
+    versions (KIP-511), frames too short to name their API."""
     header, offset = decode_request_header(frame, flexible=_has_flexible_header(frame, apis))
     spec = apis.get(header.request_api_key)
     if spec is None:
@@ -160,13 +233,7 @@ def _decode_body(spec: ApiSpec, header: RequestHeader, frame: bytes, offset: int
         request, end = decoder(memoryview(frame), offset)
     except Exception as exc:  # struct.error, IndexError, UnicodeDecodeError, ...
         raise _malformed_body(spec, header, frame, offset, f"does not decode: {exc!r}") from exc
-    if end != len(frame):
-        state = "is truncated" if end > len(frame) else f"has {len(frame) - end} trailing bytes"
-        raise _malformed_body(spec, header, frame, offset, state)
-    null_path = _first_null(null_checks, request, "") if null_checks else None
-    if null_path is not None:
-        raise _malformed_body(spec, header, frame, offset, f"non-nullable field {null_path} is null",
-                              separator=": ")
+    _check_body(spec, header, frame, offset, end, request, null_checks)
     return request
 
 
@@ -201,22 +268,31 @@ def _null_checks(schema: Mapping[str, Any], version: int) -> tuple[_NullCheck, .
 
 def _first_null(checks: tuple[_NullCheck, ...], obj: Any, path: str) -> str | None:
     """The path of the first forbidden null in `obj` (`members[1].member_id`), or None."""
+    found = _null_in(checks, obj)
+    return None if found is None else path + ".".join(reversed(found))
+
+
+def _null_in(checks: tuple[_NullCheck, ...], obj: Any) -> list[str] | None:
+    """The first forbidden null's path, innermost part first; nothing is
+    formatted unless one is found (every request of a hot API is checked)."""
     for name, forbidden, is_array, children in checks:
         value = getattr(obj, name)
         if value is None:
             if forbidden:
-                return path + name
+                return [name]
             continue
         if not children:
             continue
         if is_array:
             for i, child in enumerate(value):
-                found = _first_null(children, child, f"{path}{name}[{i}].")
+                found = _null_in(children, child)
                 if found is not None:
+                    found.append(f"{name}[{i}]")
                     return found
         else:
-            found = _first_null(children, value, f"{path}{name}.")
+            found = _null_in(children, value)
             if found is not None:
+                found.append(name)
                 return found
     return None
 

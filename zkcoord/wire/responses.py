@@ -14,12 +14,15 @@ Rules:
    and v0 otherwise; ApiVersions responses always use header v0.
 2. kafka-python's compiled encoders of (message class, version) are looked
    up once; its generic header path costs several times more. A cached
-   response is encoded by kafka-python once, and each frame is that body
-   behind a fresh header.
+   response is encoded by kafka-python once, and each frame is those bytes
+   behind a fresh size prefix and correlation id (one ``struct.pack``),
+   once the cached message is known to answer the request's API and
+   version.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +68,10 @@ def encode_response(decoded: DecodedRequest, response: ApiMessage | EncodedRespo
 
     Sets `response`'s version as a side effect when it has none.
     """
+    parts = _CONSTANT_BODIES.get(id(response))
+    if parts is not None and parts[0] is decoded.spec.response_class and parts[1] == decoded.api_version \
+            and decoded.immediate_response is None:  # a cached answer to this API and version (rule 2)
+        return _SIZE_AND_ID.pack(parts[2], decoded.correlation_id) + parts[3]
     if type(response) is EncodedResponse:
         if response.correlation_id != decoded.correlation_id:
             raise ResponseEncodingError(
@@ -82,9 +89,9 @@ def encode_response(decoded: DecodedRequest, response: ApiMessage | EncodedRespo
         raise ResponseEncodingError(
             f"{expected.__name__} was built at v{response.version} but the request "
             f"needs v{version}; build it with decoded.response_version")
-    body = _CONSTANT_BODIES.get(id(response))
-    if body is not None:
-        return _frame_of(body, decoded.correlation_id)
+    parts = _CONSTANT_BODIES.get(id(response))
+    if parts is not None:
+        return _SIZE_AND_ID.pack(parts[2], decoded.correlation_id) + parts[3]
     return encode_response_frame(response, version, decoded.correlation_id)
 
 
@@ -178,11 +185,13 @@ def _encode_frame(encoders: tuple[_Encoder, _Encoder], header: ResponseHeader, b
 
 
 # cached_response: (response class, version, key) -> the shared message;
-# id(message) -> (its encoded response header without the correlation id,
-# its encoded body). The messages are kept alive by the first map, so their
-# ids stay theirs; both maps are emptied together when the first is full.
+# id(message) -> (response class, version, the frame's size, the frame after
+# its size prefix and correlation id: the rest of the response header, then
+# the body). The messages are kept alive by the first map, so their ids stay
+# theirs; both maps are emptied together when the first is full.
 _CONSTANTS: dict[tuple, ApiMessage] = {}
-_CONSTANT_BODIES: dict[int, tuple[bytes, bytes]] = {}
+_CONSTANT_BODIES: dict[int, tuple[type, int, int, bytes]] = {}
+_SIZE_AND_ID = struct.Struct(">ii")  # a frame's size prefix and its correlation id
 _MAX_CONSTANTS = 4096
 
 
@@ -209,7 +218,9 @@ def cached_response(decoded: DecodedRequest, key: Any, fields: Callable[[], Mapp
             _CONSTANTS.clear()
             _CONSTANT_BODIES.clear()
         _CONSTANTS[cache_key] = message
-        _CONSTANT_BODIES[id(message)] = _constant_parts(encoders, message)
+        header_rest, body = _constant_parts(encoders, message)
+        _CONSTANT_BODIES[id(message)] = (decoded.spec.response_class, decoded.response_version,
+                                         Int32.size + len(header_rest) + len(body), header_rest + body)
     return message
 
 
@@ -224,12 +235,6 @@ def _constant_parts(encoders: tuple[_Encoder, _Encoder], message: ApiMessage) ->
 
 def _no_body(message: Any, out: Any) -> None:
     pass
-
-
-def _frame_of(parts: tuple[bytes, bytes], correlation_id: int) -> bytes:
-    header_rest, body = parts
-    return b"".join((Int32.encode(Int32.size + len(header_rest) + len(body)), Int32.encode(correlation_id),
-                     header_rest, body))
 
 
 def response_for(decoded: DecodedRequest, **fields: Any) -> ApiMessage:

@@ -20,6 +20,10 @@ Rules:
    deadline, then raises :class:`~zkcoord.errors.ServiceUnavailableError`.
    Requests issued while disconnected wait in kazoo's queue; the deadline
    bounds that wait as well.
+5. A request that needs no kazoo result object (:func:`call_request`, the
+   offset commits' multis) is settled from kazoo's connection thread
+   straight onto the loop: one thread hop, not two (kazoo's own results
+   run their callbacks on its completion thread first).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from kazoo.retry import ForceRetryError
 
 from zkcoord.errors import AuthenticationError, AuthorizationError, ConfigError, ServiceUnavailableError, ZkcoordError
 
-__all__ = ["post", "future_of", "call", "gather", "transaction_failure", "AsyncRetry", "translate",
+__all__ = ["post", "future_of", "call", "call_request", "gather", "transaction_failure", "AsyncRetry", "translate",
            "RETRYABLE"]
 
 log = logging.getLogger(__name__)
@@ -88,6 +92,32 @@ def future_of(loop: asyncio.AbstractEventLoop, result: Any) -> asyncio.Future:
 async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Issue one kazoo ``*_async`` call and await it (raising its exception)."""
     return await future_of(asyncio.get_running_loop(), fn(*args, **kwargs))
+
+
+class _LoopResult:
+    """The result object of :func:`call_request`: kazoo's connection thread
+    settles it, and it posts the outcome straight onto the loop (rule 5)."""
+
+    __slots__ = ("_loop", "_future")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future) -> None:
+        self._loop, self._future = loop, future
+
+    def set(self, value: Any = None) -> None:
+        post(self._loop, _settle, self._future, True, value)
+
+    def set_exception(self, exception: BaseException) -> None:
+        post(self._loop, _settle, self._future, False, exception)
+
+
+def call_request(client: Any, request: Any) -> asyncio.Future:
+    """Queue a request object shaped like kazoo's own (``type``,
+    ``serialize``, ``deserialize``) and return the future of its answer.
+    Call on the loop thread."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    client._call(request, _LoopResult(loop, future))  # how kazoo's own *_async methods queue a request
+    return future
 
 
 def gather(loop: asyncio.AbstractEventLoop, results: Sequence[Any]) -> asyncio.Future:

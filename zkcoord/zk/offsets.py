@@ -19,11 +19,17 @@ Rules:
    ``max_multi_bytes`` bytes, below ZooKeeper's 1 MB packet limit,
    jute.maxbuffer; a request too big for one multi by itself is split, and
    one partition whose ops alone would not fit is refused with UsageError
-   before anything is queued: no multi is ever sent over the limit). A failed merged multi names its culprit op: that request gets its
-   own error, the others are sent again; a failure nobody can be blamed for
+   before anything is queued: no multi is ever sent over the limit). A
+   failed merged multi names its culprit op: that request gets its own
+   error, the others are sent again; a failure nobody can be blamed for
    sends each request alone. A failed fence fails every request holding it,
    and is reported once to ``on_deposed(fence, reason)`` (the daemon drops
-   the group there, as it does when a fenced state write fails).
+   the group there, as it does when a fenced state write fails). These
+   rules, apart from the I/O, are :mod:`zkcoord.zk.commit_batch`'s; the
+   ops are bytes encoded once per partition (:mod:`zkcoord.zk.jute`), and a
+   commit's waiter is a future, or (``submit(on_done=...)``) a function the
+   batcher calls in place when ZooKeeper answered, a deadline
+   (``request_timeout_ms``) failing it in either form.
 4. What exists is known per (group, topic) directory from one
    ``get_children`` (not one read per partition), parents are ensured once,
    and both are corrected when a multi proves them wrong.
@@ -46,21 +52,22 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from kazoo.exceptions import (
-    ConnectionClosedError, KazooException, NodeExistsError, NoNodeError, NotEmptyError, SessionExpiredError,
+    ConnectionClosedError, KazooException, NoNodeError, SessionExpiredError,
 )
 
 from zkcoord.core.legacy_values import Unparsable, partition_number, read_legacy_value, shown
 from zkcoord.core.offset_fetch import Wanted, wanted_by_topic
-from zkcoord.errors import NotOwnerError, ServiceUnavailableError, UsageError, ZkcoordError
+from zkcoord.errors import ServiceUnavailableError, UsageError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.auth import OPEN_ACL
+from zkcoord.zk.commit_batch import OP_OVERHEAD_BYTES, Batch, Callback, CommitQueue, Entry, QueuedCommit, Targets
+from zkcoord.zk.jute import EncodedMulti, OpCodec
 from zkcoord.zk.multi_read import GET_DATA, read_many
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.ownership import Fence
@@ -71,8 +78,6 @@ __all__ = ["OffsetStore", "FetchedOffsets", "OffsetStats", "PreparedCommit", "To
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-_OP_OVERHEAD_BYTES = 64  # multi header, op header, ACL of a create
-_MAX_ATTEMPTS = 5  # a request re-sent this often because the cache was wrong fails
 _FENCE_RESERVE_BYTES = 2048  # what a prepared chunk leaves for its fence check (a path under 1 KB)
 _PREPARE_SLICE = 2000  # entries built between two yields to the event loop
 FETCH_SLICE = 1000  # partitions read at once by a fetch
@@ -113,42 +118,63 @@ class FetchedOffsets(dict):
         self.unparsable: dict[TopicPartition, str] = {}
 
 
-@dataclass
-class _Entry:
-    topic: str
-    partition: int
-    name: str  # the partition's znode name
-    odir: str  # offsets/<topic>
-    mdir: str  # offsets-metadata/<topic>
-    value: bytes
-    meta: bytes | None  # None: empty metadata
-
-
-@dataclass(eq=False)
-class _Request:
-    group: str
-    entries: list[_Entry]
-    fence: Fence | None
-    future: asyncio.Future
-    nbytes: int
-    nops: int
-    attempts: int = 0
-    solo: bool = False
-
-
-@dataclass
-class _Batch:
-    requests: list[_Request]
-    blame: list[object] = field(default_factory=list)  # per op: its _Request, or the Fence it checks
-    dirs: set[str] = field(default_factory=set)
-
-
-async def _done() -> None:
-    """An awaitable that is already complete: nothing to commit."""
-
-
 def _utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode())
+
+
+def _settled(loop: asyncio.AbstractEventLoop, on_done) -> asyncio.Future | None:
+    """Nothing to commit: a future already complete, or ``on_done(None)`` now."""
+    if on_done is not None:
+        on_done(None)
+        return None
+    future = loop.create_future()
+    future.set_result(None)
+    return future
+
+
+def _error_of(future: asyncio.Future) -> BaseException | None:
+    return asyncio.CancelledError() if future.cancelled() else future.exception()
+
+
+def _all(loop: asyncio.AbstractEventLoop, futures: list[asyncio.Future]) -> asyncio.Future:
+    """One future for a commit split over several multis: None once every part
+    landed, the first failure's exception otherwise (the others retrieved)."""
+    combined = loop.create_future()
+    left = [len(futures)]
+
+    def done(part: asyncio.Future) -> None:
+        error = part.exception() if not part.cancelled() else asyncio.CancelledError()
+        if combined.done():
+            return
+        if error is not None:
+            combined.set_exception(error)
+            return
+        left[0] -= 1
+        if not left[0]:
+            combined.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(done)
+    return combined
+
+
+def _entry(targets: Targets, group: str, tp: TopicPartition, om: tuple[int, str]) -> Entry:
+    """One partition of a commit: its target, the offset's znode value, the
+    metadata's (None when empty); UsageError for bad names or values."""
+    try:
+        (topic, partition), (offset, metadata) = tp, om
+    except (TypeError, ValueError):
+        raise UsageError(f"offsets must map (topic, partition) to (offset, metadata), got {tp!r}: {om!r}") from None
+    if type(offset) is not int:
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise UsageError(f"offset of {topic}-{partition} must be a whole number, got {offset!r}")
+        offset = int(offset)
+    if metadata is not None and not isinstance(metadata, str):
+        raise UsageError(f"metadata of {topic}-{partition} must be a string, got {metadata!r}")
+    if not metadata:
+        return targets(group, topic, partition), str(offset).encode(), None
+    return (targets(group, topic, partition), str(offset).encode(),
+            json.dumps({"o": offset, "m": metadata}, separators=(",", ":")).encode())
 
 
 @dataclass
@@ -156,7 +182,7 @@ class PreparedCommit:
     """A commit's ops, built and split by :meth:`OffsetStore.prepare`."""
 
     group: str
-    chunks: list[tuple[list[_Entry], int, int]]
+    chunks: list[tuple[list[Entry], int, int]]
 
 
 async def ensure_offsets_root(conn: ZkConnection, root: str = paths.DEFAULT_CONSUMERS_ROOT) -> None:
@@ -188,14 +214,15 @@ class OffsetStore:
         self.max_ops_per_multi = max_ops_per_multi
         self.max_multi_bytes = max_multi_bytes
         self.stats = OffsetStats()
-        self._queue: collections.deque[_Request] = collections.deque()
         self._wakeup = asyncio.Event()
         self._worker: asyncio.Task | None = None
-        self._children: dict[str, set[str] | None] = {}  # dir -> children; None: dir absent
-        self._dirs: dict[tuple[str, str], tuple[str, str]] = {}
-        self._dead_fences: set[str] = set()
         self._reported: set[tuple[str, bytes | None]] = set()  # corrupt znodes logged already
-        self._in_flight: _Batch | None = None
+        self._watchdog: asyncio.TimerHandle | None = None  # fails commits past their deadline
+        self._client = None  # the kazoo client the encodings below are for (its chroot and ACL)
+        self._targets: Targets | None = None
+        self._commits = CommitQueue(OpCodec(), max_ops=max_ops_per_multi, max_bytes=max_multi_bytes,
+                                    describe=lambda exc, what: aio.translate(exc, what, conn.hosts),
+                                    on_deposed=on_deposed)
 
     # ------------------------------------------------------------ commits
     async def commit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]],
@@ -213,94 +240,96 @@ class OffsetStore:
         event loop between them (rule 6); queue it with :meth:`submit`.
         Raises UsageError (bad names or values, a partition too big)."""
         entries = []
+        targets = self._current_targets()
         for i, (tp, om) in enumerate(offsets.items()):
             if i and i % _PREPARE_SLICE == 0:
                 await asyncio.sleep(0)
-            entries.append(self._entry(group, tp, om))
+            entries.append(_entry(targets, group, tp, om))
         return PreparedCommit(group, self._chunks(entries, None, reserve=True) if entries else [])
 
     def submit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]] | PreparedCommit,
-               fence: Fence | None = None) -> Awaitable[None]:
-        """Queue the commit now, in call order, and return what to await for
-        its outcome (see :meth:`commit`).
+               fence: Fence | None = None,
+               on_done: Callable[[BaseException | None], None] | None = None) -> asyncio.Future | None:
+        """Queue the commit now, in call order, and return the future of its
+        outcome (see :meth:`commit`): None once ZooKeeper applied every part.
+        With ``on_done``, nothing is returned: ``on_done(None)`` is called
+        when it landed, ``on_done(exception)`` when not, from the batcher
+        (not a loop step later, as a future's callbacks are).
 
         Queuing is synchronous, so a caller holding a group's lock fixes the
         commit's place in the write order before the lock is released: a
         commit validated against generation N is queued before any commit of
         N+1. UsageError and NotOwnerError are raised here, before queuing.
         """
+        loop = asyncio.get_running_loop()
         if isinstance(offsets, PreparedCommit):
             if offsets.group != group:
                 raise UsageError(f"a commit prepared for group {offsets.group!r} cannot be submitted for {group!r}")
-            if fence is not None and len(fence.path) + _OP_OVERHEAD_BYTES > _FENCE_RESERVE_BYTES:
+            if fence is not None and len(fence.path) + OP_OVERHEAD_BYTES > _FENCE_RESERVE_BYTES:
                 raise UsageError(f"fence path {fence.path!r} is longer than a prepared commit leaves room for")
             chunks = offsets.chunks
         else:
             chunks = None
-            entries = [self._entry(group, tp, om) for tp, om in offsets.items()]
+            targets = self._current_targets()
+            entries = [_entry(targets, group, tp, om) for tp, om in offsets.items()]
             if not entries:
-                return _done()
+                return _settled(loop, on_done)
         if chunks is not None and not chunks:
-            return _done()
+            return _settled(loop, on_done)
         if fence is not None and fence.group != group:
             raise UsageError(f"the fence of group {fence.group!r} cannot guard a commit of group {group!r}")
-        if fence is not None and fence.path in self._dead_fences:
-            raise self._not_owner(fence)
+        if self._commits.is_dead(fence):
+            raise self._commits.not_owner(fence)
         if chunks is None:
-            chunks = list(self._chunks(entries, fence))
+            chunks = self._chunks(entries, fence)
         elif fence is not None:  # the fence's check, in the room every prepared chunk left for it
-            extra = _utf8_len(fence.path) + _OP_OVERHEAD_BYTES
+            extra = _utf8_len(fence.path) + OP_OVERHEAD_BYTES
             chunks = [(chunk, nbytes + extra, nops + 1) for chunk, nbytes, nops in chunks]
-        loop = asyncio.get_running_loop()
-        futures = [self._enqueue(loop, group, chunk, fence) for chunk in chunks]
+        deadline = loop.time() + self._conn.request_timeout_ms / 1000
+        single = len(chunks) == 1 and on_done is not None
+        futures = []
+        for chunk, nbytes, nops in chunks:
+            future = Callback(on_done) if single else loop.create_future()
+            self._commits.put(QueuedCommit(group, chunk, fence, future, nbytes, nops, deadline))
+            futures.append(future)
         self._wakeup.set()
         if self._worker is None or self._worker.done():
             self._worker = loop.create_task(self._run())
-        return self._confirmed(group, futures)
+        if self._watchdog is None:
+            self._watchdog = loop.call_at(deadline, self._expire)
+        if single:
+            return None
+        outcome = futures[0] if len(futures) == 1 else _all(loop, futures)
+        if on_done is None:
+            return outcome
+        outcome.add_done_callback(lambda done: on_done(_error_of(done)))
+        return None
 
-    async def _confirmed(self, group: str, futures: list[asyncio.Future]) -> None:
-        try:
-            async with asyncio.timeout(self._conn.request_timeout_ms / 1000):
-                for fut in futures:
-                    await fut
-        except TimeoutError:
-            raise ServiceUnavailableError(
-                f"ZooKeeper at {self._conn.hosts} did not confirm the offset commit of group {group!r} within "
-                f"{self._conn.request_timeout_ms / 1000:g} s; it may still be applied") from None
+    def _current_targets(self) -> Targets:
+        """The encoded targets of the connection's current client (a restarted
+        connection has a new one: its chroot and ACL are read again)."""
+        client = self._conn.client
+        if client is not self._client or self._targets is None:
+            codec = OpCodec(client.chroot, client.default_acl)
+            self._client, self._targets = client, Targets(self.paths, codec)
+            self._commits.codec = codec
+        return self._targets
 
-    def _entry(self, group: str, tp: TopicPartition, om: tuple[int, str]) -> _Entry:
-        try:
-            (topic, partition), (offset, metadata) = tp, om
-        except (TypeError, ValueError):
-            raise UsageError(f"offsets must map (topic, partition) to (offset, metadata), got {tp!r}: {om!r}") from None
-        if isinstance(offset, bool) or not isinstance(offset, int):
-            raise UsageError(f"offset of {topic}-{partition} must be a whole number, got {offset!r}")
-        if metadata is not None and not isinstance(metadata, str):
-            raise UsageError(f"metadata of {topic}-{partition} must be a string, got {metadata!r}")
-        odir, mdir = self._topic_dirs(group, topic)
-        name = paths.partition_name(partition)
-        meta = json.dumps({"o": offset, "m": metadata}, separators=(",", ":")).encode() if metadata else None
-        return _Entry(topic, partition, name, odir, mdir, str(offset).encode(), meta)
+    def _expire(self) -> None:
+        """The watchdog: fail the commits past their deadline, re-armed for the next one."""
+        self._watchdog = None
+        loop = asyncio.get_running_loop()
+        nearest = self._commits.expire(loop.time(), self._timed_out)
+        if nearest is not None:
+            self._watchdog = loop.call_at(nearest, self._expire)
 
-    def _topic_dirs(self, group: str, topic: str) -> tuple[str, str]:
-        found = self._dirs.get((group, topic))
-        if found is None:
-            found = (self.paths.topic_dir(group, topic), self.paths.metadata_topic_dir(group, topic))
-            if len(self._dirs) > 100_000:
-                self._dirs.clear()
-            self._dirs[(group, topic)] = found
-        return found
+    def _timed_out(self, group: str) -> ServiceUnavailableError:
+        return ServiceUnavailableError(
+            f"ZooKeeper at {self._conn.hosts} did not confirm the offset commit of group {group!r} within "
+            f"{self._conn.request_timeout_ms / 1000:g} s; it may still be applied")
 
-    @staticmethod
-    def _cost(entry: _Entry) -> tuple[int, int]:
-        """(bytes, ops) the entry adds to a multi (paths in UTF-8, as ZooKeeper sends them)."""
-        nbytes = _utf8_len(entry.odir) + _utf8_len(entry.name) + len(entry.value) + _OP_OVERHEAD_BYTES
-        if entry.meta is None:
-            return nbytes, 1
-        return nbytes + _utf8_len(entry.mdir) + _utf8_len(entry.name) + len(entry.meta) + _OP_OVERHEAD_BYTES, 2
-
-    def _chunks(self, entries: list[_Entry], fence: Fence | None,
-                reserve: bool = False) -> Iterable[tuple[list[_Entry], int, int]]:
+    def _chunks(self, entries: list[Entry], fence: Fence | None,
+                reserve: bool = False) -> list[tuple[list[Entry], int, int]]:
         """The request as one chunk, or several if it cannot fit one multi
         (bytes or ops); with ``reserve``, each chunk leaves room for a fence
         check added later. UsageError, before anything is queued, for an
@@ -309,17 +338,18 @@ class OffsetStore:
             room_bytes, room_ops = self.max_multi_bytes - _FENCE_RESERVE_BYTES, self.max_ops_per_multi - 1
             base = (0, 0)
         else:
-            base = (_utf8_len(fence.path) + _OP_OVERHEAD_BYTES, 1) if fence else (0, 0)
             room_bytes, room_ops = self.max_multi_bytes, self.max_ops_per_multi
+            base = (_utf8_len(fence.path) + OP_OVERHEAD_BYTES, 1) if fence else (0, 0)
         chunks = []
         chunk, nbytes, nops = [], *base
         for entry in entries:
-            b, n = self._cost(entry)
+            target, value, meta = entry
+            b, n = target.cost(value, meta)
             if base[0] + b > room_bytes:
                 raise UsageError(
-                    f"the offset of {entry.topic}-{entry.partition} needs a {b}-byte ZooKeeper write, more than "
-                    f"one multi may carry ({room_bytes - base[0]} bytes, under ZooKeeper's 1 MB jute.maxbuffer); "
-                    "shorten its metadata")
+                    f"the offset of {target.topic}-{target.partition} needs a {b}-byte ZooKeeper write, more "
+                    f"than one multi may carry ({room_bytes - base[0]} bytes, under ZooKeeper's 1 MB "
+                    "jute.maxbuffer); shorten its metadata")
             if chunk and (nbytes + b > room_bytes or nops + n > room_ops):
                 chunks.append((chunk, nbytes, nops))
                 chunk, nbytes, nops = [], *base
@@ -328,15 +358,8 @@ class OffsetStore:
         chunks.append((chunk, nbytes, nops))
         return chunks
 
-    def _enqueue(self, loop, group: str, chunk: tuple[list[_Entry], int, int], fence: Fence | None):
-        entries, nbytes, nops = chunk
-        fut = loop.create_future()
-        self._queue.append(_Request(group, entries, fence, fut, nbytes, nops))
-        return fut
-
     async def stop(self) -> None:
         """Stop the batching task; queued commits fail with ServiceUnavailableError."""
-        in_flight = self._in_flight.requests if self._in_flight else []
         if self._worker is not None:
             self._worker.cancel()
             try:
@@ -344,215 +367,116 @@ class OffsetStore:
             except asyncio.CancelledError:
                 pass
             self._worker = None
-        stopped = ServiceUnavailableError("the offset store was stopped; the commit may or may not have landed")
-        for request in in_flight:
-            self._fail(request, stopped)
-        while self._queue:
-            self._fail(self._queue.popleft(), stopped)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        self._commits.drain(ServiceUnavailableError("the offset store was stopped; the commit may or may not "
+                                                    "have landed"))
+        self._commits.in_flight = None
 
     def forget(self, group: str) -> None:
         """Drop what is cached about ``group`` (e.g. when we stop owning it)."""
-        prefix = self.paths.group(group) + "/"
-        for path in [p for p in self._children if p.startswith(prefix)]:
-            del self._children[path]
+        self._commits.forget_group(self.paths.group(group))
+        if self._targets is not None:
+            self._targets.forget(group)
 
     # ------------------------------------------------------- the batcher
     async def _run(self) -> None:
         delay = 0.02
+        commits = self._commits
         while True:
-            if not self._queue:
+            if not len(commits):
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            batch = self._take()
-            if not batch.requests:
+            batch = commits.take()
+            if not batch.commits:
                 continue
-            self._in_flight = batch
+            commits.in_flight = batch
             try:
                 connection_trouble = await self._send(batch)
             except Exception as exc:  # a bug: fail this batch, keep serving
                 log.exception("offset commit batch failed")
-                for request in batch.requests:
-                    self._fail(request, exc)
+                for commit in batch.commits:
+                    if not commit.future.done():
+                        commit.future.set_exception(exc)
                 connection_trouble = False
             finally:
-                self._in_flight = None
+                commits.in_flight = None
             if connection_trouble:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
             else:
                 delay = 0.02
 
-    def _take(self) -> _Batch:
-        taken: list[_Request] = []
-        nbytes = nops = 0
-        while self._queue:
-            request = self._queue[0]
-            if request.future.done():  # its caller timed out
-                self._queue.popleft()
-                continue
-            if request.fence is not None and request.fence.path in self._dead_fences:
-                self._fail(self._queue.popleft(), self._not_owner(request.fence))
-                continue
-            if taken and (request.solo or taken[0].solo or nops + request.nops > self.max_ops_per_multi
-                          or nbytes + request.nbytes > self.max_multi_bytes):
-                break
-            taken.append(self._queue.popleft())
-            nbytes, nops = nbytes + request.nbytes, nops + request.nops
-        return _Batch(taken)
-
-    async def _send(self, batch: _Batch) -> bool:
+    async def _send(self, batch: Batch) -> bool:
         """Send one batch as one multi; True if the connection was the trouble."""
+        commits = self._commits
         sent = False
         try:
-            await self._prepare(batch)
-            txn = self._build(batch)
+            await self._learn_dirs(batch)
+            ops = commits.build(batch)
             self.stats.multis += 1
-            self.stats.ops += len(txn.operations)
+            self.stats.ops += len(ops)
             sent = True
-            results = await aio.future_of(asyncio.get_running_loop(), txn.commit_async())
+            answer = await aio.call_request(self._conn.client, EncodedMulti(ops))
         except ConnectionClosedError as exc:
-            self._forget_dirs(batch)
-            for request in batch.requests:
-                self._fail(request, aio.translate(exc, "commit offsets", self._conn.hosts))
+            commits.failed(batch, aio.translate(exc, "commit offsets", self._conn.hosts))
             return False
         except (*aio.RETRYABLE, SessionExpiredError) as exc:
             self.stats.failed_multis += sent  # its answer was lost: it may have landed
-            self._forget_dirs(batch)
-            expired = isinstance(exc, SessionExpiredError)
-            for request in batch.requests:
-                if expired and request.fence is not None:
-                    self._fence_failed(request.fence, "the ZooKeeper session that held it expired")
-                    self._fail(request, self._not_owner(request.fence))
-            self._requeue([r for r in batch.requests if not r.future.done()])
+            commits.lost(batch, expired=isinstance(exc, SessionExpiredError))
             return True
         except KazooException as exc:
-            self._forget_dirs(batch)
-            for request in batch.requests:
-                self._fail(request, aio.translate(exc, "commit offsets", self._conn.hosts))
+            commits.failed(batch, aio.translate(exc, "commit offsets", self._conn.hosts))
             return False
-        failure = aio.transaction_failure(results)
-        if failure is None:
-            for request in batch.requests:
-                self.stats.commits += 1
-                if not request.future.done():
-                    request.future.set_result(None)
+        if not answer:
+            self.stats.commits += commits.applied(batch)
             return False
         self.stats.failed_multis += 1
-        self._forget_dirs(batch)
-        self._blame(batch, *failure)
+        refused = answer[0]
+        commits.refused(batch, refused.index, refused.error)
         return False
 
-    def _blame(self, batch: _Batch, index: int, exc: BaseException) -> None:
-        culprit = batch.blame[index] if 0 <= index < len(batch.blame) else None
-        if isinstance(culprit, Fence):
-            self._fence_failed(culprit, f"its contender {culprit.path} is gone")
-            for request in batch.requests:
-                if request.fence is not None and request.fence.path == culprit.path:
-                    self._fail(request, self._not_owner(culprit))
-        elif isinstance(culprit, _Request) and isinstance(exc, (NoNodeError, NodeExistsError, NotEmptyError)):
-            culprit.attempts += 1  # what we knew about existing znodes was wrong: re-read and resend
-            if culprit.attempts >= _MAX_ATTEMPTS:
-                self._fail(culprit, ZkcoordError(
-                    f"offset commit of group {culprit.group!r} kept failing ({type(exc).__name__}); "
-                    "is another process deleting its znodes?"))
-        elif isinstance(culprit, _Request):
-            self._fail(culprit, aio.translate(exc, f"commit offsets of group {culprit.group!r}", self._conn.hosts))
-        elif len(batch.requests) > 1:
-            for request in batch.requests:
-                request.solo = True  # nobody to blame: send each alone
-        else:
-            self._fail(batch.requests[0], aio.translate(exc, "commit offsets", self._conn.hosts))
-        self._requeue([r for r in batch.requests if not r.future.done()])
-
-    def _requeue(self, requests: list[_Request]) -> None:
-        self._queue.extendleft(reversed(requests))  # first again, in their order
-
-    def _fail(self, request: _Request, exc: BaseException) -> None:
-        if not request.future.done():
-            request.future.set_exception(exc)
-
-    def _fence_failed(self, fence: Fence, why: str) -> None:
-        if fence.path in self._dead_fences:
-            return
-        self._dead_fences.add(fence.path)
-        if self._on_deposed is not None:
-            try:
-                self._on_deposed(fence, f"an offset commit of group {fence.group!r} was refused: {why}")
-            except Exception:  # the listener's bug must not fail the batch
-                log.exception("on_deposed listener failed for %s", fence.path)
-
-    def _not_owner(self, fence: Fence) -> NotOwnerError:
-        return NotOwnerError(f"offsets of group {fence.group!r} not committed: this daemon no longer owns "
-                             f"the group (contender {fence.path} is gone); look the coordinator up again",
-                             fence.group)
-
-    def _forget_dirs(self, batch: _Batch) -> None:
-        for path in batch.dirs:
-            self._children.pop(path, None)
-
-    # --------------------------------------------- what exists, and the multi
-    async def _prepare(self, batch: _Batch) -> None:
+    # --------------------------------------------- what exists
+    async def _learn_dirs(self, batch: Batch) -> None:
         """Learn the children of every directory the batch touches; create
         the offset directories (and metadata ones it writes to) if absent."""
-        need: dict[str, bool] = {}  # dir -> must exist
+        children = self._commits.children
+        need: dict[str, bool] | None = None  # dir -> must exist
         group_of: dict[str, str] = {}  # dir -> its <root>/<group>
-        for request in batch.requests:
-            for e in request.entries:
-                need[e.odir] = True
-                need[e.mdir] = need.get(e.mdir, False) or e.meta is not None
-                if e.odir not in group_of:
-                    group_of[e.odir] = group_of[e.mdir] = self.paths.group(request.group)
+        for commit in batch.commits:
+            for target, _, meta in commit.entries:
+                if children.get(target.odir) is not None and target.mdir in children \
+                        and (meta is None or children[target.mdir] is not None):
+                    continue  # the usual case: known, and there where it must be
+                if need is None:
+                    need = {}
+                need[target.odir] = True
+                need[target.mdir] = need.get(target.mdir, False) or meta is not None
+                if target.odir not in group_of:
+                    group_of[target.odir] = group_of[target.mdir] = self.paths.group(commit.group)
+        if need is None:
+            return
         client = self._conn.client
         loop = asyncio.get_running_loop()
-        unknown = [d for d in need if d not in self._children]
+        unknown = [d for d in need if d not in children]
         listed = await aio.gather(loop, [client.get_children_async(d) for d in unknown])
         for path, outcome in zip(unknown, listed):
             if isinstance(outcome, NoNodeError):
-                self._children[path] = None
+                children[path] = None
             elif isinstance(outcome, BaseException):
                 raise outcome
             else:
-                self._children[path] = set(outcome)
-        missing = [d for d, must in need.items() if must and self._children.get(d) is None]
+                children[path] = set(outcome)
+        missing = [d for d, must in need.items() if must and children.get(d) is None]
         for outcome in await ensure_group_dirs(self._conn, sorted({group_of[d] for d in missing})):
             if isinstance(outcome, BaseException):
                 raise outcome
         for path, outcome in zip(missing, await aio.gather(loop, [client.ensure_path_async(d) for d in missing])):
             if isinstance(outcome, BaseException):
                 raise outcome
-            self._children[path] = set()
-
-    def _build(self, batch: _Batch):
-        txn = self._conn.client.transaction()
-        checked: set[str] = set()
-        for request in batch.requests:
-            fence = request.fence
-            if fence is not None and fence.path not in checked:
-                checked.add(fence.path)
-                fence.add_check(txn)
-                batch.blame.append(fence)
-            for e in request.entries:
-                self._put(txn, batch, request, e.odir, e.name, e.value)
-                if e.meta is not None:
-                    self._put(txn, batch, request, e.mdir, e.name, e.meta)
-                elif self._children.get(e.mdir) and e.name in self._children[e.mdir]:
-                    txn.delete(f"{e.mdir}/{e.name}")  # stale metadata of an earlier commit
-                    self._children[e.mdir].discard(e.name)
-                    batch.blame.append(request)
-                    batch.dirs.add(e.mdir)
-        return txn
-
-    def _put(self, txn, batch: _Batch, request: _Request, directory: str, name: str, value: bytes) -> None:
-        children = self._children.get(directory)  # None only if forget() ran meanwhile
-        if children is not None and name in children:
-            txn.set_data(f"{directory}/{name}", value)
-        else:
-            txn.create(f"{directory}/{name}", value)
-            if children is not None:
-                children.add(name)  # optimistic: forgotten if the multi fails
-        batch.dirs.add(directory)  # a failed multi re-reads every directory it touched
-        batch.blame.append(request)
+            children[path] = set()
 
     # ------------------------------------------------------------- delete
     async def delete_group(self, group: str, fence: Fence | None = None) -> int:
@@ -582,7 +506,7 @@ class OffsetStore:
             if failure is not None:
                 index, exc = failure
                 if fence is not None and index == 0:
-                    raise self._not_owner(fence)
+                    raise self._commits.not_owner(fence)
                 raise ServiceUnavailableError(f"offsets of group {group!r} not deleted: {exc!r}")
             deleted += len(doomed[start:start + step])
         return deleted
