@@ -378,6 +378,30 @@ class Handovers:
         self._runtimes[runtime.group_id] = runtime
         await self._probe(runtime.group_id)
 
+    async def loaded_many(self, runtimes: list[GroupRuntime]) -> None:
+        """Many groups were loaded here at once (a takeover): those legacy
+        consumers may share (a registration under ``ids``, a handover in
+        their record, a marker; read in bulk, without watches) are probed as
+        :meth:`loaded` probes one, before this returns (before they are
+        served); the others' registrations are watched in the background,
+        one group at a time (a legacy consumer that comes meanwhile is seen
+        by that probe's read, as one that comes later is by its watch)."""
+        for runtime in runtimes:
+            self._runtimes[runtime.group_id] = runtime
+        ids = await self._zk.consumer_ids_many([r.group_id for r in runtimes])
+        marked = set(await self._zk.marked())
+        shared = {r.group_id for r in runtimes if legacy_ids(ids[r.group_id]) or r.group.handover_ids is not None
+                  or r.group_id in marked}
+        for group_id in sorted(shared):
+            await self._probe(group_id)
+        rest = [r.group_id for r in runtimes if r.group_id not in shared]
+        if rest:
+            self._background.spawn(self._probe_each(rest), f"watch the legacy consumers of {len(rest)} groups")
+
+    async def _probe_each(self, group_ids: list[str]) -> None:
+        for group_id in group_ids:
+            await self._probe_logged(group_id)
+
     async def _probe(self, group_id: str) -> None:
         runtime = self._runtimes.get(group_id)
         if runtime is None or not runtime.active:

@@ -28,6 +28,12 @@ describe, list, delete, cleanup).
 * Ownership lost (our contender node vanished, a fenced write refused, the
   session LOST): the runtime is unloaded at once; parked requests get
   NOT_COORDINATOR.
+* A daemon whose session ended: its groups placed here are taken over at
+  once, in bulk (:mod:`zkcoord.server.takeover`; :meth:`GroupManager.load_many`
+  loads them), not when their members ask.
+* Stopping (:meth:`GroupManager.release_all`): every group unloaded and its
+  election node deleted (in multis); from then on this daemon contends for
+  nothing, so a request arriving meanwhile cannot take a group back.
 
 Nothing here knows a group's kind: the runtime asks the group's kind
 (:mod:`zkcoord.core.groups`) for everything kind-specific.
@@ -38,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,11 +56,12 @@ from zkcoord.core.membership import GroupConfig
 from zkcoord.core.placement import choose_node
 from zkcoord.errors import StateError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
-from zkcoord.server.bulk_work import SLICE
+from zkcoord.server.bulk_work import SLICE, pause_every
 from zkcoord.server.group_admin import GroupAdmin
 from zkcoord.server.group_offsets import GroupOffsets
 from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError, monotonic_ms
 from zkcoord.server.handover import Handovers
+from zkcoord.server.takeover import Takeover
 from zkcoord.tasks import Background
 from zkcoord.zk import paths
 from zkcoord.zk.group_reads import unknown_groups
@@ -106,6 +114,8 @@ class GroupManager:
         self.handovers = None if conn is None else Handovers(
             LegacyRebalanceZk(conn, offsets.paths.root if offsets is not None else paths.DEFAULT_CONSUMERS_ROOT),
             ownership.fence)
+        self.takeover = Takeover(self)  # started by the daemon (start_takeover)
+        self._stopping = False  # release_all began
 
     # -- ownership ---------------------------------------------------------------
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
@@ -183,10 +193,12 @@ class GroupManager:
     async def _take(self, group_id: str) -> None:
         """A request for a group we do not own: contend if nobody owns it;
         NOT_COORDINATOR if another daemon owns it or wins."""
+        if self._stopping:
+            raise GroupUnavailableError(group_id, E.NOT_COORDINATOR, f"node {self.node_id} is stopping")
         try:
-            owner = await self.ownership.current_owner(group_id)
+            owner = None if self.ownership.is_contending(group_id) else await self.ownership.current_owner(group_id)
             if owner is None or owner == self.node_id:
-                owner = await self.ownership.contend(group_id)
+                owner = await self.ownership.contend(group_id)  # joins a contention under way (a takeover's)
         except ZkcoordError as exc:
             raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
         if owner != self.node_id:
@@ -204,8 +216,25 @@ class GroupManager:
         return await asyncio.shield(task)
 
     async def _load(self, group_id: str) -> GroupRuntime:
+        runtime = await self._prepare(group_id)
+        if self.handovers is not None:
+            try:
+                await self.handovers.loaded(runtime)
+            except ZkcoordError as exc:
+                await runtime.unload(f"not loaded: {exc}")
+                raise GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS, str(exc)) from exc
+        self._serve(group_id, runtime)
+        return runtime
+
+    async def _prepare(self, group_id: str, read=None) -> GroupRuntime:
+        """A loaded runtime of the group, not served yet; ``read``: its stored
+        ``(record, version)``, or the error reading it gave (None: read it here)."""
         try:
-            record, version = await self.store.load(group_id)
+            if read is None:
+                read = await self.store.load(group_id)
+            elif isinstance(read, BaseException):
+                raise read
+            record, version = read
             runtime = GroupRuntime(group_id, lambda: self.group_config, self._persist, self.stepped_down,
                                    clock=self.clock, on_persisted=self._on_persisted,
                                    on_transition=None if self.metrics is None else self.metrics.observe_transition,
@@ -214,18 +243,86 @@ class GroupManager:
                 self.metrics.observe_loaded(groups.from_record(group_id, record) if record else runtime.group)
             await runtime.load(record, None if version is None or version < 0 else version)
             self._track_topics(runtime.group)
-            if self.handovers is not None:
-                await self.handovers.loaded(runtime)
         except StateError as exc:
             self._broken[group_id] = (str(exc), self.clock())
             log.error("group %s cannot be served: %s", group_id, exc)
             raise GroupUnavailableError(group_id, E.UNKNOWN_SERVER_ERROR, str(exc)) from exc
         except ZkcoordError as exc:
             raise GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS, str(exc)) from exc
+        return runtime
+
+    def _serve(self, group_id: str, runtime: GroupRuntime) -> None:
         self._broken.pop(group_id, None)
         self.runtimes[group_id] = runtime
         self.group_offsets.loaded(runtime)
-        return runtime
+
+    def takeable(self, group_id: str) -> bool:
+        """May a takeover take this group: not served, loading or contended here, and not stopping?"""
+        return not (self._stopping or group_id in self.runtimes or group_id in self._loading
+                    or self.ownership.is_owned(group_id) or self.ownership.is_contending(group_id))
+
+    async def load_many(self, group_ids: list[str]) -> list[str]:
+        """Load many groups won at once (a takeover): their states read in
+        multiReads, :data:`SLICE` at a time; their legacy registrations
+        looked at in bulk (:meth:`~zkcoord.server.handover.Handovers.loaded_many`).
+        A request for one of them meanwhile waits for its load, as for one
+        group's. The ids loaded (now served)."""
+        loop = asyncio.get_running_loop()
+        futures = {}
+        for group_id in group_ids:
+            if group_id in self._loading or group_id in self.runtimes or not self.ownership.is_owned(group_id):
+                continue
+            futures[group_id] = future = loop.create_future()
+            future.add_done_callback(_retrieve)
+            self._loading[group_id] = future
+        loaded = []
+        try:
+            chosen = list(futures)
+            for start in range(0, len(chosen), SLICE):
+                loaded += await self._load_slice(chosen[start:start + SLICE], futures)
+        finally:
+            for group_id, future in futures.items():
+                if self._loading.get(group_id) is future:
+                    del self._loading[group_id]
+                if not future.done():
+                    future.set_exception(GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS,
+                                                               "its load was interrupted"))
+        return loaded
+
+    async def _load_slice(self, chunk: list[str], futures: dict) -> list[str]:
+        try:
+            reads = await self.store.load_many(chunk)
+        except ZkcoordError as exc:
+            reads = dict.fromkeys(chunk, exc)
+        prepared = {}
+        for i, group_id in enumerate(chunk):
+            await pause_every(i)
+            if not self.ownership.is_owned(group_id):
+                futures[group_id].set_exception(GroupUnavailableError(group_id, E.NOT_COORDINATOR, "lost meanwhile"))
+                continue
+            try:
+                prepared[group_id] = await self._prepare(group_id, reads[group_id])
+            except GroupUnavailableError as exc:
+                futures[group_id].set_exception(exc)
+        if self.handovers is not None and prepared:
+            try:
+                await self.handovers.loaded_many(list(prepared.values()))
+            except ZkcoordError as exc:
+                for group_id, runtime in prepared.items():
+                    await runtime.unload(f"not loaded: {exc}")
+                    futures[group_id].set_exception(
+                        GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS, str(exc)))
+                return []
+        served = []
+        for group_id, runtime in prepared.items():
+            if runtime.active and self.ownership.is_owned(group_id):
+                self._serve(group_id, runtime)
+                futures[group_id].set_result(runtime)
+                served.append(group_id)
+            else:
+                await runtime.unload("lost while loading")
+                futures[group_id].set_exception(GroupUnavailableError(group_id, E.NOT_COORDINATOR, "lost meanwhile"))
+        return served
 
     async def runtime(self, group_id: str, loading_code: ErrorCode = E.COORDINATOR_LOAD_IN_PROGRESS,
                       allow_empty: bool = False):
@@ -334,21 +431,37 @@ class GroupManager:
                 if runtime is not None:
                     self._background.spawn(runtime.unload(change.reason), f"unload group {group_id}")
 
+    def start_takeover(self) -> None:
+        """Take over the groups of daemons that leave, at once (:mod:`zkcoord.server.takeover`)."""
+        self.takeover.start()
+
     async def release_all(self) -> None:
-        """Graceful stop: unload every group and give up its election node."""
+        """Graceful stop: contend for nothing more, unload every group and give
+        up its election node (in multis). Logs how long each part took."""
+        self._stopping = True
+        self.takeover.stop()
         self.admin.stop_cleanup()
         if self._adoption is not None:
             self._adoption.cancel()
             self._adoption = None
+        started = time.monotonic()
         runtimes, self.runtimes = self.runtimes, {}
         if self.handovers is not None:
             await self.handovers.close()
-        for runtime in runtimes.values():
+        for i, runtime in enumerate(runtimes.values()):
+            await pause_every(i)
             await runtime.unload("daemon stopping")
+        unloaded = time.monotonic()
         try:
             await self.ownership.release_all()
         finally:
             await self.group_offsets.close()
+        log.info("released %d groups: unloaded in %.0f ms, election nodes deleted in %.0f ms", len(runtimes),
+                 (unloaded - started) * 1e3, (time.monotonic() - unloaded) * 1e3)
+
+    def still_owned(self) -> int:
+        """Groups whose election node this daemon still holds (what a cut-short release left)."""
+        return len(self.ownership.owned())
 
     # -- handovers nobody owns ----------------------------------------------------------
     def start_adoption(self) -> None:
@@ -430,7 +543,8 @@ class GroupManager:
             return set()
         candidates = [g for g in group_ids
                       if g not in self.runtimes and g not in self._loading and g not in self._broken
-                      and not self.ownership.is_owned(g) and validate_group_id(g, allow_empty=True) is E.NONE]
+                      and not self.ownership.is_owned(g) and not self.ownership.is_contending(g)
+                      and validate_group_id(g, allow_empty=True) is E.NONE]
         if not candidates:
             return set()
         try:
@@ -462,3 +576,8 @@ class GroupManager:
             return True
         return bool(await self.offsets.fetch(runtime.group_id))
 
+
+def _retrieve(future: asyncio.Future) -> None:
+    """A load's future: its error is read here, whether or not a request awaited it."""
+    if not future.cancelled():
+        future.exception()
