@@ -91,6 +91,7 @@ class Settings:
     zk_session_timeout_ms: int = 10_000  # the daemons' (their default)
     shutdown_timeout_ms: int = 5_000  # the daemons' (their default)
     create_concurrency: int = 32
+    create_heartbeats: str = "on"  # off: members heartbeat only once every group exists (10-minute sessions)
     window_s: float = 30.0
     request_timeout_ms: int = 30_000
     recover_wait_s: float = 180.0
@@ -225,6 +226,7 @@ class Load:
     since: float | None = None  # when the fault being measured was injected
     served: dict[str, float] = field(default_factory=dict)  # group -> seconds from `since` to served again
     failures: dict[str, int] = field(default_factory=dict)
+    heartbeating: asyncio.Event = field(default_factory=asyncio.Event)  # set at once with --create-heartbeats on
 
     def fail(self, what: str) -> None:
         self.failures[what] = self.failures.get(what, 0) + 1
@@ -354,6 +356,7 @@ class ScaleMember:
         async with gate:
             await self.create()
             self.load.created.append(time.perf_counter())
+        await self.load.heartbeating.wait()
         interval = self.load.settings.heartbeat_interval_ms / 1000
         await asyncio.sleep(random.uniform(0, interval))
         while not self.load.stop.is_set():
@@ -441,8 +444,9 @@ async def window(load: Load, fleet: Fleet, daemons: list[Daemon], seconds: float
     print(f"\n== {title}: {groups:,} groups, a {seconds:g} s window ==")
     print(f"heartbeats       {figures['heartbeats']:,} ({figures['heartbeats'] / seconds:,.0f}/s)   "
           f"p50 {figures['p50_ms']:.2f} ms   p99 {figures['p99_ms']:.2f} ms   max {figures['max_ms']:.1f} ms")
+    figures["daemon_us_per_heartbeat"] = figures["daemon_cores"] * seconds / max(len(latencies), 1) * 1e6
     print(f"cores            daemons {figures['daemon_cores']:.2f}   client {figures['client_cores']:.2f}   "
-          f"other {figures['other_cores']:.2f}")
+          f"other {figures['other_cores']:.2f}   (daemons' CPU per heartbeat {figures['daemon_us_per_heartbeat']:.0f} us)")
     print(f"memory per group {figures['bytes_per_group'] / 1024:.1f} KB (RSS growth since start over the groups; "
           f"RSS now {', '.join(f'node {n}: {mb:.0f} MB' for n, mb in figures['rss_mb'].items())})")
     return figures
@@ -490,25 +494,39 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     versions = common_versions(await served_versions(conn))
     conn.close()
     load = Load(settings, versions, fleet.bootstrap())
+    if settings.create_heartbeats == "on":
+        load.heartbeating.set()
     run = uuid.uuid4().hex[:6]
     members = [ScaleMember(load, f"scale-{run}-{i:05d}", i) for i in range(settings.groups)]
     gate = asyncio.Semaphore(settings.create_concurrency)
 
     print(f"\n== create: {settings.groups:,} groups, {settings.create_concurrency} at a time, two daemons ==",
           flush=True)
+    daemon_cpu = lambda: sum(cpu_snapshot({"a": first.proc.pid, "b": second.proc.pid}).procs.values())  # noqa: E731
+    marks = [(0, daemon_cpu())]  # (groups created, daemons' CPU seconds) at each FIRST_LAST
     started = time.perf_counter()
     tasks = [asyncio.ensure_future(m.live(gate)) for m in members]
     while len(load.created) < settings.groups:
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.05)
+        if len(load.created) >= marks[-1][0] + FIRST_LAST:
+            marks.append((len(load.created), daemon_cpu()))
         for task in tasks:
             if task.done() and task.exception() is not None:
                 raise BenchError(f"a member failed: {task.exception()!r}")
+    marks.append((len(load.created), daemon_cpu()))
     created = load.created
-    head = FIRST_LAST / (created[FIRST_LAST - 1] - started) if len(created) >= FIRST_LAST else float("nan")
-    tail = FIRST_LAST / (created[-1] - created[-FIRST_LAST - 1]) if len(created) > FIRST_LAST else float("nan")
-    results["create"] = {"first_per_s": head, "last_per_s": tail, "total_s": created[-1] - started}
+    head = FIRST_LAST / (created[FIRST_LAST - 1] - started)
+    tail = FIRST_LAST / (created[-1] - created[-FIRST_LAST - 1])
+    cpu_head = (marks[1][1] - marks[0][1]) / marks[1][0] * 1e3
+    cpu_tail = (marks[-1][1] - marks[-2][1]) / max(marks[-1][0] - marks[-2][0], 1) * 1e3
+    results["create"] = {"first_per_s": head, "last_per_s": tail, "total_s": created[-1] - started,
+                         "cpu_ms_first": cpu_head, "cpu_ms_last": cpu_tail}
     print(f"groups created/s first {FIRST_LAST:,}: {head:,.0f}   last {FIRST_LAST:,}: {tail:,.0f}   "
           f"ratio last/first {tail / head:.2f} (goal: about 1.0)   all in {created[-1] - started:.1f} s")
+    print(f"daemons' CPU per group created (heartbeats of the groups so far included"
+          f"{'' if settings.create_heartbeats == 'on' else ': none, --create-heartbeats off'}): first "
+          f"{FIRST_LAST:,} {cpu_head:.2f} ms, last ~{FIRST_LAST:,} {cpu_tail:.2f} ms, ratio {cpu_tail / cpu_head:.2f}")
+    load.heartbeating.set()
     await asyncio.sleep(settings.heartbeat_interval_ms / 1000)  # every member heartbeats once before measuring
 
     results["steady_two"] = await window(load, fleet, [first, second], settings.window_s, settings.groups,
@@ -588,7 +606,10 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, Path | None, Path | No
         "session_timeout_ms": "the members' session time-out",
         "zk_session_timeout_ms": "the daemons' --zk-session-timeout-ms (the fail-over goal is this + 2 s)",
         "shutdown_timeout_ms": "the daemons' --shutdown-timeout-ms",
-        "create_concurrency": "groups created at a time", "window_s": "seconds of each steady window",
+        "create_concurrency": "groups created at a time",
+        "create_heartbeats": "off: no heartbeats until every group is created (the members' sessions are then "
+                             "10 minutes), so the creation cost is measured alone",
+        "window_s": "seconds of each steady window",
         "request_timeout_ms": "a request unanswered this long closes its connection (Java's request.timeout.ms)",
         "recover_wait_s": "how long to wait for every group to be served again after a fault",
         "zookeeper": "HOST:PORT of a ZooKeeper to use (a chroot of its own) [default: start a sandbox]",
@@ -607,6 +628,10 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, Path | None, Path | No
     settings = Settings(**args)
     if settings.groups <= FIRST_LAST:
         parser.error(f"--groups must be above {FIRST_LAST}")
+    if settings.create_heartbeats not in ("on", "off"):
+        parser.error("--create-heartbeats is on or off")
+    if settings.create_heartbeats == "off":
+        settings.session_timeout_ms = max(settings.session_timeout_ms, 600_000)
     return settings, workdir, json_path
 
 

@@ -23,12 +23,13 @@ the ones before it, last first):
    manager.
 5. ``_serve``: hand the listeners their handlers; the gateway serves.
 
-Stop (SIGTERM / SIGINT): unload every owned group and delete its election
-node (in multis), unregister, so the other daemons take the groups over at
-once (:mod:`zkcoord.server.takeover`), close the listener and every
-connection, close the ZooKeeper session, exit 0, each step within
-``shutdown_timeout_ms``; a step that fails or runs out of time is logged
-with its cause (how many groups were still held).
+Stop (SIGTERM / SIGINT): close the listener and every connection (the
+clients look their coordinators up again), unregister, unload every owned
+group and delete its election node (in multis): the other daemons take each
+group over as soon as it is free (:mod:`zkcoord.server.takeover`); close
+the ZooKeeper session, exit 0, each step within ``shutdown_timeout_ms``; a
+step that fails or runs out of time is logged with its cause (how many
+groups were still held).
 
 With ``metrics_listen`` set, an HTTP endpoint serves Prometheus ``/metrics``
 and ``/health`` (:mod:`zkcoord.server.metrics`); it is bound right after the
@@ -257,16 +258,17 @@ class Daemon:
             await self.metrics_server.stop()
 
     async def stop(self) -> None:
-        """Graceful: release the groups, then unregister at once (the other
-        daemons take the groups over as they see this one leave), close the
-        listeners, stop the rest. After a release cut short, the registration
-        goes with the ZooKeeper session, with the election nodes left."""
+        """Graceful: close the listeners (the clients go to look their
+        coordinators up again), unregister (the other daemons then take each
+        group over as soon as its election node goes), release the groups,
+        stop the rest. A release cut short leaves election nodes that go
+        with the ZooKeeper session, a moment later."""
         timeout_s = self.config.shutdown_timeout_ms / 1000
-        released = await self._stop_step("release groups", self.manager and self.manager.release_all, timeout_s)
         steps = [
-            ("unregister", self.nodes and released and self.nodes.unregister),
             ("close the listener", self.server and self.server.stop),
             ("close the gateway", self.gateway and self.gateway.stop),
+            ("unregister", self.nodes and self.nodes.unregister),
+            ("release groups", self.manager and self.manager.release_all),
             ("close the metrics endpoint", self.metrics_server and self._stop_metrics),
             ("stop offset batching", self.offsets and self.offsets.stop),
             ("stop topic watches", self.topics and self.topics.stop),

@@ -381,22 +381,27 @@ class Handovers:
     async def loaded_many(self, runtimes: list[GroupRuntime]) -> None:
         """Many groups were loaded here at once (a takeover): those legacy
         consumers may share (a registration under ``ids``, a handover in
-        their record, a marker; read in bulk, without watches) are probed as
-        :meth:`loaded` probes one, before this returns (before they are
-        served); the others' registrations are watched in the background,
-        one group at a time (a legacy consumer that comes meanwhile is seen
-        by that probe's read, as one that comes later is by its watch)."""
+        their record, a marker; read in bulk) are probed as :meth:`loaded`
+        probes one; the others get the same watches, set in one request
+        (:meth:`~zkcoord.zk.handover.LegacyRebalanceZk.watch_many`). All
+        before this returns, so before they are served."""
         for runtime in runtimes:
             self._runtimes[runtime.group_id] = runtime
-        ids = await self._zk.consumer_ids_many([r.group_id for r in runtimes])
+        zxid = self._zk.zxid()  # before the reads: their watches miss nothing since
+        listed = await self._zk.consumer_ids_many([r.group_id for r in runtimes])
         marked = set(await self._zk.marked())
-        shared = {r.group_id for r in runtimes if legacy_ids(ids[r.group_id]) or r.group.handover_ids is not None
-                  or r.group_id in marked}
+        shared = {r.group_id for r in runtimes if legacy_ids(listed[r.group_id] or ()) or r.group_id in marked
+                  or r.group.handover_ids is not None}
         for group_id in sorted(shared):
             await self._probe(group_id)
-        rest = [r.group_id for r in runtimes if r.group_id not in shared]
-        if rest:
-            self._background.spawn(self._probe_each(rest), f"watch the legacy consumers of {len(rest)} groups")
+        rest = {g: ids for g, ids in listed.items() if g not in shared}
+        for group_id in rest:
+            self._kept[group_id] = False  # no marker: what _probe finds
+        try:
+            await self._zk.watch_many(rest, zxid, lambda g: lambda: self._changed(g))
+        except Exception as exc:  # connection trouble: one group at a time, in the background
+            log.info("legacy registrations of %d groups not watched at once (%r); one at a time", len(rest), exc)
+            self._background.spawn(self._probe_each(list(rest)), f"watch the legacy consumers of {len(rest)} groups")
 
     async def _probe_each(self, group_ids: list[str]) -> None:
         for group_id in group_ids:

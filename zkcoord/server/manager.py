@@ -29,7 +29,7 @@ describe, list, delete, cleanup).
   session LOST): the runtime is unloaded at once; parked requests get
   NOT_COORDINATOR.
 * A daemon whose session ended: its groups placed here are taken over at
-  once, in bulk (:mod:`zkcoord.server.takeover`; :meth:`GroupManager.load_many`
+  once, in bulk (:mod:`zkcoord.server.takeover`; :meth:`GroupManager.take_many`
   loads them), not when their members ask.
 * Stopping (:meth:`GroupManager.release_all`): every group unloaded and its
   election node deleted (in multis); from then on this daemon contends for
@@ -66,6 +66,7 @@ from zkcoord.tasks import Background
 from zkcoord.zk import paths
 from zkcoord.zk.group_reads import unknown_groups
 from zkcoord.zk.handover import LegacyRebalanceZk
+from zkcoord.zk.ownership import BATCH
 
 log = logging.getLogger(__name__)
 E = ErrorCode
@@ -115,6 +116,7 @@ class GroupManager:
             LegacyRebalanceZk(conn, offsets.paths.root if offsets is not None else paths.DEFAULT_CONSUMERS_ROOT),
             ownership.fence)
         self.takeover = Takeover(self)  # started by the daemon (start_takeover)
+        self._taking: set[str] = set()  # groups a takeover reserved and has not served (or given up) yet
         self._stopping = False  # release_all began
 
     # -- ownership ---------------------------------------------------------------
@@ -142,6 +144,10 @@ class GroupManager:
             if start:
                 await asyncio.sleep(0)
             chunk = group_ids[start:start + SLICE]
+            if self._taking:  # a takeover's groups: this daemon, at once (their requests wait for the load)
+                here = await self._taken_here(chunk, eligible)
+                answers.update(dict.fromkeys(here, await self.nodes.node(self.node_id)) if here else {})
+                chunk = [g for g in chunk if g not in here]
             try:
                 owners = await self.ownership.current_owners(chunk)
             except ZkcoordError as exc:
@@ -154,6 +160,17 @@ class GroupManager:
                 except GroupUnavailableError as exc:
                     answers[group_id] = exc
         return answers
+
+    async def _taken_here(self, group_ids: list[str], eligible) -> set[str]:
+        """Those of ``group_ids`` a takeover here is taking, when clients may be sent here."""
+        taking = {g for g in group_ids if g in self._taking}
+        if not taking:
+            return taking
+        try:
+            info = await self.nodes.node(self.node_id)
+        except ZkcoordError:
+            return set()
+        return taking if info is not None and (eligible is None or eligible(info)) else set()
 
     async def _owner_info(self, group_id: str, owner: int | None, eligible):
         try:
@@ -208,11 +225,13 @@ class GroupManager:
         runtime = self.runtimes.get(group_id)
         if runtime is not None and runtime.active:
             return runtime
+        if self._stopping:  # its release is under way: loading it again would keep it
+            raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, f"node {self.node_id} is stopping")
         task = self._loading.get(group_id)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._load(group_id))
             self._loading[group_id] = task
-            task.add_done_callback(lambda _t, g=group_id: self._loading.pop(g, None))
+            task.add_done_callback(lambda t, g=group_id: (self._loading.pop(g, None), _retrieve(t)))
         return await asyncio.shield(task)
 
     async def _load(self, group_id: str) -> GroupRuntime:
@@ -223,12 +242,17 @@ class GroupManager:
             except ZkcoordError as exc:
                 await runtime.unload(f"not loaded: {exc}")
                 raise GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS, str(exc)) from exc
+        if self._stopping:  # release_all began while this loaded: it would never be released
+            await runtime.unload("daemon stopping", quiet=True)
+            raise GroupUnavailableError(group_id, E.NOT_COORDINATOR, f"node {self.node_id} is stopping")
         self._serve(group_id, runtime)
         return runtime
 
-    async def _prepare(self, group_id: str, read=None) -> GroupRuntime:
+    async def _prepare(self, group_id: str, read=None, quiet: bool = False) -> GroupRuntime:
         """A loaded runtime of the group, not served yet; ``read``: its stored
-        ``(record, version)``, or the error reading it gave (None: read it here)."""
+        ``(record, version)``, or the error reading it gave (None: read it
+        here); ``quiet``: a takeover's (it logs one line for all, and tracks
+        their topics after serving them)."""
         try:
             if read is None:
                 read = await self.store.load(group_id)
@@ -241,8 +265,9 @@ class GroupManager:
                                    timer_loop=self._timer_loop)
             if self.metrics is not None:
                 self.metrics.observe_loaded(groups.from_record(group_id, record) if record else runtime.group)
-            await runtime.load(record, None if version is None or version < 0 else version)
-            self._track_topics(runtime.group)
+            await runtime.load(record, None if version is None or version < 0 else version, quiet=quiet)
+            if not quiet:  # a takeover tracks its groups' topics after serving them (_track_many)
+                self._track_topics(runtime.group)
         except StateError as exc:
             self._broken[group_id] = (str(exc), self.clock())
             log.error("group %s cannot be served: %s", group_id, exc)
@@ -251,35 +276,54 @@ class GroupManager:
             raise GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS, str(exc)) from exc
         return runtime
 
-    def _serve(self, group_id: str, runtime: GroupRuntime) -> None:
+    def _serve(self, group_id: str, runtime: GroupRuntime, offsets: bool = True) -> None:
+        """Serve a loaded runtime; ``offsets`` False: its offsets' part
+        (:meth:`~zkcoord.server.group_offsets.GroupOffsets.loaded`) is left
+        to the caller (a takeover does it for many at once)."""
         self._broken.pop(group_id, None)
         self.runtimes[group_id] = runtime
-        self.group_offsets.loaded(runtime)
+        if offsets:
+            self.group_offsets.loaded(runtime)
 
     def takeable(self, group_id: str) -> bool:
         """May a takeover take this group: not served, loading or contended here, and not stopping?"""
         return not (self._stopping or group_id in self.runtimes or group_id in self._loading
                     or self.ownership.is_owned(group_id) or self.ownership.is_contending(group_id))
 
-    async def load_many(self, group_ids: list[str]) -> list[str]:
-        """Load many groups won at once (a takeover): their states read in
-        multiReads, :data:`SLICE` at a time; their legacy registrations
-        looked at in bulk (:meth:`~zkcoord.server.handover.Handovers.loaded_many`).
-        A request for one of them meanwhile waits for its load, as for one
-        group's. The ids loaded (now served)."""
+    async def take_many(self, group_ids: list[str]) -> tuple[list[str], dict]:
+        """Contend for and load many groups at once (a takeover), batch by
+        batch (:meth:`~zkcoord.zk.ownership.GroupOwnership.contend_many`,
+        then the won ones' states read in multiReads and their legacy
+        registrations looked at in bulk). Every group is *loading* from the
+        start: a request for one meanwhile gets what a loading group answers
+        (Heartbeat NONE, COORDINATOR_LOAD_IN_PROGRESS) instead of contending
+        for it or loading it on its own. Returns (the ids now served here,
+        {id: the winner's node id or the error} of the others)."""
         loop = asyncio.get_running_loop()
         futures = {}
         for group_id in group_ids:
-            if group_id in self._loading or group_id in self.runtimes or not self.ownership.is_owned(group_id):
-                continue
-            futures[group_id] = future = loop.create_future()
-            future.add_done_callback(_retrieve)
-            self._loading[group_id] = future
-        loaded = []
+            if self.takeable(group_id):
+                futures[group_id] = future = loop.create_future()
+                future.add_done_callback(_retrieve)
+                future.add_done_callback(lambda _f, g=group_id: self._taking.discard(g))
+                self._loading[group_id] = future
+                self._taking.add(group_id)
+        served, others = [], {}
         try:
             chosen = list(futures)
-            for start in range(0, len(chosen), SLICE):
-                loaded += await self._load_slice(chosen[start:start + SLICE], futures)
+            for start in range(0, len(chosen), BATCH):
+                batch = chosen[start:start + BATCH]
+                answers = await self.ownership.contend_many(batch)
+                won = []
+                for group_id in batch:
+                    answer = answers.get(group_id)
+                    if answer == self.node_id:
+                        won.append(group_id)
+                        continue
+                    others[group_id] = answer
+                    code = E.NOT_COORDINATOR if isinstance(answer, int) else E.COORDINATOR_NOT_AVAILABLE
+                    futures[group_id].set_exception(GroupUnavailableError(group_id, code, f"not taken: {answer}"))
+                served += await self._load_slice(won, futures)
         finally:
             for group_id, future in futures.items():
                 if self._loading.get(group_id) is future:
@@ -287,9 +331,11 @@ class GroupManager:
                 if not future.done():
                     future.set_exception(GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS,
                                                                "its load was interrupted"))
-        return loaded
+        return served, others
 
     async def _load_slice(self, chunk: list[str], futures: dict) -> list[str]:
+        """Load the groups of ``chunk`` (won here), their states read
+        together; serve each as soon as all of them are loaded. The ids served."""
         try:
             reads = await self.store.load_many(chunk)
         except ZkcoordError as exc:
@@ -297,11 +343,8 @@ class GroupManager:
         prepared = {}
         for i, group_id in enumerate(chunk):
             await pause_every(i)
-            if not self.ownership.is_owned(group_id):
-                futures[group_id].set_exception(GroupUnavailableError(group_id, E.NOT_COORDINATOR, "lost meanwhile"))
-                continue
             try:
-                prepared[group_id] = await self._prepare(group_id, reads[group_id])
+                prepared[group_id] = await self._prepare(group_id, reads[group_id], quiet=True)
             except GroupUnavailableError as exc:
                 futures[group_id].set_exception(exc)
         if self.handovers is not None and prepared:
@@ -315,14 +358,26 @@ class GroupManager:
                 return []
         served = []
         for group_id, runtime in prepared.items():
-            if runtime.active and self.ownership.is_owned(group_id):
-                self._serve(group_id, runtime)
+            if runtime.active and self.ownership.is_owned(group_id) and not self._stopping:
+                self._serve(group_id, runtime, offsets=False)
                 futures[group_id].set_result(runtime)
-                served.append(group_id)
+                served.append(runtime)
             else:
                 await runtime.unload("lost while loading")
                 futures[group_id].set_exception(GroupUnavailableError(group_id, E.NOT_COORDINATOR, "lost meanwhile"))
-        return served
+        await self.group_offsets.loaded_many(served)
+        if served and self.topic_watcher is not None:
+            self._background.spawn(self._track_many(served), f"watch the topics of {len(served)} groups")
+        return [r.group_id for r in served]
+
+    async def _track_many(self, runtimes: list[GroupRuntime]) -> None:
+        """:meth:`_track_topics` of a takeover's groups, in one task, after they are served."""
+        from zkcoord.server.subscriptions import subscribed_topics
+
+        for i, runtime in enumerate(runtimes):
+            await pause_every(i)
+            if runtime.active:
+                await self.topic_watcher.track(runtime.group_id, subscribed_topics(runtime.group))
 
     async def runtime(self, group_id: str, loading_code: ErrorCode = E.COORDINATOR_LOAD_IN_PROGRESS,
                       allow_empty: bool = False):
@@ -437,7 +492,9 @@ class GroupManager:
 
     async def release_all(self) -> None:
         """Graceful stop: contend for nothing more, unload every group and give
-        up its election node (in multis). Logs how long each part took."""
+        up its election node: the runtimes unloaded :data:`BATCH` at a time,
+        each batch's election nodes deleted (one multi) while the next is
+        unloaded. Logs how long it took."""
         self._stopping = True
         self.takeover.stop()
         self.admin.stop_cleanup()
@@ -448,16 +505,27 @@ class GroupManager:
         runtimes, self.runtimes = self.runtimes, {}
         if self.handovers is not None:
             await self.handovers.close()
-        for i, runtime in enumerate(runtimes.values()):
-            await pause_every(i)
-            await runtime.unload("daemon stopping")
-        unloaded = time.monotonic()
+        releases = []
         try:
-            await self.ownership.release_all()
+            loaded = list(runtimes.items())
+            for start in range(0, len(loaded), BATCH):
+                batch = loaded[start:start + BATCH]
+                for _, runtime in batch:
+                    await runtime.unload("daemon stopping", quiet=True)
+                releases.append(asyncio.ensure_future(self.ownership.release_many([g for g, _ in batch])))
+                await asyncio.sleep(0)  # the multi goes out while the next batch unloads
+            unloaded = time.monotonic()
+            outcomes = await asyncio.gather(*releases, return_exceptions=True)
+            await self.ownership.release_all()  # groups owned but not loaded here, and what a batch left
+            errors = [o for o in outcomes if isinstance(o, BaseException)]
+            if errors:
+                raise errors[0]
         finally:
+            for release in releases:
+                release.cancel()  # cut short (the stop's time-out): what is left goes with the session
             await self.group_offsets.close()
-        log.info("released %d groups: unloaded in %.0f ms, election nodes deleted in %.0f ms", len(runtimes),
-                 (unloaded - started) * 1e3, (time.monotonic() - unloaded) * 1e3)
+        log.info("released %d groups in %.0f ms (unloaded in %.0f ms, their election nodes deleted meanwhile)",
+                 len(runtimes), (time.monotonic() - started) * 1e3, (unloaded - started) * 1e3)
 
     def still_owned(self) -> int:
         """Groups whose election node this daemon still holds (what a cut-short release left)."""

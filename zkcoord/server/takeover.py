@@ -13,13 +13,20 @@ same with the same view, so each orphaned group finds one new owner.
 A takeover, in bulk at every step:
 
 1. list the groups nobody owns (``/coordinators`` listed once, the owner
-   directories read in multiReads: :meth:`~zkcoord.zk.ownership.GroupOwnership.unowned_groups`);
+   directories and their owners' contenders read in multiReads:
+   :meth:`~zkcoord.zk.ownership.GroupOwnership.orphans`);
 2. contend for those placed here (:meth:`~zkcoord.zk.ownership.GroupOwnership.contend_many`:
    contenders created in multis of 500, the elections read back in
    multiReads, the won contenders' watches set by multiReads);
-3. load the won groups (:meth:`~zkcoord.server.manager.GroupManager.load_many`:
+3. load the won groups (:meth:`~zkcoord.server.manager.GroupManager.take_many`:
    state znodes read in multiReads, the runtimes made and loaded, their
-   legacy registrations looked at in bulk).
+   legacy registrations looked at in bulk), batch by batch, each batch
+   served as soon as it is loaded.
+
+Groups still held by a daemon that left (a stopping daemon unregisters
+first and then releases its groups, batch by batch; a release cut short
+leaves election nodes until its session closes) are looked at again every
+:data:`RESCAN_S` until none is left, so each is taken as soon as it is free.
 
 Meanwhile a request for one of these groups waits for its step (a
 heartbeat of a group loading is answered at once, as Kafka answers it).
@@ -45,6 +52,8 @@ __all__ = ["Takeover"]
 
 log = logging.getLogger(__name__)
 RETRY_S = 1.0  # a takeover that failed is tried again this much later
+RESCAN_S = 0.5  # while groups of daemons that left are still held, look again this often
+RESCANS = 240  # at most this many times (2 minutes): a stopping daemon's release, a session's expiry
 
 
 class Takeover:
@@ -68,44 +77,53 @@ class Takeover:
     async def _watch(self) -> None:
         node_id = self._manager.node_id
         known: set[int] | None = None
+        rescans = 0  # rounds left while groups of daemons that left are still held (their release under way)
         while True:
             self._wake.clear()
             try:
                 live = set(await self._manager.nodes.nodes(on_change=self._wake.set))
                 if takeover_due(known, live, node_id):
-                    await self.take_orphans(live, gone=(known or set()) - live)
+                    rescans = RESCANS
+                if rescans:
+                    leaving = await self.take_orphans(live, gone=(known or set()) - live)
+                    rescans = rescans - 1 if leaving else 0
                 known = live
             except ZkcoordError as exc:
                 log.warning("takeover: %s; trying again in %g s", exc, RETRY_S)
                 await asyncio.sleep(RETRY_S)
                 continue  # ``known`` unchanged: the same change is looked at again
-            await self._wake.wait()
+            if rescans:
+                try:
+                    async with asyncio.timeout(RESCAN_S):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+            else:
+                await self._wake.wait()
 
-    async def take_orphans(self, live: set[int], gone: set[int] = frozenset()) -> list[str]:
+    async def take_orphans(self, live: set[int], gone: set[int] = frozenset()) -> int:
         """Take every group nobody owns that the placement over ``live``
-        names this daemon for (``gone``: the daemons that left, for the log);
-        the ids now served here."""
+        names this daemon for (``gone``: the daemons that left, for the
+        log). Returns how many groups are still held by daemons not live
+        (their release or their session's end is under way: look again soon)."""
         manager, ownership = self._manager, self._manager.ownership
-        started = time.monotonic()
-        unowned = await ownership.unowned_groups()
-        mine = [g for g in groups_to_take(unowned, live, manager.node_id) if manager.takeable(g)]
+        started, cpu = time.monotonic(), time.process_time()
+        orphans = await ownership.orphans(live)
+        mine = [g for g in groups_to_take(orphans.unowned, live, manager.node_id) if manager.takeable(g)]
         listed = time.monotonic()
         if not mine:
-            log.info("takeover (node(s) %s gone): none of the %d groups nobody owns is placed here",
-                     _names(gone), len(unowned))
-            return []
-        answers = await ownership.contend_many(mine)
-        won = [g for g in mine if answers.get(g) == manager.node_id]
-        contended = time.monotonic()
-        loaded = await manager.load_many(won)
-        failed = [g for g in mine if isinstance(answers.get(g), BaseException)]
-        log.info("took over %d groups (node(s) %s gone) in %.0f ms: %d of %d groups nobody owned are placed here "
-                 "(listed in %.0f ms), %d won (contended in %.0f ms), %d loaded (%.0f ms), %d lost to another "
-                 "daemon, %d failed%s", len(loaded), _names(gone), (time.monotonic() - started) * 1e3, len(mine),
-                 len(unowned), (listed - started) * 1e3, len(won), (contended - listed) * 1e3, len(loaded),
-                 (time.monotonic() - contended) * 1e3, len(mine) - len(won) - len(failed), len(failed),
-                 f" (first: {answers[failed[0]]})" if failed else "")
-        return loaded
+            log.info("takeover (node(s) %s gone): none of the %d groups nobody owns is placed here; %d held by "
+                     "daemons not live", _names(gone), len(orphans.unowned), orphans.leaving)
+            return orphans.leaving
+        loaded, others = await manager.take_many(mine)
+        failed = [g for g, answer in others.items() if isinstance(answer, BaseException)]
+        log.info("took over %d groups (node(s) %s gone) in %.0f ms (%.0f ms of CPU, the daemon's, serving meanwhile "
+                 "included): %d of the %d groups nobody owned are placed here (listed in %.0f ms), %d served, %d lost "
+                 "to another daemon, %d failed%s; %d held by daemons not live", len(loaded), _names(gone),
+                 (time.monotonic() - started) * 1e3, (time.process_time() - cpu) * 1e3, len(mine),
+                 len(orphans.unowned), (listed - started) * 1e3, len(loaded), len(others) - len(failed), len(failed),
+                 f" (first: {others[failed[0]]})" if failed else "", orphans.leaving)
+        return orphans.leaving
 
 
 def _names(nodes: set[int]) -> str:

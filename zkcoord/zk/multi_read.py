@@ -16,14 +16,6 @@ Rules:
    client's ``_call`` as kazoo's ``*_async`` methods queue theirs.
 3. Single reads are issued at most ``_SINGLE_CALLS_PER_STEP`` per event-loop
    step: kazoo costs the loop 0.1-0.2 ms per request issued.
-4. :func:`watch_many` sets a one-shot watch with each read (multiRead honours
-   a read's watch flag as a single read does). kazoo registers the watcher
-   of one of its reads when the answer arrives, on its connection thread,
-   before it reads anything after that answer; the watched request class
-   does the same in its ``deserialize``, for each read that succeeded, so a
-   watch event is never read before its watcher is known, and kazoo sets the
-   watches again after a reconnect as it does its own. 5,000 watches cost
-   the loop about 20 ms this way, about 500 ms one ``exists`` at a time.
 """
 
 from __future__ import annotations
@@ -41,7 +33,7 @@ from kazoo.protocol.serialization import int_struct, multiheader_struct, read_bu
 from zkcoord.zk import aio
 from zkcoord.zk.connection import ZkConnection
 
-__all__ = ["GET_DATA", "GET_CHILDREN", "read_znodes", "read_many", "watch_many", "multi_read_supported"]
+__all__ = ["GET_DATA", "GET_CHILDREN", "read_znodes", "read_many", "multi_read_supported"]
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +54,12 @@ class _MultiRead(namedtuple("_MultiRead", "ops")):
     type = 22
     stats = False  # True (:class:`_MultiReadStats`): a data op answers ``(data, ZnodeStat)``
 
-    watching = False  # True (:class:`_WatchedMultiRead`): every read sets a watch
-
     def serialize(self) -> bytes:
         out = bytearray()
-        flag = 1 if self.watching else 0
         for op, path in self.ops:
             out += multiheader_struct.pack(op, False, -1)
             out += write_string(path)
-            out.append(flag)
+            out.append(0)  # no watch
         out += multiheader_struct.pack(-1, True, -1)
         return bytes(out)
 
@@ -110,27 +99,6 @@ class _MultiReadStats(_MultiRead):
 
     stats = True
 
-
-class _WatchedMultiRead(_MultiRead):
-    """multiRead whose reads set watches (rule 4): ``watchers`` (one per op)
-    are registered with ``client`` as kazoo registers a single read's."""
-
-    watching = True
-
-    def __new__(cls, ops, client, watchers):
-        self = super().__new__(cls, ops)
-        self.client, self.watchers = client, watchers
-        return self
-
-    def deserialize(self, buf: bytes, offset: int) -> list:  # kazoo's connection thread, as the answer is read
-        results = super().deserialize(buf, offset)
-        client = self.client
-        if not client._stopped.is_set():
-            for (op, path), watcher, outcome in zip(self.ops, self.watchers, results):
-                if not isinstance(outcome, BaseException):
-                    (client._child_watchers if op == _GET_CHILDREN else client._data_watchers)[path].add(watcher)
-        return results
-
 async def read_znodes(conn: ZkConnection, ops: list[tuple[int, str]], *, multi: bool, stats: bool = False) -> list:
     """Every op's outcome, in order (``GET_DATA``: the data, or ``(data,
     ZnodeStat)`` with ``stats``; ``GET_CHILDREN``: the names; a failure:
@@ -150,32 +118,22 @@ async def read_znodes(conn: ZkConnection, ops: list[tuple[int, str]], *, multi: 
                 for (op, _), o in zip(ops, outcomes)]
     kind = _MultiReadStats if stats else _MultiRead
     chroot = client.chroot or ""
-    chunks = list(_chunks([(op, chroot + path) for op, path in ops]))
-    return _spread(await aio.gather(asyncio.get_running_loop(), [_send(client, kind(c)) for c in chunks]), chunks)
-
-
-def _chunks(ops: list[tuple[int, str]]):
-    """``ops`` (absolute paths) cut into multiRead requests of at most
-    ``_OPS_PER_READ`` ops and about ``_BYTES_PER_READ`` bytes."""
-    chunk: list = []
-    size = 0
-    for op, full in ops:
+    pending, sizes, chunk, size = [], [], [], 0
+    for op, path in ops:
+        full = chroot + path
         if chunk and (len(chunk) >= _OPS_PER_READ or size + len(full) + 16 > _BYTES_PER_READ):
-            yield chunk
+            pending.append(_send(client, kind(chunk)))
+            sizes.append(len(chunk))
             chunk, size = [], 0
         chunk.append((op, full))
         size += len(full) + 16
     if chunk:
-        yield chunk
-
-
-def _spread(outcomes: list, chunks: list[list]) -> list:
-    """Each op's outcome, in order, from each request's (a failed request fails each of its ops)."""
+        pending.append(_send(client, kind(chunk)))
+        sizes.append(len(chunk))
     results: list = []
-    for outcome, chunk in zip(outcomes, chunks):
-        results += [outcome] * len(chunk) if isinstance(outcome, BaseException) else outcome
+    for outcome, count in zip(await aio.gather(asyncio.get_running_loop(), pending), sizes):
+        results += [outcome] * count if isinstance(outcome, BaseException) else outcome
     return results
-
 
 async def read_many(conn: ZkConnection, ops: list[tuple[int, str]], *, stats: bool = False) -> list:
     """:func:`read_znodes`, in multiRead requests when the server has them
@@ -186,26 +144,6 @@ async def read_many(conn: ZkConnection, ops: list[tuple[int, str]], *, stats: bo
     if conn.multi_read is None:
         conn.multi_read = await multi_read_supported(conn)
     return await read_znodes(conn, ops, multi=conn.multi_read, stats=stats)
-
-
-async def watch_many(conn: ZkConnection, ops: list[tuple[int, str]], watchers: list) -> list | None:
-    """:func:`read_znodes` in multiRead requests, each read setting a one-shot
-    watch that calls its ``watchers`` entry (kazoo's ``watch=`` argument: it
-    gets a WatchedEvent on kazoo's thread) (rule 4); a read that fails sets
-    none. None when the server has no multiRead: then set the watches one
-    read at a time."""
-    if conn.multi_read is None:
-        conn.multi_read = await multi_read_supported(conn)
-    if not conn.multi_read:
-        return None
-    client = conn.client
-    chroot = client.chroot or ""
-    chunks = list(_chunks([(op, chroot + path) for op, path in ops]))
-    requests, start = [], 0
-    for chunk in chunks:
-        requests.append(_send(client, _WatchedMultiRead(chunk, client, watchers[start:start + len(chunk)])))
-        start += len(chunk)
-    return _spread(await aio.gather(asyncio.get_running_loop(), requests), chunks)
 
 
 def _send(client, request):

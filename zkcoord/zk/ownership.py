@@ -40,9 +40,9 @@ Many groups at once (a takeover: :mod:`zkcoord.server.takeover`):
 (one listing of ``/coordinators``, then multiReads of their ``owner``
 directories); :meth:`GroupOwnership.contend_many` contends for many in
 batches: the contenders of up to :data:`BATCH` groups created in one multi,
-the elections read back in multiReads, each won contender's watch set by a
-multiRead (:func:`~zkcoord.zk.multi_read.watch_many`) and each lost one
-withdrawn in a multi of deletes. Each group is decided by the rules above,
+the elections read back in multiReads, the won contenders' watches set in
+one SetWatches (:mod:`zkcoord.zk.watches`) and each lost one withdrawn in a
+multi of deletes. Each group is decided by the rules above,
 as :meth:`contend` decides it; a :meth:`contend` of a group in a batch waits
 for the batch's answer. :meth:`release_all` deletes the contenders in
 multis of :data:`BATCH`. One kazoo request costs the event loop 0.1-0.2 ms
@@ -67,29 +67,34 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from kazoo.exceptions import ConnectionLoss, NoNodeError
 from kazoo.protocol.states import EventType
 from kazoo.retry import ForceRetryError
 
+from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import NotOwnerError, ServiceUnavailableError
 from zkcoord.tasks import Background
 from zkcoord.zk import aio, election, paths
 from zkcoord.zk.connection import SessionEvent, ZkConnection
-from zkcoord.zk.multi_read import GET_CHILDREN, GET_DATA, read_many, watch_many
+from zkcoord.zk.multi_read import GET_CHILDREN, GET_DATA, read_many
+from zkcoord.zk.watches import last_zxid, set_watches
 
-__all__ = ["Fence", "ChangeKind", "OwnershipChange", "GroupOwnership", "BATCH"]
+__all__ = ["Fence", "ChangeKind", "OwnershipChange", "Orphans", "GroupOwnership", "BATCH", "TOOL_NODE_ID"]
 
 log = logging.getLogger(__name__)
 
 _MAX_ROUNDS = 5  # contention rounds before giving up (winners that vanish as we look)
 _LOOKUPS_AT_ONCE = 100  # contended groups looked up concurrently by current_owners
+TOOL_NODE_ID = 2**31 - 1  # a migrate command's contender holds it (zkcoord.zk.modes); no daemon registers it
 BATCH = 500  # contenders created, or deleted, in one multi (about 100 bytes each)
+_RELEASES_AT_ONCE = 8  # multis of deletes in flight at once when releasing
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,14 @@ class ChangeKind(enum.Enum):
 
 
 @dataclass(frozen=True)
+class Orphans:
+    """What :meth:`GroupOwnership.orphans` found."""
+
+    unowned: list[str]  # groups nobody contends for
+    leaving: int  # groups whose owner is not a live daemon: free once its session or its stop's release ends
+
+
+@dataclass(frozen=True)
 class OwnershipChange:
     kind: ChangeKind
     groups: frozenset[str]
@@ -122,7 +135,8 @@ class OwnershipChange:
 class _Owned:
     path: str
     suspended: bool
-    watched: bool = False  # a watch on the contender is set (kazoo sets it again after a reconnect)
+    watched: bool = False  # a watch on the contender is set (kazoo drops them all when the connection goes)
+    releasing: bool = False  # release_all is deleting it: its deletion is no loss
 
 
 @dataclass
@@ -423,7 +437,7 @@ class GroupOwnership:
             owned.watched = False  # connection trouble: the session events take over (RECONNECTED sets it)
 
     def _on_contender_event(self, group: str, owned: _Owned, event) -> None:
-        if self._owned.get(group) is not owned:
+        if self._owned.get(group) is not owned or owned.releasing:
             return
         if event.type == EventType.DELETED:
             self._lose({group}, f"contender znode {owned.path} was deleted")
@@ -434,16 +448,37 @@ class GroupOwnership:
     async def unowned_groups(self) -> list[str]:
         """Every group under ``/coordinators`` that nobody contends for (its
         ``owner`` directory empty or absent), as ZooKeeper has it now."""
-        return await self._conn.retry("list the groups nobody owns", self._inner_unowned)
+        return (await self.orphans()).unowned
 
-    async def _inner_unowned(self) -> list[str]:
+    async def orphans(self, live: Collection[int] | None = None) -> Orphans:
+        """The groups nobody owns now, and (given the ``live`` daemons) how
+        many are held by a daemon that is not live: their contenders go with
+        its session, or as its stop releases them. Three rounds of reads:
+        ``/coordinators`` listed, the owner directories and the owners'
+        contenders read in multiReads."""
+        return await self._conn.retry("list the groups nobody owns", self._inner_orphans, live)
+
+    async def _inner_orphans(self, live: Collection[int] | None) -> Orphans:
         try:
             names = await aio.call(self._conn.client.get_children_async, paths.COORDINATORS)
         except NoNodeError:
-            return []
+            return Orphans([], 0)
         groups = paths.group_ids(names)
-        listed = await self._inner_list_owner_dirs(groups)
-        return [g for g, children in zip(groups, listed) if not election.ordered(children)]
+        lowest = [(g, election.ordered(children)[:1]) for g, children in
+                  zip(groups, await self._inner_list_owner_dirs(groups))]
+        unowned = [g for g, first in lowest if not first]
+        if live is None:
+            return Orphans(unowned, 0)
+        held = [paths.contender(g, first[0]) for g, first in lowest if first]
+        leaving = 0
+        for outcome in await read_many(self._conn, [(GET_DATA, path) for path in held]):
+            if isinstance(outcome, NoNodeError):
+                leaving += 1  # gone as we looked: read again
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            elif (holder := partition_number(outcome.decode("ascii", "replace").strip())) is not None:
+                leaving += holder not in live and holder != TOOL_NODE_ID
+        return Orphans(unowned, leaving)
 
     async def contend_many(self, groups: Iterable[str]) -> dict[str, int | BaseException]:
         """:meth:`contend` for each of ``groups`` (distinct), in batches of
@@ -568,26 +603,22 @@ class GroupOwnership:
             attempt.missing.append(pending.pop(index))  # no owner directory: contended alone (makepath)
 
     async def _watch_many(self, owned: list[tuple[str, _Owned]]) -> None:
-        """Set the watch of each newly won contender: in multiReads when the
-        server has them, else one ``exists`` each. A contender already gone is lost."""
+        """Set the watch of each of these contenders of ours in one SetWatches
+        (:func:`~zkcoord.zk.watches.set_watches`), as of a zxid after their
+        creation: one already gone fires its watch at once, and is lost."""
         fresh = [(g, o) for g, o in owned if not o.suspended and self._owned.get(g) is o]
         if not fresh:
             return
-        outcomes = await watch_many(self._conn, [(GET_DATA, o.path) for _, o in fresh],
-                                    [self._watcher(g, o) for g, o in fresh])
-        if outcomes is None:
-            for group, o in fresh:
-                self._watch(group, o)
+        epoch = self._session_epoch
+        try:
+            await set_watches(self._conn, last_zxid(self._conn),
+                              data=[(o.path, self._watcher(g, o)) for g, o in fresh])
+        except Exception as exc:  # connection trouble: RECONNECTED sets them (its re-check)
+            log.info("could not watch %d contenders (%r); set again after the reconnect", len(fresh), exc)
             return
-        gone = set()
-        for (group, o), outcome in zip(fresh, outcomes):
-            if isinstance(outcome, NoNodeError):
-                gone.add(group)
-            elif isinstance(outcome, BaseException):
-                self._watch(group, o)  # connection trouble: one at a time, as RECONNECTED would
-            else:
+        if epoch == self._session_epoch:  # else the connection went meanwhile, and these watches with it
+            for _, o in fresh:
                 o.watched = True
-        self._lose({g for g in gone if self._owned.get(g) is not None}, "contender znode gone as it was won")
 
     async def _inner_delete_many(self, contenders: list[str]) -> None:
         """Delete these contenders of ours, in multis; one already gone is skipped."""
@@ -649,22 +680,38 @@ class GroupOwnership:
             raise failure[1]  # retried: every step of the multi is idempotent but the first
         await self._inner_delete(contender_path)  # something is still under them: keep the directories
 
+    async def release_many(self, groups: Iterable[str]) -> None:
+        """Release these groups (those owned here and not being released):
+        their contenders deleted in multis of :data:`BATCH`, up to
+        :data:`_RELEASES_AT_ONCE` multis in flight; a group is forgotten once
+        its contender is gone, so :meth:`owned` says what is left if this
+        fails or is cut short. Raises the first failure after trying all."""
+        pairs = [(g, o) for g in groups if (o := self._owned.get(g)) is not None and not o.releasing]
+        gate = asyncio.Semaphore(_RELEASES_AT_ONCE)
+
+        async def release(batch: list[tuple[str, _Owned]]) -> None:
+            async with gate:
+                for group, owned in batch:
+                    owned.releasing = True  # its deletion is no loss (its watch fires as it goes)
+                    self._invalidate(group)
+                await self._conn.retry(f"release {len(batch)} groups", self._inner_delete_many,
+                                       [owned.path for _, owned in batch])
+                for group, owned in batch:
+                    if self._owned.get(group) is owned:
+                        del self._owned[group]
+
+        outcomes = await asyncio.gather(*(release(pairs[i:i + BATCH]) for i in range(0, len(pairs), BATCH)),
+                                        return_exceptions=True)
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        if errors:
+            raise errors[0]
+
     async def release_all(self) -> None:
-        """Release every group (the daemon is stopping: no more contending):
-        their contenders deleted in multis of :data:`BATCH`; a group is
-        forgotten once its contender is gone, so :meth:`owned` says what is
-        left if this fails or is cut short."""
+        """Release every group, and contend for none from now on (the daemon
+        is stopping): :meth:`release_many` of all."""
         self._closing = True
         started, count = time.monotonic(), len(self._owned)
-        while self._owned:
-            batch = list(self._owned.items())[:BATCH]
-            for group, _ in batch:
-                self._invalidate(group)
-            await self._conn.retry(f"release {len(batch)} groups", self._inner_delete_many,
-                                   [owned.path for _, owned in batch])
-            for group, owned in batch:
-                if self._owned.get(group) is owned:
-                    del self._owned[group]
+        await self.release_many(list(self._owned))
         if count:
             log.info("node %s released %d groups in %.0f ms", self.node_id, count, (time.monotonic() - started) * 1e3)
 
@@ -692,7 +739,7 @@ class GroupOwnership:
         for group in lost:
             self._invalidate(group)
         if lost:
-            log.warning("node %s lost groups %s: %s", self.node_id, sorted(lost), reason)
+            log.warning("node %s lost %s: %s", self.node_id, _some(lost), reason)
             self._report(ChangeKind.LOST, lost, reason)
 
     def _report(self, kind: ChangeKind, groups: frozenset[str], reason: str) -> None:
@@ -711,6 +758,8 @@ class GroupOwnership:
         if event is SessionEvent.SUSPENDED:
             self._connected = False
             fresh = [g for g, o in self._owned.items() if not o.suspended]
+            for owned in self._owned.values():
+                owned.watched = False  # kazoo drops every watcher with the connection
             for group in fresh:
                 self._owned[group].suspended = True
             self._report(ChangeKind.SUSPENDED, frozenset(fresh), "ZooKeeper connection lost")
@@ -758,3 +807,10 @@ def _retrieve(future: asyncio.Future) -> None:
     """A batch's per-group future: its error is read here, whether or not a contend() awaited it."""
     if not future.cancelled():
         future.exception()
+
+
+def _some(groups: frozenset[str], shown: int = 10) -> str:
+    """``groups`` for a log line: all of a few, the first few of many."""
+    names = sorted(groups)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{len(names)} group(s) {names[:shown]}{more}"
