@@ -581,9 +581,13 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     print(f"it exited with {code} {exit_s:.2f} s after SIGTERM")
     for line in log_lines(survivor, r"releas|shutdown: could not")[-4:]:
         print(f"  its log: {line[:240]}")
+    released = [float(m.group(1)) for line in log_lines(survivor, r"released \d+ groups in")
+                if (m := re.search(r"released \d+ groups in (\d+) ms", line))]
+    cut_short = log_lines(survivor, r"shutdown: could not")
     await wait_served(load, {m.group for m in members}, settings.recover_wait_s)
     figures = served_figures(load, {m.group for m in members}, "SIGTERM", None)
-    figures.update(exit_s=exit_s, exit_code=code)
+    figures.update(exit_s=exit_s, exit_code=code, release_ms=released[-1] if released else None,
+                   cut_short=len(cut_short))
     results["stop"] = figures
     load.since = None
 
@@ -594,7 +598,34 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     await asyncio.gather(*tasks, return_exceptions=True)
     if load.failures:
         print("\nclient-side failures (retried): " + ", ".join(f"{k} x{v}" for k, v in sorted(load.failures.items())))
+    summary(results, settings)
     return results
+
+
+def summary(results: dict, settings: Settings) -> None:
+    """Each goal of issue 27's item 3 against this run's figures."""
+    def verdict(met: bool) -> str:
+        return "met" if met else "MISSED"
+
+    create, one, kill, stop = results["create"], results["steady_one"], results["kill"], results["stop"]
+    goal_s = settings.zk_session_timeout_ms / 1000 + 2
+    print(f"\n== goals ({settings.groups:,} groups) ==")
+    print(f"creating the last 1,000 groups costs what the first did: daemons' CPU per group "
+          f"{create['cpu_ms_first']:.2f} -> {create['cpu_ms_last']:.2f} ms (x{create['cpu_ms_last'] / create['cpu_ms_first']:.2f}), "
+          f"rate {create['first_per_s']:.0f} -> {create['last_per_s']:.0f}/s (x{create['last_per_s'] / create['first_per_s']:.2f})")
+    print(f"memory per group < 20 KB (every group on one daemon): {one['bytes_per_group'] / 1024:.1f} KB, "
+          f"{verdict(one['bytes_per_group'] < 20 * 1024)}")
+    print(f"heartbeat p99 < 10 ms (every group on one daemon, every {settings.heartbeat_interval_ms} ms): "
+          f"{one['p99_ms']:.2f} ms, {verdict(one['p99_ms'] < 10)}")
+    print(f"kill -9: every group served again within the session timeout + 2 s ({goal_s:g} s): max "
+          f"{kill['max_s']:.2f} s (expiry at {kill['expired_s']:.2f} s), "
+          f"{verdict(kill['served'] == kill['groups'] and kill['max_s'] <= goal_s)}")
+    print(f"no connection left unaccepted in the reconnect storm: ListenOverflows +{kill['listen_overflows']:,} "
+          f"(machine-wide), {verdict(kill['listen_overflows'] == 0)}")
+    release = "not logged" if stop["release_ms"] is None else f"released in {stop['release_ms']:.0f} ms"
+    print(f"SIGTERM releases {settings.groups:,} groups within --shutdown-timeout-ms ({settings.shutdown_timeout_ms}): "
+          f"{release}, {verdict(stop['release_ms'] is not None and stop['cut_short'] == 0)}; every group served "
+          f"again by the other daemon {stop['max_s']:.2f} s after the SIGTERM (p50 {stop['p50_s']:.2f} s)")
 
 
 def parse_args(argv: list[str] | None) -> tuple[Settings, Path | None, Path | None]:

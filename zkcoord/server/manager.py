@@ -56,13 +56,13 @@ from zkcoord.core.membership import GroupConfig
 from zkcoord.core.placement import choose_node
 from zkcoord.errors import StateError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
-from zkcoord.server.bulk_work import SLICE, pause_every
+from zkcoord.server.bulk_work import SLICE
 from zkcoord.server.group_admin import GroupAdmin
 from zkcoord.server.group_offsets import GroupOffsets
 from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError, monotonic_ms
 from zkcoord.server.handover import Handovers
-from zkcoord.server.takeover import Takeover
-from zkcoord.tasks import Background
+from zkcoord.server.takeover import Takeover, TakeoverLoading
+from zkcoord.tasks import Background, retrieve
 from zkcoord.zk import paths
 from zkcoord.zk.group_reads import unknown_groups
 from zkcoord.zk.handover import LegacyRebalanceZk
@@ -76,7 +76,7 @@ BROKEN_RECHECK_MS = 5_000  # a group whose state could not be loaded is read aga
 UNKNOWN_TOKEN = 0  # the token of a request answered for a group that exists nowhere (runtimes count from 1)
 
 
-class GroupManager:
+class GroupManager(TakeoverLoading):
     def __init__(self, node_id: int, group_config: GroupConfig, ownership, store, offsets, nodes,
                  topic_watcher=None, *, conn=None, kafka_forwarder: KafkaForwarder | None = None,
                  member_disconnect_grace_ms: int = -1, rebalance_notice_hold_ms: int = 0,
@@ -161,17 +161,6 @@ class GroupManager:
                     answers[group_id] = exc
         return answers
 
-    async def _taken_here(self, group_ids: list[str], eligible) -> set[str]:
-        """Those of ``group_ids`` a takeover here is taking, when clients may be sent here."""
-        taking = {g for g in group_ids if g in self._taking}
-        if not taking:
-            return taking
-        try:
-            info = await self.nodes.node(self.node_id)
-        except ZkcoordError:
-            return set()
-        return taking if info is not None and (eligible is None or eligible(info)) else set()
-
     async def _owner_info(self, group_id: str, owner: int | None, eligible):
         try:
             if owner == self.node_id and not self.ownership.is_owned(group_id):
@@ -231,7 +220,7 @@ class GroupManager:
         if task is None:
             task = asyncio.get_running_loop().create_task(self._load(group_id))
             self._loading[group_id] = task
-            task.add_done_callback(lambda t, g=group_id: (self._loading.pop(g, None), _retrieve(t)))
+            task.add_done_callback(lambda t, g=group_id: (self._loading.pop(g, None), retrieve(t)))
         return await asyncio.shield(task)
 
     async def _load(self, group_id: str) -> GroupRuntime:
@@ -284,100 +273,6 @@ class GroupManager:
         self.runtimes[group_id] = runtime
         if offsets:
             self.group_offsets.loaded(runtime)
-
-    def takeable(self, group_id: str) -> bool:
-        """May a takeover take this group: not served, loading or contended here, and not stopping?"""
-        return not (self._stopping or group_id in self.runtimes or group_id in self._loading
-                    or self.ownership.is_owned(group_id) or self.ownership.is_contending(group_id))
-
-    async def take_many(self, group_ids: list[str]) -> tuple[list[str], dict]:
-        """Contend for and load many groups at once (a takeover), batch by
-        batch (:meth:`~zkcoord.zk.ownership.GroupOwnership.contend_many`,
-        then the won ones' states read in multiReads and their legacy
-        registrations looked at in bulk). Every group is *loading* from the
-        start: a request for one meanwhile gets what a loading group answers
-        (Heartbeat NONE, COORDINATOR_LOAD_IN_PROGRESS) instead of contending
-        for it or loading it on its own. Returns (the ids now served here,
-        {id: the winner's node id or the error} of the others)."""
-        loop = asyncio.get_running_loop()
-        futures = {}
-        for group_id in group_ids:
-            if self.takeable(group_id):
-                futures[group_id] = future = loop.create_future()
-                future.add_done_callback(_retrieve)
-                future.add_done_callback(lambda _f, g=group_id: self._taking.discard(g))
-                self._loading[group_id] = future
-                self._taking.add(group_id)
-        served, others = [], {}
-        try:
-            chosen = list(futures)
-            for start in range(0, len(chosen), BATCH):
-                batch = chosen[start:start + BATCH]
-                answers = await self.ownership.contend_many(batch)
-                won = []
-                for group_id in batch:
-                    answer = answers.get(group_id)
-                    if answer == self.node_id:
-                        won.append(group_id)
-                        continue
-                    others[group_id] = answer
-                    code = E.NOT_COORDINATOR if isinstance(answer, int) else E.COORDINATOR_NOT_AVAILABLE
-                    futures[group_id].set_exception(GroupUnavailableError(group_id, code, f"not taken: {answer}"))
-                served += await self._load_slice(won, futures)
-        finally:
-            for group_id, future in futures.items():
-                if self._loading.get(group_id) is future:
-                    del self._loading[group_id]
-                if not future.done():
-                    future.set_exception(GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS,
-                                                               "its load was interrupted"))
-        return served, others
-
-    async def _load_slice(self, chunk: list[str], futures: dict) -> list[str]:
-        """Load the groups of ``chunk`` (won here), their states read
-        together; serve each as soon as all of them are loaded. The ids served."""
-        try:
-            reads = await self.store.load_many(chunk)
-        except ZkcoordError as exc:
-            reads = dict.fromkeys(chunk, exc)
-        prepared = {}
-        for i, group_id in enumerate(chunk):
-            await pause_every(i)
-            try:
-                prepared[group_id] = await self._prepare(group_id, reads[group_id], quiet=True)
-            except GroupUnavailableError as exc:
-                futures[group_id].set_exception(exc)
-        if self.handovers is not None and prepared:
-            try:
-                await self.handovers.loaded_many(list(prepared.values()))
-            except ZkcoordError as exc:
-                for group_id, runtime in prepared.items():
-                    await runtime.unload(f"not loaded: {exc}")
-                    futures[group_id].set_exception(
-                        GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS, str(exc)))
-                return []
-        served = []
-        for group_id, runtime in prepared.items():
-            if runtime.active and self.ownership.is_owned(group_id) and not self._stopping:
-                self._serve(group_id, runtime, offsets=False)
-                futures[group_id].set_result(runtime)
-                served.append(runtime)
-            else:
-                await runtime.unload("lost while loading")
-                futures[group_id].set_exception(GroupUnavailableError(group_id, E.NOT_COORDINATOR, "lost meanwhile"))
-        await self.group_offsets.loaded_many(served)
-        if served and self.topic_watcher is not None:
-            self._background.spawn(self._track_many(served), f"watch the topics of {len(served)} groups")
-        return [r.group_id for r in served]
-
-    async def _track_many(self, runtimes: list[GroupRuntime]) -> None:
-        """:meth:`_track_topics` of a takeover's groups, in one task, after they are served."""
-        from zkcoord.server.subscriptions import subscribed_topics
-
-        for i, runtime in enumerate(runtimes):
-            await pause_every(i)
-            if runtime.active:
-                await self.topic_watcher.track(runtime.group_id, subscribed_topics(runtime.group))
 
     async def runtime(self, group_id: str, loading_code: ErrorCode = E.COORDINATOR_LOAD_IN_PROGRESS,
                       allow_empty: bool = False):
@@ -643,9 +538,3 @@ class GroupManager:
         if runtime.version is not None or runtime.group.size > 0:
             return True
         return bool(await self.offsets.fetch(runtime.group_id))
-
-
-def _retrieve(future: asyncio.Future) -> None:
-    """A load's future: its error is read here, whether or not a request awaited it."""
-    if not future.cancelled():
-        future.exception()

@@ -15,13 +15,15 @@ A takeover, in bulk at every step:
 1. list the groups nobody owns (``/coordinators`` listed once, the owner
    directories and their owners' contenders read in multiReads:
    :meth:`~zkcoord.zk.ownership.GroupOwnership.orphans`);
-2. contend for those placed here (:meth:`~zkcoord.zk.ownership.GroupOwnership.contend_many`:
-   contenders created in multis of 500, the elections read back in
-   multiReads, the won contenders' watches set by multiReads);
-3. load the won groups (:meth:`~zkcoord.server.manager.GroupManager.take_many`:
-   state znodes read in multiReads, the runtimes made and loaded, their
-   legacy registrations looked at in bulk), batch by batch, each batch
-   served as soon as it is loaded.
+2. reserve them all as *loading* (:meth:`TakeoverLoading.take_many`, part
+   of the group manager), then, 500 at a time, contend
+   (:meth:`~zkcoord.zk.ownership_bulk.BulkOwnership.contend_many`:
+   contenders created in one multi, the elections read back in multiReads,
+   the won contenders' watches set in one SetWatches);
+3. load the won ones: state znodes read in multiReads, the runtimes made
+   and loaded, their legacy registrations and mode requests looked at and
+   watched in bulk; each batch is served as soon as it is loaded, while the
+   next contends.
 
 Groups still held by a daemon that left (a stopping daemon unregisters
 first and then releases its groups, batch by batch; a release cut short
@@ -39,18 +41,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
+from zkcoord.core.errors import ErrorCode
 from zkcoord.core.placement import groups_to_take, takeover_due
 from zkcoord.errors import ZkcoordError
-from zkcoord.tasks import Background
+from zkcoord.server.bulk_work import pause_every
+from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
+from zkcoord.tasks import Background, retrieve
+from zkcoord.zk.ownership import BATCH
 
-if TYPE_CHECKING:
-    from zkcoord.server.manager import GroupManager
-
-__all__ = ["Takeover"]
+__all__ = ["Takeover", "TakeoverLoading"]
 
 log = logging.getLogger(__name__)
+E = ErrorCode
 RETRY_S = 1.0  # a takeover that failed is tried again this much later
 RESCAN_S = 0.5  # while groups of daemons that left are still held, look again this often
 RESCANS = 240  # at most this many times (2 minutes): a stopping daemon's release, a session's expiry
@@ -59,7 +63,7 @@ RESCANS = 240  # at most this many times (2 minutes): a stopping daemon's releas
 class Takeover:
     """Watches the live daemons and takes the orphaned groups placed here."""
 
-    def __init__(self, manager: GroupManager) -> None:
+    def __init__(self, manager: Any) -> None:  # the GroupManager (which imports this module)
         self._manager = manager
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -128,3 +132,117 @@ class Takeover:
 
 def _names(nodes: set[int]) -> str:
     return ", ".join(str(n) for n in sorted(nodes)) or "none"
+
+
+class TakeoverLoading:
+    """The group manager's part of a takeover: many groups reserved,
+    contended for and loaded at once (module docstring, steps 2 and 3).
+    Mixed into :class:`~zkcoord.server.manager.GroupManager`: it works on
+    the manager's state (``_loading``, ``_taking``, ``runtimes``,
+    ``_stopping``) and with its one-group steps (``_prepare``, ``_serve``)."""
+
+    async def _taken_here(self, group_ids: list[str], eligible) -> set[str]:
+        """Those of ``group_ids`` a takeover here is taking, when clients may be sent here."""
+        taking = {g for g in group_ids if g in self._taking}
+        if not taking:
+            return taking
+        try:
+            info = await self.nodes.node(self.node_id)
+        except ZkcoordError:
+            return set()
+        return taking if info is not None and (eligible is None or eligible(info)) else set()
+
+    def takeable(self, group_id: str) -> bool:
+        """May a takeover take this group: not served, loading or contended here, and not stopping?"""
+        return not (self._stopping or group_id in self.runtimes or group_id in self._loading
+                    or self.ownership.is_owned(group_id) or self.ownership.is_contending(group_id))
+
+    async def take_many(self, group_ids: list[str]) -> tuple[list[str], dict]:
+        """Contend for and load many groups at once (a takeover), batch by
+        batch (:meth:`~zkcoord.zk.ownership.GroupOwnership.contend_many`,
+        then the won ones' states read in multiReads and their legacy
+        registrations looked at in bulk). Every group is *loading* from the
+        start: a request for one meanwhile gets what a loading group answers
+        (Heartbeat NONE, COORDINATOR_LOAD_IN_PROGRESS) instead of contending
+        for it or loading it on its own. Returns (the ids now served here,
+        {id: the winner's node id or the error} of the others)."""
+        loop = asyncio.get_running_loop()
+        futures = {}
+        for group_id in group_ids:
+            if self.takeable(group_id):
+                futures[group_id] = future = loop.create_future()
+                future.add_done_callback(retrieve)
+                future.add_done_callback(lambda _f, g=group_id: self._taking.discard(g))
+                self._loading[group_id] = future
+                self._taking.add(group_id)
+        served, others = [], {}
+        try:
+            chosen = list(futures)
+            for start in range(0, len(chosen), BATCH):
+                batch = chosen[start:start + BATCH]
+                answers = await self.ownership.contend_many(batch)
+                won = []
+                for group_id in batch:
+                    answer = answers.get(group_id)
+                    if answer == self.node_id:
+                        won.append(group_id)
+                        continue
+                    others[group_id] = answer
+                    code = E.NOT_COORDINATOR if isinstance(answer, int) else E.COORDINATOR_NOT_AVAILABLE
+                    futures[group_id].set_exception(GroupUnavailableError(group_id, code, f"not taken: {answer}"))
+                served += await self._load_slice(won, futures)
+        finally:
+            for group_id, future in futures.items():
+                if self._loading.get(group_id) is future:
+                    del self._loading[group_id]
+                if not future.done():
+                    future.set_exception(GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS,
+                                                               "its load was interrupted"))
+        return served, others
+
+    async def _load_slice(self, chunk: list[str], futures: dict) -> list[str]:
+        """Load the groups of ``chunk`` (won here), their states read
+        together; serve each as soon as all of them are loaded. The ids served."""
+        try:
+            reads = await self.store.load_many(chunk)
+        except ZkcoordError as exc:
+            reads = dict.fromkeys(chunk, exc)
+        prepared = {}
+        for i, group_id in enumerate(chunk):
+            await pause_every(i)
+            try:
+                prepared[group_id] = await self._prepare(group_id, reads[group_id], quiet=True)
+            except GroupUnavailableError as exc:
+                futures[group_id].set_exception(exc)
+        if self.handovers is not None and prepared:
+            try:
+                await self.handovers.loaded_many(list(prepared.values()))
+            except ZkcoordError as exc:
+                for group_id, runtime in prepared.items():
+                    await runtime.unload(f"not loaded: {exc}")
+                    futures[group_id].set_exception(
+                        GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS, str(exc)))
+                return []
+        served = []
+        for group_id, runtime in prepared.items():
+            if runtime.active and self.ownership.is_owned(group_id) and not self._stopping:
+                self._serve(group_id, runtime, offsets=False)
+                futures[group_id].set_result(runtime)
+                served.append(runtime)
+            else:
+                await runtime.unload("lost while loading")
+                futures[group_id].set_exception(GroupUnavailableError(group_id, E.NOT_COORDINATOR, "lost meanwhile"))
+        await self.group_offsets.loaded_many(served)
+        if served and self.topic_watcher is not None:
+            self._background.spawn(self._track_many(served), f"watch the topics of {len(served)} groups")
+        return [r.group_id for r in served]
+
+    async def _track_many(self, runtimes: list[GroupRuntime]) -> None:
+        """:meth:`_track_topics` of a takeover's groups, in one task, after they are served."""
+        from zkcoord.server.subscriptions import subscribed_topics
+
+        for i, runtime in enumerate(runtimes):
+            await pause_every(i)
+            if runtime.active:
+                await self.topic_watcher.track(runtime.group_id, subscribed_topics(runtime.group))
+

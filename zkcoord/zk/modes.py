@@ -60,7 +60,8 @@ from zkcoord.errors import ServiceUnavailableError, UsageError
 from zkcoord.zk import aio, election, paths
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.watches import last_zxid, set_watches
-from zkcoord.zk.ownership import TOOL_NODE_ID, GroupOwnership
+from zkcoord.zk.election import TOOL_NODE_ID
+from zkcoord.zk.ownership import GroupOwnership
 from zkcoord.zk.state_store import GroupStateStore, decode_state
 
 __all__ = ["TOOL_NODE_ID", "ModeChange", "check_mode", "read_mode", "set_offset_storage", "parse_request",
