@@ -544,6 +544,7 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     print(f"\n== kill -9 of node {victim.node_id} ({len(orphans):,} groups); ZooKeeper session timeout "
           f"{settings.zk_session_timeout_ms} ms ==", flush=True)
     overflows = listen_counters()
+    load.served = {}
     load.since = time.perf_counter()
     cpu_before = cpu_snapshot({"survivor": survivor.proc.pid})
     victim.proc.kill()
@@ -573,6 +574,8 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     load.bootstrap[:] = fleet.bootstrap()
     print(f"\n== SIGTERM of node {survivor.node_id} ({settings.groups:,} groups; --shutdown-timeout-ms "
           f"{settings.shutdown_timeout_ms}); node {restarted.node_id} started again ==", flush=True)
+    overflows = listen_counters()
+    load.served = {}
     load.since = time.perf_counter()
     survivor.proc.send_signal(signal.SIGTERM)
     code = await asyncio.to_thread(survivor.proc.wait)
@@ -586,8 +589,10 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     cut_short = log_lines(survivor, r"shutdown: could not")
     await wait_served(load, {m.group for m in members}, settings.recover_wait_s)
     figures = served_figures(load, {m.group for m in members}, "SIGTERM", None)
+    after = listen_counters()
     figures.update(exit_s=exit_s, exit_code=code, release_ms=released[-1] if released else None,
-                   cut_short=len(cut_short))
+                   cut_short=len(cut_short), listen_overflows=after[0] - overflows[0])
+    print(f"ListenOverflows +{figures['listen_overflows']:,} (machine-wide)")
     results["stop"] = figures
     load.since = None
 

@@ -31,7 +31,11 @@ leaves election nodes until its session closes) are looked at again every
 :data:`RESCAN_S` until none is left, so each is taken as soon as it is free.
 
 Meanwhile a request for one of these groups waits for its step (a
-heartbeat of a group loading is answered at once, as Kafka answers it).
+heartbeat of a group loading is answered at once, as Kafka answers it). A
+request for a group nobody owns that comes between the live daemons'
+change and the reservation waits for the reservation (:meth:`Takeover.settled`)
+rather than contend for the group alone: in a reconnect storm thousands of
+them would otherwise each take a group one at a time.
 A takeover that fails (ZooKeeper trouble) is tried again a second later;
 groups it did not get are still taken when their members ask, as before.
 """
@@ -58,6 +62,7 @@ E = ErrorCode
 RETRY_S = 1.0  # a takeover that failed is tried again this much later
 RESCAN_S = 0.5  # while groups of daemons that left are still held, look again this often
 RESCANS = 240  # at most this many times (2 minutes): a stopping daemon's release, a session's expiry
+SETTLE_WAIT_S = 10.0  # the longest a request for a group nobody owns waits for a takeover's reservation
 
 
 class Takeover:
@@ -66,6 +71,8 @@ class Takeover:
     def __init__(self, manager: Any) -> None:  # the GroupManager (which imports this module)
         self._manager = manager
         self._wake = asyncio.Event()
+        self._settled = asyncio.Event()  # clear from a daemon's leaving until its groups here are reserved
+        self._settled.set()
         self._task: asyncio.Task | None = None
         self._background = Background(log, "takeover")
 
@@ -77,6 +84,23 @@ class Takeover:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        self._settled.set()
+
+    async def settled(self, timeout_s: float = SETTLE_WAIT_S) -> None:
+        """Wait (at most ``timeout_s``) while the live daemons changed and
+        the groups this daemon takes over are not reserved yet: a request
+        for a group nobody owns must not contend for it alone just before
+        the takeover reserves it (zkcoord.server.manager waits here)."""
+        if not self._settled.is_set():
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._settled.wait()
+            except TimeoutError:
+                pass
+
+    def _changed(self) -> None:  # the live daemons' watch, on the loop
+        self._settled.clear()
+        self._wake.set()
 
     async def _watch(self) -> None:
         node_id = self._manager.node_id
@@ -85,7 +109,7 @@ class Takeover:
         while True:
             self._wake.clear()
             try:
-                live = set(await self._manager.nodes.nodes(on_change=self._wake.set))
+                live = set(await self._manager.nodes.nodes(on_change=self._changed))
                 if takeover_due(known, live, node_id):
                     rescans = RESCANS
                 if rescans:
@@ -94,8 +118,10 @@ class Takeover:
                 known = live
             except ZkcoordError as exc:
                 log.warning("takeover: %s; trying again in %g s", exc, RETRY_S)
+                self._settled.set()  # requests take their groups alone meanwhile
                 await asyncio.sleep(RETRY_S)
                 continue  # ``known`` unchanged: the same change is looked at again
+            self._settled.set()
             if rescans:
                 try:
                     async with asyncio.timeout(RESCAN_S):
@@ -112,22 +138,25 @@ class Takeover:
         (their release or their session's end is under way: look again soon)."""
         manager, ownership = self._manager, self._manager.ownership
         started, cpu = time.monotonic(), time.process_time()
-        orphans = await ownership.orphans(live)
+        orphans = await ownership.orphans()
         mine = [g for g in groups_to_take(orphans.unowned, live, manager.node_id) if manager.takeable(g)]
+        reserved = manager.reserve_many(mine)
+        self._settled.set()  # requests for these now wait for their load; the others may contend alone
         listed = time.monotonic()
-        if not mine:
+        loaded, others = await manager.take_reserved(reserved) if reserved else ([], {})
+        leaving = await ownership.leaving(orphans, live) if orphans.held else 0
+        if not reserved:
             log.info("takeover (node(s) %s gone): none of the %d groups nobody owns is placed here; %d held by "
-                     "daemons not live", _names(gone), len(orphans.unowned), orphans.leaving)
-            return orphans.leaving
-        loaded, others = await manager.take_many(mine)
+                     "daemons not live", _names(gone), len(orphans.unowned), leaving)
+            return leaving
         failed = [g for g, answer in others.items() if isinstance(answer, BaseException)]
         log.info("took over %d groups (node(s) %s gone) in %.0f ms (%.0f ms of CPU, the daemon's, serving meanwhile "
                  "included): %d of the %d groups nobody owned are placed here (listed in %.0f ms), %d served, %d lost "
                  "to another daemon, %d failed%s; %d held by daemons not live", len(loaded), _names(gone),
-                 (time.monotonic() - started) * 1e3, (time.process_time() - cpu) * 1e3, len(mine),
+                 (time.monotonic() - started) * 1e3, (time.process_time() - cpu) * 1e3, len(reserved),
                  len(orphans.unowned), (listed - started) * 1e3, len(loaded), len(others) - len(failed), len(failed),
-                 f" (first: {others[failed[0]]})" if failed else "", orphans.leaving)
-        return orphans.leaving
+                 f" (first: {others[failed[0]]})" if failed else "", leaving)
+        return leaving
 
 
 def _names(nodes: set[int]) -> str:
@@ -158,14 +187,15 @@ class TakeoverLoading:
                     or self.ownership.is_owned(group_id) or self.ownership.is_contending(group_id))
 
     async def take_many(self, group_ids: list[str]) -> tuple[list[str], dict]:
-        """Contend for and load many groups at once (a takeover), batch by
-        batch (:meth:`~zkcoord.zk.ownership.GroupOwnership.contend_many`,
-        then the won ones' states read in multiReads and their legacy
-        registrations looked at in bulk). Every group is *loading* from the
-        start: a request for one meanwhile gets what a loading group answers
-        (Heartbeat NONE, COORDINATOR_LOAD_IN_PROGRESS) instead of contending
-        for it or loading it on its own. Returns (the ids now served here,
-        {id: the winner's node id or the error} of the others)."""
+        """:meth:`reserve_many`, then :meth:`take_reserved`."""
+        return await self.take_reserved(self.reserve_many(group_ids))
+
+    def reserve_many(self, group_ids: list[str]) -> dict[str, asyncio.Future]:
+        """Mark the groups a takeover is to take (those :meth:`takeable`) as
+        *loading*, at once: a request for one from now on gets what a loading
+        group answers (Heartbeat NONE, COORDINATOR_LOAD_IN_PROGRESS) or
+        waits for its load, instead of contending for it or loading it on
+        its own. {group: the future its load settles}."""
         loop = asyncio.get_running_loop()
         futures = {}
         for group_id in group_ids:
@@ -175,6 +205,14 @@ class TakeoverLoading:
                 future.add_done_callback(lambda _f, g=group_id: self._taking.discard(g))
                 self._loading[group_id] = future
                 self._taking.add(group_id)
+        return futures
+
+    async def take_reserved(self, futures: dict[str, asyncio.Future]) -> tuple[list[str], dict]:
+        """Contend for and load the groups :meth:`reserve_many` reserved,
+        batch by batch (:meth:`~zkcoord.zk.ownership_bulk.BulkOwnership.contend_many`,
+        then the won ones' states read in multiReads, their legacy
+        registrations and mode requests looked at in bulk). Returns (the ids
+        now served here, {id: the winner's node id or the error} of the others)."""
         served, others = [], {}
         try:
             chosen = list(futures)

@@ -9,8 +9,8 @@ and with its single-group steps (``_adopt``, ``_contend``, ``_watcher``,
 
 * :meth:`BulkOwnership.orphans` lists the groups nobody contends for (one
   listing of ``/coordinators``, then multiReads of their ``owner``
-  directories), and counts those held by a daemon that is not live (their
-  owners' contenders read in multiReads).
+  directories); :meth:`BulkOwnership.leaving` counts those held by a daemon
+  that is not live (their owners' contenders read in multiReads).
 * :meth:`BulkOwnership.contend_many` contends for many in batches: the
   contenders of up to :data:`BATCH` groups created in one multi, the
   elections read back in multiReads, the won contenders' watches set in one
@@ -59,7 +59,7 @@ class Orphans:
     """What :meth:`GroupOwnership.orphans` found."""
 
     unowned: list[str]  # groups nobody contends for
-    leaving: int  # groups whose owner is not a live daemon: free once its session or its stop's release ends
+    held: list[str]  # the election node owning each other group
 
 
 @dataclass
@@ -81,26 +81,30 @@ class BulkOwnership:
         ``owner`` directory empty or absent), as ZooKeeper has it now."""
         return (await self.orphans()).unowned
 
-    async def orphans(self, live: Collection[int] | None = None) -> Orphans:
-        """The groups nobody owns now, and (given the ``live`` daemons) how
-        many are held by a daemon that is not live: their contenders go with
-        its session, or as its stop releases them. Three rounds of reads:
-        ``/coordinators`` listed, the owner directories and the owners'
-        contenders read in multiReads."""
-        return await self._conn.retry("list the groups nobody owns", self._inner_orphans, live)
+    async def orphans(self) -> Orphans:
+        """The groups nobody owns now, and the election node that owns each
+        other group (for :meth:`leaving`): ``/coordinators`` listed, the
+        owner directories read in multiReads."""
+        return await self._conn.retry("list the groups nobody owns", self._inner_orphans)
 
-    async def _inner_orphans(self, live: Collection[int] | None) -> Orphans:
+    async def _inner_orphans(self) -> Orphans:
         try:
             names = await aio.call(self._conn.client.get_children_async, paths.COORDINATORS)
         except NoNodeError:
-            return Orphans([], 0)
+            return Orphans([], [])
         groups = paths.group_ids(names)
         lowest = [(g, election.ordered(children)[:1]) for g, children in
                   zip(groups, await self._inner_list_owner_dirs(groups))]
-        unowned = [g for g, first in lowest if not first]
-        if live is None:
-            return Orphans(unowned, 0)
-        held = [paths.contender(g, first[0]) for g, first in lowest if first]
+        return Orphans([g for g, first in lowest if not first],
+                       [paths.contender(g, first[0]) for g, first in lowest if first])
+
+    async def leaving(self, orphans: Orphans, live: Collection[int]) -> int:
+        """Of the groups ``orphans`` found owned, how many are held by a
+        daemon that is not ``live`` (their contenders read in multiReads):
+        they go with its session, or as its stop releases them."""
+        return await self._conn.retry("read who holds the groups", self._inner_leaving, orphans.held, live)
+
+    async def _inner_leaving(self, held: list[str], live: Collection[int]) -> int:
         leaving = 0
         for outcome in await read_many(self._conn, [(GET_DATA, path) for path in held]):
             if isinstance(outcome, NoNodeError):
@@ -109,7 +113,7 @@ class BulkOwnership:
                 raise outcome
             elif (holder := partition_number(outcome.decode("ascii", "replace").strip())) is not None:
                 leaving += holder not in live and holder != TOOL_NODE_ID
-        return Orphans(unowned, leaving)
+        return leaving
 
     async def contend_many(self, groups: Iterable[str]) -> dict[str, int | BaseException]:
         """:meth:`contend` for each of ``groups`` (distinct), in batches of
