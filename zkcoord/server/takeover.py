@@ -71,8 +71,8 @@ class Takeover:
     def __init__(self, manager: Any) -> None:  # the GroupManager (which imports this module)
         self._manager = manager
         self._wake = asyncio.Event()
-        self._settled = asyncio.Event()  # clear from a daemon's leaving until its groups here are reserved
-        self._settled.set()
+        self._pending = False  # a daemon left and the groups to take here are not all reserved yet
+        self._next_round: asyncio.Future | None = None  # settled when the next round has reserved its groups
         self._task: asyncio.Task | None = None
         self._background = Background(log, "takeover")
 
@@ -84,22 +84,38 @@ class Takeover:
         if self._task is not None:
             self._task.cancel()
             self._task = None
-        self._settled.set()
+        self._round_reserved(pending=False)
+
+    @property
+    def pending(self) -> bool:
+        """A daemon's leaving is being taken over here (:meth:`settled`)."""
+        return self._pending
 
     async def settled(self, timeout_s: float = SETTLE_WAIT_S) -> None:
-        """Wait (at most ``timeout_s``) while the live daemons changed and
-        the groups this daemon takes over are not reserved yet: a request
-        for a group nobody owns must not contend for it alone just before
-        the takeover reserves it (zkcoord.server.manager waits here)."""
-        if not self._settled.is_set():
-            try:
-                async with asyncio.timeout(timeout_s):
-                    await self._settled.wait()
-            except TimeoutError:
-                pass
+        """While a daemon's leaving is being taken over (the live daemons
+        changed, or groups of daemons that left are still held), wait (at
+        most ``timeout_s``) for the next round to reserve its groups: a
+        request for a group nobody owns must not contend for it alone just
+        before the takeover reserves it (zkcoord.server.manager waits here).
+        Rounds come every :data:`RESCAN_S` meanwhile."""
+        if not self._pending:
+            return
+        if self._next_round is None:
+            self._next_round = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(self._next_round)
+        except TimeoutError:
+            pass
+
+    def _round_reserved(self, pending: bool) -> None:
+        self._pending = pending
+        waiting, self._next_round = self._next_round, None
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
 
     def _changed(self) -> None:  # the live daemons' watch, on the loop
-        self._settled.clear()
+        self._pending = True
         self._wake.set()
 
     async def _watch(self) -> None:
@@ -118,10 +134,10 @@ class Takeover:
                 known = live
             except ZkcoordError as exc:
                 log.warning("takeover: %s; trying again in %g s", exc, RETRY_S)
-                self._settled.set()  # requests take their groups alone meanwhile
+                self._round_reserved(pending=False)  # requests take their groups alone meanwhile
                 await asyncio.sleep(RETRY_S)
                 continue  # ``known`` unchanged: the same change is looked at again
-            self._settled.set()
+            self._round_reserved(pending=bool(rescans) or self._wake.is_set())
             if rescans:
                 try:
                     async with asyncio.timeout(RESCAN_S):
@@ -141,7 +157,7 @@ class Takeover:
         orphans = await ownership.orphans()
         mine = [g for g in groups_to_take(orphans.unowned, live, manager.node_id) if manager.takeable(g)]
         reserved = manager.reserve_many(mine)
-        self._settled.set()  # requests for these now wait for their load; the others may contend alone
+        self._round_reserved(pending=True)  # requests for these now wait for their load
         listed = time.monotonic()
         loaded, others = await manager.take_reserved(reserved) if reserved else ([], {})
         leaving = await ownership.leaving(orphans, live) if orphans.held else 0
