@@ -138,8 +138,13 @@ class GroupManager(TakeoverLoading):
         """:meth:`find_owner` of distinct ids: {id: NodeInfo or the
         GroupUnavailableError it would raise}. The owners are looked up
         together (:meth:`~zkcoord.zk.ownership.GroupOwnership.current_owners`),
-        in slices of :data:`SLICE` with a yield between them."""
+        in slices of :data:`SLICE` with a yield between them. While a
+        daemon's leaving is taken over here, the takeover's reservation is
+        waited for first: its groups are then named without a read
+        (thousands of clients looking up at once would otherwise queue
+        thousands of reads in front of the takeover's own)."""
         answers: dict = {}
+        await self.takeover.settled()  # a daemon just left: its groups placed here are named at once when reserved
         for start in range(0, len(group_ids), SLICE):
             if start:
                 await asyncio.sleep(0)
@@ -510,6 +515,7 @@ class GroupManager(TakeoverLoading):
         when ZooKeeper cannot tell: :meth:`runtime` then answers the error."""
         if self.conn is None:
             return set()
+        await self.takeover.settled()  # a daemon just left: the groups reserved here are no question
         candidates = [g for g in group_ids
                       if g not in self.runtimes and g not in self._loading and g not in self._broken
                       and not self.ownership.is_owned(g) and not self.ownership.is_contending(g)
