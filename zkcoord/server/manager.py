@@ -206,12 +206,9 @@ class GroupManager(TakeoverLoading):
         NOT_COORDINATOR if another daemon owns it or wins."""
         if self._stopping:
             raise GroupUnavailableError(group_id, E.NOT_COORDINATOR, f"node {self.node_id} is stopping")
-        for _ in range(2):  # a daemon left: its groups placed here are about to be reserved (or freed, then reserved)
-            if not self.takeover.pending:
-                break
-            await self.takeover.settled()
-            if group_id in self._loading:
-                return  # reserved by the takeover: runtime() waits for its load
+        await self.takeover.settled()  # a daemon just left: its groups placed here are about to be reserved
+        if group_id in self._loading:
+            return  # reserved by the takeover: runtime() waits for its load
         try:
             owner = None if self.ownership.is_contending(group_id) else await self.ownership.current_owner(group_id)
             if owner is None or owner == self.node_id:

@@ -62,7 +62,7 @@ E = ErrorCode
 RETRY_S = 1.0  # a takeover that failed is tried again this much later
 RESCAN_S = 0.5  # while groups of daemons that left are still held, look again this often
 RESCANS = 240  # at most this many times (2 minutes): a stopping daemon's release, a session's expiry
-SETTLE_WAIT_S = 10.0  # the longest a request for a group nobody owns waits for a takeover's reservation
+SETTLE_WAIT_S = 10.0  # the longest requests wait for a takeover's reservation
 
 
 class Takeover:
@@ -71,7 +71,7 @@ class Takeover:
     def __init__(self, manager: Any) -> None:  # the GroupManager (which imports this module)
         self._manager = manager
         self._wake = asyncio.Event()
-        self._pending = False  # a daemon left and the groups to take here are not all reserved yet
+        self._pending = False  # a round is listing the groups to take here: they are not reserved yet
         self._next_round: asyncio.Future | None = None  # settled when the next round has reserved its groups
         self._task: asyncio.Task | None = None
         self._background = Background(log, "takeover")
@@ -88,25 +88,23 @@ class Takeover:
 
     @property
     def pending(self) -> bool:
-        """A daemon's leaving is being taken over here (:meth:`settled`)."""
+        """A takeover round here is listing the groups it will take (:meth:`settled`)."""
         return self._pending
 
-    async def settled(self, timeout_s: float = SETTLE_WAIT_S) -> None:
-        """While a daemon's leaving is being taken over (the live daemons
-        changed, or groups of daemons that left are still held), wait (at
-        most ``timeout_s``) for the next round to reserve its groups: a
-        request for a group nobody owns must not contend for it alone just
-        before the takeover reserves it (zkcoord.server.manager waits here).
-        Rounds come every :data:`RESCAN_S` meanwhile."""
+    async def settled(self) -> None:
+        """While a round of a takeover here is listing the groups it will
+        take (a daemon just left, or groups of daemons that left are still
+        held), wait for its reservation: a request for a group nobody owns
+        must not contend for it alone just before the takeover reserves it,
+        nor a lookup read ZooKeeper for it (zkcoord.server.manager waits
+        here). At most :data:`SETTLE_WAIT_S`."""
         if not self._pending:
             return
         if self._next_round is None:
-            self._next_round = asyncio.get_running_loop().create_future()
-        try:
-            async with asyncio.timeout(timeout_s):
-                await asyncio.shield(self._next_round)
-        except TimeoutError:
-            pass
+            loop = asyncio.get_running_loop()
+            self._next_round = future = loop.create_future()
+            loop.call_later(SETTLE_WAIT_S, lambda: future.done() or future.set_result(None))  # one timer for all
+        await asyncio.shield(self._next_round)
 
     def _round_reserved(self, pending: bool) -> None:
         self._pending = pending
@@ -137,7 +135,7 @@ class Takeover:
                 self._round_reserved(pending=False)  # requests take their groups alone meanwhile
                 await asyncio.sleep(RETRY_S)
                 continue  # ``known`` unchanged: the same change is looked at again
-            self._round_reserved(pending=bool(rescans) or self._wake.is_set())
+            self._round_reserved(pending=self._wake.is_set())  # a change came meanwhile: its round is next
             if rescans:
                 try:
                     async with asyncio.timeout(RESCAN_S):
@@ -154,10 +152,11 @@ class Takeover:
         (their release or their session's end is under way: look again soon)."""
         manager, ownership = self._manager, self._manager.ownership
         started, cpu = time.monotonic(), time.process_time()
+        self._pending = True  # requests for groups nobody owns wait for this round's reservation
         orphans = await ownership.orphans()
         mine = [g for g in groups_to_take(orphans.unowned, live, manager.node_id) if manager.takeable(g)]
         reserved = manager.reserve_many(mine)
-        self._round_reserved(pending=True)  # requests for these now wait for their load
+        self._round_reserved(pending=False)  # requests for these now wait for their load; the others go on
         listed = time.monotonic()
         loaded, others = await manager.take_reserved(reserved) if reserved else ([], {})
         leaving = await ownership.leaving(orphans, live) if orphans.held else 0
