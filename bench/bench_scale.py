@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -412,6 +413,40 @@ def usable(conn: KafkaConnection) -> bool:
 
 # -- measuring -----------------------------------------------------------------------
 
+def tune_collector() -> None:
+    """The load generator holds 10,000 members' objects: with the default
+    thresholds its cyclic collector's full passes stop it for hundreds of
+    milliseconds, seen as heartbeat latency. What exists once the groups are
+    created is frozen and the youngest generation collected less often, as
+    the daemon does (zkcoord.server.daemon.tune_interpreter)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+
+
+class CollectorPauses:
+    """The load generator's own cyclic-collector pauses (gc.callbacks), for the windows' output."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._started)
+
+    def take(self) -> list[float]:
+        pauses, self.pauses = self.pauses, []
+        return pauses
+
+
+PAUSES = CollectorPauses()
+
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -429,6 +464,7 @@ def listen_counters() -> tuple[int, int]:
 async def window(load: Load, fleet: Fleet, daemons: list[Daemon], seconds: float, groups: int, title: str) -> dict:
     """Heartbeat latency, cores and memory per group over ``seconds``."""
     pids = {f"zkcoord-{d.node_id}": d.proc.pid for d in daemons}
+    PAUSES.take()
     load.latencies = []
     before = cpu_snapshot(pids)
     await asyncio.sleep(seconds)
@@ -447,6 +483,10 @@ async def window(load: Load, fleet: Fleet, daemons: list[Daemon], seconds: float
     figures["daemon_us_per_heartbeat"] = figures["daemon_cores"] * seconds / max(len(latencies), 1) * 1e6
     print(f"cores            daemons {figures['daemon_cores']:.2f}   client {figures['client_cores']:.2f}   "
           f"other {figures['other_cores']:.2f}   (daemons' CPU per heartbeat {figures['daemon_us_per_heartbeat']:.0f} us)")
+    pauses = PAUSES.take()
+    figures["client_gc_pauses"] = len(pauses)
+    figures["client_gc_max_ms"] = max(pauses, default=0.0) * 1e3
+    print(f"load generator   {len(pauses)} collector passes, the longest {figures['client_gc_max_ms']:.1f} ms")
     print(f"memory per group {figures['bytes_per_group'] / 1024:.1f} KB (RSS growth since start over the groups; "
           f"RSS now {', '.join(f'node {n}: {mb:.0f} MB' for n, mb in figures['rss_mb'].items())})")
     return figures
@@ -527,6 +567,7 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
           f"{'' if settings.create_heartbeats == 'on' else ': none, --create-heartbeats off'}): first "
           f"{FIRST_LAST:,} {cpu_head:.2f} ms, last ~{FIRST_LAST:,} {cpu_tail:.2f} ms, ratio {cpu_tail / cpu_head:.2f}")
     load.heartbeating.set()
+    tune_collector()
     await asyncio.sleep(settings.heartbeat_interval_ms / 1000)  # every member heartbeats once before measuring
 
     results["steady_two"] = await window(load, fleet, [first, second], settings.window_s, settings.groups,
