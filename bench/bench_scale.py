@@ -446,6 +446,15 @@ class CollectorPauses:
 PAUSES = CollectorPauses()
 
 
+async def loop_lag(lags: list[float], stop: asyncio.Event, every_s: float = 0.01) -> None:
+    """How late the load generator's own event loop wakes a 10 ms sleep,
+    into ``lags``: a latency the daemons did not cause."""
+    while not stop.is_set():
+        started = time.perf_counter()
+        await asyncio.sleep(every_s)
+        lags.append(time.perf_counter() - started - every_s)
+
+
 
 def percentile(values: list[float], p: float) -> float:
     if not values:
@@ -466,9 +475,14 @@ async def window(load: Load, fleet: Fleet, daemons: list[Daemon], seconds: float
     pids = {f"zkcoord-{d.node_id}": d.proc.pid for d in daemons}
     PAUSES.take()
     load.latencies = []
+    lags: list[float] = []
+    done = asyncio.Event()
+    lagging = asyncio.ensure_future(loop_lag(lags, done))
     before = cpu_snapshot(pids)
     await asyncio.sleep(seconds)
     after = cpu_snapshot(pids)
+    done.set()
+    await lagging
     latencies, load.latencies = load.latencies, None
     cores = cpu_cores(before, after)
     grown_kb = sum(d.rss_kb() - d.start_rss_kb for d in daemons)
@@ -486,7 +500,10 @@ async def window(load: Load, fleet: Fleet, daemons: list[Daemon], seconds: float
     pauses = PAUSES.take()
     figures["client_gc_pauses"] = len(pauses)
     figures["client_gc_max_ms"] = max(pauses, default=0.0) * 1e3
-    print(f"load generator   {len(pauses)} collector passes, the longest {figures['client_gc_max_ms']:.1f} ms")
+    figures["client_lag_p99_ms"] = percentile(lags, 99) * 1e3
+    figures["client_lag_max_ms"] = max(lags, default=0.0) * 1e3
+    print(f"load generator   {len(pauses)} collector passes, the longest {figures['client_gc_max_ms']:.1f} ms; its "
+          f"loop late by p99 {figures['client_lag_p99_ms']:.1f} ms, max {figures['client_lag_max_ms']:.1f} ms")
     print(f"memory per group {figures['bytes_per_group'] / 1024:.1f} KB (RSS growth since start over the groups; "
           f"RSS now {', '.join(f'node {n}: {mb:.0f} MB' for n, mb in figures['rss_mb'].items())})")
     return figures
