@@ -100,6 +100,9 @@ class DaemonConfig:
     offset_metadata_max_bytes: int = limits.DEFAULT_OFFSET_METADATA_MAX_BYTES
     connections_max_idle_ms: int = limits.DEFAULT_CONNECTIONS_MAX_IDLE_MS  # daemon and gateway connections
     partial_requests_max_bytes: int = limits.DEFAULT_PARTIAL_REQUESTS_MAX_BYTES  # unanswered frames, per listener
+    # Connections the kernel queues for the listener until the daemon accepts them (a reconnect storm after a
+    # fail-over brings thousands at once); 0: the operating system's maximum (net.core.somaxconn).
+    listen_backlog: int = 0
     max_state_bytes: int = 1_000_000
     shutdown_timeout_ms: int = 5_000
     # Worker processes of one `zkcoord run`, each its own node (zkcoord.core.workers); 0: one per core.
@@ -182,6 +185,7 @@ class DaemonConfig:
                      limits.MAX_OFFSET_METADATA_MAX_BYTES)
         _check_range("connections_max_idle_ms", self.connections_max_idle_ms, 100, 2**31 - 1)
         _check_range("partial_requests_max_bytes", self.partial_requests_max_bytes, 1024, 2**40)
+        _check_range("listen_backlog", self.listen_backlog, 0, 65535)
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)
         self.rebalance_protocols  # noqa: B018 (checks group_coordinator_rebalance_protocols)
         self.consumer_group_config  # noqa: B018 (checks the group_consumer_* settings)

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-__all__ = ["Background"]
+__all__ = ["Background", "retrieve"]
 
 
 class Background:
@@ -46,3 +46,11 @@ class Background:
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+
+def retrieve(future: asyncio.Future) -> None:
+    """A done callback for a future some caller may never await (a batch's
+    answer for one of its groups): its exception is read, so asyncio does
+    not report it as never retrieved; whoever awaits it still gets it."""
+    if not future.cancelled():
+        future.exception()

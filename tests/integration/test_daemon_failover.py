@@ -12,9 +12,12 @@ to pass. Every daemon is killed at teardown, pass or fail.
 
 A lookup of a group nobody owns names a live daemon (rendezvous hashing,
 ``zkcoord.core.placement``) and makes nobody contend; the group's first
-group request makes the daemon that gets it contend. Tests about one
-daemon's groups so draw group ids that lookups send to it, and after a kill
-to the daemon that should take over (``tests/support/placement.py``).
+group request makes the daemon that gets it contend. When a daemon's
+session ends (or it stops), the daemon the placement names among the
+survivors takes each of its groups over at once, without a client asking
+(``zkcoord.server.takeover``). Tests about one daemon's groups so draw group
+ids that lookups send to it, and after a kill to the daemon that should take
+over (``tests/support/placement.py``).
 
 What the design promises (the 0.9 consumer rewrite design, "Co-ordinator
 failure during rebalance"): a new owner loads the group from ZooKeeper and
@@ -106,6 +109,16 @@ async def describe(daemon: DaemonProcess, group: str):
     response = await call(daemon, DescribeGroupsRequest(version=4, groups=[group],
                                                         include_authorized_operations=False))
     return response.groups[0]
+
+
+async def describe_loaded(daemon: DaemonProcess, group: str, timeout_s: float = WAIT_S):
+    """:func:`describe`, asked again while the group loads (a takeover won its
+    election before loading its state: COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+    deadline = time.monotonic() + timeout_s
+    while (described := await describe(daemon, group)).error_code == E.COORDINATOR_LOAD_IN_PROGRESS:
+        assert time.monotonic() < deadline, f"group {group} still loading on daemon {daemon.node_id}"
+        await asyncio.sleep(0.05)
+    return described
 
 
 async def take(daemon: DaemonProcess, group: str) -> int:
@@ -226,16 +239,16 @@ def test_kill_9_of_stable_owner_new_owner_loads_group_members_and_offsets(fleet,
 
         d1.kill()
         wait_for(lambda: fleet.session_gone(1), WAIT_S, "daemon 1's ZooKeeper session expired")
-        # Nobody owns the group now: both survivors name daemon 2, and a lookup alone makes nobody contend.
+        # Daemon 2, the one the placement names among the survivors, takes the group over at once,
+        # without any client asking (zkcoord.server.takeover); both survivors name it.
+        wait_for(lambda: fleet.contenders(group) == [2], WAIT_S, "daemon 2 took the group over")
         for daemon in (d2, d3):
             found = await find_until(daemon, group, lambda f: f.error_code == E.NONE and f.node_id != 1,
                                      f"daemon {daemon.node_id} names a live daemon")
             assert owner_of(found) == owned_by(d2)
-        assert fleet.contenders(group) == []
 
-        # The group's first request makes daemon 2 contend, win and load the group before it answers:
-        # loaded as stored, same generation, members and assignments.
-        described = await describe(d2, group)
+        # Loaded as stored: same generation, members and assignments.
+        described = await describe_loaded(d2, group)
         assert fleet.contenders(group) == [2]
         assert owner_of(await find(d3, group)) == owned_by(d2)
         assert (described.error_code, described.group_state, described.protocol_data) == (E.NONE, "Stable", "range")
@@ -377,15 +390,14 @@ def test_paused_owner_is_fenced_and_steps_down_after_another_daemon_moved_on(fle
 
         d1.pause()
         wait_for(lambda: fleet.session_gone(1), WAIT_S, "paused daemon 1's ZooKeeper session expired")
-        assert fleet.contenders(group) == []
+        # Daemon 2 takes the group over at once (zkcoord.server.takeover), no client asking.
+        wait_for(lambda: fleet.contenders(group) == [2], WAIT_S, "daemon 2 took the group over")
         for m in (a, b, c):
             m.bootstrap = bootstrap_of(d2)
         found = await find_until(d2, group, lambda f: f.error_code == E.NONE and f.node_id != 1,
                                  "daemon 2 names itself")
         assert owner_of(found) == owned_by(d2)
-        assert fleet.contenders(group) == []  # a lookup alone
-        # Daemon 2 takes the group on the members' requests and moves it on:
-        # c joins, generation 101 (above daemon 1's reservation).
+        # Daemon 2 moves the group on: c joins, generation 101 (above daemon 1's reservation).
         assert await converge([a, b, c]) == 101
         assert fleet.contenders(group) == [2]
         assert stored(zk, group) == ("Stable", 101, {old_a, old_b, c.member_id})
@@ -510,16 +522,16 @@ def test_sigterm_releases_groups_at_once_for_another_daemon(fleet, zk, unique_na
         assert (fleet.contenders(busy), fleet.contenders(idle)) == ([1], [1])
 
         assert d1.terminate(timeout_s=10) == 0
-        # Gone at once, not after a session time-out.
+        # Gone at once, not after a session time-out: daemon 1 unregistered and released both groups, and
+        # daemon 2 took them over as they went, without any client asking (zkcoord.server.takeover).
         assert fleet.registration(1) is None
-        assert (fleet.contenders(busy), fleet.contenders(idle)) == ([], [])
+        wait_for(lambda: (fleet.contenders(busy), fleet.contenders(idle)) == ([2], [2]), 10,
+                 "daemon 2 took both groups over")
         for group in (busy, idle):
             found = await find_until(d2, group, lambda f: f.error_code == E.NONE and f.node_id != 1,
                                      f"daemon 2 names itself for {group}", timeout_s=10)
             assert owner_of(found) == owned_by(d2)
-        # Daemon 2 takes idle on its next request, at once: nothing of daemon 1 is left to wait for.
-        assert (await describe(d2, idle)).error_code == E.NONE
-        assert fleet.contenders(idle) == [2]
+        assert (await describe_loaded(d2, idle)).error_code == E.NONE
         a.bootstrap = b.bootstrap = bootstrap_of(d2)
         for m in (a, b):
             assert await m.heartbeat(deadline) is E.NONE

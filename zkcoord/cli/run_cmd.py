@@ -54,6 +54,8 @@ def _options(func):
          "unfinished request started this long ago (Kafka's connections.max.idle.ms) [default: 600000]."),
         ("--partial-requests-max-bytes", int, "Most bytes of unanswered requests all connections of a listener "
          "hold; the connection going over it is closed [default: 67108864]."),
+        ("--listen-backlog", int, "Connections the kernel queues for the Kafka listener until the daemon accepts "
+         "them, capped by net.core.somaxconn; 0: that maximum [default: 0]."),
         ("--max-state-bytes", int, "Largest group state znode written [default: 1000000]."),
         ("--topic-metadata-refresh-ms", int, "How often to poll Kafka for partition counts when ZooKeeper has no broker metadata for this daemon [default: 5000]."),
         ("--metrics-listen", str, "HOST:PORT serving Prometheus /metrics and /health over HTTP [default: off]."),

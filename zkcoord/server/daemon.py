@@ -23,10 +23,13 @@ the ones before it, last first):
    manager.
 5. ``_serve``: hand the listeners their handlers; the gateway serves.
 
-Stop (SIGTERM / SIGINT): unload every owned group and delete its election
-node, so another daemon wins it on the clients' next FindCoordinator, close
-the listener and every connection, unregister, close the ZooKeeper session,
-exit 0, all within ``shutdown_timeout_ms``.
+Stop (SIGTERM / SIGINT): close the listener and every connection (the
+clients look their coordinators up again), unregister, unload every owned
+group and delete its election node (in multis): the other daemons take each
+group over as soon as it is free (:mod:`zkcoord.server.takeover`); close
+the ZooKeeper session, exit 0, each step within ``shutdown_timeout_ms``; a
+step that fails or runs out of time is logged with its cause (how many
+groups were still held).
 
 With ``metrics_listen`` set, an HTTP endpoint serves Prometheus ``/metrics``
 and ``/health`` (:mod:`zkcoord.server.metrics`); it is bound right after the
@@ -155,7 +158,7 @@ class Daemon:
             request_max_bytes=limits.request_max_bytes, request_limit_setting=limits.setting_of,
             connections_max_idle_ms=config.connections_max_idle_ms,
             partial_requests_max_bytes=config.partial_requests_max_bytes, security=self.security.listener,
-            shared_port=shared)
+            shared_port=shared, backlog=config.listen_backlog)
         undo.push_async_callback(_undo, "close the listener", self.server.stop)
         await self.server.start()
         await self._start_metrics()
@@ -230,6 +233,7 @@ class Daemon:
                         "/brokers/topics here and --bootstrap-servers is not set)")
         self.manager.admin.start_cleanup()
         self.manager.start_adoption()
+        self.manager.start_takeover()
         undo.push_async_callback(_undo, "release groups", self.manager.release_all)
 
     def _group_manager(self, node_id: int) -> GroupManager:
@@ -290,27 +294,45 @@ class Daemon:
             await self.metrics_server.stop()
 
     async def stop(self) -> None:
-        """Graceful: persist nothing pending, release groups, close, unregister."""
+        """Graceful: close the listeners (the clients go to look their
+        coordinators up again), unregister (the other daemons then take each
+        group over as soon as its election node goes), release the groups,
+        stop the rest. A release cut short leaves election nodes that go
+        with the ZooKeeper session, a moment later."""
         timeout_s = self.config.shutdown_timeout_ms / 1000
         steps = [
-            ("release groups", self.manager.release_all() if self.manager else None),
-            ("close the listener", self.server.stop() if self.server else None),
-            ("close the gateway", self.gateway.stop() if self.gateway else None),
-            ("close the metrics endpoint", self._stop_metrics() if self.metrics_server else None),
-            ("stop offset batching", self.offsets.stop() if self.offsets else None),
-            ("stop topic watches", self.topics.stop() if self.topics else None),
-            ("unregister", self.nodes.unregister() if self.nodes else None),
-            ("stop the security watchers", self.security.stop() if self.security else None),
+            ("close the listener", self.server and self.server.stop),
+            ("close the gateway", self.gateway and self.gateway.stop),
+            ("unregister", self.nodes and self.nodes.unregister),
+            ("release groups", self.manager and self.manager.release_all),
+            ("close the metrics endpoint", self.metrics_server and self._stop_metrics),
+            ("stop offset batching", self.offsets and self.offsets.stop),
+            ("stop topic watches", self.topics and self.topics.stop),
+            ("stop the security watchers", self.security and self.security.stop),
         ]
         for what, step in steps:
-            if step is None:
-                continue
-            try:
-                await asyncio.wait_for(step, timeout_s)
-            except Exception as exc:  # keep stopping: the session close removes what is left
-                log.warning("shutdown: could not %s: %s", what, exc)
+            await self._stop_step(what, step, timeout_s)
         await asyncio.to_thread(self.conn.stop)
         log.info("zkcoord daemon stopped")
+
+    async def _stop_step(self, what: str, step, timeout_s: float) -> bool:
+        """Run one step of :meth:`stop` (a coroutine function; nothing when
+        falsy) within the timeout; a failure is logged with its cause, and
+        the stopping goes on (closing the session removes what is left)."""
+        if not step:
+            return False
+        try:
+            await asyncio.wait_for(step(), timeout_s)
+            return True
+        except TimeoutError:
+            why = f"not done within {timeout_s * 1000:.0f} ms (--shutdown-timeout-ms)"
+            if what == "release groups" and self.manager is not None:
+                why += (f"; {self.manager.still_owned()} groups still held: their election nodes go when the "
+                        "ZooKeeper session closes, and the other daemons take them over then")
+        except Exception as exc:
+            why = str(exc) or repr(exc)
+        log.warning("shutdown: could not %s: %s", what, why)
+        return False
 
 
 async def _undo(what: str, step, *args) -> None:

@@ -101,6 +101,15 @@ class GroupOffsets:
             self.repairs[group_id] = self._background.spawn(self._repair_dual(group_id),
                                                             f"repair the dual offsets of group {group_id}")
 
+    async def loaded_many(self, runtimes: list[GroupRuntime]) -> None:
+        """:meth:`loaded` of many groups (a takeover): their mode requests watched in one request."""
+        if self.mode_requests is not None:
+            await self.mode_requests.watch_many([r.group_id for r in runtimes])
+        for runtime in runtimes:
+            if runtime.group.offset_storage == "dual" and self.forwarder is not None:
+                self.repairs[runtime.group_id] = self._background.spawn(
+                    self._repair_dual(runtime.group_id), f"repair the dual offsets of group {runtime.group_id}")
+
     def forget(self, group_id: str) -> None:
         """The group is no longer served here."""
         self.forwarded.forget(group_id)

@@ -204,8 +204,9 @@ class GroupRuntime:
         return self._config_of()
 
     # -- life cycle ----------------------------------------------------------
-    async def load(self, record: dict | None, version: int | None) -> None:
-        """Take the group over from its stored record (None: a new group)."""
+    async def load(self, record: dict | None, version: int | None, quiet: bool = False) -> None:
+        """Take the group over from its stored record (None: a new group);
+        ``quiet``: not logged (the caller logs one line for many groups)."""
         async with self._lock:
             self.version = version
             if record is None:
@@ -216,13 +217,15 @@ class GroupRuntime:
             outcome = kind_of(stored).load(stored, self._clock(), self.config)
             self.active = True
             await self._apply(outcome)
-        log.info("group %s loaded (%s): %s", self.group_id, kind_of(self.group).name,
-                 kind_of(self.group).summary(self.group))
+        if not quiet:
+            log.info("group %s loaded (%s): %s", self.group_id, kind_of(self.group).name,
+                     kind_of(self.group).summary(self.group))
 
-    async def unload(self, reason: str) -> None:
-        """Stop serving the group (ownership lost or daemon stopping)."""
+    async def unload(self, reason: str, quiet: bool = False) -> None:
+        """Stop serving the group (ownership lost or daemon stopping);
+        ``quiet``: not logged (the caller logs one line for many groups)."""
         async with self._lock:
-            self._unload_locked(reason)
+            self._unload_locked(reason, quiet)
 
     async def retire(self, holds_nothing: Callable[[Any], bool]) -> bool:
         """Remove the group if ``holds_nothing(group)`` still holds under the
@@ -242,7 +245,7 @@ class GroupRuntime:
             self._unload_locked("removed: Empty with no committed offsets")
             return True
 
-    def _unload_locked(self, reason: str) -> None:
+    def _unload_locked(self, reason: str, quiet: bool = False) -> None:
         if not self.active:
             return
         self.active = False
@@ -254,7 +257,8 @@ class GroupRuntime:
         for future in self._futures.values():
             if not future.done():
                 future.set_exception(GroupUnavailableError(self.group_id, ErrorCode.NOT_COORDINATOR, reason))
-        log.info("group %s unloaded: %s", self.group_id, reason)
+        if not quiet:
+            log.info("group %s unloaded: %s", self.group_id, reason)
 
     # -- held heartbeats ----------------------------------------------------------
     def until_unsettled(self, epoch: int) -> asyncio.Future:

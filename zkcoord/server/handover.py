@@ -378,6 +378,35 @@ class Handovers:
         self._runtimes[runtime.group_id] = runtime
         await self._probe(runtime.group_id)
 
+    async def loaded_many(self, runtimes: list[GroupRuntime]) -> None:
+        """Many groups were loaded here at once (a takeover): those legacy
+        consumers may share (a registration under ``ids``, a handover in
+        their record, a marker; read in bulk) are probed as :meth:`loaded`
+        probes one; the others get the same watches, set in one request
+        (:meth:`~zkcoord.zk.handover.LegacyRebalanceZk.watch_many`). All
+        before this returns, so before they are served."""
+        for runtime in runtimes:
+            self._runtimes[runtime.group_id] = runtime
+        zxid = self._zk.zxid()  # before the reads: their watches miss nothing since
+        listed = await self._zk.consumer_ids_many([r.group_id for r in runtimes])
+        marked = set(await self._zk.marked())
+        shared = {r.group_id for r in runtimes if legacy_ids(listed[r.group_id] or ()) or r.group_id in marked
+                  or r.group.handover_ids is not None}
+        for group_id in sorted(shared):
+            await self._probe(group_id)
+        rest = {g: ids for g, ids in listed.items() if g not in shared}
+        for group_id in rest:
+            self._kept[group_id] = False  # no marker: what _probe finds
+        try:
+            await self._zk.watch_many(rest, zxid, lambda g: lambda: self._changed(g))
+        except Exception as exc:  # connection trouble: one group at a time, in the background
+            log.info("legacy registrations of %d groups not watched at once (%r); one at a time", len(rest), exc)
+            self._background.spawn(self._probe_each(list(rest)), f"watch the legacy consumers of {len(rest)} groups")
+
+    async def _probe_each(self, group_ids: list[str]) -> None:
+        for group_id in group_ids:
+            await self._probe_logged(group_id)
+
     async def _probe(self, group_id: str) -> None:
         runtime = self._runtimes.get(group_id)
         if runtime is None or not runtime.active:

@@ -28,6 +28,12 @@ describe, list, delete, cleanup).
 * Ownership lost (our contender node vanished, a fenced write refused, the
   session LOST): the runtime is unloaded at once; parked requests get
   NOT_COORDINATOR.
+* A daemon whose session ended: its groups placed here are taken over at
+  once, in bulk (:mod:`zkcoord.server.takeover`; :meth:`GroupManager.take_many`
+  loads them), not when their members ask.
+* Stopping (:meth:`GroupManager.release_all`): every group unloaded and its
+  election node deleted (in multis); from then on this daemon contends for
+  nothing, so a request arriving meanwhile cannot take a group back.
 
 Nothing here knows a group's kind: the runtime asks the group's kind
 (:mod:`zkcoord.core.groups`) for everything kind-specific.
@@ -38,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -54,10 +61,12 @@ from zkcoord.server.group_admin import GroupAdmin
 from zkcoord.server.group_offsets import GroupOffsets
 from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError, monotonic_ms
 from zkcoord.server.handover import Handovers
-from zkcoord.tasks import Background
+from zkcoord.server.takeover import Takeover, TakeoverLoading
+from zkcoord.tasks import Background, retrieve
 from zkcoord.zk import paths
 from zkcoord.zk.group_reads import unknown_groups
 from zkcoord.zk.handover import LegacyRebalanceZk
+from zkcoord.zk.ownership import BATCH
 
 log = logging.getLogger(__name__)
 E = ErrorCode
@@ -67,7 +76,7 @@ BROKEN_RECHECK_MS = 5_000  # a group whose state could not be loaded is read aga
 UNKNOWN_TOKEN = 0  # the token of a request answered for a group that exists nowhere (runtimes count from 1)
 
 
-class GroupManager:
+class GroupManager(TakeoverLoading):
     def __init__(self, node_id: int, group_config: GroupConfig, ownership, store, offsets, nodes,
                  topic_watcher=None, *, conn=None, kafka_forwarder: KafkaForwarder | None = None,
                  member_disconnect_grace_ms: int = -1, rebalance_notice_hold_ms: int = 0,
@@ -106,6 +115,9 @@ class GroupManager:
         self.handovers = None if conn is None else Handovers(
             LegacyRebalanceZk(conn, offsets.paths.root if offsets is not None else paths.DEFAULT_CONSUMERS_ROOT),
             ownership.fence)
+        self.takeover = Takeover(self)  # started by the daemon (start_takeover)
+        self._taking: set[str] = set()  # groups a takeover reserved and has not served (or given up) yet
+        self._stopping = False  # release_all began
 
     # -- ownership ---------------------------------------------------------------
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
@@ -126,12 +138,21 @@ class GroupManager:
         """:meth:`find_owner` of distinct ids: {id: NodeInfo or the
         GroupUnavailableError it would raise}. The owners are looked up
         together (:meth:`~zkcoord.zk.ownership.GroupOwnership.current_owners`),
-        in slices of :data:`SLICE` with a yield between them."""
+        in slices of :data:`SLICE` with a yield between them. While a
+        daemon's leaving is taken over here, the takeover's reservation is
+        waited for first: its groups are then named without a read
+        (thousands of clients looking up at once would otherwise queue
+        thousands of reads in front of the takeover's own)."""
         answers: dict = {}
+        await self.takeover.settled()  # a daemon just left: its groups placed here are named at once when reserved
         for start in range(0, len(group_ids), SLICE):
             if start:
                 await asyncio.sleep(0)
             chunk = group_ids[start:start + SLICE]
+            if self._taking:  # a takeover's groups: this daemon, at once (their requests wait for the load)
+                here = await self._taken_here(chunk, eligible)
+                answers.update(dict.fromkeys(here, await self.nodes.node(self.node_id)) if here else {})
+                chunk = [g for g in chunk if g not in here]
             try:
                 owners = await self.ownership.current_owners(chunk)
             except ZkcoordError as exc:
@@ -183,10 +204,15 @@ class GroupManager:
     async def _take(self, group_id: str) -> None:
         """A request for a group we do not own: contend if nobody owns it;
         NOT_COORDINATOR if another daemon owns it or wins."""
+        if self._stopping:
+            raise GroupUnavailableError(group_id, E.NOT_COORDINATOR, f"node {self.node_id} is stopping")
+        await self.takeover.settled()  # a daemon just left: its groups placed here are about to be reserved
+        if group_id in self._loading:
+            return  # reserved by the takeover: runtime() waits for its load
         try:
-            owner = await self.ownership.current_owner(group_id)
+            owner = None if self.ownership.is_contending(group_id) else await self.ownership.current_owner(group_id)
             if owner is None or owner == self.node_id:
-                owner = await self.ownership.contend(group_id)
+                owner = await self.ownership.contend(group_id)  # joins a contention under way (a takeover's)
         except ZkcoordError as exc:
             raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
         if owner != self.node_id:
@@ -196,36 +222,65 @@ class GroupManager:
         runtime = self.runtimes.get(group_id)
         if runtime is not None and runtime.active:
             return runtime
+        if self._stopping:  # its release is under way: loading it again would keep it
+            raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, f"node {self.node_id} is stopping")
         task = self._loading.get(group_id)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._load(group_id))
             self._loading[group_id] = task
-            task.add_done_callback(lambda _t, g=group_id: self._loading.pop(g, None))
+            task.add_done_callback(lambda t, g=group_id: (self._loading.pop(g, None), retrieve(t)))
         return await asyncio.shield(task)
 
     async def _load(self, group_id: str) -> GroupRuntime:
+        runtime = await self._prepare(group_id)
+        if self.handovers is not None:
+            try:
+                await self.handovers.loaded(runtime)
+            except ZkcoordError as exc:
+                await runtime.unload(f"not loaded: {exc}")
+                raise GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS, str(exc)) from exc
+        if self._stopping:  # release_all began while this loaded: it would never be released
+            await runtime.unload("daemon stopping", quiet=True)
+            raise GroupUnavailableError(group_id, E.NOT_COORDINATOR, f"node {self.node_id} is stopping")
+        self._serve(group_id, runtime)
+        return runtime
+
+    async def _prepare(self, group_id: str, read=None, quiet: bool = False) -> GroupRuntime:
+        """A loaded runtime of the group, not served yet; ``read``: its stored
+        ``(record, version)``, or the error reading it gave (None: read it
+        here); ``quiet``: a takeover's (it logs one line for all, and tracks
+        their topics after serving them)."""
         try:
-            record, version = await self.store.load(group_id)
+            if read is None:
+                read = await self.store.load(group_id)
+            elif isinstance(read, BaseException):
+                raise read
+            record, version = read
             runtime = GroupRuntime(group_id, lambda: self.group_config, self._persist, self.stepped_down,
                                    clock=self.clock, on_persisted=self._on_persisted,
                                    on_transition=None if self.metrics is None else self.metrics.observe_transition,
                                    timer_loop=self._timer_loop)
             if self.metrics is not None:
                 self.metrics.observe_loaded(groups.from_record(group_id, record) if record else runtime.group)
-            await runtime.load(record, None if version is None or version < 0 else version)
-            self._track_topics(runtime.group)
-            if self.handovers is not None:
-                await self.handovers.loaded(runtime)
+            await runtime.load(record, None if version is None or version < 0 else version, quiet=quiet)
+            if not quiet:  # a takeover tracks its groups' topics after serving them (_track_many)
+                self._track_topics(runtime.group)
         except StateError as exc:
             self._broken[group_id] = (str(exc), self.clock())
             log.error("group %s cannot be served: %s", group_id, exc)
             raise GroupUnavailableError(group_id, E.UNKNOWN_SERVER_ERROR, str(exc)) from exc
         except ZkcoordError as exc:
             raise GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS, str(exc)) from exc
+        return runtime
+
+    def _serve(self, group_id: str, runtime: GroupRuntime, offsets: bool = True) -> None:
+        """Serve a loaded runtime; ``offsets`` False: its offsets' part
+        (:meth:`~zkcoord.server.group_offsets.GroupOffsets.loaded`) is left
+        to the caller (a takeover does it for many at once)."""
         self._broken.pop(group_id, None)
         self.runtimes[group_id] = runtime
-        self.group_offsets.loaded(runtime)
-        return runtime
+        if offsets:
+            self.group_offsets.loaded(runtime)
 
     async def runtime(self, group_id: str, loading_code: ErrorCode = E.COORDINATOR_LOAD_IN_PROGRESS,
                       allow_empty: bool = False):
@@ -334,21 +389,50 @@ class GroupManager:
                 if runtime is not None:
                     self._background.spawn(runtime.unload(change.reason), f"unload group {group_id}")
 
+    def start_takeover(self) -> None:
+        """Take over the groups of daemons that leave, at once (:mod:`zkcoord.server.takeover`)."""
+        self.takeover.start()
+
     async def release_all(self) -> None:
-        """Graceful stop: unload every group and give up its election node."""
+        """Graceful stop: contend for nothing more, unload every group and give
+        up its election node: the runtimes unloaded :data:`BATCH` at a time,
+        each batch's election nodes deleted (one multi) while the next is
+        unloaded. Logs how long it took."""
+        self._stopping = True
+        self.takeover.stop()
         self.admin.stop_cleanup()
         if self._adoption is not None:
             self._adoption.cancel()
             self._adoption = None
+        started = time.monotonic()
         runtimes, self.runtimes = self.runtimes, {}
         if self.handovers is not None:
             await self.handovers.close()
-        for runtime in runtimes.values():
-            await runtime.unload("daemon stopping")
+        releases = []
         try:
-            await self.ownership.release_all()
+            loaded = list(runtimes.items())
+            for start in range(0, len(loaded), BATCH):
+                batch = loaded[start:start + BATCH]
+                for _, runtime in batch:
+                    await runtime.unload("daemon stopping", quiet=True)
+                releases.append(asyncio.ensure_future(self.ownership.release_many([g for g, _ in batch])))
+                await asyncio.sleep(0)  # the multi goes out while the next batch unloads
+            unloaded = time.monotonic()
+            outcomes = await asyncio.gather(*releases, return_exceptions=True)
+            await self.ownership.release_all()  # groups owned but not loaded here, and what a batch left
+            errors = [o for o in outcomes if isinstance(o, BaseException)]
+            if errors:
+                raise errors[0]
         finally:
+            for release in releases:
+                release.cancel()  # cut short (the stop's time-out): what is left goes with the session
             await self.group_offsets.close()
+        log.info("released %d groups in %.0f ms (unloaded in %.0f ms, their election nodes deleted meanwhile)",
+                 len(runtimes), (time.monotonic() - started) * 1e3, (unloaded - started) * 1e3)
+
+    def still_owned(self) -> int:
+        """Groups whose election node this daemon still holds (what a cut-short release left)."""
+        return len(self.ownership.owned())
 
     # -- handovers nobody owns ----------------------------------------------------------
     def start_adoption(self) -> None:
@@ -428,9 +512,11 @@ class GroupManager:
         when ZooKeeper cannot tell: :meth:`runtime` then answers the error."""
         if self.conn is None:
             return set()
+        await self.takeover.settled()  # a daemon just left: the groups reserved here are no question
         candidates = [g for g in group_ids
                       if g not in self.runtimes and g not in self._loading and g not in self._broken
-                      and not self.ownership.is_owned(g) and validate_group_id(g, allow_empty=True) is E.NONE]
+                      and not self.ownership.is_owned(g) and not self.ownership.is_contending(g)
+                      and validate_group_id(g, allow_empty=True) is E.NONE]
         if not candidates:
             return set()
         try:
@@ -461,4 +547,3 @@ class GroupManager:
         if runtime.version is not None or runtime.group.size > 0:
             return True
         return bool(await self.offsets.fetch(runtime.group_id))
-

@@ -48,7 +48,14 @@ Rules:
    bytes of unanswered frames of all connections together stay under
    ``partial_requests_max_bytes``: the connection whose read would go over
    is closed.
-8. Security (:mod:`zkcoord.wire.listener_security`): with an SSL context
+8. The listen backlog (``backlog``; default :func:`default_backlog`, the
+   kernel's ``net.core.somaxconn``, not asyncio's 100): after a fail-over
+   thousands of clients connect within a second. A connection the kernel
+   cannot queue is dropped (``ListenOverflows``) and its client, which saw
+   the handshake complete, waits for answers the daemon never reads: up to
+   its request time-out, or minutes of retransmissions. The queue must hold
+   a storm for as long as the event loop takes to accept it.
+9. Security (:mod:`zkcoord.wire.listener_security`): with an SSL context
    the listener speaks TLS (the handshake is done before a connection is
    seen). On a SASL listener a connection's login answers its
    SaslHandshake and SaslAuthenticate requests; until the login is done
@@ -65,7 +72,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from kafka.protocol.api_message import ApiMessage
 
@@ -89,6 +98,17 @@ from .bulk_work import off_loop
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
+
+
+def default_backlog() -> int:
+    """The most connections the kernel queues for a listener (Linux's
+    ``net.core.somaxconn``; elsewhere the C library's SOMAXCONN): asking for
+    more is capped to it, asking for less wastes it (rule 8)."""
+    try:
+        return max(1, int(SOMAXCONN.read_text().split()[0]))
+    except (OSError, ValueError, IndexError):
+        return socket.SOMAXCONN
 _ANSWERED, _AWAITED, _FAILED = object(), object(), object()  # what became of one frame (_handle_frame)
 
 
@@ -116,7 +136,8 @@ class KafkaProtocolServer:
                  request_limit_setting: Callable[[int], str] | None = None,
                  connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
                  partial_requests_max_bytes: int = DEFAULT_PARTIAL_REQUESTS_MAX_BYTES,
-                 security: ListenerSecurity = PLAINTEXT_LISTENER, shared_port: int | None = None) -> None:
+                 security: ListenerSecurity = PLAINTEXT_LISTENER, shared_port: int | None = None,
+                 backlog: int = 0) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port {port} is not in 0..65535 (0 picks a free port)")
         if max_frame_bytes <= 0:
@@ -127,6 +148,7 @@ class KafkaProtocolServer:
         if connections_max_idle_ms <= 0 or partial_requests_max_bytes <= 0:
             raise ValueError("connections_max_idle_ms and partial_requests_max_bytes must be positive")
         self._max_frame_bytes = max_frame_bytes
+        self.backlog = backlog or default_backlog()  # 0: the kernel's maximum (rule 8)
         self.security = security
         self._apis = security.apis if security.sasl and apis is COORDINATOR_APIS else apis
         self._request_max_bytes = request_max_bytes or (lambda api_key: max_frame_bytes)
@@ -159,18 +181,20 @@ class KafkaProtocolServer:
         loop = asyncio.get_running_loop()
         tls = {} if self.security.ssl_context is None else {
             "ssl": self.security.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
-        self._server = await loop.create_server(lambda: _Connection(self), self._host, self._port, **tls)
+        self._server = await loop.create_server(lambda: _Connection(self), self._host, self._port,
+                                                backlog=self.backlog, **tls)
         if self._shared_port is not None:
             try:
                 self._shared = await loop.create_server(lambda: _Connection(self), self._host, self._shared_port,
-                                                        reuse_port=True, **tls)
+                                                        reuse_port=True, backlog=self.backlog, **tls)
             except OSError:
                 self._server.close()
                 raise
             log.info("serving the Kafka protocol (%s) on the workers' shared port %s:%d too", self.security.protocol,
                      self._host, self._shared_port)
         self._sweeper.start("kafka-idle-sweep")
-        log.info("serving the Kafka protocol (%s) on %s:%d", self.security.protocol, self._host, self.bound_port)
+        log.info("serving the Kafka protocol (%s) on %s:%d (listen backlog %d)", self.security.protocol, self._host,
+                 self.bound_port, self.backlog)
 
     async def stop(self) -> None:
         """Close the listener and every connection. Safe to call twice."""

@@ -37,7 +37,9 @@ from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import StateError
 from zkcoord.zk import aio, paths
 
-__all__ = ["ordered", "node_id_of", "lowest"]
+__all__ = ["ordered", "node_id_of", "lowest", "TOOL_NODE_ID"]
+
+TOOL_NODE_ID = 2**31 - 1  # a migrate command's contender holds it (zkcoord.zk.modes); no daemon registers it
 
 
 def ordered(children: Iterable[str]) -> list[str]:

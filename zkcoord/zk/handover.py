@@ -70,7 +70,9 @@ from zkcoord.errors import ConflictError, NotOwnerError, StateError, UsageError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.auth import OPEN_ACL
 from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.multi_read import GET_CHILDREN, read_many
 from zkcoord.zk.ownership import Fence
+from zkcoord.zk.watches import last_zxid, set_watches
 from zkcoord.zk.topics import parse_partition_ids
 
 __all__ = ["Reading", "Outcome", "LegacyRebalanceZk"]
@@ -161,6 +163,43 @@ class LegacyRebalanceZk:
         if await aio.call(client.exists_async, ids_dir, watch) is not None:
             raise ForceRetryError()  # created meanwhile: list it
         return []
+
+    def zxid(self) -> int:
+        """The last zxid seen: taken before a bulk read, for :meth:`watch_many`."""
+        return last_zxid(self._conn)
+
+    async def consumer_ids_many(self, groups: list[str]) -> dict[str, list[str] | None]:
+        """The consumer ids registered in each of ``groups`` (None when its
+        ``ids`` is absent), read in multiReads and without watches (a
+        takeover's look; :meth:`watch_many` then sets them)."""
+        return await self._conn.retry(f"list the legacy consumers of {len(groups)} groups", self._inner_ids_many,
+                                      groups)
+
+    async def _inner_ids_many(self, groups: list[str]) -> dict[str, list[str] | None]:
+        outcomes = await read_many(self._conn, [(GET_CHILDREN, self.paths.ids_dir(g)) for g in groups])
+        found: dict[str, list[str] | None] = {}
+        for group, outcome in zip(groups, outcomes):
+            if isinstance(outcome, NoNodeError):
+                found[group] = None
+            elif isinstance(outcome, BaseException):
+                raise outcome  # retried (a lost connection) or translated
+            else:
+                found[group] = list(outcome)
+        return found
+
+    async def watch_many(self, listed: Mapping[str, list[str] | None], zxid: int,
+                         on_change: Callable[[str], Callable[[], None]]) -> None:
+        """The watches :meth:`consumer_ids` and :meth:`kept` set, for groups
+        whose ``ids`` were listed as of ``zxid`` (None: absent) and that
+        have no marker, in one SetWatches (:mod:`zkcoord.zk.watches`):
+        ``on_change(group)()`` is called once, on the loop, when one fires.
+        Raises kazoo's ConnectionLoss when the connection fails first."""
+        child, exist = [], []
+        for group, ids in listed.items():
+            watcher = self._watch(on_change(group))
+            (exist if ids is None else child).append((self.paths.ids_dir(group), watcher))
+            exist.append((paths.handover_marker(group), watcher))
+        await set_watches(self._conn, zxid, exist=exist, child=child)
 
     # -------------------------------------------------------------- markers
     async def mark(self, group: str) -> None:

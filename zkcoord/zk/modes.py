@@ -59,6 +59,8 @@ from zkcoord.core.membership import OFFSET_STORAGES, new_group
 from zkcoord.errors import ServiceUnavailableError, UsageError
 from zkcoord.zk import aio, election, paths
 from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.watches import last_zxid, set_watches
+from zkcoord.zk.election import TOOL_NODE_ID
 from zkcoord.zk.ownership import GroupOwnership
 from zkcoord.zk.state_store import GroupStateStore, decode_state
 
@@ -66,7 +68,6 @@ __all__ = ["TOOL_NODE_ID", "ModeChange", "check_mode", "read_mode", "set_offset_
            "ModeRequestWatch"]
 
 log = logging.getLogger(__name__)
-TOOL_NODE_ID = 2**31 - 1  # the node id a migrate command's contender holds; no daemon registers it
 _OWNER_RECHECK_S = 1.0
 
 
@@ -262,6 +263,25 @@ class ModeRequestWatch:
         token = object()
         self._tokens[group] = token
         self._arm(asyncio.get_running_loop(), group, token)
+
+    async def watch_many(self, groups: list[str]) -> None:
+        """:meth:`watch` of many groups (a takeover), their watches set in one
+        SetWatches (:mod:`zkcoord.zk.watches`): a request that exists fires
+        its watch at once and is delivered as :meth:`watch` delivers it."""
+        loop = asyncio.get_running_loop()
+        armed = []
+        for group in groups:
+            self._tokens[group] = token = object()
+            armed.append((group, token))
+        watches = [(paths.mode_request(g), lambda event, g=g, t=t: aio.post(loop, self._fired, loop, g, t))
+                   for g, t in armed]
+        try:
+            await set_watches(self._conn, last_zxid(self._conn), exist=watches)
+        except Exception as exc:  # connection trouble: one at a time, as watch() does
+            log.debug("mode request watches of %d groups not set at once (%r)", len(groups), exc)
+            for group, token in armed:
+                if self._tokens.get(group) is token:
+                    self._arm(loop, group, token)
 
     def unwatch(self, group: str) -> None:
         self._tokens.pop(group, None)

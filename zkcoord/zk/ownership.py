@@ -35,6 +35,9 @@ contender deleted   any          dropped (LOST)
                                  znodes, dropped (no report)
 ==================  ===========  ==============================================
 
+Many groups at once (a takeover, a stop): :mod:`zkcoord.zk.ownership_bulk`,
+part of the same class, by the same rules.
+
 :meth:`retire` is how a group that holds nothing (no state, no offsets)
 leaves no znodes behind: one multi deletes our contender, the ``owner``
 directory and the group's znode. ZooKeeper refuses to delete a znode with
@@ -67,8 +70,9 @@ from zkcoord.tasks import Background
 from zkcoord.zk import aio, election, paths
 from zkcoord.zk.connection import SessionEvent, ZkConnection
 from zkcoord.zk.multi_read import GET_CHILDREN, read_many
+from zkcoord.zk.ownership_bulk import BATCH, BulkOwnership, Orphans
 
-__all__ = ["Fence", "ChangeKind", "OwnershipChange", "GroupOwnership"]
+__all__ = ["Fence", "ChangeKind", "OwnershipChange", "Orphans", "GroupOwnership", "BATCH"]
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +110,8 @@ class OwnershipChange:
 class _Owned:
     path: str
     suspended: bool
+    watched: bool = False  # a watch on the contender is set (kazoo drops them all when the connection goes)
+    releasing: bool = False  # release_all is deleting it: its deletion is no loss
 
 
 @dataclass
@@ -116,7 +122,7 @@ class _Attempt:
     tried: bool = False
 
 
-class GroupOwnership:
+class GroupOwnership(BulkOwnership):
     """Owner election for every group, for the daemon ``node_id``."""
 
     def __init__(self, conn: ZkConnection, node_id: int,
@@ -128,12 +134,13 @@ class GroupOwnership:
         self._on_change = on_change
         self._loop: asyncio.AbstractEventLoop | None = None
         self._owned: dict[str, _Owned] = {}
-        self._contending: dict[str, asyncio.Task] = {}
+        self._contending: dict[str, asyncio.Future] = {}  # a contend's task, or a batch's future per group
         self._owner_cache: dict[str, int | None] = {}
         self._cache_epoch: dict[str, int] = {}
         self._generation = 0  # +1 per lost session: its contenders are gone
         self._session_epoch = 0  # +1 per session event: stale re-checks are ignored
         self._connected = True
+        self._closing = False  # release_all began: no more contending (the daemon is stopping)
         self._background = Background(log, "group ownership")
 
     # ----------------------------------------------------------- lifecycle
@@ -156,6 +163,10 @@ class GroupOwnership:
 
     def is_owned(self, group: str) -> bool:
         return group in self._owned
+
+    def is_contending(self, group: str) -> bool:
+        """A contention for ``group`` is under way here (one alone, or in a batch)."""
+        return group in self._contending
 
     def is_suspended(self, group: str) -> bool:
         owned = self._owned.get(group)
@@ -192,7 +203,7 @@ class GroupOwnership:
         found: dict[str, int | None] = {}
         unknown = []
         for group in groups:
-            if group in self._owned:
+            if group in self._owned or group in self._contending:  # a contention here: most likely ours
                 found[group] = self.node_id
             elif group in self._owner_cache:
                 found[group] = self._owner_cache[group]
@@ -271,12 +282,17 @@ class GroupOwnership:
             raise RuntimeError("GroupOwnership.start() must be awaited before contend()")
         if group in self._owned:
             return self.node_id
+        self._check_open()
         task = self._contending.get(group)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._contend(group))
             self._contending[group] = task
             task.add_done_callback(lambda t: self._contended(group, t))
         return await asyncio.shield(task)
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise ServiceUnavailableError(f"node {self.node_id} is stopping: it contends for no group")
 
     def _contended(self, group: str, task: asyncio.Task) -> None:
         self._contending.pop(group, None)
@@ -341,8 +357,15 @@ class GroupOwnership:
             ours = next((c for c in children if c.startswith(attempt.prefix)), None)
         if ours is None:
             attempt.tried = True
-            created = await aio.call(client.create_async, f"{owner_dir}/{attempt.prefix}", self._data,
-                                     ephemeral=True, sequence=True, makepath=True)
+            try:
+                created = await aio.call(client.create_async, f"{owner_dir}/{attempt.prefix}", self._data,
+                                         ephemeral=True, sequence=True)
+            except NoNodeError:  # a new group: its directories and our contender in one multi
+                ours = await self._create_group(group, attempt.prefix)
+                if ours is not None:
+                    return ours, [ours]  # a directory made with it holds no other contender
+                created = await aio.call(client.create_async, f"{owner_dir}/{attempt.prefix}", self._data,
+                                         ephemeral=True, sequence=True, makepath=True)
             ours = created.rsplit("/", 1)[1]
         contenders = election.ordered(await aio.call(client.get_children_async, owner_dir))
         if ours not in contenders:
@@ -350,34 +373,59 @@ class GroupOwnership:
             raise ForceRetryError()
         return ours, contenders
 
+    async def _create_group(self, group: str, prefix: str) -> str | None:
+        """``/coordinators/<group>``, its ``owner`` directory and our contender
+        in one multi (one request instead of kazoo's makepath's four or
+        five); our contender's name, or None when some of it exists already
+        (then the caller makes the path as usual)."""
+        txn = self._conn.client.transaction()
+        txn.create(paths.coordinator(group))
+        txn.create(paths.owner_dir(group))
+        txn.create(f"{paths.owner_dir(group)}/{prefix}", self._data, ephemeral=True, sequence=True)
+        results = await aio.future_of(asyncio.get_running_loop(), txn.commit_async())
+        failure = aio.transaction_failure(results)
+        if failure is None:
+            return results[2].rsplit("/", 1)[1]
+        if isinstance(failure[1], ConnectionLoss):
+            raise failure[1]  # retried: the attempt's prefix finds a contender that landed
+        return None
+
     async def _inner_delete(self, path: str) -> None:
         try:
             await aio.call(self._conn.client.delete_async, path)
         except NoNodeError:
             pass  # already gone: what we wanted
 
-    def _adopt(self, group: str, name: str) -> None:
+    def _adopt(self, group: str, name: str, watch: bool = True) -> _Owned:
         owned = _Owned(paths.contender(group, name), suspended=not self._connected)
         self._owned[group] = owned
         self._invalidate(group)
-        log.info("node %s now owns group %r (%s)", self.node_id, group, owned.path)
-        if not owned.suspended:
-            self._watch(group, owned)
+        if watch:
+            log.info("node %s now owns group %r (%s)", self.node_id, group, owned.path)
+            if not owned.suspended:
+                self._watch(group, owned)
+        return owned
+
+    def _watcher(self, group: str, owned: _Owned) -> Callable:
+        """The watch of our contender of ``group`` (kazoo's thread hops onto the loop)."""
+        loop = self._loop
+        return lambda event: aio.post(loop, self._on_contender_event, group, owned, event)
 
     def _watch(self, group: str, owned: _Owned) -> None:
+        owned.watched = True
         loop = self._loop
-        result = self._conn.client.exists_async(
-            owned.path, watch=lambda event: aio.post(loop, self._on_contender_event, group, owned, event))
+        result = self._conn.client.exists_async(owned.path, watch=self._watcher(group, owned))
         result.rawlink(lambda r: aio.post(loop, self._on_watch_armed, group, owned,
                                           r.value if r.successful() else r.exception))
 
     def _on_watch_armed(self, group: str, owned: _Owned, outcome: object) -> None:
         if outcome is None and self._owned.get(group) is owned:
             self._lose({group}, f"contender znode {owned.path} is gone")
-        # An error here is connection trouble: the session events take over.
+        elif isinstance(outcome, BaseException):
+            owned.watched = False  # connection trouble: the session events take over (RECONNECTED sets it)
 
     def _on_contender_event(self, group: str, owned: _Owned, event) -> None:
-        if self._owned.get(group) is not owned:
+        if self._owned.get(group) is not owned or owned.releasing:
             return
         if event.type == EventType.DELETED:
             self._lose({group}, f"contender znode {owned.path} was deleted")
@@ -416,13 +464,6 @@ class GroupOwnership:
             raise failure[1]  # retried: every step of the multi is idempotent but the first
         await self._inner_delete(contender_path)  # something is still under them: keep the directories
 
-    async def release_all(self) -> None:
-        """Release every group; raises the first failure after trying all."""
-        results = await asyncio.gather(*(self.release(g) for g in list(self._owned)), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise errors[0]
-
     def drop(self, group: str, reason: str, fence: Fence | None = None) -> None:
         """Forget ``group`` because a fenced write showed we lost it; report LOST.
 
@@ -447,7 +488,7 @@ class GroupOwnership:
         for group in lost:
             self._invalidate(group)
         if lost:
-            log.warning("node %s lost groups %s: %s", self.node_id, sorted(lost), reason)
+            log.warning("node %s lost %s: %s", self.node_id, _some(lost), reason)
             self._report(ChangeKind.LOST, lost, reason)
 
     def _report(self, kind: ChangeKind, groups: frozenset[str], reason: str) -> None:
@@ -466,6 +507,8 @@ class GroupOwnership:
         if event is SessionEvent.SUSPENDED:
             self._connected = False
             fresh = [g for g, o in self._owned.items() if not o.suspended]
+            for owned in self._owned.values():
+                owned.watched = False  # kazoo drops every watcher with the connection
             for group in fresh:
                 self._owned[group].suspended = True
             self._report(ChangeKind.SUSPENDED, frozenset(fresh), "ZooKeeper connection lost")
@@ -480,11 +523,11 @@ class GroupOwnership:
             self._connected = True
 
     async def _recheck(self, epoch: int) -> None:
-        """After a reconnect: keep each group whose contender is still lowest."""
+        """After a reconnect: keep each group whose contender is still lowest
+        (the elections read in multiReads); set the watches kazoo does not
+        hold (groups won while suspended, watches whose setting failed)."""
         snapshot = dict(self._owned)
-        loop = asyncio.get_running_loop()
-        outcomes = await aio.gather(loop, [self._conn.client.get_children_async(paths.owner_dir(g))
-                                           for g in snapshot])
+        outcomes = await read_many(self._conn, [(GET_CHILDREN, paths.owner_dir(g)) for g in snapshot])
         if epoch != self._session_epoch:
             return  # another session event came first; it decides
         kept, dropped = set(), set()
@@ -500,9 +543,17 @@ class GroupOwnership:
                 dropped.add(group)
         for group in kept:
             self._owned[group].suspended = False
-            self._watch(group, self._owned[group])
         if kept:
             self._report(ChangeKind.RESUMED, frozenset(kept), "ZooKeeper connection back, same session")
+        unwatched = [(g, self._owned[g]) for g in kept if not self._owned[g].watched]
+        if unwatched:
+            self._spawn(self._watch_many(unwatched))
         for group in dropped:
             self._spawn(self._quiet_delete(snapshot[group].path))
         self._lose(dropped, "after reconnecting, our contender is no longer the lowest")
+
+def _some(groups: frozenset[str], shown: int = 10) -> str:
+    """``groups`` for a log line: all of a few, the first few of many."""
+    names = sorted(groups)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{len(names)} group(s) {names[:shown]}{more}"

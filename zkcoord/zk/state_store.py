@@ -35,12 +35,13 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 
 from zkcoord.core.groups import record_problem
-from zkcoord.errors import NotOwnerError, StateError, StateTooLargeError, UsageError
+from zkcoord.errors import NotOwnerError, StateError, StateTooLargeError, UsageError, ZkcoordError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.group_records import (
     MEMBERS_DIR_KEY, MEMBERS_PREFIX, Change, add_ops, chunks, encode_record, members_landed, read_member_records,
 )
 from zkcoord.zk.connection import ZkConnection
+from zkcoord.zk.multi_read import GET_DATA, read_many
 from zkcoord.zk.ownership import Fence, GroupOwnership
 
 __all__ = ["ABSENT", "DEFAULT_MAX_STATE_BYTES", "GroupStateStore", "encode_state", "decode_state"]
@@ -117,12 +118,44 @@ class GroupStateStore:
         paths.state(group)  # validates before any I/O
         return await self._conn.retry(f"load the state of group {group!r}", self._inner_load, group)
 
-    async def _inner_load(self, group: str) -> tuple[dict[str, Any] | None, int]:
+    async def load_many(self, groups: list[str]) -> dict[str, tuple[dict[str, Any] | None, int] | Exception]:
+        """:meth:`load` of many groups (a takeover), their state znodes read
+        in multiReads: {group: ``(record, version)``, or the StateError or
+        other ZkcoordError its load raises}. Raises
+        ServiceUnavailableError when ZooKeeper does not answer in time."""
+        for group in groups:
+            paths.state(group)  # validates before any I/O
+        reads = await self._conn.retry(f"load the states of {len(groups)} groups", self._inner_read_many, groups)
+        loaded: dict[str, tuple[dict[str, Any] | None, int] | Exception] = {}
+        for group, read in zip(groups, reads):
+            try:
+                loaded[group] = await self._conn.retry(f"load the state of group {group!r}", self._inner_load, group,
+                                                       None if isinstance(read, NoNodeError) else read)
+            except ZkcoordError as exc:  # StateError: that group is corrupt; the others load
+                loaded[group] = exc
+        return loaded
+
+    async def _inner_read_many(self, groups: list[str]) -> list:
+        reads = await read_many(self._conn, [(GET_DATA, paths.state(g)) for g in groups], stats=True)
+        for read in reads:
+            if isinstance(read, BaseException) and not isinstance(read, NoNodeError):
+                raise read  # retried (a lost connection) or translated
+        return reads
+
+    async def _inner_load(self, group: str, read: tuple[bytes, ZnodeStat] | None | bool = False,
+                          ) -> tuple[dict[str, Any] | None, int]:
+        """``read``: the state znode's (data, stat) read already, None when
+        it was absent, False (default) to read it here."""
         path = paths.state(group)
-        try:
-            data, stat = await aio.call(self._conn.client.get_async, path)
-        except NoNodeError:
+        if read is None:
             return None, ABSENT
+        if read is not False:
+            data, stat = read
+        else:
+            try:
+                data, stat = await aio.call(self._conn.client.get_async, path)
+            except NoNodeError:
+                return None, ABSENT
         record = decode_state(group, path, data) if not _names_consumer(data) else json.loads(data.decode())
         if record.get("t") == "consumer":  # its members are znodes of their own
             record["members"] = await read_member_records(self._conn, group)

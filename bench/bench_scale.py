@@ -1,0 +1,758 @@
+"""Ten thousand single-member groups on two daemons: creation, memory, heartbeats, fail-over, stop.
+
+Issue 27, item 3. Run by hand; it prints figures and the goals they are held
+against, and never asserts::
+
+    python bench/bench_scale.py                                   # its own sandbox, 10,000 groups
+    python bench/bench_scale.py --zookeeper 127.0.0.1:2181        # an existing ZooKeeper (a chroot of its own)
+    python bench/bench_scale.py --groups 2000 --window-s 15       # quicker
+
+What it starts: ZooKeeper (``zkcoord local up`` in ``<workdir>/sandbox``,
+unless ``--zookeeper`` names one), and two ``zkcoord run`` daemons (node ids 1
+and 2, a ZooKeeper chroot of their own, ``--zk-session-timeout-ms``), as
+processes; their logs are ``<workdir>/daemon-<id>.log``. The load generator
+is this process: one asyncio connection per member (``group_client``'s
+codec: kafka-python's message classes), each group one member, each member
+heartbeating every ``--heartbeat-interval-ms`` on its own connection.
+
+The phases, in order:
+
+1. **create**: ``--groups`` groups, ``--create-concurrency`` at a time: each
+   member looks its coordinator up (FindCoordinator, on a connection to one
+   of the daemons), connects to it, joins (twice: MEMBER_ID_REQUIRED) and
+   syncs; members already created heartbeat meanwhile. Printed: groups
+   created per second over the first and over the last 1,000.
+2. **steady, two daemons**: a ``--window-s`` window: heartbeat latency
+   p50/p99/max (client side, send to decoded answer), cores used, memory per
+   group (the daemons' RSS growth since they started, over the groups).
+3. **kill -9**: the daemon that owns more groups is killed. Its members see
+   their connection reset and do what the Java consumer does: look the
+   coordinator up again (backoff 100 ms doubling to 1 s, KIP-580), connect,
+   heartbeat (rejoin when told). Printed: when ZooKeeper expired the dead
+   daemon's session, and the time from the kill to each of its groups being
+   served again (its member's first answered heartbeat or SyncGroup): p50,
+   max, against the goal of the ZooKeeper session timeout + 2 s. Also the
+   kernel's ListenOverflows/ListenDrops during the fail-over (machine-wide
+   counters of /proc/net/netstat: other processes' listeners count too).
+4. **steady, one daemon**: the survivor now has every group: the same window
+   figures ("10,000 groups on one daemon": memory per group is its RSS
+   growth since it started, over the groups).
+5. **graceful stop**: the killed daemon is started again, and the survivor
+   gets SIGTERM: how long it took to exit (its groups released within
+   ``--shutdown-timeout-ms``?), what its log says about the release, and
+   the time from the SIGTERM to each group being served again by the other.
+
+Every request has a time-out (``--request-timeout-ms``, 30 s as the Java
+client's ``request.timeout.ms``): a connection whose request is not answered
+is closed and the member looks its coordinator up again, as a Java client
+does with a connection the server never accepted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_env import bench_main, cpu_cores, cpu_snapshot, sandbox_up, zkcoord_cli  # noqa: E402
+from group_client import (  # noqa: E402
+    COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, ILLEGAL_GENERATION, MEMBER_ID_REQUIRED, NONE,
+    NOT_COORDINATOR, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID, BenchError, KafkaConnection, RequestTemplate,
+    build_message, common_versions, range_assignment, served_versions,
+)
+from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest  # noqa: E402
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription  # noqa: E402
+from kafka.protocol.metadata import FindCoordinatorRequest  # noqa: E402
+from zkcoord.local.procs import free_port  # noqa: E402
+
+TOPIC = "scale-topic"
+DISCONNECTED = -1  # a member's "error code" for a connection that failed or a request that timed out
+REJOIN_CODES = {UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS}
+FIRST_LAST = 1_000  # creation rate over the first and the last this many groups
+
+
+@dataclass
+class Settings:
+    groups: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    session_timeout_ms: int = 30_000  # the members'
+    zk_session_timeout_ms: int = 10_000  # the daemons' (their default)
+    shutdown_timeout_ms: int = 5_000  # the daemons' (their default)
+    create_concurrency: int = 32
+    create_heartbeats: str = "on"  # off: members heartbeat only once every group exists (10-minute sessions)
+    window_s: float = 30.0
+    request_timeout_ms: int = 30_000
+    recover_wait_s: float = 180.0
+    zookeeper: str = ""
+    daemon_args: tuple[str, ...] = ()
+
+
+# -- the daemons ---------------------------------------------------------------------
+
+@dataclass
+class Daemon:
+    node_id: int
+    port: int
+    proc: subprocess.Popen
+    log_path: Path
+    start_rss_kb: int = 0
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return "127.0.0.1", self.port
+
+    def rss_kb(self) -> int:
+        try:
+            text = Path(f"/proc/{self.proc.pid}/status").read_text()
+        except OSError:
+            return 0
+        found = re.search(r"VmRSS:\s+(\d+) kB", text)
+        return int(found.group(1)) if found else 0
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+class Fleet:
+    """The ZooKeeper (own sandbox or given), the chroot, the daemons; ``stop()`` takes down what was started."""
+
+    def __init__(self, workdir: Path, settings: Settings) -> None:
+        self.workdir, self.settings = workdir, settings
+        self.chroot = f"/zkcoord-scale-{os.getpid()}"
+        self.zookeeper = settings.zookeeper
+        self.daemons: dict[int, Daemon] = {}
+        self._sandbox = False
+        self.zk = None
+
+    def start_zookeeper(self) -> None:
+        from kazoo.client import KazooClient
+
+        if not self.zookeeper:
+            self._sandbox = True
+            self.zookeeper = sandbox_up(self.workdir / "sandbox")["ZKCOORD_ZOOKEEPER"]
+        self.zk = KazooClient(hosts=self.zookeeper)
+        self.zk.start(timeout=15)
+        self.zk.ensure_path(self.chroot)
+
+    def start_daemon(self, node_id: int) -> Daemon:
+        port = free_port()
+        s = self.settings
+        command = [sys.executable, "-m", "zkcoord", "run", "--zookeeper", self.zookeeper + self.chroot,
+                   "--listen", f"127.0.0.1:{port}", "--node-id", str(node_id),
+                   "--group-initial-rebalance-delay-ms", "0", "--zk-session-timeout-ms", str(s.zk_session_timeout_ms),
+                   "--shutdown-timeout-ms", str(s.shutdown_timeout_ms), *s.daemon_args]
+        log_path = self.workdir / f"daemon-{node_id}.log"
+        with open(log_path, "ab") as log:  # a session of its own: Ctrl-C reaches only us
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        daemon = Daemon(node_id, port, proc, log_path)
+        self.daemons[node_id] = daemon
+        deadline = time.monotonic() + 60
+        while self.registered_pid(node_id) != proc.pid:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise BenchError(f"daemon {node_id} did not start; see {log_path}")
+            time.sleep(0.1)
+        time.sleep(1.0)  # let it settle before its starting RSS is read
+        daemon.start_rss_kb = daemon.rss_kb()
+        return daemon
+
+    def registered_pid(self, node_id: int) -> int | None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = self.zk.get(f"{self.chroot}/zkcoord/nodes/{node_id}")
+        except NoNodeError:
+            return None
+        return json.loads(data).get("pid")
+
+    def bootstrap(self) -> list[tuple[str, int]]:
+        return [d.address for d in self.daemons.values() if d.alive()]
+
+    def stop(self) -> None:
+        for daemon in self.daemons.values():
+            if daemon.alive():
+                daemon.proc.send_signal(signal.SIGTERM)
+        for daemon in self.daemons.values():
+            try:
+                daemon.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                daemon.proc.kill()
+                daemon.proc.wait()
+        if self.zk is not None:
+            try:
+                self.zk.stop()
+                self.zk.close()
+            except Exception as exc:  # keep cleaning up
+                print(f"warning: closing the ZooKeeper client: {exc!r}", file=sys.stderr)
+        if self._sandbox:
+            print("stopping the sandbox ...", flush=True)
+            zkcoord_cli("local", "down", "--state-dir", str(self.workdir / "sandbox"), check=False)
+
+
+# -- the members ---------------------------------------------------------------------
+
+class Backoff:
+    """KIP-580's exponential retry backoff: 100 ms doubling to 1 s, 20% jitter."""
+
+    def __init__(self) -> None:
+        self.delay = 0.1
+
+    async def sleep(self) -> None:
+        await asyncio.sleep(self.delay * random.uniform(0.8, 1.2))
+        self.delay = min(self.delay * 2, 1.0)
+
+
+@dataclass
+class Load:
+    """What every member shares: settings, versions, the bootstrap list, the recordings."""
+
+    settings: Settings
+    versions: dict[str, int]
+    bootstrap: list[tuple[str, int]]
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    latencies: list[float] | None = None  # heartbeat seconds, while a window records
+    created: list[float] = field(default_factory=list)  # perf_counter of each group's first SyncGroup
+    since: float | None = None  # when the fault being measured was injected
+    served: dict[str, float] = field(default_factory=dict)  # group -> seconds from `since` to served again
+    failures: dict[str, int] = field(default_factory=dict)
+    heartbeating: asyncio.Event = field(default_factory=asyncio.Event)  # set at once with --create-heartbeats on
+
+    def fail(self, what: str) -> None:
+        self.failures[what] = self.failures.get(what, 0) + 1
+
+
+class ScaleMember:
+    """One group's only member, on a connection of its own."""
+
+    def __init__(self, load: Load, group: str, index: int) -> None:
+        self.load, self.group, self.index = load, group, index
+        self.conn: KafkaConnection | None = None  # to the coordinator
+        self.lookup: KafkaConnection | None = None  # to a bootstrap daemon, for FindCoordinator
+        self.lookup_address: tuple[str, int] | None = None
+        self.attempts = 0
+        self.coordinator: tuple[int, str, int] | None = None
+        self.member_id, self.generation = "", -1
+        self.subscription = bytes(ConsumerProtocolSubscription(version=0, topics=[TOPIC], user_data=None).encode())
+        self.heartbeat: RequestTemplate | None = None
+        self.lost_since: float | None = None  # the fault's `since` when this member lost its coordinator
+
+    # -- requests with a time-out -------------------------------------------------------
+    async def _call(self, conn: KafkaConnection, request):
+        future = conn.call_template(request) if isinstance(request, RequestTemplate) else conn.call(request)
+        try:
+            return await asyncio.wait_for(future, self.load.settings.request_timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            conn.close()  # as a Java client does: the connection is given up
+            self.load.fail("request timed out")
+            raise ConnectionError("request timed out") from None
+
+    async def _open(self, host: str, port: int) -> KafkaConnection:
+        try:
+            return await asyncio.wait_for(KafkaConnection.open(host, port, f"scale-{self.index}"), 10)
+        except asyncio.TimeoutError:
+            self.load.fail("connect timed out")
+            raise ConnectionError("connect timed out") from None
+
+    # -- finding the coordinator ---------------------------------------------------------
+    async def connect(self) -> None:
+        """Look the coordinator up and connect to it. The lookup goes over a
+        connection to a bootstrap daemon that is kept while the member
+        recovers (a Java client keeps its connection to the least loaded
+        node), and becomes the coordinator connection when it is the
+        coordinator's."""
+        self.close()
+        if self.lookup is None or not usable(self.lookup):
+            self._drop_lookup()
+            bootstrap = self.load.bootstrap
+            self.lookup_address = bootstrap[(self.index + self.attempts) % len(bootstrap)]
+            self.attempts += 1
+            self.lookup = await self._open(*self.lookup_address)
+        answer = await self._call(self.lookup, build_message(
+            FindCoordinatorRequest, self.load.versions["FindCoordinator"], key=self.group, key_type=0))
+        if answer.error_code != NONE:
+            raise ConnectionError(f"FindCoordinator: error {answer.error_code}")
+        self.coordinator = (answer.node_id, answer.host, answer.port)
+        if (answer.host, answer.port) == self.lookup_address:
+            self.conn, self.lookup = self.lookup, None
+        else:
+            self.conn = await self._open(answer.host, answer.port)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def _drop_lookup(self) -> None:
+        if self.lookup is not None:
+            self.lookup.close()
+            self.lookup = None
+
+    # -- the group protocol --------------------------------------------------------------
+    async def join_and_sync(self) -> int:
+        versions = self.load.versions
+        while True:
+            joined = await self._call(self.conn, build_message(
+                JoinGroupRequest, versions["JoinGroup"], group_id=self.group,
+                session_timeout_ms=self.load.settings.session_timeout_ms,
+                rebalance_timeout_ms=self.load.settings.session_timeout_ms, member_id=self.member_id,
+                group_instance_id=None, protocol_type="consumer",
+                protocols=[{"name": "range", "metadata": self.subscription}], reason=None))
+            if joined.error_code == MEMBER_ID_REQUIRED:
+                self.member_id = joined.member_id
+                continue
+            if joined.error_code == UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+            if joined.error_code != NONE:
+                return joined.error_code
+            self.generation = joined.generation_id
+            assignments = []
+            if joined.leader == self.member_id:
+                assignments = [{"member_id": m, "assignment": a}
+                               for m, a in range_assignment([m.member_id for m in joined.members], TOPIC, 1).items()]
+            synced = await self._call(self.conn, build_message(
+                SyncGroupRequest, versions["SyncGroup"], group_id=self.group, generation_id=self.generation,
+                member_id=self.member_id, group_instance_id=None, protocol_type="consumer", protocol_name="range",
+                assignments=assignments))
+            if synced.error_code == NONE:
+                self.heartbeat = RequestTemplate(build_message(
+                    HeartbeatRequest, versions["Heartbeat"], group_id=self.group, generation_id=self.generation,
+                    member_id=self.member_id, group_instance_id=None), self.conn.client_id)
+            return synced.error_code
+
+    async def create(self) -> None:
+        """Look up, connect, join and sync until Stable."""
+        backoff = Backoff()
+        while True:
+            try:
+                if self.conn is None:
+                    await self.connect()
+                code = await self.join_and_sync()
+            except (ConnectionError, OSError) as exc:
+                self.load.fail(f"create: {type(exc).__name__}")
+                self.close()
+                code = DISCONNECTED
+            if code == NONE:
+                self._drop_lookup()
+                return
+            if code not in (DISCONNECTED, COORDINATOR_LOAD_IN_PROGRESS, REBALANCE_IN_PROGRESS):
+                self.load.fail(f"create: error {code}")
+            if code in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE):
+                self.close()
+            await backoff.sleep()
+
+    async def live(self, gate: asyncio.Semaphore) -> None:
+        """Create the group, then heartbeat until the load stops; recover from any fault."""
+        async with gate:
+            await self.create()
+            self.load.created.append(time.perf_counter())
+        await self.load.heartbeating.wait()
+        interval = self.load.settings.heartbeat_interval_ms / 1000
+        await asyncio.sleep(random.uniform(0, interval))
+        while not self.load.stop.is_set():
+            started = time.perf_counter()
+            try:
+                code = (await self._call(self.conn, self.heartbeat)).error_code if self.conn else DISCONNECTED
+            except (ConnectionError, OSError):
+                code = DISCONNECTED
+            if code == NONE:
+                if self.load.latencies is not None:
+                    self.load.latencies.append(time.perf_counter() - started)
+                self._served()
+                await asyncio.sleep(interval)
+                continue
+            await self.recover(code)
+
+    async def recover(self, code: int) -> None:
+        """What a Java consumer does when its coordinator fails it: look it up again
+        (with backoff), connect, heartbeat; rejoin when told."""
+        if self.lost_since is None:
+            self.lost_since = self.load.since
+        backoff = Backoff()
+        while not self.load.stop.is_set():
+            try:
+                if code in (DISCONNECTED, NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE) or self.conn is None:
+                    await self.connect()
+                    code = (await self._call(self.conn, self.heartbeat)).error_code
+                elif code in REJOIN_CODES:
+                    code = await self.join_and_sync()
+                else:
+                    code = (await self._call(self.conn, self.heartbeat)).error_code
+            except (ConnectionError, OSError):
+                self.close()
+                code = DISCONNECTED
+            if code == NONE:
+                self._served()
+                return
+            if code == UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+            await backoff.sleep()
+
+    def _served(self) -> None:
+        if self.lost_since is not None:
+            self._drop_lookup()
+            if self.lost_since == self.load.since and self.group not in self.load.served:
+                self.load.served[self.group] = time.perf_counter() - self.load.since
+            self.lost_since = None
+
+
+def usable(conn: KafkaConnection) -> bool:
+    return conn._lost is None and conn._transport is not None and not conn._transport.is_closing()
+
+
+# -- measuring -----------------------------------------------------------------------
+
+def tune_collector() -> None:
+    """The load generator holds 10,000 members' objects: with the default
+    thresholds its cyclic collector's full passes stop it for hundreds of
+    milliseconds, seen as heartbeat latency. What exists once the groups are
+    created is frozen and the youngest generation collected less often, as
+    the daemon does (zkcoord.server.daemon.tune_interpreter)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+
+
+class CollectorPauses:
+    """The load generator's own cyclic-collector pauses (gc.callbacks), for the windows' output."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._started)
+
+    def take(self) -> list[float]:
+        pauses, self.pauses = self.pauses, []
+        return pauses
+
+
+PAUSES = CollectorPauses()
+
+
+async def loop_lag(lags: list[float], stop: asyncio.Event, every_s: float = 0.01) -> None:
+    """How late the load generator's own event loop wakes a 10 ms sleep,
+    into ``lags``: a latency the daemons did not cause."""
+    while not stop.is_set():
+        started = time.perf_counter()
+        await asyncio.sleep(every_s)
+        lags.append(time.perf_counter() - started - every_s)
+
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+def listen_counters() -> tuple[int, int]:
+    """The kernel's (ListenOverflows, ListenDrops), machine-wide."""
+    lines = [line.split() for line in Path("/proc/net/netstat").read_text().splitlines() if line.startswith("TcpExt:")]
+    values = dict(zip(lines[0][1:], map(int, lines[1][1:])))
+    return values.get("ListenOverflows", 0), values.get("ListenDrops", 0)
+
+
+async def window(load: Load, fleet: Fleet, daemons: list[Daemon], seconds: float, groups: int, title: str) -> dict:
+    """Heartbeat latency, cores and memory per group over ``seconds``."""
+    pids = {f"zkcoord-{d.node_id}": d.proc.pid for d in daemons}
+    PAUSES.take()
+    load.latencies = []
+    lags: list[float] = []
+    done = asyncio.Event()
+    lagging = asyncio.ensure_future(loop_lag(lags, done))
+    before = cpu_snapshot(pids)
+    await asyncio.sleep(seconds)
+    after = cpu_snapshot(pids)
+    done.set()
+    await lagging
+    latencies, load.latencies = load.latencies, None
+    cores = cpu_cores(before, after)
+    grown_kb = sum(d.rss_kb() - d.start_rss_kb for d in daemons)
+    figures = {"heartbeats": len(latencies), "p50_ms": percentile(latencies, 50) * 1e3,
+               "p99_ms": percentile(latencies, 99) * 1e3, "max_ms": max(latencies, default=float("nan")) * 1e3,
+               "daemon_cores": sum(cores[name] for name in pids), "client_cores": cores["client"],
+               "other_cores": cores["other"], "bytes_per_group": grown_kb * 1024 / max(groups, 1),
+               "rss_mb": {d.node_id: d.rss_kb() / 1024 for d in daemons}}
+    print(f"\n== {title}: {groups:,} groups, a {seconds:g} s window ==")
+    print(f"heartbeats       {figures['heartbeats']:,} ({figures['heartbeats'] / seconds:,.0f}/s)   "
+          f"p50 {figures['p50_ms']:.2f} ms   p99 {figures['p99_ms']:.2f} ms   max {figures['max_ms']:.1f} ms")
+    figures["daemon_us_per_heartbeat"] = figures["daemon_cores"] * seconds / max(len(latencies), 1) * 1e6
+    print(f"cores            daemons {figures['daemon_cores']:.2f}   client {figures['client_cores']:.2f}   "
+          f"other {figures['other_cores']:.2f}   (daemons' CPU per heartbeat {figures['daemon_us_per_heartbeat']:.0f} us)")
+    pauses = PAUSES.take()
+    figures["client_gc_pauses"] = len(pauses)
+    figures["client_gc_max_ms"] = max(pauses, default=0.0) * 1e3
+    figures["client_lag_p99_ms"] = percentile(lags, 99) * 1e3
+    figures["client_lag_max_ms"] = max(lags, default=0.0) * 1e3
+    print(f"load generator   {len(pauses)} collector passes, the longest {figures['client_gc_max_ms']:.1f} ms; its "
+          f"loop late by p99 {figures['client_lag_p99_ms']:.1f} ms, max {figures['client_lag_max_ms']:.1f} ms")
+    print(f"memory per group {figures['bytes_per_group'] / 1024:.1f} KB (RSS growth since start over the groups; "
+          f"RSS now {', '.join(f'node {n}: {mb:.0f} MB' for n, mb in figures['rss_mb'].items())})")
+    return figures
+
+
+async def wait_served(load: Load, groups: set[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not groups <= load.served.keys():
+        await asyncio.sleep(0.1)
+
+
+def served_figures(load: Load, groups: set[str], title: str, goal_s: float | None) -> dict:
+    times = [load.served[g] for g in groups if g in load.served]
+    missing = len(groups) - len(times)
+    figures = {"groups": len(groups), "served": len(times), "p50_s": percentile(times, 50),
+               "max_s": max(times, default=float("nan"))}
+    line = (f"{title}: {len(times):,} of {len(groups):,} groups served again, p50 {figures['p50_s']:.2f} s, "
+            f"max {figures['max_s']:.2f} s")
+    if missing:
+        line += f", {missing:,} NOT served within the wait"
+    if goal_s is not None:
+        met = not missing and figures["max_s"] <= goal_s
+        line += f"; goal <= {goal_s:g} s: {'met' if met else 'MISSED'}"
+    print(line)
+    return figures
+
+
+async def wait_unregistered(fleet: Fleet, node_id: int, since: float) -> float:
+    """Seconds from ``since`` until the node's registration is gone (its session expired)."""
+    while await asyncio.to_thread(fleet.registered_pid, node_id) is not None:
+        await asyncio.sleep(0.02)
+    return time.perf_counter() - since
+
+
+def log_lines(daemon: Daemon, pattern: str) -> list[str]:
+    return [line for line in daemon.log_path.read_text(errors="replace").splitlines() if re.search(pattern, line)]
+
+
+# -- the run -------------------------------------------------------------------------
+
+async def scenario(fleet: Fleet, settings: Settings) -> dict:
+    results: dict = {}
+    first, second = fleet.start_daemon(1), fleet.start_daemon(2)
+    conn = await KafkaConnection.open(*first.address, "scale-versions")
+    versions = common_versions(await served_versions(conn))
+    conn.close()
+    load = Load(settings, versions, fleet.bootstrap())
+    if settings.create_heartbeats == "on":
+        load.heartbeating.set()
+    run = uuid.uuid4().hex[:6]
+    members = [ScaleMember(load, f"scale-{run}-{i:05d}", i) for i in range(settings.groups)]
+    gate = asyncio.Semaphore(settings.create_concurrency)
+
+    print(f"\n== create: {settings.groups:,} groups, {settings.create_concurrency} at a time, two daemons ==",
+          flush=True)
+    daemon_cpu = lambda: sum(cpu_snapshot({"a": first.proc.pid, "b": second.proc.pid}).procs.values())  # noqa: E731
+    marks = [(0, daemon_cpu())]  # (groups created, daemons' CPU seconds) at each FIRST_LAST
+    started = time.perf_counter()
+    tasks = [asyncio.ensure_future(m.live(gate)) for m in members]
+    while len(load.created) < settings.groups:
+        await asyncio.sleep(0.05)
+        if len(load.created) >= marks[-1][0] + FIRST_LAST:
+            marks.append((len(load.created), daemon_cpu()))
+        for task in tasks:
+            if task.done() and task.exception() is not None:
+                raise BenchError(f"a member failed: {task.exception()!r}")
+    marks.append((len(load.created), daemon_cpu()))
+    created = load.created
+    head = FIRST_LAST / (created[FIRST_LAST - 1] - started)
+    tail = FIRST_LAST / (created[-1] - created[-FIRST_LAST - 1])
+    cpu_head = (marks[1][1] - marks[0][1]) / marks[1][0] * 1e3
+    cpu_tail = (marks[-1][1] - marks[-2][1]) / max(marks[-1][0] - marks[-2][0], 1) * 1e3
+    results["create"] = {"first_per_s": head, "last_per_s": tail, "total_s": created[-1] - started,
+                         "cpu_ms_first": cpu_head, "cpu_ms_last": cpu_tail}
+    print(f"groups created/s first {FIRST_LAST:,}: {head:,.0f}   last {FIRST_LAST:,}: {tail:,.0f}   "
+          f"ratio last/first {tail / head:.2f} (goal: about 1.0)   all in {created[-1] - started:.1f} s")
+    print(f"daemons' CPU per group created (heartbeats of the groups so far included"
+          f"{'' if settings.create_heartbeats == 'on' else ': none, --create-heartbeats off'}): first "
+          f"{FIRST_LAST:,} {cpu_head:.2f} ms, last ~{FIRST_LAST:,} {cpu_tail:.2f} ms, ratio {cpu_tail / cpu_head:.2f}")
+    load.heartbeating.set()
+    tune_collector()
+    await asyncio.sleep(settings.heartbeat_interval_ms / 1000)  # every member heartbeats once before measuring
+
+    results["steady_two"] = await window(load, fleet, [first, second], settings.window_s, settings.groups,
+                                         "steady, two daemons")
+    by_node: dict[int, set[str]] = {}
+    for member in members:
+        by_node.setdefault(member.coordinator[0], set()).add(member.group)
+    print(f"groups per daemon: {', '.join(f'node {n}: {len(g):,}' for n, g in sorted(by_node.items()))}")
+
+    # -- kill -9 ------------------------------------------------------------------------
+    victim = max((first, second), key=lambda d: len(by_node.get(d.node_id, ())))
+    survivor = second if victim is first else first
+    orphans = by_node.get(victim.node_id, set())
+    goal_s = settings.zk_session_timeout_ms / 1000 + 2
+    print(f"\n== kill -9 of node {victim.node_id} ({len(orphans):,} groups); ZooKeeper session timeout "
+          f"{settings.zk_session_timeout_ms} ms ==", flush=True)
+    overflows = listen_counters()
+    load.served = {}
+    load.since = time.perf_counter()
+    cpu_before = cpu_snapshot({"survivor": survivor.proc.pid})
+    victim.proc.kill()
+    victim.proc.wait()
+    load.bootstrap[:] = fleet.bootstrap()
+    expired_s = await wait_unregistered(fleet, victim.node_id, load.since)
+    print(f"its session expired (registration gone) {expired_s:.2f} s after the kill")
+    await wait_served(load, orphans, settings.recover_wait_s)
+    cores = cpu_cores(cpu_before, cpu_snapshot({"survivor": survivor.proc.pid}))
+    after = listen_counters()
+    figures = served_figures(load, orphans, "kill -9", goal_s)
+    figures.update(expired_s=expired_s, listen_overflows=after[0] - overflows[0], listen_drops=after[1] - overflows[1],
+                   survivor_cores=cores["survivor"])
+    print(f"after the expiry: the last group served {figures['max_s'] - expired_s:.2f} s later; survivor "
+          f"{cores['survivor']:.2f} cores meanwhile; ListenOverflows +{figures['listen_overflows']:,}, "
+          f"ListenDrops +{figures['listen_drops']:,} (machine-wide)")
+    for line in log_lines(survivor, r"took over|taking over")[-3:]:
+        print(f"  survivor's log: {line[:200]}")
+    results["kill"] = figures
+    load.since = None
+
+    results["steady_one"] = await window(load, fleet, [survivor], settings.window_s, settings.groups,
+                                         "steady, one daemon (every group on the survivor)")
+
+    # -- graceful stop ------------------------------------------------------------------
+    restarted = fleet.start_daemon(victim.node_id)
+    load.bootstrap[:] = fleet.bootstrap()
+    print(f"\n== SIGTERM of node {survivor.node_id} ({settings.groups:,} groups; --shutdown-timeout-ms "
+          f"{settings.shutdown_timeout_ms}); node {restarted.node_id} started again ==", flush=True)
+    overflows = listen_counters()
+    load.served = {}
+    load.since = time.perf_counter()
+    survivor.proc.send_signal(signal.SIGTERM)
+    code = await asyncio.to_thread(survivor.proc.wait)
+    exit_s = time.perf_counter() - load.since
+    load.bootstrap[:] = fleet.bootstrap()
+    print(f"it exited with {code} {exit_s:.2f} s after SIGTERM")
+    for line in log_lines(survivor, r"releas|shutdown: could not")[-4:]:
+        print(f"  its log: {line[:240]}")
+    released = [float(m.group(1)) for line in log_lines(survivor, r"released \d+ groups in")
+                if (m := re.search(r"released \d+ groups in (\d+) ms", line))]
+    cut_short = log_lines(survivor, r"shutdown: could not")
+    await wait_served(load, {m.group for m in members}, settings.recover_wait_s)
+    figures = served_figures(load, {m.group for m in members}, "SIGTERM", None)
+    after = listen_counters()
+    figures.update(exit_s=exit_s, exit_code=code, release_ms=released[-1] if released else None,
+                   cut_short=len(cut_short), listen_overflows=after[0] - overflows[0])
+    print(f"ListenOverflows +{figures['listen_overflows']:,} (machine-wide)")
+    results["stop"] = figures
+    load.since = None
+
+    load.stop.set()
+    for member in members:
+        member.close()
+        member._drop_lookup()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if load.failures:
+        print("\nclient-side failures (retried): " + ", ".join(f"{k} x{v}" for k, v in sorted(load.failures.items())))
+    summary(results, settings)
+    return results
+
+
+def summary(results: dict, settings: Settings) -> None:
+    """Each goal of issue 27's item 3 against this run's figures."""
+    def verdict(met: bool) -> str:
+        return "met" if met else "MISSED"
+
+    create, one, kill, stop = results["create"], results["steady_one"], results["kill"], results["stop"]
+    goal_s = settings.zk_session_timeout_ms / 1000 + 2
+    print(f"\n== goals ({settings.groups:,} groups) ==")
+    print(f"creating the last 1,000 groups costs what the first did: daemons' CPU per group "
+          f"{create['cpu_ms_first']:.2f} -> {create['cpu_ms_last']:.2f} ms (x{create['cpu_ms_last'] / create['cpu_ms_first']:.2f}), "
+          f"rate {create['first_per_s']:.0f} -> {create['last_per_s']:.0f}/s (x{create['last_per_s'] / create['first_per_s']:.2f})")
+    print(f"memory per group < 20 KB (every group on one daemon): {one['bytes_per_group'] / 1024:.1f} KB, "
+          f"{verdict(one['bytes_per_group'] < 20 * 1024)}")
+    print(f"heartbeat p99 < 10 ms (every group on one daemon, every {settings.heartbeat_interval_ms} ms): "
+          f"{one['p99_ms']:.2f} ms, {verdict(one['p99_ms'] < 10)}")
+    print(f"kill -9: every group served again within the session timeout + 2 s ({goal_s:g} s): max "
+          f"{kill['max_s']:.2f} s (expiry at {kill['expired_s']:.2f} s), "
+          f"{verdict(kill['served'] == kill['groups'] and kill['max_s'] <= goal_s)}")
+    print(f"no connection left unaccepted in the reconnect storm: ListenOverflows +{kill['listen_overflows']:,} "
+          f"(machine-wide), {verdict(kill['listen_overflows'] == 0)}")
+    release = "not logged" if stop["release_ms"] is None else f"released in {stop['release_ms']:.0f} ms"
+    print(f"SIGTERM releases {settings.groups:,} groups within --shutdown-timeout-ms ({settings.shutdown_timeout_ms}): "
+          f"{release}, {verdict(stop['release_ms'] is not None and stop['cut_short'] == 0)}; every group served "
+          f"again by the other daemon {stop['max_s']:.2f} s after the SIGTERM (p50 {stop['p50_s']:.2f} s)")
+
+
+def parse_args(argv: list[str] | None) -> tuple[Settings, Path | None, Path | None]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = Settings()
+    helps = {
+        "groups": "single-member groups", "heartbeat_interval_ms": "each member's heartbeat interval",
+        "session_timeout_ms": "the members' session time-out",
+        "zk_session_timeout_ms": "the daemons' --zk-session-timeout-ms (the fail-over goal is this + 2 s)",
+        "shutdown_timeout_ms": "the daemons' --shutdown-timeout-ms",
+        "create_concurrency": "groups created at a time",
+        "create_heartbeats": "off: no heartbeats until every group is created (the members' sessions are then "
+                             "10 minutes), so the creation cost is measured alone",
+        "window_s": "seconds of each steady window",
+        "request_timeout_ms": "a request unanswered this long closes its connection (Java's request.timeout.ms)",
+        "recover_wait_s": "how long to wait for every group to be served again after a fault",
+        "zookeeper": "HOST:PORT of a ZooKeeper to use (a chroot of its own) [default: start a sandbox]",
+    }
+    for name, text in helps.items():
+        default = getattr(defaults, name)
+        parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
+                            help=f"{text} [default: {default}]")
+    parser.add_argument("--daemon-arg", action="append", default=[], help="one more `zkcoord run` argument "
+                        "(repeatable), e.g. --daemon-arg=--listen-backlog=100")
+    parser.add_argument("--workdir", type=Path, help="logs (and the sandbox) go here [a new temp dir]")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = vars(parser.parse_args(argv))
+    workdir, json_path = args.pop("workdir"), args.pop("json")
+    args["daemon_args"] = tuple(args.pop("daemon_arg"))
+    settings = Settings(**args)
+    if settings.groups <= FIRST_LAST:
+        parser.error(f"--groups must be above {FIRST_LAST}")
+    if settings.create_heartbeats not in ("on", "off"):
+        parser.error("--create-heartbeats is on or off")
+    if settings.create_heartbeats == "off":
+        settings.session_timeout_ms = max(settings.session_timeout_ms, 600_000)
+    return settings, workdir, json_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings, workdir, json_path = parse_args(argv)
+    fleet: Fleet | None = None
+
+    def run(path: Path) -> int:
+        nonlocal fleet
+        print(f"zkcoord scale benchmark; workdir {path}; {os.cpu_count()} cores, load average "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+        fleet = Fleet(path, settings)
+        fleet.start_zookeeper()
+        try:
+            import uvloop
+            runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+        except ImportError:
+            runner = asyncio.Runner()
+        with runner:
+            results = runner.run(scenario(fleet, settings))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2, default=str))
+        print(f"\nlogs in {path}")
+        return 0
+
+    return bench_main(workdir, "zkcoord-bench-scale-", run, lambda: fleet and fleet.stop())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

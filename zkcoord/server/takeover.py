@@ -1,0 +1,301 @@
+"""Eager takeover: the groups of a daemon whose session ended, taken at once and in bulk.
+
+This module owns the daemon's watch on the live daemons (``/zkcoord/nodes``)
+for one purpose: when a daemon leaves the live set (killed, partitioned,
+stopped: its ZooKeeper session ended, so its registration and every
+contender of its groups went in one step), or this daemon is live again
+after its own session ended, every group nobody owns that the placement
+over the live daemons names this daemon for is taken over now, not when one
+of its members asks (:func:`~zkcoord.core.placement.takeover_due`,
+:func:`~zkcoord.core.placement.groups_to_take`). Each live daemon does the
+same with the same view, so each orphaned group finds one new owner.
+
+A takeover, in bulk at every step:
+
+1. list the groups nobody owns (``/coordinators`` listed once, the owner
+   directories and their owners' contenders read in multiReads:
+   :meth:`~zkcoord.zk.ownership.GroupOwnership.orphans`);
+2. reserve them all as *loading* (:meth:`TakeoverLoading.take_many`, part
+   of the group manager), then, 500 at a time, contend
+   (:meth:`~zkcoord.zk.ownership_bulk.BulkOwnership.contend_many`:
+   contenders created in one multi, the elections read back in multiReads,
+   the won contenders' watches set in one SetWatches);
+3. load the won ones: state znodes read in multiReads, the runtimes made
+   and loaded, their legacy registrations and mode requests looked at and
+   watched in bulk; each batch is served as soon as it is loaded, while the
+   next contends.
+
+Groups still held by a daemon that left (a stopping daemon unregisters
+first and then releases its groups, batch by batch; a release cut short
+leaves election nodes until its session closes) are looked at again every
+:data:`RESCAN_S` until none is left, so each is taken as soon as it is free.
+
+Meanwhile a request for one of these groups waits for its step (a
+heartbeat of a group loading is answered at once, as Kafka answers it). A
+request for a group nobody owns that comes between the live daemons'
+change and the reservation waits for the reservation (:meth:`Takeover.settled`)
+rather than contend for the group alone: in a reconnect storm thousands of
+them would otherwise each take a group one at a time.
+A takeover that fails (ZooKeeper trouble) is tried again a second later;
+groups it did not get are still taken when their members ask, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from zkcoord.core.errors import ErrorCode
+from zkcoord.core.placement import groups_to_take, takeover_due
+from zkcoord.errors import ZkcoordError
+from zkcoord.server.bulk_work import pause_every
+from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
+from zkcoord.tasks import Background, retrieve
+from zkcoord.zk.ownership import BATCH
+
+__all__ = ["Takeover", "TakeoverLoading"]
+
+log = logging.getLogger(__name__)
+E = ErrorCode
+RETRY_S = 1.0  # a takeover that failed is tried again this much later
+RESCAN_S = 0.5  # while groups of daemons that left are still held, look again this often
+RESCANS = 240  # at most this many times (2 minutes): a stopping daemon's release, a session's expiry
+SETTLE_WAIT_S = 10.0  # the longest requests wait for a takeover's reservation
+
+
+class Takeover:
+    """Watches the live daemons and takes the orphaned groups placed here."""
+
+    def __init__(self, manager: Any) -> None:  # the GroupManager (which imports this module)
+        self._manager = manager
+        self._wake = asyncio.Event()
+        self._pending = False  # a round is listing the groups to take here: they are not reserved yet
+        self._next_round: asyncio.Future | None = None  # settled when the next round has reserved its groups
+        self._task: asyncio.Task | None = None
+        self._background = Background(log, "takeover")
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = self._background.spawn(self._watch(), "take over the groups of daemons that left")
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        self._round_reserved(pending=False)
+
+    @property
+    def pending(self) -> bool:
+        """A takeover round here is listing the groups it will take (:meth:`settled`)."""
+        return self._pending
+
+    async def settled(self) -> None:
+        """While a round of a takeover here is listing the groups it will
+        take (a daemon just left, or groups of daemons that left are still
+        held), wait for its reservation: a request for a group nobody owns
+        must not contend for it alone just before the takeover reserves it,
+        nor a lookup read ZooKeeper for it (zkcoord.server.manager waits
+        here). At most :data:`SETTLE_WAIT_S`."""
+        if not self._pending:
+            return
+        if self._next_round is None:
+            loop = asyncio.get_running_loop()
+            self._next_round = future = loop.create_future()
+            loop.call_later(SETTLE_WAIT_S, lambda: future.done() or future.set_result(None))  # one timer for all
+        await asyncio.shield(self._next_round)
+
+    def _round_reserved(self, pending: bool) -> None:
+        self._pending = pending
+        waiting, self._next_round = self._next_round, None
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+
+    def _changed(self) -> None:  # the live daemons' watch, on the loop
+        self._pending = True
+        self._wake.set()
+
+    async def _watch(self) -> None:
+        node_id = self._manager.node_id
+        known: set[int] | None = None
+        rescans = 0  # rounds left while groups of daemons that left are still held (their release under way)
+        while True:
+            self._wake.clear()
+            try:
+                live = set(await self._manager.nodes.nodes(on_change=self._changed))
+                if takeover_due(known, live, node_id):
+                    rescans = RESCANS
+                if rescans:
+                    leaving = await self.take_orphans(live, gone=(known or set()) - live)
+                    rescans = rescans - 1 if leaving else 0
+                known = live
+            except ZkcoordError as exc:
+                log.warning("takeover: %s; trying again in %g s", exc, RETRY_S)
+                self._round_reserved(pending=False)  # requests take their groups alone meanwhile
+                await asyncio.sleep(RETRY_S)
+                continue  # ``known`` unchanged: the same change is looked at again
+            self._round_reserved(pending=self._wake.is_set())  # a change came meanwhile: its round is next
+            if rescans:
+                try:
+                    async with asyncio.timeout(RESCAN_S):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+            else:
+                await self._wake.wait()
+
+    async def take_orphans(self, live: set[int], gone: set[int] = frozenset()) -> int:
+        """Take every group nobody owns that the placement over ``live``
+        names this daemon for (``gone``: the daemons that left, for the
+        log). Returns how many groups are still held by daemons not live
+        (their release or their session's end is under way: look again soon)."""
+        manager, ownership = self._manager, self._manager.ownership
+        started, cpu = time.monotonic(), time.process_time()
+        self._pending = True  # requests for groups nobody owns wait for this round's reservation
+        orphans = await ownership.orphans()
+        mine = [g for g in groups_to_take(orphans.unowned, live, manager.node_id) if manager.takeable(g)]
+        reserved = manager.reserve_many(mine)
+        self._round_reserved(pending=False)  # requests for these now wait for their load; the others go on
+        listed = time.monotonic()
+        loaded, others = await manager.take_reserved(reserved) if reserved else ([], {})
+        leaving = await ownership.leaving(orphans, live) if orphans.held else 0
+        if not reserved:
+            log.info("takeover (node(s) %s gone): none of the %d groups nobody owns is placed here; %d held by "
+                     "daemons not live", _names(gone), len(orphans.unowned), leaving)
+            return leaving
+        failed = [g for g, answer in others.items() if isinstance(answer, BaseException)]
+        log.info("took over %d groups (node(s) %s gone) in %.0f ms (%.0f ms of CPU, the daemon's, serving meanwhile "
+                 "included): %d of the %d groups nobody owned are placed here (listed in %.0f ms), %d served, %d lost "
+                 "to another daemon, %d failed%s; %d held by daemons not live", len(loaded), _names(gone),
+                 (time.monotonic() - started) * 1e3, (time.process_time() - cpu) * 1e3, len(reserved),
+                 len(orphans.unowned), (listed - started) * 1e3, len(loaded), len(others) - len(failed), len(failed),
+                 f" (first: {others[failed[0]]})" if failed else "", leaving)
+        return leaving
+
+
+def _names(nodes: set[int]) -> str:
+    return ", ".join(str(n) for n in sorted(nodes)) or "none"
+
+
+class TakeoverLoading:
+    """The group manager's part of a takeover: many groups reserved,
+    contended for and loaded at once (module docstring, steps 2 and 3).
+    Mixed into :class:`~zkcoord.server.manager.GroupManager`: it works on
+    the manager's state (``_loading``, ``_taking``, ``runtimes``,
+    ``_stopping``) and with its one-group steps (``_prepare``, ``_serve``)."""
+
+    async def _taken_here(self, group_ids: list[str], eligible) -> set[str]:
+        """Those of ``group_ids`` a takeover here is taking, when clients may be sent here."""
+        taking = {g for g in group_ids if g in self._taking}
+        if not taking:
+            return taking
+        try:
+            info = await self.nodes.node(self.node_id)
+        except ZkcoordError:
+            return set()
+        return taking if info is not None and (eligible is None or eligible(info)) else set()
+
+    def takeable(self, group_id: str) -> bool:
+        """May a takeover take this group: not served, loading or contended here, and not stopping?"""
+        return not (self._stopping or group_id in self.runtimes or group_id in self._loading
+                    or self.ownership.is_owned(group_id) or self.ownership.is_contending(group_id))
+
+    async def take_many(self, group_ids: list[str]) -> tuple[list[str], dict]:
+        """:meth:`reserve_many`, then :meth:`take_reserved`."""
+        return await self.take_reserved(self.reserve_many(group_ids))
+
+    def reserve_many(self, group_ids: list[str]) -> dict[str, asyncio.Future]:
+        """Mark the groups a takeover is to take (those :meth:`takeable`) as
+        *loading*, at once: a request for one from now on gets what a loading
+        group answers (Heartbeat NONE, COORDINATOR_LOAD_IN_PROGRESS) or
+        waits for its load, instead of contending for it or loading it on
+        its own. {group: the future its load settles}."""
+        loop = asyncio.get_running_loop()
+        futures = {}
+        for group_id in group_ids:
+            if self.takeable(group_id):
+                futures[group_id] = future = loop.create_future()
+                future.add_done_callback(retrieve)
+                future.add_done_callback(lambda _f, g=group_id: self._taking.discard(g))
+                self._loading[group_id] = future
+                self._taking.add(group_id)
+        return futures
+
+    async def take_reserved(self, futures: dict[str, asyncio.Future]) -> tuple[list[str], dict]:
+        """Contend for and load the groups :meth:`reserve_many` reserved,
+        batch by batch (:meth:`~zkcoord.zk.ownership_bulk.BulkOwnership.contend_many`,
+        then the won ones' states read in multiReads, their legacy
+        registrations and mode requests looked at in bulk). Returns (the ids
+        now served here, {id: the winner's node id or the error} of the others)."""
+        served, others = [], {}
+        try:
+            chosen = list(futures)
+            for start in range(0, len(chosen), BATCH):
+                batch = chosen[start:start + BATCH]
+                answers = await self.ownership.contend_many(batch)
+                won = []
+                for group_id in batch:
+                    answer = answers.get(group_id)
+                    if answer == self.node_id:
+                        won.append(group_id)
+                        continue
+                    others[group_id] = answer
+                    code = E.NOT_COORDINATOR if isinstance(answer, int) else E.COORDINATOR_NOT_AVAILABLE
+                    futures[group_id].set_exception(GroupUnavailableError(group_id, code, f"not taken: {answer}"))
+                served += await self._load_slice(won, futures)
+        finally:
+            for group_id, future in futures.items():
+                if self._loading.get(group_id) is future:
+                    del self._loading[group_id]
+                if not future.done():
+                    future.set_exception(GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS,
+                                                               "its load was interrupted"))
+        return served, others
+
+    async def _load_slice(self, chunk: list[str], futures: dict) -> list[str]:
+        """Load the groups of ``chunk`` (won here), their states read
+        together; serve each as soon as all of them are loaded. The ids served."""
+        try:
+            reads = await self.store.load_many(chunk)
+        except ZkcoordError as exc:
+            reads = dict.fromkeys(chunk, exc)
+        prepared = {}
+        for i, group_id in enumerate(chunk):
+            await pause_every(i)
+            try:
+                prepared[group_id] = await self._prepare(group_id, reads[group_id], quiet=True)
+            except GroupUnavailableError as exc:
+                futures[group_id].set_exception(exc)
+        if self.handovers is not None and prepared:
+            try:
+                await self.handovers.loaded_many(list(prepared.values()))
+            except ZkcoordError as exc:
+                for group_id, runtime in prepared.items():
+                    await runtime.unload(f"not loaded: {exc}")
+                    futures[group_id].set_exception(
+                        GroupUnavailableError(group_id, E.COORDINATOR_LOAD_IN_PROGRESS, str(exc)))
+                return []
+        served = []
+        for group_id, runtime in prepared.items():
+            if runtime.active and self.ownership.is_owned(group_id) and not self._stopping:
+                self._serve(group_id, runtime, offsets=False)
+                futures[group_id].set_result(runtime)
+                served.append(runtime)
+            else:
+                await runtime.unload("lost while loading")
+                futures[group_id].set_exception(GroupUnavailableError(group_id, E.NOT_COORDINATOR, "lost meanwhile"))
+        await self.group_offsets.loaded_many(served)
+        if served and self.topic_watcher is not None:
+            self._background.spawn(self._track_many(served), f"watch the topics of {len(served)} groups")
+        return [r.group_id for r in served]
+
+    async def _track_many(self, runtimes: list[GroupRuntime]) -> None:
+        """:meth:`_track_topics` of a takeover's groups, in one task, after they are served."""
+        from zkcoord.server.subscriptions import subscribed_topics
+
+        for i, runtime in enumerate(runtimes):
+            await pause_every(i)
+            if runtime.active:
+                await self.topic_watcher.track(runtime.group_id, subscribed_topics(runtime.group))
+
