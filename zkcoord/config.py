@@ -99,7 +99,8 @@ class DaemonConfig:
     offset_metadata_max_bytes: int = limits.DEFAULT_OFFSET_METADATA_MAX_BYTES
     connections_max_idle_ms: int = limits.DEFAULT_CONNECTIONS_MAX_IDLE_MS  # daemon and gateway connections
     partial_requests_max_bytes: int = limits.DEFAULT_PARTIAL_REQUESTS_MAX_BYTES  # unanswered frames, per listener
-    max_state_bytes: int = 1_000_000
+    max_state_bytes: int = 1_000_000  # the largest znode of a group's state (its JSON, or each packed part)
+    max_group_state_bytes: int = 8_000_000  # a packed state, all its znodes together (zkcoord.core.packed_record)
     shutdown_timeout_ms: int = 5_000
     topic_metadata_refresh_ms: int = 5_000  # Kafka Metadata polling, when ZooKeeper has no topics for us
     metrics_listen: str = ""  # HOST:PORT of the Prometheus /metrics and /health endpoint; "": none
@@ -179,6 +180,7 @@ class DaemonConfig:
         _check_range("connections_max_idle_ms", self.connections_max_idle_ms, 100, 2**31 - 1)
         _check_range("partial_requests_max_bytes", self.partial_requests_max_bytes, 1024, 2**40)
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)
+        _check_range("max_group_state_bytes", self.max_group_state_bytes, 1024, 2**31 - 1)
         self.rebalance_protocols  # noqa: B018 (checks group_coordinator_rebalance_protocols)
         self.consumer_group_config  # noqa: B018 (checks the group_consumer_* settings)
         if not self.offsets_zk_root.startswith("/") or self.offsets_zk_root.endswith("/"):

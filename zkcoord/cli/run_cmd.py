@@ -54,7 +54,10 @@ def _options(func):
          "unfinished request started this long ago (Kafka's connections.max.idle.ms) [default: 600000]."),
         ("--partial-requests-max-bytes", int, "Most bytes of unanswered requests all connections of a listener "
          "hold; the connection going over it is closed [default: 67108864]."),
-        ("--max-state-bytes", int, "Largest group state znode written [default: 1000000]."),
+        ("--max-state-bytes", int, "Largest znode of a group's state: its JSON record, or each part of a "
+         "larger record, packed [default: 1000000]."),
+        ("--max-group-state-bytes", int, "Most bytes a group's packed state may take in ZooKeeper, all its "
+         "znodes together; a larger group gets GROUP_MAX_SIZE_REACHED [default: 8000000]."),
         ("--topic-metadata-refresh-ms", int, "How often to poll Kafka for partition counts when ZooKeeper has no broker metadata for this daemon [default: 5000]."),
         ("--metrics-listen", str, "HOST:PORT serving Prometheus /metrics and /health over HTTP [default: off]."),
         ("--member-disconnect-grace-ms", int, "Remove a dynamic member this long after its connection closes "
