@@ -100,6 +100,7 @@ class Bench:
         self.daemons: dict[int, subprocess.Popen] = {}
         self.addresses: dict[int, tuple[str, int]] = {}
         self.probes: dict[str, subprocess.Popen] = {}
+        self.profilers: list[subprocess.Popen] = []
         self.topics = {f"{args.topic_prefix}-{i:03d}": args.partitions for i in range(args.topics)}
         self.results: dict = {"settings": {k: v for k, v in vars(args).items() if k != "workdir"}}
         self.windows: list[tuple[str, float, float]] = []  # (phase, start, end) in monotonic seconds
@@ -120,6 +121,12 @@ class Bench:
         for node_id in range(1, self.args.daemons + 1):
             self._start_daemon(node_id)
         asyncio.run(self._wait_daemons())
+        if self.args.py_spy:
+            for node_id, proc in self.daemons.items():
+                self.profilers.append(subprocess.Popen(
+                    [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(proc.pid), "--rate", "200",
+                     "--format", "speedscope", "--idle", "--nonblocking", "--output", str(self.workdir / f"py-spy-{node_id}.json")],
+                    stdout=subprocess.DEVNULL, stderr=open(self.workdir / f"py-spy-{node_id}.log", "wb")))
 
     def _register_topics(self) -> None:
         """Kafka's own registrations (``/brokers/topics/<topic>``), as its controller writes them."""
@@ -186,6 +193,11 @@ class Bench:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for proc in self.profilers:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         if self.zk is not None:
             try:
                 if not self.args.keep_chroot:
@@ -598,6 +610,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quiet-s", type=float, default=5.0, help="probe-only window before the group starts")
     parser.add_argument("--timeout-s", type=float, default=600.0)
     parser.add_argument("--skip", action="append", default=[], choices=PHASES)
+    parser.add_argument("--py-spy", action="store_true",
+                        help="profile each daemon with py-spy (installed beside Python) into <workdir>/py-spy-N.txt")
     parser.add_argument("--keep-chroot", action="store_true", help="leave the chroot in ZooKeeper")
     parser.add_argument("--workdir", type=Path)
     return parser.parse_args(argv)
