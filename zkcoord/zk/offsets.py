@@ -259,9 +259,12 @@ class OffsetStore:
         return self._confirmed(group, futures)
 
     async def _confirmed(self, group: str, futures: list[asyncio.Future]) -> None:
+        # The request time-out bounds each multi of the commit, counted from the previous one's answer: a
+        # commit of 100,000 partitions is 100 multis, which ZooKeeper may take longer than one time-out to
+        # apply while it keeps making progress.
         try:
-            async with asyncio.timeout(self._conn.request_timeout_ms / 1000):
-                for fut in futures:
+            for fut in futures:
+                async with asyncio.timeout(self._conn.request_timeout_ms / 1000):
                     await fut
         except TimeoutError:
             raise ServiceUnavailableError(
@@ -619,19 +622,22 @@ class OffsetStore:
                     await asyncio.sleep(0)
         else:
             self.paths.group(group)
-        return await self._conn.retry(f"fetch the offsets of group {group!r}", self._inner_fetch, group, wanted)
-
-    async def _inner_fetch(self, group: str, wanted: Wanted | None) -> FetchedOffsets:
-        if wanted is None:
-            listed = await self._list_partitions(group)
-        else:
-            listed = []
-            for topic, numbers in wanted.items():
-                listed += await self._present(group, topic, numbers)
+        # Each step under its own retry (and request time-out): a group of 100,000 offsets is 100 slices,
+        # which may take longer than one time-out while every slice is answered in time.
+        listed = await self._conn.retry(f"list the offsets of group {group!r}", self._inner_list, group, wanted)
         found = FetchedOffsets()
         for start in range(0, len(listed), FETCH_SLICE):
-            await self._fetch_slice(group, listed[start:start + FETCH_SLICE], found)
+            await self._conn.retry(f"fetch the offsets of group {group!r}", self._fetch_slice, group,
+                                   listed[start:start + FETCH_SLICE], found)
         return found
+
+    async def _inner_list(self, group: str, wanted: Wanted | None) -> list[TopicPartition]:
+        if wanted is None:
+            return await self._list_partitions(group)
+        listed = []
+        for topic, numbers in wanted.items():
+            listed += await self._present(group, topic, numbers)
+        return listed
 
     async def _present(self, group: str, topic: str, numbers: Sequence[int]) -> list[TopicPartition]:
         """The partitions of ``numbers`` worth a read: all of them when few
