@@ -53,6 +53,7 @@ from zkcoord.errors import NotOwnerError, StateError, ZkcoordError
 from zkcoord.server.bulk_work import off_loop
 
 log = logging.getLogger(__name__)
+RENDER_SLICE = 100  # parked answers rendered between two yields to the event loop
 
 
 class GroupUnavailableError(ZkcoordError):
@@ -419,7 +420,21 @@ class GroupRuntime:
         rendered = None
         if outcome.persist:
             rendered = await self._write_rendering(outcome)
+        elif self._renders and len(outcome.replies) > RENDER_SLICE:
+            # Many parked answers at once (a rebalance of a large group ends): made here, a slice at a
+            # time, rather than all by their callers in one turn of the event loop.
+            rendered = await self._render_parked([r for r in outcome.replies if r.token in self._renders])
         self._commit(outcome, rendered)
+
+    async def _render_parked(self, parked: list[Reply]) -> dict[Any, Any]:
+        """{token: rendered} of ``parked``, yielding to the event loop every
+        RENDER_SLICE of them, so other groups are answered in between."""
+        rendered = {}
+        for i, reply in enumerate(parked):
+            if i and i % RENDER_SLICE == 0:
+                await asyncio.sleep(0)
+            rendered[reply.token] = self._render(reply)
+        return rendered
 
     async def _write_rendering(self, outcome: Outcome) -> dict[Any, Any] | None:
         """Step 2, and meanwhile render the replies to parked requests that
@@ -431,7 +446,7 @@ class GroupRuntime:
         write = asyncio.get_running_loop().create_task(self._write(self.group, outcome.group))
         try:
             await asyncio.sleep(0)  # the write's first step sends it to ZooKeeper
-            rendered = {r.token: self._render(r) for r in parked}
+            rendered = await self._render_parked(parked)
             await write
         except asyncio.CancelledError:
             write.cancel()  # as an awaited write would be
