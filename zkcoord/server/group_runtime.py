@@ -36,6 +36,7 @@ can answer such a request in the callback that read it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import logging
 import time
@@ -55,6 +56,11 @@ from zkcoord.server.bulk_work import off_loop
 log = logging.getLogger(__name__)
 RENDER_SLICE = 100  # parked answers rendered between two yields to the event loop
 
+
+
+async def _made(value: Any) -> Any:
+    """A render's result: its value, awaited when the render handed back an awaitable."""
+    return await value if inspect.isawaitable(value) else value
 
 class GroupUnavailableError(ZkcoordError):
     """This daemon cannot serve the group now; ``code`` says why (Kafka code)."""
@@ -299,7 +305,9 @@ class GroupRuntime:
         ``render(payload)``, if given, turns the reply into what ``call``
         returns (the caller's encoded response, say). For a parked request it
         runs while the ZooKeeper write of the outcome that answers it is in
-        flight, so that only sending is left once the write is accepted. If
+        flight, so that only sending is left once the write is accepted; it
+        may hand back an awaitable (a large answer encoded in a worker
+        thread), which is awaited. If
         it raises there, it runs again in the caller, where the error belongs.
         ``big``: the decision's work grows with a large request: it runs in
         a worker thread (the group is immutable and its lock held meanwhile),
@@ -333,7 +341,7 @@ class GroupRuntime:
                 if render is not None:
                     self._renders[token] = render
         if reply is not None:
-            return reply.payload if render is None else render(reply.payload)
+            return reply.payload if render is None else await _made(render(reply.payload))
         try:
             value = await future
         finally:
@@ -342,7 +350,7 @@ class GroupRuntime:
             if future.done() and not future.cancelled():
                 future.exception()  # failed by a step-down as this task was cancelled: retrieved, not leaked
         if type(value) is _Unrendered:
-            return render(value.payload)
+            return await _made(render(value.payload))
         return value
 
     def call_now(self, token: int, decide: Callable[[Any, int], Outcome], keep: object = None) -> Any:
@@ -433,7 +441,13 @@ class GroupRuntime:
         for i, reply in enumerate(parked):
             if i and i % RENDER_SLICE == 0:
                 await asyncio.sleep(0)
-            rendered[reply.token] = self._render(reply)
+            made = self._render(reply)
+            if inspect.isawaitable(made):  # a large answer, encoded in a worker thread
+                try:
+                    made = await made
+                except Exception:  # raised again in the caller, by call()
+                    made = _Unrendered(reply.payload)
+            rendered[reply.token] = made
         return rendered
 
     async def _write_rendering(self, outcome: Outcome) -> dict[Any, Any] | None:
