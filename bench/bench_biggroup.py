@@ -465,13 +465,22 @@ async def phase_rebalance(bench: Bench, group: Group) -> None:
           f"heartbeats every {HEARTBEAT_INTERVAL_S:g} s)", flush=True)
 
 
-async def _committer(bench: Bench, group: Group) -> BigMember:
-    """A connection of its own with the identity of a synced member (its heartbeats go on beside)."""
-    source = next(m for m in group.members if not m.needs_join)
+async def _committer(bench: Bench, group) -> BigMember:
+    """A connection of its own with the identity of a synced member (its heartbeats go on beside): its
+    generation, or for a consumer group its member epoch (OffsetCommit v9)."""
     committer = BigMember(-1, GROUP, [], bench.args.assignor, bench.bootstraps())
     await committer.connect(group.finder)
-    committer.member_id, committer.generation = source.member_id, source.synced_generation
+    if isinstance(group, Group):
+        source = next(m for m in group.members if not m.needs_join)
+        committer.member_id, committer.generation = source.member_id, source.synced_generation
+    else:
+        source = group.members[0]
+        committer.member_id, committer.generation, committer.commit_version = source.member_id, source.epoch, 9
     return committer
+
+
+def _generation(group) -> int | None:
+    return group.synced_at() if isinstance(group, Group) else group.members[0].epoch
 
 
 async def phase_commit(bench: Bench, group: Group) -> None:
@@ -480,7 +489,7 @@ async def phase_commit(bench: Bench, group: Group) -> None:
     try:
         for round_ in range(bench.args.commit_rounds):
             offsets = {t: [(p, 1000 * (round_ + 1) + p) for p in range(n)] for t, n in bench.topics.items()}
-            committer.generation = group.synced_at() or committer.generation
+            committer.generation = _generation(group) or committer.generation
             zk_before, cpu_before = bench.zk_counters(), cpu_snapshot(bench.pids())
             started = time.monotonic()
             answer = await committer.commit(offsets)
@@ -509,16 +518,17 @@ async def phase_commit(bench: Bench, group: Group) -> None:
         committer.close()
 
 
-async def phase_failover(bench: Bench, group: Group, owner: int) -> None:
-    generation = group.synced_at()
+async def phase_failover(bench: Bench, group, owner: int) -> None:
+    generation = _generation(group)
+    ok = (lambda m: m.last_ok) if isinstance(group, Group) else (lambda m: m.last_ok_sent)
     killed = time.monotonic()
     bench.daemons[owner].send_signal(signal.SIGKILL)
     bench.daemons[owner].wait()
     print(f"killed daemon {owner} (SIGKILL)", flush=True)
-    await group.wait(lambda: any(m.last_ok > killed for m in group.members), "the first member served again",
+    await group.wait(lambda: any(ok(m) > killed for m in group.members), "the first member served again",
                      bench.args.timeout_s)
     first = time.monotonic() - killed
-    await group.wait(lambda: all(m.last_ok > killed for m in group.members), "every member served again",
+    await group.wait(lambda: all(ok(m) > killed for m in group.members), "every member served again",
                      bench.args.timeout_s)
     every = time.monotonic() - killed
     bench.mark("failover", killed, killed + every)
@@ -532,12 +542,74 @@ async def phase_failover(bench: Bench, group: Group, owner: int) -> None:
     last = bench.args.commit_rounds
     good = sum(1 for t in fetched.topics for p in t.partitions
                if p.error_code == NONE and p.committed_offset == 1000 * last + p.partition_index)
-    coordinators = {m.coordinator[0] for m in group.members if m.coordinator}
+    coordinators = {m.coordinator if isinstance(m.coordinator, int) else m.coordinator[0]
+                    for m in group.members if m.coordinator is not None}
+    after = _generation(group)
     bench.results["failover"] = {"first_served_s": first, "every_served_s": every, "generation_before": generation,
-                                 "generation_after": group.synced_at(), "coordinators_after": sorted(coordinators),
+                                 "generation_after": after, "coordinators_after": sorted(coordinators),
                                  "fetch_seconds": fetch_s, "fetched_right": good}
-    print(f"fail-over: first member served {first:.2f} s after the kill, every member {every:.2f} s; generation "
-          f"{generation} -> {group.synced_at()}; offsets fetched from the new owner: {good} right", flush=True)
+    print(f"fail-over: first member served {first:.2f} s after the kill (a heartbeat sent after it answered), "
+          f"every member {every:.2f} s; generation/epoch {generation} -> {after}; offsets fetched from the new "
+          f"owner: {good} right", flush=True)
+
+
+async def run_consumer_phases(bench: Bench, owner: int) -> None:
+    from biggroup_consumer import ConsumerGroupRun
+
+    group = ConsumerGroupRun(bench, GROUP, bench.args.members)
+    skip = set(bench.args.skip)
+    try:
+        started = time.monotonic()
+        await group.start()
+        await group.wait(group.settled, "every member owning its share", bench.args.timeout_s)
+        ended = time.monotonic()
+        bench.mark("join", started, ended)
+        bench.results["join"] = {"seconds": ended - started, "epoch": group.members[0].epoch,
+                                 "retries": sum(m.retries for m in group.members),
+                                 "fenced": sum(m.fenced for m in group.members)}
+        print(f"{len(group.members)} consumer-protocol members own their shares of {group.partitions} partitions "
+              f"{ended - started:.2f} s after the first heartbeat (epoch {group.members[0].epoch})", flush=True)
+        if "state" not in skip:
+            await phase_consumer_state(bench)
+        if "commit" not in skip:
+            await phase_commit(bench, group)
+        if "failover" not in skip and len(bench.daemons) > 1:
+            await phase_failover(bench, group, owner)
+            bench.results["failover"]["settled_after"] = group.settled()
+    finally:
+        await group.close()
+        await asyncio.sleep(0.5)
+        bench.results["probes"] = bench.probe_stats()
+
+
+async def phase_consumer_state(bench: Bench) -> None:
+    """A consumer group's znodes: its group record and one record per member."""
+    from kazoo.exceptions import NoNodeError
+    from zkcoord.zk.connection import ZkConnection
+    from zkcoord.zk.state_store import GroupStateStore
+
+    base = f"{bench.chroot}/coordinators/{GROUP}"
+    data, _ = bench.zk.get(f"{base}/state")
+    try:
+        names = bench.zk.get_children(f"{base}/members")
+    except NoNodeError:
+        names = []
+    sizes = [len(bench.zk.get(f"{base}/members/{n}")[0]) for n in names]
+    stored = {"state_znode_bytes": len(data), "member_records": len(sizes), "member_bytes": sum(sizes),
+              "largest_member_bytes": max(sizes, default=0), "total_bytes": len(data) + sum(sizes)}
+    conn = ZkConnection(bench.zookeeper + bench.chroot, session_timeout_ms=30_000, request_timeout_ms=60_000)
+    await asyncio.to_thread(conn.start)
+    loads = []
+    try:
+        for _ in range(bench.args.load_rounds):
+            started = time.perf_counter()
+            await GroupStateStore(conn, None).load(GROUP)
+            loads.append(round((time.perf_counter() - started) * 1e3, 1))
+    finally:
+        await asyncio.to_thread(conn.stop)
+    stored["load_ms"] = loads
+    bench.results["state"] = stored
+    print("stored state: " + json.dumps(stored), flush=True)
 
 
 async def _probes_running(bench: Bench, timeout_s: float = 60.0) -> None:
@@ -560,6 +632,9 @@ async def run_phases(bench: Bench) -> None:
     quiet = time.monotonic()
     await asyncio.sleep(bench.args.quiet_s)
     bench.mark("quiet", quiet, time.monotonic())
+    if bench.args.protocol == "consumer":
+        await run_consumer_phases(bench, owner)
+        return
     group = Group(bench, bench.args.members)
     skip = set(bench.args.skip)
     try:
@@ -599,7 +674,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--topics", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=1000, help="per topic")
     parser.add_argument("--topic-prefix", default="big")
-    parser.add_argument("--assignor", choices=("range", "cooperative-sticky"), default="range")
+    parser.add_argument("--protocol", choices=("classic", "consumer"), default="classic",
+                        help="classic (JoinGroup/SyncGroup, the leader assigns) or consumer (KIP-848, the daemon "
+                             "assigns with uniform)")
+    parser.add_argument("--assignor", choices=("range", "cooperative-sticky"), default="range",
+                        help="the classic leader's assignor")
     parser.add_argument("--shuffled", action="store_true", help="deal partitions at random (least compressible)")
     parser.add_argument("--daemons", type=int, default=2)
     parser.add_argument("--daemon-arg", action="append", default=[], help="an extra `zkcoord run` flag (repeat)")

@@ -156,6 +156,7 @@ class BigMember:
         self.synced_generation = -1
         self.last_ok = 0.0  # monotonic time of the last heartbeat answered NONE
         self.needs_join = True
+        self.commit_version = COMMIT_V
         self.errors: dict[int, int] = {}
 
     # connections
@@ -214,11 +215,12 @@ class BigMember:
         return response.error_code
 
     async def heartbeat(self) -> int:
+        sent = time.monotonic()
         response = await self.conn.call(build_message(
             HeartbeatRequest, HEARTBEAT_V, group_id=self.group, generation_id=self.generation,
             member_id=self.member_id, group_instance_id=None))
         if response.error_code == NONE:
-            self.last_ok = time.monotonic()
+            self.last_ok = sent  # when the answered heartbeat was sent: a fail-over is timed to one sent after it
         else:
             self.errors[response.error_code] = self.errors.get(response.error_code, 0) + 1
         return response.error_code
@@ -226,7 +228,7 @@ class BigMember:
     async def commit(self, offsets: dict[str, list[tuple[int, int]]]):
         """OffsetCommit of ``{topic: [(partition, offset)]}`` at this member's generation."""
         return await self.conn.call(build_message(
-            OffsetCommitRequest, COMMIT_V, group_id=self.group, generation_id_or_member_epoch=self.generation,
+            OffsetCommitRequest, self.commit_version, group_id=self.group, generation_id_or_member_epoch=self.generation,
             member_id=self.member_id, group_instance_id=None,
             topics=[{"name": t, "partitions": [{"partition_index": p, "committed_offset": o,
                                                 "committed_leader_epoch": -1, "committed_metadata": ""}
