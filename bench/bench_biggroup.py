@@ -545,9 +545,12 @@ async def phase_failover(bench: Bench, group, owner: int) -> None:
     coordinators = {m.coordinator if isinstance(m.coordinator, int) else m.coordinator[0]
                     for m in group.members if m.coordinator is not None}
     after = _generation(group)
-    bench.results["failover"] = {"first_served_s": first, "every_served_s": every, "generation_before": generation,
+    loaded = _logged_load_ms(bench, owner)
+    bench.results["failover"] = {"new_owner_read_ms": loaded, "first_served_s": first, "every_served_s": every, "generation_before": generation,
                                  "generation_after": after, "coordinators_after": sorted(coordinators),
                                  "fetch_seconds": fetch_s, "fetched_right": good}
+    if loaded:
+        print(f"the new owner read the packed state in {loaded} ms (its log)", flush=True)
     print(f"fail-over: first member served {first:.2f} s after the kill (a heartbeat sent after it answered), "
           f"every member {every:.2f} s; generation/epoch {generation} -> {after}; offsets fetched from the new "
           f"owner: {good} right", flush=True)
@@ -620,6 +623,19 @@ async def _probes_running(bench: Bench, timeout_s: float = 60.0) -> None:
             if time.monotonic() > deadline:
                 raise BenchError(f"{name} was not heartbeating within {timeout_s:g} s (see {path})")
             await asyncio.sleep(0.2)
+
+
+def _logged_load_ms(bench: Bench, dead: int) -> list[float]:
+    """What the surviving daemons logged reading the big group's packed state (zkcoord.zk.state_store)."""
+    import re
+
+    found = []
+    for node_id in bench.daemons:
+        if node_id == dead:
+            continue
+        text = (bench.workdir / f"zkcoord-{node_id}.log").read_text(errors="replace")
+        found += [float(m) for m in re.findall(rf"group {GROUP}: packed state read .* in (\d+) ms", text)]
+    return found
 
 
 async def run_phases(bench: Bench) -> None:

@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +53,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import ZnodeStat
 
+from zkcoord.core.consumer.record import compact_member_record
 from zkcoord.core.groups import record_problem
 from zkcoord.core.packed_record import member_count, pack, part_names
 from zkcoord.errors import NotOwnerError, StateError, StateTooLargeError, UsageError
@@ -65,6 +68,8 @@ from zkcoord.zk.packed_state import ABSENT, decode_state, list_parts, read_state
 
 __all__ = ["ABSENT", "DEFAULT_MAX_STATE_BYTES", "DEFAULT_MAX_GROUP_STATE_BYTES", "GroupStateStore", "StoredState",
            "encode_state", "encode_group_state", "decode_state", "member_count"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_STATE_BYTES = 1_000_000
 DEFAULT_MAX_GROUP_STATE_BYTES = 8_000_000
@@ -170,8 +175,12 @@ class GroupStateStore:
         return await self._conn.retry(f"load the state of group {group!r}", self._inner_load, group)
 
     async def _inner_load(self, group: str) -> tuple[dict[str, Any] | None, int]:
+        started = time.perf_counter()
         record, version, header = await read_state(self._conn, group)
         self._parts[group] = frozenset(part_names(header)) if header is not None else frozenset()
+        if header is not None:
+            log.info("group %s: packed state read (%d members, %d bytes in %d part(s)) in %.0f ms", group,
+                     header["mc"], header["mz"]["b"], header["mz"]["n"], (time.perf_counter() - started) * 1e3)
         if record is not None and record.get("t") == "consumer":  # its members are znodes of their own
             record["members"] = await read_member_records(self._conn, group)
             problem = record_problem(record)
@@ -206,8 +215,12 @@ class GroupStateStore:
             elif key.startswith(MEMBERS_PREFIX):
                 data = None if record is None else encode_record(group, record)
                 if data is not None and len(data) > self.max_state_bytes:
-                    raise StateTooLargeError(f"a member record of group {group!r} is {len(data)} bytes, over the "
-                                             f"limit of {self.max_state_bytes} bytes (nothing was written)")
+                    plain = len(data)  # a member holding tens of thousands of partitions: runs folded
+                    data = encode_record(group, compact_member_record(record))
+                    if len(data) > self.max_state_bytes:
+                        raise StateTooLargeError(
+                            f"a member record of group {group!r} is {plain} bytes ({len(data)} with its partition "
+                            f"runs folded), over the limit of {self.max_state_bytes} bytes (nothing was written)")
                 members.append(Change(paths.member(group, key[len(MEMBERS_PREFIX):]), data, existed))
         if state is None:
             raise UsageError(f"an outcome of group {group!r} must write its state znode")
