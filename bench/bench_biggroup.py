@@ -380,7 +380,11 @@ async def find_groups(bench: Bench) -> tuple[int, str, str]:
 async def phase_join(bench: Bench, group: Group) -> None:
     started = time.monotonic()
     group.start()
-    await group.wait(lambda: group.synced_at() is not None, "every member synced", bench.args.timeout_s)
+    try:
+        await group.wait(lambda: group.synced_at() is not None, "every member synced", bench.args.timeout_s)
+    except BaseException:
+        bench.mark("join (unfinished)", started, time.monotonic())
+        raise
     ended = time.monotonic()
     joined = [m for m in group.members]
     bench.mark("join", started, ended)
@@ -564,7 +568,15 @@ async def run_consumer_phases(bench: Bench, owner: int) -> None:
     try:
         started = time.monotonic()
         await group.start()
-        await group.wait(group.settled, "every member owning its share", bench.args.timeout_s)
+        try:
+            await group.wait(group.settled, "every member owning its share", bench.args.timeout_s)
+        except BaseException:
+            bench.mark("join (unfinished)", started, time.monotonic())
+            bench.results["join"] = {"unfinished_after_s": time.monotonic() - started,
+                                     "members_at_an_epoch": sum(1 for m in group.members if m.epoch > 0),
+                                     "owned": sum(m.owned_count() for m in group.members),
+                                     "fenced": sum(m.fenced for m in group.members)}
+            raise
         ended = time.monotonic()
         bench.mark("join", started, ended)
         bench.results["join"] = {"seconds": ended - started, "epoch": group.members[0].epoch,
