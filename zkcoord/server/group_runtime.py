@@ -55,6 +55,7 @@ from zkcoord.server.bulk_work import off_loop
 
 log = logging.getLogger(__name__)
 RENDER_SLICE = 100  # parked answers rendered between two yields to the event loop
+OFF_LOOP_RECORDS_MEMBERS = 200  # a group this large has its records made in a worker thread
 
 
 
@@ -499,7 +500,12 @@ class GroupRuntime:
         self._release(outcome.replies, rendered)
 
     async def _write(self, before: Any, group: Any) -> None:
-        changes = kind_of(group).writes(before, group)
+        if len(getattr(group, "members", ())) >= OFF_LOOP_RECORDS_MEMBERS:
+            # A large group's records (a classic record's base64, a consumer group's member records)
+            # are made in a worker thread: the group values are immutable.
+            changes = await off_loop(kind_of(group).writes, before, group)
+        else:
+            changes = kind_of(group).writes(before, group)
         try:
             self.version = await self._persist(self.group_id, changes, self.version)
         except NotOwnerError as exc:
