@@ -8,6 +8,7 @@ time (``bench/README.md``)::
 
     .venv/bin/python bench/bench_biggroup.py                                  # range, ~5 minutes
     .venv/bin/python bench/bench_biggroup.py --assignor cooperative-sticky --shuffled
+    .venv/bin/python bench/bench_biggroup.py --protocol consumer               # KIP-848, the daemon assigns
     .venv/bin/python bench/bench_biggroup.py --zookeeper 127.0.0.1:2181       # a ZooKeeper you run
     .venv/bin/python bench/bench_biggroup.py --members 50 --topics 20 --partitions 1000 --skip failover
 
@@ -60,9 +61,7 @@ import asyncio
 import base64
 import json
 import os
-import random
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -70,14 +69,10 @@ import uuid
 from pathlib import Path
 
 from bench_env import bench_main, cpu_cores, cpu_snapshot, sandbox_up, zk_write_counters, zkcoord_cli
-from biggroup_members import (
-    COORDINATOR_GONE, HEARTBEAT_INTERVAL_S, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID,
-    BigMember, CoordinatorGone, Finder, assign, assignment_bytes,
-)
+from biggroup_members import HEARTBEAT_INTERVAL_S, BigMember, Finder, Group
 from group_client import NONE, BenchError, KafkaConnection, served_versions
 from zkcoord.local.procs import free_port
 
-REJOIN = {ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS}
 PHASES = ("join", "state", "rebalance", "commit", "failover")
 GROUP = "biggroup"
 
@@ -125,7 +120,8 @@ class Bench:
             for node_id, proc in self.daemons.items():
                 self.profilers.append(subprocess.Popen(
                     [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(proc.pid), "--rate", "200",
-                     "--format", "speedscope", "--idle", "--nonblocking", "--output", str(self.workdir / f"py-spy-{node_id}.json")],
+                     "--format", "speedscope", "--idle", "--nonblocking",
+                     "--output", str(self.workdir / f"py-spy-{node_id}.json")],
                     stdout=subprocess.DEVNULL, stderr=open(self.workdir / f"py-spy-{node_id}.log", "wb")))
 
     def _register_topics(self) -> None:
@@ -242,118 +238,6 @@ def _pct(values: list[float], pct: float) -> float | None:
     if not values:
         return None
     return values[min(len(values) - 1, int(len(values) * pct / 100))]
-
-
-# -- the group ---------------------------------------------------------------------------------------
-
-class Group:
-    """The big group's members and the loop each runs (Java's poll loop, reduced)."""
-
-    def __init__(self, bench: Bench, count: int) -> None:
-        self.bench = bench
-        self.finder = Finder(bench.bootstraps())
-        self.members = [self.new_member(i) for i in range(count)]
-        self.stop = asyncio.Event()
-        self.tasks: list[asyncio.Task] = []
-        self.assign_s: list[float] = []
-        self.changed = asyncio.Event()
-        self.failure: BaseException | None = None  # a member met what it cannot go on from
-
-    def new_member(self, index: int) -> BigMember:
-        return BigMember(index, GROUP, list(self.bench.topics), self.bench.args.assignor, self.bench.bootstraps())
-
-    def start(self, members=None) -> None:
-        for member in members or self.members:
-            member.needs_join = True
-            self.tasks.append(asyncio.get_running_loop().create_task(self._run(member)))
-
-    async def _run(self, member: BigMember) -> None:
-        backoff = 0.1
-        next_beat = time.monotonic() + random.uniform(0, HEARTBEAT_INTERVAL_S)
-        while not self.stop.is_set():
-            try:
-                if member.conn is None:
-                    await member.connect(self.finder)
-                if member.needs_join:
-                    await member.join()
-                    assignments = None
-                    if member.member_id == member.leader:
-                        assignments = await self._assign(member)
-                    code = await member.sync(assignments)
-                    if code == NONE:
-                        member.needs_join = False
-                        next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
-                        self.changed.set()
-                    elif code in COORDINATOR_GONE:
-                        raise CoordinatorGone(code)
-                    elif code not in REJOIN:
-                        raise BenchError(f"SyncGroup of member {member.index}: error {code}")
-                    elif code == UNKNOWN_MEMBER_ID:
-                        member.member_id = ""
-                    backoff = 0.1
-                    continue
-                await asyncio.sleep(max(0.0, next_beat - time.monotonic()))
-                next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
-                code = await member.heartbeat()
-                if code == NONE:
-                    self.changed.set()
-                elif code in REJOIN:
-                    member.needs_join = True
-                    if code == UNKNOWN_MEMBER_ID:
-                        member.member_id = ""
-                elif code in COORDINATOR_GONE:
-                    raise CoordinatorGone(code)
-                else:
-                    raise BenchError(f"Heartbeat of member {member.index}: error {code}")
-                backoff = 0.1
-            except BenchError as exc:
-                self.failure = self.failure or exc
-                self.changed.set()
-                return
-            except (OSError, ConnectionError, CoordinatorGone):
-                member.close()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
-                next_beat = time.monotonic()
-
-    async def _assign(self, leader: BigMember) -> dict[str, bytes]:
-        started = time.perf_counter()
-        members = dict(leader.members)
-        args = self.bench.args
-        assigned = await asyncio.to_thread(assign, args.assignor, members, self.bench.topics, shuffled=args.shuffled)
-        encoded = {m: assignment_bytes(parts) for m, parts in assigned.items()}
-        self.assign_s.append(time.perf_counter() - started)
-        return encoded
-
-    def synced_at(self) -> int | None:
-        """The generation every member is synced at and serving, or None."""
-        generations = {m.synced_generation for m in self.members if not m.needs_join}
-        if len(generations) == 1 and all(not m.needs_join for m in self.members):
-            return generations.pop()
-        return None
-
-    async def wait(self, predicate, what: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            if self.failure is not None:
-                raise BenchError(f"{what}: {self.failure}")
-            self.changed.clear()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BenchError(f"{what} did not happen within {timeout_s:g} s")
-            try:
-                await asyncio.wait_for(self.changed.wait(), min(left, 1.0))
-            except asyncio.TimeoutError:
-                pass
-
-    async def close(self) -> None:
-        self.stop.set()
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        for member in self.members:
-            member.close()
-        self.finder.close()
 
 
 # -- phases -------------------------------------------------------------------------------------------
@@ -550,7 +434,8 @@ async def phase_failover(bench: Bench, group, owner: int) -> None:
                     for m in group.members if m.coordinator is not None}
     after = _generation(group)
     loaded = _logged_load_ms(bench, owner)
-    bench.results["failover"] = {"new_owner_read_ms": loaded, "first_served_s": first, "every_served_s": every, "generation_before": generation,
+    bench.results["failover"] = {"new_owner_read_ms": loaded, "first_served_s": first, "every_served_s": every,
+                                 "generation_before": generation,
                                  "generation_after": after, "coordinators_after": sorted(coordinators),
                                  "fetch_seconds": fetch_s, "fetched_right": good}
     if loaded:
@@ -663,7 +548,7 @@ async def run_phases(bench: Bench) -> None:
     if bench.args.protocol == "consumer":
         await run_consumer_phases(bench, owner)
         return
-    group = Group(bench, bench.args.members)
+    group = Group(GROUP, bench.args.members, bench.topics, bench.args.assignor, bench.args.shuffled, bench.bootstraps())
     skip = set(bench.args.skip)
     try:
         await phase_join(bench, group)

@@ -47,6 +47,8 @@ from group_client import (
     COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, ILLEGAL_GENERATION, MEMBER_ID_REQUIRED, NONE,
     NOT_COORDINATOR, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID, BenchError, KafkaConnection,
 )
+
+REJOIN = {ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS}
 from zkcoord.wire.messages import build_message
 
 COORDINATOR_GONE = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
@@ -228,7 +230,8 @@ class BigMember:
     async def commit(self, offsets: dict[str, list[tuple[int, int]]]):
         """OffsetCommit of ``{topic: [(partition, offset)]}`` at this member's generation."""
         return await self.conn.call(build_message(
-            OffsetCommitRequest, self.commit_version, group_id=self.group, generation_id_or_member_epoch=self.generation,
+            OffsetCommitRequest, self.commit_version, group_id=self.group,
+            generation_id_or_member_epoch=self.generation,
             member_id=self.member_id, group_instance_id=None,
             topics=[{"name": t, "partitions": [{"partition_index": p, "committed_offset": o,
                                                 "committed_leader_epoch": -1, "committed_metadata": ""}
@@ -282,6 +285,119 @@ class Finder:
     def close(self) -> None:
         for conn in self._conns.values():
             conn.close()
+
+
+# -- the group ------------------------------------------------------------------------------------------
+
+class Group:
+    """The big group's members and the loop each runs (Java's poll loop, reduced)."""
+
+    def __init__(self, group: str, count: int, topics: dict[str, int], assignor: str, shuffled: bool,
+                 bootstraps: Sequence[tuple[str, int]]) -> None:
+        self.group, self.topics, self.assignor, self.shuffled = group, topics, assignor, shuffled
+        self.bootstraps = list(bootstraps)
+        self.finder = Finder(self.bootstraps)
+        self.members = [self.new_member(i) for i in range(count)]
+        self.stop = asyncio.Event()
+        self.tasks: list[asyncio.Task] = []
+        self.assign_s: list[float] = []
+        self.changed = asyncio.Event()
+        self.failure: BaseException | None = None  # a member met what it cannot go on from
+
+    def new_member(self, index: int) -> BigMember:
+        return BigMember(index, self.group, list(self.topics), self.assignor, self.bootstraps)
+
+    def start(self, members=None) -> None:
+        for member in members or self.members:
+            member.needs_join = True
+            self.tasks.append(asyncio.get_running_loop().create_task(self._run(member)))
+
+    async def _run(self, member: BigMember) -> None:
+        backoff = 0.1
+        next_beat = time.monotonic() + random.uniform(0, HEARTBEAT_INTERVAL_S)
+        while not self.stop.is_set():
+            try:
+                if member.conn is None:
+                    await member.connect(self.finder)
+                if member.needs_join:
+                    await member.join()
+                    assignments = None
+                    if member.member_id == member.leader:
+                        assignments = await self._assign(member)
+                    code = await member.sync(assignments)
+                    if code == NONE:
+                        member.needs_join = False
+                        next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
+                        self.changed.set()
+                    elif code in COORDINATOR_GONE:
+                        raise CoordinatorGone(code)
+                    elif code not in REJOIN:
+                        raise BenchError(f"SyncGroup of member {member.index}: error {code}")
+                    elif code == UNKNOWN_MEMBER_ID:
+                        member.member_id = ""
+                    backoff = 0.1
+                    continue
+                await asyncio.sleep(max(0.0, next_beat - time.monotonic()))
+                next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
+                code = await member.heartbeat()
+                if code == NONE:
+                    self.changed.set()
+                elif code in REJOIN:
+                    member.needs_join = True
+                    if code == UNKNOWN_MEMBER_ID:
+                        member.member_id = ""
+                elif code in COORDINATOR_GONE:
+                    raise CoordinatorGone(code)
+                else:
+                    raise BenchError(f"Heartbeat of member {member.index}: error {code}")
+                backoff = 0.1
+            except BenchError as exc:
+                self.failure = self.failure or exc
+                self.changed.set()
+                return
+            except (OSError, ConnectionError, CoordinatorGone):
+                member.close()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                next_beat = time.monotonic()
+
+    async def _assign(self, leader: BigMember) -> dict[str, bytes]:
+        started = time.perf_counter()
+        members = dict(leader.members)
+        assigned = await asyncio.to_thread(assign, self.assignor, members, self.topics, shuffled=self.shuffled)
+        encoded = {m: assignment_bytes(parts) for m, parts in assigned.items()}
+        self.assign_s.append(time.perf_counter() - started)
+        return encoded
+
+    def synced_at(self) -> int | None:
+        """The generation every member is synced at and serving, or None."""
+        generations = {m.synced_generation for m in self.members if not m.needs_join}
+        if len(generations) == 1 and all(not m.needs_join for m in self.members):
+            return generations.pop()
+        return None
+
+    async def wait(self, predicate, what: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if self.failure is not None:
+                raise BenchError(f"{what}: {self.failure}")
+            self.changed.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BenchError(f"{what} did not happen within {timeout_s:g} s")
+            try:
+                await asyncio.wait_for(self.changed.wait(), min(left, 1.0))
+            except asyncio.TimeoutError:
+                pass
+
+    async def close(self) -> None:
+        self.stop.set()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for member in self.members:
+            member.close()
+        self.finder.close()
 
 
 # -- the probe ---------------------------------------------------------------------------------------
