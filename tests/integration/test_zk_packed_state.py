@@ -202,3 +202,23 @@ def test_a_state_an_earlier_version_wrote_loads_and_stays_one_znode(zk_hosts, zk
             assert await store.write("g", record, 0) == 1
             assert zk.get(paths.state("g"))[0] == old and stored_parts(zk, "g") is None
     asyncio.run(scenario())
+
+
+def test_the_migrations_mode_switch_rewrites_a_packed_group_whole(zk_hosts, zk):
+    """``zkcoord migrate`` switches a group nobody owns by writing its state itself: read whole, written
+    packed again with the new mode (zkcoord.zk.modes)."""
+    from zkcoord.zk.modes import read_mode, set_offset_storage
+
+    async def scenario():
+        async with connection(zk_hosts) as conn:
+            ownership, store = await owner_of(conn, ["g"])
+            record = big_record(600, 3000)  # over 1 MB as one znode: packed at the default settings
+            await store.write("g", record, None)
+            await ownership.stop()  # nobody owns it now
+            assert await read_mode(conn, "g") == ("zookeeper", True)  # from the header alone
+            change = await set_offset_storage(conn, "g", "dual")
+            assert (change.before, change.after, change.via) == ("zookeeper", "dual", "direct")
+            assert header(zk, "g")["os"] == "dual"
+            assert (await GroupStateStore(conn, None).load("g"))[0] == dict(record, os="dual")
+            assert set(stored_parts(zk, "g")) == set(part_names(header(zk, "g")))
+    asyncio.run(scenario())
