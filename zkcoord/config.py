@@ -103,7 +103,8 @@ class DaemonConfig:
     # Connections the kernel queues for the listener until the daemon accepts them (a reconnect storm after a
     # fail-over brings thousands at once); 0: the operating system's maximum (net.core.somaxconn).
     listen_backlog: int = 0
-    max_state_bytes: int = 1_000_000
+    max_state_bytes: int = 1_000_000  # the largest znode of a group's state (its JSON, or each packed part)
+    max_group_state_bytes: int = 8_000_000  # a packed state, all its znodes together (zkcoord.core.packed_record)
     shutdown_timeout_ms: int = 5_000
     # Worker processes of one `zkcoord run`, each its own node (zkcoord.core.workers); 0: one per core.
     workers: int = 0
@@ -187,6 +188,7 @@ class DaemonConfig:
         _check_range("partial_requests_max_bytes", self.partial_requests_max_bytes, 1024, 2**40)
         _check_range("listen_backlog", self.listen_backlog, 0, 65535)
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)
+        _check_range("max_group_state_bytes", self.max_group_state_bytes, 1024, 2**31 - 1)
         self.rebalance_protocols  # noqa: B018 (checks group_coordinator_rebalance_protocols)
         self.consumer_group_config  # noqa: B018 (checks the group_consumer_* settings)
         if not self.offsets_zk_root.startswith("/") or self.offsets_zk_root.endswith("/"):

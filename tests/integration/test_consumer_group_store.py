@@ -100,3 +100,18 @@ def test_member_records_larger_than_one_multi_are_split_and_still_fenced(zk_host
                 record, still = await successor.load("wide")
                 assert still == version and from_record("wide", record) == group
     asyncio.run(scenario())
+
+
+def test_a_member_holding_a_hundred_thousand_partitions_is_stored_with_its_runs_folded(zk_hosts, zk):
+    """The first member of a group over 100,000 partitions holds them all (its record as written before is
+    1.6 MB); written folded under --max-state-bytes, loaded back as the same group."""
+    async def scenario():
+        async with connection(zk_hosts) as conn:
+            _, store = await owner_of(conn, "one")
+            group = big_group("one", 1, 100_000)
+            version = await store.write_changes("one", CONSUMER.writes(CLASSIC.new("one"), group), None)
+            data = zk.get(paths.member("one", "member-0000-AAAAAAAAAAAAA"))[0]
+            assert len(data) < 1000 and b'"a":{"' + TOPIC.encode() + b'":[[0,5,100000]]}' in data
+            record, loaded_version = await store.load("one")
+            assert loaded_version == version and from_record("one", record) == group
+    asyncio.run(scenario())

@@ -56,7 +56,8 @@ def valid() -> dict:
 
 @pytest.mark.parametrize("mutate, problem", [
     (lambda r: r.update(m=5), "members 'm' is a number, not a list"),
-    (lambda r: r.update(v=2), "unsupported record version 2"),
+    (lambda r: r.update(v=3), "unsupported record version 3"),
+    (lambda r: r.update(v=2), "a packed record's header (version 2)"),
     (lambda r: r.pop("v"), "the record has no version ('v')"),
     (lambda r: r.update(v=True), "unsupported record version True"),
     (lambda r: r.update(s="Sleeping"), "state 's' is 'Sleeping'"),

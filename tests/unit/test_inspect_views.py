@@ -193,8 +193,8 @@ def test_unknown_and_corrupt_groups():
                                                   "lists the groups")
     corrupt = view(ZkFacts("c", record_error="state znode /coordinators/c/state of group 'c' is empty"))
     assert (corrupt.error, corrupt.exit_code) == ("corrupt", 1)
-    invalid = view(ZkFacts("c", record={"v": 2, "s": "Stable", "g": 1}))
-    assert invalid.error == "corrupt" and "unsupported record version 2" in invalid.message
+    invalid = view(ZkFacts("c", record={"v": 3, "s": "Stable", "g": 1}))
+    assert invalid.error == "corrupt" and "unsupported record version 3" in invalid.message
 
 
 def test_wanted_partitions():

@@ -56,7 +56,10 @@ def _options(func):
          "hold; the connection going over it is closed [default: 67108864]."),
         ("--listen-backlog", int, "Connections the kernel queues for the Kafka listener until the daemon accepts "
          "them, capped by net.core.somaxconn; 0: that maximum [default: 0]."),
-        ("--max-state-bytes", int, "Largest group state znode written [default: 1000000]."),
+        ("--max-state-bytes", int, "Largest znode of a group's state: its JSON record, or each part of a "
+         "larger record, packed [default: 1000000]."),
+        ("--max-group-state-bytes", int, "Most bytes a group's packed state may take in ZooKeeper, all its "
+         "znodes together; a larger group gets GROUP_MAX_SIZE_REACHED [default: 8000000]."),
         ("--topic-metadata-refresh-ms", int, "How often to poll Kafka for partition counts when ZooKeeper has no broker metadata for this daemon [default: 5000]."),
         ("--metrics-listen", str, "HOST:PORT serving Prometheus /metrics and /health over HTTP [default: off]."),
         ("--member-disconnect-grace-ms", int, "Remove a dynamic member this long after its connection closes "

@@ -12,6 +12,10 @@ Record format (version 1), JSON with short keys, bytes in base64::
             "h": "<client host>", "st": 10000, "rt": 300000,
             "p": [["range", "<b64 metadata>"]], "a": "<b64 assignment>"}]}
 
+A record whose JSON would be over ``--max-state-bytes`` is stored packed
+(:mod:`zkcoord.core.packed_record`, version 2: a header in the state znode,
+the members compressed in parts); reading it back gives this record.
+
 ``gr`` is the last generation number reserved (absent: equal to ``g``):
 the owner may hand out generations up to it without writing, so a new owner
 starts after it. Generations wrap from 2^31 - 1 to 1 (int32, as on the
@@ -48,6 +52,7 @@ from zkcoord.errors import StateError
 __all__ = ["RECORD_VERSION", "record_problem", "to_record", "from_record", "load_group"]
 
 RECORD_VERSION = 1
+PACKED_VERSION = 2  # zkcoord.core.packed_record: the format of a record too large for one znode
 S = GroupState
 
 
@@ -127,6 +132,8 @@ def record_problem(record: object) -> str | None:
     if not isinstance(record, dict):
         return f"the record is {_kind(record)}, not an object"
     if record.get("v") != RECORD_VERSION or type(record.get("v")) is not int:  # noqa: E721
+        if record.get("v") == PACKED_VERSION and type(record["v"]) is int:  # noqa: E721
+            return "it is a packed record's header (version 2): its members are in its parts, read it whole"
         if "v" not in record:
             return "the record has no version ('v')"
         return (f"unsupported record version {record['v']!r} (this zkcoord reads version {RECORD_VERSION}; "

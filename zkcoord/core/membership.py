@@ -163,6 +163,8 @@ class InitialDelay:
 _NO_MAP: FrozenMap = FrozenMap()
 
 
+_COUNTS = "counts_cache"  # Group.protocol_counts' cache
+
 @dataclass(frozen=True)
 class Group:
     """An immutable snapshot of one classic group.
@@ -239,8 +241,11 @@ class Group:
     handover_shares: FrozenMap[str, frozenset[tuple[str, int]]] | None = None
     handover_ids: FrozenMap[str, str] | None = None
     handover_hold: bool = False
+    # protocol_counts()'s cache: not compared, not persisted, never trusted from a constructor's caller
+    counts_cache: Counter[str] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "counts_cache", None)
         for name in ("members", "static_members", "awaiting_join", "awaiting_sync",
                      "pending_members", "session_deadlines"):
             value = getattr(self, name)
@@ -260,21 +265,22 @@ class Group:
                 f"group {self.group_id!r}: offset_storage={self.offset_storage!r} is "
                 f"not one of {', '.join(OFFSET_STORAGES)}"
             )
-        instance_ids = [m.group_instance_id for m in self.members.values()
-                        if m.group_instance_id is not None]
-        if len(set(instance_ids)) != len(instance_ids):
+        # One pass over the members and C-speed set operations: a group is rebuilt at every join of a
+        # rebalance, and for a group of thousands these checks were most of a JoinGroup's cost.
+        pairs = [(m.group_instance_id, m.member_id) for m in self.members.values() if m.group_instance_id is not None]
+        statics = dict(pairs)
+        if len(statics) != len(pairs):
             raise StateError(f"group {self.group_id!r}: two members share an instance id")
-        statics = {m.group_instance_id: m.member_id
-                   for m in self.members.values() if m.group_instance_id is not None}
-        if statics != dict(self.static_members):
+        if statics != self.static_members:
             raise StateError(
                 f"group {self.group_id!r}: static_members {dict(self.static_members)} "
                 f"disagree with the members' instance ids {statics}"
             )
         if self.leader_id is not None and self.leader_id not in self.members:
             raise StateError(f"group {self.group_id!r}: leader {self.leader_id!r} is not a member")
+        names = self.members.keys()
         for name in ("awaiting_join", "awaiting_sync", "session_deadlines"):
-            stray = set(getattr(self, name)) - set(self.members)
+            stray = getattr(self, name).keys() - names
             if stray:
                 raise StateError(f"group {self.group_id!r}: {name} names non-members {sorted(stray)}")
 
@@ -312,8 +318,13 @@ class Group:
         awaiting = self.awaiting_join.thaw()
         awaiting.pop(member.member_id, None)
         awaiting[member.member_id] = token
+        counts = self.counts_cache
+        if counts is not None:
+            counts = counts.copy()
+            counts.subtract(name for name, _ in old.protocols)
+            counts.update(name for name, _ in member.protocols)
         return self._replace_unchecked(members=self.members.set(member.member_id, member),
-                                       awaiting_join=FrozenMap(awaiting))
+                                       awaiting_join=FrozenMap(awaiting))._with_counts(counts)
 
     def with_parked_sync(self, member_id: str, token: Token) -> Group:
         """This group after a follower's SyncGroup in CompletingRebalance:
@@ -343,7 +354,25 @@ class Group:
         fields = new.__dict__  # a frozen dataclass forbids setattr, not this
         fields.update(self.__dict__)
         fields.update(changes)
+        if "members" in changes:
+            fields[_COUNTS] = None  # counted again when asked, unless the caller sets them
         return new
+
+    def protocol_counts(self) -> Counter[str]:
+        """How many members list each protocol (Kafka's ``supportedProtocols``),
+        counted once per group value and carried to the next by the handlers
+        that change members (:class:`~zkcoord.core.rebalance.Draft`,
+        :meth:`with_rejoined_member`), so a JoinGroup does not count a large
+        group's members again. Not compared, not persisted."""
+        counts = self.counts_cache
+        if counts is None:
+            counts = self.__dict__[_COUNTS] = _protocol_counts(self.members)
+        return counts
+
+    def _with_counts(self, counts: Counter[str] | None) -> Group:
+        if counts is not None:
+            self.__dict__[_COUNTS] = +counts  # a copy without the protocols nobody lists any more
+        return self
 
     @property
     def size(self) -> int:
@@ -374,6 +403,8 @@ class MembershipView(Protocol):
     protocol_type: str | None
     members: Mapping[str, Member]
     static_members: Mapping[str, str]
+
+    def protocol_counts(self) -> Counter[str]: ...
 
 
 def _protocol_counts(members: Mapping[str, Member]) -> Counter[str]:
@@ -415,7 +446,7 @@ def supports_protocols(view: MembershipView, protocol_type: str, names: frozense
         return bool(protocol_type) and bool(names)
     if view.protocol_type != protocol_type:
         return False
-    counts = _protocol_counts(view.members)
+    counts = view.protocol_counts()
     return any(counts.get(name, 0) == len(view.members) for name in names)
 
 

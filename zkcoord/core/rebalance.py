@@ -25,6 +25,7 @@ writes, and usually one, and the write at the start is off the critical path
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
@@ -105,6 +106,19 @@ class Draft:
     replies: list[Reply] = field(default_factory=list)
     timers: dict[str, TimerOp] = field(default_factory=dict)
     persist: bool = False
+    counts: Counter[str] | None = None  # protocol_counts() as members change; None: not asked yet
+
+    def protocol_counts(self) -> Counter[str]:
+        """How many members list each protocol, kept up to date by the
+        membership changes below (:meth:`Group.protocol_counts`)."""
+        if self.counts is None:
+            self.counts = Counter(name for m in self.members.values() for name, _ in m.protocols)
+        return self.counts
+
+    def _count(self, member: Member, sign: int) -> None:
+        if self.counts is not None:
+            for name, _ in member.protocols:
+                self.counts[name] += sign
 
     @classmethod
     def of(cls, group: Group, now_ms: int, config: GroupConfig | None = None) -> Draft:
@@ -123,9 +137,13 @@ class Draft:
             sync_generation=group.sync_generation, generation_reserved=group.generation_reserved,
             generation_floor=group.generation_floor, handover_shares=group.handover_shares,
             handover_ids=group.handover_ids, handover_hold=group.handover_hold,
+            counts=Counter(group.counts_cache) if group.counts_cache is not None else None,
         )
 
     def freeze(self) -> Group:
+        return self._freeze()._with_counts(self.counts)
+
+    def _freeze(self) -> Group:
         return Group(
             group_id=self.base.group_id, state=self.state, protocol_type=self.protocol_type,
             protocol_name=self.protocol_name, generation_id=self.generation_id,
@@ -251,7 +269,11 @@ def add_member(w: Draft, member: Member, token: Hashable | None) -> None:
         w.protocol_type = member.protocol_type
     if w.leader_id is None:
         w.leader_id = member.member_id
+    old = w.members.get(member.member_id)
+    if old is not None:
+        w._count(old, -1)
     w.members[member.member_id] = member
+    w._count(member, 1)
     if token is not None:
         w.awaiting_join[member.member_id] = token
     if w.pending_members.pop(member.member_id, None) is not None:
@@ -264,6 +286,7 @@ def remove_member(w: Draft, member_id: str) -> None:
     answered UNKNOWN_MEMBER_ID so no token is left waiting."""
     member = w.members.pop(member_id, None)
     if member is not None:
+        w._count(member, -1)
         if member.group_instance_id is not None:
             w.static_members.pop(member.group_instance_id, None)
         join_token = w.awaiting_join.pop(member_id, None)
@@ -289,10 +312,12 @@ def update_member(
     """Kafka's ``GroupMetadata.updateMember``. A JoinGroup that replaces one
     still parked for the same member answers the old one REBALANCE_IN_PROGRESS
     (Kafka silently drops it; the client has already given up on it)."""
-    w.members[member_id] = _replace_member(
-        w.members[member_id], protocols=protocols,
-        rebalance_timeout_ms=rebalance_timeout_ms, session_timeout_ms=session_timeout_ms,
+    old = w.members[member_id]
+    w.members[member_id] = new = _replace_member(
+        old, protocols=protocols, rebalance_timeout_ms=rebalance_timeout_ms, session_timeout_ms=session_timeout_ms,
     )
+    w._count(old, -1)
+    w._count(new, 1)
     old = w.awaiting_join.pop(member_id, None)
     if old is not None and old != token:
         w.reply(old, JOIN, JoinResult.failed(member_id, ErrorCode.REBALANCE_IN_PROGRESS))

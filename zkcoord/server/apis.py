@@ -91,6 +91,7 @@ SMALL_COMMIT_PARTITIONS = 8  # OffsetCommit answers cached up to this many parti
 BIG_ANSWER_ITEMS = 1000  # answers listing more entries are built and encoded in a worker thread
 # Answers to a Heartbeat / SyncGroup that show the member id is one the group knows.
 _KNOWN_MEMBER = frozenset((E.NONE, E.REBALANCE_IN_PROGRESS, E.ILLEGAL_GENERATION))
+BIG_JOIN_ANSWER_MEMBERS = 100  # a JoinGroup answer listing more members is encoded in a worker thread
 
 
 class ApiHandler:
@@ -300,9 +301,11 @@ class ApiHandler:
             )
             members = self.members if instance is None else None
 
-            def render(result: core.JoinResult) -> EncodedResponse:
+            def render(result: core.JoinResult):
                 if members is not None and result.error is E.NONE:
                     members.seen(r.group_id, result.member_id, connection.connection_id)
+                if len(result.members) > BIG_JOIN_ANSWER_MEMBERS:  # the leader's, with every member's metadata
+                    return off_loop(_join_response, decoded, result)
                 return _join_response(decoded, result)
 
             def join(g, now):

@@ -244,7 +244,8 @@ class Daemon:
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             max_group_size=config.group_max_size, consumer=config.consumer_group_config)
         group_config = dataclasses.replace(group_config, image=self.topics.image, consumer_protocol=CONSUMER_PROTOCOL)
-        store = GroupStateStore(self.conn, self.ownership, max_state_bytes=config.max_state_bytes)
+        store = GroupStateStore(self.conn, self.ownership, max_state_bytes=config.max_state_bytes,
+                                max_group_state_bytes=config.max_group_state_bytes)
         kafka_client = self.security.kafka_client
         return GroupManager(
             node_id, group_config, self.ownership, store, self.offsets, self.nodes, topic_watcher=self.topics,

@@ -36,6 +36,7 @@ can answer such a request in the callback that read it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import logging
 import time
@@ -53,7 +54,14 @@ from zkcoord.errors import NotOwnerError, StateError, ZkcoordError
 from zkcoord.server.bulk_work import off_loop
 
 log = logging.getLogger(__name__)
+RENDER_SLICE = 100  # parked answers rendered between two yields to the event loop
+OFF_LOOP_RECORDS_MEMBERS = 200  # a group this large has its records made in a worker thread
 
+
+
+async def _made(value: Any) -> Any:
+    """A render's result: its value, awaited when the render handed back an awaitable."""
+    return await value if inspect.isawaitable(value) else value
 
 class GroupUnavailableError(ZkcoordError):
     """This daemon cannot serve the group now; ``code`` says why (Kafka code)."""
@@ -302,7 +310,9 @@ class GroupRuntime:
         ``render(payload)``, if given, turns the reply into what ``call``
         returns (the caller's encoded response, say). For a parked request it
         runs while the ZooKeeper write of the outcome that answers it is in
-        flight, so that only sending is left once the write is accepted. If
+        flight, so that only sending is left once the write is accepted; it
+        may hand back an awaitable (a large answer encoded in a worker
+        thread), which is awaited. If
         it raises there, it runs again in the caller, where the error belongs.
         ``big``: the decision's work grows with a large request: it runs in
         a worker thread (the group is immutable and its lock held meanwhile),
@@ -336,7 +346,7 @@ class GroupRuntime:
                 if render is not None:
                     self._renders[token] = render
         if reply is not None:
-            return reply.payload if render is None else render(reply.payload)
+            return reply.payload if render is None else await _made(render(reply.payload))
         try:
             value = await future
         finally:
@@ -345,7 +355,7 @@ class GroupRuntime:
             if future.done() and not future.cancelled():
                 future.exception()  # failed by a step-down as this task was cancelled: retrieved, not leaked
         if type(value) is _Unrendered:
-            return render(value.payload)
+            return await _made(render(value.payload))
         return value
 
     def call_now(self, token: int, decide: Callable[[Any, int], Outcome], keep: object = None) -> Any:
@@ -446,7 +456,27 @@ class GroupRuntime:
         rendered = None
         if outcome.persist:
             rendered = await self._write_rendering(outcome)
+        elif self._renders and len(outcome.replies) > RENDER_SLICE:
+            # Many parked answers at once (a rebalance of a large group ends): made here, a slice at a
+            # time, rather than all by their callers in one turn of the event loop.
+            rendered = await self._render_parked([r for r in outcome.replies if r.token in self._renders])
         self._commit(outcome, rendered)
+
+    async def _render_parked(self, parked: list[Reply]) -> dict[Any, Any]:
+        """{token: rendered} of ``parked``, yielding to the event loop every
+        RENDER_SLICE of them, so other groups are answered in between."""
+        rendered = {}
+        for i, reply in enumerate(parked):
+            if i and i % RENDER_SLICE == 0:
+                await asyncio.sleep(0)
+            made = self._render(reply)
+            if inspect.isawaitable(made):  # a large answer, encoded in a worker thread
+                try:
+                    made = await made
+                except Exception:  # raised again in the caller, by call()
+                    made = _Unrendered(reply.payload)
+            rendered[reply.token] = made
+        return rendered
 
     async def _write_rendering(self, outcome: Outcome) -> dict[Any, Any] | None:
         """Step 2, and meanwhile render the replies to parked requests that
@@ -458,7 +488,7 @@ class GroupRuntime:
         write = asyncio.get_running_loop().create_task(self._write(self.group, outcome.group))
         try:
             await asyncio.sleep(0)  # the write's first step sends it to ZooKeeper
-            rendered = {r.token: self._render(r) for r in parked}
+            rendered = await self._render_parked(parked)
             await write
         except asyncio.CancelledError:
             write.cancel()  # as an awaited write would be
@@ -497,7 +527,12 @@ class GroupRuntime:
         self._release(outcome.replies, rendered)
 
     async def _write(self, before: Any, group: Any) -> None:
-        changes = kind_of(group).writes(before, group)
+        if len(getattr(group, "members", ())) >= OFF_LOOP_RECORDS_MEMBERS:
+            # A large group's records (a classic record's base64, a consumer group's member records)
+            # are made in a worker thread: the group values are immutable.
+            changes = await off_loop(kind_of(group).writes, before, group)
+        else:
+            changes = kind_of(group).writes(before, group)
         try:
             self.version = await self._persist(self.group_id, changes, self.version)
         except NotOwnerError as exc:

@@ -6,6 +6,7 @@
 * :mod:`~zkcoord.zk.nodes` - daemon registration and address lookup
 * :mod:`~zkcoord.zk.ownership` - per-group owner election and fences
 * :mod:`~zkcoord.zk.state_store` - the fenced, versioned group state
+* :mod:`~zkcoord.zk.packed_state` - a state read whole, with the parts of a packed one
 * :mod:`~zkcoord.zk.offsets` - legacy offsets, batched multi-op commits
 * :mod:`~zkcoord.zk.topics` - partition counts from Kafka's registration
 * :mod:`~zkcoord.zk.layout` - the layout version and its migrations

@@ -44,7 +44,7 @@ from zkcoord.zk.multi_read import (  # noqa: F401 (GET_DATA, GET_CHILDREN, read_
     _BYTES_PER_READ, _GET_CHILDREN, _GET_DATA, _OPS_PER_READ, GET_CHILDREN, GET_DATA, _MultiRead,
     multi_read_supported, read_znodes,
 )
-from zkcoord.zk.state_store import decode_state
+from zkcoord.zk.state_store import decode_state, member_count
 
 __all__ = ["GET_DATA", "GET_CHILDREN", "SelectHandler", "read_znodes", "read_many", "Reads", "MultiReadLegacy", "SingleReads", "ReaderLegacy", "multi_read_supported", "reader_for"]
 
@@ -102,7 +102,7 @@ class MultiReadLegacy:
                 members = storage = None
                 if not isinstance(state, NoNodeError):
                     decoded = decode_state(group, paths.state(group), state)
-                    members, storage = len(decoded.get("m") or ()), str(decoded.get("os", "zookeeper"))
+                    members, storage = member_count(decoded), str(decoded.get("os", "zookeeper"))
                 found[group] = LegacyGroup(group, {}, members, storage, 0 if isinstance(ids, NoNodeError) else len(ids))
                 topics[group] = [] if isinstance(listed, NoNodeError) else sorted(listed)
             except ZkcoordError as exc:

@@ -57,6 +57,7 @@ from zkcoord.zk.multi_read import GET_DATA, read_many
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.legacy import TopicPartition
 from zkcoord.zk.nodes import NodeInfo, read_nodes
+from zkcoord.zk.packed_state import needs_parts, read_state
 from zkcoord.zk.state_store import decode_state
 from zkcoord.zk.topics import parse_topic
 
@@ -184,6 +185,11 @@ async def _inner_read_group(conn: ZkConnection, offsets: paths.OffsetPaths, grou
     ])
     _raise_unexpected(state, listed_contenders, legacy, ids, migration)
     record, record_error = _record(group, state)
+    if record is not None and needs_parts(record):  # a packed state: its members are in its parts
+        try:
+            record = (await read_state(conn, group))[0]
+        except StateError as exc:
+            record, record_error = None, str(exc)
     topic_ids: dict[str, str] = {}
     if record is not None and record.get(KIND_KEY) == CONSUMER_KIND:
         record, record_error = await _with_members(conn, group, record)

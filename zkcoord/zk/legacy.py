@@ -36,7 +36,7 @@ from zkcoord.errors import ConflictError, StateError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.offsets import OffsetStore, ensure_group_dirs
-from zkcoord.zk.state_store import decode_state
+from zkcoord.zk.state_store import decode_state, member_count
 
 __all__ = ["LegacyGroup", "LegacyOffsets", "LegacyVersions", "TopicPartition"]
 
@@ -126,7 +126,7 @@ class LegacyOffsets:
         if not isinstance(state, NoNodeError):
             try:
                 record = decode_state(group, state_path, state[0])
-                members, storage = len(record.get("m") or ()), str(record.get("os", "zookeeper"))
+                members, storage = member_count(record), str(record.get("os", "zookeeper"))
             except StateError as exc:
                 state_error = str(exc)
         offsets = {} if isinstance(topics, NoNodeError) else await self._read_offsets(group, sorted(topics))

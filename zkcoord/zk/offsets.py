@@ -285,12 +285,15 @@ class OffsetStore:
         elif fence is not None:  # the fence's check, in the room every prepared chunk left for it
             extra = _utf8_len(fence.path) + OP_OVERHEAD_BYTES
             chunks = [(chunk, nbytes + extra, nops + 1) for chunk, nbytes, nops in chunks]
-        deadline = loop.time() + self._conn.request_timeout_ms / 1000
+        # The request time-out bounds each multi of a commit: a commit of 100,000 partitions is 100 multis, which
+        # ZooKeeper may take longer than one time-out to apply while it keeps making progress.
+        timeout_s = self._conn.request_timeout_ms / 1000
+        deadline = loop.time() + timeout_s
         single = len(chunks) == 1 and on_done is not None
         futures = []
-        for chunk, nbytes, nops in chunks:
+        for i, (chunk, nbytes, nops) in enumerate(chunks):
             future = Callback(on_done) if single else loop.create_future()
-            self._commits.put(QueuedCommit(group, chunk, fence, future, nbytes, nops, deadline))
+            self._commits.put(QueuedCommit(group, chunk, fence, future, nbytes, nops, deadline + i * timeout_s))
             futures.append(future)
         self._wakeup.set()
         if self._worker is None or self._worker.done():
@@ -543,19 +546,22 @@ class OffsetStore:
                     await asyncio.sleep(0)
         else:
             self.paths.group(group)
-        return await self._conn.retry(f"fetch the offsets of group {group!r}", self._inner_fetch, group, wanted)
-
-    async def _inner_fetch(self, group: str, wanted: Wanted | None) -> FetchedOffsets:
-        if wanted is None:
-            listed = await self._list_partitions(group)
-        else:
-            listed = []
-            for topic, numbers in wanted.items():
-                listed += await self._present(group, topic, numbers)
+        # Each step under its own retry (and request time-out): a group of 100,000 offsets is 100 slices,
+        # which may take longer than one time-out while every slice is answered in time.
+        listed = await self._conn.retry(f"list the offsets of group {group!r}", self._inner_list, group, wanted)
         found = FetchedOffsets()
         for start in range(0, len(listed), FETCH_SLICE):
-            await self._fetch_slice(group, listed[start:start + FETCH_SLICE], found)
+            await self._conn.retry(f"fetch the offsets of group {group!r}", self._fetch_slice, group,
+                                   listed[start:start + FETCH_SLICE], found)
         return found
+
+    async def _inner_list(self, group: str, wanted: Wanted | None) -> list[TopicPartition]:
+        if wanted is None:
+            return await self._list_partitions(group)
+        listed = []
+        for topic, numbers in wanted.items():
+            listed += await self._present(group, topic, numbers)
+        return listed
 
     async def _present(self, group: str, topic: str, numbers: Sequence[int]) -> list[TopicPartition]:
         """The partitions of ``numbers`` worth a read: all of them when few

@@ -10,6 +10,9 @@ Layout (all paths relative to the connection string's chroot)::
                                                ephemeral sequential contenders,
                                                data = node id; lowest seq owns
     /coordinators/<group>/state                the group's versioned JSON record
+    /coordinators/<group>/state-parts/<token>-<i>
+                                               a packed record's body, in pieces
+                                               (zkcoord.core.packed_record)
     <consumers>/<group>/offsets/<topic>/<p>    legacy offset: "42"
     <consumers>/<group>/offsets-metadata/<topic>/<p>
                                                commit metadata {"o":42,"m":"..."}
@@ -63,7 +66,7 @@ from zkcoord.errors import ConfigError, UsageError
 __all__ = [
     "ROOT", "NODES", "NODE_ID_SEQUENCE", "LAYOUT", "COORDINATORS", "BROKER_TOPICS",
     "DEFAULT_CONSUMERS_ROOT", "CONTENDER_MARKER", "component", "node", "coordinator",
-    "owner_dir", "contender", "contender_sequence", "state", "broker_topic",
+    "owner_dir", "contender", "contender_sequence", "state", "state_parts_dir", "state_part", "broker_topic",
     "check_absolute", "partition_name", "OffsetPaths", "ENCODED_MARKER", "group_name", "group_id_of",
     "group_ids",
 ]
@@ -201,6 +204,15 @@ def contender_sequence(name: str) -> str | None:
 
 def state(group: str) -> str:
     return f"{coordinator(group)}/state"
+
+
+def state_parts_dir(group: str) -> str:
+    """The parts of a packed state (:mod:`zkcoord.core.packed_record`)."""
+    return f"{coordinator(group)}/state-parts"
+
+
+def state_part(group: str, name: str) -> str:
+    return f"{state_parts_dir(group)}/{component(name, 'state part name')}"
 
 
 def members_dir(group: str) -> str:

@@ -38,10 +38,16 @@ __all__ = ["TopicRegistry", "TopicWatch", "parse_partition_count", "parse_partit
            "wait_broker_unregistered"]
 
 log = logging.getLogger(__name__)
+_PARSE_SLICE_BYTES = 64 * 1024  # registrations parsed between two yields to the event loop
 
 
 def parse_partition_count(topic: str, data: bytes) -> int:
     """The partition count in a ``/brokers/topics/<topic>`` znode's data."""
+    return _parsed(topic, data)[1]
+
+
+def _parsed(topic: str, data: bytes) -> tuple[dict, int]:
+    """(the registration, its partition count); StateError as :func:`parse_partition_count`."""
     path = paths.broker_topic(topic)
     try:
         registration = json.loads(data.decode())
@@ -50,7 +56,7 @@ def parse_partition_count(topic: str, data: bytes) -> int:
     partitions = registration.get("partitions") if isinstance(registration, dict) else None
     if not isinstance(partitions, dict) or not all(isinstance(k, str) and k.isdigit() for k in partitions):
         raise StateError(f"topic registration {path} has no \"partitions\" object keyed by partition number")
-    return len(partitions)
+    return registration, len(partitions)
 
 
 def parse_partition_ids(topic: str, data: bytes) -> tuple[int, ...]:
@@ -65,8 +71,8 @@ def parse_topic(topic: str, data: bytes) -> tuple[str, int] | None:
     """(topic id, partition count) of a registration; None when it has no id
     (a topic created before Kafka 2.8 and not touched since: the consumer
     protocol cannot name it). StateError as :func:`parse_partition_count`."""
-    count = parse_partition_count(topic, data)
-    topic_id = json.loads(data.decode()).get("topic_id")
+    registration, count = _parsed(topic, data)
+    topic_id = registration.get("topic_id")
     return (topic_id, count) if isinstance(topic_id, str) and topic_id else None
 
 
@@ -127,11 +133,16 @@ class TopicRegistry:
         names = sorted(names)
         outcomes = await read_many(self._conn, [(GET_DATA, paths.broker_topic(n)) for n in names])
         topics = {}
+        parsed_bytes = 0
         for name, outcome in zip(names, outcomes):
             if isinstance(outcome, NoNodeError):
                 continue
+            if parsed_bytes > _PARSE_SLICE_BYTES:  # a cluster of 100,000 partitions registers megabytes
+                parsed_bytes = 0
+                await asyncio.sleep(0)
             if isinstance(outcome, BaseException):
                 raise outcome
+            parsed_bytes += len(outcome)
             try:
                 parsed = parse_topic(name, bytes(outcome))
             except StateError as exc:

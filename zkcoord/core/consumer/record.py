@@ -19,6 +19,15 @@ znode. Compact JSON, short keys, absent values left out::
              "sa": "uniform", "a": {"<topic id>": [[0, 7], [1, 7]]}, "pr": {...},
              "tg": {"<topic id>": [0, 1]}, "te": 7, "cl": {"st": 45000, "p": [["range", "<b64>"]]}}
 
+A member record whose JSON would be over ``--max-state-bytes`` (a member
+holding tens of thousands of partitions: the first member of a group over
+100,000 partitions holds them all until others join) is written with runs
+of consecutive partitions folded (:func:`compact_member_record`): in ``a``
+and ``pr`` an entry ``[p, e, n]`` stands for partitions ``p`` to
+``p + n - 1``, each at epoch ``e``; in ``tg`` an entry ``[p, n]`` for
+partitions ``p`` to ``p + n - 1``. Reading gives back the same partitions
+in the same order; a record that fits is written as before.
+
 ``te`` is the assignment epoch a member's target was written at. ``ho`` is
 only there while the group is in a live handover from legacy ZooKeeper
 consumers (the classic group record's ``ho``: :mod:`zkcoord.core.handover`). A target
@@ -51,13 +60,14 @@ from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.errors import StateError
 
 __all__ = ["KIND_NAME", "RECORD_VERSION", "MEMBERS_KEY", "to_group_record", "to_member_record", "from_records",
-           "record_problem", "member_problem"]
+           "record_problem", "member_problem", "compact_member_record"]
 
 KIND_NAME = "consumer"
 RECORD_VERSION = 1
 MEMBERS_KEY = "members"  # in a loaded record: the member records read beside it
 _INT32_MIN = -(2**31)
 _INT64 = (-(2**63), 2**63 - 1)
+MAX_RUN = 2**24  # the longest run of partitions one folded entry may stand for
 
 
 def _int(value: object, low: int = _INT32_MIN, high: int = INT32_MAX) -> bool:
@@ -107,10 +117,71 @@ def to_member_record(member: ConsumerMember, target: Target, target_epoch: int) 
     return record
 
 
+def compact_member_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` (written by :func:`to_member_record`) with its runs of
+    consecutive partitions folded (module docstring).
+
+    >>> compact_member_record({"id": "m", "a": {"T": [[0, 3], [1, 3], [2, 3], [7, 4]]}, "tg": {"T": [0, 1, 2, 5]}})
+    {'id': 'm', 'a': {'T': [[0, 3, 3], [7, 4]]}, 'tg': {'T': [[0, 3], 5]}}
+    """
+    out = dict(record)
+    for key in ("a", "pr"):
+        if key in record:
+            out[key] = {t: _fold_pairs(pairs) for t, pairs in record[key].items()}
+    if "tg" in record:
+        out["tg"] = {t: _fold(partitions) for t, partitions in record["tg"].items()}
+    return out
+
+
+def _fold_pairs(pairs: list) -> list:
+    out: list = []
+    for p, e in pairs:
+        last = out[-1] if out else None
+        if last is not None and last[1] == e and p == last[0] + (last[2] if len(last) == 3 else 1):
+            if len(last) == 2:
+                last.append(1)
+            last[2] += 1
+        else:
+            out.append([p, e])
+    return out
+
+
+def _fold(partitions: list) -> list:
+    runs: list[list[int]] = []
+    for p in partitions:
+        if runs and p == runs[-1][0] + runs[-1][1]:
+            runs[-1][1] += 1
+        else:
+            runs.append([p, 1])
+    return [start if n == 1 else [start, n] for start, n in runs]
+
+
 # -- reading ----------------------------------------------------------------------------------
 
+def _pairs(entries: list):
+    for entry in entries:
+        if len(entry) == 2:
+            yield entry[0], entry[1]
+        else:
+            p, e, n = entry
+            for i in range(n):
+                yield p + i, e
+
+
+def _partitions(entries: list) -> tuple[int, ...]:
+    if all(type(p) is int for p in entries):  # noqa: E721 (not folded: the common case)
+        return tuple(entries)
+    out: list[int] = []
+    for entry in entries:
+        if type(entry) is int:  # noqa: E721
+            out.append(entry)
+        else:
+            out.extend(range(entry[0], entry[0] + entry[1]))
+    return tuple(out)
+
+
 def _current_from(raw: Mapping[str, Any]) -> Current:
-    return FrozenMap((t, FrozenMap((p, e) for p, e in pairs)) for t, pairs in raw.items() if pairs)
+    return FrozenMap((t, FrozenMap(_pairs(pairs))) for t, pairs in raw.items() if pairs)
 
 
 def _member_from(rec: Mapping[str, Any]) -> tuple[ConsumerMember, Target, int]:
@@ -124,7 +195,7 @@ def _member_from(rec: Mapping[str, Any]) -> tuple[ConsumerMember, Target, int]:
         subscribed_topic_regex=rec.get("rx", ""), server_assignor=rec.get("sa"),
         assigned=_current_from(rec.get("a", {})) or EMPTY_CURRENT,
         pending_revocation=_current_from(rec.get("pr", {})) or EMPTY_CURRENT, classic=classic)
-    target = FrozenMap((t, tuple(p)) for t, p in rec.get("tg", {}).items() if p) or EMPTY_TARGET
+    target = FrozenMap((t, _partitions(p)) for t, p in rec.get("tg", {}).items() if p) or EMPTY_TARGET
     return member, target, rec.get("te", 0)
 
 
@@ -156,11 +227,20 @@ def _topic_partitions_problem(where: str, raw: object, with_epochs: bool) -> str
         if not isinstance(partitions, list):
             return f"{where}: topic {topic!r} holds {partitions!r}, not a list"
         for entry in partitions:
-            ok = (isinstance(entry, list) and len(entry) == 2 and _int(entry[0], 0) and _int(entry[1])) \
-                if with_epochs else _int(entry, 0)
+            if with_epochs:
+                ok = (isinstance(entry, list) and len(entry) in (2, 3) and _int(entry[0], 0) and _int(entry[1])
+                      and (len(entry) == 2 or _run(entry[0], entry[2])))
+            else:
+                ok = _int(entry, 0) or (isinstance(entry, list) and len(entry) == 2 and _int(entry[0], 0)
+                                        and _run(entry[0], entry[1]))
             if not ok:
                 return f"{where}: topic {topic!r} has {entry!r}, not a partition" + (" and epoch" if with_epochs else "")
     return None
+
+
+def _run(start: int, length: object) -> bool:
+    """Is ``length`` a folded run's (2 or more partitions, all int32)?"""
+    return _int(length, 2, MAX_RUN) and start + length - 1 <= INT32_MAX
 
 
 def member_problem(rec: object) -> str | None:
