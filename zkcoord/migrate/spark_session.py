@@ -208,7 +208,7 @@ def _started(builder: Any, master: str | None, settings: _Settings, steps: Steps
     try:
         with steps("start", starting):
             try:
-                return _create(builder, settings.local)
+                return _create(builder, settings.local, detach=archive.mode == "create")
             except Exception:
                 if archive.mode != "use":
                     raise
@@ -244,12 +244,18 @@ def _stop(spark: Any, archive: ClassArchive, workdir: Path, steps: Steps) -> Non
         archive.finish_in_background(SparkContext)
 
 
-def _create(builder: Any, local: bool) -> Any:
+def _create(builder: Any, local: bool, detach: bool = False) -> Any:
     """``builder.getOrCreate()``; for a local master, the Python workers are started
     (one task per core, no rows) while the SparkSession is made: that is JVM work on
     one thread, and the workers' start (a daemon that imports the task modules, then
     one fork per core) would otherwise be the first job's. The builder makes its
-    SparkContext the same way: from a SparkConf of the builder's options."""
+    SparkContext the same way: from a SparkConf of the builder's options.
+
+    ``detach`` (a JVM that will write its class archive after this process has
+    ended): the JVM gets no share of this process's stdout and stderr, which a
+    caller may be reading to their end (a pipe, ``subprocess.run``): it would
+    hold them open until it exits. Its stdout goes nowhere (Spark's logging is on
+    stderr), its stderr is copied to ours while we run."""
     options = getattr(builder, "_options", None)  # pyspark's own (3.5 and 4.x): what getOrCreate reads
     if not local or not isinstance(options, dict):
         return builder.getOrCreate()
@@ -258,6 +264,8 @@ def _create(builder: Any, local: bool) -> Any:
     conf = SparkConf()
     for key, value in options.items():
         conf.set(key, value)
+    if detach:
+        _launch_detached(conf)
     sc = SparkContext.getOrCreate(conf)
     warm = threading.Thread(target=_start_workers, args=(sc,), name="zkcoord-spark-workers", daemon=True)
     warm.start()
@@ -265,6 +273,33 @@ def _create(builder: Any, local: bool) -> Any:
         return builder.getOrCreate()  # finds that SparkContext and makes the session on it
     finally:
         warm.join(_WORKERS_WAIT_S)
+
+
+def _launch_detached(conf: Any) -> None:
+    """Start the driver JVM (pyspark's own launcher) with its stdout to /dev/null and its stderr
+    through a pipe copied to ours by a daemon thread, and make it the SparkContext's gateway."""
+    import subprocess
+
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    gateway = launch_gateway(conf, popen_kwargs={"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE})
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+    threading.Thread(target=_copy_stderr, args=(gateway.proc.stderr,), name="zkcoord-spark-jvm-stderr",
+                     daemon=True).start()
+
+
+def _copy_stderr(stream: Any) -> None:
+    try:
+        for line in iter(stream.readline, b""):
+            out = sys.stderr
+            if hasattr(out, "buffer"):
+                out.buffer.write(line)
+            else:  # a text-only stream (a test's capture)
+                out.write(line.decode(errors="replace"))
+            out.flush()
+    except (OSError, ValueError):  # our stderr closed: the JVM's lines have nowhere to go
+        pass
 
 
 def _exercise_report(spark: Any, workdir: Path) -> None:
