@@ -167,10 +167,12 @@ def test_plan_apply_verify_on_the_cluster_equal_local(zk, zk_hosts, services, ka
                                                       unique_name, tmp_path):
     sandbox, master = cluster
     missing = unique_name("gone")
-    local, remote = seed_set(zk, kafka, topics, "zl1", missing), seed_set(zk, kafka, topics, "zr2", missing)
+    # names of this run's own (Kafka, where the commits go, is shared by every test and run)
+    one, two = unique_name("zl1"), unique_name("zr2")
+    local, remote = seed_set(zk, kafka, topics, one, missing), seed_set(zk, kafka, topics, two, missing)
 
-    on_local, _ = side(None, zk_hosts, services.bootstrap_servers, "zl1", tmp_path / "local")
-    on_cluster, seen = side(master, zk_hosts, services.bootstrap_servers, "zr2", tmp_path / "cluster")
+    on_local, _ = side(None, zk_hosts, services.bootstrap_servers, one, tmp_path / "local")
+    on_cluster, seen = side(master, zk_hosts, services.bootstrap_servers, two, tmp_path / "cluster")
     for mode in ("plan", "apply", "verify"):
         assert on_cluster[mode] == on_local[mode], mode
     assert len({d for d, n in on_cluster["plan"][0]["totals"]["by_decision"].items() if n}) == 8  # every kind
@@ -178,7 +180,7 @@ def test_plan_apply_verify_on_the_cluster_equal_local(zk, zk_hosts, services, ka
     assert (seen[-1].groups_done, seen[-1].offsets_done) == (len(remote), rows)  # counted from the executors' lines
     assert on_cluster["apply"][0]["outcomes"] == {"applied": len(remote)}
     assert {migration(zk, g)["phase"] for g in local + remote} == {"dual"}
-    assert kafka.committed_offsets(remote) == {g.replace("zl1-", "zr2-"): offsets for g, offsets in
+    assert kafka.committed_offsets(remote) == {g.replace(f"{one}-", f"{two}-"): offsets for g, offsets in
                                                kafka.committed_offsets(local).items()}
 
 
@@ -241,11 +243,12 @@ def wait_both_held(zk, held: list[str], proc: subprocess.Popen) -> None:
 
 
 def test_the_driver_killed_mid_apply_then_a_rerun_finishes_every_group(zk, zk_hosts, services, kafka, topic4,  # noqa: F811
-                                                                        cluster, tmp_path):
+                                                                        cluster, tmp_path, unique_name):
     sandbox, master = cluster
-    groups, held = prepared(zk, kafka, topic4, "drv")
+    prefix = unique_name("drv")
+    groups, held = prepared(zk, kafka, topic4, prefix)
     contenders = [hold(zk, g) for g in held]
-    proc = run_cli(zk_hosts, services.bootstrap_servers, "apply", "drv-.*", tmp_path / "first", "--timeout-ms",
+    proc = run_cli(zk_hosts, services.bootstrap_servers, "apply", f"{prefix}-.*", tmp_path / "first", "--timeout-ms",
                    str(HOLD_TIMEOUT_MS), master=master)
     try:
         wait_both_held(zk, held, proc)
@@ -261,7 +264,7 @@ def test_the_driver_killed_mid_apply_then_a_rerun_finishes_every_group(zk, zk_ho
 
     for contender in contenders:
         zk.delete(contender)  # the owner is gone: the re-run takes the elections itself
-    again = finished(run_cli(zk_hosts, services.bootstrap_servers, "apply", "drv-.*", tmp_path / "again",
+    again = finished(run_cli(zk_hosts, services.bootstrap_servers, "apply", f"{prefix}-.*", tmp_path / "again",
                              master=master))
     outcomes = again["outcomes"]
     assert outcomes.get("already-done") == sum(p == "dual" for p in phases.values())
@@ -270,11 +273,12 @@ def test_the_driver_killed_mid_apply_then_a_rerun_finishes_every_group(zk, zk_ho
 
 
 def test_a_worker_killed_mid_apply_its_tasks_run_again_and_finish(zk, zk_hosts, services, kafka, topic4,  # noqa: F811
-                                                                   cluster, tmp_path):
+                                                                   cluster, tmp_path, unique_name):
     sandbox, master = cluster
-    groups, held = prepared(zk, kafka, topic4, "wrk")
+    prefix = unique_name("wrk")
+    groups, held = prepared(zk, kafka, topic4, prefix)
     contenders = [hold(zk, g) for g in held]
-    proc = run_cli(zk_hosts, services.bootstrap_servers, "apply", "wrk-.*", tmp_path / "report", "--timeout-ms",
+    proc = run_cli(zk_hosts, services.bootstrap_servers, "apply", f"{prefix}-.*", tmp_path / "report", "--timeout-ms",
                    str(HOLD_TIMEOUT_MS), master=master)
     try:
         wait_both_held(zk, held, proc)
@@ -377,14 +381,15 @@ def test_spark_submit_runs_the_job_on_the_cluster(zk, zk_hosts, services, kafka,
     executors' Python (the sandbox's executors run on this machine). Spark's PythonRunner merges
     the driver's stderr into its stdout: --no-progress keeps stdout the JSON document alone."""
     sandbox, master = cluster
-    groups = seed_set(zk, kafka, topics, "zs3", unique_name("gone"), count=8)
+    prefix = unique_name("zs3")
+    groups = seed_set(zk, kafka, topics, prefix, unique_name("gone"), count=8)
     driver = tmp_path / "zkcoord_driver.py"
     driver.write_text("from zkcoord.cli.main import main; main()\n")
     spark_submit = Path(sys.executable).parent / "spark-submit"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ZKCOORD_SPARK", "PYSPARK_"))}
     env["PYSPARK_PYTHON"] = sys.executable
     proc = subprocess.run([str(spark_submit), "--master", master, str(driver), "migrate", "run-job", "--mode", "plan",
-                           "--pattern", "zs3-.*", "--zookeeper", zk_hosts, "--bootstrap-servers",
+                           "--pattern", f"{prefix}-.*", "--zookeeper", zk_hosts, "--bootstrap-servers",
                            services.bootstrap_servers, "--report-dir", str(tmp_path / "r"), "--output", "json",
                            "--no-progress"],  # spark-submit merges the driver's stderr into its stdout
                           env=env, capture_output=True, text=True, timeout=1200, cwd=tmp_path)
