@@ -18,8 +18,9 @@ ZooKeeper itself expire a kazoo session; ``sandbox`` restarts servers.
 reference peer of KIP-848's consumer protocol, :mod:`zkcoord.local.kraft`),
 started once per run, the first time a test asks for it, in the test sandbox
 (in a private sandbox when the services are not a local sandbox), and stopped
-at the end; ``kafka4_reconfigure`` restarts it with other broker settings for
-one test.
+at the end (``ZKCOORD_TEST_KAFKA4_BOOTSTRAP_SERVERS``: a node already
+running, left as it is); ``kafka4_reconfigure`` restarts it with other
+broker settings for one test.
 """
 
 from __future__ import annotations
@@ -170,12 +171,17 @@ def java_tools_available() -> None:
 def kafka4_sandbox(services):
     """The sandbox running the Kafka 4.x node, started on first use: the test
     sandbox, else (external servers, containers) a private one. Skips, saying
-    why, where Java 17+ or the Kafka 4.x jars (Maven) are missing."""
+    why, where Java 17+ or the Kafka 4.x jars (Maven) are missing, and
+    where ``ZKCOORD_TEST_KAFKA4_BOOTSTRAP_SERVERS`` names a running node
+    (``kafka4``): the tests that restart the node are then skipped."""
     from tests.support.state_dirs import state_directory
     from zkcoord.errors import MissingToolError
     from zkcoord.local import jars
     from zkcoord.local.kraft import NAME
 
+    if os.environ.get("ZKCOORD_TEST_KAFKA4_BOOTSTRAP_SERVERS"):
+        pytest.skip("the test restarts the Kafka 4.x node; ZKCOORD_TEST_KAFKA4_BOOTSTRAP_SERVERS names one that is "
+                    "not the suite's")
     try:
         jars.kafka4_distribution(log=print)
     except MissingToolError as exc:
@@ -198,10 +204,15 @@ def kafka4_sandbox(services):
 
 
 @pytest.fixture(scope="session")
-def kafka4(kafka4_sandbox) -> str:
+def kafka4(request) -> str:
     """The Kafka 4.x broker's bootstrap address (``127.0.0.1:<port>``), its
-    group coordinator loaded."""
-    bootstrap = kafka4_sandbox.kafka4_bootstrap_servers(kafka4_sandbox.load())
+    group coordinator loaded: ``ZKCOORD_TEST_KAFKA4_BOOTSTRAP_SERVERS`` when
+    set (a running node, e.g. a sandbox's ``up --kafka4``), else the node of
+    ``kafka4_sandbox``."""
+    bootstrap = os.environ.get("ZKCOORD_TEST_KAFKA4_BOOTSTRAP_SERVERS")
+    if not bootstrap:
+        kafka4_sandbox = request.getfixturevalue("kafka4_sandbox")
+        bootstrap = kafka4_sandbox.kafka4_bootstrap_servers(kafka4_sandbox.load())
     wait_group_coordinator(bootstrap)
     return bootstrap
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.support.daemons import process_marker
+from tests.support.daemons import process_marker, wait_for
 from zkcoord.migrate import spark_cds
 from zkcoord.migrate.spark_cds import ClassArchive, archive_key, class_archive
 from zkcoord.migrate.spark_daemon import prefer_installed_pyspark
@@ -66,6 +66,17 @@ def test_turned_off_unknown_or_failed_before_means_no_archive(cache, monkeypatch
     assert class_archive("-Xmx2g").mode == "off"
 
 
+def test_no_second_archive_is_made_while_one_is_saved_in_the_background(cache):
+    archive = class_archive("-Xmx1g")
+    saving = archive.path.with_suffix(".saving")
+    saving.write_text(str(os.getpid()))  # a live finisher
+    assert class_archive("-Xmx1g").mode == "off"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    saving.write_text(str(dead.pid))  # its finisher died: the marker goes, the next session makes one
+    assert class_archive("-Xmx1g").mode == "create" and not saving.exists()
+
+
 def test_only_a_few_archives_are_kept_and_dead_runs_files_go(cache):
     cache.mkdir(parents=True)
     for i in range(4):
@@ -109,6 +120,23 @@ def test_finish_puts_a_checked_archive_in_place(cache, monkeypatch):
     assert archive.path.read_bytes() == b"archive bytes" and not archive.tmp.exists()
     assert "-Xshare:on" in ran[0] and f"-XX:SharedArchiveFile={archive.tmp}" in ran[0]
     assert context._gateway is None and context._jvm is None  # a later session starts a JVM of its own
+
+
+def test_the_detached_finisher_waits_for_the_jvm_then_checks_and_places_the_archive(cache, monkeypatch):
+    archive = class_archive("-Xmx1g")
+    jvm = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.stdin.read(); time.sleep(0.3); "
+                            f"open({str(archive.tmp)!r}, 'wb').write(b'archive bytes')"], stdin=subprocess.PIPE)
+    ran = []
+    monkeypatch.setattr(spark_cds.subprocess, "run",
+                        lambda args, **kw: ran.append(args) or subprocess.CompletedProcess(args, 0))
+    jvm.stdin.close()  # as _close_jvm does: the "JVM" writes its archive as it exits
+    assert spark_cds.finish_detached(jvm.pid, archive.tmp, archive.path, "java", "/nowhere") == 0
+    assert jvm.poll() is not None  # it waited for the exit (a zombie counts as gone)
+    assert archive.path.read_bytes() == b"archive bytes" and not archive.tmp.exists()
+    assert "-Xshare:on" in ran[0]
+    missing = class_archive("-Xmx2g")  # a JVM that exited without writing one
+    assert spark_cds.finish_detached(jvm.pid, missing.tmp, missing.path, "java", "/nowhere") == 1
+    assert missing.path.with_suffix(".failed").exists() and not missing.path.exists()
 
 
 @pytest.mark.parametrize("code, content, check", [(0, b"garbage", 1), (1, b"x", 0), (0, None, 0)])
@@ -172,21 +200,27 @@ def test_off_a_terminal_the_first_run_says_it_saves_the_class_archive_and_the_ti
     zk.create("/consumers/g1/offsets/no-such-topic/0", b"5", makepath=True)
     first = run_job(zk_hosts, services.bootstrap_servers, cache, tmp_path / "first")
     assert first.returncode == 0, first.stderr
-    (archive,) = cache.glob("*.jsa")
     lines = [line for line in first.stderr.splitlines() if not line.startswith("WARNING: Using incubator")]
     assert lines[0] == ("starting Spark (local[*]); the first run with this Java and Spark also saves a class "
-                        "archive of the JVM when the job ends (once: later runs map it and start faster) ...")
+                        "archive of the JVM, in the background after the job (once: later runs map it and start "
+                        "faster) ...")
     assert re.fullmatch(r"Spark started in \d+\.\d s", lines[1])
-    assert lines[2] == (f"saving the Spark JVM's class archive {archive} (once: later runs with this Java and Spark "
-                        "map it and start faster) ...")
-    assert re.fullmatch(r"class archive saved in \d+\.\d s", lines[3]) and len(lines) == 4
+    handed = re.fullmatch(r"handing the Spark JVM's class archive (\S+) over to a background process \(the JVM "
+                          r"writes it as it exits; once: later runs with this Java and Spark map it and start "
+                          r"faster\) \.\.\.", lines[2])
+    archive = Path(handed.group(1))
+    assert archive.parent == cache
+    assert re.fullmatch(r"class archive handed over in \d+\.\d s", lines[3]) and len(lines) == 4
     out = first.stdout.splitlines()
     assert out[0].startswith("migrate plan on Spark (local[*], 1 partition(s)): 1 group(s), job ")
     start, job, saving, whole = (float(x) for x in re.fullmatch(
-        r"whole run (\S+) s: Spark start (\S+) s, job (\S+) s, saving the class archive (\S+) s \(first run only\)",
-        out[-1]).group(2, 3, 4, 1))
+        r"whole run (\S+) s: Spark start (\S+) s, job (\S+) s, class archive (\S+) s \(first run only; written "
+        r"in the background after this\)", out[-1]).group(2, 3, 4, 1))
     assert (start, saving) == (float(lines[1].split()[-2]), float(lines[3].split()[-2]))  # the same steps
     assert whole >= start + job + saving - 0.15  # each rounded to 0.1 s: the parts are within the whole
+    # the command has ended; the JVM writes the archive, the background process checks it and puts it in place
+    wait_for(lambda: archive.exists(), 900, f"the class archive {archive} in place", interval_s=0.5)
+    assert list(cache.glob("*.tmp")) == [] and list(cache.glob("*.failed")) == []
 
     later = run_job(zk_hosts, services.bootstrap_servers, cache, tmp_path / "later", "--output", "json")
     assert later.returncode == 0, later.stderr

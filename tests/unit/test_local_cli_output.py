@@ -84,3 +84,38 @@ def test_env_names_the_tools_log4j_file_quoted_for_the_shell(tmp_path):
     assert env.exit_code == 0
     [line] = [line for line in env.output.splitlines() if line.startswith("export ZKCOORD_TOOLS_LOG4J=")]
     assert shlex.split(line) == ["export", f"ZKCOORD_TOOLS_LOG4J={state_dir}/tools-log4j.properties"]
+
+
+def test_status_and_env_of_a_spark_cluster(tmp_path):
+    state_dir = tmp_path / "sandbox"
+    write_state(state_dir, [])
+    raw = json.loads((state_dir / "sandbox.json").read_text())
+    raw["spark_master"] = {"name": "spark-master", "port": 27077, "pid": None, "ui_port": 28080}
+    raw["spark_workers"] = [{"name": f"spark-worker-{i}", "port": 27100 + i, "pid": None, "ui_port": 28100 + i}
+                            for i in (1, 2)]
+    (state_dir / "sandbox.json").write_text(json.dumps(raw))
+
+    status = local("status", "--state-dir", str(state_dir))
+    rows = {line.split("  ")[0]: line.split() for line in status.output.splitlines()}
+    assert rows["spark-master"][1:4] == ["127.0.0.1:27077", "-", "down"]
+    assert rows["spark-master ui"][2:5] == ["http://127.0.0.1:28080", "-", "down"]
+    assert rows["spark-worker-2 ui"][2] == "http://127.0.0.1:28102"
+
+    env = local("env", "--state-dir", str(state_dir))
+    lines = env.output.splitlines()
+    assert "export ZKCOORD_SPARK_MASTER=spark://127.0.0.1:27077" in lines
+    assert "export ZKCOORD_SPARK_MASTER_UI=http://127.0.0.1:28080" in lines
+
+
+def test_a_spark_clusters_ports_are_promised_and_kept_in_the_state_file():
+    from zkcoord.local import spark_cluster
+    from zkcoord.local.sandbox import SandboxState, Server
+
+    state = SandboxState(Server("zookeeper", 24101))
+    spark_cluster.add_workers(state, 2)
+    spark_cluster.add_workers(state, 1)  # fewer: nothing removed
+    assert [s.name for s in spark_cluster.servers(state)] == ["spark-master", "spark-worker-1", "spark-worker-2"]
+    ports = [p for s in spark_cluster.servers(state) for p in (s.port, s.ui_port)]
+    assert len(set(ports)) == 6 and set(ports) <= state.ports() and 24101 not in ports
+    again = SandboxState.from_json(state.to_json())
+    assert again.spark_master == state.spark_master and again.spark_workers == state.spark_workers

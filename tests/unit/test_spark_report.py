@@ -60,6 +60,13 @@ def test_a_relative_dir_is_resolved_where_the_command_runs(tmp_path, monkeypatch
     assert plan_report("reports/plan-1 ", "local[2]").paths.csv == str(tmp_path / "reports/plan-1/partitions.csv")
 
 
+def test_a_standalone_master_on_this_machine_gets_files_as_local_does(tmp_path):
+    for master in ("spark://127.0.0.1:7077", "spark://localhost:7077"):
+        report = plan_report(str(tmp_path / "r"), master)
+        assert report.paths.csv_layout == FILE and report.paths.csv == str(tmp_path / "r" / "partitions.csv")
+    assert plan_report(str(tmp_path / "r"), "spark://10.1.2.3:7077").paths.csv_layout == PART_FILES
+
+
 def test_any_other_filesystem_or_a_cluster_keeps_sparks_directories(tmp_path):
     for given, master in (("hdfs://nn:8020/r/", "local[*]"), ("s3a://bucket/r", "local[*]"),
                           (str(tmp_path / "r"), "spark://host:7077"), ("file://otherhost/r", "local[*]")):

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from zkcoord.errors import UsageError
-from zkcoord.local import jars, kraft
+from zkcoord.local import jars, kraft, spark_cluster
 from zkcoord.local.sandbox import MAX_BROKERS, MAX_DAEMONS, Sandbox
 
 console = Console(highlight=False, soft_wrap=True)
@@ -60,13 +60,16 @@ def _kafka4_settings(ctx, param, values: tuple[str, ...]) -> dict[str, str | Non
               help="A broker setting of the Kafka 4.x node, e.g. group.consumer.migration.policy=upgrade "
                    "(repeatable; KEY= removes one; implies --kafka4). Kept for later `up`s; a change restarts "
                    "the node, keeping its data.")
+@click.option("--spark-workers", type=click.IntRange(0, spark_cluster.MAX_WORKERS), default=0, show_default=True,
+              help="Also run a Spark standalone cluster: a master and this many workers, from the installed "
+                   "pyspark (for migrate run-job --spark-master $ZKCOORD_SPARK_MASTER).")
 @state_dir_option
 def up(brokers: int, daemons: int, workers: int, secure: bool, kafka4: bool, kafka4_config: dict[str, str | None],
-       state_dir: Path | None) -> None:
+       spark_workers: int, state_dir: Path | None) -> None:
     """Start the sandbox (fetching the jars with Maven the first time)."""
     sandbox = Sandbox(state_dir, log=_log)
     state, started = sandbox.up(brokers, daemons, secure=secure, kafka4=kafka4, kafka4_settings=kafka4_config,
-                                workers=workers)
+                                workers=workers, spark_workers=spark_workers)
     if started:
         console.print(f"sandbox up in {sandbox.state_dir} (started: {', '.join(started)})")
     else:
@@ -77,6 +80,9 @@ def up(brokers: int, daemons: int, workers: int, secure: bool, kafka4: bool, kaf
         settings = " ".join(f"{k}={v}" for k, v in state.kafka4_settings.items()) or "none"
         console.print(f"kafka {jars.KAFKA4_VERSION} (KRaft): {sandbox.kafka4_bootstrap_servers(state)}  "
                       f"(its settings: {settings})")
+    if state.spark_master:
+        console.print(f"spark master:      {spark_cluster.master_url(state)}  ({len(state.spark_workers)} worker(s); "
+                      f"web UI {spark_cluster.ui_url(state)})")
     if state.daemons:
         console.print(f"zkcoord daemons:   {sandbox.daemon_addresses(state)}")
         console.print(f"gateways:          {sandbox.gateway_addresses(state)}  (bootstrap.servers of stock Kafka clients)")
@@ -150,6 +156,9 @@ def env(state_dir: Path | None) -> None:
     ZKCOORD_METRICS_URLS (their /metrics and /health base URLs, node-id order).
     With the Kafka 4.x node (up --kafka4) also ZKCOORD_KAFKA4_BOOTSTRAP_SERVERS
     and ZKCOORD_TOOLS_LOG4J2, the logging of Kafka 4.x's tools (log4j2).
+    With a Spark cluster (up --spark-workers N) also ZKCOORD_SPARK_MASTER
+    (spark://..., which migrate run-job reads) and ZKCOORD_SPARK_MASTER_UI
+    (its web UI; /json/ lists the workers and applications).
     ZKCOORD_TOOLS_LOG4J: the logging of Kafka's tools run by hand from the
     jars (java -Dlog4j.configuration=file:$ZKCOORD_TOOLS_LOG4J ...), warnings
     and errors on stderr, as Kafka's shell scripts give them.
@@ -173,6 +182,7 @@ def env(state_dir: Path | None) -> None:
     exports["ZKCOORD_TOOLS_LOG4J"] = str(sandbox.tools_log4j)
     if state.kafka4:
         exports["ZKCOORD_TOOLS_LOG4J2"] = str(sandbox.tools_log4j2)
+    exports.update(spark_cluster.environment(state))
     exports.update(sandbox.secure_environment(state))
     for name, value in exports.items():
         click.echo(f"export {name}={shlex.quote(value)}")  # a state directory may hold a space

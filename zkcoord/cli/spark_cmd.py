@@ -3,7 +3,8 @@
 This module owns the command line of :mod:`zkcoord.migrate.spark_job`: its
 options, the progress bar (rich, on stderr, fed by the job's progress
 callback), the session's slow steps (starting Spark; on the first local run,
-saving the JVM's class archive as the session ends): a spinner on a
+handing the JVM's class archive over to the background process that saves
+it after the command ends): a spinner on a
 terminal, a line when each starts and ends elsewhere, both on stderr; and
 the summary (text or JSON, on stdout) with where the time went: Spark's
 start, the job, the class archive, the whole run. The per-partition report
@@ -171,7 +172,7 @@ def run_and_report(config, *, spark_master: str | None = None, spark_conf: dict[
                                                   steps=steps))
         with _ProgressBar(err, mode, show) as bar:
             result = run_job(config, spark, on_progress=bar.update)
-        if output == "text":  # before the session ends: a first local session then still saves its class archive
+        if output == "text":  # before the session ends: a first local session then still hands its class archive over
             _print_summary(result, config.record_verify)
     timings = {"spark_start_s": steps.seconds.get("start"), "job_s": round(result.elapsed_s, 3),
                "class_archive_s": steps.seconds.get("class-archive"), "total_s": round(time.monotonic() - started, 3)}
@@ -187,7 +188,7 @@ def run_and_report(config, *, spark_master: str | None = None, spark_conf: dict[
         sys.exit(1)
 
 
-_DONE = {"start": "Spark started", "class-archive": "class archive saved"}
+_DONE = {"start": "Spark started", "class-archive": "class archive handed over"}
 
 
 class _Steps:
@@ -218,7 +219,8 @@ def _timings_line(timings: dict[str, float | None]) -> str:
     parts = [f"Spark start {timings['spark_start_s']:.1f} s"] if timings["spark_start_s"] is not None else []
     parts.append(f"job {timings['job_s']:.1f} s")
     if timings["class_archive_s"] is not None:
-        parts.append(f"saving the class archive {timings['class_archive_s']:.1f} s (first run only)")
+        parts.append(f"class archive {timings['class_archive_s']:.1f} s (first run only; written in the "
+                     "background after this)")
     return f"whole run {timings['total_s']:.1f} s: " + ", ".join(parts)
 
 

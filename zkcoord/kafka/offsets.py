@@ -49,6 +49,7 @@ T = TypeVar("T")
 TopicPartition = tuple[str, int]
 _CHUNK = 100  # groups per OffsetFetch / DescribeGroups request
 _ERROR_NAME = re.compile(r"\s*(?:\[Error -?\d+\]\s*)?(\w+)")
+_NOT_CLASSIC = "is not a classic group"  # Kafka 4.x's GROUP_ID_NOT_FOUND message for a consumer group
 
 
 @dataclass(frozen=True)
@@ -268,18 +269,58 @@ class KafkaOffsets:
         return self.groups([group])[group]
 
     def _describe_groups(self, groups: list[str]) -> dict[str, dict]:
+        """DescribeGroups' entries by group. Kafka 4.x (DescribeGroups v6, KIP-1043) answers
+        GROUP_ID_NOT_FOUND where older brokers answered state Dead: for a group it does not know
+        (Dead here too) and for a group of another type, "Group g is not a classic group."
+        (KIP-848's consumer groups: described with ConsumerGroupDescribe instead)."""
         import kafka.errors as Errors
 
         answer = self._admin.describe_groups(groups)
+        modern = []
         for group, entry in answer.items():
             error = entry.get("error")  # kafka-python gives "[Error 14] <ErrorClass>: <message>", not the class
             if error:
                 name = _ERROR_NAME.match(str(error))
                 kind = getattr(Errors, name.group(1), None) if name else None
+                if kind is Errors.GroupIdNotFoundError:
+                    entry.update(error=None, group_state="Dead", members=[])
+                    if _NOT_CLASSIC in str(error):
+                        modern.append(group)
+                    continue
                 if isinstance(kind, type) and issubclass(kind, Errors.KafkaError):
                     raise kind(f"group {group!r}")
                 raise Errors.KafkaError(f"group {group!r}: {error}")
+        if modern:
+            answer.update(self._run(self._describe_consumer_groups, modern))
         return answer
+
+    async def _describe_consumer_groups(self, groups: list[str]) -> dict[str, dict]:
+        """On kafka-python's I/O loop: ConsumerGroupDescribe (API 69) of KIP-848 consumer groups, as
+        DescribeGroups-like entries (state, protocol type ``consumer``, members)."""
+        import kafka.errors as Errors
+
+        from zkcoord.schemas import ConsumerGroupDescribeRequest
+
+        admin = self._admin
+        by_node: dict[int, list[str]] = {}
+        for group, node in (await admin._find_coordinator_ids(groups)).items():
+            by_node.setdefault(node, []).append(group)
+        found = {}
+        for node, chunk in by_node.items():
+            request = ConsumerGroupDescribeRequest(group_ids=chunk, include_authorized_operations=False)
+            response = await admin._manager.send(request, node_id=node)
+            for entry in response.groups:
+                error = Errors.for_code(entry.error_code)
+                if error is Errors.GroupIdNotFoundError:  # gone, or converted back to classic since
+                    found[entry.group_id] = {"group_state": "Dead", "members": [], "error": None}
+                    continue
+                if error is not Errors.NoError:
+                    raise error(f"group {entry.group_id!r}: {entry.error_message or ''}".rstrip(": "))
+                found[entry.group_id] = {
+                    "group_state": entry.group_state, "protocol_type": "consumer", "error": None,
+                    "members": [{"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host}
+                                for m in entry.members]}
+        return found
 
     def list_groups(self) -> list[str]:
         """Every consumer group Kafka's coordinators know, sorted."""

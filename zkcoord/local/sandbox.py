@@ -7,6 +7,8 @@ Owns the sandbox's state directory::
     <state-dir>/zookeeper/        zoo.cfg, data/, logback.xml
     <state-dir>/kafka-<id>/       server.properties, data/, log4j.properties
     <state-dir>/kafka4/           the Kafka 4.x KRaft node of ``up(kafka4=True)`` (zkcoord.local.kraft)
+    <state-dir>/spark-worker-<i>/ a Spark worker's work directory (``up(spark_workers=N)``,
+                                  zkcoord.local.spark_cluster)
     <state-dir>/logs/<server>.log each server's output (and the demo's Java consumer's)
     <state-dir>/tools-log4j.properties  the logging of Kafka's tools run by hand
                                   (ZKCOORD_TOOLS_LOG4J: warnings and errors on stderr)
@@ -28,6 +30,10 @@ and ACLs. A sandbox stays what it was made: plain or secure.
 KRaft mode (:mod:`zkcoord.local.kraft`), plain sandboxes only; once added it
 is one of the sandbox's servers until ``down``. :meth:`Sandbox.configure_kafka4`
 changes its broker settings and restarts it.
+
+``up(spark_workers=N)`` adds a Spark standalone cluster, a master and N
+workers of the installed pyspark's distribution
+(:mod:`zkcoord.local.spark_cluster`), for ``migrate run-job --spark-master``.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from zkcoord.errors import SandboxError, ServiceUnavailableError, UsageError
-from zkcoord.local import config_files, jars, kraft, procs, secure
+from zkcoord.local import config_files, jars, kraft, procs, secure, spark_cluster
 
 MAX_BROKERS = 3
 MAX_DAEMONS = 5
@@ -72,6 +78,7 @@ class Server:
     # daemons: `zkcoord run --workers`; worker k has port + k, metrics_port + k and, after the gateway's broker
     # ports, a gateway port of its own (zkcoord.core.workers). 1: one process (sandboxes made before workers).
     workers: int = 1
+    ui_port: int | None = None  # a Spark master or worker: its web UI
 
     @property
     def ports(self) -> set[int]:
@@ -79,7 +86,7 @@ class Server:
         own = self.workers if self.workers > 1 else 0
         gateway = range(self.gateway_port, self.gateway_port + 1 + MAX_BROKERS + own) if self.gateway_port else ()
         metrics = range(self.metrics_port, self.metrics_port + 1 + own) if self.metrics_port else ()
-        extra = [port for port in (self.controller_port,) if port]
+        extra = [port for port in (self.controller_port, self.ui_port) if port]
         return {*range(self.port, self.port + 1 + own), *gateway, *metrics, *extra}
 
     @property
@@ -116,10 +123,13 @@ class SandboxState:
     users_made: bool = False  # secure: alice, bob and the ACLs exist
     kafka4: Server | None = None  # "kafka4": the Kafka 4.x KRaft node (zkcoord.local.kraft)
     kafka4_settings: dict[str, str] = field(default_factory=dict)  # its broker settings given by the user
+    spark_master: Server | None = None  # "spark-master" (zkcoord.local.spark_cluster)
+    spark_workers: list[Server] = field(default_factory=list)  # "spark-worker-<i>"
 
     @property
     def servers(self) -> list[Server]:
-        return [self.zookeeper, *self.brokers, *([self.kafka4] if self.kafka4 else []), *self.daemons]
+        return [self.zookeeper, *self.brokers, *([self.kafka4] if self.kafka4 else []), *self.daemons,
+                *([self.spark_master] if self.spark_master else []), *self.spark_workers]
 
     def ports(self) -> frozenset[int]:
         """The ports promised to the servers, running or not."""
@@ -131,11 +141,13 @@ class SandboxState:
     @classmethod
     def from_json(cls, text: str) -> "SandboxState":
         raw = json.loads(text)
-        kafka4 = raw.get("kafka4")
+        kafka4, spark_master = raw.get("kafka4"), raw.get("spark_master")
         return cls(Server(**raw["zookeeper"]), [Server(**b) for b in raw["brokers"]], raw["started_at"],
                    [Server(**d) for d in raw.get("daemons", [])], raw.get("secure", False),
                    raw.get("admin_made", False), raw.get("users_made", False),
-                   Server(**kafka4) if kafka4 else None, dict(raw.get("kafka4_settings", {})))
+                   Server(**kafka4) if kafka4 else None, dict(raw.get("kafka4_settings", {})),
+                   Server(**spark_master) if spark_master else None,
+                   [Server(**w) for w in raw.get("spark_workers", [])])
 
 
 def zk_four_letter(port: int, word: str = "ruok", timeout_s: float = 2.0, host: str = "127.0.0.1") -> str:
@@ -264,7 +276,7 @@ class Sandbox:
     # -- lifecycle -------------------------------------------------------
     def up(self, brokers: int = 1, daemons: int = 0, secure: bool = False, kafka4: bool = False,
            kafka4_settings: Mapping[str, str | None] | None = None,
-           workers: int = 0) -> tuple[SandboxState, list[str]]:
+           workers: int = 0, spark_workers: int = 0) -> tuple[SandboxState, list[str]]:
         """Start whatever is not running. Returns the state and the names of
         the servers started by this call (empty: it was already up).
         ``daemons`` zkcoord coordinator daemons are added to the servers;
@@ -274,11 +286,15 @@ class Sandbox:
         :mod:`zkcoord.local.kraft`) and restarts it when they changed.
         ``workers``: each new daemon's ``--workers`` (0: one per core, at
         least 2, so the sandbox shows workers on any machine); daemons
-        already recorded keep theirs."""
+        already recorded keep theirs. ``spark_workers`` adds a Spark master
+        and workers up to that many (:mod:`zkcoord.local.spark_cluster`)."""
         if not 1 <= brokers <= MAX_BROKERS:
             raise UsageError(f"--brokers {brokers}: the sandbox runs 1 to {MAX_BROKERS} brokers.")
         if not 0 <= daemons <= MAX_DAEMONS:
             raise UsageError(f"--daemons {daemons}: the sandbox runs 0 to {MAX_DAEMONS} zkcoord daemons.")
+        if not 0 <= spark_workers <= spark_cluster.MAX_WORKERS:
+            raise UsageError(f"--spark-workers {spark_workers}: the sandbox runs 0 to {spark_cluster.MAX_WORKERS} "
+                             "Spark workers.")
         changes = kraft.check_settings(kafka4_settings or {})
         kafka4 = kafka4 or bool(changes)
         if kafka4 and secure:
@@ -312,6 +328,7 @@ class Sandbox:
                 state.daemons.append(daemon)
                 daemon.gateway_port = procs.free_port_range(1 + MAX_BROKERS + own, avoid=state.ports())
                 daemon.metrics_port = procs.free_port_range(1 + own, avoid=state.ports())
+            spark_cluster.add_workers(state, spark_workers)
             self.write_tools_log4j()
             with kraft.settings_restored_on_failure(self, state, previous):
                 started = self._start_missing(state)
@@ -363,11 +380,13 @@ class Sandbox:
             if state.kafka4 is not None and not procs.alive(state.kafka4.pid, self._match(kraft.NAME)):
                 kraft.start(self, state)
                 started.append(kraft.NAME)
+            started += spark_cluster.start_missing(self, state)
             self._save(state)
             for broker in state.brokers:
                 self._wait_broker(state, broker)
             if state.kafka4 is not None:
                 kraft.wait_ready(self, state)
+            spark_cluster.wait_ready(self, state)
             if material is not None and not state.users_made:
                 secure.create_users_and_acls(material, self.bootstrap_servers(state), self.log)
                 state.users_made = True
@@ -554,6 +573,11 @@ class Sandbox:
                     "up" if procs.port_open(server.gateway_port) else "unresponsive")
                 result.append(ServerStatus(f"{server.name} gateway", f"127.0.0.1:{server.gateway_port}",
                                            server.pid, gateway, str(self.log_file(server.name))))
+            if server.ui_port:
+                ui = "down" if condition == "down" else (
+                    "up" if procs.port_open(server.ui_port) else "unresponsive")
+                result.append(ServerStatus(f"{server.name} ui", f"http://127.0.0.1:{server.ui_port}", server.pid,
+                                           ui, str(self.log_file(server.name))))
             if server.metrics_url:
                 metrics = "down" if condition == "down" else HEALTH_STATES.get(
                     procs.http_status(f"{server.metrics_url}/health"), "unresponsive")
@@ -567,8 +591,8 @@ class Sandbox:
             state = self.load()
             stopped = []
             if state is not None:
-                for server in [*state.daemons, *([state.kafka4] if state.kafka4 else []), *reversed(state.brokers),
-                               state.zookeeper]:
+                for server in [*reversed(spark_cluster.servers(state)), *state.daemons,
+                               *([state.kafka4] if state.kafka4 else []), *reversed(state.brokers), state.zookeeper]:
                     if procs.stop(server.pid, self._match(server.name), grace_s=30):
                         stopped.append(server.name)
             for child in self.state_dir.iterdir():

@@ -4,7 +4,7 @@ A local Spark session spends most of its start, and much of its first job,
 loading and verifying the same twenty thousand classes from Spark's jars. A
 Java 13+ dynamic CDS archive holds them already parsed and verified: the
 JVM maps it instead. This module owns that archive for the local driver JVM
-that :func:`zkcoord.migrate.spark_job.spark_session` starts (never for a
+that :func:`zkcoord.migrate.spark_session.spark_session` starts (never for a
 cluster, spark-submit, or a JVM started by somebody else):
 
 * **where**: ``<cache>/spark-cds/<key>.jsa`` (``<cache>``: ``$ZKCOORD_CACHE_DIR``
@@ -14,11 +14,20 @@ cluster, spark-submit, or a JVM started by somebody else):
   else installed makes another key, so a stale archive is never asked for.
 * **first run** (no archive for the key): the JVM runs with
   ``-XX:ArchiveClassesAtExit=<key>.jsa.<pid>-<random>.tmp`` and writes the
-  archive when it exits. The session's end then closes the JVM (instead of
-  leaving it to the process's exit), waits for it, checks the file with a
-  ``java -Xshare:on`` run (which refuses an archive it cannot use) and only
-  then renames it into place (atomic), so no JVM ever maps a partial file.
-  A failed check leaves ``<key>.failed`` and later runs do without.
+  archive when it exits. The session's end closes the JVM (instead of
+  leaving it to the process's exit) and hands the rest to a detached
+  process of this module (``python -m zkcoord.migrate.spark_cds finish``,
+  :meth:`ClassArchive.finish_in_background`), so the command ends without
+  waiting for it: that process waits for the JVM to exit, checks the file
+  with a ``java -Xshare:on`` run (which refuses an archive it cannot use)
+  and only then renames it into place (atomic), so no JVM ever maps a
+  partial file. A failed check leaves ``<key>.failed`` and later runs do
+  without. While that process works, ``<key>.saving`` (its pid) tells
+  later sessions not to make another one (they run without an archive until
+  it is in place). Writing the archive is 16 s of one core on the 2-core development
+  machine (the JVM dumping 20,000 classes as it exits), all of it now after
+  the command has ended; what the user waits for is the handover, about a
+  second. :meth:`ClassArchive.finish` does the same in the foreground.
 * **later runs**: ``-XX:SharedArchiveFile=<key>.jsa``. The JVM validates the
   archive itself and quietly runs without it when it does not match
   (``-Xshare:auto``, its logging off); a session that fails to start with
@@ -37,6 +46,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +60,8 @@ ENV = "ZKCOORD_SPARK_CDS"
 _QUIET = "-Xlog:cds=off,cds+dynamic=off"  # the JVM's CDS warnings would go to the user's terminal
 _KEEP = 3  # archives kept (other Spark or Java installs); the least recently used go first
 _STALE_TMP_S = 3600  # an unfinished archive this old belongs to a run that died
-_EXIT_WAIT_S = 120.0  # the archive is written while the JVM exits: 1-3 s on 2 cores
+_EXIT_WAIT_S = 120.0  # the archive is written while the JVM exits: 10-30 s on 2 cores
+_BACKGROUND_WAIT_S = 900.0  # the detached finisher's patience (the machine may be busy)
 
 
 def _cache_root() -> Path:
@@ -134,62 +145,147 @@ class ClassArchive:
         if self.mode != "create" or self.tmp is None or self.path is None:
             return
         try:
-            self._finish(context_class)
+            closed = _close_jvm(context_class)
+            if closed is not None:
+                proc, java, classpath = closed
+                try:
+                    code = proc.wait(timeout=_EXIT_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    log.info("the Spark JVM took over %.0f s to exit; its class archive is not saved", _EXIT_WAIT_S)
+                    return
+                _keep_if_sound(self.tmp, self.path, java, classpath, code)
         except Exception:
             log.debug("the Spark class archive was not saved", exc_info=True)
         finally:
             self.tmp.unlink(missing_ok=True)
 
-    def _finish(self, context_class: Any) -> None:
-        gateway = context_class._gateway
-        proc = getattr(gateway, "proc", None)
-        jvm = context_class._jvm
-        if proc is None or jvm is None:
-            return
-        system = jvm.java.lang.System
-        java = str(Path(system.getProperty("java.home")) / "bin" / "java")
-        classpath = system.getProperty("java.class.path")
-        started = time.monotonic()
+    def finish_in_background(self, context_class: Any) -> int | None:
+        """:meth:`finish` without waiting: close the JVM (it writes the archive as it exits) and
+        start a detached process that waits for it, checks the archive and puts it in place (or
+        leaves the ``.failed`` marker). Its pid, or None when there was nothing to hand over.
+        Never raises."""
+        if self.mode != "create" or self.tmp is None or self.path is None:
+            return None
         try:
-            gateway.shutdown()
+            closed = _close_jvm(context_class)
+            if closed is None:
+                self.tmp.unlink(missing_ok=True)
+                return None
+            proc, java, classpath = closed
+            saving = _saving_marker(self.path)
+            finisher = subprocess.Popen(
+                [sys.executable, "-m", __name__, "finish", str(proc.pid), str(self.tmp), str(self.path), java],
+                env={**os.environ, "ZKCOORD_CDS_CLASSPATH": classpath}, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+            saving.write_text(str(finisher.pid))
+            return finisher.pid
         except Exception:
-            log.debug("py4j gateway shutdown failed", exc_info=True)
-        context_class._gateway = None  # a later session in this process starts a JVM of its own
-        context_class._jvm = None
-        if proc.stdin is not None:
-            proc.stdin.close()  # PythonGatewayServer exits on EOF: System.exit(0), then the archive is written
+            log.debug("the Spark class archive was not handed over", exc_info=True)
+            self.tmp.unlink(missing_ok=True)
+            return None
+
+
+def _close_jvm(context_class: Any) -> tuple[Any, str, str] | None:
+    """Shut py4j's gateway and close the JVM's stdin (PythonGatewayServer exits on EOF: System.exit(0),
+    then the archive is written); (its Popen, its java, its class path), or None without a JVM."""
+    gateway = context_class._gateway
+    proc = getattr(gateway, "proc", None)
+    jvm = context_class._jvm
+    if proc is None or jvm is None:
+        return None
+    system = jvm.java.lang.System
+    java = str(Path(system.getProperty("java.home")) / "bin" / "java")
+    classpath = system.getProperty("java.class.path")
+    try:
+        gateway.shutdown()
+    except Exception:
+        log.debug("py4j gateway shutdown failed", exc_info=True)
+    context_class._gateway = None  # a later session in this process starts a JVM of its own
+    context_class._jvm = None
+    if proc.stdin is not None:
+        proc.stdin.close()
+    return proc, java, classpath
+
+
+def _keep_if_sound(tmp: Path, path: Path, java: str, classpath: str, code: int | None) -> bool:
+    """Put the archive the JVM wrote (``tmp``) in place if the JVM exited 0 (``code`` None: not
+    known) and a ``java -Xshare:on`` run maps it; else leave the ``.failed`` marker."""
+    if (code not in (0, None)) or not tmp.exists() or tmp.stat().st_size == 0:
+        log.info("the Spark JVM exited %s without a class archive; later runs start without one", code)
+        _failed_marker(path).touch()
+        return False
+    crash_log = tmp.with_suffix(".hs_err")  # where a JVM that cannot map it would say so
+    try:
+        check = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={tmp}", _QUIET,
+                                f"-XX:ErrorFile={crash_log}", "-cp", classpath, "-version"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    finally:
+        crash_log.unlink(missing_ok=True)
+    if check.returncode != 0:
+        log.info("the Spark class archive %s failed its check; later runs start without one", tmp)
+        _failed_marker(path).touch()
+        return False
+    os.replace(tmp, path)
+    log.info("saved the Spark JVM's class archive %s (later sessions start faster)", path)
+    return True
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, exited but not yet reaped by its parent, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
         try:
-            code = proc.wait(timeout=_EXIT_WAIT_S)
-        except subprocess.TimeoutExpired:
-            log.info("the Spark JVM took over %.0f s to exit; its class archive is not saved", _EXIT_WAIT_S)
-            return
-        if code != 0 or not self.tmp.exists() or self.tmp.stat().st_size == 0:
-            log.info("the Spark JVM exited %s without a class archive; later runs start without one", code)
-            _failed_marker(self.path).touch()
-            return
-        crash_log = self.tmp.with_suffix(".hs_err")  # where a JVM that cannot map it would say so
-        try:
-            check = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={self.tmp}", _QUIET,
-                                    f"-XX:ErrorFile={crash_log}", "-cp", classpath, "-version"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
-        finally:
-            crash_log.unlink(missing_ok=True)
-        if check.returncode != 0:
-            log.info("the Spark class archive %s failed its check; later runs start without one", self.tmp)
-            _failed_marker(self.path).touch()
-            return
-        os.replace(self.tmp, self.path)
-        log.info("saved the Spark JVM's class archive %s in %.1f s (later sessions start faster)", self.path,
-                 time.monotonic() - started)
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return state not in ("Z", "X")
+
+
+def finish_detached(pid: int, tmp: Path, path: Path, java: str, classpath: str) -> int:
+    """The detached finisher's work: wait for the JVM ``pid`` to exit (it writes ``tmp`` as it does),
+    then :func:`_keep_if_sound`. 0 when the archive was put in place."""
+    deadline = time.monotonic() + _BACKGROUND_WAIT_S
+    try:
+        while _running(pid):
+            if time.monotonic() > deadline:
+                return 1
+            time.sleep(0.2)
+        return 0 if _keep_if_sound(tmp, path, java, classpath, None) else 1
+    finally:
+        tmp.unlink(missing_ok=True)
+        _saving_marker(path).unlink(missing_ok=True)
 
 
 def _failed_marker(path: Path) -> Path:
     return path.with_suffix(".failed")
 
 
+def _saving_marker(path: Path) -> Path:
+    return path.with_suffix(".saving")
+
+
+def _being_saved(path: Path) -> bool:
+    """Whether a background process is saving this archive now (its ``.saving`` marker names a
+    process that runs); a marker left by one that died is removed."""
+    marker = _saving_marker(path)
+    try:
+        pid = int(marker.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return False
+    if pid and _running(pid):
+        return True
+    marker.unlink(missing_ok=True)
+    return False
+
+
 def class_archive(java_options: str) -> ClassArchive:
     """The archive for a local driver JVM started with ``java_options``; ``off``
-    when turned off, unknown, not creatable, or when creating it failed before."""
+    when turned off, unknown, not creatable, when creating it failed before, or
+    while a background process is saving it."""
     if os.environ.get(ENV, "auto").strip().lower() in ("off", "0", "no", "false"):
         return ClassArchive("off")
     try:
@@ -201,7 +297,7 @@ def class_archive(java_options: str) -> ClassArchive:
         if path.is_file() and path.stat().st_size > 0:
             os.utime(path)  # least recently used goes first (_prune)
             return ClassArchive("use", path)
-        if _failed_marker(path).exists():
+        if _failed_marker(path).exists() or _being_saved(path):
             return ClassArchive("off")
         root.mkdir(parents=True, exist_ok=True)
         _prune(root)
@@ -223,3 +319,17 @@ def _prune(root: Path) -> None:
     archives = sorted(root.glob("*.jsa"), key=lambda p: p.stat().st_mtime if p.exists() else 0, reverse=True)
     for old in archives[_KEEP - 1:]:
         old.unlink(missing_ok=True)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m zkcoord.migrate.spark_cds finish <jvm pid> <tmp> <path> <java>`` (the class path in
+    ``ZKCOORD_CDS_CLASSPATH``): what :meth:`ClassArchive.finish_in_background` starts."""
+    if len(argv) != 5 or argv[0] != "finish" or not argv[1].isdigit():
+        print("usage: python -m zkcoord.migrate.spark_cds finish <jvm pid> <tmp> <path> <java>", file=sys.stderr)
+        return 2
+    return finish_detached(int(argv[1]), Path(argv[2]), Path(argv[3]), argv[4], os.environ.get(
+        "ZKCOORD_CDS_CLASSPATH", ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

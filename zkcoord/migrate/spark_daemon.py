@@ -18,8 +18,9 @@ handing over to PySpark's own daemon (:func:`pyspark.daemon.manager`):
    and frozen (``gc.freeze``): the workers' full garbage collections do
    not walk every imported object again.
 
-Only :func:`zkcoord.migrate.spark_job.spark_session` sets it, for the local
-master (the workers there run this interpreter, where zkcoord is installed).
+Only :func:`zkcoord.migrate.spark_session.spark_session` sets it, for the local
+master and a standalone master on this machine whose executors run this
+interpreter (where zkcoord is installed).
 """
 
 from __future__ import annotations

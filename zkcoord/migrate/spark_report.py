@@ -9,8 +9,9 @@ Spark writes a CSV as a directory of ``part-*.csv`` files, one or more per
 task, each with its own header line. Two layouts follow (``csv_layout``):
 
 * ``file``: the report dir is on the driver's filesystem (a plain path or a
-  ``file:`` URI) and the master is local (the default ``local[*]``), so
-  every part file is on this machine. Spark writes each CSV into a hidden
+  ``file:`` URI) and the executors run on this machine (the default
+  ``local[*]``, or a standalone master on loopback such as the sandbox's
+  ``local up --spark-workers N``), so every part file is on this machine. Spark writes each CSV into a hidden
   staging directory beside its final name (``.partitions.csv.<token>.parts``);
   :func:`publish` then concatenates the parts in task order into
   ``partitions.csv`` and ``groups.csv``: one header line, the rows in the
@@ -47,12 +48,16 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from zkcoord.errors import UsageError, ZkcoordError
+from zkcoord.migrate.spark_master import runs_here
 
-__all__ = ["FILE", "PART_FILES", "GROUPS_COLUMNS", "ReportPaths", "ReportTargets", "Staged", "plan_report",
+__all__ = ["FILE", "PART_FILES", "GROUPS_COLUMNS", "CSV_OPTIONS", "ReportPaths", "ReportTargets", "Staged",
+           "report_schema", "group_rows", "write_groups", "plan_report",
            "check_report", "publish", "discard", "merge_parts", "part_files"]
 
 FILE, PART_FILES = "file", "part-files"
 GROUPS_COLUMNS = ("group", "kind", "message")
+# RFC 4180 quoting (what Python's csv reads), values kept as they are (legacy " 25\n" stays that)
+CSV_OPTIONS = {"header": True, "escape": '"', "ignoreLeadingWhiteSpace": False, "ignoreTrailingWhiteSpace": False}
 _COPY_BYTES = 1 << 20
 # part-00003-<uuid>-c000.csv: task 3's first file (Spark numbers a task's files c000, c001, ... when it splits them)
 _PART = re.compile(r"^part-(\d+)(?:-[^.]*?)?(?:-c(\d+))?\.csv$")
@@ -97,7 +102,7 @@ class ReportTargets:
 def plan_report(report_dir: str, master: str) -> ReportTargets:
     """The report's names for ``report_dir`` (as given: path or URI) and Spark's ``master``."""
     base = report_dir.strip()
-    local = _local_path(base) if master.startswith("local") else None
+    local = _local_path(base) if runs_here(master) else None
     if local is None:
         base = base.rstrip("/") or base
         paths = ReportPaths(f"{base}/partitions.parquet", f"{base}/partitions.csv", f"{base}/groups.csv")
@@ -216,3 +221,30 @@ def merge_parts(parts: Iterable[Path], target: Path, columns: Sequence[str]) -> 
                     out.write(b"\n")
         out.flush()
         os.fsync(out.fileno())
+
+
+# ------------------------------------------------------------------ what Spark writes
+def report_schema():
+    """The Spark schema of ``partitions.parquet`` (the columns of
+    :data:`zkcoord.migrate.spark_tasks.REPORT_COLUMNS`)."""
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    from zkcoord.migrate.spark_tasks import REPORT_COLUMNS
+
+    types = {"partition": IntegerType(), "kafka": LongType(), "log_start": LongType(), "log_end": LongType(),
+             "target": LongType()}
+    return StructType([StructField(name, types.get(name, StringType()), nullable=name != "group")
+                       for name in REPORT_COLUMNS])
+
+
+def group_rows(errors: Iterable[tuple[str, str]], notes: Iterable[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """``groups.csv``'s rows (:data:`GROUPS_COLUMNS`), sorted: the groups' errors and notes."""
+    return sorted([(g, "error", text) for g, text in errors] + [(g, "note", text) for g, text in notes])
+
+
+def write_groups(spark: Any, rows: list[tuple[str, str, str]], path: str, mode: str) -> None:
+    """``groups.csv`` of ``rows`` at ``path`` (Spark's CSV writer, one part file)."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType([StructField(name, StringType(), False) for name in GROUPS_COLUMNS])
+    spark.createDataFrame(rows, schema).coalesce(1).write.mode(mode).options(**CSV_OPTIONS).csv(path)
