@@ -434,10 +434,10 @@ def target_addresses(env: Environment) -> dict[str, tuple[str, int] | None]:
 
 async def run(env: Environment, settings: Settings) -> tuple[list[LoadResult], list[RebalanceRound], dict]:
     addresses = target_addresses(env)
-    targets = [Target(name, addresses[name]) for name in settings.targets]
+    targets = [Target(name, addresses[name], connect=env.connect) for name in settings.targets]
     served = []
     for target in targets:
-        conn = await KafkaConnection.open(*target.address, "zkcoord-bench")
+        conn = await KafkaConnection.open(*target.address, "zkcoord-bench", **target.connect)
         served.append(await served_versions(conn))
         conn.close()
     versions = common_versions(*served)
@@ -624,14 +624,21 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None, Pa
     parser.add_argument("--workers", type=int, default=1,
                         help="the daemon's zkcoord run --workers (each its own node; members reach the owning "
                              "worker through FindCoordinator); its CPU counts every worker [default: 1]")
+    parser.add_argument("--secure", action="store_true",
+                        help="TLS on both sides: a secure sandbox (zkcoord local up --secure: SASL_SSL with "
+                             "SCRAM-SHA-512 and Kafka's AclAuthorizer on the broker) and the daemon started as that "
+                             "sandbox starts its own (SASL_SSL, SCRAM, the same ACLs); every member connects over "
+                             "TLS and logs in as the sandbox's admin user, on every target")
     parser.add_argument("--workdir", type=Path, help="where logs, the sandbox and the profile go [a new temp dir]")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = vars(parser.parse_args(argv))
     workdir, json_path = args.pop("workdir"), args.pop("json")
-    workers = args.pop("workers")
+    workers, secure = args.pop("workers"), args.pop("secure")
     args["only"] = tuple(s for s in args["only"].split(",") if s)
     args["targets"] = tuple(s for s in args["targets"].split(",") if s)
-    return Settings(**args), workdir, json_path, workers
+    if secure and "rebalance" in args["only"] and args["notice"] == "on":
+        parser.error("--secure: the rebalance notice connection is plaintext only; add --notice off")
+    return Settings(**args), workdir, json_path, workers, secure
 
 
 def _interrupt(signum, frame) -> None:
@@ -639,7 +646,7 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings, workdir, json_path, workers = parse_args(argv)
+    settings, workdir, json_path, workers, secure = parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM cleans up as Ctrl-C does
     workdir = workdir or Path(tempfile.mkdtemp(prefix="zkcoord-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -647,8 +654,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     env = Environment(workdir, topic=COMMIT_TOPIC, profiler=settings.profile, gateway="gateway" in settings.targets,
                       topic_partitions=settings.members // settings.groups * settings.commit_partitions,
-                      workers=workers)
-    print(f"zkcoord run --workers {workers}", flush=True)
+                      workers=workers, secure=secure)
+    print(f"zkcoord run --workers {workers}" + (" (TLS: SASL_SSL on the daemon and the broker)" if secure else ""),
+          flush=True)
     code = 1
     try:
         env.start()

@@ -149,12 +149,13 @@ def bad_key_values(values: list[str]) -> str | None:
     return next((v for v in values if "=" not in v or not v.split("=", 1)[0]), None)
 
 
-def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+def create_topics(bootstrap: str, names: list[str], partitions: int, security: dict | None = None) -> None:
     """Create ``names`` on the brokers, ``partitions`` each, replication 1, and
-    wait until the metadata has them."""
+    wait until the metadata has them. ``security``: kafka-python's settings
+    of a secure sandbox's brokers (:meth:`Environment.kafka_python_security`)."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="zkcoord-bench")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="zkcoord-bench", **(security or {}))
     try:
         admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names],
                             wait_for_metadata=True)
@@ -209,20 +210,34 @@ class Environment:
     ``/consumers``). ``topic`` None creates no topic. ``keep_sandbox_logs``
     copies the servers' logs to ``<workdir>/sandbox-logs`` before the
     sandbox (and its state directory) goes.
+
+    With ``secure`` the sandbox is a secure one (``local up --secure``: its
+    broker listens SASL_SSL with SCRAM-SHA-512 and Kafka's AclAuthorizer)
+    and the daemon is started as the sandbox starts its own (SASL_SSL
+    listener and gateway, SCRAM logins checked against ZooKeeper, the same
+    ACLs); ``connect`` is then the clients' TLS context and login (the
+    sandbox's ``admin`` user) for both. The daemon then shares the brokers'
+    ZooKeeper root (``broker_chroot``): it reads the SCRAM credentials and
+    ACLs where the brokers keep them.
     """
 
     def __init__(self, workdir: Path, *, topic: str | None, topic_partitions: int, profiler: str = "",
                  daemon_args: tuple[str, ...] = (), gateway: bool = False, sandbox_args: tuple[str, ...] = (),
-                 broker_chroot: bool = False, keep_sandbox_logs: bool = False, workers: int = 1) -> None:
+                 broker_chroot: bool = False, keep_sandbox_logs: bool = False, workers: int = 1,
+                 secure: bool = False) -> None:
         self.workdir = workdir
+        self.secure = secure
+        self.material = None  # zkcoord.local.secure.SecureMaterial, once a secure sandbox is up
+        self.connect: dict = {}  # KafkaConnection.open's ssl_context and login, on a secure sandbox
         self.workers = workers  # the daemon's --workers: its listener P, worker k's own port P + k
         self.topic, self.topic_partitions = topic, topic_partitions
         self.profiler = profiler  # "", "cprofile", "pyinstrument" or "py-spy" (attached per load run, not here)
         self.daemon_args = daemon_args  # extra `zkcoord run` flags
         self.gateway = gateway
-        self.sandbox_args = sandbox_args
+        self.sandbox_args = (*sandbox_args, "--secure") if secure else sandbox_args
         self.state_dir = workdir / "sandbox"
         self.namespace = f"zkcoord-bench-{os.getpid()}"
+        broker_chroot = broker_chroot or secure  # SCRAM credentials and ACLs are read where the brokers keep them
         self.chroot = "" if broker_chroot else "/" + self.namespace
         self.namespaces = ("coordinators", "zkcoord", "consumers") if broker_chroot else (self.namespace,)
         self.kafka4_address: tuple[str, int] | None = None
@@ -246,6 +261,8 @@ class Environment:
             raise BenchError(f"{self.state_dir} already holds a sandbox; the benchmark starts its own")
         self._sandbox_started = True
         env = sandbox_up(self.state_dir, *self.sandbox_args)
+        if self.secure:
+            self._load_security()
         zookeeper, bootstrap = env["ZKCOORD_ZOOKEEPER"], env["ZKCOORD_BOOTSTRAP_SERVERS"].split(",")[0]
         self.zk_port = int(zookeeper.rsplit(":", 1)[1])
         host, port = bootstrap.rsplit(":", 1)
@@ -261,17 +278,44 @@ class Environment:
             self._create_topics(bootstrap)
         self._start_daemon(zookeeper, bootstrap)
 
+    def _load_security(self) -> None:
+        from zkcoord.local import secure
+        from zkcoord.security.tls import SslSettings
+
+        self.material = secure.load(self.state_dir)
+        if self.material is None:
+            raise BenchError(f"the sandbox in {self.state_dir} is not secure")
+        context = SslSettings(truststore_type="PEM", truststore_location=str(self.material.ca_pem)).client_context()
+        self.connect = {"ssl_context": context,
+                        "login": (secure.MECHANISM, "admin", self.material.passwords["admin"].value)}
+
+    def kafka_python_security(self) -> dict:
+        """kafka-python's settings for the sandbox's brokers: {} on a plain sandbox."""
+        if self.material is None:
+            return {}
+        from zkcoord.local import secure
+
+        return {"security_protocol": "SASL_SSL", "sasl_mechanism": secure.MECHANISM,
+                "sasl_plain_username": "admin", "sasl_plain_password": self.material.passwords["admin"].value,
+                "ssl_cafile": str(self.material.ca_pem)}
+
     def _prepare_zookeeper(self, zookeeper: str) -> None:
         from kazoo.client import KazooClient
 
-        self._zk = KazooClient(hosts=zookeeper)
+        login = {}
+        if self.material is not None:  # the secure sandbox's ZooKeeper: SASL, the brokers' and daemons' login
+            from zkcoord.local import secure
+
+            login = {"sasl_options": {"mechanism": "DIGEST-MD5", "username": secure.ZOOKEEPER_USER,
+                                      "password": self.material.zookeeper_password.value}}
+        self._zk = KazooClient(hosts=zookeeper, **login)
         self._zk.start(timeout=15)
         if self.chroot:
             self._zk.ensure_path(self.chroot)
 
     def _create_topics(self, bootstrap: str) -> None:
         """Kafka refuses commits to unknown topics (zkcoord does not check)."""
-        create_topics(bootstrap, [self.topic], self.topic_partitions)
+        create_topics(bootstrap, [self.topic], self.topic_partitions, self.kafka_python_security())
 
     def _start_daemon(self, zookeeper: str, bootstrap: str) -> None:
         port = free_port() if self.workers <= 1 else free_port_range(1 + self.workers)
@@ -280,15 +324,26 @@ class Environment:
             command += ["-m", "cProfile", "-o", str(self.profile_path)]
         elif self.profiler == "pyinstrument":
             command += ["-m", "pyinstrument", "-r", "text", "-o", str(self.profile_path)]
-        command += ["-m", "zkcoord", "run", "--zookeeper", zookeeper + self.chroot, "--listen", f"127.0.0.1:{port}",
+        command += ["-m", "zkcoord", "run", "--zookeeper", zookeeper + self.chroot,
                     "--node-id", str(DAEMON_NODE_ID), "--group-initial-rebalance-delay-ms", "0",
                     "--workers", str(self.workers)]
+        environment = None
+        if self.material is not None:  # as the secure sandbox starts its daemons
+            from zkcoord.local import secure
+
+            flags, environment = secure.daemon_flags(self.material, port, 0 if self.gateway else None)
+            command += flags
+        else:
+            command += ["--listen", f"127.0.0.1:{port}"]
+            if self.gateway:
+                command += ["--gateway-listen", "127.0.0.1:0"]
         if self.gateway:
-            command += ["--bootstrap-servers", bootstrap, "--gateway-listen", "127.0.0.1:0"]
+            command += ["--bootstrap-servers", bootstrap]
         command += self.daemon_args
         log = open(self.workdir / "zkcoord.log", "ab")
         # Its own session: Ctrl-C reaches only us, and we stop it in order.
-        self.daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                       env=environment)
         log.close()
         self.pids["zkcoord"] = self.daemon.pid
         self.daemon_address = ("127.0.0.1", port)
@@ -334,7 +389,7 @@ class Environment:
                 if where is None:
                     await asyncio.sleep(0.2)
                     continue
-                conn = await KafkaConnection.open(*where, "zkcoord-bench")
+                conn = await KafkaConnection.open(*where, "zkcoord-bench", **self.connect)
                 try:
                     await asyncio.wait_for(served_versions(conn), 10)  # a gateway's may wait for the brokers'
                     return

@@ -57,7 +57,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
-    AuthFailedError, ConnectionLoss, KazooException, NoNodeError, SessionClosedRequireSaslError,
+    AuthFailedError, ConnectionClosedError, ConnectionLoss, KazooException, NoNodeError, SessionClosedRequireSaslError,
 )
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.serialization import SASL, Auth
@@ -214,6 +214,7 @@ class ZkConnection:
         self._suspended = False
         self._stopping = False
         self._started = False  # start() returned: a refused login is then a reconnection's
+        self._login_refused = False  # kazoo said AUTH_FAILED (its connection then closes: rule 5)
 
     @property
     def client(self) -> KazooClient:
@@ -245,6 +246,7 @@ class ZkConnection:
         client.add_listener(self._on_kazoo_state)
         self._stopping = False
         self._started = False
+        self._login_refused = False  # kazoo said AUTH_FAILED (its connection then closes: rule 5)
         self._client = client  # before start: the first CONNECTED reads its session id
         live = client.start_async()
         failure = self._wait_for_session(live)
@@ -304,6 +306,14 @@ class ZkConnection:
                                                          time.monotonic() - started, self.session_timeout_ms))
             except SessionClosedRequireSaslError as exc:  # a digest login where ZooKeeper requires SASL
                 return aio.translate(exc, f"log in ({self.security.describe()})", self.hosts)
+            except ConnectionClosedError:
+                # kazoo closes its connection right after AUTH_FAILED: a request made after that (our retry of
+                # a ConnectionLoss) finds it closed, not refused.
+                if self._login_refused:
+                    return AuthenticationError(login_refused(self.hosts, self.security, len(self.servers),
+                                                             time.monotonic() - started, self.session_timeout_ms))
+                return ServiceUnavailableError(f"ZooKeeper at {self.hosts} closed the connection before it "
+                                               f"confirmed the login ({self.security.describe()})")
             except ConnectionLoss:  # the connection dropped after CONNECTED: kazoo reconnects
                 if time.monotonic() >= deadline:
                     break
@@ -370,7 +380,9 @@ class ZkConnection:
         elif state == KazooState.LOST:
             self._suspended = False
             client = self._client
-            if client is not None and client.client_state == KeeperState.AUTH_FAILED and self._started:
+            if client is not None and client.client_state == KeeperState.AUTH_FAILED:
+                self._login_refused = True
+            if self._login_refused and self._started:
                 log.error("ZooKeeper at %s refused our login (%s) on reconnecting; kazoo does not reconnect "
                           "after that: restart once the login is fixed", self.hosts,
                           self.security.describe() if self.security else "no login")
