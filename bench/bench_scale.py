@@ -153,7 +153,9 @@ class Fleet:
         command = [sys.executable, "-m", "zkcoord", "run", "--zookeeper", self.zookeeper + self.chroot,
                    "--listen", f"127.0.0.1:{port}", "--node-id", str(node_id),
                    "--group-initial-rebalance-delay-ms", "0", "--zk-session-timeout-ms", str(s.zk_session_timeout_ms),
-                   "--shutdown-timeout-ms", str(s.shutdown_timeout_ms), *s.daemon_args]
+                   "--shutdown-timeout-ms", str(s.shutdown_timeout_ms),
+                   "--workers", "1",  # one process per daemon: its pid, its RSS and its groups are the node's
+                   *s.daemon_args]
         log_path = self.workdir / f"daemon-{node_id}.log"
         with open(log_path, "ab") as log:  # a session of its own: Ctrl-C reaches only us
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
