@@ -24,7 +24,7 @@ import time
 
 import pytest
 from kafka.protocol.consumer.group import OffsetCommitRequest
-from kafka.protocol.metadata import FindCoordinatorRequest
+from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest
 from kazoo.exceptions import NoNodeError
 
 from tests.support.daemons import DaemonFleet, DaemonProcess
@@ -140,15 +140,22 @@ def test_a_deposed_owners_commit_is_refused_in_a_shared_multi_while_the_others_l
         zk.set(path, zk.get(path)[0])
         assert zk.exists(path).version == 1
 
-        # x's commit and y's commits reach daemon 1 together: one multi, x's check first.
-        d1.pause()
+        # x's commit and y's commits reach daemon 1 together: one multi, x's check first. The connections
+        # are open (accepted, read by the daemon) before it stops, and it continues only once its kernel has
+        # every request: one poll of its loop finds all four, and queues the four commits before its batcher
+        # takes the next multi (an accept, or a request still on its way, would split them).
         clients = [await WireClient.connect(*d1.address, f"together-{i}") for i in range(4)]
+        for client in clients:  # answered: accepted, and read by the daemon's loop
+            await client.call(ApiVersionsRequest(version=0))
+        d1.pause()
         together = [commit_request(x, {0: 2}), commit_request(y, {1: 7}), commit_request(y, {2: 7}),
                     commit_request(y, {3: 7, 4: 7})]
         for client, request in zip(clients, together):
             client.protocol.send_request(request)
             client.writer.write(client.protocol.send_bytes())
-            await client.writer.drain()  # in the daemon's socket buffer, read when it continues
+            await client.writer.drain()
+        await until(lambda: all(c.unacknowledged_bytes() == 0 for c in clients),
+                    "the four requests in daemon 1's receive buffers")
         d1.resume()
         answers = [codes(await answer_of(client)) for client in clients]
         for client in clients:

@@ -15,6 +15,9 @@ first, as :func:`zkcoord.kafka.client_security.open_kafka_connection` does.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import struct
+import termios
 import time
 
 import kafka.errors
@@ -54,6 +57,14 @@ class WireClient:
             self._received.extend(self.protocol.receive_bytes(data))
         _, response = self._received.pop(0)
         return response
+
+    def unacknowledged_bytes(self) -> int:
+        """Bytes written to this connection that the peer's kernel has not
+        acknowledged yet (Linux SIOCOUTQ): 0 once everything sent sits in the
+        peer's receive buffer, read or not (a stopped process's kernel
+        acknowledges too)."""
+        fd = self.writer.get_extra_info("socket").fileno()
+        return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, struct.pack("i", 0)))[0]
 
     async def close(self) -> None:
         self.writer.close()
