@@ -61,6 +61,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,7 @@ class Daemon:
     port: int
     proc: subprocess.Popen
     log_path: Path
+    metrics_port: int = 0
     start_rss_kb: int = 0
 
     @property
@@ -124,6 +126,16 @@ class Daemon:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def loop_lag_buckets(self) -> dict[float, float]:
+        """The daemon's ``zkcoord_event_loop_lag_seconds`` histogram now: {upper bound: cumulative count}."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return {}
+        return {float(bound): float(count) for bound, count in
+                re.findall(r'^zkcoord_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)$', text, re.M)}
 
 
 class Fleet:
@@ -148,10 +160,11 @@ class Fleet:
         self.zk.ensure_path(self.chroot)
 
     def start_daemon(self, node_id: int) -> Daemon:
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
         s = self.settings
         command = [sys.executable, "-m", "zkcoord", "run", "--zookeeper", self.zookeeper + self.chroot,
                    "--listen", f"127.0.0.1:{port}", "--node-id", str(node_id),
+                   "--metrics-listen", f"127.0.0.1:{metrics_port}",
                    "--group-initial-rebalance-delay-ms", "0", "--zk-session-timeout-ms", str(s.zk_session_timeout_ms),
                    "--shutdown-timeout-ms", str(s.shutdown_timeout_ms),
                    "--workers", "1",  # one process per daemon: its pid, its RSS and its groups are the node's
@@ -159,7 +172,7 @@ class Fleet:
         log_path = self.workdir / f"daemon-{node_id}.log"
         with open(log_path, "ab") as log:  # a session of its own: Ctrl-C reaches only us
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        daemon = Daemon(node_id, port, proc, log_path)
+        daemon = Daemon(node_id, port, proc, log_path, metrics_port)
         self.daemons[node_id] = daemon
         deadline = time.monotonic() + 60
         while self.registered_pid(node_id) != proc.pid:
@@ -472,6 +485,18 @@ def listen_counters() -> tuple[int, int]:
     return values.get("ListenOverflows", 0), values.get("ListenDrops", 0)
 
 
+def lag_figures(before: dict[float, float], after: dict[float, float]) -> dict:
+    """A window's event-loop lateness of one daemon, from its histogram's cumulative buckets at both ends."""
+    if not after:
+        return {"probes": 0, "p99_bound_ms": float("nan"), "over_10ms": 0, "over_50ms": 0, "over_100ms": 0}
+    counts = {bound: after[bound] - before.get(bound, 0.0) for bound in sorted(after)}
+    probes = counts[float("inf")]
+    p99 = next((bound for bound, count in counts.items() if count >= 0.99 * probes), float("inf"))
+    return {"probes": probes, "p99_bound_ms": p99 * 1e3,
+            "over_10ms": probes - counts.get(0.01, 0.0), "over_50ms": probes - counts.get(0.05, 0.0),
+            "over_100ms": probes - counts.get(0.1, 0.0)}
+
+
 async def window(load: Load, fleet: Fleet, daemons: list[Daemon], seconds: float, groups: int, title: str) -> dict:
     """Heartbeat latency, cores and memory per group over ``seconds``."""
     pids = {f"zkcoord-{d.node_id}": d.proc.pid for d in daemons}
@@ -480,9 +505,11 @@ async def window(load: Load, fleet: Fleet, daemons: list[Daemon], seconds: float
     lags: list[float] = []
     done = asyncio.Event()
     lagging = asyncio.ensure_future(loop_lag(lags, done))
+    lag_before = await asyncio.gather(*(asyncio.to_thread(d.loop_lag_buckets) for d in daemons))
     before = cpu_snapshot(pids)
     await asyncio.sleep(seconds)
     after = cpu_snapshot(pids)
+    lag_after = await asyncio.gather(*(asyncio.to_thread(d.loop_lag_buckets) for d in daemons))
     done.set()
     await lagging
     latencies, load.latencies = load.latencies, None
@@ -506,6 +533,12 @@ async def window(load: Load, fleet: Fleet, daemons: list[Daemon], seconds: float
     figures["client_lag_max_ms"] = max(lags, default=0.0) * 1e3
     print(f"load generator   {len(pauses)} collector passes, the longest {figures['client_gc_max_ms']:.1f} ms; its "
           f"loop late by p99 {figures['client_lag_p99_ms']:.1f} ms, max {figures['client_lag_max_ms']:.1f} ms")
+    for daemon, first, last in zip(daemons, lag_before, lag_after):
+        lag = lag_figures(first, last)
+        figures[f"daemon_{daemon.node_id}_loop_lag"] = lag
+        print(f"daemon {daemon.node_id} loop   late (probe every 50 ms, {lag['probes']:.0f} probes): p99 <= "
+              f"{lag['p99_bound_ms']:g} ms; later than 10 ms: {lag['over_10ms']:.0f}, than 50 ms: "
+              f"{lag['over_50ms']:.0f}, than 100 ms: {lag['over_100ms']:.0f}")
     print(f"memory per group {figures['bytes_per_group'] / 1024:.1f} KB (RSS growth since start over the groups; "
           f"RSS now {', '.join(f'node {n}: {mb:.0f} MB' for n, mb in figures['rss_mb'].items())})")
     return figures

@@ -213,3 +213,30 @@ def test_zookeeper_suspensions_and_expiries_are_counted_apart():
     value = metrics.registry.get_sample_value
     assert value("zkcoord_zookeeper_suspensions_total") == 2
     assert value("zkcoord_zookeeper_session_expiries_total") == 1
+
+
+def test_a_stall_of_the_event_loop_is_observed_as_its_lateness():
+    """A callback holding the loop for 0.4 s makes the probe (due every 50 ms)
+    run at least 0.35 s late; the probe stops when asked."""
+    import time
+
+    metrics = DaemonMetrics()
+
+    async def scenario():
+        metrics.start_loop_probe()
+        await asyncio.sleep(0.12)
+        time.sleep(0.4)  # the stall: nothing else runs meanwhile
+        await asyncio.sleep(0.12)
+        metrics.stop_loop_probe()
+
+    asyncio.run(scenario())
+    text = metrics.render().decode()
+
+    def sample(name: str) -> float:
+        [line] = [line for line in text.splitlines() if line.startswith(name + " ")]
+        return float(line.split()[-1])
+
+    count = sample("zkcoord_event_loop_lag_seconds_count")
+    under_quarter = sample('zkcoord_event_loop_lag_seconds_bucket{le="0.25"}')
+    assert count >= 3 and count - under_quarter >= 1  # the stall, at least 0.25 s late
+    assert metrics._loop_probe is None

@@ -286,10 +286,12 @@ class Daemon:
         await self.metrics_server.start()
         self.metrics_port = self.metrics_server.bound_port
         self.conn.add_listener(self.metrics.on_session_event)
+        self.metrics.start_loop_probe()
         log.info("metrics and health on http://%s:%d/metrics", address[0], self.metrics_port)
 
     async def _stop_metrics(self) -> None:
         if self.metrics is not None:
+            self.metrics.stop_loop_probe()
             self.conn.remove_listener(self.metrics.on_session_event)
         if self.metrics_server is not None:
             await self.metrics_server.stop()

@@ -118,6 +118,10 @@ def response_error(response) -> str:
         return str(code)
 
 
+LOOP_PROBE_S = 0.05
+LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, float("inf"))
+
+
 class DaemonMetrics:
     """The metrics of one daemon. ``manager`` and ``conn`` are read at scrape
     time; ``manager`` may be set after construction."""
@@ -157,11 +161,37 @@ class DaemonMetrics:
         self.broker_connect_failures = Counter(
             "zkcoord_gateway_broker_connect_failures_total",
             "Gateway client connections closed because no broker accepted a connection.", registry=r)
+        self.loop_lag = Histogram(
+            "zkcoord_event_loop_lag_seconds",
+            f"How late the daemon's event loop ran a callback due every {LOOP_PROBE_S * 1e3:g} ms: a stall "
+            "(a long callback, a collector pass, the process descheduled) delays every request it overlaps.",
+            registry=r, buckets=LOOP_LAG_BUCKETS)
+        self._loop_probe: asyncio.TimerHandle | None = None
+        self._probe_due = 0.0
         self._forwarded_by_key: dict[int, tuple] = {}  # api key -> (requests, request bytes, answer bytes)
         self.gateway = None  # the daemon's Gateway, read at scrape time; None without one
         r.register(_ScrapeTimeCollector(self))
         self._generations: dict[str, int] = {}  # group -> last generation seen
         self._preparing: dict[str, float] = {}  # group -> when its PreparingRebalance began
+
+    # -- the event loop's lateness ---------------------------------------------------
+    def start_loop_probe(self) -> None:
+        """Observe, every :data:`LOOP_PROBE_S`, how late the running loop is
+        (20 callbacks a second: nothing next to a request's cost)."""
+        loop = asyncio.get_running_loop()
+        self._probe_due = loop.time() + LOOP_PROBE_S
+        self._loop_probe = loop.call_at(self._probe_due, self._loop_probe_tick, loop)
+
+    def _loop_probe_tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        self.loop_lag.observe(max(0.0, now - self._probe_due))
+        self._probe_due = now + LOOP_PROBE_S
+        self._loop_probe = loop.call_at(self._probe_due, self._loop_probe_tick, loop)
+
+    def stop_loop_probe(self) -> None:
+        if self._loop_probe is not None:
+            self._loop_probe.cancel()
+            self._loop_probe = None
 
     # -- hooks --------------------------------------------------------------------
     def observe_request(self, api: str, response, duration_s: float | None = None) -> None:

@@ -23,7 +23,7 @@ A takeover, in bulk at every step:
 3. load the won ones: state znodes read in multiReads, the runtimes made
    and loaded, their legacy registrations and mode requests looked at and
    watched in bulk; each batch is served as soon as it is loaded, while the
-   next contends.
+   next contends (:data:`BATCHES_AT_ONCE` batches in flight).
 
 Groups still held by a daemon that left (a stopping daemon unregisters
 first and then releases its groups, batch by batch; a release cut short
@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 E = ErrorCode
 RETRY_S = 1.0  # a takeover that failed is tried again this much later
 RESCAN_S = 0.5  # while groups of daemons that left are still held, look again this often
+BATCHES_AT_ONCE = 2  # a takeover's batches in flight: one contends or reads while the other loads
 RESCANS = 240  # at most this many times (2 minutes): a stopping daemon's release, a session's expiry
 SETTLE_WAIT_S = 10.0  # the longest requests wait for a takeover's reservation
 
@@ -159,6 +160,7 @@ class Takeover:
         self._round_reserved(pending=False)  # requests for these now wait for their load; the others go on
         listed = time.monotonic()
         loaded, others = await manager.take_reserved(reserved) if reserved else ([], {})
+        taken = time.monotonic()
         leaving = await ownership.leaving(orphans, live) if orphans.held else 0
         if not reserved:
             log.info("takeover (node(s) %s gone): none of the %d groups nobody owns is placed here; %d held by "
@@ -166,11 +168,11 @@ class Takeover:
             return leaving
         failed = [g for g, answer in others.items() if isinstance(answer, BaseException)]
         log.info("took over %d groups (node(s) %s gone) in %.0f ms (%.0f ms of CPU, the daemon's, serving meanwhile "
-                 "included): %d of the %d groups nobody owned are placed here (listed in %.0f ms), %d served, %d lost "
-                 "to another daemon, %d failed%s; %d held by daemons not live", len(loaded), _names(gone),
-                 (time.monotonic() - started) * 1e3, (time.process_time() - cpu) * 1e3, len(reserved),
-                 len(orphans.unowned), (listed - started) * 1e3, len(loaded), len(others) - len(failed), len(failed),
-                 f" (first: {others[failed[0]]})" if failed else "", leaving)
+                 "included): %d of the %d groups nobody owned are placed here (listed in %.0f ms, all loaded after "
+                 "%.0f ms), %d served, %d lost to another daemon, %d failed%s; %d held by daemons not live",
+                 len(loaded), _names(gone), (time.monotonic() - started) * 1e3, (time.process_time() - cpu) * 1e3,
+                 len(reserved), len(orphans.unowned), (listed - started) * 1e3, (taken - started) * 1e3, len(loaded),
+                 len(others) - len(failed), len(failed), f" (first: {others[failed[0]]})" if failed else "", leaving)
         return leaving
 
 
@@ -229,10 +231,10 @@ class TakeoverLoading:
         registrations and mode requests looked at in bulk). Returns (the ids
         now served here, {id: the winner's node id or the error} of the others)."""
         served, others = [], {}
-        try:
-            chosen = list(futures)
-            for start in range(0, len(chosen), BATCH):
-                batch = chosen[start:start + BATCH]
+        slots = asyncio.Semaphore(BATCHES_AT_ONCE)
+
+        async def take(batch: list[str]) -> None:
+            async with slots:
                 answers = await self.ownership.contend_many(batch)
                 won = []
                 for group_id in batch:
@@ -243,7 +245,13 @@ class TakeoverLoading:
                     others[group_id] = answer
                     code = E.NOT_COORDINATOR if isinstance(answer, int) else E.COORDINATOR_NOT_AVAILABLE
                     futures[group_id].set_exception(GroupUnavailableError(group_id, code, f"not taken: {answer}"))
-                served += await self._load_slice(won, futures)
+                served.extend(await self._load_slice(won, futures))
+
+        try:
+            chosen = list(futures)
+            async with asyncio.TaskGroup() as batches:  # one batch's ZooKeeper round trips overlap another's loading
+                for start in range(0, len(chosen), BATCH):
+                    batches.create_task(take(chosen[start:start + BATCH]))
         finally:
             for group_id, future in futures.items():
                 if self._loading.get(group_id) is future:

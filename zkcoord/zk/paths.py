@@ -104,13 +104,14 @@ def component(value: object, what: str) -> str:
         raise UsageError(f"{what} {value!r} cannot name a znode: it must not be empty, '.' or '..'")
     if "/" in value:
         raise UsageError(f"{what} {value!r} cannot name a znode: it must not contain '/'")
-    bad = next((ch for ch in value if _forbidden(ch)), None)
+    bad = _FORBIDDEN.search(value)
     if bad is not None:
-        raise UsageError(f"{what} {value!r} cannot name a znode: character U+{ord(bad):04X} is not allowed")
+        raise UsageError(f"{what} {value!r} cannot name a znode: character U+{ord(bad.group()):04X} is not allowed")
     return value
 
 
 ENCODED_MARKER = "%%"
+_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff]")  # _forbidden's code points
 _UNNAMEABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff/]")  # _forbidden, and '/'
 _ESCAPED = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff/%]")  # and '%' once encoded
 
