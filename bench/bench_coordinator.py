@@ -69,9 +69,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pyspy_report  # noqa: E402
 from bench_env import Environment, cpu_cores, cpu_snapshot, zk_counters  # noqa: E402  (after the path tweak)
 from group_client import (  # noqa: E402
-    NONE, BenchError, KafkaConnection, Member, common_versions, find_coordinator, leave_all, open_notice,
-    served_versions,
+    NONE, BenchError, KafkaConnection, Member, commit_errors, common_versions, find_coordinator, heartbeat_errors,
+    leave_all, open_notice, served_versions,
 )
+from load_procs import ConnectSpec, LoadProcesses, MemberSpec, Run  # noqa: E402
 
 COMMIT_TOPIC = "bench-commits"
 REBALANCE_TOPIC = "bench-rebalance"
@@ -101,6 +102,7 @@ class Settings:
     only: tuple[str, ...] = ("heartbeat", "commit", "rebalance")
     targets: tuple[str, ...] = TARGETS
     profile: str = ""  # "", "cprofile" or "pyinstrument": run the daemon under it; "py-spy": sample each load run
+    load_processes: int = 1  # 1: the members' requests from this process; N: from N processes of their own
 
     def __post_init__(self) -> None:
         if self.members < self.groups or self.members % self.groups:
@@ -247,22 +249,22 @@ async def close_members(members: list[Member]) -> None:
 
 # -- scenarios -------------------------------------------------------------------------------
 
-def _heartbeat_errors(response) -> list[int]:
-    return [response.error_code]
+def member_spec(member: Member) -> MemberSpec:
+    """What a load process needs to send ``member``'s requests on a connection of its own."""
+    host, port = member.conn.peer
+    return MemberSpec(host, port, member.group, member.member_id, member.generation, dict(member.versions),
+                      member.conn.client_id, member.topic, tuple(member.assignment))
 
 
-def _commit_errors(response) -> list[int]:
-    return [p.error_code for t in response.topics for p in t.partitions]
-
-
-async def _sample(env: Environment, start: float, end: float, counters: bool) -> tuple[dict, int]:
-    """CPU use (and ZooKeeper transactions) between two perf_counter instants."""
+async def _sample(pids: dict[str, int], env: Environment, start: float, end: float,
+                  counters: bool) -> tuple[dict, int]:
+    """CPU use of ``pids`` (and ZooKeeper transactions) between two perf_counter instants."""
     await asyncio.sleep(max(0.0, start - time.perf_counter()))
-    a, zk_a = cpu_snapshot(env.pids), (await asyncio.to_thread(zk_counters, env.zk_port, env.namespace)
-                                       if counters else (0, 0))
+    a, zk_a = cpu_snapshot(pids), (await asyncio.to_thread(zk_counters, env.zk_port, env.namespace)
+                                   if counters else (0, 0))
     await asyncio.sleep(max(0.0, end - time.perf_counter()))
-    b, zk_b = cpu_snapshot(env.pids), (await asyncio.to_thread(zk_counters, env.zk_port, env.namespace)
-                                       if counters else (0, 0))
+    b, zk_b = cpu_snapshot(pids), (await asyncio.to_thread(zk_counters, env.zk_port, env.namespace)
+                                   if counters else (0, 0))
     return cpu_cores(a, b), zk_b[0] - zk_a[0]
 
 
@@ -283,7 +285,7 @@ async def load(scenario: str, target: Target, members: list[Member], env: Enviro
     committing = scenario.startswith("commit")
     sentinels = [OFFSET_SENTINEL + i for i in range(settings.commit_partitions)]
     templates = [m.commit_template(sentinels) if committing else m.heartbeat_template() for m in members]
-    errors_of = _commit_errors if committing else _heartbeat_errors
+    errors_of = commit_errors if committing else heartbeat_errors
     start = time.perf_counter() + 0.05
     measure_from = start + settings.warmup_s
     end = measure_from + settings.duration_s
@@ -310,13 +312,36 @@ async def load(scenario: str, target: Target, members: list[Member], env: Enviro
                         errors[code] += 1
             due = max(due + interval, done) if interval else 0.0
 
-    sampler = asyncio.get_running_loop().create_task(_sample(env, measure_from, end, committing))
+    workers = None
+    pids = env.pids
+    if settings.load_processes > 1:
+        run = Run(committing, tuple(sentinels), interval, len(members))
+        workers = LoadProcesses(settings.load_processes, [member_spec(m) for m in members], run, env.connect_spec)
+        pids = {**env.pids, **workers.pids}
+        await workers.ready()
+        start = time.perf_counter() + 0.05
+        measure_from = start + settings.warmup_s
+        end = measure_from + settings.duration_s
+        workers.start(start, measure_from, end)
+    sampler = asyncio.get_running_loop().create_task(_sample(pids, env, measure_from, end, committing))
     spy = loop_task = None
     if settings.profile == "py-spy" and SERVER_PROCESS[target.name] == "zkcoord":
         spy_path = env.workdir / f"py-spy-{target.name}-{scenario.replace(' ', '-').replace('/', '')}.txt"
         loop_task = asyncio.get_running_loop().create_task(_spy(env, measure_from, settings.duration_s, spy_path))
-    per_member = await asyncio.gather(*(one(i, m) for i, m in enumerate(members)))
-    cpu, zk_txns = await sampler
+    if workers is None:
+        per_member = await asyncio.gather(*(one(i, m) for i, m in enumerate(members)))
+        cpu, zk_txns = await sampler
+    else:
+        try:
+            latencies, their_errors = await workers.results()
+            cpu, zk_txns = await sampler
+        finally:
+            workers.close()
+        per_member = [latencies]
+        errors.update(their_errors)
+    for name in list(cpu):  # the load processes are the client
+        if name.startswith("load-"):
+            cpu["client"] += cpu.pop(name)
     if loop_task is not None:
         spy = await loop_task
         if spy is not None:
@@ -603,6 +628,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None, Pa
         "session_timeout_ms": "members' session time-out", "rebalance_timeout_ms": "members' rebalance time-out",
         "duration_s": "measured seconds per load run", "warmup_s": "unmeasured seconds before each",
         "join_phase_seed": "seed of each rebalance round's join moment within a heartbeat interval",
+        "load_processes": "heartbeat and commit runs: 1 sends every member's requests from this process; N "
+                          "from N processes of their own (bench/load_procs.py), when one process cannot keep "
+                          "up with the server",
         "notice": "on: rebalance members keep a held heartbeat in flight where the server offers the "
                   "rebalance notice (the daemon's listener does; Kafka and the gateway do not); off: "
                   "heartbeats only, on every target",

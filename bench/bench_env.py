@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from group_client import BenchError, KafkaConnection, served_versions
+from load_procs import ConnectSpec
 from zkcoord.local.procs import free_port, free_port_range
 from zkcoord.local.sandbox import zk_four_letter
 
@@ -229,6 +230,7 @@ class Environment:
         self.secure = secure
         self.material = None  # zkcoord.local.secure.SecureMaterial, once a secure sandbox is up
         self.connect: dict = {}  # KafkaConnection.open's ssl_context and login, on a secure sandbox
+        self.connect_spec = ConnectSpec()  # the same, for a load process to make its own (load_procs.py)
         self.workers = workers  # the daemon's --workers: its listener P, worker k's own port P + k
         self.topic, self.topic_partitions = topic, topic_partitions
         self.profiler = profiler  # "", "cprofile", "pyinstrument" or "py-spy" (attached per load run, not here)
@@ -288,6 +290,7 @@ class Environment:
         context = SslSettings(truststore_type="PEM", truststore_location=str(self.material.ca_pem)).client_context()
         self.connect = {"ssl_context": context,
                         "login": (secure.MECHANISM, "admin", self.material.passwords["admin"].value)}
+        self.connect_spec = ConnectSpec(str(self.material.ca_pem), self.connect["login"])
 
     def kafka_python_security(self) -> dict:
         """kafka-python's settings for the sandbox's brokers: {} on a plain sandbox."""

@@ -68,6 +68,16 @@ def _decode(frame: bytes, response_class, correlation_id: int):
     return response_class.decode(buffer)
 
 
+def heartbeat_errors(response) -> list[int]:
+    """A Heartbeat response's error codes."""
+    return [response.error_code]
+
+
+def commit_errors(response) -> list[int]:
+    """An OffsetCommit response's error codes, one per partition."""
+    return [p.error_code for t in response.topics for p in t.partitions]
+
+
 class KafkaConnection(asyncio.Protocol):
     """One TCP connection; ``await conn.call(request)`` returns the decoded response."""
 
@@ -78,6 +88,7 @@ class KafkaConnection(asyncio.Protocol):
         self._waiting: collections.deque = collections.deque()  # (correlation id, response class, future)
         self._last_id = 0
         self._lost: BaseException | None = None
+        self.peer: tuple[str, int] | None = None
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str, ssl_context=None, login=None) -> "KafkaConnection":
@@ -91,6 +102,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self._transport = transport
+        self.peer = tuple(transport.get_extra_info("peername")[:2])  # (host, port) connected to
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
@@ -333,8 +345,9 @@ class Member:
     def heartbeat_template(self) -> RequestTemplate:
         return RequestTemplate(self.heartbeat_request(), self.conn.client_id)
 
-    def commit_template(self, sentinels: Sequence[int]) -> RequestTemplate:
-        """OffsetCommit of this member's partitions (one per sentinel) at this generation."""
+    def commit_template(self, sentinels: Sequence[int], client_id: str | None = None) -> RequestTemplate:
+        """OffsetCommit of this member's partitions (one per sentinel) at this generation
+        (``client_id``: another connection's; its own by default)."""
         if len(sentinels) > len(self.assignment):
             raise BenchError(f"{self.member_id} owns {len(self.assignment)} partitions, cannot commit "
                              f"{len(sentinels)}")
@@ -344,7 +357,7 @@ class Member:
             OffsetCommitRequest, self.versions["OffsetCommit"], group_id=self.group,
             generation_id_or_member_epoch=self.generation, member_id=self.member_id, group_instance_id=None,
             retention_time_ms=-1, topics=[{"name": self.topic, "partitions": partitions}])
-        return RequestTemplate(request, self.conn.client_id, sentinels)
+        return RequestTemplate(request, client_id or self.conn.client_id, sentinels)
 
     async def maintain(self, stop: asyncio.Event, interval_s: float) -> None:
         """Join, sync, then heartbeat every ``interval_s`` and rejoin when told, until ``stop``."""
