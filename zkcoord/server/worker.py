@@ -107,11 +107,12 @@ def main() -> None:
     spec: WorkerSpec = pickle.load(sys.stdin.buffer)
     _die_with_parent(spec.supervisor_pid)
     _setup_logging(spec)
-    from zkcoord.server.daemon import _loop_factory
+    from zkcoord.server.daemon import _loop_factory, exit_now
 
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(_serve(spec))
+        exit_now(0)
     except ZkcoordError as exc:
         print(f"error: worker {spec.plan.index}: {exc}", file=sys.stderr, flush=True)
         sys.exit(exc.exit_code)
