@@ -69,10 +69,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pyspy_report  # noqa: E402
 from bench_env import Environment, cpu_cores, cpu_snapshot, zk_counters  # noqa: E402  (after the path tweak)
 from group_client import (  # noqa: E402
-    NONE, BenchError, KafkaConnection, Member, commit_errors, common_versions, find_coordinator, heartbeat_errors,
-    leave_all, open_notice, served_versions,
+    BenchError, KafkaConnection, Member, Schedule, commit_errors, common_versions, find_coordinator, heartbeat_errors,
+    leave_all, member_requests, open_notice, served_versions,
 )
-from load_procs import ConnectSpec, LoadProcesses, MemberSpec, Run  # noqa: E402
+from load_procs import LoadProcesses, MemberSpec, Run  # noqa: E402
 
 COMMIT_TOPIC = "bench-commits"
 REBALANCE_TOPIC = "bench-rebalance"
@@ -286,50 +286,26 @@ async def load(scenario: str, target: Target, members: list[Member], env: Enviro
     sentinels = [OFFSET_SENTINEL + i for i in range(settings.commit_partitions)]
     templates = [m.commit_template(sentinels) if committing else m.heartbeat_template() for m in members]
     errors_of = commit_errors if committing else heartbeat_errors
-    start = time.perf_counter() + 0.05
-    measure_from = start + settings.warmup_s
-    end = measure_from + settings.duration_s
-    interval = len(members) / paced_rate if paced_rate else 0.0
     errors: collections.Counter = collections.Counter()
-
-    async def one(index: int, member: Member) -> list[float]:
-        latencies, template, offset = [], templates[index], 0
-        due = start + interval * index / len(members)
-        while True:
-            now = time.perf_counter()
-            if due > now:
-                await asyncio.sleep(due - now)
-                now = time.perf_counter()
-            if now >= end:
-                return latencies
-            offset += 1
-            response = await member.conn.call_template(template, [offset] * len(sentinels))
-            done = time.perf_counter()
-            if now >= measure_from:
-                latencies.append(done - now)
-                for code in errors_of(response):
-                    if code != NONE:
-                        errors[code] += 1
-            due = max(due + interval, done) if interval else 0.0
-
     workers = None
     pids = env.pids
     if settings.load_processes > 1:
-        run = Run(committing, tuple(sentinels), interval, len(members))
-        workers = LoadProcesses(settings.load_processes, [member_spec(m) for m in members], run, env.connect_spec)
+        workers = LoadProcesses(settings.load_processes, [member_spec(m) for m in members],
+                                Run(committing, tuple(sentinels)), env.connect_spec)
         pids = {**env.pids, **workers.pids}
         await workers.ready()
-        start = time.perf_counter() + 0.05
-        measure_from = start + settings.warmup_s
-        end = measure_from + settings.duration_s
-        workers.start(start, measure_from, end)
-    sampler = asyncio.get_running_loop().create_task(_sample(pids, env, measure_from, end, committing))
+    schedule = Schedule.from_now(settings.warmup_s, settings.duration_s, len(members), paced_rate)
+    if workers is not None:
+        workers.start(schedule)
+    sampler = asyncio.get_running_loop().create_task(
+        _sample(pids, env, schedule.measure_from, schedule.end, committing))
     spy = loop_task = None
     if settings.profile == "py-spy" and SERVER_PROCESS[target.name] == "zkcoord":
         spy_path = env.workdir / f"py-spy-{target.name}-{scenario.replace(' ', '-').replace('/', '')}.txt"
-        loop_task = asyncio.get_running_loop().create_task(_spy(env, measure_from, settings.duration_s, spy_path))
+        loop_task = asyncio.get_running_loop().create_task(_spy(env, schedule.measure_from, settings.duration_s, spy_path))
     if workers is None:
-        per_member = await asyncio.gather(*(one(i, m) for i, m in enumerate(members)))
+        per_member = await asyncio.gather(*(member_requests(m.conn, templates[i], i, schedule, len(sentinels), errors_of,
+                                                            errors) for i, m in enumerate(members)))
         cpu, zk_txns = await sampler
     else:
         try:

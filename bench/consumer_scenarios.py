@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 
 from bench_env import ZkWrites, cpu_cores, cpu_snapshot, zk_write_counters
 from consumer_client import ConsumerMember, check_described, describe, settled, settled_at
-from group_client import NONE, BenchError, KafkaConnection, RequestTemplate, find_coordinator
+from group_client import (
+    BenchError, KafkaConnection, RequestTemplate, Schedule, find_coordinator, heartbeat_errors, member_requests,
+)
 
 SETTLE_TIMEOUT_S = 180.0
 
@@ -418,40 +420,20 @@ async def load(scenario: str, target: Target, members: Sequence[ConsumerMember],
                env, settings, paced_rate: int | None = None) -> LoadResult:
     """Each member sends its template over its own connection, one at a
     time: back to back, or at ``members / paced_rate`` s intervals."""
-    start = time.perf_counter() + 0.05
-    measure_from = start + settings.warmup_s
-    end = measure_from + settings.duration_s
-    interval = len(members) / paced_rate if paced_rate else 0.0
+    schedule = Schedule.from_now(settings.warmup_s, settings.duration_s, len(members), paced_rate)
     errors: dict[int, int] = {}
 
-    async def one(index: int, member: ConsumerMember) -> list[float]:
-        latencies, template = [], templates[index]
-        due = start + interval * index / len(members)
-        while True:
-            now = time.perf_counter()
-            if due > now:
-                await asyncio.sleep(due - now)
-                now = time.perf_counter()
-            if now >= end:
-                return latencies
-            response = await member.conn.call_template(template)
-            done = time.perf_counter()
-            if now >= measure_from:
-                latencies.append(done - now)
-                if response.error_code != NONE:
-                    errors[response.error_code] = errors.get(response.error_code, 0) + 1
-            due = max(due + interval, done) if interval else 0.0
-
     async def sample() -> tuple[dict[str, float], int]:
-        await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
+        await asyncio.sleep(max(0.0, schedule.measure_from - time.perf_counter()))
         meter = Meter(env, target)
         await meter.start()
-        await asyncio.sleep(max(0.0, end - time.perf_counter()))
+        await asyncio.sleep(max(0.0, schedule.end - time.perf_counter()))
         cpu_s, zk = await meter.stop()
         return {k: v / meter.wall_s for k, v in cpu_s.items()}, (zk.zxid if zk else 0)
 
     sampler = asyncio.get_running_loop().create_task(sample())
-    per_member = await asyncio.gather(*(one(i, m) for i, m in enumerate(members)))
+    per_member = await asyncio.gather(*(member_requests(m.conn, templates[i], i, schedule, 0, heartbeat_errors, errors)
+                                        for i, m in enumerate(members)))
     cores, txns = await sampler
     latencies = sorted(x for lat in per_member for x in lat)
     return LoadResult(scenario, target.name, len(latencies), settings.duration_s, percentile(latencies, 0.5) * 1e3,

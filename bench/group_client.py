@@ -32,6 +32,7 @@ import io
 import struct
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kafka.protocol.consumer.group import (
     HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest, SyncGroupRequest,
@@ -76,6 +77,51 @@ def heartbeat_errors(response) -> list[int]:
 def commit_errors(response) -> list[int]:
     """An OffsetCommit response's error codes, one per partition."""
     return [p.error_code for t in response.topics for p in t.partitions]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When a load run's members send (``time.perf_counter`` instants, the
+    system-wide monotonic clock on Linux: the same in every process)."""
+
+    start: float
+    measure_from: float  # latencies of requests sent from here on count
+    end: float  # no request is sent from here on
+    interval_s: float  # between one member's requests; 0: back to back
+    members: int  # in the whole run: member ``index`` starts ``interval_s * index / members`` in
+
+    @classmethod
+    def from_now(cls, warmup_s: float, duration_s: float, members: int, paced_rate: int | None) -> "Schedule":
+        start = time.perf_counter() + 0.05
+        return cls(start, start + warmup_s, start + warmup_s + duration_s,
+                   members / paced_rate if paced_rate else 0.0, members)
+
+
+async def member_requests(conn: "KafkaConnection", template: "RequestTemplate", index: int, schedule: Schedule,
+                          values: int, errors_of, errors: dict) -> list[float]:
+    """Member ``index``'s requests on ``conn`` over ``schedule``: ``template``
+    with its ``values`` sentinels set to 1, 2, 3... (offsets), one in flight
+    at a time; the latencies of those sent after ``measure_from``, their
+    nonzero error codes counted into ``errors``."""
+    latencies, offset = [], 0
+    interval = schedule.interval_s
+    due = schedule.start + interval * index / schedule.members
+    while True:
+        now = time.perf_counter()
+        if due > now:
+            await asyncio.sleep(due - now)
+            now = time.perf_counter()
+        if now >= schedule.end:
+            return latencies
+        offset += 1
+        response = await conn.call_template(template, [offset] * values)
+        done = time.perf_counter()
+        if now >= schedule.measure_from:
+            latencies.append(done - now)
+            for code in errors_of(response):
+                if code != NONE:
+                    errors[code] = errors.get(code, 0) + 1
+        due = max(due + interval, done) if interval else 0.0
 
 
 class KafkaConnection(asyncio.Protocol):

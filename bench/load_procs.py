@@ -24,7 +24,6 @@ import asyncio
 import collections
 import multiprocessing
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,8 +68,6 @@ class ConnectSpec:
 class Run:
     committing: bool
     sentinels: tuple[int, ...]
-    interval_s: float  # 0: back to back
-    members_total: int
 
 
 def _template(spec: MemberSpec, run: Run):
@@ -85,7 +82,7 @@ def _template(spec: MemberSpec, run: Run):
 
 
 async def _worker_main(conn, specs: list[tuple[int, MemberSpec]], run: Run, connect: ConnectSpec) -> None:
-    from group_client import NONE, KafkaConnection, commit_errors, heartbeat_errors
+    from group_client import KafkaConnection, commit_errors, heartbeat_errors, member_requests
 
     errors_of = commit_errors if run.committing else heartbeat_errors
     options = connect.open_kwargs()
@@ -94,36 +91,13 @@ async def _worker_main(conn, specs: list[tuple[int, MemberSpec]], run: Run, conn
         connection = await KafkaConnection.open(spec.host, spec.port, spec.client_id, **options)
         members.append((index, connection, _template(spec, run)))
     conn.send("ready")
-    start, measure_from, end = await asyncio.to_thread(conn.recv)
-    errors: collections.Counter = collections.Counter()
-
-    async def one(index: int, connection, template) -> list[float]:
-        latencies, offset = [], 0
-        due = start + run.interval_s * index / run.members_total
-        values = [0] * len(run.sentinels)
-        while True:
-            now = time.perf_counter()
-            if due > now:
-                await asyncio.sleep(due - now)
-                now = time.perf_counter()
-            if now >= end:
-                return latencies
-            offset += 1
-            if values:
-                values = [offset] * len(values)
-            response = await connection.call_template(template, values)
-            done = time.perf_counter()
-            if now >= measure_from:
-                latencies.append(done - now)
-                for code in errors_of(response):
-                    if code != NONE:
-                        errors[code] += 1
-            due = max(due + run.interval_s, done) if run.interval_s else 0.0
-
-    per_member = await asyncio.gather(*(one(i, c, t) for i, c, t in members))
+    schedule = await asyncio.to_thread(conn.recv)
+    errors: dict[int, int] = {}
+    per_member = await asyncio.gather(*(member_requests(c, t, i, schedule, len(run.sentinels), errors_of, errors)
+                                        for i, c, t in members))
     for _, connection, _ in members:
         connection.close()
-    conn.send(([x for latencies in per_member for x in latencies], dict(errors)))
+    conn.send(([x for latencies in per_member for x in latencies], errors))
     await asyncio.to_thread(conn.recv)  # alive (its CPU readable) until the parent has sampled it
 
 
@@ -173,9 +147,10 @@ class LoadProcesses:
             if answer != "ready":
                 raise RuntimeError(f"a load process failed before the run: {answer!r}")
 
-    def start(self, start: float, measure_from: float, end: float) -> None:
+    def start(self, schedule) -> None:
+        """Every load process runs ``schedule`` (group_client.Schedule)."""
         for pipe in self._pipes:
-            pipe.send((start, measure_from, end))
+            pipe.send(schedule)
 
     async def results(self) -> tuple[list[float], collections.Counter]:
         latencies, errors = [], collections.Counter()
