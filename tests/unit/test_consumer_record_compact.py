@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from zkcoord.core.consumer.record import (
@@ -40,14 +40,15 @@ def test_a_member_holding_100000_partitions_folds_to_a_few_bytes():
 
 def test_folding_keeps_order_epochs_and_odd_partitions():
     plain = member({T1: [[4, 2], [5, 2], [6, 3], [7, 3], [0, 3], [9, 3], [10, 3]]},
-                   {T1: [9, 10, 11, 3, 0, 1], T2: [5]}, pr={T2: [[1, 1], [2, 1]]})
+                   {T1: [9, 10, 11, 3, 0, 1, 99998, 99999], T2: [5]}, pr={T2: [[1, 1], [2, 1]]})
     folded = compact_member_record(plain)
     assert folded["a"] == {T1: [[4, 2, 2], [6, 3, 2], [0, 3], [9, 3, 2]]}
-    assert folded["tg"] == {T1: [[9, 3], 3, [0, 2]], T2: [5]}
+    # a run of two is folded only where that is shorter: "0, 1" stays, "99998, 99999" is [99998, 2]
+    assert folded["tg"] == {T1: [[9, 3], 3, 0, 1, [99998, 2]], T2: [5]}
     assert folded["pr"] == {T2: [[1, 1, 2]]}
     member_, target, epoch = _member_from(folded)
     assert (member_, target, epoch) == _member_from(plain)
-    assert list(target[T1]) == [9, 10, 11, 3, 0, 1]
+    assert list(target[T1]) == [9, 10, 11, 3, 0, 1, 99998, 99999]
     assert list(member_.assigned[T1].items()) == [(4, 2), (5, 2), (6, 3), (7, 3), (0, 3), (9, 3), (10, 3)]
 
 
@@ -59,6 +60,7 @@ _parts = st.lists(st.integers(0, 60), unique=True, max_size=80)
 @settings(max_examples=200, deadline=None)
 @given(a=st.dictionaries(st.sampled_from([T1, T2]), _pairs), tg=st.dictionaries(st.sampled_from([T1, T2]), _parts),
        pr=st.dictionaries(st.sampled_from([T1, T2]), _pairs))
+@example(a={}, tg={T1: [0, 1, 3, 4]}, pr={})  # found once: two runs of two were written longer than the plain list
 def test_folding_round_trips(a, tg, pr):
     plain = member(a, tg, pr)
     folded = compact_member_record(plain)

@@ -153,7 +153,15 @@ def _fold(partitions: list) -> list:
             runs[-1][1] += 1
         else:
             runs.append([p, 1])
-    return [start if n == 1 else [start, n] for start, n in runs]
+    out: list = []
+    for start, n in runs:
+        if n == 1:
+            out.append(start)
+        elif n == 2 and len(f"{start}, {start + 1}") <= len(f"[{start}, 2]"):
+            out += (start, start + 1)  # a run of two small numbers is shorter written out
+        else:
+            out.append([start, n])
+    return out
 
 
 # -- reading ----------------------------------------------------------------------------------
