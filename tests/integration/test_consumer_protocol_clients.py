@@ -200,6 +200,18 @@ def zk_offsets(zk, group: str, topic: str) -> dict[TopicPartition, int]:
     return {(topic, int(p)): int(zk.get(f"{path}/{p}")[0]) for p in zk.get_children(path)}
 
 
+def wait_committed(zk, group: str, topic: str, ends: dict[TopicPartition, int], members) -> None:
+    """Wait until ZooKeeper holds ``ends`` as the group's committed offsets;
+    on time-out, say which partitions differ and who holds what now."""
+    try:
+        wait_for(lambda: zk_offsets(zk, group, topic) == ends, WAIT_S, "the last offsets committed")
+    except AssertionError:
+        stored = zk_offsets(zk, group, topic)
+        differ = {tp: (stored.get(tp), end) for tp, end in ends.items() if stored.get(tp) != end}
+        raise AssertionError(f"not within {WAIT_S:g} s: the last offsets committed; (stored, end) of the "
+                             f"partitions that differ: {differ}; the members now: {members.current()}") from None
+
+
 def assert_commits_kept(commits, stored: dict[TopicPartition, int]) -> None:
     """Every acknowledged commit is still there (the stored offset is at
     least it) and, in the order they were acknowledged, commits of a
@@ -269,7 +281,7 @@ def test_librdkafka_and_java_members_split_a_topic(services, fleet, members, zk,
     wait_for(lambda: not missing(acked, members.consumed()), WAIT_S, "every acknowledged record consumed",
              interval_s=0.2)
     ends = {tp: max(offsets) + 1 for tp, offsets in acked.items()}
-    wait_for(lambda: zk_offsets(zk, group, topic) == ends, WAIT_S, "the last offsets committed")
+    wait_committed(zk, group, topic, ends, members)
     assert [m.errors() for m in members.rdkafka.values()] == [[], [], []]
     members.close()
     assert_no_double_owner(members.changes())
@@ -336,7 +348,7 @@ def test_rolling_upgrade_and_downgrade_under_a_producer(services, fleet, members
     wait_for(lambda: not missing(acked, members.consumed()), WAIT_S, "every acknowledged record consumed",
              interval_s=0.2)
     ends = {tp: max(offsets) + 1 for tp, offsets in acked.items()}
-    wait_for(lambda: zk_offsets(zk, group, topic) == ends, WAIT_S, "the last offsets committed")
+    wait_committed(zk, group, topic, ends, members)
     members.close()
 
     assert [t for _, t in types_seen] == ["classic"] + ["consumer"] * 7 + ["classic"]
@@ -402,7 +414,7 @@ def test_kill_9_of_the_owner_mid_reconciliation(services, fleet, members, zk, un
     wait_for(lambda: not missing(acked, members.consumed()), WAIT_S, "every acknowledged record consumed",
              interval_s=0.2)
     ends = {tp: max(offsets) + 1 for tp, offsets in acked.items()}
-    wait_for(lambda: zk_offsets(zk, group, topic) == ends, WAIT_S, "the last offsets committed")
+    wait_committed(zk, group, topic, ends, members)
 
     assert "%s:%d" % asyncio.run(find_coordinator(survivor.gateway_address, group)) == survivor.gateway_address
     assert fleet.contenders(group)[0] == survivor.node_id
