@@ -73,8 +73,8 @@ class Run:
 def _template(spec: MemberSpec, run: Run):
     from group_client import Member, RequestTemplate
 
-    member = Member.__new__(Member)  # the request builders only: no connection of its own here
-    member.group, member.topic, member.versions = spec.group, spec.topic, spec.versions
+    # the member's request builders, without a connection of its own here
+    member = Member(None, spec.group, spec.topic, len(spec.assignment), spec.versions, 0, 0)
     member.member_id, member.generation, member.assignment = spec.member_id, spec.generation, list(spec.assignment)
     if run.committing:
         return member.commit_template(run.sentinels, spec.client_id)

@@ -46,8 +46,8 @@ import os
 import signal
 import sys
 from contextlib import AsyncExitStack, suppress
-from typing import NoReturn
 from dataclasses import dataclass
+from typing import NoReturn
 
 from zkcoord.config import DaemonConfig
 from zkcoord.core.group import GroupConfig

@@ -90,10 +90,10 @@ IDS = "ids"
 OWNERS = "owners"
 
 
-def _forbidden(ch: str) -> bool:
-    code = ord(ch)  # the code points ZooKeeper's PathUtils.validatePath rejects; above U+FFFF
-    # Java holds a surrogate pair, which it rejects too
-    return code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xF8FF or code >= 0xFFF0
+# The code points ZooKeeper's PathUtils.validatePath rejects in a znode name (above U+FFFF Java
+# holds a surrogate pair, which it rejects too), as a regular expression's character class.
+_FORBIDDEN_CHARS = "\\x00-\\x1f\\x7f-\\x9f\\ud800-\\uf8ff\\ufff0-\\U0010ffff"
+_FORBIDDEN = re.compile(f"[{_FORBIDDEN_CHARS}]")
 
 
 def component(value: object, what: str) -> str:
@@ -111,9 +111,8 @@ def component(value: object, what: str) -> str:
 
 
 ENCODED_MARKER = "%%"
-_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff]")  # _forbidden's code points
-_UNNAMEABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff/]")  # _forbidden, and '/'
-_ESCAPED = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff/%]")  # and '%' once encoded
+_UNNAMEABLE = re.compile(f"[{_FORBIDDEN_CHARS}/]")  # and '/'
+_ESCAPED = re.compile(f"[{_FORBIDDEN_CHARS}/%]")  # and '%' once encoded
 
 
 def _escape(match: re.Match) -> str:
