@@ -28,7 +28,8 @@ Mode: leader
 Node count: 6
 Proposal sizes last/min/max: 48/48/92
 """
-SRVR_FOLLOWER = SRVR_LEADER.replace("Mode: leader", "Mode: follower").replace("Proposal sizes last/min/max: 48/48/92\n", "")
+SRVR_FOLLOWER = SRVR_LEADER.replace("Mode: leader", "Mode: follower").replace(
+    "Proposal sizes last/min/max: 48/48/92\n", "")
 SRVR_NO_QUORUM = "This ZooKeeper instance is not currently serving requests\n"
 
 
@@ -87,7 +88,8 @@ def test_zoo_cfg_of_an_ensemble_member(tmp_path):
     assert not [line for line in standalone if line.startswith("server.")]
     assert {"initLimit=10", "syncLimit=5"} <= set(standalone)  # unchanged for one server
     with_sasl = config_files.zoo_cfg(tmp_path, 1, sasl=True, peers=peers).splitlines()
-    assert f"authProvider.1={config_files.SASL_AUTH_PROVIDER}" in with_sasl and "server.3=127.0.0.1:22003:23003" in with_sasl
+    assert f"authProvider.1={config_files.SASL_AUTH_PROVIDER}" in with_sasl
+    assert "server.3=127.0.0.1:22003:23003" in with_sasl
     with pytest.raises(ValueError, match="same myid"):
         ensemble.server_lines([ensemble.Peer(1, 1, 2), ensemble.Peer(1, 3, 4)])
 
