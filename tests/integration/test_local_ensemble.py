@@ -31,8 +31,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -98,7 +100,8 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(request):
+    failed_before = request.session.testsfailed
     with state_directory(os.environ.get("ZKCOORD_TEST_STATE_DIR"), "ensemble") as state_dir:
         try:
             up = zkcoord_local("up", "--zookeepers", "3", "--brokers", "3", "--daemons", "2", "--workers", "1",
@@ -108,6 +111,10 @@ def cluster():
             wait_group_coordinator(found.brokers)
             yield found
         finally:
+            if request.session.testsfailed > failed_before and (state_dir / "logs").is_dir():
+                kept = Path(tempfile.mkdtemp(prefix="zkcoord-ensemble-logs-"))  # as a failed fault run keeps its own
+                shutil.copytree(state_dir / "logs", kept / "logs")
+                print(f"\nthe ensemble sandbox's server logs are kept in {kept}/logs")
             zkcoord_local("down", state_dir=state_dir, check=False)
 
 
