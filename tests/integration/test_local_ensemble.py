@@ -464,7 +464,7 @@ def test_broker_killed_offsets_topic_served_by_the_others(whole, unique_name):
         daemons_group.wait_acknowledged(5, what="before the fault")
         partition = offsets_partition(group_id)
         coordinator = faults.group_coordinator(group_id)
-        assert faults.partition_leader(OFFSETS_TOPIC, partition) == coordinator
+        assert faults.wait_partition_leader(OFFSETS_TOPIC, partition) == coordinator
 
         killed = time.monotonic()
         faults.kill_broker(coordinator)

@@ -19,7 +19,8 @@ sandbox; the ensemble ones need an ensemble):
   :meth:`~ClusterFaults.restart_broker`), which broker is a group's
   coordinator in Kafka (:meth:`~ClusterFaults.group_coordinator`: what
   FindCoordinator answers) or a partition's leader
-  (:meth:`~ClusterFaults.partition_leader`).
+  (:meth:`~ClusterFaults.partition_leader`: as every running broker's own
+  metadata has it).
 
 Every wait is for a condition the servers report (a leader elected and
 every running member serving, a broker's registration under
@@ -34,12 +35,13 @@ import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from kafka.protocol.metadata import MetadataRequest
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from tests.support.daemons import wait_for
-from tests.support.wire import find_coordinator
+from tests.support.wire import WireClient, find_coordinator
 from zkcoord.local import config_files, ensemble, procs
 from zkcoord.local.sandbox import Sandbox, SandboxState, zk_four_letter, zookeeper_mode
 
@@ -270,27 +272,58 @@ class ClusterFaults:
         host, port = asyncio.run(find_coordinator(self.live_bootstrap(), group, timeout_s=timeout_s))
         return self._broker_by_port(port)
 
-    def partition_leader(self, topic: str, partition: int) -> int | None:
-        """The partition's leader by the cluster's metadata (asked of a
-        running broker); None while it has none (-1)."""
-        from kafka import KafkaAdminClient
+    def partition_views(self, topic: str, partition: int) -> dict[int, int | None]:
+        """The partition's leader as each running broker's own metadata
+        cache has it (broker id -> leader id; None: no leader, or the broker
+        did not answer). The controller sends every broker the change; a
+        broker cut from it keeps an old view."""
+        async def ask(broker) -> int | None:
+            try:
+                client = await WireClient.connect("127.0.0.1", broker.port, "zkcoord-test-faults")
+            except OSError:
+                return None
+            try:
+                answer = await client.call(MetadataRequest(
+                    version=9, topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                    allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                    include_topic_authorized_operations=False), timeout_s=10)
+            except (OSError, asyncio.TimeoutError, ConnectionError):
+                return None
+            finally:
+                await client.close()
+            for found in answer.topics:
+                for row in found.partitions:
+                    if found.name == topic and row.partition_index == partition and row.error_code == 0:
+                        return row.leader_id if row.leader_id >= 0 else None
+            return None
 
-        admin = KafkaAdminClient(bootstrap_servers=self.live_bootstrap(), request_timeout_ms=10_000,
-                                 client_id="zkcoord-test-faults")
-        try:
-            [found] = admin.describe_topics([topic])
-        finally:
-            admin.close()
-        for row in found["partitions"]:
-            if row["partition_index"] == partition:
-                return row["leader_id"] if row["leader_id"] >= 0 else None
-        raise AssertionError(f"{topic} has no partition {partition}: {found}")
+        async def ask_all():
+            live = [b for b in self.state().brokers if self._alive(b)]
+            return dict(zip([b.broker_id for b in live], await asyncio.gather(*(ask(b) for b in live))))
+
+        return asyncio.run(ask_all())
+
+    def partition_leader(self, topic: str, partition: int) -> int | None:
+        """The partition's leader when every running broker names the same
+        one (:meth:`partition_views`); None otherwise."""
+        views = set(self.partition_views(topic, partition).values())
+        return views.pop() if len(views) == 1 else None
 
     def wait_partition_leader(self, topic: str, partition: int, not_: int | None = None) -> int:
-        """Until ``topic``-``partition`` has a leader (other than ``not_``); its id."""
-        def led():
-            leader = self.partition_leader(topic, partition)
-            return leader if leader is not None and leader != not_ else None
+        """Until every running broker names the same leader of
+        ``topic``-``partition`` (other than ``not_``); its id."""
+        seen: dict[int, int | None] = {}
 
-        return wait_for(led, self.timeout_s, f"{topic}-{partition} has a leader"
-                        + (f" other than broker {not_}" if not_ is not None else ""), 0.2)
+        def led():  # (leader,): broker 0 is a leader too, and wait_for waits for a true value
+            seen.clear()
+            seen.update(self.partition_views(topic, partition))
+            leaders = set(seen.values())
+            leader = leaders.pop() if len(leaders) == 1 else None
+            return (leader,) if leader is not None and leader != not_ else None
+
+        try:
+            [leader] = wait_for(led, self.timeout_s, f"{topic}-{partition} has a leader"
+                                + (f" other than broker {not_}" if not_ is not None else ""), 0.2)
+            return leader
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the last views (broker: leader): {seen}") from None
