@@ -45,9 +45,9 @@ def _kafka4_settings(ctx, param, values: tuple[str, ...]) -> dict[str, str | Non
 
 @local.command()
 @click.option("--zookeepers", type=click.Choice([str(n) for n in ensemble.SIZES]), default=None,
-              help="ZooKeeper servers: 1, or an ensemble of 3 or 5 (zookeeper-1..N, a quorum of each's own ports on "
-                   "loopback; every client is given all of them) [default: 1 for a new sandbox; an existing one "
-                   "keeps its own].")
+              help="ZooKeeper servers: 1, or an ensemble of 3 or 5 (zookeeper-1..N on loopback, each with its own "
+                   "client, quorum and election ports; every client is given all of them) [default: 1 for a new "
+                   "sandbox; an existing one keeps its own].")
 @click.option("--brokers", type=click.IntRange(1, MAX_BROKERS), default=None,
               help="Number of Kafka brokers; topics, the offsets and transaction topics are replicated on up to 3 "
                    "of them [default: 1 for a new sandbox; an existing one keeps its own].")
