@@ -110,7 +110,7 @@ def _session_of(fleet, node_id: int) -> int | None:
         return None
 
 
-def zookeeper_cut(services, make_fleet, namespaces, unique_name, tmp_path, breaks=()):
+def zookeeper_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks=()):
     """The daemon owning the group cut from ZooKeeper until the other took the
     group and went on with it, then healed; the run's verdict, and the cut
     daemon. ``breaks``: that daemon's fence broken (tests.support.broken_fence)."""
@@ -128,6 +128,7 @@ def zookeeper_cut(services, make_fleet, namespaces, unique_name, tmp_path, break
         before = wait_for(run.stored, LIVENESS_S, "the group's stored state")
         session = _session_of(fleet, 1)
 
+        cut_at = time.time()
         ns.cut_to([zk_port])
         wait_for(lambda: fleet.session_gone(1), LIVENESS_S, "ZooKeeper expired the cut daemon's session")
         wait_for(lambda: run.owner() == 2, LIVENESS_S, "the other daemon took the group")
@@ -137,19 +138,32 @@ def zookeeper_cut(services, make_fleet, namespaces, unique_name, tmp_path, break
         wait_for(lambda: (run.stored() or before)[0] > before[0] or run.acked_commits_since(taken) >= 5,
                  LIVENESS_S, "the group went on at the other daemon", 0.2)
         assert cut.alive()
+        healed_at = time.time()
         ns.heal()
 
         wait_for(lambda: _session_of(fleet, 1) not in (None, session), LIVENESS_S,
                  "the healed daemon registered again, with a new session")
         run.wait_progress(10, "after the heal")
+        _print_availability(run, cut_at, taken, healed_at)
         return run.finish(), cut
     finally:
         run.close()
 
 
+def _print_availability(run: GroupRun, cut_at: float, taken: float, healed_at: float) -> None:
+    """How the group fared during the cut (shown with -s; not asserted)."""
+    acked = sorted(e["t_done"] for e in run.consumer_events("commit") if e["ok"] and e["t_done"] >= cut_at)
+    during = [t for t in acked if t < healed_at]
+    after = [t for t in acked if t >= healed_at]
+    print(f"cut at 0 s; the other daemon owned the group at {taken - cut_at:.1f} s; healed at "
+          f"{healed_at - cut_at:.1f} s; commits acknowledged during the cut: {len(during)} (last at "
+          f"{(during[-1] - cut_at) if during else float('nan'):.1f} s); first after the heal at "
+          f"{(after[0] - cut_at) if after else float('nan'):.1f} s")
+
+
 def test_a_daemon_cut_from_zookeeper_loses_its_group_and_nothing_it_acknowledged_is_lost(
         services, make_fleet, namespaces, unique_name, tmp_path):
-    verdict, cut = zookeeper_cut(services, make_fleet, namespaces, unique_name, tmp_path)
+    verdict, cut = zookeeper_cut(services, namespaces, make_fleet, unique_name, tmp_path)
     assert_clean(verdict)
     assert "ZooKeeper session lost" in cut.log(100_000)
 
@@ -159,9 +173,9 @@ def test_a_daemon_cut_from_zookeeper_loses_its_group_and_nothing_it_acknowledged
     (("session-loss",), False),  # keeps its groups after the expiry: its fenced writes are refused
     (("session-loss", "commit-fence"), True),  # and commits unfenced: two owners, stale commits land
 ], ids=["session-loss", "session-loss+commit-fence"])
-def test_the_zookeeper_cut_catches_a_broken_fence(services, make_fleet, namespaces, unique_name, tmp_path,
+def test_the_zookeeper_cut_catches_a_broken_fence(services, namespaces, make_fleet, unique_name, tmp_path,
                                                   breaks, caught):
-    verdict, _ = zookeeper_cut(services, make_fleet, namespaces, unique_name, tmp_path, breaks)
+    verdict, _ = zookeeper_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks)
     print(verdict)
     if caught:
         assert verdict.violations, "the checker found nothing wrong with a daemon whose fence is broken"
@@ -170,7 +184,7 @@ def test_the_zookeeper_cut_catches_a_broken_fence(services, make_fleet, namespac
 
 
 def test_a_daemon_cut_from_its_clients_keeps_its_group_and_its_members_come_back(
-        services, make_fleet, namespaces, unique_name, tmp_path):
+        services, namespaces, make_fleet, unique_name, tmp_path):
     _loopback_port(services.zookeeper)
     ns = namespaces.create()
     group = placed_name(unique_name, "g", ([1, 2], 1))
@@ -199,7 +213,7 @@ def test_a_daemon_cut_from_its_clients_keeps_its_group_and_its_members_come_back
     assert_clean(verdict)
 
 
-def member_cut(services, make_fleet, namespaces, unique_name, tmp_path, breaks=()):
+def member_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks=()):
     """Consumer c0 cut from both daemons until the group rebalanced without it,
     then healed; the verdict, and the generations before and after.
     ``breaks``: both daemons' fences broken (tests.support.broken_fence)."""
@@ -240,14 +254,14 @@ def member_cut(services, make_fleet, namespaces, unique_name, tmp_path, breaks=(
 
 def test_a_member_cut_from_the_coordinators_is_removed_and_its_partitions_reassigned(
         services, make_fleet, namespaces, unique_name, tmp_path):
-    verdict, before, after = member_cut(services, make_fleet, namespaces, unique_name, tmp_path)
+    verdict, before, after = member_cut(services, namespaces, make_fleet, unique_name, tmp_path)
     assert_clean(verdict)
 
 
 @broken_fences
-def test_the_member_cut_catches_a_broken_generation_check(services, make_fleet, namespaces, unique_name,
+def test_the_member_cut_catches_a_broken_generation_check(services, namespaces, make_fleet, unique_name,
                                                           tmp_path):
-    verdict, _, _ = member_cut(services, make_fleet, namespaces, unique_name, tmp_path, ("generation",))
+    verdict, _, _ = member_cut(services, namespaces, make_fleet, unique_name, tmp_path, ("generation",))
     print(verdict)
     assert any(v.kind == "stale-commit" for v in verdict.violations), \
         "the checker found no stale commit from a member cut off while the daemons accept any generation"
