@@ -105,6 +105,7 @@ class GroupRun:
         self.pool = WrappedPool(consumers, events, wrappers, bootstrap=bootstrap, group=group, topic=topic,
                                 **worker_args)
         self.started = False
+        self.monitor_stopped = False
 
     # -- life -----------------------------------------------------------------------------
     def start(self) -> GroupRun:
@@ -125,9 +126,11 @@ class GroupRun:
 
     def close(self) -> None:
         """Stop everything still running (idempotent; finish() does it in order)."""
-        if self.producer is not None:
+        if self.producer is not None and self.producer.ident is not None:
             self.producer.stop()
-        self.monitor.stop()
+        if not self.monitor_stopped and self.monitor.ident is not None:
+            self.monitor_stopped = True
+            self.monitor.stop()
         self.pool.close()
 
     # -- what the run shows ---------------------------------------------------------------------
@@ -176,6 +179,7 @@ class GroupRun:
             drained = str(exc)
         exits = self.pool.stop_all()
         self.monitor.final()
+        self.monitor_stopped = True
         self.monitor.stop()
         self.pool.close()
         if history_logs is None:
