@@ -128,6 +128,8 @@ class GroupRun:
         """Stop everything still running (idempotent; finish() does it in order)."""
         if self.producer is not None and self.producer.ident is not None:
             self.producer.stop()
+        elif self.producer is not None:
+            self.producer.producer.close(10)
         if not self.monitor_stopped and self.monitor.ident is not None:
             self.monitor_stopped = True
             self.monitor.stop()
