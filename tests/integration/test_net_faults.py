@@ -183,12 +183,15 @@ def test_the_zookeeper_cut_catches_a_broken_fence(services, namespaces, make_fle
         assert verdict.violations == []
 
 
-def test_a_daemon_cut_from_its_clients_keeps_its_group_and_its_members_come_back(
-        services, namespaces, make_fleet, unique_name, tmp_path):
+def clients_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks=()):
+    """The daemon owning the group cut from its clients (not from ZooKeeper)
+    until it removed its members, then healed; the verdict.
+    ``breaks``: that daemon's fence broken (tests.support.broken_fence)."""
     _loopback_port(services.zookeeper)
     ns = namespaces.create()
     group = placed_name(unique_name, "g", ([1, 2], 1))
-    fleet = make_fleet(wrappers={1: ns.wrap})
+    wrap = (lambda argv: ns.wrap(broken_fence.wrap(*breaks)(argv))) if breaks else ns.wrap
+    fleet = make_fleet(wrappers={1: wrap})
     cut = fleet.start(1, listen=ns.listen())
     other = fleet.start(2)
     run = _run(fleet, services, unique_name, tmp_path, group, _coordinators(cut, other))
@@ -207,10 +210,23 @@ def test_a_daemon_cut_from_its_clients_keeps_its_group_and_its_members_come_back
 
         wait_for(lambda: len((run.stored() or (0, "", []))[2]) == 3, LIVENESS_S, "the members joined again", 0.2)
         run.wait_progress(10, "after the heal")
-        verdict = run.finish()
+        return run.finish()
     finally:
         run.close()
-    assert_clean(verdict)
+
+
+def test_a_daemon_cut_from_its_clients_keeps_its_group_and_its_members_come_back(
+        services, namespaces, make_fleet, unique_name, tmp_path):
+    assert_clean(clients_cut(services, namespaces, make_fleet, unique_name, tmp_path))
+
+
+@broken_fences
+def test_the_clients_cut_catches_a_broken_generation_check(services, namespaces, make_fleet, unique_name,
+                                                           tmp_path):
+    verdict = clients_cut(services, namespaces, make_fleet, unique_name, tmp_path, ("generation",))
+    print(verdict)
+    assert any(v.kind == "stale-commit" for v in verdict.violations), \
+        "the checker found no stale commit from members cut off while the daemon accepts any generation"
 
 
 def member_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks=()):
@@ -310,3 +326,56 @@ def test_delays_below_the_timeouts_and_dropped_connections_cause_no_rebalance(
     assert_clean(verdict)
     late = {a.generation for a in verdict.log.assignments if a.t >= delayed}
     assert late <= {before[0]}, f"assignments of generations {sorted(late)} after the delays began"
+
+
+def _leaders(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Partition -> the port of the broker leading it (the sandbox's brokers are all on 127.0.0.1)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        wait_for(lambda: consumer.partitions_for_topic(topic) and len(consumer.partitions_for_topic(topic))
+                 == partitions, LIVENESS_S, f"metadata of {topic}")
+        cluster = consumer._client.cluster
+        return {p: cluster.broker_metadata(cluster.leader_for_partition(TopicPartition(topic, p))).port
+                for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def test_a_gateway_cut_from_a_broker_stalls_its_partitions_only_and_recovers(
+        services, namespaces, make_fleet, unique_name, tmp_path):
+    _loopback_port(services.zookeeper)
+    ns = namespaces.create()
+    fleet = make_fleet(wrappers={1: ns.wrap}, topic_metadata_refresh_ms=1000)
+    gateway = fleet.start(1, listen=ns.listen(), gateway_listen=ns.listen())
+    other = fleet.start(2)
+    run = _run(fleet, services, unique_name, tmp_path, unique_name("g"), _coordinators(gateway, other),
+               consumer_bootstrap=gateway.gateway_address)  # the consumers fetch through the gateway
+    try:
+        run.start()
+        before = wait_for(lambda: (s := run.stored()) and s[1] == "Stable" and len(s[2]) == 3 and s,
+                          LIVENESS_S, "the group Stable with its three members")
+        leaders = _leaders(services.bootstrap_servers, run.topic, run.partitions)
+        cut_port = min(leaders.values())
+        stalled = {p for p, port in leaders.items() if port == cut_port}
+        cut_at = time.time()
+        ns.cut_to([cut_port])
+        # Records keep coming to the cut broker's partitions (the producer reaches it) ...
+        wait_for(lambda: sum(p in stalled for p in run.produced_since(cut_at)) >= 60, LIVENESS_S,
+                 "records produced to the cut broker's partitions", 0.2)
+        # ... and the other brokers' partitions (with several) go on through the gateway.
+        if stalled != set(leaders):
+            wait_for(lambda: sum(p not in stalled for p in run.consumed_since(cut_at)) >= 60, LIVENESS_S,
+                     "records of the other brokers' partitions consumed", 0.2)
+        healed_at = time.time()
+        ns.heal()
+        wait_for(lambda: stalled <= set(run.consumed_since(healed_at)), LIVENESS_S,
+                 "the cut broker's partitions consumed again through the gateway", 0.2)
+        print(f"the gateway cut from the broker on port {cut_port} (leading {sorted(stalled)} of "
+              f"{sorted(leaders)}) for {healed_at - cut_at:.1f} s")
+        assert run.stored()[0] == before[0], f"a rebalance: {before} -> {run.stored()}"
+        verdict = run.finish()
+    finally:
+        run.close()
+    assert_clean(verdict)

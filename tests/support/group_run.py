@@ -90,11 +90,13 @@ class Verdict:
 class GroupRun:
     """A group of ``consumers`` worker processes on a ``partitions``-partition
     topic, a producer and a monitor (module docstring). ``worker_args``: more
-    ``tests/faults/worker.py`` options (``coordinators`` is required)."""
+    ``tests/faults/worker.py`` options (``coordinators`` is required);
+    ``consumer_bootstrap``: where the consumers fetch from (a gateway),
+    default ``bootstrap``, which the producer and the topic's creation use."""
 
     def __init__(self, fleet: DaemonFleet, bootstrap: str, group: str, topic: str, events: Path, *,
                  partitions: int = 6, consumers: int = 3, wrappers: dict[int, Wrap] | None = None,
-                 rate: float = 20.0, **worker_args) -> None:
+                 rate: float = 20.0, consumer_bootstrap: str | None = None, **worker_args) -> None:
         self.fleet, self.bootstrap, self.group, self.topic = fleet, bootstrap, group, topic
         self.partitions, self.events = partitions, events
         events.mkdir(parents=True, exist_ok=True)
@@ -102,8 +104,8 @@ class GroupRun:
                                every_s=0.5)
         self.producer: Producer | None = None
         self.rate = rate
-        self.pool = WrappedPool(consumers, events, wrappers, bootstrap=bootstrap, group=group, topic=topic,
-                                **worker_args)
+        self.pool = WrappedPool(consumers, events, wrappers, bootstrap=consumer_bootstrap or bootstrap, group=group,
+                                topic=topic, **worker_args)
         self.started = False
         self.monitor_stopped = False
 
@@ -156,8 +158,20 @@ class GroupRun:
             found += [e for e in read_jsonl(path.read_text(errors="replace"))[0] if kind is None or e["ev"] == kind]
         return found
 
-    def acked_commits_since(self, t: float) -> int:
-        return sum(1 for e in self.consumer_events("commit") if e["ok"] and e["t_sent"] >= t)
+    def acked_commits_since(self, t: float, partitions: set[int] | None = None) -> int:
+        """Commits acknowledged that were sent at ``t`` or later (of one of
+        ``partitions``, if given)."""
+        return sum(1 for e in self.consumer_events("commit") if e["ok"] and e["t_sent"] >= t
+                   and (partitions is None or partitions & {int(p) for p in e["offsets"]}))
+
+    def consumed_since(self, t: float) -> list[int]:
+        """The partition of each record consumed (logged at ``t`` or later)."""
+        return [p for e in self.consumer_events("records") if e["t"] >= t for p, _ in e["recs"]]
+
+    def produced_since(self, t: float) -> list[int]:
+        """The partition of each record whose produce was acknowledged at ``t`` or later."""
+        events = read_jsonl((self.events / "producer.jsonl").read_text(errors="replace"))[0]
+        return [p for e in events if e["ev"] == "acked" and e["t"] >= t for p, _ in e["recs"]]
 
     def wait_progress(self, commits: int = 10, what: str = "") -> None:
         """Until ``commits`` more commits were acknowledged (from now)."""
