@@ -304,11 +304,11 @@ def test_delays_below_the_timeouts_and_dropped_connections_cause_no_rebalance(
                               LIVENESS_S, "the group Stable with its three members")
             session = _session_of(fleet, 1)
 
-            # Round trips of 0.8 s to ZooKeeper and of 2 s to the coordinator. kazoo drops a connection
+            # Round trips of 0.6 s to ZooKeeper and of 2 s to the coordinator. kazoo drops a connection
             # whose ping is not answered within a third of the session time-out less up to 0.4 s of
             # jitter (0.93 s of the 4 s here); the members' sessions are 10 s, heartbeats every 1 s.
             delayed = time.time()
-            zk_link.delay(up_ms=400, down_ms=400)
+            zk_link.delay(up_ms=300, down_ms=300)
             member_link.delay(up_ms=1000, down_ms=1000)
             run.wait_progress(15, "under delays")
             member_link.delay(0, 0)
