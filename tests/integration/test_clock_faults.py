@@ -6,9 +6,10 @@ done to a daemon's clocks here (:mod:`tests.support.clock_shift`):
 
 * its **wall clock jumps** while it runs, an hour ahead and then two hours
   back (a launcher moves ``time.time()`` of that one process): the group's
-  timers run on the monotonic clock, so nothing happens - no member's
-  session ends, no rebalance, the daemon keeps its ZooKeeper session and
-  its group, commits go on;
+  timers run on the monotonic clock, so an hour ahead no member's session
+  ends and nothing rebalances, and an hour behind a consumer killed is
+  still removed at its session time-out; the daemon keeps its ZooKeeper
+  session and its group, commits go on;
 * its **monotonic clock is 30 days ahead** of the other daemon's (a time
   namespace; as for daemons on machines booted a month apart) and the group
   moves between them both ways (kill -9 of the owner): nothing measured on
@@ -81,20 +82,30 @@ def test_wall_clock_jumps_of_the_owner_change_nothing(services, make_fleet, uniq
         before = _stable_with(run, 3)
         session = fleet.zk.get("/zkcoord/nodes/1")[1].ephemeralOwner
         jumped = time.time()
-        clock.jump(3600)
-        run.wait_progress(10, "with the owner's clock an hour ahead")
-        clock.jump(-7200)
+        clock.jump(3600)  # a deadline taken from the wall clock would expire every member now
+        run.wait_progress(20, "with the owner's clock an hour ahead")
+        assert run.stored()[0] == before[0], f"a rebalance: {before} -> {run.stored()}"
+        back = time.time()
+        clock.jump(-7200)  # a deadline taken from the wall clock would now be an hour away
         run.wait_progress(10, "with the owner's clock an hour behind")
+        run.pool.kill(2)
+        wait_for(lambda: (s := run.stored()) and s[0] > before[0] and len(s[2]) == 2
+                 and not any(m.startswith("c2-") for m in s[2]), LIVENESS_S,
+                 "the killed consumer c2 removed at its session time-out", 0.2)
+        run.pool.start(2)
+        _stable_with(run, 3)
         clock.reset()
         run.wait_progress(5, "with the owner's clock right again")
-        assert run.stored()[0] == before[0], f"a rebalance: {before} -> {run.stored()}"
+        ended = time.time()
         assert run.owner() == 1 and fleet.zk.get("/zkcoord/nodes/1")[1].ephemeralOwner == session
         verdict = run.finish(history_logs=[other.log_path])
     finally:
         run.close()
     assert_clean(verdict)
-    late = {a.generation for a in verdict.log.assignments if a.t >= jumped}
-    assert late == set(), f"assignments of generations {sorted(late)} after the clock jumped"
+    ahead = {a.generation for a in verdict.log.assignments if jumped <= a.t < back}
+    assert ahead == set(), f"assignments of generations {sorted(ahead)} while the owner's clock was ahead"
+    assert {a.generation for a in verdict.log.assignments if back <= a.t < ended} - {before[0]}, \
+        "no rebalance after c2 was killed"
 
 
 @pytest.mark.skipif(time_namespaces_available() is not None, reason=str(time_namespaces_available()))
