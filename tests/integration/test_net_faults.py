@@ -170,9 +170,14 @@ def test_a_daemon_cut_from_zookeeper_loses_its_group_and_nothing_it_acknowledged
 
 @broken_fences
 @pytest.mark.parametrize("breaks, caught", [
-    (("session-loss",), False),  # keeps its groups after the expiry: its fenced writes are refused
-    (("session-loss", "commit-fence"), True),  # and commits unfenced: two owners, stale commits land
-], ids=["session-loss", "session-loss+commit-fence"])
+    # It keeps its group after its session expired: its first fenced write is refused, it steps down.
+    (("session-loss",), False),
+    # And its commits go unfenced: its state writes still fail (the session that made them expired, the
+    # contender is gone, the state moved on), and it steps down at the heal before a commit lands.
+    (("session-loss", "commit-fence"), False),
+    # No fence left: two owners; the cut daemon's members commit with their old generation and it acknowledges.
+    (("session-loss", "commit-fence", "state-fence"), True),
+], ids=["session-loss", "session-loss+commit-fence", "no-fence"])
 def test_the_zookeeper_cut_catches_a_broken_fence(services, namespaces, make_fleet, unique_name, tmp_path,
                                                   breaks, caught):
     verdict, _ = zookeeper_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks)

@@ -14,6 +14,11 @@ as ``python -m`` would::
   the owner's contender znode in their multi, no failing of a deposed
   owner's queued commits (``OffsetStore.submit`` drops its ``fence``). State
   writes keep theirs.
+* ``state-fence`` - state writes are sent without their fences: no check of
+  the contender, none of the state znode's version (every multi of the
+  process loses its ``check`` ops, its ``setData`` and ``delete`` go at any
+  version), and a write failing because the session expired is retried
+  instead of deposing the daemon (``GroupStateStore._deposed``).
 * ``session-loss`` - the daemon keeps its groups when its ZooKeeper session
   expires: LOST drops nothing, and the new session resumes every group as
   if the old one had come back (``GroupOwnership._on_session``). The fence
@@ -33,7 +38,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-BREAKS = ("commit-fence", "session-loss", "generation")
+BREAKS = ("commit-fence", "state-fence", "session-loss", "generation")
 
 
 def wrap(*breaks: str):
@@ -58,6 +63,23 @@ def _break_commit_fence() -> None:
         return submit(self, group, offsets, None, *args, **kwargs)
 
     OffsetStore.submit = unfenced_submit
+
+
+def _break_state_fence() -> None:
+    from kazoo.client import TransactionRequest
+
+    from zkcoord.errors import ServiceUnavailableError
+    from zkcoord.zk.state_store import GroupStateStore
+
+    set_data, delete = TransactionRequest.set_data, TransactionRequest.delete
+    TransactionRequest.check = lambda self, path, version: None
+    TransactionRequest.set_data = lambda self, path, value, version=-1: set_data(self, path, value, -1)
+    TransactionRequest.delete = lambda self, path, version=-1: delete(self, path, -1)
+
+    def not_deposed(self, fence, reason):
+        raise ServiceUnavailableError(f"(broken) not deposed: {reason}")
+
+    GroupStateStore._deposed = not_deposed
 
 
 def _break_session_loss() -> None:
@@ -104,8 +126,8 @@ def main(argv: list[str]) -> None:
         sys.exit("usage: broken_fence.py BREAKS -m MODULE [ARGS...]")
     breaks, module, rest = argv[0].split(","), argv[2], argv[3:]
     for name in breaks:
-        {"commit-fence": _break_commit_fence, "session-loss": _break_session_loss,
-         "generation": _break_generation}[name]()
+        {"commit-fence": _break_commit_fence, "state-fence": _break_state_fence,
+         "session-loss": _break_session_loss, "generation": _break_generation}[name]()
     print(f"broken_fence: {module} runs with broken {', '.join(breaks)}", file=sys.stderr, flush=True)
     sys.argv = [module, *rest]
     sys.path.insert(0, os.getcwd())
