@@ -24,6 +24,20 @@ sits on a link and delays or drops. The faults:
   members' coordinator link, then random resets of the members'
   connections: no rebalance, and commits go on.
 
+* a gateway (in the namespace) cut from the broker leading some partitions:
+  their records wait, the others' flow, nothing rebalances; after the heal
+  the gateway serves them again.
+
+With ``ZKCOORD_TEST_BROKEN_FENCES=1`` the cuts also run against daemons
+whose fence is broken on purpose (:mod:`tests.support.broken_fence`) and
+assert the checker catches it (the ZooKeeper cut: only once every layer is
+broken; each partial break is asserted caught by the layers left).
+
+While the ZooKeeper-cut daemon is SUSPENDED its members stay with it (it
+answers their heartbeats NONE and their commits COORDINATOR_LOAD_IN_PROGRESS),
+so the group commits nothing until the heal; the test prints how long
+(not asserted: it is how the daemon is designed today).
+
 Which daemon owns the group is chosen with :func:`~tests.support.placement.placed_name`
 and checked, never assumed. Waits are bounded waits for a condition.
 The tests need root (namespaces) and a sandbox on loopback; else they skip.
