@@ -30,8 +30,8 @@ sits on a link and delays or drops. The faults:
 
 With ``ZKCOORD_TEST_BROKEN_FENCES=1`` the cuts also run against daemons
 whose fence is broken on purpose (:mod:`tests.support.broken_fence`) and
-assert the checker catches it (the ZooKeeper cut: only once every layer is
-broken; each partial break is asserted caught by the layers left).
+assert the checker catches it (the ZooKeeper cut: with every layer broken;
+a daemon that only keeps its groups after the expiry is refused by the fence).
 
 While the ZooKeeper-cut daemon is SUSPENDED its members stay with it (it
 answers their heartbeats NONE and their commits COORDINATOR_LOAD_IN_PROGRESS),
@@ -186,12 +186,11 @@ def test_a_daemon_cut_from_zookeeper_loses_its_group_and_nothing_it_acknowledged
 @pytest.mark.parametrize("breaks, caught", [
     # It keeps its group after its session expired: its first fenced write is refused, it steps down.
     (("session-loss",), False),
-    # And its commits go unfenced: its state writes still fail (the session that made them expired, the
-    # contender is gone, the state moved on), and it steps down at the heal before a commit lands.
-    (("session-loss", "commit-fence"), False),
     # No fence left: two owners; the cut daemon's members commit with their old generation and it acknowledges.
+    # (With its commits alone unfenced, a state write it retries at the heal deposes it, but a commit can land
+    # just before: caught in 1 of 2 runs, so not asserted either way.)
     (("session-loss", "commit-fence", "state-fence"), True),
-], ids=["session-loss", "session-loss+commit-fence", "no-fence"])
+], ids=["session-loss", "no-fence"])
 def test_the_zookeeper_cut_catches_a_broken_fence(services, namespaces, make_fleet, unique_name, tmp_path,
                                                   breaks, caught):
     verdict, _ = zookeeper_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks)
