@@ -102,8 +102,9 @@ def test_wall_clock_jumps_of_the_owner_change_nothing(services, make_fleet, uniq
     finally:
         run.close()
     assert_clean(verdict)
+    # (A member may log its assignment of the current generation late; any other generation is a rebalance.)
     ahead = {a.generation for a in verdict.log.assignments if jumped <= a.t < back}
-    assert ahead == set(), f"assignments of generations {sorted(ahead)} while the owner's clock was ahead"
+    assert ahead <= {before[0]}, f"assignments of generations {sorted(ahead)} while the owner's clock was ahead"
     assert {a.generation for a in verdict.log.assignments if back <= a.t < ended} - {before[0]}, \
         "no rebalance after c2 was killed"
 
