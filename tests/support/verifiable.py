@@ -333,6 +333,11 @@ class StockClients:
         argv = [sys.executable, "-X", process_marker(), str(RDKAFKA_SCRIPT), *args]
         return argv, f"librdkafka-{confluent_kafka.libversion()[0]}", None
 
+    def settings(self, label: str) -> tuple[str, dict]:
+        """How consumer ``label`` is started: (``java`` or ``rdkafka``, its settings)."""
+        kind, spec = self._specs[label]
+        return kind, dict(spec)
+
     def current(self, label: str) -> ClientProcess:
         return self.consumers[label][-1]
 
