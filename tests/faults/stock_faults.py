@@ -59,13 +59,18 @@ class StockFaults:
     def inject(self, number: int, kind: str | None = None) -> str:
         """One fault (``kind``, else drawn); a one-line description."""
         kind = kind or self.rng.choice(self.KINDS)
-        label = self.rng.choice(sorted(self.clients.consumers))
         started = time.monotonic()
-        what = getattr(self, "_" + kind.replace("-", "_"))(label)
-        self.counts[kind] = self.counts.get(kind, 0) + 1
+        what = self.apply(kind)
         line = f"fault {number}: {kind}: {what} ({time.monotonic() - started:.1f} s)"
         self.say(line)
         return line
+
+    def apply(self, kind: str) -> str:
+        """Fault ``kind`` on a consumer drawn from the rng; what was done."""
+        label = self.rng.choice(sorted(self.clients.consumers))
+        what = getattr(self, "_" + kind.replace("-", "_"))(label)
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        return what
 
     def _stock_consumer_bounce(self, label: str) -> str:
         member = self.clients.current(label).member
