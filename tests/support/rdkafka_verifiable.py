@@ -96,7 +96,11 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
 
-    consumer = Consumer(settings(args))
+    try:
+        consumer = Consumer(settings(args))
+    except KafkaException as exc:  # a setting librdkafka refuses: say which, no traceback
+        print(f"rdkafka_verifiable: {exc.args[0].str() if exc.args else exc}", file=sys.stderr)
+        return 2
     consumer.subscribe([args.topic],
                        on_assign=lambda c, parts: emit("partitions_assigned", partitions=_parts(parts)),
                        on_revoke=lambda c, parts: emit("partitions_revoked", partitions=_parts(parts)),
