@@ -105,9 +105,9 @@ def zk_offsets(zk, group: str, topic: str) -> dict[tuple[str, int], int]:
 
 
 def owner_of(fleet, group: str):
-    """The daemon whose gateway FindCoordinator names for ``group``."""
+    """The daemon whose gateway FindCoordinator names for ``group`` (None: no live one)."""
     host, port = asyncio.run(find_coordinator(gateways(fleet), group))
-    return next(d for d in fleet.daemons.values() if d.gateway_address == f"{host}:{port}")
+    return next((d for d in fleet.daemons.values() if d.alive() and d.gateway_address == f"{host}:{port}"), None)
 
 
 @contextmanager
@@ -141,7 +141,7 @@ def drain_and_check(clients: StockClients, zk, *, hard_kills: int = 0, allowed=(
     assert verdict.violations == [], f"{len(verdict.violations)} violation(s), first: {verdict.violations[0]}"
     if not hard_kills:
         assert sum(verdict.duplicates.values()) == 0, verdict.duplicates
-    # nothing vacuous: records went through, commits were made, every member took part
+    # nothing vacuous: records went through and commits were made
     assert verdict.acked >= MORE and verdict.commits > 0
     return verdict
 
@@ -216,7 +216,7 @@ def test_coordinator_killed_under_consumers(services, make_fleet, zk, unique_nam
         start_group(clients, ("c1", "c2", "c3"), "three members", protocol=protocol)
         clients.wait_consumed_more(MORE, "before the kill")
         for round_ in range(BOUNCES):
-            owner = owner_of(fleet, clients.group)
+            owner = wait_for(lambda: owner_of(fleet, clients.group), WAIT_S, "the group's owner named")
             owner.kill()
             survivor = next(d for d in fleet.daemons.values() if d.alive())
             wait_for(lambda: owner_of(fleet, clients.group) is survivor, WAIT_S,
