@@ -253,3 +253,30 @@ def test_load_dir_reads_what_the_clients_wrote(tmp_path):
     assert [(r.member, r.events, r.ended_ms, r.end) for r in loaded] == \
         [(r.member, r.events, r.ended_ms, r.end) for r in runs]
     assert check_stock(loaded, producer_events).duplicates["hard-kill"] == 5
+
+
+def test_a_kill_after_the_consumption_again_explains_nothing():
+    """b consumed a's records while a still lived: a later kill of a is no excuse."""
+    a = [assigned(100, 0, 1), consumed(110, 0, 0, 4), committed(111, 0, 5), consumed(112, 1, 0, 4)]
+    b = [assigned(160, 0, 1), consumed(170, 0, 5, 9), committed(171, 0, 10), consumed(172, 1, 0, 9),
+         committed(173, 1, 10), revoked(190, 0, 1)]
+    verdict = check_stock([MemberRun("a#0", a, 180, "killed"), MemberRun("b#0", b, 200, "clean")], ACKED)
+    assert kinds(verdict) == ["double-owner", "duplicate"]
+    assert verdict.duplicates == {"hard-kill": 0, "failed-commit": 0, "lost": 0, "unexplained": 5}
+
+
+def test_a_batch_of_several_partitions():
+    """One records_consumed event with a summary per partition."""
+    batch = {"name": "records_consumed", "timestamp": 110, "count": 20, "partitions": [
+        {"topic": T, "partition": 0, "count": 10, "minOffset": 0, "maxOffset": 9},
+        {"topic": T, "partition": 1, "count": 10, "minOffset": 0, "maxOffset": 9}]}
+    commit = {"name": "offsets_committed", "timestamp": 111, "success": True,
+              "offsets": [{"topic": T, "partition": 0, "offset": 10}, {"topic": T, "partition": 1, "offset": 10}]}
+    run = MemberRun("a#0", [assigned(100, 0, 1), batch, commit, revoked(120, 0, 1)], 130, "clean")
+    verdict = check_stock([run], ACKED, final_committed=FINAL)
+    assert verdict.violations == [] and verdict.consumed == 20 and verdict.commits == 2
+    per_offset_error = {**commit, "offsets": [{"topic": T, "partition": 0, "offset": 10},
+                                              {"topic": T, "partition": 1, "offset": 10, "error": "OFFSET_METADATA"}]}
+    run = MemberRun("a#0", [assigned(100, 0, 1), batch, per_offset_error, revoked(120, 0, 1)], 130, "clean")
+    verdict = check_stock([run], ACKED, final_committed=FINAL)
+    assert verdict.commits == 1 and verdict.violations == []
