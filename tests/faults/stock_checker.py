@@ -54,7 +54,10 @@ The verdicts (:func:`check_stock`), each a list of
   possible, from the earlier consumer's run: ``hard-kill`` (it was killed or
   died, before the re-consumption, without a successful commit past the
   record), ``failed-commit`` (its commit past the record failed), ``lost``
-  (its holding ended by ``partitions_lost``), else ``unexplained``. Counted
+  (its holding ended by ``partitions_lost``), else ``unexplained``; a
+  failure or a loss counts when printed after the record was consumed,
+  also after the re-consumption (a member fenced while the group moved on
+  learns it late: Kafka accepts a fenced member's late callback). Counted
   per cause in :attr:`StockVerdict.duplicates`; a violation unless its cause
   is in ``allowed_duplicates`` (default: ``hard-kill`` only, as Kafka's
   tests allow duplicates only after a hard failure).
@@ -352,9 +355,11 @@ def duplicates(runs: Mapping[str, MemberRun], consumptions: Iterable[Consumption
             return "unexplained"  # consumed again below a commit that covered it
         if run.end in ("killed", "died") and run.ended_ms is not None and run.ended_ms <= now:
             return "hard-kill"
-        if any(c.offset > offset and at <= c.ts <= now for c in failed.get((earlier, tp), ())):
+        # A refused commit and a lost partition are printed when the member learns of them, which for a
+        # member fenced while the group moved on is after the next owner consumed the records again.
+        if any(c.offset > offset and c.ts >= at for c in failed.get((earlier, tp), ())):
             return "failed-commit"
-        if any(at <= ts <= now for ts in lost_at.get((earlier, tp), ())):
+        if any(ts >= at for ts in lost_at.get((earlier, tp), ())):
             return "lost"
         return "unexplained"
 

@@ -280,3 +280,24 @@ def test_a_batch_of_several_partitions():
     run = MemberRun("a#0", [assigned(100, 0, 1), batch, per_offset_error, revoked(120, 0, 1)], 130, "clean")
     verdict = check_stock([run], ACKED, final_committed=FINAL)
     assert verdict.commits == 1 and verdict.violations == []
+
+
+def test_a_commit_refused_and_a_loss_learnt_after_the_next_owner_consumed_again():
+    """A librdkafka member fenced while its coordinator moved: its commit is
+    answered UNKNOWN_MEMBER_ID and its partition lost only after the next
+    owner consumed the records again (seed 4125111952 of the stock fault run)."""
+    a = [assigned(100, 0, 1), consumed(110, 0, 0, 9), committed(111, 0, 10), consumed(112, 1, 0, 4),
+         committed(150, 1, 5, success=False), lost(150, 1)]
+    b = [assigned(121, 1), consumed(130, 1, 0, 9), committed(131, 1, 10)]
+    runs = [MemberRun("a#0", a, 200, "clean"), MemberRun("b#0", b, 201, "clean")]
+    verdict = check_stock(runs, ACKED, allowed_duplicates=("failed-commit", "lost"))
+    assert verdict.violations == [] and verdict.duplicates["failed-commit"] == 5 and len(verdict.lost_overlaps) == 1
+    a_lost_only = a[:-2] + [lost(150, 1)]
+    verdict = check_stock([MemberRun("a#0", a_lost_only, 200, "clean"), runs[1]], ACKED, allowed_duplicates=("lost",))
+    assert verdict.violations == [] and verdict.duplicates["lost"] == 5
+    # a refusal printed before the member consumed the records explains nothing
+    a_early = [assigned(100, 0, 1), consumed(110, 0, 0, 9), committed(111, 0, 10), committed(111, 1, 5, False),
+               consumed(112, 1, 0, 4)]
+    verdict = check_stock([MemberRun("a#0", a_early, 120, "clean"), runs[1]], ACKED,
+                          allowed_duplicates=("failed-commit", "lost"))
+    assert verdict.duplicates["unexplained"] == 5
