@@ -13,15 +13,31 @@ until every partition's committed offset reaches what was produced, the
 consumers leave, and :mod:`tests.faults.checker` checks everything that was
 logged (see its docstring for the properties).
 
+On the fault sandbox's ZooKeeper ensemble (3 servers) and 3 brokers
+(``tests/faults/conftest.py``), the topic replicated 3 times, the kinds of
+issue 29 are drawn too (:class:`tests.faults.harness.Faults`): kill -9 of
+the ensemble's leader (restarted), a follower lost for a while, the quorum
+lost then regained, kill -9 of a broker (a partition's leader, the group's
+Kafka coordinator, or any; restarted), a daemon's wall clock jumped (every
+daemon runs through :mod:`tests.support.clock_shift`), and, as root, the
+network cuts of :mod:`tests.support.net_fault_kinds` (every daemon in a
+network namespace of its own: a daemon cut from ZooKeeper until its session
+expired, a daemon cut from its clients); not root: those kinds are left out
+with the reason printed. ``ZKCOORD_FAULT_KINDS=k1,k2`` restricts the draw to
+some kinds (replaying a seed needs the same kinds).
+
 The seed is printed; ``ZKCOORD_FAULT_SEED=<seed>`` replays the same choices
 and ``ZKCOORD_FAULTS=<n>`` sets how many faults (default 20; ``make faults``
 runs 200). Waits are bounded waits for a condition, never a pass/fail on
-time.
+time. The summary printed at the end gives each of the checker's verdicts
+and the count of each fault kind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -44,7 +60,13 @@ from tests.faults.harness import (
     quiet,
     seed_from_env,
 )
-from tests.support.daemons import DaemonFleet, wait_for
+from tests.faults.harness import zookeeper_ports
+from tests.support import netns
+from tests.support.clock_shift import WallClock
+from tests.support.cluster_faults import ClusterFaults
+from tests.support.daemons import wait_for
+from tests.support.group_run import WrappedFleet
+from tests.support.net_fault_kinds import NetFaults
 from zkcoord.local.procs import free_port
 
 FAULTS = faults_from_env(20)
@@ -54,15 +76,62 @@ ZK_SESSION_TIMEOUT_MS = 4000
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(600 + FAULTS * 60)]
 
 
+def available_kinds(sandbox, say=print) -> tuple[str, ...]:
+    """Every kind this sandbox and this user allow (the network cuts need
+    root and namespaces: left out with the reason printed), restricted by
+    ``ZKCOORD_FAULT_KINDS`` when set."""
+    state = sandbox.load()
+    kinds = list(Faults.KINDS)
+    if state.zookeeper_peers:
+        kinds += Faults.ENSEMBLE_KINDS
+    else:
+        say("fault kinds: no ZooKeeper ensemble in the fault sandbox: no leader, follower or quorum faults")
+    if len(state.brokers) >= 3:
+        kinds += Faults.BROKER_KINDS
+    else:
+        say("fault kinds: fewer than 3 brokers: no broker kills")
+    kinds += Faults.CLOCK_KINDS
+    reason = netns.available()
+    if reason is None:
+        kinds += [k for k in Faults.NET_KINDS if k != "consumer-coordinator-cut"]
+    else:
+        say(f"fault kinds: the network faults {', '.join(Faults.NET_KINDS)} are left out: {reason}")
+    wanted = os.environ.get("ZKCOORD_FAULT_KINDS")
+    if wanted:
+        chosen = [k.strip() for k in wanted.split(",") if k.strip()]
+        unknown = set(chosen) - set(kinds)
+        assert not unknown, f"ZKCOORD_FAULT_KINDS: {sorted(unknown)} not available here; available: {kinds}"
+        kinds = chosen
+    return tuple(kinds)
+
+
+def replication_factor(sandbox) -> int:
+    return min(3, len(sandbox.load().brokers))
+
+
+def verdicts(violations) -> dict[str, int]:
+    """The checker's verdicts by name (0 each when all is well)."""
+    names = {"double ownership": ("double-owner", "foreign-member"), "stale commits": ("stale-commit",),
+             "offset regressions": ("rewind", "commit-rewind"), "acknowledged commits lost": ("commit-lost",),
+             "acknowledged records not consumed": ("not-consumed",)}
+    counted = {name: sum(1 for v in violations if v.kind in kinds) for name, kinds in names.items()}
+    known = {k for kinds in names.values() for k in kinds}
+    counted["other"] = sum(1 for v in violations if v.kind not in known)
+    return counted
+
+
 def test_consumer_group_under_random_faults(fault_sandbox, fault_chroot, tmp_path):
     seed = seed_from_env()
     print(f"\nfault run: ZKCOORD_FAULT_SEED={seed} ZKCOORD_FAULTS={FAULTS} (logs in {tmp_path})")
     rng = random.Random(seed)
     hosts, zk = fault_chroot
+    sandbox = fault_sandbox.sandbox
+    kinds = available_kinds(sandbox)
+    print(f"fault kinds drawn from: {', '.join(kinds)}")
     bootstrap = fault_sandbox.bootstrap_servers
     topic, group = f"faults-{uuid.uuid4().hex[:8]}", "fault-group"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
+    admin.create_topics([NewTopic(topic, PARTITIONS, replication_factor(sandbox))])
     admin.close()
     events = tmp_path / "events"
     events.mkdir()
@@ -70,16 +139,32 @@ def test_consumer_group_under_random_faults(fault_sandbox, fault_chroot, tmp_pat
     started = time.monotonic()
     options = dict(zk_session_timeout_ms=ZK_SESSION_TIMEOUT_MS, group_initial_rebalance_delay_ms=0,
                    bootstrap_servers=bootstrap)
-    with DaemonFleet(hosts, zk, tmp_path / "daemons", options=options) as fleet:
+    clocks = {n: WallClock(tmp_path / f"clock-{n}") for n in ports}
+    net_kinds = [k for k in kinds if k in Faults.NET_KINDS]
+    with contextlib.ExitStack() as stack:
+        spaces = {}
+        if net_kinds:
+            namespaces = stack.enter_context(netns.Namespaces())
+            spaces = {n: namespaces.create() for n in ports}
+        wrappers = {n: (lambda argv, n=n: spaces[n].wrap(clocks[n].wrap(argv)) if spaces else clocks[n].wrap(argv))
+                    for n in ports}
+        fleet = stack.enter_context(WrappedFleet(hosts, zk, tmp_path / "daemons", options=options, wrappers=wrappers))
+        net = NetFaults(rng, fleet, spaces, {}, zookeeper_ports(fault_sandbox.zookeeper)) if spaces else None
+
+        def listen(node_id: int, port: int) -> str:
+            return spaces[node_id].listen(port) if spaces else f"127.0.0.1:{port}"
+
         for node_id, port in ports.items():
-            fleet.start(node_id, listen=f"127.0.0.1:{port}")
-        coordinators = ",".join(f"127.0.0.1:{p}" for p in ports.values())
+            fleet.start(node_id, listen=listen(node_id, port))
+        coordinators = ",".join(listen(n, p) for n, p in ports.items())
         run = JsonLines(events / "run.jsonl")
         monitor = Monitor(hosts, group, topic, PARTITIONS, JsonLines(events / "monitor.jsonl"))
         producer = Producer(bootstrap, topic, PARTITIONS, JsonLines(events / "producer.jsonl"))
         pool = ConsumerPool(CONSUMERS, events, coordinators=coordinators, bootstrap=bootstrap, group=group,
                             topic=topic)
-        faults = Faults(rng, fault_sandbox.sandbox, fleet, ports, pool, group, fault_sandbox.zookeeper, run)
+        cluster = ClusterFaults(sandbox, timeout_s=LIVENESS_S, say=print)
+        faults = Faults(rng, sandbox, fleet, ports, pool, group, fault_sandbox.zookeeper, run, kinds=kinds,
+                        cluster=cluster, net=net, clocks=clocks, topic=topic, partitions=PARTITIONS, listen=listen)
         drained, exits, unexpected = None, {}, []
         try:
             monitor.start()
@@ -108,15 +193,20 @@ def test_consumer_group_under_random_faults(fault_sandbox, fault_chroot, tmp_pat
             monitor.stop()
             pool.close()
             run.close()
+            fleet.close()  # before the namespaces go: a process in one keeps it
         daemon_logs = sorted((tmp_path / "daemons").glob("daemon-*.log"))
 
     log = load_dir(events, group, daemon_logs)
     violations = check_run(log)
-    figures = {"seed": seed, "faults": faults.counts, "duration_s": round(time.monotonic() - started),
+    figures = {"seed": seed, "faults": dict(sorted(faults.counts.items())),
+               "duration_s": round(time.monotonic() - started),
                "produced_sent": producer.sent, "produce_failed": producer.failed, **summary(log),
                "consumer_processes": sum(pool.incarnations.values()) + len(pool.incarnations),
                "worker_exits": exits, "violations": len(violations)}
     print("fault run summary: " + json.dumps(figures))
+    print("fault run verdicts: " + "; ".join(f"{n} {name}" for name, n in verdicts(violations).items())
+          + f"; {figures['consumed_again']} records consumed again (duplicates after kills and fencing: allowed, counted)")
+    print("fault kinds: " + ", ".join(f"{kind} {faults.counts.get(kind, 0)}" for kind in kinds))
     for v in violations:
         print(f"VIOLATION {v.kind}: {v.detail}")
     if violations or drained is not True or unexpected:

@@ -38,8 +38,9 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from tests.faults.harness import LIVENESS_S, Faults, JsonLines, seed_from_env
+from tests.faults.harness import LIVENESS_S, Faults, JsonLines, replicas, seed_from_env
 from tests.faults.stock_faults import StockFaults
+from tests.support.cluster_faults import ClusterFaults
 from tests.support.daemons import DaemonFleet, wait_for
 from tests.support.verifiable import StockClients
 from zkcoord.local.procs import free_port
@@ -57,6 +58,8 @@ class StockRunFaults(Faults):
 
     KINDS = ("daemon-kill-9", "daemon-sigstop", "zookeeper-restart", "session-expiry",
              *StockFaults.KINDS)
+    # on the fault sandbox's ensemble and three brokers: a broker killed under the gateways too
+    CLUSTER_KINDS = (*Faults.ENSEMBLE_KINDS, *Faults.BROKER_KINDS)
 
     def __init__(self, *args, stock: StockFaults, clients: StockClients, **kwargs):
         super().__init__(*args, **kwargs)
@@ -110,7 +113,7 @@ def test_stock_clients_under_random_faults(fault_sandbox, fault_chroot, tmp_path
     bootstrap = fault_sandbox.bootstrap_servers
     topic, group = f"stock-{uuid.uuid4().hex[:8]}", "stock-group"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
+    admin.create_topics([NewTopic(topic, PARTITIONS, replicas(bootstrap))])
     admin.close()
     ports = {n: free_port() for n in (1, 2, 3)}
     options = dict(zk_session_timeout_ms=ZK_SESSION_TIMEOUT_MS, group_initial_rebalance_delay_ms=0,
@@ -126,8 +129,15 @@ def test_stock_clients_under_random_faults(fault_sandbox, fault_chroot, tmp_path
                           partitions=[(topic, p) for p in range(PARTITIONS)], classic_properties=CLASSIC) as clients:
             run = JsonLines(tmp_path / "run.jsonl")
             stock = StockFaults(rng, clients)
+            state = fault_sandbox.sandbox.load()
+            kinds = StockRunFaults.KINDS
+            if state.zookeeper_peers and len(state.brokers) >= 3:
+                kinds += StockRunFaults.CLUSTER_KINDS
+            print(f"fault kinds drawn from: {', '.join(kinds)}")
             faults = StockRunFaults(rng, fault_sandbox.sandbox, fleet, ports, None, group, fault_sandbox.zookeeper,
-                                    run, stock=stock, clients=clients)
+                                    run, stock=stock, clients=clients, kinds=kinds,
+                                    cluster=ClusterFaults(fault_sandbox.sandbox, timeout_s=LIVENESS_S, say=print),
+                                    topic=topic, partitions=PARTITIONS)
             try:
                 clients.start_producer(100)
                 clients.start_java("s1", protocol=protocol)

@@ -49,10 +49,12 @@ KINDS = ("daemon-zookeeper-cut", "daemon-clients-cut", "consumer-coordinator-cut
 
 class NetFaults:
     def __init__(self, rng: random.Random, fleet: DaemonFleet, daemon_spaces: dict[int, NetNamespace],
-                 consumer_spaces: dict[int, NetNamespace], zk_port: int) -> None:
+                 consumer_spaces: dict[int, NetNamespace], zk_port) -> None:
+        """``zk_port``: ZooKeeper's port, or every port of an ensemble (a cut
+        from ZooKeeper cuts the daemon from each of its servers)."""
         self.rng, self.fleet = rng, fleet
         self.daemon_spaces, self.consumer_spaces = daemon_spaces, consumer_spaces
-        self.zk_port = zk_port
+        self.zk_ports = [zk_port] if isinstance(zk_port, int) else list(zk_port)
 
     def listen(self, node_id: int, port: int) -> str:
         """The ``--listen`` of daemon ``node_id`` (in its namespace)."""
@@ -78,7 +80,7 @@ class NetFaults:
     def daemon_zookeeper_cut(self, daemon, wait_registered) -> str:
         ns = self.daemon_spaces[daemon.node_id]
         extra_s = self.rng.uniform(0, 3)
-        ns.cut_to([self.zk_port])
+        ns.cut_to(self.zk_ports)
         try:
             wait_for(lambda: self.fleet.session_gone(daemon.node_id), LIVENESS_S,
                      f"ZooKeeper expired the session of daemon {daemon.node_id}, cut from it")
