@@ -402,6 +402,22 @@ class Faults:
         what = "ZooKeeper" if len(names) == 1 else f"every ZooKeeper server ({len(names)})"
         return what + (" killed -9 and restarted" if kill else " stopped and restarted")
 
+    def _sessions(self) -> dict[int, int | None]:
+        """Each daemon's ZooKeeper session now (its registration's owner)."""
+        found = {}
+        for node_id in sorted(self.fleet.daemons):
+            try:
+                found[node_id] = self.fleet.zk.get(f"/zkcoord/nodes/{node_id}")[1].ephemeralOwner
+            except (NoNodeError, KazooException):
+                found[node_id] = None
+        return found
+
+    def _kept(self, before: dict[int, int | None]) -> str:
+        """How many daemons kept their session through a fault."""
+        after = self._sessions()
+        kept = sum(1 for n, s in before.items() if s is not None and after.get(n) == s)
+        return f"{kept}/{len(before)} daemon sessions kept"
+
     def _cluster_faults(self) -> ClusterFaults:
         if self.cluster is None:
             raise AssertionError("ensemble and broker faults need a ClusterFaults (Faults(cluster=...))")
@@ -411,22 +427,25 @@ class Faults:
         """kill -9 of the ensemble's leader; restarted after 0-3 s, once the others elected another."""
         cluster = self._cluster_faults()
         pause_s = self.rng.uniform(0, 3)
+        before = self._sessions()
         killed, new = cluster.kill_zookeeper_leader()
         time.sleep(pause_s)
         leader = cluster.restart_zookeeper(killed)
         self._wait_all_registered()
         return f"ZooKeeper leader {killed} killed -9, {new} elected, {killed} back after {pause_s:.1f} s " \
-               f"({leader} leads)"
+               f"({leader} leads; {self._kept(before)})"
 
     def _zookeeper_follower_lost(self) -> str:
         """kill -9 of a follower, down for 1-10 s while the run goes on, restarted."""
         cluster = self._cluster_faults()
         down_s = self.rng.uniform(1, 10)
+        before = self._sessions()
         killed, leader = cluster.kill_zookeeper_follower(choose=lambda names: self.rng.choice(sorted(names)))
         time.sleep(down_s)
         cluster.restart_zookeeper(killed)
         self._wait_all_registered()
-        return f"ZooKeeper follower {killed} killed -9 for {down_s:.1f} s (leader {leader}), restarted"
+        return f"ZooKeeper follower {killed} killed -9 for {down_s:.1f} s (leader {leader}), restarted " \
+               f"({self._kept(before)})"
 
     def _zookeeper_quorum_lost(self) -> str:
         """kill -9 of a majority of the ensemble (the leader among them or
@@ -434,11 +453,13 @@ class Faults:
         the members started again one at a time."""
         cluster = self._cluster_faults()
         down_s = self.rng.uniform(1, 8)
+        before = self._sessions()
         killed = cluster.lose_quorum(choose=lambda names: self.rng.choice(sorted(names)))
         time.sleep(down_s)
         leader = cluster.regain_quorum(killed)
         self._wait_all_registered()
-        return f"ZooKeeper quorum lost ({', '.join(killed)} killed -9) for {down_s:.1f} s, regained ({leader} leads)"
+        return f"ZooKeeper quorum lost ({', '.join(killed)} killed -9) for {down_s:.1f} s, regained ({leader} leads; " \
+               f"{self._kept(before)})"
 
     # -- brokers ---------------------------------------------------------------------------
     def _broker_kill_9(self) -> str:

@@ -43,6 +43,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,7 @@ from tests.faults.harness import (
     seed_from_env,
 )
 from tests.faults.harness import zookeeper_ports
-from tests.support import netns
+from tests.support import broken_fence, netns
 from tests.support.clock_shift import WallClock
 from tests.support.cluster_faults import ClusterFaults
 from tests.support.daemons import wait_for
@@ -120,13 +121,31 @@ def verdicts(violations) -> dict[str, int]:
     return counted
 
 
-def test_consumer_group_under_random_faults(fault_sandbox, fault_chroot, tmp_path):
-    seed = seed_from_env()
-    print(f"\nfault run: ZKCOORD_FAULT_SEED={seed} ZKCOORD_FAULTS={FAULTS} (logs in {tmp_path})")
+@dataclass
+class FaultRun:
+    seed: int
+    violations: list
+    figures: dict
+    drained: object
+    unexpected: list
+    exits: dict
+    log: object
+    producer_failed: int
+    counts: dict
+
+
+def fault_run(fault_sandbox, fault_chroot, tmp_path, faults_wanted: int, kinds: tuple[str, ...],
+              seed: int | None = None, breaks: tuple[str, ...] = ()) -> FaultRun:
+    """One seeded run (module docstring) of ``faults_wanted`` faults drawn
+    from ``kinds``; ``breaks``: every daemon runs with those fences broken
+    (:mod:`tests.support.broken_fence`). Prints the verdicts; keeps the logs
+    of a run that found anything."""
+    seed = seed_from_env() if seed is None else seed
+    print(f"\nfault run: ZKCOORD_FAULT_SEED={seed} ZKCOORD_FAULTS={faults_wanted} (logs in {tmp_path})"
+          + (f" daemons with broken {', '.join(breaks)}" if breaks else ""))
     rng = random.Random(seed)
     hosts, zk = fault_chroot
     sandbox = fault_sandbox.sandbox
-    kinds = available_kinds(sandbox)
     print(f"fault kinds drawn from: {', '.join(kinds)}")
     bootstrap = fault_sandbox.bootstrap_servers
     topic, group = f"faults-{uuid.uuid4().hex[:8]}", "fault-group"
@@ -146,8 +165,16 @@ def test_consumer_group_under_random_faults(fault_sandbox, fault_chroot, tmp_pat
         if net_kinds:
             namespaces = stack.enter_context(netns.Namespaces())
             spaces = {n: namespaces.create() for n in ports}
-        wrappers = {n: (lambda argv, n=n: spaces[n].wrap(clocks[n].wrap(argv)) if spaces else clocks[n].wrap(argv))
-                    for n in ports}
+
+        def wrapper(n):
+            def wrapped(argv):
+                argv = clocks[n].wrap(argv)
+                if breaks:  # the clock launcher runs the broken-fence launcher, which runs the daemon
+                    argv = broken_fence.wrap(*breaks)(argv)
+                return spaces[n].wrap(argv) if spaces else argv
+            return wrapped
+
+        wrappers = {n: wrapper(n) for n in ports}
         fleet = stack.enter_context(WrappedFleet(hosts, zk, tmp_path / "daemons", options=options, wrappers=wrappers))
         net = NetFaults(rng, fleet, spaces, {}, zookeeper_ports(fault_sandbox.zookeeper)) if spaces else None
 
@@ -172,7 +199,7 @@ def test_consumer_group_under_random_faults(fault_sandbox, fault_chroot, tmp_pat
             producer.start()
             wait_for(lambda: len(quiet(monitor.offsets) or {}) == PARTITIONS, LIVENESS_S,
                      "every partition has a committed offset")
-            for number in range(1, FAULTS + 1):
+            for number in range(1, faults_wanted + 1):
                 time.sleep(rng.uniform(1.0, 4.0))
                 unexpected += [f"c{i} exited with {pool.procs[i].returncode}" for i in pool.dead()]
                 faults.inject(number)
@@ -205,19 +232,48 @@ def test_consumer_group_under_random_faults(fault_sandbox, fault_chroot, tmp_pat
                "worker_exits": exits, "violations": len(violations)}
     print("fault run summary: " + json.dumps(figures))
     print("fault run verdicts: " + "; ".join(f"{n} {name}" for name, n in verdicts(violations).items())
-          + f"; {figures['consumed_again']} records consumed again (duplicates after kills and fencing: allowed, counted)")
+          + f"; {figures['consumed_again']} records consumed again (duplicates after kills and fencing: allowed, "
+          "counted)")
     print("fault kinds: " + ", ".join(f"{kind} {faults.counts.get(kind, 0)}" for kind in kinds))
-    for v in violations:
+    for v in violations[:50]:
         print(f"VIOLATION {v.kind}: {v.detail}")
-    if violations or drained is not True or unexpected:
+    if (violations or drained is not True or unexpected) and not breaks:
         # pytest keeps only its last few temporary directories: keep this run's logs.
         kept = Path(tempfile.gettempdir()) / f"zkcoord-fault-run-{seed}-{uuid.uuid4().hex[:6]}"
         shutil.copytree(tmp_path, kept)
         print(f"the run's logs are kept in {kept}")
+    return FaultRun(seed, violations, figures, drained, unexpected, exits, log, producer.failed, dict(faults.counts))
+
+
+def test_consumer_group_under_random_faults(fault_sandbox, fault_chroot, tmp_path):
+    kinds = available_kinds(fault_sandbox.sandbox)
+    result = fault_run(fault_sandbox, fault_chroot, tmp_path, FAULTS, kinds)
+    seed, violations, drained, exits, log = result.seed, result.violations, result.drained, result.exits, result.log
     assert violations == [], f"seed {seed}: {len(violations)} violation(s), first: {violations[0]}"
     assert drained is True, f"seed {seed}: {drained}"
-    assert unexpected == [], f"seed {seed}: consumers died by themselves: {unexpected}"
+    assert result.unexpected == [], f"seed {seed}: consumers died by themselves: {result.unexpected}"
     assert all(code == 0 for code in exits.values()), f"seed {seed}: worker exits {exits}"
     # Nothing vacuous: each check had material.
-    assert log.produced and log.assignments and log.history and log.samples and producer.failed == 0
+    assert log.produced and log.assignments and log.history and log.samples and result.producer_failed == 0
     assert any(c.acked for c in log.commits)
+
+
+# The same run, one new kind at a time, against daemons whose fences are deliberately broken
+# (tests/support/broken_fence.py, every fence: commits and state writes unfenced, a lost session
+# ignored, stale generations accepted): the checker must find violations. Opt-in (a few minutes
+# each): ZKCOORD_TEST_BROKEN_FENCES=1; ZKCOORD_BROKEN_FAULTS=<n> faults per run (default 6).
+BROKEN_FAULTS = int(os.environ.get("ZKCOORD_BROKEN_FAULTS", "6"))
+
+
+@pytest.mark.skipif(os.environ.get("ZKCOORD_TEST_BROKEN_FENCES") != "1",
+                    reason="the broken-fence demonstrations run with ZKCOORD_TEST_BROKEN_FENCES=1")
+@pytest.mark.parametrize("kind", [*Faults.ENSEMBLE_KINDS, *Faults.BROKER_KINDS, *Faults.CLOCK_KINDS,
+                                  "daemon-zookeeper-cut", "daemon-clients-cut"])
+def test_each_new_kind_catches_broken_fences(fault_sandbox, fault_chroot, tmp_path, kind):
+    available = available_kinds(fault_sandbox.sandbox)
+    if kind not in available:
+        pytest.skip(f"{kind} is not available here (see the printed reason)")
+    result = fault_run(fault_sandbox, fault_chroot, tmp_path, BROKEN_FAULTS, (kind,), breaks=broken_fence.BREAKS)
+    counted = verdicts(result.violations)
+    print(f"broken fences under {kind}: " + ", ".join(f"{n} {name}" for name, n in counted.items()))
+    assert result.violations, f"seed {result.seed}: the checker found nothing wrong with broken fences under {kind}"

@@ -9,6 +9,9 @@ through this module as a launcher::
 
     python -X zkcoord-test-process=... tests/support/clock_shift.py OFFSET_FILE -m zkcoord -v run ...
 
+(or ``OFFSET_FILE tests/support/broken_fence.py BREAKS -m zkcoord ...``: a
+launcher of the same kind, run with the clock already moved)
+
 which replaces ``time.time`` and ``time.time_ns`` by the real value plus an
 offset in seconds read from OFFSET_FILE (a thread re-reads it every
 ``POLL_S``), then runs ``-m <module>`` as ``python -m`` would.
@@ -122,8 +125,15 @@ def _install(offset_file: str) -> None:
 
 
 def main(argv: list[str]) -> None:
+    if len(argv) >= 3 and argv[1] != "-m" and argv[1].endswith(".py"):
+        # another launcher of the same kind (tests/support/broken_fence.py): run it, clock moved
+        _install(argv[0])
+        sys.argv = argv[1:]
+        sys.path.insert(0, str(Path(argv[1]).resolve().parent))  # which its own __main__ takes off again
+        runpy.run_path(argv[1], run_name="__main__")
+        return
     if len(argv) < 3 or argv[1] != "-m":
-        sys.exit("usage: clock_shift.py OFFSET_FILE -m MODULE [ARGS...]")
+        sys.exit("usage: clock_shift.py OFFSET_FILE [-m MODULE | LAUNCHER.py ...] [ARGS...]")
     offset_file, module, rest = argv[0], argv[2], argv[3:]
     _install(offset_file)
     sys.argv = [module, *rest]
