@@ -312,6 +312,18 @@ def summary(log: RunLog) -> dict:
     }
 
 
+def verdicts(violations: Iterable[Violation]) -> dict[str, int]:
+    """The checker's verdicts by name (0 each when all is well)."""
+    names = {"double ownership": ("double-owner", "foreign-member"), "stale commits": ("stale-commit",),
+             "offset regressions": ("rewind", "commit-rewind"), "acknowledged commits lost": ("commit-lost",),
+             "acknowledged records not consumed": ("not-consumed",)}
+    violations = list(violations)
+    counted = {name: sum(1 for v in violations if v.kind in kinds) for name, kinds in names.items()}
+    known = {k for kinds in names.values() for k in kinds}
+    counted["other"] = sum(1 for v in violations if v.kind not in known)
+    return counted
+
+
 @dataclass(frozen=True)
 class ClockShift:
     """A daemon's wall clock moved by ``offset_s`` between the true times

@@ -49,7 +49,7 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from tests.faults.checker import check_run, load_dir, summary
+from tests.faults.checker import check_run, load_dir, summary, verdicts
 from tests.faults.harness import (
     LIVENESS_S,
     ConsumerPool,
@@ -108,17 +108,6 @@ def available_kinds(sandbox, say=print) -> tuple[str, ...]:
 
 def replication_factor(sandbox) -> int:
     return min(3, len(sandbox.load().brokers))
-
-
-def verdicts(violations) -> dict[str, int]:
-    """The checker's verdicts by name (0 each when all is well)."""
-    names = {"double ownership": ("double-owner", "foreign-member"), "stale commits": ("stale-commit",),
-             "offset regressions": ("rewind", "commit-rewind"), "acknowledged commits lost": ("commit-lost",),
-             "acknowledged records not consumed": ("not-consumed",)}
-    counted = {name: sum(1 for v in violations if v.kind in kinds) for name, kinds in names.items()}
-    known = {k for kinds in names.values() for k in kinds}
-    counted["other"] = sum(1 for v in violations if v.kind not in known)
-    return counted
 
 
 @dataclass
