@@ -39,6 +39,8 @@ import contextlib
 import json
 import os
 import random
+import subprocess
+import sys
 import shutil
 import tempfile
 import time
@@ -110,6 +112,26 @@ def replication_factor(sandbox) -> int:
     return min(3, len(sandbox.load().brokers))
 
 
+STORAGE_MODES = ("zookeeper", "dual")
+
+
+def make_dual(hosts: str, zk, bootstrap: str, group: str, topic: str, tmp_path: Path) -> None:
+    """Put the group in ``dual`` offset storage before anyone joins it: its
+    offsets start at 0 in ZooKeeper, ``zkcoord migrate apply`` backs them up,
+    commits them to Kafka and switches the group to dual; from then on every
+    commit goes to Kafka (through the group's coordinator broker, which
+    ``broker-kill-9`` may kill) and to ZooKeeper (which the monitor samples)."""
+    for p in range(PARTITIONS):
+        zk.create(f"/consumers/{group}/offsets/{topic}/{p}", b"0", makepath=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZKCOORD_") or k == "ZKCOORD_TEST_STATE_DIR"}
+    done = subprocess.run([sys.executable, "-m", "zkcoord", "migrate", "apply", "--group", group, "--zookeeper", hosts,
+                           "--bootstrap-servers", bootstrap, "--output", "json", "--timeout-ms", "30000"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    (tmp_path / "migrate-apply.out").write_text(done.stdout + done.stderr)
+    assert done.returncode == 0, f"migrate apply of {group} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+    assert json.loads(zk.get(f"/zkcoord/migrations/{group}")[0])["phase"] == "dual", done.stdout
+
+
 @dataclass
 class FaultRun:
     seed: int
@@ -135,7 +157,9 @@ def fault_run(fault_sandbox, fault_chroot, tmp_path, faults_wanted: int, kinds: 
     rng = random.Random(seed)
     hosts, zk = fault_chroot
     sandbox = fault_sandbox.sandbox
-    print(f"fault kinds drawn from: {', '.join(kinds)}")
+    storage = os.environ.get("ZKCOORD_FAULT_STORAGE") or rng.choice(STORAGE_MODES)
+    assert storage in STORAGE_MODES, f"ZKCOORD_FAULT_STORAGE={storage}: one of {STORAGE_MODES}"
+    print(f"fault kinds drawn from: {', '.join(kinds)}; the group's offset storage: {storage}")
     bootstrap = fault_sandbox.bootstrap_servers
     topic, group = f"faults-{uuid.uuid4().hex[:8]}", "fault-group"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
@@ -143,6 +167,8 @@ def fault_run(fault_sandbox, fault_chroot, tmp_path, faults_wanted: int, kinds: 
     admin.close()
     events = tmp_path / "events"
     events.mkdir()
+    if storage == "dual":
+        make_dual(hosts, zk, bootstrap, group, topic, tmp_path)
     ports = {n: free_port() for n in (1, 2, 3)}
     started = time.monotonic()
     options = dict(zk_session_timeout_ms=ZK_SESSION_TIMEOUT_MS, group_initial_rebalance_delay_ms=0,
@@ -214,7 +240,7 @@ def fault_run(fault_sandbox, fault_chroot, tmp_path, faults_wanted: int, kinds: 
 
     log = load_dir(events, group, daemon_logs)
     violations = check_run(log)
-    figures = {"seed": seed, "faults": dict(sorted(faults.counts.items())),
+    figures = {"seed": seed, "storage": storage, "faults": dict(sorted(faults.counts.items())),
                "duration_s": round(time.monotonic() - started),
                "produced_sent": producer.sent, "produce_failed": producer.failed, **summary(log),
                "consumer_processes": sum(pool.incarnations.values()) + len(pool.incarnations),
