@@ -12,7 +12,10 @@ waiting until the system is back: those of
 daemon, the group's owner half of the time; SIGSTOP of a daemon past its
 session; a ZooKeeper restart; ZooKeeper expiring a daemon's session) and
 those of :class:`tests.faults.stock_faults.StockFaults` on the consumers
-(a clean bounce, a kill -9). Then the producer stops, the group drains to
+(a clean bounce, a kill -9), and, on the fault sandbox's ZooKeeper ensemble
+and three brokers, the harness's ZooKeeper leader, follower and quorum
+losses and kill -9 of a broker behind the gateways (the topic replicated 3
+times). Then the producer stops, the group drains to
 what was acknowledged, the consumers stop and
 :func:`tests.faults.stock_checker.check_stock` gives its verdicts over
 everything the clients printed: no violation; records consumed again are
