@@ -51,7 +51,7 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from tests.faults.checker import check_run, load_dir, summary, verdicts
+from tests.faults.checker import Violation, check_commits_durable, check_run, load_dir, summary, verdicts
 from tests.faults.harness import (
     LIVENESS_S,
     ConsumerPool,
@@ -132,6 +132,23 @@ def make_dual(hosts: str, zk, bootstrap: str, group: str, topic: str, tmp_path: 
     assert json.loads(zk.get(f"/zkcoord/migrations/{group}")[0])["phase"] == "dual", done.stdout
 
 
+def kafka_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets in Kafka (a fresh admin client: one made
+    before a broker restart may not find it again), retried while a restarted
+    broker loads them."""
+    def read():
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+        try:
+            found = admin.list_consumer_group_offsets(group)
+        except Exception:  # a coordinator loading: asked again
+            return None
+        finally:
+            admin.close()
+        return {tp.partition: meta.offset for tp, meta in found.items() if tp.topic == topic} or None
+
+    return wait_for(read, LIVENESS_S, f"{group}'s committed offsets read from Kafka", 1.0)
+
+
 @dataclass
 class FaultRun:
     seed: int
@@ -207,7 +224,7 @@ def fault_run(fault_sandbox, fault_chroot, tmp_path, faults_wanted: int, kinds: 
         cluster = ClusterFaults(sandbox, timeout_s=LIVENESS_S, say=print)
         faults = Faults(rng, sandbox, fleet, ports, pool, group, fault_sandbox.zookeeper, run, kinds=kinds,
                         cluster=cluster, net=net, clocks=clocks, topic=topic, partitions=PARTITIONS, listen=listen)
-        drained, exits, unexpected = None, {}, []
+        drained, exits, unexpected, kafka_final = None, {}, [], None
         try:
             monitor.start()
             pool.start_all()
@@ -230,6 +247,7 @@ def fault_run(fault_sandbox, fault_chroot, tmp_path, faults_wanted: int, kinds: 
                 drained = str(exc)
             exits = pool.stop_all()
             monitor.final()
+            kafka_final = kafka_offsets(bootstrap, group, topic) if storage == "dual" else None
         finally:
             producer.stop()
             monitor.stop()
@@ -240,6 +258,9 @@ def fault_run(fault_sandbox, fault_chroot, tmp_path, faults_wanted: int, kinds: 
 
     log = load_dir(events, group, daemon_logs)
     violations = check_run(log)
+    if kafka_final is not None:  # dual: Kafka's copy keeps every acknowledged commit too
+        violations += [Violation(v.kind, f"in Kafka: {v.detail}")
+                       for v in check_commits_durable(log.commits, kafka_final)]
     figures = {"seed": seed, "storage": storage, "faults": dict(sorted(faults.counts.items())),
                "duration_s": round(time.monotonic() - started),
                "produced_sent": producer.sent, "produce_failed": producer.failed, **summary(log),
