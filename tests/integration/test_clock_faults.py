@@ -109,6 +109,7 @@ def test_wall_clock_jumps_of_the_owner_change_nothing(services, make_fleet, uniq
         "no rebalance after c2 was killed"
 
 
+@pytest.mark.slow  # ZKCOORD_TEST_SLOW=1
 @pytest.mark.skipif(time_namespaces_available() is not None, reason=str(time_namespaces_available()))
 def test_daemons_whose_monotonic_clocks_differ_by_a_month_hand_a_group_over_both_ways(
         services, make_fleet, unique_name, tmp_path):

@@ -56,7 +56,7 @@ from tests.support.state_dirs import state_directory
 from tests.support.wire import coordinator_client
 from zkcoord.local.sandbox import Sandbox
 
-pytestmark = [pytest.mark.integration, pytest.mark.ensemble]
+pytestmark = [pytest.mark.integration, pytest.mark.ensemble, pytest.mark.slow]  # ZKCOORD_TEST_SLOW=1
 
 WAIT_S = 120.0
 COMMIT_TIMEOUT_MS = 10_000  # a commit not acknowledged in this long fails (kafka-python retries retriable errors)

@@ -42,7 +42,7 @@ from tests.support.daemons import gateway_fleet, wait_for
 from tests.support.verifiable import StockClients
 from tests.support.wire import find_coordinator
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ZKCOORD_TEST_SLOW=1; tests/faults runs stock clients
 
 PARTITIONS = 6
 WAIT_S = 120.0  # a bound on a failure (a join, a rebalance, a take-over), never a wait
