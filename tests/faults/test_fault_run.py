@@ -50,6 +50,7 @@ from pathlib import Path
 
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaError
 
 from tests.faults.checker import Violation, check_commits_durable, check_run, load_dir, summary, verdicts
 from tests.faults.harness import (
@@ -139,12 +140,13 @@ def kafka_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     def read():
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
         try:
-            found = admin.list_consumer_group_offsets(group)
-        except Exception:  # a coordinator loading: asked again
+            found = admin.list_group_offsets({group: None})[group]
+        except KafkaError:  # a coordinator loading: asked again
             return None
         finally:
             admin.close()
-        return {tp.partition: meta.offset for tp, meta in found.items() if tp.topic == topic} or None
+        return {tp.partition: meta.offset for tp, meta in found.items() if tp.topic == topic and meta.offset >= 0} \
+            or None
 
     return wait_for(read, LIVENESS_S, f"{group}'s committed offsets read from Kafka", 1.0)
 
