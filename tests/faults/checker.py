@@ -102,6 +102,7 @@ class RunLog:
     consumed: set[tuple[int, int]] = field(default_factory=set)
     final_offsets: dict[int, int] = field(default_factory=dict)
     torn_lines: int = 0  # lines cut short by a kill -9
+    consumed_total: int = 0  # records returned by poll(), counting each time one was consumed again
 
 
 # -- parsing -------------------------------------------------------------------------
@@ -156,6 +157,7 @@ def run_log(events: Iterable[dict], history: Iterable[GenerationSeen] = (), torn
                                       e["t_done"]))
         elif kind == "records":
             log.consumed.update((p, o) for p, o in e["recs"])
+            log.consumed_total += len(e["recs"])
         elif kind == "acked":
             log.produced.update((p, o) for p, o in e["recs"])
         elif kind == "zk_offsets":
@@ -298,6 +300,7 @@ def summary(log: RunLog) -> dict:
     return {
         "produced": len(log.produced),
         "consumed_distinct": len(log.consumed),
+        "consumed_again": log.consumed_total - len(log.consumed),  # duplicates (after kills, fencing)
         "assignments": len(log.assignments),
         "stored_states": len(log.history),
         "generations": len(generations),
@@ -309,13 +312,73 @@ def summary(log: RunLog) -> dict:
     }
 
 
+def verdicts(violations: Iterable[Violation]) -> dict[str, int]:
+    """The checker's verdicts by name (0 each when all is well)."""
+    names = {"double ownership": ("double-owner", "foreign-member"), "stale commits": ("stale-commit",),
+             "offset regressions": ("rewind", "commit-rewind"), "acknowledged commits lost": ("commit-lost",),
+             "acknowledged records not consumed": ("not-consumed",)}
+    violations = list(violations)
+    counted = {name: sum(1 for v in violations if v.kind in kinds) for name, kinds in names.items()}
+    known = {k for kinds in names.values() for k in kinds}
+    counted["other"] = sum(1 for v in violations if v.kind not in known)
+    return counted
+
+
+@dataclass(frozen=True)
+class ClockShift:
+    """A daemon's wall clock moved by ``offset_s`` between the true times
+    ``real_from`` and ``real_to`` (the fault run's ``clock-shift`` events)."""
+
+    node: int
+    offset_s: float
+    real_from: float
+    real_to: float
+
+
+def unshift(seen: Iterable[GenerationSeen], shifts: Iterable[ClockShift], margin_s: float = 1.0) -> list[GenerationSeen]:
+    """A shifted daemon's log times back in true time: an entry logged while
+    its clock was ``offset_s`` off reads ``[real_from, real_to] + offset_s``
+    (offsets of an hour and more, windows of seconds: no true time of the
+    run falls there); it is moved back by ``offset_s``. Others are kept.
+
+    >>> g = GenerationSeen(3, frozenset(), "Stable", 1000.0 + 3600)
+    >>> unshift([g, GenerationSeen(4, frozenset(), "Stable", 1010.0)], [ClockShift(1, 3600, 999, 1005)])[0].t
+    1000.0"""
+    out = []
+    for g in seen:
+        for s in shifts:
+            if s.real_from + s.offset_s - margin_s <= g.t <= s.real_to + s.offset_s + margin_s:
+                g = GenerationSeen(g.generation, g.members, g.state, g.t - s.offset_s)
+                break
+        out.append(g)
+    return out
+
+
+def clock_shifts(events: Iterable[dict]) -> dict[int, list[ClockShift]]:
+    """The ``clock-shift`` events of a run, per daemon node id."""
+    found: dict[int, list[ClockShift]] = defaultdict(list)
+    for e in events:
+        if e.get("ev") == "clock-shift":
+            found[e["node"]].append(ClockShift(e["node"], e["offset_s"], e["real_from"], e["real_to"]))
+    return dict(found)
+
+
 def load_dir(directory: Path, group: str, daemon_logs: Iterable[Path] = ()) -> RunLog:
     """A :class:`RunLog` from every ``*.jsonl`` in ``directory`` and the
-    given daemon logs (reads files; the parsing is the pure functions above)."""
+    given daemon logs (reads files; the parsing is the pure functions above).
+    A daemon log named ``daemon-<n>.log`` whose clock the run shifted
+    (``clock-shift`` events) is read back in true time (:func:`unshift`)."""
     events, torn = [], 0
     for path in sorted(directory.glob("*.jsonl")):
         found, bad = read_jsonl(path.read_text(errors="replace"))
         events += found
         torn += bad
-    history = [g for path in daemon_logs for g in parse_daemon_log(path.read_text(errors="replace"), group)]
+    shifts = clock_shifts(events)
+    history = []
+    for path in daemon_logs:
+        seen = parse_daemon_log(path.read_text(errors="replace"), group)
+        node = re.fullmatch(r"daemon-(\d+)\.log", path.name)
+        if node is not None and int(node.group(1)) in shifts:
+            seen = unshift(seen, shifts[int(node.group(1))])
+        history += seen
     return run_log(events, history, torn)

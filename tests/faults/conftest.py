@@ -1,8 +1,9 @@
 """Fixtures of the fault tests: a ZooKeeper + Kafka of their own.
 
-The fault tests restart ZooKeeper and the broker, so they do not share the
+The fault tests restart ZooKeeper and the brokers, so they do not share the
 session sandbox of ``tests/conftest.py``: ``fault_sandbox`` starts a
-:class:`~tests.faults.harness.MarkedSandbox` once for ``tests/faults`` in
+:class:`~tests.faults.harness.MarkedSandbox` of a 3-server ZooKeeper
+ensemble and 3 brokers once for ``tests/faults`` in
 ``$ZKCOORD_TEST_STATE_DIR-faults`` (or a fresh temporary directory,
 removed at the end: :func:`~tests.faults.harness.state_directory`) and
 always takes it down at the end, pass or fail. Its JVMs, like every daemon
@@ -36,7 +37,9 @@ def fault_sandbox():
     with state_directory(os.environ.get("ZKCOORD_TEST_STATE_DIR")) as state_dir:
         sandbox = MarkedSandbox(state_dir, log=print)
         try:
-            state, _ = sandbox.up(brokers=1)
+            # Production's shape (issue 29): a ZooKeeper ensemble of three and three brokers
+            # (topics replicated 3 times, min ISR 2), so its members and brokers can be lost.
+            state, _ = sandbox.up(zookeepers=3, brokers=3)
             wait_group_coordinator(sandbox.bootstrap_servers(state))
             yield FaultServices(sandbox, sandbox.zookeeper_address(state), sandbox.bootstrap_servers(state))
         finally:

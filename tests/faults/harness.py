@@ -37,7 +37,8 @@ from kafka import KafkaProducer
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
-from tests.support import state_dirs
+from tests.support import net_fault_kinds, state_dirs
+from tests.support.cluster_faults import ClusterFaults
 from tests.support.daemons import DaemonFleet, process_marker, wait_for
 from zkcoord.local.sandbox import Sandbox
 
@@ -278,18 +279,39 @@ class Faults:
 
     KINDS = ("daemon-kill-9", "daemon-sigstop", "zookeeper-restart", "session-expiry", "consumer-kill-9",
              "consumer-sigstop")
+    ENSEMBLE_KINDS = ("zookeeper-leader-kill-9", "zookeeper-follower-lost", "zookeeper-quorum-lost")
+    BROKER_KINDS = ("broker-kill-9",)
+    CLOCK_KINDS = ("daemon-clock-jump",)
+    NET_KINDS = net_fault_kinds.KINDS
 
     def __init__(self, rng: random.Random, sandbox: Sandbox, fleet: DaemonFleet, ports: dict[int, int],
-                 pool: ConsumerPool, group: str, zk_address: str, log: JsonLines, say=print):
+                 pool: ConsumerPool, group: str, zk_address: str, log: JsonLines, say=print, *,
+                 kinds: tuple[str, ...] | None = None, cluster: ClusterFaults | None = None,
+                 net: net_fault_kinds.NetFaults | None = None, clocks: dict | None = None,
+                 topic: str | None = None, partitions: int = 0, listen=None):
+        """``kinds``: the kinds drawn from (default :data:`KINDS`); the
+        ensemble and broker kinds need ``cluster`` (and ``topic`` and
+        ``partitions`` to find partition leaders), the network kinds ``net``,
+        the clock kind ``clocks`` (node id -> WallClock). ``listen(node_id,
+        port)``: a restarted daemon's ``--listen`` (default 127.0.0.1:port)."""
         self.rng, self.sandbox, self.fleet, self.ports, self.pool = rng, sandbox, fleet, ports, pool
         self.group = group
         self.zk_address, self.log, self.say = zk_address, log, say
+        self.kinds = tuple(kinds or self.KINDS)
+        self.cluster, self.net, self.clocks = cluster, net, clocks
+        self.topic, self.partitions = topic, partitions
+        self.listen = listen or (lambda node_id, port: f"127.0.0.1:{port}")
         self.counts: dict[str, int] = {}
 
     def inject(self, number: int) -> str:
-        kind = self.rng.choice(self.KINDS)
+        kind = self.rng.choice(self.kinds)
         started = time.monotonic()
-        what = getattr(self, "_" + kind.replace("-", "_"))()
+        if kind in self.NET_KINDS:
+            if self.net is None:
+                raise AssertionError(f"{kind} needs the run's processes in network namespaces (Faults(net=...))")
+            what = self.net.inject(kind, self)
+        else:
+            what = getattr(self, "_" + kind.replace("-", "_"))()
         self.counts[kind] = self.counts.get(kind, 0) + 1
         line = f"fault {number}: {kind}: {what} ({time.monotonic() - started:.1f} s)"
         self.log.write("fault", number=number, kind=kind, what=what)
@@ -318,7 +340,7 @@ class Faults:
     def restart_daemon(self, node_id: int) -> None:
         wait_for(lambda: quiet(lambda: self.fleet.session_gone(node_id)), LIVENESS_S,
                  f"daemon {node_id}'s session gone")
-        self.fleet.start(node_id, listen=f"127.0.0.1:{self.ports[node_id]}")
+        self.fleet.start(node_id, listen=self.listen(node_id, self.ports[node_id]))
 
     def _daemon_kill_9(self) -> str:
         daemon = self._daemon()
@@ -369,12 +391,127 @@ class Faults:
         return f"daemon {daemon.node_id}'s session 0x{session:x} expired by ZooKeeper"
 
     # -- ZooKeeper ------------------------------------------------------------------------
-    def _zookeeper_restart(self) -> str:
-        kill = self.rng.random() < 0.5
-        self.sandbox.restart_server("zookeeper", kill=kill)
+    def _wait_all_registered(self) -> None:
         for node_id in sorted(self.fleet.daemons):
             self._wait_registered(node_id)
-        return "ZooKeeper " + ("killed -9 and restarted" if kill else "stopped and restarted")
+
+    def _zookeeper_restart(self) -> str:
+        kill = self.rng.random() < 0.5
+        names = restart_zookeeper(self.sandbox, kill=kill)
+        self._wait_all_registered()
+        what = "ZooKeeper" if len(names) == 1 else f"every ZooKeeper server ({len(names)})"
+        return what + (" killed -9 and restarted" if kill else " stopped and restarted")
+
+    def _sessions(self) -> dict[int, int | None]:
+        """Each daemon's ZooKeeper session now (its registration's owner)."""
+        found = {}
+        for node_id in sorted(self.fleet.daemons):
+            try:
+                found[node_id] = self.fleet.zk.get(f"/zkcoord/nodes/{node_id}")[1].ephemeralOwner
+            except (NoNodeError, KazooException):
+                found[node_id] = None
+        return found
+
+    def _kept(self, before: dict[int, int | None]) -> str:
+        """How many daemons kept their session through a fault."""
+        after = self._sessions()
+        kept = sum(1 for n, s in before.items() if s is not None and after.get(n) == s)
+        return f"{kept}/{len(before)} daemon sessions kept"
+
+    def _cluster_faults(self) -> ClusterFaults:
+        if self.cluster is None:
+            raise AssertionError("ensemble and broker faults need a ClusterFaults (Faults(cluster=...))")
+        return self.cluster
+
+    def _zookeeper_leader_kill_9(self) -> str:
+        """kill -9 of the ensemble's leader; restarted after 0-3 s, once the others elected another."""
+        cluster = self._cluster_faults()
+        pause_s = self.rng.uniform(0, 3)
+        before = self._sessions()
+        killed, new = cluster.kill_zookeeper_leader()
+        time.sleep(pause_s)
+        leader = cluster.restart_zookeeper(killed)
+        self._wait_all_registered()
+        return f"ZooKeeper leader {killed} killed -9, {new} elected, {killed} back after {pause_s:.1f} s " \
+               f"({leader} leads; {self._kept(before)})"
+
+    def _zookeeper_follower_lost(self) -> str:
+        """kill -9 of a follower, down for 1-10 s while the run goes on, restarted."""
+        cluster = self._cluster_faults()
+        down_s = self.rng.uniform(1, 10)
+        before = self._sessions()
+        killed, leader = cluster.kill_zookeeper_follower(choose=lambda names: self.rng.choice(sorted(names)))
+        time.sleep(down_s)
+        cluster.restart_zookeeper(killed)
+        self._wait_all_registered()
+        return f"ZooKeeper follower {killed} killed -9 for {down_s:.1f} s (leader {leader}), restarted " \
+               f"({self._kept(before)})"
+
+    def _zookeeper_quorum_lost(self) -> str:
+        """kill -9 of a majority of the ensemble (the leader among them or
+        not); 1-8 s without a quorum (past the daemons' 4 s sessions or not);
+        the members started again one at a time."""
+        cluster = self._cluster_faults()
+        down_s = self.rng.uniform(1, 8)
+        before = self._sessions()
+        killed = cluster.lose_quorum(choose=lambda names: self.rng.choice(sorted(names)))
+        time.sleep(down_s)
+        leader = cluster.regain_quorum(killed)
+        self._wait_all_registered()
+        return f"ZooKeeper quorum lost ({', '.join(killed)} killed -9) for {down_s:.1f} s, regained ({leader} leads; " \
+               f"{self._kept(before)})"
+
+    # -- brokers ---------------------------------------------------------------------------
+    def _broker_kill_9(self) -> str:
+        """kill -9 of a broker (the leader of a partition of the run's topic,
+        or the group's coordinator in Kafka, or any), until its registration
+        expired and the others lead its partitions; restarted after 0-3 s."""
+        cluster = self._cluster_faults()
+        which = self.rng.choice(("partition-leader", "offsets-coordinator", "any"))
+        partition = self.rng.randrange(self.partitions) if self.partitions else 0
+        any_one = self.rng.choice(cluster.broker_ids())
+        pause_s = self.rng.uniform(0, 3)
+        victim = any_one
+        try:
+            if which == "partition-leader" and self.topic:
+                victim = cluster.wait_partition_leader(self.topic, partition)
+            elif which == "offsets-coordinator":
+                victim = cluster.group_coordinator(self.group)
+        except AssertionError as exc:  # no agreement now: any broker will do
+            self.say(f"  ({which} not known: {exc}; broker {any_one} instead)")
+            which = "any"
+        cluster.kill_broker(victim)
+        time.sleep(pause_s)
+        cluster.restart_broker(victim)
+        if self.topic:
+            for p in range(self.partitions):
+                cluster.wait_partition_leader(self.topic, p)
+        return f"broker {victim} ({which}) killed -9, restarted after {pause_s:.1f} s"
+
+    # -- clocks ------------------------------------------------------------------------------
+    def _daemon_clock_jump(self) -> str:
+        """A daemon's wall clock (``time.time()``, through
+        :class:`tests.support.clock_shift.WallClock`) jumps an hour ahead, two
+        hours back or a day ahead for 2-10 s, then back to the true time;
+        the run's log keeps the window, so the checker reads that daemon's
+        log times back in true time (:func:`tests.faults.checker.unshift`)."""
+        if not self.clocks:
+            raise AssertionError("daemon-clock-jump needs the daemons started through clock_shift (Faults(clocks=...))")
+        daemon = self._daemon()
+        offset_s = self.rng.choice((3600.0, -7200.0, 86400.0))
+        hold_s = self.rng.uniform(2, 10)
+        clock = self.clocks[daemon.node_id]
+        started = time.time()
+        clock.jump(offset_s)
+        try:
+            time.sleep(hold_s)
+        finally:
+            clock.reset()
+            # the launcher re-reads its file every 20 ms: a margin before the window is closed
+            time.sleep(0.2)
+            self.log.write("clock-shift", node=daemon.node_id, offset_s=offset_s, real_from=started,
+                           real_to=time.time())
+        return f"daemon {daemon.node_id}'s wall clock {offset_s:+.0f} s for {hold_s:.1f} s, then true again"
 
     # -- consumers -------------------------------------------------------------------------
     def _consumer_kill_9(self) -> str:
@@ -447,18 +584,55 @@ def local_ports_to(pid: int, remote_port: int) -> set[int]:
     return ports
 
 
-def sessions_of(pid: int, zk_port: int) -> list[int]:
+def zookeeper_ports(connect: str) -> list[int]:
+    """The ports of a connect string (``127.0.0.1:2181,127.0.0.1:2182/chroot``).
+
+    >>> zookeeper_ports("127.0.0.1:2181,127.0.0.1:2182/faults/x"), zookeeper_ports("127.0.0.1:2181")
+    ([2181, 2182], [2181])"""
+    hosts = connect.split("/", 1)[0]
+    return [int(host.rsplit(":", 1)[1]) for host in hosts.split(",") if host]
+
+
+def sessions_of(pid: int, zk_ports) -> list[int]:
     """ZooKeeper session ids of ``pid``'s connections, matched by client port
-    in the server's ``cons`` listing (``/127.0.0.1:40512[1](...,sid=0x1...,...)``)."""
+    in the ``cons`` listing (``/127.0.0.1:40512[1](...,sid=0x1...,...)``) of
+    the server it is connected to. ``zk_ports``: one server's port, or every
+    port of an ensemble (a client is connected to one of them)."""
     from zkcoord.local.sandbox import zk_four_letter
 
-    ports = local_ports_to(pid, zk_port)
     sessions = []
-    for line in zk_four_letter(zk_port, "cons").splitlines():
-        line = line.strip()
-        if not line.startswith("/") or "sid=" not in line:
+    for zk_port in [zk_ports] if isinstance(zk_ports, int) else zk_ports:
+        ports = local_ports_to(pid, zk_port)
+        if not ports:
             continue
-        port = int(line[1:].split("[", 1)[0].rsplit(":", 1)[1])
-        if port in ports:
-            sessions.append(int(line.split("sid=", 1)[1].split(",", 1)[0].rstrip(")"), 16))
+        for line in zk_four_letter(zk_port, "cons").splitlines():
+            line = line.strip()
+            if not line.startswith("/") or "sid=" not in line:
+                continue
+            port = int(line[1:].split("[", 1)[0].rsplit(":", 1)[1])
+            if port in ports:
+                sessions.append(int(line.split("sid=", 1)[1].split(",", 1)[0].rstrip(")"), 16))
     return sessions
+
+
+def replicas(bootstrap: str) -> int:
+    """The replication factor of a fault test's topics: every broker up to 3
+    (the sandbox's ``min.insync.replicas`` is that minus one: a topic of
+    fewer replicas would refuse ``acks=all``).
+
+    >>> replicas("127.0.0.1:1"), replicas("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3")
+    (1, 3)"""
+    return min(3, len([b for b in bootstrap.split(",") if b]))
+
+
+def restart_zookeeper(sandbox: Sandbox, kill: bool = False) -> list[str]:
+    """Stop (SIGTERM, or kill -9) every ZooKeeper server of the sandbox - the
+    one, or each member of an ensemble - then start them all again, waiting
+    until they serve. The names."""
+    state = sandbox.load()
+    names = [z.name for z in state.zookeepers] if state is not None else ["zookeeper"]
+    for name in names:
+        sandbox.stop_server(name, kill=kill)
+    for name in names:
+        sandbox.start_zookeeper(name)
+    return names

@@ -33,7 +33,16 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 from kazoo.exceptions import KazooException
 
-from tests.faults.harness import REPO, expire_session, faults_from_env, seed_from_env, sessions_of
+from tests.faults.harness import (
+    REPO,
+    expire_session,
+    faults_from_env,
+    replicas,
+    restart_zookeeper,
+    seed_from_env,
+    sessions_of,
+    zookeeper_ports,
+)
 from tests.support.daemons import process_marker, wait_for
 
 GROUPS = 50
@@ -88,12 +97,12 @@ def test_migrate_apply_under_random_faults(fault_sandbox, fault_chroot, tmp_path
     rng = random.Random(seed)
     hosts, zk = fault_chroot
     bootstrap, sandbox = fault_sandbox.bootstrap_servers, fault_sandbox.sandbox
-    zk_port = int(fault_sandbox.zookeeper.rsplit(":", 1)[1])
+    zk_port = zookeeper_ports(fault_sandbox.zookeeper)  # every server of the ensemble
     topic = f"migrate-faults-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
     try:
-        admin.create_topics([NewTopic(topic, PARTITIONS, 1)], wait_for_metadata=True)
+        admin.create_topics([NewTopic(topic, PARTITIONS, replicas(bootstrap))], wait_for_metadata=True)
     finally:
         admin.close()
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
@@ -210,7 +219,7 @@ def check_round(zk, hosts, bootstrap, tmp_path, seed, topic, groups, legacy, bef
     assert backups == {g: [[topic, p, o] for p, o in sorted(offs.items())] for g, offs in before.items()}
 
 
-def inject(kind: str, rng: random.Random, proc: subprocess.Popen, sandbox, zk_address: str, zk_port: int) -> str:
+def inject(kind: str, rng: random.Random, proc: subprocess.Popen, sandbox, zk_address: str, zk_port) -> str:
     if kind == "apply-kill-9":
         if proc.poll() is not None:
             return f"apply had already exited {proc.returncode}"
@@ -218,12 +227,14 @@ def inject(kind: str, rng: random.Random, proc: subprocess.Popen, sandbox, zk_ad
         return "apply killed"
     if kind == "zookeeper-restart":
         kill = rng.random() < 0.5
-        sandbox.restart_server("zookeeper", kill=kill)
-        return "ZooKeeper " + ("killed -9 and restarted" if kill else "stopped and restarted")
+        names = restart_zookeeper(sandbox, kill=kill)
+        return ("ZooKeeper" if len(names) == 1 else f"every ZooKeeper server ({len(names)})") + \
+            (" killed -9 and restarted" if kill else " stopped and restarted")
     if kind == "broker-restart":
         kill = rng.random() < 0.5
-        sandbox.restart_server("kafka-0", kill=kill)
-        return "broker " + ("killed -9 and restarted" if kill else "stopped and restarted")
+        broker = rng.choice([b.name for b in sandbox.load().brokers])
+        sandbox.restart_server(broker, kill=kill)
+        return f"broker {broker} " + ("killed -9 and restarted" if kill else "stopped and restarted")
     sessions = sessions_of(proc.pid, zk_port) if proc.poll() is None else []
     for session in sessions:
         expire_session(zk_address, session)

@@ -43,7 +43,7 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from tests.faults.checker import read_jsonl
-from tests.faults.harness import LIVENESS_S, ConsumerPool, quiet
+from tests.faults.harness import LIVENESS_S, ConsumerPool, quiet, replicas
 from tests.support.daemons import DaemonFleet, wait_for
 from zkcoord.core.group import from_record
 
@@ -70,7 +70,7 @@ def test_a_member_back_from_a_missed_generation_resumes_from_the_committed_offse
     bootstrap = fault_sandbox.bootstrap_servers
     topic, other, group = f"stale-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}", "stale-group"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
-    admin.create_topics([NewTopic(topic, 2, 1), NewTopic(other, 1, 1)])
+    admin.create_topics([NewTopic(topic, 2, replicas(bootstrap)), NewTopic(other, 1, replicas(bootstrap))])
     admin.close()
 
     def offsets():

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from zkcoord.errors import UsageError
-from zkcoord.local import jars, kraft, spark_cluster
+from zkcoord.local import ensemble, jars, kraft, spark_cluster
 from zkcoord.local.sandbox import MAX_BROKERS, MAX_DAEMONS, Sandbox
 
 console = Console(highlight=False, soft_wrap=True)
@@ -31,8 +31,9 @@ def _log(msg: str) -> None:
 
 @click.group()
 def local() -> None:
-    """A real ZooKeeper 3.8 and Kafka 3.9 (ZooKeeper mode) on loopback, and
-    optionally a Kafka 4.x node in KRaft mode beside them (--kafka4)."""
+    """A real ZooKeeper 3.8 (one server or an ensemble) and Kafka 3.9
+    (ZooKeeper mode) on loopback, and optionally a Kafka 4.x node in KRaft
+    mode beside them (--kafka4)."""
 
 
 def _kafka4_settings(ctx, param, values: tuple[str, ...]) -> dict[str, str | None]:
@@ -43,8 +44,13 @@ def _kafka4_settings(ctx, param, values: tuple[str, ...]) -> dict[str, str | Non
 
 
 @local.command()
-@click.option("--brokers", type=click.IntRange(1, MAX_BROKERS), default=1, show_default=True,
-              help="Number of Kafka brokers.")
+@click.option("--zookeepers", type=click.Choice([str(n) for n in ensemble.SIZES]), default=None,
+              help="ZooKeeper servers: 1, or an ensemble of 3 or 5 (zookeeper-1..N on loopback, each with its own "
+                   "client, quorum and election ports; every client is given all of them) [default: 1 for a new "
+                   "sandbox; an existing one keeps its own].")
+@click.option("--brokers", type=click.IntRange(1, MAX_BROKERS), default=None,
+              help="Number of Kafka brokers; topics, the offsets and transaction topics are replicated on up to 3 "
+                   "of them [default: 1 for a new sandbox; an existing one keeps its own].")
 @click.option("--daemons", type=click.IntRange(0, MAX_DAEMONS), default=0, show_default=True,
               help="Also run this many zkcoord coordinator daemons (node ids 1..N), each with a gateway.")
 @click.option("--workers", type=click.IntRange(0, 16), default=0, show_default=True,
@@ -64,17 +70,19 @@ def _kafka4_settings(ctx, param, values: tuple[str, ...]) -> dict[str, str | Non
               help="Also run a Spark standalone cluster: a master and this many workers, from the installed "
                    "pyspark (for migrate run-job --spark-master $ZKCOORD_SPARK_MASTER).")
 @state_dir_option
-def up(brokers: int, daemons: int, workers: int, secure: bool, kafka4: bool, kafka4_config: dict[str, str | None],
-       spark_workers: int, state_dir: Path | None) -> None:
+def up(zookeepers: str | None, brokers: int | None, daemons: int, workers: int, secure: bool, kafka4: bool,
+       kafka4_config: dict[str, str | None], spark_workers: int, state_dir: Path | None) -> None:
     """Start the sandbox (fetching the jars with Maven the first time)."""
     sandbox = Sandbox(state_dir, log=_log)
     state, started = sandbox.up(brokers, daemons, secure=secure, kafka4=kafka4, kafka4_settings=kafka4_config,
-                                workers=workers, spark_workers=spark_workers)
+                                workers=workers, spark_workers=spark_workers,
+                                zookeepers=None if zookeepers is None else int(zookeepers))
     if started:
         console.print(f"sandbox up in {sandbox.state_dir} (started: {', '.join(started)})")
     else:
         console.print(f"sandbox already up in {sandbox.state_dir}; nothing changed")
-    console.print(f"zookeeper:         {sandbox.zookeeper_address(state)}")
+    console.print(f"zookeeper:         {sandbox.zookeeper_address(state)}"
+                  + (f"  (an ensemble of {len(state.zookeepers)})" if state.zookeeper_peers else ""))
     console.print(f"bootstrap servers: {sandbox.bootstrap_servers(state)}")
     if state.kafka4:
         settings = " ".join(f"{k}={v}" for k, v in state.kafka4_settings.items()) or "none"
@@ -100,6 +108,9 @@ def up(brokers: int, daemons: int, workers: int, secure: bool, kafka4: bool, kaf
 def status(state_dir: Path | None) -> None:
     """Show each server (a daemon's gateway and metrics endpoint on rows of
     their own), its pid and whether it answers. Exit 1 if any is not up.
+    A member of a ZooKeeper ensemble is named with its role
+    (zookeeper-2 leader, zookeeper-1 follower), or is "no quorum" while it
+    runs but serves no clients.
 
     On a terminal: a table. Piped: plain columns, nothing cut or wrapped."""
     sandbox = Sandbox(state_dir)
@@ -118,7 +129,7 @@ def status(state_dir: Path | None) -> None:
 
 
 STATUS_COLUMNS = ("SERVER", "ADDRESS", "PID", "STATE", "LOG")
-STATE_COLOURS = {"up": "green", "down": "red", "unresponsive": "yellow", "not ready": "yellow"}
+STATE_COLOURS = {"up": "green", "down": "red", "unresponsive": "yellow", "not ready": "yellow", "no quorum": "yellow"}
 
 
 def _print_table(title: str, cells: list[tuple[str, ...]]) -> None:
@@ -151,6 +162,9 @@ def down(state_dir: Path | None) -> None:
 @state_dir_option
 def env(state_dir: Path | None) -> None:
     """Print export lines for the sandbox addresses (eval "$(zkcoord local env)").
+
+    ZKCOORD_ZOOKEEPER names every ZooKeeper server (the whole ensemble, in
+    myid order); ZKCOORD_BOOTSTRAP_SERVERS every broker.
 
     With daemons also ZKCOORD_COORDINATORS, ZKCOORD_GATEWAY_SERVERS and
     ZKCOORD_METRICS_URLS (their /metrics and /health base URLs, node-id order).

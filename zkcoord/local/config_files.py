@@ -12,10 +12,13 @@ tests while still allowing Kafka's 18 s session.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from zkcoord.local import ensemble
 from zkcoord.password import Password
+
+OFFSETS_TOPIC_PARTITIONS = 10  # a group's coordinator: the leader of partition abs(hashCode(group)) % 10
 
 # JVM heaps: ZooKeeper is tiny; each broker gets enough for the benchmarks.
 ZOOKEEPER_HEAP = ("-Xms64m", "-Xmx768m")  # an 8 MiB OffsetCommit makes 460,000 znodes; 256m ran out
@@ -58,13 +61,22 @@ SASL_AUTH_PROVIDER = "org.apache.zookeeper.server.auth.SASLAuthenticationProvide
 DIGEST_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 
 
-def zoo_cfg(data_dir: Path, port: int, *, sasl: bool = False, require_auth: bool = False) -> str:
+def zoo_cfg(data_dir: Path, port: int, *, sasl: bool = False, require_auth: bool = False,
+            peers: Sequence[ensemble.Peer] = ()) -> str:
     """``sasl``: take SASL logins (:func:`zoo_cfg_sasl_lines`); ``require_auth``:
-    and close the session of a client that sends a request without one."""
+    and close the session of a client that sends a request without one.
+    ``peers``: the members of an ensemble, this server among them (its own
+    ``myid`` file in ``data_dir`` says which); none: a standalone server.
+
+    An ensemble's followers get more ticks to connect and sync (10 s) and to
+    answer the leader (5 s) than a standalone server's defaults: six JVMs
+    share two cores here, and a follower missing ``syncLimit`` drops out of
+    the quorum. A killed leader is noticed at once all the same (its
+    sockets close)."""
+    limits = ["initLimit=20", "syncLimit=10"] if peers else ["initLimit=10", "syncLimit=5"]
     return "\n".join([
         "tickTime=500",
-        "initLimit=10",
-        "syncLimit=5",
+        *limits,
         # Session timeouts from 1 s (fast expiry tests) to 60 s (Kafka asks 18 s).
         "minSessionTimeout=1000",
         "maxSessionTimeout=60000",
@@ -76,6 +88,7 @@ def zoo_cfg(data_dir: Path, port: int, *, sasl: bool = False, require_auth: bool
         "4lw.commands.whitelist=*",
         "autopurge.purgeInterval=1",
         *(zoo_cfg_sasl_lines(require_auth) if sasl else ()),
+        *ensemble.server_lines(peers),
         "",
     ])
 
@@ -112,8 +125,23 @@ def zookeeper_client_jaas(username: str, password: Password | str, section: str 
                     f"  password={_jaas_quoted(Password(password).value)};\n}};\n")
 
 
+def replication(brokers: int) -> tuple[int, int]:
+    """(replication factor, min.insync.replicas) of the sandbox's topics
+    (``__consumer_offsets``, the transaction state, topics created on first
+    use) for ``brokers`` brokers: every broker holds a replica, up to 3, and
+    a write is acknowledged once all but one of them have it, so one broker
+    may be lost (killed, restarted) without losing an acknowledged record or
+    commit nor refusing writes.
+
+    >>> [replication(n) for n in (1, 2, 3, 5)]
+    [(1, 1), (2, 1), (3, 2), (3, 2)]"""
+    factor = min(brokers, 3)
+    return factor, max(1, factor - 1)
+
+
 def server_properties(broker_id: int, port: int, zookeeper: str, log_dir: Path, brokers: int) -> str:
-    replication = min(brokers, 3)
+    """``zookeeper``: the connect string of every ZooKeeper server of the sandbox."""
+    factor, min_isr = replication(brokers)
     return "\n".join([
         f"broker.id={broker_id}",
         f"listeners=PLAINTEXT://127.0.0.1:{port}",
@@ -123,12 +151,12 @@ def server_properties(broker_id: int, port: int, zookeeper: str, log_dir: Path, 
         "zookeeper.session.timeout.ms=10000",
         f"log.dirs={log_dir}",
         "num.partitions=1",
-        f"default.replication.factor={replication}",
-        f"offsets.topic.replication.factor={replication}",
-        "offsets.topic.num.partitions=10",
-        f"transaction.state.log.replication.factor={replication}",
-        "transaction.state.log.min.isr=1",
-        "min.insync.replicas=1",
+        f"default.replication.factor={factor}",
+        f"offsets.topic.replication.factor={factor}",
+        f"offsets.topic.num.partitions={OFFSETS_TOPIC_PARTITIONS}",
+        f"transaction.state.log.replication.factor={factor}",
+        f"transaction.state.log.min.isr={min_isr}",
+        f"min.insync.replicas={min_isr}",
         "group.initial.rebalance.delay.ms=0",
         "auto.create.topics.enable=true",
         "delete.topic.enable=true",

@@ -1,10 +1,12 @@
-"""The local sandbox: a real ZooKeeper 3.8 and 1-3 Kafka 3.9 brokers in
-ZooKeeper mode, as processes on loopback.
+"""The local sandbox: a real ZooKeeper 3.8 (one server, or an ensemble of 3
+or 5) and 1-3 Kafka 3.9 brokers in ZooKeeper mode, as processes on loopback.
 
 Owns the sandbox's state directory::
 
     <state-dir>/sandbox.json      pids, ports and directories of every server
     <state-dir>/zookeeper/        zoo.cfg, data/, logback.xml
+    <state-dir>/zookeeper-<id>/   the same for each member of an ensemble (``up(zookeepers=3)``),
+                                  data/myid holding <id> (zkcoord.local.ensemble)
     <state-dir>/kafka-<id>/       server.properties, data/, log4j.properties
     <state-dir>/kafka4/           the Kafka 4.x KRaft node of ``up(kafka4=True)`` (zkcoord.local.kraft)
     <state-dir>/spark-worker-<i>/ a Spark worker's work directory (``up(spark_workers=N)``,
@@ -15,12 +17,21 @@ Owns the sandbox's state directory::
     <state-dir>/tools-log4j2.xml  the same for Kafka 4.x's tools (ZKCOORD_TOOLS_LOG4J2)
 
 ``up`` starts what is not running (and only that), waits until ZooKeeper
-answers ``ruok``, each broker answers a metadata request and each zkcoord
+answers ``ruok`` (an ensemble: until every member serves, as leader or
+follower, ``srvr``), each broker answers a metadata request and each zkcoord
 daemon's ``/health`` answers 200, and records the result. Every port is
 picked once, when its server is first added, and kept in ``sandbox.json``:
 a server started again gets the same one. ``up`` ``down`` stops by pid (checking the pid is still ours) and removes
 the state directory. Fault tests use :meth:`Sandbox.stop_server` /
 :meth:`Sandbox.start_server` to kill and restart single servers.
+
+``up(zookeepers=3)`` makes a ZooKeeper ensemble: ``zookeeper-1`` ..
+``zookeeper-3``, each with its client, quorum and election ports on
+loopback; every client of the sandbox (brokers, daemons, ``local env``) is
+given the connect string of all of them (:meth:`Sandbox.zookeeper_address`).
+:meth:`Sandbox.start_zookeeper` starts one member alone (the fault tests
+lose a quorum and bring it back a server at a time). A sandbox keeps its
+number of ZooKeeper servers and brokers until ``down``.
 
 ``up(secure=True)`` makes a secure sandbox (:mod:`zkcoord.local.secure`):
 SASL_SSL brokers and daemons, ZooKeeper with SASL and ACLs, Kafka's users
@@ -52,7 +63,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from zkcoord.errors import SandboxError, ServiceUnavailableError, UsageError
-from zkcoord.local import config_files, jars, kraft, procs, secure, spark_cluster
+from zkcoord.local import config_files, ensemble, jars, kraft, procs, secure, spark_cluster
 
 MAX_BROKERS = 3
 MAX_DAEMONS = 5
@@ -69,7 +80,7 @@ def default_state_dir() -> Path:
 
 @dataclass
 class Server:
-    name: str  # "zookeeper", "kafka-<broker id>" or "zkcoord-<node id>"
+    name: str  # "zookeeper", "zookeeper-<myid>" (an ensemble's), "kafka-<broker id>" or "zkcoord-<node id>"
     port: int
     pid: int | None = None
     gateway_port: int | None = None  # daemons: the gateway's own port; brokers 0..2 follow it
@@ -79,6 +90,8 @@ class Server:
     # ports, a gateway port of its own (zkcoord.core.workers). 1: one process (sandboxes made before workers).
     workers: int = 1
     ui_port: int | None = None  # a Spark master or worker: its web UI
+    quorum_port: int | None = None  # a member of a ZooKeeper ensemble: followers connect to the leader here
+    election_port: int | None = None  # and: the leader election's port
 
     @property
     def ports(self) -> set[int]:
@@ -86,7 +99,7 @@ class Server:
         own = self.workers if self.workers > 1 else 0
         gateway = range(self.gateway_port, self.gateway_port + 1 + MAX_BROKERS + own) if self.gateway_port else ()
         metrics = range(self.metrics_port, self.metrics_port + 1 + own) if self.metrics_port else ()
-        extra = [port for port in (self.controller_port, self.ui_port) if port]
+        extra = [port for port in (self.controller_port, self.ui_port, self.quorum_port, self.election_port) if port]
         return {*range(self.port, self.port + 1 + own), *gateway, *metrics, *extra}
 
     @property
@@ -102,19 +115,26 @@ class Server:
     def broker_id(self) -> int | None:
         return int(self.name.split("-", 1)[1]) if self.name.startswith("kafka-") else None
 
+    @property
+    def myid(self) -> int | None:
+        """A ZooKeeper ensemble member's id (None for a standalone ZooKeeper and any other server)."""
+        return ensemble.myid(self.name)
+
 
 @dataclass
 class ServerStatus:
     name: str
     address: str
     pid: int | None
-    state: str  # "up", "down", "unresponsive"; a daemon's metrics endpoint also "not ready" (/health 503)
+    # "up", "down", "unresponsive"; a daemon's metrics endpoint also "not ready" (/health 503); a member
+    # of a ZooKeeper ensemble also "no quorum" (it runs and answers, but serves no clients)
+    state: str
     log_file: str
 
 
 @dataclass
 class SandboxState:
-    zookeeper: Server
+    zookeeper: Server  # the standalone "zookeeper", or "zookeeper-1" of an ensemble
     brokers: list[Server] = field(default_factory=list)
     started_at: float = 0.0
     daemons: list[Server] = field(default_factory=list)  # "zkcoord-<node id>"
@@ -125,10 +145,22 @@ class SandboxState:
     kafka4_settings: dict[str, str] = field(default_factory=dict)  # its broker settings given by the user
     spark_master: Server | None = None  # "spark-master" (zkcoord.local.spark_cluster)
     spark_workers: list[Server] = field(default_factory=list)  # "spark-worker-<i>"
+    zookeeper_peers: list[Server] = field(default_factory=list)  # an ensemble's "zookeeper-2".. (empty: standalone)
+
+    @property
+    def zookeepers(self) -> list[Server]:
+        """Every ZooKeeper server, in myid order."""
+        return [self.zookeeper, *self.zookeeper_peers]
+
+    def ensemble_peers(self) -> list[ensemble.Peer]:
+        """The members as each one's zoo.cfg names them; [] for a standalone server."""
+        if not self.zookeeper_peers:
+            return []
+        return [ensemble.Peer(z.myid, z.quorum_port, z.election_port) for z in self.zookeepers]
 
     @property
     def servers(self) -> list[Server]:
-        return [self.zookeeper, *self.brokers, *([self.kafka4] if self.kafka4 else []), *self.daemons,
+        return [*self.zookeepers, *self.brokers, *([self.kafka4] if self.kafka4 else []), *self.daemons,
                 *([self.spark_master] if self.spark_master else []), *self.spark_workers]
 
     def ports(self) -> frozenset[int]:
@@ -147,7 +179,8 @@ class SandboxState:
                    raw.get("admin_made", False), raw.get("users_made", False),
                    Server(**kafka4) if kafka4 else None, dict(raw.get("kafka4_settings", {})),
                    Server(**spark_master) if spark_master else None,
-                   [Server(**w) for w in raw.get("spark_workers", [])])
+                   [Server(**w) for w in raw.get("spark_workers", [])],
+                   [Server(**z) for z in raw.get("zookeeper_peers", [])])
 
 
 def zk_four_letter(port: int, word: str = "ruok", timeout_s: float = 2.0, host: str = "127.0.0.1") -> str:
@@ -164,6 +197,13 @@ def zk_four_letter(port: int, word: str = "ruok", timeout_s: float = 2.0, host: 
             return b"".join(chunks).decode(errors="replace")
     except OSError:
         return ""
+
+
+def zookeeper_mode(port: int, timeout_s: float = 2.0) -> str | None:
+    """A ZooKeeper server's role by ``srvr``: leader, follower or standalone;
+    None while it serves no clients (an ensemble member without a quorum) or
+    does not answer."""
+    return ensemble.mode(zk_four_letter(port, "srvr", timeout_s))
 
 
 def broker_answers_metadata(port: int, expected_brokers: int, timeout_s: float = 5.0, security=None) -> bool:
@@ -237,7 +277,8 @@ class Sandbox:
     # -- addresses -------------------------------------------------------
     @staticmethod
     def zookeeper_address(state: SandboxState) -> str:
-        return f"127.0.0.1:{state.zookeeper.port}"
+        """The connect string of every ZooKeeper server (one, or the whole ensemble)."""
+        return ensemble.connect_string([z.port for z in state.zookeepers])
 
     @staticmethod
     def bootstrap_servers(state: SandboxState) -> str:
@@ -274,11 +315,15 @@ class Sandbox:
         return f"zkcoord.sandbox={self.state_dir / name}"
 
     # -- lifecycle -------------------------------------------------------
-    def up(self, brokers: int = 1, daemons: int = 0, secure: bool = False, kafka4: bool = False,
+    def up(self, brokers: int | None = None, daemons: int = 0, secure: bool = False, kafka4: bool = False,
            kafka4_settings: Mapping[str, str | None] | None = None,
-           workers: int = 0, spark_workers: int = 0) -> tuple[SandboxState, list[str]]:
+           workers: int = 0, spark_workers: int = 0,
+           zookeepers: int | None = None) -> tuple[SandboxState, list[str]]:
         """Start whatever is not running. Returns the state and the names of
         the servers started by this call (empty: it was already up).
+        ``brokers`` (1 to 3) and ``zookeepers`` (1, 3 or 5: one server or an
+        ensemble) are a new sandbox's (None: 1); an existing sandbox keeps
+        its own, and a different number is a UsageError.
         ``daemons`` zkcoord coordinator daemons are added to the servers;
         ``secure`` makes a new sandbox secure (an existing one stays as it is);
         ``kafka4`` adds the Kafka 4.x KRaft node, ``kafka4_settings`` (implying
@@ -288,10 +333,12 @@ class Sandbox:
         least 2, so the sandbox shows workers on any machine); daemons
         already recorded keep theirs. ``spark_workers`` adds a Spark master
         and workers up to that many (:mod:`zkcoord.local.spark_cluster`)."""
-        if not 1 <= brokers <= MAX_BROKERS:
+        if brokers is not None and not 1 <= brokers <= MAX_BROKERS:
             raise UsageError(f"--brokers {brokers}: the sandbox runs 1 to {MAX_BROKERS} brokers.")
         if not 0 <= daemons <= MAX_DAEMONS:
             raise UsageError(f"--daemons {daemons}: the sandbox runs 0 to {MAX_DAEMONS} zkcoord daemons.")
+        if zookeepers is not None:
+            ensemble.check_size(zookeepers)
         if not 0 <= spark_workers <= spark_cluster.MAX_WORKERS:
             raise UsageError(f"--spark-workers {spark_workers}: the sandbox runs 0 to {spark_cluster.MAX_WORKERS} "
                              "Spark workers.")
@@ -305,13 +352,15 @@ class Sandbox:
         with self._locked():
             state = self.load()
             if state is None:
-                state = self._fresh_state(brokers)
+                state = self._fresh_state(brokers or 1, zookeepers or 1)
                 state.secure = secure
-            elif len(state.brokers) != brokers:
+            elif brokers is not None and len(state.brokers) != brokers:
                 raise UsageError(
                     f"The sandbox in {self.state_dir} runs {len(state.brokers)} broker(s), not {brokers}; "
                     "run `zkcoord local down` first to change --brokers."
                 )
+            elif zookeepers is not None and len(state.zookeepers) != zookeepers:
+                ensemble.check_same(self.state_dir, len(state.zookeepers), zookeepers)
             elif secure and not state.secure:
                 raise UsageError(f"The sandbox in {self.state_dir} is not secure; run `zkcoord local down` "
                                  "first, then `zkcoord local up --secure`.")
@@ -353,10 +402,17 @@ class Sandbox:
                 self._start_missing(state)
             return changed
 
-    def _fresh_state(self, brokers: int) -> SandboxState:
-        for sub in ["zookeeper", "logs", "secure", "clients", kraft.NAME, *(f"kafka-{i}" for i in range(MAX_BROKERS))]:
+    def _fresh_state(self, brokers: int, zookeepers: int = 1) -> SandboxState:
+        for sub in ["logs", "secure", "clients", kraft.NAME, *ensemble.server_names(1),
+                    *ensemble.server_names(ensemble.MAX_SERVERS), *(f"kafka-{i}" for i in range(MAX_BROKERS))]:
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
-        state = SandboxState(zookeeper=Server("zookeeper", procs.free_port()), started_at=time.time())
+        names = ensemble.server_names(zookeepers)
+        state = SandboxState(zookeeper=Server(names[0], procs.free_port()), started_at=time.time())
+        state.zookeeper_peers = [Server(name, procs.free_port(avoid=state.ports())) for name in names[1:]]
+        if state.zookeeper_peers:
+            for server in state.zookeepers:
+                server.quorum_port = procs.free_port(avoid=state.ports())
+                server.election_port = procs.free_port(avoid=state.ports())
         for i in range(brokers):
             state.brokers.append(Server(f"kafka-{i}", procs.free_port(avoid=state.ports())))
         return state
@@ -365,9 +421,11 @@ class Sandbox:
         started: list[str] = []
         material = secure.prepare(self.state_dir, self.log) if state.secure else None
         try:
-            if not procs.alive(state.zookeeper.pid, self._match("zookeeper")):
-                self._start_zookeeper(state)
-                started.append("zookeeper")
+            for server in state.zookeepers:
+                if not procs.alive(server.pid, self._match(server.name)):
+                    self._start_zookeeper(state, server)
+                    started.append(server.name)
+            self._save(state)
             self._wait_zookeeper(state)
             if material is not None and not state.admin_made:
                 secure.create_admin(material, self.zookeeper_address(state), self.log)
@@ -415,16 +473,28 @@ class Sandbox:
                "-cp", classpath, main, *args]
         return procs.spawn(cmd, self.log_file(name), cwd=self.state_dir)
 
-    def _start_zookeeper(self, state: SandboxState) -> None:
+    def _start_zookeeper(self, state: SandboxState, server: Server) -> None:
+        """One ZooKeeper server: standalone (``ZooKeeperServerMain``) or a
+        member of the ensemble (``QuorumPeerMain``, its ``myid`` in its data
+        directory)."""
         dist = jars.zookeeper_distribution(self.log)
-        home = self.state_dir / "zookeeper"
+        home = self.state_dir / server.name
         (home / "data").mkdir(parents=True, exist_ok=True)
-        (home / "zoo.cfg").write_text(config_files.zoo_cfg(home / "data", state.zookeeper.port, sasl=state.secure))
+        peers = state.ensemble_peers()
+        if peers:
+            (home / "data" / "myid").write_text(f"{server.myid}\n")
+        (home / "zoo.cfg").write_text(
+            config_files.zoo_cfg(home / "data", server.port, sasl=state.secure, peers=peers))
         (home / "logback.xml").write_text(config_files.LOGBACK_XML)
-        self.log(f"starting ZooKeeper {dist.version} on 127.0.0.1:{state.zookeeper.port}")
-        state.zookeeper.pid = self._java(
-            "zookeeper", config_files.ZOOKEEPER_HEAP, dist.classpath,
-            "org.apache.zookeeper.server.ZooKeeperServerMain", str(home / "zoo.cfg"),
+        if peers:
+            self.log(f"starting ZooKeeper {dist.version} server {server.myid} of {len(peers)} on "
+                     f"127.0.0.1:{server.port} (quorum {server.quorum_port}, election {server.election_port})")
+        else:
+            self.log(f"starting ZooKeeper {dist.version} on 127.0.0.1:{server.port}")
+        main = ("org.apache.zookeeper.server.quorum.QuorumPeerMain" if peers
+                else "org.apache.zookeeper.server.ZooKeeperServerMain")
+        server.pid = self._java(
+            server.name, config_files.ZOOKEEPER_HEAP, dist.classpath, main, str(home / "zoo.cfg"),
             props=(f"-Dlogback.configurationFile={home / 'logback.xml'}",
                    "-Dzookeeper.admin.enableServer=false", *self._secure_props(state, secure.zookeeper_jvm_props)),
         )
@@ -546,7 +616,21 @@ class Sandbox:
         )
 
     def _wait_zookeeper(self, state: SandboxState) -> None:
-        self._wait(state.zookeeper, lambda: zk_four_letter(state.zookeeper.port) == "imok", "answer ruok")
+        """A standalone server: until it answers ``ruok``. An ensemble: until
+        every running member serves (``srvr``: leader or follower) when a
+        quorum of them runs; else (a quorum lost on purpose) until each
+        running member answers ``ruok``, serving or not."""
+        if not state.zookeeper_peers:
+            self._wait(state.zookeeper, lambda: zk_four_letter(state.zookeeper.port) == "imok", "answer ruok")
+            return
+        running = [z for z in state.zookeepers if procs.alive(z.pid, self._match(z.name))]
+        if len(running) >= ensemble.quorum(len(state.zookeepers)):
+            for server in running:
+                self._wait(server, lambda z=server: zookeeper_mode(z.port) in ensemble.SERVING_MODES,
+                           "serve as leader or follower (srvr)")
+        else:
+            for server in running:
+                self._wait(server, lambda z=server: zk_four_letter(z.port) == "imok", "answer ruok")
 
     def _wait_broker(self, state: SandboxState, broker: Server) -> None:
         material = self._material(state)
@@ -560,13 +644,18 @@ class Sandbox:
             return []
         result = []
         for server in state.servers:
+            name = server.name
             if not procs.alive(server.pid, self._match(server.name)):
                 condition = "down"
             elif server.name == "zookeeper":
                 condition = "up" if zk_four_letter(server.port) == "imok" else "unresponsive"
+            elif server.myid is not None:  # an ensemble member: its role, or why it serves no clients
+                role = zookeeper_mode(server.port)
+                condition = "up" if role else "no quorum" if zk_four_letter(server.port) == "imok" else "unresponsive"
+                name = f"{server.name} {role}" if role else name
             else:
                 condition = "up" if procs.port_open(server.port) else "unresponsive"
-            result.append(ServerStatus(server.name, f"127.0.0.1:{server.port}", server.pid,
+            result.append(ServerStatus(name, f"127.0.0.1:{server.port}", server.pid,
                                        condition, str(self.log_file(server.name))))
             if server.gateway_port:
                 gateway = "down" if condition == "down" else (
@@ -592,7 +681,8 @@ class Sandbox:
             stopped = []
             if state is not None:
                 for server in [*reversed(spark_cluster.servers(state)), *state.daemons,
-                               *([state.kafka4] if state.kafka4 else []), *reversed(state.brokers), state.zookeeper]:
+                               *([state.kafka4] if state.kafka4 else []), *reversed(state.brokers),
+                               *reversed(state.zookeepers)]:
                     if procs.stop(server.pid, self._match(server.name), grace_s=30):
                         stopped.append(server.name)
             for child in self.state_dir.iterdir():
@@ -625,6 +715,31 @@ class Sandbox:
     def restart_server(self, name: str, kill: bool = False) -> None:
         self.stop_server(name, kill=kill)
         self.start_server(name)
+
+    def start_zookeeper(self, name: str) -> None:
+        """Start one ZooKeeper server (``zookeeper-<id>`` of an ensemble, or
+        the standalone ``zookeeper``) if it is not running, and nothing else:
+        the fault tests bring a lost quorum back a server at a time, and
+        :meth:`start_server` would start every server that is down. Waits as
+        ``up`` does (:meth:`_wait_zookeeper`): until the running members serve
+        when they make a quorum, else until each answers ``ruok``."""
+        with self._locked():
+            state = self._require_state()
+            server = self._server(state, name)
+            if not ensemble.is_zookeeper(name):
+                raise UsageError(f"{name!r} is not a ZooKeeper server; the sandbox's are "
+                                 f"{[z.name for z in state.zookeepers]}.")
+            if not procs.alive(server.pid, self._match(name)):
+                try:
+                    self._start_zookeeper(state, server)
+                    self._save(state)
+                    self._wait_zookeeper(state)
+                except BaseException:
+                    procs.stop(server.pid, self._match(name), grace_s=10)
+                    server.pid = None
+                    self._save(state)
+                    raise
+            self._save(state)
 
     def _require_state(self) -> SandboxState:
         state = self.load()

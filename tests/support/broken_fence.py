@@ -1,0 +1,139 @@
+"""A daemon with a deliberately broken fence, to show a fault test catches it.
+
+Issue 29: each fault kind needs a test that *fails* when the fence is
+broken. Nothing in the product can turn a fence off (no flag, no variable):
+this launcher breaks it in one daemon process only, by replacing product
+functions in memory before the daemon's modules load, then runs the daemon
+as ``python -m`` would::
+
+    python -X zkcoord-test-process=... tests/support/broken_fence.py BREAKS -m zkcoord -v run ...
+
+``BREAKS`` is a comma-separated list of:
+
+* ``commit-fence`` - offset commits are sent without the fence: no check of
+  the owner's contender znode in their multi, no failing of a deposed
+  owner's queued commits (``OffsetStore.submit`` drops its ``fence``). State
+  writes keep theirs.
+* ``state-fence`` - state writes are sent without their fences: no check of
+  the contender, none of the state znode's version (every multi of the
+  process loses its ``check`` ops, its ``setData`` and ``delete`` go at any
+  version), and a write failing because the session expired is retried
+  instead of deposing the daemon (``GroupStateStore._deposed``).
+* ``session-loss`` - the daemon keeps its groups when its ZooKeeper session
+  expires: LOST drops nothing, and the new session resumes every group as
+  if the old one had come back (``GroupOwnership._on_session``). The fence
+  is still checked, so its writes are refused - unless ``commit-fence`` too.
+* ``generation`` - an offset commit refused for its generation or member
+  (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, STALE_MEMBER_EPOCH,
+  FENCED_MEMBER_EPOCH) is accepted instead (``decide_commit``).
+
+:func:`wrap` gives the wrapper for a fleet (``WrappedFleet(wrappers=...)``).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+BREAKS = ("commit-fence", "state-fence", "session-loss", "generation")
+
+
+def wrap(*breaks: str):
+    """A wrapper starting a ``[python, -X..., -m, zkcoord, ...]`` command with ``breaks``."""
+    unknown = set(breaks) - set(BREAKS)
+    if unknown or not breaks:
+        raise ValueError(f"unknown breaks {sorted(unknown)}; known: {BREAKS}")
+
+    def wrapped(argv: list[str]) -> list[str]:
+        index = argv.index("-m")
+        return [*argv[:index], str(HERE), ",".join(breaks), *argv[index:]]
+
+    return wrapped
+
+
+def _break_commit_fence() -> None:
+    from zkcoord.zk.offsets import OffsetStore
+
+    submit = OffsetStore.submit
+
+    def unfenced_submit(self, group, offsets, fence=None, *args, **kwargs):
+        return submit(self, group, offsets, None, *args, **kwargs)
+
+    OffsetStore.submit = unfenced_submit
+
+
+def _break_state_fence() -> None:
+    from kazoo.client import TransactionRequest
+
+    from zkcoord.errors import ServiceUnavailableError
+    from zkcoord.zk.state_store import GroupStateStore
+
+    set_data, delete = TransactionRequest.set_data, TransactionRequest.delete
+    TransactionRequest.check = lambda self, path, version: None
+    TransactionRequest.set_data = lambda self, path, value, version=-1: set_data(self, path, value, -1)
+    TransactionRequest.delete = lambda self, path, version=-1: delete(self, path, -1)
+
+    def not_deposed(self, fence, reason):
+        raise ServiceUnavailableError(f"(broken) not deposed: {reason}")
+
+    GroupStateStore._deposed = not_deposed
+
+
+def _break_session_loss() -> None:
+    from zkcoord.zk.connection import SessionEvent
+    from zkcoord.zk.ownership import ChangeKind, GroupOwnership
+
+    on_session = GroupOwnership._on_session
+
+    def forgetful(self, event):
+        if event is SessionEvent.LOST:
+            self._connected = False
+            return  # keeps every group, as if nothing was lost
+        if event is SessionEvent.CONNECTED and self._owned:
+            self._connected = True
+            for owned in self._owned.values():
+                owned.suspended = False
+            self._report(ChangeKind.RESUMED, frozenset(self._owned), "(broken) new session taken for the old one")
+            return
+        on_session(self, event)
+
+    GroupOwnership._on_session = forgetful
+
+
+def _break_generation() -> None:
+    import zkcoord.core.offset_commit as offset_commit
+    from zkcoord.core.errors import ErrorCode as E
+
+    decide = offset_commit.decide_commit
+    stale = {E.ILLEGAL_GENERATION, E.UNKNOWN_MEMBER_ID}
+    stale |= {getattr(E, name) for name in ("FENCED_INSTANCE_ID", "STALE_MEMBER_EPOCH", "FENCED_MEMBER_EPOCH")
+              if hasattr(E, name)}
+
+    def lenient(group, request, exists, config=None):
+        decision = decide(group, request, exists, config)
+        if decision.error in stale:
+            return offset_commit.CommitDecision(E.NONE, group.offset_storage, request.offsets)
+        return decision
+
+    offset_commit.decide_commit = lenient
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 3 or argv[1] != "-m":
+        sys.exit("usage: broken_fence.py BREAKS -m MODULE [ARGS...]")
+    breaks, module, rest = argv[0].split(","), argv[2], argv[3:]
+    for name in breaks:
+        {"commit-fence": _break_commit_fence, "state-fence": _break_state_fence,
+         "session-loss": _break_session_loss, "generation": _break_generation}[name]()
+    print(f"broken_fence: {module} runs with broken {', '.join(breaks)}", file=sys.stderr, flush=True)
+    sys.argv = [module, *rest]
+    sys.path.insert(0, os.getcwd())
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    sys.path.pop(0)  # this file's folder: its modules must not shadow the product's
+    main(sys.argv[1:])
