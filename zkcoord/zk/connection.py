@@ -465,6 +465,9 @@ class ZkConnection:
         timeout_ms = self.negotiated_timeout_ms or self.session_timeout_ms
         heard_ms = None if self.heard_at is None else self.heard_at * 1000
         self.suspension = suspension = Suspension.begin(now_s * 1000, heard_ms, timeout_ms)
+        log.info("ZooKeeper connection lost (%s), not heard for %.0f ms: the session is given up in %.0f ms unless "
+                 "the connection comes back first (negotiated session time-out %d ms)", self.hosts,
+                 now_s * 1000 - suspension.heard_ms, suspension.wait_ms(now_s * 1000), timeout_ms)
         self._arm(suspension, now_s)
 
     def _arm(self, suspension: Suspension, now_s: float) -> None:
