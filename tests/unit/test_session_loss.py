@@ -193,3 +193,34 @@ def test_a_kazoo_without_those_hooks_is_left_alone():
     conn, _, _, _ = connection(negotiated_ms=None, heard_at=None)
     conn._observe(SimpleNamespace(_connection=SimpleNamespace()))
     assert conn.negotiated_timeout_ms is None and conn.heard_at is None
+
+
+# -- a connection that went silent (rule 7) ------------------------------------------------------
+
+
+def test_a_connection_silent_for_two_thirds_of_the_timeout_is_dropped():
+    from zkcoord.core.session_loss import silent_too_long
+
+    assert not silent_too_long(heard_ms=0, now_ms=2_666, timeout_ms=4_000)
+    assert silent_too_long(heard_ms=0, now_ms=2_667, timeout_ms=4_000)
+    conn, clock, _, events = connection(negotiated_ms=6_000, heard_at=100.0)
+    shut = []
+    conn._client.connected = True
+    conn._client._connection = SimpleNamespace(_socket=SimpleNamespace(shutdown=shut.append))
+    clock.now = 103.9
+    assert not conn.check_silence() and shut == []
+    clock.now = 104.0  # 4 s: two thirds of 6
+    assert conn.check_silence() and len(shut) == 1
+    assert events == []  # kazoo reports SUSPENDED when it reads the end
+
+
+def test_silence_is_not_looked_at_while_suspended_or_disconnected():
+    conn, clock, _, _ = connection(negotiated_ms=6_000, heard_at=100.0)
+    shut = []
+    conn._client._connection = SimpleNamespace(_socket=SimpleNamespace(shutdown=shut.append))
+    clock.now = 200.0
+    conn._client.connected = False
+    assert not conn.check_silence()
+    conn._client.connected = True
+    conn._on_kazoo_state(KazooState.SUSPENDED)
+    assert not conn.check_silence() and shut == []

@@ -19,6 +19,18 @@ the same moment; Curator counts from the SUSPENDED event instead, which is
 up to two thirds of the time-out later (the client notices a silent server
 only after that long).
 
+Noticing the silence is the other half. ZooKeeper's own client drops a
+connection on which it has read nothing for two thirds of the session
+time-out (its read time-out), and reconnects. kazoo means to do the same
+with pings, but sends a ping only after a third of the time-out without
+sending anything else: a daemon that keeps sending requests into a dead
+connection (each one waits for an answer that never comes) postpones the
+ping, and kazoo has been seen to notice only after the whole time-out or
+later, when the server had expired the session already.
+:func:`silent_too_long` is the read time-out's rule; the connection drops
+kazoo's connection when it holds (kazoo then reports SUSPENDED and
+reconnects, as the Java client would).
+
 A :class:`Suspension` is one such episode, in milliseconds of a monotonic
 clock the caller reads (nothing here reads a clock)::
 
@@ -31,7 +43,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Suspension"]
+__all__ = ["READ_TIMEOUT_FRACTION", "Suspension", "silent_too_long"]
+
+READ_TIMEOUT_FRACTION = 2 / 3  # of the session time-out: ZooKeeper's client's read time-out (and kazoo's)
+
+
+def silent_too_long(heard_ms: float, now_ms: float, timeout_ms: int) -> bool:
+    """While connected: has nothing been read from ZooKeeper for the read
+    time-out (two thirds of the session time-out)? Then the connection is
+    dropped and counts as suspended (module docstring).
+
+    >>> silent_too_long(heard_ms=1_000, now_ms=3_666, timeout_ms=4_000)
+    False
+    >>> silent_too_long(heard_ms=1_000, now_ms=3_667, timeout_ms=4_000)
+    True
+    """
+    return now_ms - heard_ms >= timeout_ms * READ_TIMEOUT_FRACTION
 
 
 @dataclass(frozen=True)

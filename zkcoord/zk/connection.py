@@ -55,6 +55,13 @@ Rules:
    read off its connection handler (:meth:`ZkConnection._observe`); where
    that is not possible, the time-out asked for and the moment of
    SUSPENDED are used (later than the server, never earlier).
+7. While connected, a connection on which nothing was read for two thirds
+   of the session time-out is dropped (ZooKeeper's own client's read
+   time-out; :func:`~zkcoord.core.session_loss.silent_too_long`): kazoo
+   would notice only when a ping goes unanswered, and it pings only when it
+   has sent nothing else for a while. kazoo then reports SUSPENDED and
+   reconnects. A thread of the connection looks every sixth of the
+   time-out (at most every second).
 """
 
 from __future__ import annotations
@@ -77,7 +84,7 @@ from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.serialization import SASL, Auth
 from kazoo.protocol.states import KazooState, KeeperState
 
-from zkcoord.core.session_loss import Suspension
+from zkcoord.core.session_loss import Suspension, silent_too_long
 from zkcoord.errors import AuthenticationError, ConfigError, ServiceUnavailableError, ZkcoordError
 from zkcoord.password import HIDDEN
 from zkcoord.zk import aio
@@ -241,6 +248,8 @@ class ZkConnection:
         self.start_timer: Callable[[float, Callable[[], None]], Any] = _start_timer
         self._timer: Any = None
         self._lock = threading.Lock()  # kazoo's thread and the timer's decide one after the other
+        self._watchdog: threading.Thread | None = None  # rule 7
+        self._watchdog_stop = threading.Event()
 
     @property
     def client(self) -> KazooClient:
@@ -297,6 +306,7 @@ class ZkConnection:
             raise ConfigError(f"the chroot {self.chroot} of {self.hosts} does not exist in ZooKeeper; "
                               "create it (zkCli.sh create " + self.chroot + ") or fix the connection string")
         self._started = True
+        self._start_watchdog()
         if self._logs_in:
             log.info("ZooKeeper session connected (%s), logged in with %s", self.hosts, self.security.describe())
 
@@ -395,6 +405,7 @@ class ZkConnection:
     def stop(self) -> None:
         """End the session (its ephemeral znodes go at once) and free the client."""
         self._stopping = True
+        self._watchdog_stop.set()
         with self._lock:
             self._end_suspension()
         client, self._client = self._client, None
@@ -455,6 +466,49 @@ class ZkConnection:
                 self._emit(SessionEvent.LOST)
             self._session_id = new_id
             self._emit(SessionEvent.CONNECTED)
+
+    # -------------------------------------------------- rule 7: a connection that went silent
+    def _start_watchdog(self) -> None:
+        if self._watchdog is not None and self._watchdog.is_alive():
+            return
+        self._watchdog_stop = stop = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch_silence, args=(stop,), name="zkcoord-zk-silence",
+                                          daemon=True)
+        self._watchdog.start()
+
+    def _watch_silence(self, stop: threading.Event) -> None:
+        while not stop.wait(max(0.05, min(1.0, self._timeout_ms() / 6000))):
+            try:
+                self.check_silence()
+            except Exception:  # never let the watchdog die of a bug; say it
+                log.exception("ZooKeeper connection watchdog failed")
+
+    def _timeout_ms(self) -> int:
+        return self.negotiated_timeout_ms or self.session_timeout_ms
+
+    def check_silence(self) -> bool:
+        """Rule 7: drop kazoo's connection if nothing was read on it for the
+        read time-out while kazoo thinks it connected; whether it did."""
+        with self._lock:
+            client = self._client
+            if (self._stopping or client is None or self._suspended or self.heard_at is None
+                    or not client.connected):
+                return False
+            now_ms, heard_ms, timeout_ms = self.clock() * 1000, self.heard_at * 1000, self._timeout_ms()
+            if not silent_too_long(heard_ms, now_ms, timeout_ms):
+                return False
+            sock = getattr(getattr(client, "_connection", None), "_socket", None)
+        if sock is None:
+            return False
+        log.warning("ZooKeeper (%s) not heard for %.0f ms on a connection kazoo still counts as live (its read "
+                    "time-out is two thirds of the negotiated session time-out, %d ms): dropping the connection",
+                    self.hosts, now_ms - heard_ms, timeout_ms)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # kazoo's connection thread then reads the end, reports SUSPENDED
+        except OSError as exc:
+            log.debug("could not shut the ZooKeeper connection down: %s", exc)
+            return False
+        return True
 
     # -------------------------------------------------- rule 6: a suspension that lasts
     def _begin_suspension(self) -> None:
