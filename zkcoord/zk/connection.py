@@ -388,6 +388,7 @@ class ZkConnection:
             log.debug("kazoo's connection handler has no _connect/_read_socket: a suspension counts from "
                       "SUSPENDED, with the session time-out asked for")
             return
+
         def observed_connect(*args, **kwargs):
             read_timeout_ms, connect_timeout_ms = connect(*args, **kwargs)
             self.heard_at = self.clock()
@@ -469,7 +470,7 @@ class ZkConnection:
 
     # -------------------------------------------------- rule 7: a connection that went silent
     def _start_watchdog(self) -> None:
-        if self._watchdog is not None and self._watchdog.is_alive():
+        if self._watchdog is not None and self._watchdog.is_alive() and not self._watchdog_stop.is_set():
             return
         self._watchdog_stop = stop = threading.Event()
         self._watchdog = threading.Thread(target=self._watch_silence, args=(stop,), name="zkcoord-zk-silence",
