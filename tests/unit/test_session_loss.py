@@ -115,6 +115,7 @@ def test_a_suspension_lasting_the_timeout_is_given_up_once_then_the_same_session
     assert timers.pending() == []
     conn._on_kazoo_state(KazooState.CONNECTED)  # ZooKeeper had not expired it after all
     assert events[2:] == [SessionEvent.RECONNECTED] and conn.given_up is None
+    assert conn.last_given_up.startswith("ZooKeeper not heard for 4000 ms")  # for listeners that read it late
 
 
 def test_a_suspension_shorter_than_the_timeout_is_not_given_up():

@@ -244,6 +244,7 @@ class ZkConnection:
         self.negotiated_timeout_ms: int | None = None
         self.suspension: Suspension | None = None
         self.given_up: str | None = None  # why, while the session is treated as lost (GIVEN_UP, rule 6)
+        self.last_given_up: str | None = None  # why, the last time (kept: a listener may read it after a LOST)
         self.clock: Callable[[], float] = time.monotonic
         self.start_timer: Callable[[float, Callable[[], None]], Any] = _start_timer
         self._timer: Any = None
@@ -548,7 +549,7 @@ class ZkConnection:
                 self._arm(suspension, now_s)  # a timer that fired early
                 return
             self._timer = None
-            self.given_up = suspension.reason(now_s * 1000)
+            self.given_up = self.last_given_up = suspension.reason(now_s * 1000)
             log.warning("ZooKeeper session 0x%x given up (%s): %s", self._session_id or 0, self.hosts, self.given_up)
             self._emit(SessionEvent.GIVEN_UP)
 

@@ -547,7 +547,7 @@ class GroupOwnership(BulkOwnership):
         elif event is SessionEvent.GIVEN_UP:
             self._connected = False
             self._generation += 1  # contentions under way withdraw what they create
-            self._given_up = self._conn.given_up or "ZooKeeper session given up"
+            self._given_up = self._conn.last_given_up or "ZooKeeper session given up"
             self._stale.update(owned.path for owned in self._owned.values())
             self._lose(set(self._owned), f"ZooKeeper session given up: {self._given_up}")
         elif event is SessionEvent.LOST:
