@@ -223,8 +223,12 @@ def zookeeper_row(builder: d.Dashboard) -> d.Dashboard:
                                    "interval.",
                                    [query(increase("zkcoord_zookeeper_suspensions_total"), "{{instance}}")]))
             .with_panel(timeseries("Session expiries", "ZooKeeper sessions lost per interval: the daemon's "
-                                   "groups were released and are loaded again.",
-                                   [query(increase("zkcoord_zookeeper_session_expiries_total"), "{{instance}}")])))
+                                   "groups were released and are loaded again. Given up: suspensions that lasted "
+                                   "the session time-out, the session treated as lost (the groups given up at once, "
+                                   "before ZooKeeper says so).",
+                                   [query(increase("zkcoord_zookeeper_session_expiries_total"), "{{instance}}"),
+                                    query(increase("zkcoord_zookeeper_sessions_given_up_total"),
+                                          "{{instance}} given up")])))
 
 
 def offsets_row(builder: d.Dashboard) -> d.Dashboard:

@@ -10,7 +10,7 @@ import json
 import pytest
 from test_zk_support import CuttableProxy, connection, eventually, eventually_equal
 
-from zkcoord.errors import NotOwnerError
+from zkcoord.errors import NotOwnerError, ServiceUnavailableError
 from zkcoord.zk import paths
 from zkcoord.zk.connection import SessionEvent
 from zkcoord.zk.ownership import ChangeKind, GroupOwnership
@@ -231,4 +231,70 @@ def test_session_events_of_an_expiry(zk_hosts, expire_session):
             assert SessionEvent.LOST in events
             assert events.index(SessionEvent.LOST) < len(events) - 1
             assert c1.session_id != first
+    asyncio.run(scenario())
+
+
+def test_a_suspension_given_up_drops_every_group_and_the_session_back_rejoins_without_them(services, zk_chroot, zk):
+    """The connection gives the session up (rule 6 of zkcoord.zk.connection)
+    while ZooKeeper still holds it, as when ZooKeeper lost its quorum (it
+    expires no session meanwhile): here the daemon counts a shorter time-out
+    than the server's. Every group is dropped without a write; nothing is
+    contended for; once the same session is back our old contenders are
+    deleted, and only then is REJOINED reported."""
+    async def scenario():
+        proxy = CuttableProxy(services.zookeeper)
+        changes, events = [], []
+        try:
+            async with connection(proxy.hosts(zk_chroot), events=events, session_timeout_ms=30_000) as c1:
+                o1 = await start_ownership(c1, 1, changes)
+                await o1.contend("a")
+                await o1.contend("b")
+                contenders = {g: o1.fence(g).path for g in ("a", "b")}
+                session = c1.session_id
+                c1.negotiated_timeout_ms = 1_500  # the server keeps it 30 s
+                proxy.cut()
+                await eventually(lambda: any(c.kind is ChangeKind.LOST for c in changes), "the groups given up")
+                assert events == [SessionEvent.CONNECTED, SessionEvent.SUSPENDED, SessionEvent.GIVEN_UP]
+                lost = [c for c in changes if c.kind is ChangeKind.LOST]
+                assert len(lost) == 1 and lost[0].groups == {"a", "b"}
+                assert lost[0].reason.startswith("ZooKeeper session given up: ZooKeeper not heard for ")
+                assert o1.owned() == frozenset() and o1.session_given_up is not None
+                with pytest.raises(ServiceUnavailableError, match="no ZooKeeper session"):
+                    await o1.contend("c")
+                assert all(zk.exists(path) for path in contenders.values())  # the server still has them
+
+                proxy.resume()
+                await eventually(lambda: any(c.kind is ChangeKind.REJOINED for c in changes), "REJOINED")
+                assert SessionEvent.RECONNECTED in events and SessionEvent.LOST not in events
+                assert c1.session_id == session
+                assert not any(zk.exists(path) for path in contenders.values())
+                assert o1.session_given_up is None and o1.owned() == frozenset()
+                assert await o1.contend("a") == 1  # contending again
+        finally:
+            proxy.close()
+    asyncio.run(scenario())
+
+
+def test_a_suspension_given_up_then_expired_by_zookeeper_is_lost_then_a_new_session(services, zk_chroot, zk):
+    async def scenario():
+        proxy = CuttableProxy(services.zookeeper)
+        changes, events = [], []
+        try:
+            async with connection(proxy.hosts(zk_chroot), events=events, session_timeout_ms=4_000) as c1:
+                o1 = await start_ownership(c1, 1, changes)
+                await o1.contend("a")
+                contender = o1.fence("a").path
+                proxy.cut()
+                await eventually(lambda: any(c.kind is ChangeKind.LOST for c in changes), "the group given up")
+                assert SessionEvent.GIVEN_UP in events
+                assert [c.kind for c in changes] == [ChangeKind.SUSPENDED, ChangeKind.LOST]
+                await eventually(lambda: not zk.exists(contender), "ZooKeeper expired the session")
+                proxy.resume()
+                await eventually(lambda: len(events) > 3 and events[-1:] == [SessionEvent.CONNECTED], "a new session")
+                assert events == [SessionEvent.CONNECTED, SessionEvent.SUSPENDED, SessionEvent.GIVEN_UP,
+                                  SessionEvent.LOST, SessionEvent.CONNECTED]
+                assert o1.session_given_up is None
+                assert await o1.contend("a") == 1
+        finally:
+            proxy.close()
     asyncio.run(scenario())

@@ -20,7 +20,8 @@ as ``python -m`` would::
   version), and a write failing because the session expired is retried
   instead of deposing the daemon (``GroupStateStore._deposed``).
 * ``session-loss`` - the daemon keeps its groups when its ZooKeeper session
-  expires: LOST drops nothing, and the new session resumes every group as
+  expires, or when its suspension lasts the session time-out: GIVEN_UP and
+  LOST drop nothing, and the new session resumes every group as
   if the old one had come back (``GroupOwnership._on_session``). The fence
   is still checked, so its writes are refused - unless ``commit-fence`` too.
 * ``generation`` - an offset commit refused for its generation or member
@@ -89,6 +90,8 @@ def _break_session_loss() -> None:
     on_session = GroupOwnership._on_session
 
     def forgetful(self, event):
+        if event is SessionEvent.GIVEN_UP:
+            return  # keeps every group after the session time-out too
         if event is SessionEvent.LOST:
             self._connected = False
             return  # keeps every group, as if nothing was lost

@@ -208,10 +208,12 @@ def test_zookeeper_suspensions_and_expiries_are_counted_apart():
     from zkcoord.zk.connection import SessionEvent
 
     metrics = DaemonMetrics()
-    for event in (SessionEvent.SUSPENDED, SessionEvent.RECONNECTED, SessionEvent.SUSPENDED, SessionEvent.LOST):
+    for event in (SessionEvent.SUSPENDED, SessionEvent.RECONNECTED, SessionEvent.SUSPENDED, SessionEvent.GIVEN_UP,
+                  SessionEvent.LOST):
         metrics.on_session_event(event)
     value = metrics.registry.get_sample_value
     assert value("zkcoord_zookeeper_suspensions_total") == 2
+    assert value("zkcoord_zookeeper_sessions_given_up_total") == 1
     assert value("zkcoord_zookeeper_session_expiries_total") == 1
 
 

@@ -21,6 +21,12 @@ NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a dropped coordinator
 connection mark the coordinator dead, the next lookup sends FindCoordinator
 again, and this manager sends it to the next daemon that is not backing off.
 
+A lookup that a daemon answered with an error (COORDINATOR_NOT_AVAILABLE
+from a daemon that has no ZooKeeper session, say), or that failed, sends
+the next one to another daemon first: kafka-python and the Java consumer
+send FindCoordinator to a broker chosen at random, and a daemon cut from
+ZooKeeper would otherwise answer every lookup of a client connected to it.
+
 Lookups are paced: at most one FindCoordinator per ``retry_backoff_ms``.
 kafka-python looks up again at once when the node it was told cannot be
 reached; after a kill -9 the surviving daemons keep naming the dead owner
@@ -138,6 +144,7 @@ class ZkcoordConnectionManager(KafkaConnectionManager):
         self._next_lookup_at = 0.0
         self._daemon_ids = list(self.cluster.daemons)
         self._rotation = itertools.cycle(range(len(self._daemon_ids)))
+        self._refused_by: str | None = None  # the daemon whose last lookup failed: the next one goes elsewhere
         self._group_id = configs.get("group_id")
         self._prefetch: Future | None = None  # the first lookup, until the coordinator takes it
         self._prefetch_started = False
@@ -202,8 +209,10 @@ class ZkcoordConnectionManager(KafkaConnectionManager):
         def lookup() -> Future:
             node_id = self.pick_daemon()
             log.debug("FindCoordinator goes to daemon %s", node_id)
-            return super(ZkcoordConnectionManager, self).send(request, node_id=node_id,
-                                                              request_timeout_ms=request_timeout_ms)
+            future = super(ZkcoordConnectionManager, self).send(request, node_id=node_id,
+                                                                request_timeout_ms=request_timeout_ms)
+            future.add_both(self._lookup_answered, node_id)
+            return future
 
         if wait_s <= 0:
             return lookup()
@@ -243,20 +252,35 @@ class ZkcoordConnectionManager(KafkaConnectionManager):
             return None
         return future
 
+    def _lookup_answered(self, node_id: str, outcome) -> None:
+        """Note whether ``node_id`` answered a lookup without an error (a
+        response whose error code is 0, in its only coordinator with v4+)."""
+        if isinstance(outcome, BaseException):
+            refused = True
+        else:
+            answer = outcome.coordinators[0] if getattr(outcome, "coordinators", None) else outcome
+            refused = getattr(answer, "error_code", 0) != 0
+        if refused:
+            self._refused_by = node_id
+        elif self._refused_by == node_id:
+            self._refused_by = None
+
     def pick_daemon(self) -> str:
         """A connected, idle daemon if there is one; else the next one in
         turn that is not backing off after a failed connection; else the one
         whose back-off ends first (its send then fails as not ready, and the
-        coordinator lookup retries)."""
-        for node_id in self._daemon_ids:
+        coordinator lookup retries). The daemon whose last lookup failed
+        comes last, whatever its connection."""
+        candidates = [n for n in self._daemon_ids if n != self._refused_by] or self._daemon_ids
+        for node_id in candidates:
             conn = self._conns.get(node_id)
             if conn is not None and conn.connected and not conn.paused and not conn.in_flight_requests:
                 return node_id
         for _ in range(len(self._daemon_ids)):
             node_id = self._daemon_ids[next(self._rotation)]
-            if self.connection_delay(node_id) == 0:
+            if node_id in candidates and self.connection_delay(node_id) == 0:
                 return node_id
-        return min(self._daemon_ids, key=self.connection_delay)
+        return min(self._daemon_ids, key=lambda n: (n not in candidates, self.connection_delay(n)))
 
 
 def client_factory(zkcoord_daemons: tuple[tuple[str, int], ...], rebalance_timeout_ms: int | None = None,

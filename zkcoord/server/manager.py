@@ -28,6 +28,14 @@ describe, list, delete, cleanup).
 * Ownership lost (our contender node vanished, a fenced write refused, the
   session LOST): the runtime is unloaded at once; parked requests get
   NOT_COORDINATOR.
+* The session given up (the connection SUSPENDED for the session time-out:
+  :mod:`zkcoord.core.session_loss`): every group is unloaded as on LOST;
+  until the session is back, every group request gets NOT_COORDINATOR (the
+  clients look their coordinator up again, and find the daemon that took
+  the group over) and FindCoordinator COORDINATOR_NOT_AVAILABLE (retriable:
+  a daemon without a session names nobody, itself least of all). When the
+  session is back (REJOINED, or a new one) the takeover runs as after an
+  expiry.
 * A daemon whose session ended: its groups placed here are taken over at
   once, in bulk (:mod:`zkcoord.server.takeover`; :meth:`GroupManager.take_many`
   loads them), not when their members ask.
@@ -144,6 +152,9 @@ class GroupManager(TakeoverLoading):
         (thousands of clients looking up at once would otherwise queue
         thousands of reads in front of the takeover's own)."""
         answers: dict = {}
+        given_up = self._session_given_up()
+        if given_up is not None:  # names nobody, itself least of all: the client asks again (retriable)
+            return {g: GroupUnavailableError(g, E.COORDINATOR_NOT_AVAILABLE, given_up) for g in group_ids}
         await self.takeover.settled()  # a daemon just left: its groups placed here are named at once when reserved
         for start in range(0, len(group_ids), SLICE):
             if start:
@@ -196,6 +207,12 @@ class GroupManager(TakeoverLoading):
         if chosen is None:
             raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, "no live zkcoord daemon registered")
         return candidates[chosen]
+
+    def _session_given_up(self) -> str | None:
+        """Why this daemon has no ZooKeeper session for now (module
+        docstring), for the answers; None while it has one."""
+        reason = getattr(self.ownership, "session_given_up", None)  # test doubles have none
+        return None if reason is None else f"node {self.node_id} has no ZooKeeper session: {reason}"
 
     def _nodes_changed(self) -> None:
         self._live = None
@@ -291,6 +308,9 @@ class GroupManager(TakeoverLoading):
         code = validate_group_id(group_id, allow_empty=allow_empty)
         if code is not E.NONE:
             raise GroupUnavailableError(group_id, code, "invalid group id")
+        given_up = self._session_given_up()
+        if given_up is not None:  # its groups are given up: their members look the coordinator up again
+            raise GroupUnavailableError(group_id, E.NOT_COORDINATOR, given_up)
         if group_id in self._broken:
             reason, since = self._broken[group_id]
             if self.clock() - since < BROKEN_RECHECK_MS:
@@ -379,7 +399,9 @@ class GroupManager(TakeoverLoading):
         """GroupOwnership's callback (on the loop thread; must not block)."""
         from zkcoord.zk.ownership import ChangeKind
 
-        if change.kind is ChangeKind.LOST:
+        if change.kind is ChangeKind.REJOINED:  # the session given up is back: take over as after an expiry
+            self.takeover.rejoined()
+        elif change.kind is ChangeKind.LOST:
             for group_id in change.groups:
                 if self.topic_watcher is not None:
                     self.topic_watcher.untrack(group_id)
@@ -510,7 +532,7 @@ class GroupManager(TakeoverLoading):
         contending for it: asking about a name creates nothing in ZooKeeper.
         (A group created meanwhile is answered as it was when read.) Empty
         when ZooKeeper cannot tell: :meth:`runtime` then answers the error."""
-        if self.conn is None:
+        if self.conn is None or self._session_given_up() is not None:
             return set()
         await self.takeover.settled()  # a daemon just left: the groups reserved here are no question
         candidates = [g for g in group_ids

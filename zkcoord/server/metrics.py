@@ -37,6 +37,9 @@ metric                                     type       meaning
 ``zkcoord_zookeeper_session_expiries_total`` counter  ZooKeeper sessions lost
 ``zkcoord_zookeeper_suspensions_total``    counter    ZooKeeper connections lost (the session
                                                       suspended; it may come back or expire)
+``zkcoord_zookeeper_sessions_given_up_total``  counter  suspensions that lasted the session time-out:
+                                                      the session treated as lost, every group
+                                                      given up (zkcoord.core.session_loss)
 ``zkcoord_offset_commits_total{mode}``     counter    OffsetCommits stored, by the group's offset
                                                       storage mode (zookeeper, dual, kafka)
 ``zkcoord_forwarded_commit_refusals_total{error}``  counter  partitions of forwarded commits Kafka
@@ -143,6 +146,9 @@ class DaemonMetrics:
                                         "ZooKeeper sessions lost.", registry=r)
         self.session_suspensions = Counter("zkcoord_zookeeper_suspensions_total",
                                            "ZooKeeper connections lost (session suspended).", registry=r)
+        self.sessions_given_up = Counter("zkcoord_zookeeper_sessions_given_up_total",
+                                         "Suspensions that lasted the session time-out: the session treated as "
+                                         "lost and every group given up.", registry=r)
         self.offset_commits = Counter("zkcoord_offset_commits_total", "OffsetCommits stored, by storage mode.",
                                       ["mode"], registry=r)
         self.forward_refusals = Counter("zkcoord_forwarded_commit_refusals_total",
@@ -269,6 +275,8 @@ class DaemonMetrics:
             self.session_expiries.inc()
         elif event is SessionEvent.SUSPENDED:
             self.session_suspensions.inc()
+        elif event is SessionEvent.GIVEN_UP:
+            self.sessions_given_up.inc()
 
     # -- scrape / health ------------------------------------------------------------
     def _active_runtimes(self) -> list:

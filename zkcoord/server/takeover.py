@@ -25,6 +25,10 @@ A takeover, in bulk at every step:
    watched in bulk; each batch is served as soon as it is loaded, while the
    next contends (:data:`BATCHES_AT_ONCE` batches in flight).
 
+A daemon that gave its session up (:mod:`zkcoord.core.session_loss`) and
+got it back from ZooKeeper (it had not expired it) is live all along as far
+as the watch can see: :meth:`Takeover.rejoined` starts its round.
+
 Groups still held by a daemon that left (a stopping daemon unregisters
 first and then releases its groups, batch by batch; a release cut short
 leaves election nodes until its session closes) are looked at again every
@@ -75,6 +79,7 @@ class Takeover:
         self._pending = False  # a round is listing the groups to take here: they are not reserved yet
         self._next_round: asyncio.Future | None = None  # settled when the next round has reserved its groups
         self._task: asyncio.Task | None = None
+        self._rejoined = False  # rejoined(): the next round is due whatever the live daemons did
         self._background = Background(log, "takeover")
 
     def start(self) -> None:
@@ -117,6 +122,12 @@ class Takeover:
         self._pending = True
         self._wake.set()
 
+    def rejoined(self) -> None:
+        """This daemon's session, given up, is back (its registration never
+        went, so the watch saw nothing): take over as after an expiry."""
+        self._rejoined = True
+        self._changed()
+
     async def _watch(self) -> None:
         node_id = self._manager.node_id
         known: set[int] | None = None
@@ -125,8 +136,9 @@ class Takeover:
             self._wake.clear()
             try:
                 live = set(await self._manager.nodes.nodes(on_change=self._changed))
-                if takeover_due(known, live, node_id):
+                if takeover_due(known, live, node_id) or (self._rejoined and node_id in live):
                     rescans = RESCANS
+                self._rejoined = False
                 if rescans:
                     leaving = await self.take_orphans(live, gone=(known or set()) - live)
                     rescans = rescans - 1 if leaving else 0

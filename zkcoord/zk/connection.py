@@ -10,7 +10,11 @@ a killed server's registration to expire before starting another):
 CONNECTED      a new session is live (first start, or after LOST);
                ephemeral znodes and watches of an earlier session are gone
 SUSPENDED      the connection dropped; the session may still be alive
-RECONNECTED    the connection is back with the *same* session
+GIVEN_UP       suspended for the whole negotiated session time-out since
+               ZooKeeper was last heard: the session is treated as lost
+               (rule 6), though its ephemeral znodes may still exist
+RECONNECTED    the connection is back with the *same* session (also after
+               GIVEN_UP: ZooKeeper had not expired it)
 LOST           the session expired: every ephemeral znode of it is gone
 =============  ==========================================================
 
@@ -41,6 +45,23 @@ Rules:
    (ZooKeeper accepts any) is checked against the ACL of ``/zkcoord``. A
    login refused later, on a reconnection, ends kazoo's reconnecting: logged
    as an error, every request then fails with AuthenticationError.
+6. A suspension that lasts the negotiated session time-out, counted from
+   the last packet read from ZooKeeper, is reported as GIVEN_UP, once
+   (Curator's "simulated session expiration"; the rule and why are in
+   :mod:`zkcoord.core.session_loss`). The session may still be alive, so
+   GIVEN_UP is followed by RECONNECTED (the same session) or by LOST then
+   CONNECTED (ZooKeeper expired it). kazoo does not say when it last read
+   from the server, nor which time-out the server negotiated: both are
+   read off its connection handler (:meth:`ZkConnection._observe`); where
+   that is not possible, the time-out asked for and the moment of
+   SUSPENDED are used (later than the server, never earlier).
+7. While connected, a connection on which nothing was read for two thirds
+   of the session time-out is dropped (ZooKeeper's own client's read
+   time-out; :func:`~zkcoord.core.session_loss.silent_too_long`): kazoo
+   would notice only when a ping goes unanswered, and it pings only when it
+   has sent nothing else for a while. kazoo then reports SUSPENDED and
+   reconnects. A thread of the connection looks every sixth of the
+   time-out (at most every second).
 """
 
 from __future__ import annotations
@@ -63,6 +84,7 @@ from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.serialization import SASL, Auth
 from kazoo.protocol.states import KazooState, KeeperState
 
+from zkcoord.core.session_loss import Suspension, silent_too_long
 from zkcoord.errors import AuthenticationError, ConfigError, ServiceUnavailableError, ZkcoordError
 from zkcoord.password import HIDDEN
 from zkcoord.zk import aio
@@ -100,6 +122,7 @@ logging.getLogger("kazoo.client").addFilter(_HideCredentials())  # every KazooCl
 class SessionEvent(enum.Enum):
     CONNECTED = "connected"
     SUSPENDED = "suspended"
+    GIVEN_UP = "given up"
     RECONNECTED = "reconnected"
     LOST = "lost"
 
@@ -215,6 +238,20 @@ class ZkConnection:
         self._stopping = False
         self._started = False  # start() returned: a refused login is then a reconnection's
         self._login_refused = False  # kazoo said AUTH_FAILED (its connection then closes: rule 5)
+        # Rule 6: when ZooKeeper was last heard (monotonic s, written by kazoo's connection thread), the
+        # session time-out it negotiated, the suspension under way and its timer. The clock and the timer
+        # factory are attributes so that a test can drive them.
+        self.heard_at: float | None = None
+        self.negotiated_timeout_ms: int | None = None
+        self.suspension: Suspension | None = None
+        self.given_up: str | None = None  # why, while the session is treated as lost (GIVEN_UP, rule 6)
+        self.last_given_up: str | None = None  # why, the last time (kept: a listener may read it after a LOST)
+        self.clock: Callable[[], float] = time.monotonic
+        self.start_timer: Callable[[float, Callable[[], None]], Any] = _start_timer
+        self._timer: Any = None
+        self._lock = threading.Lock()  # kazoo's thread and the timer's decide one after the other
+        self._watchdog: threading.Thread | None = None  # rule 7
+        self._watchdog_stop = threading.Event()
 
     @property
     def client(self) -> KazooClient:
@@ -244,6 +281,7 @@ class ZkConnection:
                              connection_retry={"max_tries": -1, "max_delay": 1.0},
                              handler=self.handler if self.handler is not None else SelectHandler(), **options)
         client.add_listener(self._on_kazoo_state)
+        self._observe(client)
         self._stopping = False
         self._started = False
         self._login_refused = False  # kazoo said AUTH_FAILED (its connection then closes: rule 5)
@@ -271,6 +309,7 @@ class ZkConnection:
             raise ConfigError(f"the chroot {self.chroot} of {self.hosts} does not exist in ZooKeeper; "
                               "create it (zkCli.sh create " + self.chroot + ") or fix the connection string")
         self._started = True
+        self._start_watchdog()
         if self._logs_in:
             log.info("ZooKeeper session connected (%s), logged in with %s", self.hosts, self.security.describe())
 
@@ -345,9 +384,42 @@ class ZkConnection:
             f"{ROOT} was secured with (ZooKeeper accepts any digest login, so the password only shows in the "
             "znodes' ACLs); check zookeeper_digest (ZKCOORD_ZOOKEEPER_DIGEST)")
 
+    def _observe(self, client: KazooClient) -> None:
+        """Rule 6: note when kazoo reads a packet from ZooKeeper, and the
+        session time-out the server negotiated. kazoo keeps both to itself:
+        its connection handler's ``_connect`` returns two thirds of the
+        negotiated time-out (its read time-out, in ms) and ``_read_socket``
+        reads each packet; this client's handler gets a wrapper of each
+        (kazoo calls them through the instance). Without them (another kazoo),
+        the suspension counts from SUSPENDED, with the time-out asked for."""
+        handler = getattr(client, "_connection", None)
+        connect = getattr(handler, "_connect", None)
+        read_socket = getattr(handler, "_read_socket", None)
+        if connect is None or read_socket is None:
+            log.debug("kazoo's connection handler has no _connect/_read_socket: a suspension counts from "
+                      "SUSPENDED, with the session time-out asked for")
+            return
+
+        def observed_connect(*args, **kwargs):
+            read_timeout_ms, connect_timeout_ms = connect(*args, **kwargs)
+            self.heard_at = self.clock()
+            self.negotiated_timeout_ms = round(read_timeout_ms * 3 / 2)
+            return read_timeout_ms, connect_timeout_ms
+
+        def observed_read(*args, **kwargs):
+            result = read_socket(*args, **kwargs)
+            self.heard_at = self.clock()
+            return result
+
+        handler._connect = observed_connect
+        handler._read_socket = observed_read
+
     def stop(self) -> None:
         """End the session (its ephemeral znodes go at once) and free the client."""
         self._stopping = True
+        self._watchdog_stop.set()
+        with self._lock:
+            self._end_suspension()
         client, self._client = self._client, None
         if client is not None:
             client.remove_listener(self._on_kazoo_state)
@@ -374,11 +446,17 @@ class ZkConnection:
     def _on_kazoo_state(self, state: str) -> None:  # kazoo's connection thread: never block
         if self._stopping:
             return
+        with self._lock:  # the suspension's timer decides under it too
+            self._on_state(state)
+
+    def _on_state(self, state: str) -> None:
         if state == KazooState.SUSPENDED:
             self._suspended = True
+            self._begin_suspension()
             self._emit(SessionEvent.SUSPENDED)
         elif state == KazooState.LOST:
             self._suspended = False
+            self._end_suspension()
             client = self._client
             if client is not None and client.client_state == KeeperState.AUTH_FAILED:
                 self._login_refused = True
@@ -394,6 +472,7 @@ class ZkConnection:
             new_id = client_id[0] if client_id else None
             same = self._suspended and new_id is not None and new_id == self._session_id
             self._suspended = False
+            self._end_suspension()
             if same:
                 self._emit(SessionEvent.RECONNECTED)
                 return
@@ -401,6 +480,90 @@ class ZkConnection:
                 self._emit(SessionEvent.LOST)
             self._session_id = new_id
             self._emit(SessionEvent.CONNECTED)
+
+    # -------------------------------------------------- rule 7: a connection that went silent
+    def _start_watchdog(self) -> None:
+        if self._watchdog is not None and self._watchdog.is_alive() and not self._watchdog_stop.is_set():
+            return
+        self._watchdog_stop = stop = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch_silence, args=(stop,), name="zkcoord-zk-silence",
+                                          daemon=True)
+        self._watchdog.start()
+
+    def _watch_silence(self, stop: threading.Event) -> None:
+        while not stop.wait(max(0.05, min(1.0, self._timeout_ms() / 6000))):
+            try:
+                self.check_silence()
+            except Exception:  # never let the watchdog die of a bug; say it
+                log.exception("ZooKeeper connection watchdog failed")
+
+    def _timeout_ms(self) -> int:
+        return self.negotiated_timeout_ms or self.session_timeout_ms
+
+    def check_silence(self) -> bool:
+        """Rule 7: drop kazoo's connection if nothing was read on it for the
+        read time-out while kazoo thinks it connected; whether it did."""
+        with self._lock:
+            client = self._client
+            if (self._stopping or client is None or self._suspended or self.heard_at is None
+                    or not client.connected):
+                return False
+            now_ms, heard_ms, timeout_ms = self.clock() * 1000, self.heard_at * 1000, self._timeout_ms()
+            if not silent_too_long(heard_ms, now_ms, timeout_ms):
+                return False
+            sock = getattr(getattr(client, "_connection", None), "_socket", None)
+        if sock is None:
+            return False
+        log.warning("ZooKeeper (%s) not heard for %.0f ms on a connection kazoo still counts as live (its read "
+                    "time-out is two thirds of the negotiated session time-out, %d ms): dropping the connection",
+                    self.hosts, now_ms - heard_ms, timeout_ms)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # kazoo's connection thread then reads the end, reports SUSPENDED
+        except OSError as exc:
+            log.debug("could not shut the ZooKeeper connection down: %s", exc)
+            return False
+        return True
+
+    # -------------------------------------------------- rule 6: a suspension that lasts
+    def _begin_suspension(self) -> None:
+        """SUSPENDED (under the lock): start counting towards GIVEN_UP."""
+        if self.given_up is not None:
+            return  # already given up: nothing more to give (a reconnect attempt that dropped again)
+        now_s = self.clock()
+        timeout_ms = self.negotiated_timeout_ms or self.session_timeout_ms
+        heard_ms = None if self.heard_at is None else self.heard_at * 1000
+        self.suspension = suspension = Suspension.begin(now_s * 1000, heard_ms, timeout_ms)
+        log.info("ZooKeeper connection lost (%s), not heard for %.0f ms: the session is given up in %.0f ms unless "
+                 "the connection comes back first (negotiated session time-out %d ms)", self.hosts,
+                 now_s * 1000 - suspension.heard_ms, suspension.wait_ms(now_s * 1000), timeout_ms)
+        self._arm(suspension, now_s)
+
+    def _arm(self, suspension: Suspension, now_s: float) -> None:
+        self._timer = self.start_timer(suspension.wait_ms(now_s * 1000) / 1000,
+                                       lambda: self._suspension_due(suspension))
+
+    def _end_suspension(self) -> None:
+        """The connection is back, the session is lost, or we stop (under the lock)."""
+        self.suspension = None
+        self.given_up = None
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _suspension_due(self, suspension: Suspension) -> None:
+        """The timer of ``suspension`` (its own thread): GIVEN_UP if the
+        suspension is still under way and long enough; else wait on."""
+        with self._lock:
+            if self._stopping or self.suspension is not suspension or self.given_up is not None:
+                return
+            now_s = self.clock()
+            if not suspension.is_loss(now_s * 1000):
+                self._arm(suspension, now_s)  # a timer that fired early
+                return
+            self._timer = None
+            self.given_up = self.last_given_up = suspension.reason(now_s * 1000)
+            log.warning("ZooKeeper session 0x%x given up (%s): %s", self._session_id or 0, self.hosts, self.given_up)
+            self._emit(SessionEvent.GIVEN_UP)
 
     @property
     def _logs_in(self) -> bool:
@@ -417,6 +580,14 @@ class ZkConnection:
                 listener(event)
             except Exception:  # a listener's bug must not stop the others
                 log.exception("ZooKeeper session listener %r failed", listener)
+
+
+def _start_timer(delay_s: float, callback: Callable[[], None]) -> threading.Timer:
+    timer = threading.Timer(delay_s, callback)
+    timer.daemon = True
+    timer.name = "zkcoord-session-timer"
+    timer.start()
+    return timer
 
 
 def login_refused(hosts: str, security: ZkSecurity | None, servers: int, elapsed_s: float,

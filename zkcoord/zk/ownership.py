@@ -23,8 +23,14 @@ event               group        effect
 ==================  ===========  ==============================================
 session SUSPENDED   owned        suspended: the runtime answers
                                  COORDINATOR_LOAD_IN_PROGRESS (SUSPENDED)
+session GIVEN_UP    any          every group dropped at once (LOST), nothing
+                                 written; its contender is remembered as stale
+                                 and no group is contended for until the
+                                 session is back
 session RECONNECTED suspended    re-check our contender exists and is lowest:
                                  keep (RESUMED) or drop (LOST)
+session RECONNECTED given up     the stale contenders deleted (one multi per
+                                 500), then contending again (REJOINED)
 session LOST        any          every group dropped at once (LOST)
 contender deleted   any          dropped (LOST)
 :meth:`drop`        any          dropped (LOST): the state store's fenced
@@ -34,6 +40,16 @@ contender deleted   any          dropped (LOST)
                                  ``owner`` and ``/coordinators/<group>``
                                  znodes, dropped (no report)
 ==================  ===========  ==============================================
+
+GIVEN_UP is the connection's verdict that a suspension lasted the session
+time-out (:mod:`zkcoord.zk.connection`, rule 6; :mod:`zkcoord.core.session_loss`):
+the daemon then behaves as if its session had expired, without being able
+to delete anything. If ZooKeeper had not expired the session after all, the
+connection comes back with it (RECONNECTED) and our contenders with it:
+they are deleted before we contend again, so the daemon rejoins the
+elections exactly as after an expiry (REJOINED, with no groups: the
+takeover runs then, :mod:`zkcoord.server.takeover`). Contentions under way
+at the give-up withdraw what they created.
 
 Many groups at once (a takeover, a stop): :mod:`zkcoord.zk.ownership_bulk`,
 part of the same class, by the same rules.
@@ -97,6 +113,7 @@ class ChangeKind(enum.Enum):
     SUSPENDED = "suspended"
     RESUMED = "resumed"
     LOST = "lost"
+    REJOINED = "rejoined"  # a session given up is back, its stale contenders deleted: contend again (no groups)
 
 
 @dataclass(frozen=True)
@@ -141,6 +158,8 @@ class GroupOwnership(BulkOwnership):
         self._session_epoch = 0  # +1 per session event: stale re-checks are ignored
         self._connected = True
         self._closing = False  # release_all began: no more contending (the daemon is stopping)
+        self._given_up: str | None = None  # why, from GIVEN_UP until the session is back (module docstring)
+        self._stale: set[str] = set()  # our contenders of a session given up, to delete when it comes back
         self._background = Background(log, "group ownership")
 
     # ----------------------------------------------------------- lifecycle
@@ -167,6 +186,12 @@ class GroupOwnership(BulkOwnership):
     def is_contending(self, group: str) -> bool:
         """A contention for ``group`` is under way here (one alone, or in a batch)."""
         return group in self._contending
+
+    @property
+    def session_given_up(self) -> str | None:
+        """Why the daemon treats its session as lost (GIVEN_UP), until it is
+        back and the stale contenders are deleted; None otherwise."""
+        return self._given_up
 
     def is_suspended(self, group: str) -> bool:
         owned = self._owned.get(group)
@@ -293,6 +318,9 @@ class GroupOwnership(BulkOwnership):
     def _check_open(self) -> None:
         if self._closing:
             raise ServiceUnavailableError(f"node {self.node_id} is stopping: it contends for no group")
+        if self._given_up is not None:
+            raise ServiceUnavailableError(f"node {self.node_id} has no ZooKeeper session ({self._given_up}): "
+                                          "it contends for no group")
 
     def _contended(self, group: str, task: asyncio.Task) -> None:
         self._contending.pop(group, None)
@@ -306,8 +334,9 @@ class GroupOwnership(BulkOwnership):
             try:
                 ours, contenders = await self._conn.retry(
                     f"contend for group {group!r}", self._inner_contend, group, attempt)
-                if generation != self._generation:
-                    continue  # the session was lost meanwhile: our contender went with it
+                if generation != self._generation:  # the session was lost or given up meanwhile
+                    self._check_open()  # given up: ours may still be there (cleaned up below)
+                    continue  # lost: our contender went with it
                 if contenders[0] == ours:
                     self._adopt(group, ours)
                     return self.node_id
@@ -397,6 +426,9 @@ class GroupOwnership(BulkOwnership):
             pass  # already gone: what we wanted
 
     def _adopt(self, group: str, name: str, watch: bool = True) -> _Owned:
+        if self._given_up is not None:  # callers check first; never own a group without a session
+            self._stale.add(paths.contender(group, name))
+            raise ServiceUnavailableError(f"node {self.node_id} has no ZooKeeper session ({self._given_up})")
         owned = _Owned(paths.contender(group, name), suspended=not self._connected)
         self._owned[group] = owned
         self._invalidate(group)
@@ -492,7 +524,7 @@ class GroupOwnership(BulkOwnership):
             self._report(ChangeKind.LOST, lost, reason)
 
     def _report(self, kind: ChangeKind, groups: frozenset[str], reason: str) -> None:
-        if self._on_change is None or not groups:
+        if self._on_change is None or (not groups and kind is not ChangeKind.REJOINED):
             return
         try:
             self._on_change(OwnershipChange(kind, groups, reason))
@@ -512,15 +544,54 @@ class GroupOwnership(BulkOwnership):
             for group in fresh:
                 self._owned[group].suspended = True
             self._report(ChangeKind.SUSPENDED, frozenset(fresh), "ZooKeeper connection lost")
+        elif event is SessionEvent.GIVEN_UP:
+            self._connected = False
+            self._generation += 1  # contentions under way withdraw what they create
+            self._given_up = self._conn.last_given_up or "ZooKeeper session given up"
+            self._stale.update(owned.path for owned in self._owned.values())
+            self._lose(set(self._owned), f"ZooKeeper session given up: {self._given_up}")
         elif event is SessionEvent.LOST:
             self._connected = False
             self._generation += 1
+            self._stale.clear()  # they went with the session
             self._lose(set(self._owned), "ZooKeeper session expired")
         elif event is SessionEvent.RECONNECTED:
             self._connected = True
-            self._spawn(self._recheck(self._session_epoch))
+            if self._given_up is not None:
+                self._spawn(self._rejoin(self._session_epoch))
+            else:
+                self._spawn(self._recheck(self._session_epoch))
         else:  # CONNECTED: a new session owns nothing yet
             self._connected = True
+            self._stale.clear()
+            if self._given_up is not None:
+                log.info("node %s contends again: a new ZooKeeper session replaces the one given up", self.node_id)
+            self._given_up = None  # the new registration's watch starts the takeover (zkcoord.server.takeover)
+
+    async def _rejoin(self, epoch: int) -> None:
+        """The session given up is back (RECONNECTED): delete its contenders
+        of ours (the groups were given up; their members look elsewhere),
+        then contend again, as after an expiry (REJOINED). Tried again every
+        second while the connection holds."""
+        while epoch == self._session_epoch:
+            stale = sorted(self._stale)
+            try:
+                if stale:
+                    await self._conn.retry(f"delete {len(stale)} contenders of the session given up",
+                                           self._inner_delete_many, stale)
+            except Exception as exc:
+                log.warning("node %s: could not delete the %d contenders of the session it gave up (%s); trying "
+                            "again in 1 s", self.node_id, len(stale), exc)
+                await asyncio.sleep(1.0)
+                continue
+            if epoch != self._session_epoch:
+                return  # another session event came first; it decides
+            self._stale.difference_update(stale)
+            was, self._given_up = self._given_up, None
+            log.info("node %s rejoins the group elections: the ZooKeeper session it had given up (%s) is back; "
+                     "%d contender(s) of it deleted", self.node_id, was, len(stale))
+            self._report(ChangeKind.REJOINED, frozenset(), "the ZooKeeper session given up is back")
+            return
 
     async def _recheck(self, epoch: int) -> None:
         """After a reconnect: keep each group whose contender is still lowest

@@ -173,7 +173,9 @@ class BulkOwnership:
             if attempt.tried:
                 self._spawn(self._cleanup_many(list(batch), attempt.prefix))
             raise
-        if generation != self._generation:  # the session was lost meanwhile: our contenders went with it
+        if generation != self._generation:  # the session was lost (our contenders went with it) or given up
+            if attempt.tried:
+                self._spawn(self._cleanup_many(list(batch), attempt.prefix))  # given up: they may still be there
             return dict.fromkeys(batch, ServiceUnavailableError("the ZooKeeper session ended while contending"))
         outcome: dict[str, int | BaseException] = {}
         won, withdraw, lost, alone = [], [], [], list(attempt.missing)
