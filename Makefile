@@ -21,10 +21,13 @@ venv: $(STAMP)
 jars: venv
 	$(ZKC) local fetch
 
-# Unit, integration and bounded fault tests (about 20 faults, a printed seed);
+# Unit, integration and bounded fault tests (about 20 faults, a printed seed), on TEST_WORKERS
+# processes (pytest-xdist; each module on one, each process with its own sandbox; 0: one process);
 # the fixtures start private sandboxes and stop them; the 25 slowest steps are listed at the end.
+# The longest modules are named first so that they start first.
+TEST_WORKERS ?= 2
 test: jars
-	$(PY) -m pytest tests/unit tests/integration tests/faults -ra --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests/faults tests/integration tests/unit -ra --durations=25 $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)

@@ -40,10 +40,20 @@ from zkcoord.local.sandbox import Sandbox
 
 
 def pytest_configure(config) -> None:
-    """pytest's own temporary directories (``tmp_path``) under one folder of
+    """Each pytest-xdist worker (``make test`` runs two) keeps its sandboxes
+    under ``<ZKCOORD_TEST_STATE_DIR>-<worker>`` (its own ZooKeeper, brokers,
+    daemons and private sandboxes: a worker's restarts and faults never touch
+    the other's servers); set here, before any fixture or child process
+    reads it, so that ``.ci/run`` finds every one by the common prefix.
+
+    pytest's own temporary directories (``tmp_path``) under one folder of
     this run, removed when the run ends: a test run leaves nothing in the
     temporary folder (pytest keeps its last three runs' otherwise). An
     explicit ``--basetemp`` is left as given."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    base = os.environ.get("ZKCOORD_TEST_STATE_DIR")
+    if worker and base and not base.endswith(f"-{worker}"):
+        os.environ["ZKCOORD_TEST_STATE_DIR"] = f"{base}-{worker}"
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         config.option.basetemp = tempfile.mkdtemp(prefix="zkcoord-pytest-")
         config._zkcoord_basetemp = config.option.basetemp
