@@ -228,7 +228,16 @@ def zookeeper_row(builder: d.Dashboard) -> d.Dashboard:
                                    "before ZooKeeper says so).",
                                    [query(increase("zkcoord_zookeeper_session_expiries_total"), "{{instance}}"),
                                     query(increase("zkcoord_zookeeper_sessions_given_up_total"),
-                                          "{{instance}} given up")])))
+                                          "{{instance}} given up")]))
+            .with_panel(rate_panel("zkcoord_peer_probes_total", "outcome", "ops", "Probes of the next daemon",
+                                   "Probes of the next live daemon's listener per second, by outcome: refused "
+                                   "means nothing listens there (its process is gone)."))
+            .with_panel(timeseries("Dead daemons' sessions ended", "Sessions of daemons proved dead (their port "
+                                   "refused connections) that this daemon ended per interval, by outcome: 'ended' "
+                                   "started the takeover of their groups without waiting for ZooKeeper's expiry.",
+                                   [query(f"sum by (instance, outcome) "
+                                          f"(increase(zkcoord_peer_sessions_ended_total{{{SEL}}}[{RATE}]))",
+                                          "{{instance}} {{outcome}}")])))
 
 
 def offsets_row(builder: d.Dashboard) -> d.Dashboard:

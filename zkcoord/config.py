@@ -106,6 +106,10 @@ class DaemonConfig:
     max_state_bytes: int = 1_000_000  # the largest znode of a group's state (its JSON, or each packed part)
     max_group_state_bytes: int = 8_000_000  # a packed state, all its znodes together (zkcoord.core.packed_record)
     shutdown_timeout_ms: int = 5_000
+    # How often a daemon probes the next one's listener; a port that refuses connections proves that daemon
+    # dead, and its ZooKeeper session is ended at once rather than at its expiry (zkcoord.core.peer_probe).
+    # 0: no probes (only ZooKeeper's expiry ends a dead daemon's session).
+    peer_probe_interval_ms: int = 250
     # Worker processes of one `zkcoord run`, each its own node (zkcoord.core.workers); 0: one per core.
     workers: int = 0
     topic_metadata_refresh_ms: int = 5_000  # Kafka Metadata polling, when ZooKeeper has no topics for us
@@ -187,6 +191,7 @@ class DaemonConfig:
         _check_range("connections_max_idle_ms", self.connections_max_idle_ms, 100, 2**31 - 1)
         _check_range("partial_requests_max_bytes", self.partial_requests_max_bytes, 1024, 2**40)
         _check_range("listen_backlog", self.listen_backlog, 0, 65535)
+        _check_range("peer_probe_interval_ms", self.peer_probe_interval_ms, 0, 60_000)
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)
         _check_range("max_group_state_bytes", self.max_group_state_bytes, 1024, 2**31 - 1)
         self.rebalance_protocols  # noqa: B018 (checks group_coordinator_rebalance_protocols)

@@ -99,6 +99,9 @@ def _options(func):
         ("--allow-everyone-if-no-acl-found", str, "true: a resource without ACLs is open to all [default: false]."),
         ("--kafka-client-config", str, "Java client properties (security.protocol, sasl.mechanism, "
          "sasl.jaas.config, ssl.*) for the daemon's and gateway's connections to the brokers."),
+        ("--peer-probe-interval-ms", int, "How often to probe the next daemon's listener: when its port refuses "
+         "connections (the process is gone) its ZooKeeper session is ended at once, rather than at its expiry; "
+         "0: off [default: 250]."),
         ("--shutdown-timeout-ms", int, "How long SIGTERM may take before connections are cut [default: 5000]."),
         ("--workers", int, "Worker processes, each its own node in the group elections, behind the same listener, "
          "gateway and metrics addresses; 0: one per core [default: 0]."),

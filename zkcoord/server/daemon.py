@@ -62,6 +62,7 @@ from zkcoord.server.consumer_protocol import CONSUMER_PROTOCOL
 from zkcoord.server.daemon_security import DaemonSecurity
 from zkcoord.server.manager import GroupManager
 from zkcoord.server.metrics import DaemonMetrics, MetricsServer
+from zkcoord.server.peer_watch import PeerWatch
 from zkcoord.server.topic_watcher import TopicWatcher
 from zkcoord.server.transport import KafkaProtocolServer
 from zkcoord.zk import layout
@@ -105,6 +106,7 @@ class Daemon:
         self.ownership: GroupOwnership | None = None
         self.offsets: OffsetStore | None = None
         self.manager: GroupManager | None = None
+        self.peers: PeerWatch | None = None  # the probe of the next daemon (zkcoord.core.peer_probe)
         self.topics: TopicWatcher | None = None
         self.metrics: DaemonMetrics | None = None
         self.metrics_server: MetricsServer | None = None
@@ -199,6 +201,11 @@ class Daemon:
                 holder = await self.nodes.node(self.config.node_id)
                 if holder is not None and (holder.pid != self.replaces_pid or loop.time() > deadline):
                     raise
+                if holder is not None and not waited:
+                    # The supervisor saw that process exit: its session can be ended now (zkcoord.zk.nodes rule 5).
+                    result = await self.nodes.end_session(self.config.node_id, holder)
+                    log.info("node %d: the session of the worker this one replaces (pid %d): %s", self.config.node_id,
+                             self.replaces_pid, result)
             if not waited:
                 waited = True
                 log.info("node %d: waiting for the registration of the worker this one replaces (pid %d) to go "
@@ -237,6 +244,9 @@ class Daemon:
         self.manager.start_adoption()
         self.manager.start_takeover()
         undo.push_async_callback(_undo, "release groups", self.manager.release_all)
+        self.peers = PeerWatch(self.nodes, config.peer_probe_interval_ms / 1000, self.metrics)
+        self.peers.start()
+        undo.callback(self.peers.stop)
 
     def _group_manager(self, node_id: int) -> GroupManager:
         config = self.config
@@ -306,6 +316,7 @@ class Daemon:
         with the ZooKeeper session, a moment later."""
         timeout_s = self.config.shutdown_timeout_ms / 1000
         steps = [
+            ("stop probing the next daemon", self.peers and self._stop_peers),
             ("close the listener", self.server and self.server.stop),
             ("close the gateway", self.gateway and self.gateway.stop),
             ("unregister", self.nodes and self.nodes.unregister),
@@ -319,6 +330,9 @@ class Daemon:
             await self._stop_step(what, step, timeout_s)
         await asyncio.to_thread(self.conn.stop)
         log.info("zkcoord daemon stopped")
+
+    async def _stop_peers(self) -> None:
+        self.peers.stop()
 
     async def _stop_step(self, what: str, step, timeout_s: float) -> bool:
         """Run one step of :meth:`stop` (a coroutine function; nothing when

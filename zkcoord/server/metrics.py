@@ -40,6 +40,10 @@ metric                                     type       meaning
 ``zkcoord_zookeeper_sessions_given_up_total``  counter  suspensions that lasted the session time-out:
                                                       the session treated as lost, every group
                                                       given up (zkcoord.core.session_loss)
+``zkcoord_peer_probes_total{outcome}``     counter    probes of the next daemon's listener (accepted,
+                                                      refused, no-answer: zkcoord.core.peer_probe)
+``zkcoord_peer_sessions_ended_total{outcome}``  counter  dead daemons' sessions this one ended (ended,
+                                                      already expired, gone, registered again, ...)
 ``zkcoord_offset_commits_total{mode}``     counter    OffsetCommits stored, by the group's offset
                                                       storage mode (zookeeper, dual, kafka)
 ``zkcoord_forwarded_commit_refusals_total{error}``  counter  partitions of forwarded commits Kafka
@@ -149,6 +153,11 @@ class DaemonMetrics:
         self.sessions_given_up = Counter("zkcoord_zookeeper_sessions_given_up_total",
                                          "Suspensions that lasted the session time-out: the session treated as "
                                          "lost and every group given up.", registry=r)
+        self.peer_probes = Counter("zkcoord_peer_probes_total", "Probes of the next daemon's listener, by outcome.",
+                                   ["outcome"], registry=r)
+        self.peer_sessions_ended = Counter("zkcoord_peer_sessions_ended_total",
+                                           "Dead daemons' ZooKeeper sessions this daemon ended, by outcome.",
+                                           ["outcome"], registry=r)
         self.offset_commits = Counter("zkcoord_offset_commits_total", "OffsetCommits stored, by storage mode.",
                                       ["mode"], registry=r)
         self.forward_refusals = Counter("zkcoord_forwarded_commit_refusals_total",

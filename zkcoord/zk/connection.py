@@ -91,7 +91,7 @@ from zkcoord.zk import aio
 from zkcoord.zk.auth import ZkSecurity, digest_mismatch
 from zkcoord.zk.paths import ROOT, check_absolute
 
-__all__ = ["SessionEvent", "ZkConnection", "parse_hosts", "refusals", "login_refused", "wait_znode_gone"]
+__all__ = ["SessionEvent", "ZkConnection", "parse_hosts", "refusals", "login_refused", "wait_znode_gone", "end_session"]
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +258,13 @@ class ZkConnection:
         if self._client is None:
             raise RuntimeError("ZkConnection.start() has not been called")
         return self._client
+
+    @property
+    def session_credentials(self) -> tuple[int, bytes] | None:
+        """(session id, password) of the live session, None without one:
+        whoever holds them can end the session (:func:`end_session`)."""
+        client_id = self._client.client_id if self._client is not None else None
+        return (client_id[0], bytes(client_id[1])) if client_id and client_id[0] else None
 
     @property
     def session_id(self) -> int | None:
@@ -636,3 +643,27 @@ def wait_znode_gone(hosts: str, path: str, timeout_s: float = 60.0, security: Zk
     finally:
         client.stop()
         client.close()
+
+
+def end_session(hosts: str, session_id: int, password: bytes, timeout_s: float = 10.0,
+                security: ZkSecurity | None = None) -> bool:
+    """End another client's ZooKeeper session, as its expiry would: attach
+    to it with its id and password and close it (what Curator's test
+    utilities do to kill a session). Its ephemeral znodes go at once and
+    its watchers hear it. True if it was ended here, False if ZooKeeper had
+    already expired it. ServiceUnavailableError if ZooKeeper cannot be
+    reached within ``timeout_s``; never on an event loop."""
+    client = KazooClient(hosts=hosts, timeout=10, client_id=(session_id, password),
+                         **(security.kazoo_options() if security is not None else {}))
+    expired = threading.Event()
+    client.add_listener(lambda state: expired.set() if state == KazooState.LOST else None)
+    try:
+        client.start(timeout=timeout_s)
+        attached = not expired.is_set() and client.client_id is not None and client.client_id[0] == session_id
+    except (KazooException, OSError) as exc:
+        raise ServiceUnavailableError(f"cannot reach ZooKeeper at {hosts} to end session 0x{session_id:x}: "
+                                      f"{exc}") from None
+    finally:
+        client.stop()  # sends closeSession for the session it holds (the given one, or a new one)
+        client.close()
+    return attached

@@ -20,6 +20,15 @@ Rules:
    register again with the same id. A failure there cannot be raised to a
    caller; it is passed to ``on_error`` and raised by :meth:`check`.
 4. Lookups of one node are cached while a watch on its znode holds.
+5. Beside its registration each daemon keeps ``/zkcoord/node-sessions/<node-id>``
+   (ephemeral, ``{"session_id":"0x...","password":"<hex>"}``): with it
+   another daemon that has proof this one is dead (its port refuses
+   connections: :mod:`zkcoord.core.peer_probe`) ends its session
+   (:meth:`NodeRegistry.end_session`) rather than wait for ZooKeeper to
+   expire it. With ``set_acl`` only the daemons' own login may read it
+   (``CREATOR_ALL_ACL``; ``zkcoord zookeeper-acl`` leaves it be); whoever
+   can read it can end the session, which any writer of zkcoord's znodes
+   could disrupt anyway. Failing to write it costs only the early end.
 """
 
 from __future__ import annotations
@@ -32,15 +41,17 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.retry import ForceRetryError
+from kazoo.security import CREATOR_ALL_ACL
 
 import zkcoord
 from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import NodeIdInUseError, StateError, ZkcoordError
 from zkcoord.tasks import Background
 from zkcoord.zk import aio, paths
-from zkcoord.zk.connection import SessionEvent, ZkConnection, wait_znode_gone
+from zkcoord.zk.auth import OPEN_ACL
+from zkcoord.zk.connection import SessionEvent, ZkConnection, end_session, wait_znode_gone
 
 __all__ = ["NodeInfo", "NodeRegistry", "ALLOCATED_ID_BASE", "read_nodes", "wait_node_unregistered"]
 
@@ -136,6 +147,7 @@ class NodeRegistry:
         client, path = self._conn.client, paths.node(node_id)
         try:
             await aio.call(client.create_async, path, self.info(node_id).to_json(), ephemeral=True, makepath=True)
+            await self._record_session(node_id)
             return
         except NodeExistsError:
             pass
@@ -144,6 +156,7 @@ class NodeRegistry:
         except NoNodeError:
             raise ForceRetryError() from None  # the holder just left: create again
         if stat.ephemeralOwner == self._conn.session_id:
+            await self._record_session(node_id)
             return  # our own create, whose answer was lost
         try:
             holder = NodeInfo.from_json(node_id, data)
@@ -154,6 +167,76 @@ class NodeRegistry:
             who = f"a process that wrote {data[:40]!r}"
         raise NodeIdInUseError(f"node id {node_id} is in use by {who} ({path}); give this daemon another "
                                "--node-id (or -1 to allocate one), or stop the other daemon")
+
+    async def _record_session(self, node_id: int) -> None:
+        """Rule 5: our session's id and password beside the registration
+        (part of the registration's idempotent step). A record of an
+        earlier session of this node id is replaced; a failure other than
+        ZooKeeper's connection is logged and costs only the early end."""
+        credentials = self._conn.session_credentials
+        if credentials is None:
+            return
+        client, path = self._conn.client, paths.node_session(node_id)
+        session_id, password = credentials
+        data = json.dumps({"session_id": f"0x{session_id:x}", "password": password.hex()},
+                          separators=(",", ":")).encode()
+        security = self._conn.security
+        acl = list(CREATOR_ALL_ACL) if security is not None and security.default_acl is not None else OPEN_ACL
+        try:
+            try:
+                await aio.call(client.create_async, path, data, acl=acl, ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                _, stat = await aio.call(client.get_async, path)
+                if stat.ephemeralOwner == session_id:
+                    return  # ours, whose answer was lost
+                await aio.call(client.delete_async, path, stat.version)
+            except NoNodeError:
+                pass
+            raise ForceRetryError()  # an earlier session's record went: create ours
+        except (ForceRetryError, *aio.RETRYABLE, SessionExpiredError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - rule 5: without the record only the early end is lost
+            log.warning("node %s: could not record its ZooKeeper session at %s (%s: %s): another daemon cannot end "
+                        "it early if this one dies; ZooKeeper's expiry still will", node_id, path,
+                        type(exc).__name__, exc)
+
+    async def end_session(self, node_id: int, seen: NodeInfo, timeout_s: float = 10.0) -> str:
+        """Rule 5: end the ZooKeeper session of ``node_id``, whose registration
+        is ``seen`` (proved dead by its refusing port). Only that same
+        registration's session is ended: what was done, for the log:
+        ``ended``, ``already-expired``, ``gone`` (it left meanwhile),
+        ``registered-again`` (a new registration), ``no-session-record``
+        (a daemon that keeps none, or unreadable to our login)."""
+        return await self._conn.retry(f"end the session of node {node_id}", self._inner_end_session, node_id, seen,
+                                      timeout_s)
+
+    async def _inner_end_session(self, node_id: int, seen: NodeInfo, timeout_s: float) -> str:
+        client = self._conn.client
+        try:
+            data, stat = await aio.call(client.get_async, paths.node(node_id))
+            record, _ = await aio.call(client.get_async, paths.node_session(node_id))
+        except NoNodeError:
+            return "gone"
+        except NoAuthError:
+            return "no-session-record"
+        try:
+            if NodeInfo.from_json(node_id, data) != seen:
+                return "registered-again"
+        except StateError:
+            return "registered-again"
+        try:
+            raw = json.loads(record.decode())
+            session_id, password = int(raw["session_id"], 16), bytes.fromhex(raw["password"])
+        except (UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError):
+            return "no-session-record"
+        if session_id != stat.ephemeralOwner:
+            return "registered-again"  # the record of another session (a registration under way)
+        ended = await asyncio.to_thread(end_session, self._conn.hosts, session_id, password, timeout_s,
+                                        self._conn.security)
+        return "ended" if ended else "already-expired"
 
     async def _allocate(self) -> int:
         for _ in range(_MAX_ALLOCATIONS):

@@ -64,15 +64,16 @@ from urllib.parse import unquote
 from zkcoord.errors import ConfigError, UsageError
 
 __all__ = [
-    "ROOT", "NODES", "NODE_ID_SEQUENCE", "LAYOUT", "COORDINATORS", "BROKER_TOPICS",
+    "ROOT", "NODES", "NODE_SESSIONS", "NODE_ID_SEQUENCE", "LAYOUT", "COORDINATORS", "BROKER_TOPICS",
     "DEFAULT_CONSUMERS_ROOT", "CONTENDER_MARKER", "component", "node", "coordinator",
     "owner_dir", "contender", "contender_sequence", "state", "state_parts_dir", "state_part", "broker_topic",
-    "check_absolute", "partition_name", "OffsetPaths", "ENCODED_MARKER", "group_name", "group_id_of",
+    "node_session", "check_absolute", "partition_name", "OffsetPaths", "ENCODED_MARKER", "group_name", "group_id_of",
     "group_ids",
 ]
 
 ROOT = "/zkcoord"
 NODES = f"{ROOT}/nodes"
+NODE_SESSIONS = f"{ROOT}/node-sessions"  # each live daemon's session id and password (zkcoord.zk.nodes)
 NODE_ID_SEQUENCE = f"{ROOT}/node-id-seq"
 LAYOUT = f"{ROOT}/layout"
 COORDINATORS = "/coordinators"
@@ -182,6 +183,11 @@ def node(node_id: int) -> str:
     if isinstance(node_id, bool) or not isinstance(node_id, int) or not 0 <= node_id <= 2**31 - 1:
         raise UsageError(f"node id must be a whole number from 0 to {2**31 - 1}, got {node_id!r}")
     return f"{NODES}/{node_id}"
+
+
+def node_session(node_id: int) -> str:
+    """``/zkcoord/node-sessions/<node-id>``: the session a live daemon registered with."""
+    return f"{NODE_SESSIONS}/{node(node_id).rsplit('/', 1)[1]}"
 
 
 def coordinator(group: str) -> str:

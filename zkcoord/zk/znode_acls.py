@@ -32,6 +32,10 @@ Rules:
 3. ZooKeeper refusing a set (the ACL gives ADMIN to another identity) is
    one AuthorizationError naming the znode, its ACL and how many znodes
    were changed before it.
+4. The daemons' session records (``/zkcoord/node-sessions/<node-id>``,
+   ephemeral: :mod:`zkcoord.zk.nodes` rule 5) are left as they were made,
+   readable by the daemons' own login only with ``set_acl``: the secure
+   ACL's READ for everybody would let anyone end a daemon's session.
 """
 
 from __future__ import annotations
@@ -179,7 +183,8 @@ async def _walk(conn: ZkConnection, roots: Iterable[str], target: _Target, repor
                 report.znodes += 1
                 report.by_kind[acl_kind(acls)] += 1
                 report.by_acl[", ".join(sorted(acl_text(a) for a in acls))] += 1
-                below += [f"{path}/{c}" for c in sorted(children)]
+                if path != paths.NODE_SESSIONS:  # its children keep the ACL they were made with (rule 4)
+                    below += [f"{path}/{c}" for c in sorted(children)]
                 if target.action != "show" and not target.done(acls):
                     todo.append((path, acls))
             if write and todo:
