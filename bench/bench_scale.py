@@ -567,7 +567,8 @@ def served_figures(load: Load, groups: set[str], title: str, goal_s: float | Non
 
 
 async def wait_unregistered(fleet: Fleet, node_id: int, since: float) -> float:
-    """Seconds from ``since`` until the node's registration is gone (its session expired)."""
+    """Seconds from ``since`` until the node's registration is gone (its session ended: ended by the survivor's
+    probe, or expired by ZooKeeper with ``--daemon-arg=--peer-probe-interval-ms=0``)."""
     while await asyncio.to_thread(fleet.registered_pid, node_id) is not None:
         await asyncio.sleep(0.02)
     return time.perf_counter() - since
@@ -644,14 +645,14 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     victim.proc.wait()
     load.bootstrap[:] = fleet.bootstrap()
     expired_s = await wait_unregistered(fleet, victim.node_id, load.since)
-    print(f"its session expired (registration gone) {expired_s:.2f} s after the kill")
+    print(f"its session ended (registration gone) {expired_s:.2f} s after the kill")
     await wait_served(load, orphans, settings.recover_wait_s)
     cores = cpu_cores(cpu_before, cpu_snapshot({"survivor": survivor.proc.pid}))
     after = listen_counters()
     figures = served_figures(load, orphans, "kill -9", goal_s)
     figures.update(expired_s=expired_s, listen_overflows=after[0] - overflows[0], listen_drops=after[1] - overflows[1],
                    survivor_cores=cores["survivor"])
-    print(f"after the expiry: the last group served {figures['max_s'] - expired_s:.2f} s later; survivor "
+    print(f"after the session's end: the last group served {figures['max_s'] - expired_s:.2f} s later; survivor "
           f"{cores['survivor']:.2f} cores meanwhile; ListenOverflows +{figures['listen_overflows']:,}, "
           f"ListenDrops +{figures['listen_drops']:,} (machine-wide)")
     for line in log_lines(survivor, r"took over|taking over")[-3:]:
@@ -716,7 +717,7 @@ def summary(results: dict, settings: Settings) -> None:
     print(f"heartbeat p99 < 10 ms (every group on one daemon, every {settings.heartbeat_interval_ms} ms): "
           f"{one['p99_ms']:.2f} ms, {verdict(one['p99_ms'] < 10)}")
     print(f"kill -9: every group served again within the session timeout + 2 s ({goal_s:g} s): max "
-          f"{kill['max_s']:.2f} s (expiry at {kill['expired_s']:.2f} s), "
+          f"{kill['max_s']:.2f} s (session ended at {kill['expired_s']:.2f} s), "
           f"{verdict(kill['served'] == kill['groups'] and kill['max_s'] <= goal_s)}")
     print(f"no connection left unaccepted in the reconnect storm: ListenOverflows +{kill['listen_overflows']:,} "
           f"(machine-wide), {verdict(kill['listen_overflows'] == 0)}")

@@ -217,11 +217,12 @@ class NodeRegistry:
         client = self._conn.client
         try:
             data, stat = await aio.call(client.get_async, paths.node(node_id))
-            record, _ = await aio.call(client.get_async, paths.node_session(node_id))
         except NoNodeError:
             return "gone"
-        except NoAuthError:
-            return "no-session-record"
+        try:
+            record, _ = await aio.call(client.get_async, paths.node_session(node_id))
+        except (NoNodeError, NoAuthError):
+            return "no-session-record"  # a daemon of a version that keeps none, or a record our login cannot read
         try:
             if NodeInfo.from_json(node_id, data) != seen:
                 return "registered-again"
