@@ -52,7 +52,7 @@ from typing import NoReturn
 from zkcoord.config import DaemonConfig
 from zkcoord.core.group import GroupConfig
 from zkcoord.core.workers import WorkerPlan
-from zkcoord.errors import NodeIdInUseError
+from zkcoord.errors import NodeIdInUseError, ZkcoordError
 from zkcoord.gateway.gateway import Gateway, GatewaySettings
 from zkcoord.gateway.login import PassthroughLogin
 from zkcoord.kafka.forwarder import KafkaForwarder
@@ -203,7 +203,10 @@ class Daemon:
                     raise
                 if holder is not None and not waited:
                     # The supervisor saw that process exit: its session can be ended now (zkcoord.zk.nodes rule 5).
-                    result = await self.nodes.end_session(self.config.node_id, holder)
+                    try:
+                        result = await self.nodes.end_session(self.config.node_id, holder)
+                    except ZkcoordError as exc:
+                        result = f"not ended ({exc}); waiting for its expiry"
                     log.info("node %d: the session of the worker this one replaces (pid %d): %s", self.config.node_id,
                              self.replaces_pid, result)
             if not waited:

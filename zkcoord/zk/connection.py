@@ -80,7 +80,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import (
     AuthFailedError, ConnectionClosedError, ConnectionLoss, KazooException, NoNodeError, SessionClosedRequireSaslError,
 )
-from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.protocol.serialization import SASL, Auth
 from kazoo.protocol.states import KazooState, KeeperState
 
@@ -660,9 +660,9 @@ def end_session(hosts: str, session_id: int, password: bytes, timeout_s: float =
     try:
         client.start(timeout=timeout_s)
         attached = not expired.is_set() and client.client_id is not None and client.client_id[0] == session_id
-    except (KazooException, OSError) as exc:
-        raise ServiceUnavailableError(f"cannot reach ZooKeeper at {hosts} to end session 0x{session_id:x}: "
-                                      f"{exc}") from None
+    except (KazooException, KazooTimeoutError, OSError) as exc:
+        raise ServiceUnavailableError(f"cannot end ZooKeeper session 0x{session_id:x} at {hosts}: "
+                                      f"{type(exc).__name__} {exc}") from None
     finally:
         client.stop()  # sends closeSession for the session it holds (the given one, or a new one)
         client.close()
