@@ -85,3 +85,4 @@ def test_bad_settings_are_refused():
         PeerProbe(refusals=0)
     with pytest.raises(ValueError, match="span_s not negative"):
         PeerProbe(span_s=-1)
+

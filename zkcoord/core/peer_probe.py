@@ -35,10 +35,15 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["Outcome", "Peer", "PeerProbe", "REFUSALS", "REFUSAL_SPAN_S", "probe_target"]
+__all__ = ["END_RESULTS", "Outcome", "Peer", "PeerProbe", "REFUSALS", "REFUSAL_SPAN_S", "probe_target"]
 
 REFUSALS = 3  # refusals in a row, and ...
 REFUSAL_SPAN_S = 1.0  # ... at least this long from the first to the last, before a session is ended
+
+
+# What ending a dead daemon's session came to (zkcoord.zk.nodes.NodeRegistry.end_session; "failed": ZooKeeper
+# could not be reached), the metric's labels.
+END_RESULTS = ("ended", "already-expired", "gone", "registered-again", "no-session-record", "failed")
 
 
 class Outcome(enum.Enum):

@@ -104,6 +104,7 @@ from zkcoord.core.consumer.model import ConsumerGroup
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.groups import KINDS, GroupPhase, kind_of
 from zkcoord.core.membership import OFFSET_STORAGES
+from zkcoord.core.peer_probe import END_RESULTS, Outcome
 from zkcoord.wire.response_errors import first_error_code
 from zkcoord.wire.responses import EncodedResponse
 from zkcoord.zk.connection import SessionEvent
@@ -158,6 +159,10 @@ class DaemonMetrics:
         self.peer_sessions_ended = Counter("zkcoord_peer_sessions_ended_total",
                                            "Dead daemons' ZooKeeper sessions this daemon ended, by outcome.",
                                            ["outcome"], registry=r)
+        for outcome in Outcome:  # every label value exported from the start, at 0
+            self.peer_probes.labels(outcome.value)
+        for result in END_RESULTS:
+            self.peer_sessions_ended.labels(result)
         self.offset_commits = Counter("zkcoord_offset_commits_total", "OffsetCommits stored, by storage mode.",
                                       ["mode"], registry=r)
         self.forward_refusals = Counter("zkcoord_forwarded_commit_refusals_total",
