@@ -209,7 +209,40 @@ def wait_committed(zk, group: str, topic: str, ends: dict[TopicPartition, int], 
         stored = zk_offsets(zk, group, topic)
         differ = {tp: (stored.get(tp), end) for tp, end in ends.items() if stored.get(tp) != end}
         raise AssertionError(f"not within {WAIT_S:g} s: the last offsets committed; (stored, end) of the "
-                             f"partitions that differ: {differ}; the members now: {members.current()}") from None
+                             f"partitions that differ: {differ}; what each member did with them:\n"
+                             f"{partition_story(members, set(differ))}") from None
+
+
+def partition_story(members, partitions: set[TopicPartition]) -> str:
+    """For a failure message: each member's events about ``partitions``
+    (assigned, revoked, the last offset consumed, commits and failed
+    commits), in the order it printed them, and what it holds now."""
+    lines = []
+    for member in members.all():
+        label = getattr(member, "label", repr(member))
+        told = []
+        for event in member.events() if hasattr(member, "events") else []:
+            data = event.data
+            if event.name in ("partitions_assigned", "partitions_revoked"):
+                mine = [f"{t}-{p}" for t, p in _event_partitions(data.get("partitions", [])) if (t, p) in partitions]
+                if mine:
+                    told.append(f"{event.name.split('_')[1]} {mine}")
+            elif event.name == "records_consumed":
+                for s in data.get("partitions", []):
+                    if (s["topic"], int(s["partition"])) in partitions:
+                        told.append(f"consumed {s['partition']}:{s['minOffset']}-{s['maxOffset']}")
+            elif event.name == "offsets_committed":
+                for o in data.get("offsets", []):
+                    if (o["topic"], int(o["partition"])) in partitions:
+                        told.append(f"commit {o['partition']}:{o['offset']} "
+                                    f"{'ok' if data.get('success') else 'FAILED ' + str(data.get('error'))}")
+        held = sorted(f"{t}-{p}" for t, p in member.assignment() if (t, p) in partitions)
+        lines.append(f"  {label}: {'; '.join(told) or '-'}; holds now {held}")
+    return "\n".join(lines)
+
+
+def _event_partitions(raw) -> list[TopicPartition]:
+    return [(x["topic"], int(x["partition"])) for x in raw]
 
 
 def assert_commits_kept(commits, stored: dict[TopicPartition, int]) -> None:
