@@ -201,16 +201,18 @@ class Daemon:
                 holder = await self.nodes.node(self.config.node_id)
                 if holder is not None and (holder.pid != self.replaces_pid or loop.time() > deadline):
                     raise
-                if holder is not None and not waited:
+            if not waited:
+                waited = True
+                if holder is not None:
                     # The supervisor saw that process exit: its session can be ended now (zkcoord.zk.nodes rule 5).
                     try:
                         result = await self.nodes.end_session(self.config.node_id, holder)
                     except ZkcoordError as exc:
-                        result = f"not ended ({exc}); waiting for its expiry"
+                        result = f"not ended ({exc})"
                     log.info("node %d: the session of the worker this one replaces (pid %d): %s", self.config.node_id,
                              self.replaces_pid, result)
-            if not waited:
-                waited = True
+                    if result == "ended":
+                        continue  # its registration went with it: register now
                 log.info("node %d: waiting for the registration of the worker this one replaces (pid %d) to go "
                          "with its ZooKeeper session", self.config.node_id, self.replaces_pid)
             await asyncio.sleep(0.25)
