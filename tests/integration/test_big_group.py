@@ -23,7 +23,7 @@ import pytest
 from kafka.protocol.admin.groups import DescribeGroupsRequest
 from kafka.protocol.consumer.group import OffsetCommitRequest
 
-from tests.support.daemons import DaemonFleet, DaemonProcess, wait_for
+from tests.support.daemons import DaemonProcess, logged_fleet, wait_for
 from tests.support.java_members import JavaMember
 from tests.support.members import Ledger, close_all, converge
 from tests.support.placement import placed_name
@@ -43,14 +43,9 @@ WAIT_S = 120.0
 
 @pytest.fixture
 def fleet(zk_hosts, zk, tmp_path):
-    with DaemonFleet(zk_hosts, zk, tmp_path / "logs", options={
-            "zk_session_timeout_ms": 4000, "group_initial_rebalance_delay_ms": 3000,
-            "max_state_bytes": MAX_STATE_BYTES}) as fleet:
-        try:
-            yield fleet
-        finally:
-            for daemon in fleet.daemons.values():  # shown by pytest when the test failed
-                print(f"---- daemon {daemon.node_id} (pid {daemon.pid}), {daemon.log_path}:\n{daemon.log(40)}")
+    with logged_fleet(zk_hosts, zk, tmp_path / "logs", zk_session_timeout_ms=4000,
+                      group_initial_rebalance_delay_ms=3000, max_state_bytes=MAX_STATE_BYTES) as fleet:
+        yield fleet
 
 
 def stored(zk, group: str) -> tuple[dict, dict, dict[str, bytes]]:

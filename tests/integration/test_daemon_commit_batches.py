@@ -27,7 +27,7 @@ from kafka.protocol.consumer.group import OffsetCommitRequest
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest
 from kazoo.exceptions import NoNodeError
 
-from tests.support.daemons import DaemonFleet, DaemonProcess
+from tests.support.daemons import DaemonProcess, logged_fleet
 from tests.support.placement import placed_name
 from tests.support.wire import WireClient
 from zkcoord.core.errors import ErrorCode
@@ -40,12 +40,8 @@ TOPIC = "orders"
 
 @pytest.fixture
 def fleet(zk_hosts, zk, tmp_path):
-    with DaemonFleet(zk_hosts, zk, tmp_path / "logs", options={"zk_session_timeout_ms": 20_000}) as fleet:
-        try:
-            yield fleet
-        finally:
-            for daemon in fleet.daemons.values():  # shown by pytest when the test failed
-                print(f"---- daemon {daemon.node_id} (pid {daemon.pid}), {daemon.log_path}:\n{daemon.log(40)}")
+    with logged_fleet(zk_hosts, zk, tmp_path / "logs", zk_session_timeout_ms=20_000) as fleet:
+        yield fleet
 
 
 def commit_request(group: str, offsets: dict[int, int]) -> OffsetCommitRequest:

@@ -46,7 +46,7 @@ from kafka.protocol.consumer.group import (
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kazoo.exceptions import NoNodeError
 
-from tests.support.daemons import DaemonFleet, DaemonProcess, wait_for
+from tests.support.daemons import DaemonProcess, logged_fleet, wait_for
 from tests.support.members import Ledger, Member, close_all, converge
 from tests.support.placement import placed_name
 from tests.support.wire import WireClient
@@ -61,13 +61,9 @@ WAIT_S = 60.0  # bound of every wait for a condition
 
 @pytest.fixture
 def fleet(zk_hosts, zk, tmp_path):
-    with DaemonFleet(zk_hosts, zk, tmp_path / "logs", options={
-            "zk_session_timeout_ms": ZK_SESSION_TIMEOUT_MS, "group_initial_rebalance_delay_ms": 0}) as fleet:
-        try:
-            yield fleet
-        finally:
-            for daemon in fleet.daemons.values():  # shown by pytest when the test failed
-                print(f"---- daemon {daemon.node_id} (pid {daemon.pid}), {daemon.log_path}:\n{daemon.log(40)}")
+    with logged_fleet(zk_hosts, zk, tmp_path / "logs",
+                      zk_session_timeout_ms=ZK_SESSION_TIMEOUT_MS, group_initial_rebalance_delay_ms=0) as fleet:
+        yield fleet
 
 
 # -- helpers ----------------------------------------------------------------------

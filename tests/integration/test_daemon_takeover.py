@@ -21,7 +21,7 @@ from kafka.protocol.admin.groups import DescribeGroupsRequest
 from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
-from tests.support.daemons import DaemonFleet, DaemonProcess, wait_for
+from tests.support.daemons import DaemonFleet, DaemonProcess, logged_fleet, wait_for
 from tests.support.wire import WireClient
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.placement import choose_node
@@ -37,14 +37,9 @@ SUBSCRIPTION = bytes(ConsumerProtocolSubscription(version=0, topics=["orders"], 
 @pytest.fixture
 def fleet(zk_hosts, zk, tmp_path):
     # A long stop time-out: the test checks that the release ends within it, whatever the machine's load.
-    with DaemonFleet(zk_hosts, zk, tmp_path / "logs", options={
-            "zk_session_timeout_ms": 4000, "group_initial_rebalance_delay_ms": 0,
-            "shutdown_timeout_ms": 60_000}) as fleet:
-        try:
-            yield fleet
-        finally:
-            for daemon in fleet.daemons.values():  # shown by pytest when the test failed
-                print(f"---- daemon {daemon.node_id} (pid {daemon.pid}), {daemon.log_path}:\n{daemon.log(30)}")
+    with logged_fleet(zk_hosts, zk, tmp_path / "logs", lines=30, zk_session_timeout_ms=4000,
+                      group_initial_rebalance_delay_ms=0, shutdown_timeout_ms=60_000) as fleet:
+        yield fleet
 
 
 async def _stable(client: WireClient, group: str) -> str:

@@ -20,7 +20,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
-from tests.support.daemons import DaemonFleet, wait_for
+from tests.support.daemons import logged_fleet, wait_for
 from tests.support.members import Ledger, Member, close_all, converge
 from tests.support.placement import placed_name
 from zkcoord.zk import paths
@@ -33,13 +33,9 @@ WAIT_S = 45.0  # bound of every wait for a condition
 
 @pytest.fixture
 def fleet(zk_hosts, zk, tmp_path):
-    with DaemonFleet(zk_hosts, zk, tmp_path / "logs", options={
-            "zk_session_timeout_ms": SESSION_MS, "group_initial_rebalance_delay_ms": 0}) as fleet:
-        try:
-            yield fleet
-        finally:
-            for daemon in fleet.daemons.values():  # shown by pytest when the test failed
-                print(f"---- daemon {daemon.node_id} (pid {daemon.pid}), {daemon.log_path}:\n{daemon.log(40)}")
+    with logged_fleet(zk_hosts, zk, tmp_path / "logs",
+                      zk_session_timeout_ms=SESSION_MS, group_initial_rebalance_delay_ms=0) as fleet:
+        yield fleet
 
 
 def accept_queue(port: int) -> int:

@@ -21,12 +21,14 @@ Logs (``-v``: INFO) go to ``<log_dir>/daemon-<id>.log``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -255,6 +257,19 @@ class DaemonFleet:
     def session_gone(self, node_id: int) -> bool:
         """True once the daemon's registration is gone (its session ended)."""
         return self.registration(node_id) is None
+
+
+@contextlib.contextmanager
+def logged_fleet(zk_hosts: str, zk, log_dir: Path, lines: int = 40, **options) -> Iterator[DaemonFleet]:
+    """A :class:`DaemonFleet` with ``options`` whose daemons' last ``lines``
+    log lines are printed when the block ends (pytest shows them when the
+    test failed)."""
+    with DaemonFleet(zk_hosts, zk, log_dir, options=options) as fleet:
+        try:
+            yield fleet
+        finally:
+            for daemon in fleet.daemons.values():
+                print(f"---- daemon {daemon.node_id} (pid {daemon.pid}), {daemon.log_path}:\n{daemon.log(lines)}")
 
 
 GATEWAY_FLEET_OPTIONS = {"gateway_listen": "127.0.0.1:0", "zk_session_timeout_ms": 4000,

@@ -73,6 +73,8 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from zkcoord.local import procs
+
 PREFIX = "zkt"
 SUBNET = ipaddress.ip_network("10.213.0.0/16")  # namespace addresses are /32s drawn from it
 _NAME = re.compile(rf"^{PREFIX}([0-9a-f]+)([nhi])(\d+)$")
@@ -108,13 +110,7 @@ def available() -> str | None:
 
 
 def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return procs.alive(pid)
 
 
 def _netns_names() -> list[str]:
