@@ -59,6 +59,24 @@ def pytest_configure(config) -> None:
         config._zkcoord_basetemp = config.option.basetemp
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``make test``'s pytest-xdist scheduling: each module on one process
+    (``--dist loadfile``: its module-scoped daemons start once), and the
+    fault suite's modules together on one process, whose ensemble sandbox
+    (three ZooKeepers, three brokers; session-scoped) then starts once. The
+    fault suite, named first on the command line, is handed out first."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FaultsTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/faults" if nodeid.startswith("tests/faults/") else super()._split_scope(nodeid)
+
+    return FaultsTogether(config, log)
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests marked ``slow`` (issue 29's heaviest scenarios: the ensemble
     module, the stock clients' scenarios, the month-apart monotonic clocks)

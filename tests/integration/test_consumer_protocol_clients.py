@@ -375,6 +375,14 @@ def test_rolling_upgrade_and_downgrade_under_a_producer(services, fleet, members
                  "the group classic again once its last consumer-protocol member left", interval_s=0.2)
         members.start_java("m4-classic2", topic, group, "classic", assignor=classic_assignor, extra=CLASSIC)
         settle("m4 downgraded", "classic")
+        # A member's last commit of a partition may be refused by the last rebalance (its generation just
+        # ended), and VerifiableConsumer commits only after consuming (or on a revocation, which a
+        # cooperative member keeping the partition never gets): a partition whose last record came
+        # before that rebalance would keep its last commit refused. So every partition gets records
+        # after it, consumed and committed in the final generation.
+        before = {tp: max(offsets) for tp, offsets in producer.acked().items()}
+        producer.wait_until(lambda: all(max(producer.acked()[tp]) > last for tp, last in before.items()),
+                            "a record acknowledged on every partition after the last rebalance")
         producer.stop()
         assert producer.failures() == [] and producer.events()[-1]["name"] == "tool_data"
     acked = producer.acked()
@@ -429,8 +437,9 @@ def test_kill_9_of_the_owner_mid_reconciliation(services, fleet, members, zk, un
     owner.kill()
     killed_ns = time.monotonic_ns()
     held_by_d_at_kill = d.assignment()
-    # What the dead owner stored is read before the new owner accepts a commit (it takes over after the
-    # ZooKeeper session times out; anything stored later is only higher): every commit a member had
+    # What the dead owner stored is read before the new owner accepts a commit (it takes over once the
+    # dead owner's session has ended, ended by the survivor's probe about a second after the kill or
+    # expired by ZooKeeper; anything stored later is only higher): every commit a member had
     # acknowledged by then is there.
     stored_at_kill = zk_offsets(zk, group, topic)
     acked_at_kill: dict[TopicPartition, int] = {}
