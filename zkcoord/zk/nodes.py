@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.exceptions import InvalidACLError, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.retry import ForceRetryError
 from kazoo.security import CREATOR_ALL_ACL
 
@@ -181,24 +181,23 @@ class NodeRegistry:
         data = json.dumps({"session_id": f"0x{session_id:x}", "password": password.hex()},
                           separators=(",", ":")).encode()
         security = self._conn.security
-        acl = list(CREATOR_ALL_ACL) if security is not None and security.default_acl is not None else OPEN_ACL
+        acl = list(CREATOR_ALL_ACL) if security is not None and security.set_acl else OPEN_ACL
         try:
-            try:
-                await aio.call(client.create_async, path, data, acl=acl, ephemeral=True, makepath=True)
-                return
-            except NodeExistsError:
-                pass
-            try:
-                _, stat = await aio.call(client.get_async, path)
-                if stat.ephemeralOwner == session_id:
-                    return  # ours, whose answer was lost
-                await aio.call(client.delete_async, path, stat.version)
-            except NoNodeError:
-                pass
-            raise ForceRetryError()  # an earlier session's record went: create ours
-        except (ForceRetryError, *aio.RETRYABLE, SessionExpiredError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - rule 5: without the record only the early end is lost
+            for _ in range(2):  # an earlier session's record (a registration of this id before ours) is replaced
+                try:
+                    await aio.call(client.create_async, path, data, acl=acl, ephemeral=True, makepath=True)
+                    return
+                except NodeExistsError:
+                    pass
+                try:
+                    _, stat = await aio.call(client.get_async, path)
+                    if stat.ephemeralOwner == session_id:
+                        return  # ours, whose answer was lost
+                    await aio.call(client.delete_async, path, stat.version)
+                except NoNodeError:
+                    pass
+            raise ForceRetryError()  # replaced twice meanwhile: the registration's step again
+        except (NoAuthError, InvalidACLError) as exc:  # rule 5: without the record only the early end is lost
             log.warning("node %s: could not record its ZooKeeper session at %s (%s: %s): another daemon cannot end "
                         "it early if this one dies; ZooKeeper's expiry still will", node_id, path,
                         type(exc).__name__, exc)
