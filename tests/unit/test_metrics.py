@@ -242,3 +242,24 @@ def test_a_stall_of_the_event_loop_is_observed_as_its_lateness():
     under_quarter = sample('zkcoord_event_loop_lag_seconds_bucket{le="0.25"}')
     assert count >= 3 and count - under_quarter >= 1  # the stall, at least 0.25 s late
     assert metrics._loop_probe is None
+
+
+def test_requests_are_counted_and_timed_by_api_and_error_from_the_children_kept():
+    from zkcoord.wire.responses import EncodedResponse
+
+    metrics = DaemonMetrics()
+    for code, seconds in ((0, 0.001), (0, 0.002), (27, 0.003), (9999, None)):  # 27: REBALANCE_IN_PROGRESS
+        metrics.observe_request("Heartbeat", EncodedResponse(None, 1, b"", code), seconds)
+    metrics.observe_request("OffsetCommit", EncodedResponse(None, 2, b"", 0), 0.5)
+    for mode in ("zookeeper", "zookeeper", "dual"):
+        metrics.observe_offset_commit(mode)
+    value = metrics.registry.get_sample_value
+    assert value("zkcoord_requests_total", {"api": "Heartbeat", "error": "NONE"}) == 2
+    assert value("zkcoord_requests_total", {"api": "Heartbeat", "error": "REBALANCE_IN_PROGRESS"}) == 1
+    assert value("zkcoord_requests_total", {"api": "Heartbeat", "error": "9999"}) == 1  # a code with no name
+    assert value("zkcoord_requests_total", {"api": "OffsetCommit", "error": "NONE"}) == 1
+    assert value("zkcoord_request_latency_seconds_count", {"api": "Heartbeat"}) == 3  # the untimed one left out
+    assert abs(value("zkcoord_request_latency_seconds_sum", {"api": "Heartbeat"}) - 0.006) < 1e-9
+    assert value("zkcoord_request_latency_seconds_count", {"api": "OffsetCommit"}) == 1
+    assert value("zkcoord_offset_commits_total", {"mode": "zookeeper"}) == 2
+    assert value("zkcoord_offset_commits_total", {"mode": "dual"}) == 1

@@ -95,6 +95,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -117,7 +118,10 @@ def response_error(response) -> str:
     :class:`~zkcoord.wire.responses.EncodedResponse`, whose error was found
     when it was encoded): its top-level ``error_code``, else the first
     nonzero nested one, else ``NONE`` (:mod:`zkcoord.wire.response_errors`)."""
-    code = response.error_code if type(response) is EncodedResponse else first_error_code(response)
+    return _error_name(response.error_code if type(response) is EncodedResponse else first_error_code(response))
+
+
+def _error_name(code: int) -> str:
     if not code:
         return "NONE"
     try:
@@ -193,6 +197,12 @@ class DaemonMetrics:
         r.register(_ScrapeTimeCollector(self))
         self._generations: dict[str, int] = {}  # group -> last generation seen
         self._preparing: dict[str, float] = {}  # group -> when its PreparingRebalance began
+        # The labelled children of the per-request metrics, by (api, error code) and by api: looking
+        # one up through ``labels()`` costs more than the heartbeat it counts (a lock, the labels'
+        # validation). Both keys are bounded: the served APIs, Kafka's error codes.
+        self._request_counts: dict[tuple[str, int], Any] = {}
+        self._request_latencies: dict[str, Any] = {}
+        self._commit_counts: dict[str, Any] = {}  # by storage mode
 
     # -- the event loop's lateness ---------------------------------------------------
     def start_loop_probe(self) -> None:
@@ -215,9 +225,16 @@ class DaemonMetrics:
 
     # -- hooks --------------------------------------------------------------------
     def observe_request(self, api: str, response, duration_s: float | None = None) -> None:
-        self.requests.labels(api, response_error(response)).inc()
+        code = response.error_code if type(response) is EncodedResponse else first_error_code(response)
+        counted = self._request_counts.get((api, code))
+        if counted is None:
+            counted = self._request_counts[(api, code)] = self.requests.labels(api, _error_name(code))
+        counted.inc()
         if duration_s is not None:
-            self.request_latency.labels(api).observe(duration_s)
+            timed = self._request_latencies.get(api)
+            if timed is None:
+                timed = self._request_latencies[api] = self.request_latency.labels(api)
+            timed.observe(duration_s)
 
     def observe_loaded(self, group) -> None:
         """A group was loaded: its stored epoch (generation) is not a new one."""
@@ -275,7 +292,10 @@ class DaemonMetrics:
         self.broker_connect_failures.inc()
 
     def observe_offset_commit(self, mode: str) -> None:
-        self.offset_commits.labels(mode).inc()
+        counted = self._commit_counts.get(mode)
+        if counted is None:
+            counted = self._commit_counts[mode] = self.offset_commits.labels(mode)
+        counted.inc()
 
     def observe_forward_refusal(self, error: str) -> None:
         self.forward_refusals.labels(error).inc()
