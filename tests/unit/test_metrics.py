@@ -263,3 +263,39 @@ def test_requests_are_counted_and_timed_by_api_and_error_from_the_children_kept(
     assert value("zkcoord_request_latency_seconds_count", {"api": "OffsetCommit"}) == 1
     assert value("zkcoord_offset_commits_total", {"mode": "zookeeper"}) == 2
     assert value("zkcoord_offset_commits_total", {"mode": "dual"}) == 1
+
+
+def test_a_scrape_is_made_off_the_loop_which_keeps_serving_meanwhile():
+    """The scrape-time gauges walk every owned group: the exposition is made
+    in a worker thread, so the loop runs other callbacks until it is ready."""
+    from types import SimpleNamespace
+
+    from zkcoord.core.groups import new_group
+
+    runtimes = {f"g{i}": SimpleNamespace(active=True, group=new_group(f"g{i}"), held_heartbeats=0)
+                for i in range(2000)}
+    metrics = DaemonMetrics(manager=SimpleNamespace(runtimes=runtimes))
+    server = MetricsServer(metrics, "127.0.0.1", 0)
+
+    async def scenario():
+        ticks = 0
+        done = False
+
+        async def ticker():
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        before = ticks
+        status, _, body = await server.respond_async("GET", "/metrics")
+        during = ticks - before
+        done = True
+        await other
+        return status, body, during
+
+    status, body, during = asyncio.run(scenario())
+    assert status == 200 and b"zkcoord_groups_owned 2000.0" in body
+    assert during > 0  # the loop ran the ticker while the scrape was being made
