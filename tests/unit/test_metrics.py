@@ -299,3 +299,37 @@ def test_a_scrape_is_made_off_the_loop_which_keeps_serving_meanwhile():
     status, body, during = asyncio.run(scenario())
     assert status == 200 and b"zkcoord_groups_owned 2000.0" in body
     assert during > 0  # the loop ran the ticker while the scrape was being made
+
+
+def test_the_request_tally_exports_what_prometheus_clients_own_counter_and_histogram_would():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    from zkcoord.server.metrics import RequestTally
+
+    bounds = [b for b in RequestTally.BUCKETS if b != float("inf")]
+    durations = st.one_of(st.sampled_from(bounds), st.floats(0, 20, allow_nan=False), st.none())
+    observation = st.tuples(st.sampled_from(["Heartbeat", "OffsetCommit"]), st.sampled_from([0, 25, 27]), durations)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(observation, max_size=40))
+    def same(observations):
+        tally, registry = RequestTally(), CollectorRegistry()
+        counter = Counter("zkcoord_requests_total", "Kafka requests answered.", ["api", "error"], registry=registry)
+        histogram = Histogram("zkcoord_request_latency_seconds", "Time to answer a Kafka request.", ["api"],
+                              registry=registry)
+        names = {0: "NONE", 25: "UNKNOWN_MEMBER_ID", 27: "REBALANCE_IN_PROGRESS"}
+        for api, code, seconds in observations:
+            tally.observe(api, code, seconds)
+            counter.labels(api, names[code]).inc()
+            if seconds is not None:
+                histogram.labels(api).observe(seconds)
+
+        def samples(families):
+            return sorted((s.name, tuple(sorted(s.labels.items())), round(s.value, 9))
+                          for family in families for s in family.samples if not s.name.endswith("_created"))
+
+        assert samples(tally.collect()) == samples(registry.collect())
+
+    same()

@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from bisect import bisect_left
 import json
 import logging
 import time
@@ -99,7 +100,8 @@ from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from zkcoord.core.consumer.model import ConsumerGroup
@@ -150,9 +152,8 @@ class DaemonMetrics:
         self.rebalance_duration = Histogram(
             "zkcoord_rebalance_duration_seconds",
             "From the start of PreparingRebalance to the group's Stable write.", registry=r)
-        self.requests = Counter("zkcoord_requests_total", "Kafka requests answered.", ["api", "error"], registry=r)
-        self.request_latency = Histogram("zkcoord_request_latency_seconds", "Time to answer a Kafka request.",
-                                         ["api"], registry=r)
+        self.request_tally = RequestTally()  # zkcoord_requests_total, zkcoord_request_latency_seconds
+        r.register(self.request_tally)
         self.session_expiries = Counter("zkcoord_zookeeper_session_expiries_total",
                                         "ZooKeeper sessions lost.", registry=r)
         self.session_suspensions = Counter("zkcoord_zookeeper_suspensions_total",
@@ -199,11 +200,6 @@ class DaemonMetrics:
         r.register(_ScrapeTimeCollector(self))
         self._generations: dict[str, int] = {}  # group -> last generation seen
         self._preparing: dict[str, float] = {}  # group -> when its PreparingRebalance began
-        # The labelled children of the per-request metrics, by (api, error code) and by api: looking
-        # one up through ``labels()`` costs more than the heartbeat it counts (a lock, the labels'
-        # validation). Both keys are bounded: the served APIs, Kafka's error codes.
-        self._request_counts: dict[tuple[str, int], Any] = {}
-        self._request_latencies: dict[str, Any] = {}
         self._commit_counts: dict[str, Any] = {}  # by storage mode
 
     # -- the event loop's lateness ---------------------------------------------------
@@ -227,16 +223,9 @@ class DaemonMetrics:
 
     # -- hooks --------------------------------------------------------------------
     def observe_request(self, api: str, response, duration_s: float | None = None) -> None:
+        """A request answered (on the event loop's thread)."""
         code = response.error_code if type(response) is EncodedResponse else first_error_code(response)
-        counted = self._request_counts.get((api, code))
-        if counted is None:
-            counted = self._request_counts[(api, code)] = self.requests.labels(api, _error_name(code))
-        counted.inc()
-        if duration_s is not None:
-            timed = self._request_latencies.get(api)
-            if timed is None:
-                timed = self._request_latencies[api] = self.request_latency.labels(api)
-            timed.observe(duration_s)
+        self.request_tally.observe(api, code, duration_s)
 
     def observe_loaded(self, group) -> None:
         """A group was loaded: its stored epoch (generation) is not a new one."""
@@ -341,6 +330,54 @@ class DaemonMetrics:
 
 # (group type, member protocol) of zkcoord_members_by_protocol, each always exported
 _MEMBER_PROTOCOLS = (("classic", "classic"), ("consumer", "consumer"), ("consumer", "classic"))
+
+
+class RequestTally:
+    """``zkcoord_requests_total{api,error}`` and
+    ``zkcoord_request_latency_seconds{api}`` (Prometheus' default buckets),
+    counted in plain dicts by the event loop's thread, the one thread that
+    answers requests, and exported as a collector at scrape time. Every
+    request is counted, a heartbeat among them: prometheus_client's own
+    counter and histogram take a lock per value changed (three for a
+    request), more than half the cost of counting it. Both keys are bounded
+    (the served APIs, Kafka's error codes). A scrape, in another thread,
+    copies each dict in one step before reading it."""
+
+    BUCKETS = Histogram.DEFAULT_BUCKETS
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, int], int] = {}
+        self._latencies: dict[str, list] = {}  # api -> [count per bucket..., sum of seconds]
+
+    def observe(self, api: str, code: int, duration_s: float | None) -> None:
+        counts = self._counts
+        key = (api, code)
+        counts[key] = counts.get(key, 0) + 1
+        if duration_s is not None:
+            tally = self._latencies.get(api)
+            if tally is None:
+                tally = self._latencies[api] = [0] * len(self.BUCKETS) + [0.0]
+            tally[bisect_left(self.BUCKETS, duration_s)] += 1  # the first bound >= the duration (+Inf last)
+            tally[-1] += duration_s
+
+    def collect(self):
+        counted = CounterMetricFamily("zkcoord_requests", "Kafka requests answered.", labels=["api", "error"])
+        for (api, code), count in sorted(dict(self._counts).items()):
+            counted.add_metric([api, _error_name(code)], count)
+        yield counted
+        timed = HistogramMetricFamily("zkcoord_request_latency_seconds", "Time to answer a Kafka request.",
+                                      labels=["api"])
+        for api, tally in sorted(dict(self._latencies).items()):
+            tally = list(tally)
+            cumulative, buckets = 0, []
+            for bound, count in zip(self.BUCKETS, tally):
+                cumulative += count
+                buckets.append((floatToGoString(bound), cumulative))
+            timed.add_metric([api], buckets, sum_value=tally[-1])
+        yield timed
+
+    def describe(self):
+        return []
 
 
 class _ScrapeTimeCollector:
