@@ -92,17 +92,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from bisect import bisect_left
 import json
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.utils import floatToGoString
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.utils import floatToGoString
 
 from zkcoord.core.consumer.model import ConsumerGroup
 from zkcoord.core.errors import ErrorCode
