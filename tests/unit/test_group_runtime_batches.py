@@ -125,3 +125,46 @@ def test_a_caller_that_went_away_before_its_turn_is_not_decided():
 
     first, stays, final = asyncio.run(scenario())
     assert first == ("a", None) and stays == ("stays", "a") and final == "stays"
+
+
+def test_a_long_batch_lets_the_loop_answer_others_between_its_decisions():
+    """Each decision here takes longer than the slice a batch may hold the loop
+    (time.sleep: at least that long), so the loop runs the other task between
+    any two of them."""
+    import time
+
+    from zkcoord.server.group_runtime import FOLD_SLICE_S
+
+    def slow(token, tag):
+        decide = persisting(token, tag)
+
+        def slower(group, now):
+            time.sleep(FOLD_SLICE_S * 1.5)
+            return decide(group, now)
+        return slower
+
+    async def scenario():
+        store = Store()
+        runtime = await loaded(store)
+        first = asyncio.ensure_future(runtime.call(1, persisting(1, "a")))
+        while not store.writes:
+            await asyncio.sleep(0)
+        rest = [asyncio.ensure_future(runtime.call(t, slow(t, f"t{t}"))) for t in range(2, 8)]
+        ticks, done = [], False
+
+        async def other():  # another group's work, on the same loop
+            while not done:
+                ticks.append(len(store.writes))
+                await asyncio.sleep(0)
+
+        ticker = asyncio.ensure_future(other())
+        await asyncio.sleep(0)
+        store.release.set()
+        answers = await asyncio.gather(first, *rest)
+        done = True
+        await ticker
+        return answers, ticks, store.writes
+
+    answers, ticks, writes = asyncio.run(scenario())
+    assert [a[0] for a in answers] == ["a"] + [f"t{t}" for t in range(2, 8)] and len(writes) == 2
+    assert ticks.count(1) >= 5  # the other task ran between the six slow decisions, before their write
