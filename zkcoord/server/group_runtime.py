@@ -56,8 +56,6 @@ from zkcoord.server.bulk_work import off_loop
 log = logging.getLogger(__name__)
 RENDER_SLICE = 100  # parked answers rendered between two yields to the event loop
 OFF_LOOP_RECORDS_MEMBERS = 200  # a group this large has its records made in a worker thread
-BATCH_MAX = 128  # waiting calls decided together and written at once, at most
-FOLD_SLICE_S = 0.002  # a batch's decisions yield to the event loop after this much time
 
 
 
@@ -371,7 +369,7 @@ class GroupRuntime:
         try:
             while self._queued:
                 async with self._lock:
-                    batch, self._queued = self._queued[:BATCH_MAX], self._queued[BATCH_MAX:]
+                    batch, self._queued = self._queued, []
                     try:
                         self._require_active()
                         await self._decide_batch(batch)
@@ -395,12 +393,7 @@ class GroupRuntime:
         kept, self._kept = self._kept, None
         group, now, config = self.group, self._clock(), self.config
         decided: list[tuple[_Queued, Outcome]] = []
-        since_yield = time.perf_counter()
         for entry in batch:
-            if time.perf_counter() - since_yield > FOLD_SLICE_S:  # a large group's decisions add up: other
-                await asyncio.sleep(0)  # groups' requests are answered in between (the lock keeps this one's)
-                self._require_active()
-                since_yield = time.perf_counter()
             if entry.answered.done():  # its caller went away before it was decided: as if it never came
                 continue
             try:
