@@ -56,6 +56,7 @@ import pytest
 
 from tests.faults.harness import LIVENESS_S
 from tests.support import broken_fence, netns
+from tests.support.clock_shift import WallClock
 from tests.support.daemons import wait_for
 from tests.support.fault_proxy import FaultProxy
 from tests.support.group_run import GroupRun, WrappedFleet, assert_clean
@@ -250,6 +251,75 @@ def test_the_zookeeper_cut_catches_a_broken_fence(services, namespaces, make_fle
         assert verdict.violations, "the checker found nothing wrong with a daemon whose fence is broken"
     else:
         assert verdict.violations == []
+
+
+def zookeeper_cut_clock_back(services, namespaces, make_fleet, unique_name, tmp_path, breaks=()):
+    """The owner cut from ZooKeeper and, once its connection is SUSPENDED, its
+    wall clock moved two hours back; then as :func:`zookeeper_cut`. Returns
+    the verdict, why the members did not go on at the other daemon during
+    the cut (None: they did), and whether the cut daemon gave its session up.
+    ``breaks``: that daemon's fences broken (tests.support.broken_fence)."""
+    zk_port = _loopback_port(services.zookeeper)
+    ns = namespaces.create()
+    clock = WallClock(tmp_path / "wall-clock-offset")
+    group = placed_name(unique_name, "g", ([1, 2], 1))
+    launch = (lambda argv: broken_fence.wrap(*breaks)(clock.wrap(argv))) if breaks else clock.wrap
+    fleet = make_fleet(wrappers={1: lambda argv: ns.wrap(launch(argv))})
+    cut = fleet.start(1, listen=ns.listen())
+    other = fleet.start(2)
+    run = _run(fleet, services, unique_name, tmp_path, group, _coordinators(cut, other))
+    try:
+        run.start()
+        wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon in the namespace owns the group")
+        session = _session_of(fleet, 1)
+        suspensions = cut.log(100_000).count("ZooKeeper session suspended")
+
+        cut_at = time.time()
+        ns.cut_to([zk_port])
+        wait_for(lambda: cut.log(100_000).count("ZooKeeper session suspended") > suspensions, LIVENESS_S,
+                 "the cut daemon's connection SUSPENDED", 0.05)
+        clock.jump(-7200)  # the suspension began on the clock before the jump
+        wait_for(lambda: fleet.session_gone(1), LIVENESS_S, "ZooKeeper expired the cut daemon's session")
+        wait_for(lambda: run.owner() == 2, LIVENESS_S, "the other daemon took the group")
+        taken = time.time()
+        try:  # the same bound as zookeeper_cut's
+            wait_for(lambda: run.acked_commits_since(taken) >= 5, ZK_SESSION_TIMEOUT_MS / 1000 + LIVENESS_S,
+                     "commits acknowledged by the other daemon during the cut", 0.2)
+            stalled = None
+        except AssertionError as exc:
+            stalled = str(exc)
+        gave_up = "ZooKeeper session given up" in cut.log(100_000)
+        assert cut.alive()
+        clock.reset()
+        healed_at = time.time()
+        ns.heal()
+
+        wait_for(lambda: _session_of(fleet, 1) not in (None, session), LIVENESS_S,
+                 "the healed daemon registered again, with a new session")
+        run.wait_progress(10, "after the heal")
+        _print_availability(run, cut_at, taken, healed_at)
+        return run.finish(history_logs=[other.log_path]), stalled, gave_up
+    finally:
+        run.close()
+
+
+def test_a_daemon_cut_from_zookeeper_gives_its_session_up_though_its_wall_clock_jumps_back(
+        services, make_fleet, namespaces, unique_name, tmp_path):
+    verdict, stalled, gave_up = zookeeper_cut_clock_back(services, namespaces, make_fleet, unique_name, tmp_path)
+    assert_clean(verdict)
+    assert stalled is None, stalled
+    assert gave_up
+
+
+@broken_fences
+def test_the_zookeeper_cut_with_a_clock_jump_back_catches_a_suspension_timed_on_the_wall_clock(
+        services, namespaces, make_fleet, unique_name, tmp_path):
+    verdict, stalled, gave_up = zookeeper_cut_clock_back(services, namespaces, make_fleet, unique_name, tmp_path,
+                                                         ("suspension-wall-clock",))
+    print(verdict)
+    print(f"members went on at the other daemon during the cut: {stalled or 'yes'}; cut daemon gave up: {gave_up}")
+    assert stalled is not None and not gave_up, \
+        "the cut daemon gave its session up though its suspension was timed on a clock moved two hours back"
 
 
 def clients_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks=()):
