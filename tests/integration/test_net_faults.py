@@ -319,8 +319,11 @@ def test_the_zookeeper_cut_with_a_clock_jump_back_catches_a_suspension_timed_on_
                                                          ("suspension-wall-clock",))
     print(verdict)
     print(f"members went on at the other daemon during the cut: {stalled or 'yes'}; cut daemon gave up: {gave_up}")
-    assert stalled is not None and not gave_up, \
-        "the cut daemon gave its session up though its suspension was timed on a clock moved two hours back"
+    # What the break does every time: the cut daemon never gives its session up (its clean twin asserts it does).
+    # Its members then mostly stay with it and nothing is committed until the heal (stalled), unless they leave
+    # by themselves: kafka-python marks a coordinator dead after a session time-out without a successful
+    # heartbeat (seen in 1 run of 4). The checker's verdicts hold either way: its writes are fenced.
+    assert not gave_up, "the cut daemon gave its session up though its suspension was timed on a clock moved back"
 
 
 def clients_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks=()):
