@@ -67,7 +67,8 @@ class Side:
         env = dict(os.environ, PYTHONPATH=str(self.checkout))
         command = [sys.executable, "-m", "zkcoord", "run", "--zookeeper", f"{zookeeper}/{self.namespace}",
                    "--listen", f"127.0.0.1:{port}", "--node-id", str(DAEMON_NODE_ID),
-                   "--group-initial-rebalance-delay-ms", "0", *extra]
+                   "--group-initial-rebalance-delay-ms", "0", "--metrics-listen", f"127.0.0.1:{free_port()}",
+                   *extra]  # with metrics, as deployed
         with open(self.workdir / f"zkcoord-{self.name}.log", "ab") as log:
             self.daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                            cwd=str(self.checkout), start_new_session=True)

@@ -327,9 +327,12 @@ class Environment:
             command += ["-m", "cProfile", "-o", str(self.profile_path)]
         elif self.profiler == "pyinstrument":
             command += ["-m", "pyinstrument", "-r", "text", "-o", str(self.profile_path)]
+        # With its metrics endpoint, as deployed (the sandbox's daemons and the README's have one):
+        # every request is counted and timed, as the broker's own metrics count and time it.
+        metrics_port = free_port() if self.workers <= 1 else free_port_range(1 + self.workers)
         command += ["-m", "zkcoord", "run", "--zookeeper", zookeeper + self.chroot,
                     "--node-id", str(DAEMON_NODE_ID), "--group-initial-rebalance-delay-ms", "0",
-                    "--workers", str(self.workers)]
+                    "--workers", str(self.workers), "--metrics-listen", f"127.0.0.1:{metrics_port}"]
         environment = None
         if self.material is not None:  # as the secure sandbox starts its daemons
             from zkcoord.local import secure

@@ -100,3 +100,35 @@ def test_losing_the_id_while_the_session_was_lost_is_reported(zk_hosts, zk, expi
             with pytest.raises(NodeIdInUseError):
                 registry.check()
     asyncio.run(scenario())
+
+
+def test_a_burst_of_lookups_of_one_node_reads_it_once_and_a_change_is_read_again(zk_hosts, zk):
+    async def scenario():
+        async with connection(zk_hosts) as owner_conn, connection(zk_hosts) as conn:
+            owner = NodeRegistry(owner_conn, host="coord-1.example", port=9300, node_id=7, version="0.1.0",
+                                 start_time_ms=1_700_000_000_000, pid=4242)
+            await owner.register()
+            registry = NodeRegistry(conn, host="coord-2.example", port=9301, node_id=-1, version="0.1.0")
+            reads = []
+            real_get = conn.client.get_async
+
+            def counted_get(path, *args, **kwargs):  # the real read, counted
+                reads.append(path)
+                return real_get(path, *args, **kwargs)
+
+            conn.client.get_async = counted_get
+            found = await asyncio.gather(*(registry.node(7) for _ in range(500)))
+            assert {info.port for info in found} == {9300}
+            assert reads == [paths.node(7)]  # the burst made one read; the rest waited for it
+            assert await registry.node(7) == found[0] and len(reads) == 1  # cached now
+
+            changed = json.dumps({"host": "coord-1.example", "port": 9400, "version": "0.1.0",
+                                  "start_time_ms": 1_700_000_000_000, "pid": 4242}).encode()
+            zk.set(paths.node(7), changed)  # the watch drops the cached registration
+            await eventually_equal(lambda: registry.node(7),
+                                   NodeInfo(7, "coord-1.example", 9400, "0.1.0", 1_700_000_000_000, 4242),
+                                   "the changed registration read again")
+            reads.clear()
+            again = await asyncio.gather(*(registry.node(7) for _ in range(100)))
+            assert {info.port for info in again} == {9400} and len(reads) <= 1
+    asyncio.run(scenario())

@@ -242,3 +242,94 @@ def test_a_stall_of_the_event_loop_is_observed_as_its_lateness():
     under_quarter = sample('zkcoord_event_loop_lag_seconds_bucket{le="0.25"}')
     assert count >= 3 and count - under_quarter >= 1  # the stall, at least 0.25 s late
     assert metrics._loop_probe is None
+
+
+def test_requests_are_counted_and_timed_by_api_and_error_from_the_children_kept():
+    from zkcoord.wire.responses import EncodedResponse
+
+    metrics = DaemonMetrics()
+    for code, seconds in ((0, 0.001), (0, 0.002), (27, 0.003), (9999, None)):  # 27: REBALANCE_IN_PROGRESS
+        metrics.observe_request("Heartbeat", EncodedResponse(None, 1, b"", code), seconds)
+    metrics.observe_request("OffsetCommit", EncodedResponse(None, 2, b"", 0), 0.5)
+    for mode in ("zookeeper", "zookeeper", "dual"):
+        metrics.observe_offset_commit(mode)
+    value = metrics.registry.get_sample_value
+    assert value("zkcoord_requests_total", {"api": "Heartbeat", "error": "NONE"}) == 2
+    assert value("zkcoord_requests_total", {"api": "Heartbeat", "error": "REBALANCE_IN_PROGRESS"}) == 1
+    assert value("zkcoord_requests_total", {"api": "Heartbeat", "error": "9999"}) == 1  # a code with no name
+    assert value("zkcoord_requests_total", {"api": "OffsetCommit", "error": "NONE"}) == 1
+    assert value("zkcoord_request_latency_seconds_count", {"api": "Heartbeat"}) == 3  # the untimed one left out
+    assert abs(value("zkcoord_request_latency_seconds_sum", {"api": "Heartbeat"}) - 0.006) < 1e-9
+    assert value("zkcoord_request_latency_seconds_count", {"api": "OffsetCommit"}) == 1
+    assert value("zkcoord_offset_commits_total", {"mode": "zookeeper"}) == 2
+    assert value("zkcoord_offset_commits_total", {"mode": "dual"}) == 1
+
+
+def test_a_scrape_is_made_off_the_loop_which_keeps_serving_meanwhile():
+    """The scrape-time gauges walk every owned group: the exposition is made
+    in a worker thread, so the loop runs other callbacks until it is ready."""
+    from types import SimpleNamespace
+
+    from zkcoord.core.groups import new_group
+
+    runtimes = {f"g{i}": SimpleNamespace(active=True, group=new_group(f"g{i}"), held_heartbeats=0)
+                for i in range(2000)}
+    metrics = DaemonMetrics(manager=SimpleNamespace(runtimes=runtimes))
+    server = MetricsServer(metrics, "127.0.0.1", 0)
+
+    async def scenario():
+        ticks = 0
+        done = False
+
+        async def ticker():
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        before = ticks
+        status, _, body = await server.respond_async("GET", "/metrics")
+        during = ticks - before
+        done = True
+        await other
+        return status, body, during
+
+    status, body, during = asyncio.run(scenario())
+    assert status == 200 and b"zkcoord_groups_owned 2000.0" in body
+    assert during > 0  # the loop ran the ticker while the scrape was being made
+
+
+def test_the_request_tally_exports_what_prometheus_clients_own_counter_and_histogram_would():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    from zkcoord.server.metrics import RequestTally
+
+    bounds = [b for b in RequestTally.BUCKETS if b != float("inf")]
+    durations = st.one_of(st.sampled_from(bounds), st.floats(0, 20, allow_nan=False), st.none())
+    observation = st.tuples(st.sampled_from(["Heartbeat", "OffsetCommit"]), st.sampled_from([0, 25, 27]), durations)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(observation, max_size=40))
+    def same(observations):
+        tally, registry = RequestTally(), CollectorRegistry()
+        counter = Counter("zkcoord_requests_total", "Kafka requests answered.", ["api", "error"], registry=registry)
+        histogram = Histogram("zkcoord_request_latency_seconds", "Time to answer a Kafka request.", ["api"],
+                              registry=registry)
+        names = {0: "NONE", 25: "UNKNOWN_MEMBER_ID", 27: "REBALANCE_IN_PROGRESS"}
+        for api, code, seconds in observations:
+            tally.observe(api, code, seconds)
+            counter.labels(api, names[code]).inc()
+            if seconds is not None:
+                histogram.labels(api).observe(seconds)
+
+        def samples(families):
+            return sorted((s.name, tuple(sorted(s.labels.items())), round(s.value, 9))
+                          for family in families for s in family.samples if not s.name.endswith("_created"))
+
+        assert samples(tally.collect()) == samples(registry.collect())
+
+    same()

@@ -96,7 +96,9 @@ class Kafka:
     async def group(self, group):
         return KafkaGroup("Stable" if self.members else "Empty", len(self.members), "consumer", self.members)
 
-    async def commit(self, group, offsets):
+    async def commit(self, group, offsets, before_try=None):
+        if before_try is not None:
+            before_try()  # the owner's check, as the forwarder asks it before its one try here
         if self.down:
             raise ServiceUnavailableError("Kafka at k:9092 did not answer")
         self.commits.append((group, dict(offsets)))
@@ -206,12 +208,12 @@ def test_forwarded_commits_go_on_in_the_order_they_were_validated():
     order = []
 
     class Slow(Kafka):
-        async def commit(self, group, offsets):
+        async def commit(self, group, offsets, before_try=None):
             first = not order
             order.append(("kafka", dict(offsets)))
             if first:
                 await asyncio.sleep(0.05)  # the first commit's Kafka call is slow; the second must wait
-            return await super().commit(group, offsets)
+            return await super().commit(group, offsets, before_try)
 
     class Recording(ZkOffsets):
         def submit(self, group, offsets, fence=None):
@@ -229,6 +231,54 @@ def test_forwarded_commits_go_on_in_the_order_they_were_validated():
     assert run(both()) == [[E.NONE], [E.NONE]]
     assert order == [("kafka", {T0: (5, "")}), ("zk", {T0: (5, "")}), ("kafka", {T0: (6, "")}),
                      ("zk", {T0: (6, "")})]
+
+
+@pytest.mark.parametrize("mode", ["dual", "kafka"])
+@pytest.mark.parametrize("how", ["deposed", "owned-again"])
+def test_a_commit_waiting_for_its_turn_is_not_forwarded_once_its_owner_was_deposed(mode, how):
+    """The second commit was accepted while this daemon owned the group; the
+    first one's forward to Kafka was slow, and meanwhile the daemon lost the
+    group (or lost it and won it again, with another contender). Its forward
+    would store an offset the new owner's commits may have passed: it is not
+    sent, and the member hears NOT_COORDINATOR."""
+    from zkcoord.errors import NotOwnerError
+
+    class Losing(Ownership):
+        lost = False
+
+        def fence(self, group):
+            if self.lost and how == "deposed":
+                raise NotOwnerError(f"node 1 does not own group {group!r}", group)
+            return f"fence-{group}" + ("-again" if self.lost else "")
+
+    ownership = Losing()
+    sent = []
+
+    class Slow(Kafka):
+        async def commit(self, group, offsets, before_try=None):
+            if not sent:
+                sent.append("first")
+                await asyncio.sleep(0.05)  # the first forward is slow: the second waits for its turn
+                ownership.lost = True  # deposed while it was in flight (it was sent before)
+                return await super().commit(group, offsets)
+            return await super().commit(group, offsets, before_try)
+
+    zk, kafka = ZkOffsets(), Slow()
+    record = {"v": 1, "s": "Empty", "g": 0, "os": mode}
+    m = GroupManager(1, GroupConfig(), ownership, Store({"g": record}), zk, nodes=None, kafka_forwarder=kafka)
+
+    async def both():
+        await m.runtime("g")
+        repair = m.group_offsets.repairs.get("g")
+        if repair is not None:
+            await repair
+        return await asyncio.gather(m.group_offsets.commit("g", "", -1, None, [("t", 0, 5, "")]),
+                                    m.group_offsets.commit("g", "", -1, None, [("t", 0, 6, "")]))
+
+    first, second = run(both())
+    assert second == [E.NOT_COORDINATOR]
+    assert kafka.commits == [("g", {T0: (5, "")})]  # the second forward never reached Kafka
+    assert all(offsets != {T0: (6, "")} for _, offsets, _ in zk.commits)
 
 
 def test_loading_a_dual_group_copies_kafka_where_zookeeper_is_behind():
@@ -307,6 +357,32 @@ def test_commit_retries_retriable_partition_errors_and_returns_the_others():
     assert kafka_with(admin).commit_with_metadata("g", {T0: (5, "a"), T1: (6, "b")}) == {T1: 12}
     sent = admin.calls[-1][1]
     assert sent[0] == "g" and sent[1][tp0] == OffsetAndMetadata(5, "a", None)
+
+
+def test_a_forwarded_commit_asks_its_owner_before_each_try_and_stops_once_deposed():
+    """A retry of the forward after the owner was deposed would store an
+    older offset in Kafka after the new owner's commits: the owner's check
+    runs before every try, and its refusal ends the commit unsent."""
+    from zkcoord.errors import NotOwnerError
+
+    tp0 = TopicPartition("t", 0)
+    admin = ScriptedAdmin(alter_group_offsets=[{tp0: Errors.NotCoordinatorError}, {tp0: Errors.NoError}])
+    checks = []
+
+    def still_owner():
+        checks.append(len(admin.calls))
+        if len(checks) == 2:  # deposed while the first try's coordinator moved
+            raise NotOwnerError("group 'g' was taken over", "g")
+
+    with pytest.raises(NotOwnerError):
+        kafka_with(admin).commit_with_metadata("g", {T0: (5, "a")}, still_owner)
+    assert checks == [0, 1]  # asked before the first try and before the retry
+    assert len(admin.calls) == 1  # the retry was never sent
+
+    admin = ScriptedAdmin(alter_group_offsets=[{tp0: Errors.NotCoordinatorError}, {tp0: Errors.NoError}])
+    asked = []
+    assert kafka_with(admin).commit_with_metadata("g", {T0: (5, "a")}, lambda: asked.append(1)) == {}
+    assert len(asked) == 2 and len(admin.calls) == 2  # still the owner: retried and stored
 
 
 def test_fetch_keeps_metadata_and_drops_partitions_without_an_offset():

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from zkcoord.core.offset_fetch import Wanted, pairs
@@ -55,11 +55,12 @@ CommitEntry = tuple[int, str]  # (offset, metadata)
 class KafkaGroupOffsets(KafkaOffsets):
     """Kafka offsets with commit metadata and per-partition outcomes."""
 
-    def commit_with_metadata(self, group: str,
-                             offsets: Mapping[TopicPartition, CommitEntry]) -> dict[TopicPartition, int]:
+    def commit_with_metadata(self, group: str, offsets: Mapping[TopicPartition, CommitEntry],
+                             before_try: Callable[[], None] | None = None) -> dict[TopicPartition, int]:
         """Commit ``{(topic, partition): (offset, metadata)}`` as a group without
         members; returns the Kafka error code of each partition Kafka refused
-        (``{}``: all stored)."""
+        (``{}``: all stored). ``before_try``: run before each try (and retry),
+        its exception ends the commit (:meth:`KafkaOffsets._call`)."""
         from kafka import TopicPartition as KafkaTP
         from kafka.structs import OffsetAndMetadata
 
@@ -70,7 +71,8 @@ class KafkaGroupOffsets(KafkaOffsets):
             request[KafkaTP(topic, partition)] = OffsetAndMetadata(offset, metadata or "", None)
         if not request:
             return {}
-        answer = self._call(f"commit offsets of group {group!r}", self._commit_retrying_partitions, group, request)
+        answer = self._call(f"commit offsets of group {group!r}", self._commit_retrying_partitions, group, request,
+                            before_try=before_try)
         return {(tp.topic, tp.partition): int(error.errno) for tp, error in answer.items()
                 if error.__name__ != "NoError"}
 
@@ -124,11 +126,15 @@ class KafkaForwarder:
     def bootstrap_servers(self) -> str:
         return self.kafka.bootstrap_servers
 
-    async def commit(self, group: str, offsets: Mapping[TopicPartition, CommitEntry]) -> dict[TopicPartition, int]:
+    async def commit(self, group: str, offsets: Mapping[TopicPartition, CommitEntry],
+                     before_try: Callable[[], None] | None = None) -> dict[TopicPartition, int]:
         """Store the offsets in Kafka; Kafka's error code per refused partition.
 
-        Raises ServiceUnavailableError when Kafka does not take them in time."""
-        return await asyncio.to_thread(self._started_call, self.kafka.commit_with_metadata, group, dict(offsets))
+        Raises ServiceUnavailableError when Kafka does not take them in time,
+        and what ``before_try()`` raises (called in a worker thread before each
+        try) when it refuses one."""
+        return await asyncio.to_thread(self._started_call, self.kafka.commit_with_metadata, group, dict(offsets),
+                                       before_try)
 
     async def fetch(self, group: str, partitions: Iterable[TopicPartition] | Wanted | None = None
                     ) -> dict[TopicPartition, CommitEntry]:

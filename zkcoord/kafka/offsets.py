@@ -449,8 +449,11 @@ class KafkaOffsets:
     def _admin_call(self, method: str, *args: Any) -> Any:
         return getattr(self._admin, method)(*args)
 
-    def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` under the lock, retrying retriable errors until the deadline."""
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, before_try: Callable[[], None] | None = None) -> T:
+        """``fn(*args)`` under the lock, retrying retriable errors until the
+        deadline. ``before_try()`` runs before each try and may refuse it by
+        raising (a forwarded commit's owner re-checks that it still owns the
+        group: a try after its deposition would store an older offset)."""
         from kafka.errors import KafkaError
 
         deadline = time.monotonic() + self.request_timeout_ms / 1000
@@ -459,6 +462,8 @@ class KafkaOffsets:
             if self._admin is None:
                 raise RuntimeError("KafkaOffsets.start() has not been called")
             while True:
+                if before_try is not None:
+                    before_try()
                 try:
                     return fn(*args)
                 except (KafkaError, OSError) as exc:

@@ -44,9 +44,15 @@ Order: a commit takes its place in its group's chain (step 0) under the
 group's lock, so a commit validated for generation N reaches Kafka and then
 ZooKeeper before any commit validated after it; the ZooKeeper write is queued
 before the next commit may go to Kafka. Kafka stores a forwarded commit
-with no fencing of its own: a deposed owner's in-flight forward (between the
-step 0 fence and step 4) can still land in Kafka, as in ``kafka`` mode; step
-4 refuses it in ZooKeeper.
+with no fencing of its own. The owner checks, before each try of the forward
+(step 2 is retried while Kafka's coordinator moves, for up to the
+forwarder's request time-out), that it still holds the group's contender it
+held at step 0: a daemon that has learnt it was deposed (its contender gone,
+its session expired or given up) sends no more tries. What is left: the try
+in flight when the deposition happens, and a daemon that has not learnt it
+yet (cut from ZooKeeper: it gives its session up at the session time-out,
+when ZooKeeper expires it) can still land in Kafka after the new owner's
+commits, as in ``kafka`` mode; step 4 refuses it in ZooKeeper.
 
 Kafka-side members: a refusal with a membership code means the group has
 members in Kafka's own coordinator. The owner then describes the group in
@@ -61,7 +67,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from zkcoord.core.dual_commit import KAFKA_MEMBERSHIP_ERRORS, KafkaMember, KafkaSideMembers, client_error
 from zkcoord.core.errors import ErrorCode
@@ -120,16 +126,21 @@ class ForwardedOffsets:
         self._metrics_of = metrics_of  # -> DaemonMetrics or None, read when used
 
     async def commit(self, forwarder: KafkaForwarder, group: str, mode: str, kept: Mapping, slot: Slot,
-                     fence, prepared=None) -> dict[TopicPartition, ErrorCode]:
+                     fence, prepared=None, still_owner: Callable[[], None] | None = None
+                     ) -> dict[TopicPartition, ErrorCode]:
         """Steps 1-5 of the module's table; the client's code per refused
         partition. ``prepared``: the ZooKeeper write of all of ``kept``
         (``OffsetStore.prepare``), used when Kafka stored every partition.
+        ``still_owner()``: raises NotOwnerError once this daemon no longer
+        holds ``fence``; asked before each try of the forward.
         ServiceUnavailableError: Kafka did not answer (nothing written);
+        NotOwnerError: deposed before a try (nothing more written);
         other ZkcoordError: ZooKeeper refused (Kafka ahead, logged)."""
         written = None
         try:
             await slot.turn()
-            refused = {tp: _error_code(errno) for tp, errno in (await forwarder.commit(group, kept)).items()}
+            answer = await forwarder.commit(group, kept, still_owner)
+            refused = {tp: _error_code(errno) for tp, errno in answer.items()}
             stored = {tp: om for tp, om in kept.items() if tp not in refused}
             if mode == "dual" and stored:
                 try:

@@ -177,6 +177,19 @@ class _Kept:
     outcome: Any
 
 
+class _Queued:
+    """A :meth:`GroupRuntime.call` waiting to be decided. ``answered`` is set
+    to None (answered: ``payload``) or to the future of its parked reply."""
+
+    __slots__ = ("token", "decide", "render", "big", "reuse", "answered", "payload")
+
+    def __init__(self, token: int, decide: Callable[[Any, int], Outcome], render: Callable[[Any], Any] | None,
+                 big: bool, reuse: object, answered: asyncio.Future) -> None:
+        self.token, self.decide, self.render, self.big, self.reuse = token, decide, render, big, reuse
+        self.answered = answered
+        self.payload: Any = None
+
+
 class GroupRuntime:
     """One owned group. Create with :meth:`load`; no I/O in the constructor."""
 
@@ -204,6 +217,8 @@ class GroupRuntime:
         self._background = Background(log, f"group {group_id}")  # timer expiries
         self._unsettled_waiters: set[asyncio.Future] = set()  # held heartbeats (core.notice)
         self._kept: _Kept | None = None  # the last persisting decision :meth:`call_now` made and could not apply
+        self._queued: list[_Queued] = []  # calls waiting to be decided (:meth:`_drain`)
+        self._draining = False  # a drain task is running
         # Called with the group when its state, generation or members change (the handover driver's wake-up).
         self.observers: list[Callable[[Any], None]] = []
 
@@ -321,42 +336,108 @@ class GroupRuntime:
         decision under (with ``token`` from :meth:`kept_token`); that decision
         is applied when the group and its config are still those it was made
         on, instead of deciding again.
+
+        Calls that wait while the group's lock is held are decided together
+        when it is free (:meth:`_drain`): one after the other on the group
+        each leaves, and their outcomes applied as one, with one ZooKeeper
+        write. So a thousand members stepping at once cost a few writes, not
+        a thousand, and the group ends as it would have one call at a time.
         """
-        async with self._lock:
-            self._require_active()
-            kept, self._kept = self._kept, None
-            if (reuse is not None and kept is not None and kept.key is reuse and kept.token == token
-                    and kept.group is self.group and kept.config is self.config):
-                outcome = kept.outcome
-            elif big:
-                outcome = await off_loop(decide, self.group, self._clock())
-                self._require_active()
-            else:
-                outcome = decide(self.group, self._clock())
-            await self._apply(outcome)
-            for reply in outcome.replies:  # answered at once: no future needed
-                if reply.token == token:
-                    break
-            else:
-                # Parked: only an outcome applied under the lock can answer it, so
-                # registering the future before the lock is released misses nothing.
-                reply = None
-                future = asyncio.get_running_loop().create_future()
-                self._futures[token] = future
-                if render is not None:
-                    self._renders[token] = render
-        if reply is not None:
-            return reply.payload if render is None else await _made(render(reply.payload))
+        entry = _Queued(token, decide, render, big, reuse, asyncio.get_running_loop().create_future())
+        self._queued.append(entry)
+        if not self._draining:
+            self._draining = True
+            self._background.spawn(self._drain(), f"calls of group {self.group_id}")
+        parked = await entry.answered  # None: answered now, with entry.payload
+        if parked is None:
+            return entry.payload if render is None else await _made(render(entry.payload))
         try:
-            value = await future
+            value = await parked
         finally:
             self._futures.pop(token, None)
             self._renders.pop(token, None)
-            if future.done() and not future.cancelled():
-                future.exception()  # failed by a step-down as this task was cancelled: retrieved, not leaked
+            if parked.done() and not parked.cancelled():
+                parked.exception()  # failed by a step-down as this task was cancelled: retrieved, not leaked
         if type(value) is _Unrendered:
             return await _made(render(value.payload))
         return value
+
+    async def _drain(self) -> None:
+        """Decide and apply the waiting calls, all of those waiting at each
+        turn of the lock, until none is left. Its own task: a caller that goes
+        away (its connection closed) does not take the others' decisions with it."""
+        try:
+            while self._queued:
+                async with self._lock:
+                    batch, self._queued = self._queued, []
+                    try:
+                        self._require_active()
+                        await self._decide_batch(batch)
+                    except BaseException as exc:  # the write failed (or we stepped down): every call of the batch
+                        failed = exc if isinstance(exc, Exception) else GroupUnavailableError(
+                            self.group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, "the daemon is stopping")
+                        for entry in batch:
+                            if not entry.answered.done():
+                                entry.answered.set_exception(failed)
+                        if failed is not exc:
+                            raise
+        finally:
+            self._draining = False
+            if self._queued:  # came while the last batch ended a cancellation
+                self._draining = True
+                self._background.spawn(self._drain(), f"calls of group {self.group_id}")
+
+    async def _decide_batch(self, batch: list[_Queued]) -> None:
+        """Under the lock: fold the calls' decisions over the group, apply the
+        outcomes as one, then answer each call or park it."""
+        kept, self._kept = self._kept, None
+        group, now, config = self.group, self._clock(), self.config
+        decided: list[tuple[_Queued, Outcome]] = []
+        for entry in batch:
+            if entry.answered.done():  # its caller went away before it was decided: as if it never came
+                continue
+            try:
+                if (entry.reuse is not None and kept is not None and kept.key is entry.reuse
+                        and kept.token == entry.token and kept.group is group and kept.config is config):
+                    outcome = kept.outcome
+                elif entry.big:
+                    outcome = await off_loop(entry.decide, group, now)
+                    self._require_active()
+                else:
+                    outcome = entry.decide(group, now)
+            except (GroupUnavailableError, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # this call's decision failed: the others go on, on the group as it was
+                if not entry.answered.done():
+                    entry.answered.set_exception(exc)
+                continue
+            decided.append((entry, outcome))
+            group = outcome.group
+        if not decided:
+            return
+        if len(decided) == 1:
+            outcome = decided[0][1]
+        else:
+            outcome = Outcome(group, any(o.persist for _, o in decided),
+                              tuple(r for _, o in decided for r in o.replies),
+                              tuple(t for _, o in decided for t in o.timers))
+        await self._apply(outcome)
+        answers = {reply.token: reply for reply in outcome.replies}
+        for entry, _ in decided:
+            if entry.answered.done():  # its caller went away meanwhile: applied, nobody to answer
+                continue
+            reply = answers.get(entry.token)
+            if reply is not None:  # answered at once: no future needed
+                entry.payload = reply.payload
+                entry.answered.set_result(None)
+                continue
+            # Parked: only an outcome applied under the lock can answer it, so
+            # registering the future before the lock is released misses nothing.
+            future = asyncio.get_running_loop().create_future()
+            self._futures[entry.token] = future
+            if entry.render is not None:
+                self._renders[entry.token] = entry.render
+            entry.answered.set_result(future)
 
     def call_now(self, token: int, decide: Callable[[Any, int], Outcome], keep: object = None) -> Any:
         """:meth:`call` without awaiting, when nothing needs to be awaited: the

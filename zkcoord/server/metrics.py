@@ -82,7 +82,8 @@ so they count a rebalance whether or not its start was written; a group
 taken over in the middle of a rebalance is timed from its loading.
 
 HTTP (a tiny HTTP/1.1 responder on :func:`asyncio.start_server`; one request
-per connection): ``GET /metrics`` is the text exposition, ``GET /health``
+per connection): ``GET /metrics`` is the text exposition (made in a worker
+thread: its gauges walk every owned group), ``GET /health``
 200 ``{"status": "ready", ...}`` when ZooKeeper is connected and no owned
 group is loading, else 503 with the reason; anything else 404.
 """
@@ -94,17 +95,21 @@ import inspect
 import json
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.utils import floatToGoString
 
 from zkcoord.core.consumer.model import ConsumerGroup
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.groups import KINDS, GroupPhase, kind_of
 from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.core.peer_probe import END_RESULTS, Outcome
+from zkcoord.server.bulk_work import off_loop
 from zkcoord.wire.response_errors import first_error_code
 from zkcoord.wire.responses import EncodedResponse
 from zkcoord.zk.connection import SessionEvent
@@ -117,7 +122,10 @@ def response_error(response) -> str:
     :class:`~zkcoord.wire.responses.EncodedResponse`, whose error was found
     when it was encoded): its top-level ``error_code``, else the first
     nonzero nested one, else ``NONE`` (:mod:`zkcoord.wire.response_errors`)."""
-    code = response.error_code if type(response) is EncodedResponse else first_error_code(response)
+    return _error_name(response.error_code if type(response) is EncodedResponse else first_error_code(response))
+
+
+def _error_name(code: int) -> str:
     if not code:
         return "NONE"
     try:
@@ -144,9 +152,8 @@ class DaemonMetrics:
         self.rebalance_duration = Histogram(
             "zkcoord_rebalance_duration_seconds",
             "From the start of PreparingRebalance to the group's Stable write.", registry=r)
-        self.requests = Counter("zkcoord_requests_total", "Kafka requests answered.", ["api", "error"], registry=r)
-        self.request_latency = Histogram("zkcoord_request_latency_seconds", "Time to answer a Kafka request.",
-                                         ["api"], registry=r)
+        self.request_tally = RequestTally()  # zkcoord_requests_total, zkcoord_request_latency_seconds
+        r.register(self.request_tally)
         self.session_expiries = Counter("zkcoord_zookeeper_session_expiries_total",
                                         "ZooKeeper sessions lost.", registry=r)
         self.session_suspensions = Counter("zkcoord_zookeeper_suspensions_total",
@@ -193,6 +200,7 @@ class DaemonMetrics:
         r.register(_ScrapeTimeCollector(self))
         self._generations: dict[str, int] = {}  # group -> last generation seen
         self._preparing: dict[str, float] = {}  # group -> when its PreparingRebalance began
+        self._commit_counts: dict[str, Any] = {}  # by storage mode
 
     # -- the event loop's lateness ---------------------------------------------------
     def start_loop_probe(self) -> None:
@@ -215,9 +223,9 @@ class DaemonMetrics:
 
     # -- hooks --------------------------------------------------------------------
     def observe_request(self, api: str, response, duration_s: float | None = None) -> None:
-        self.requests.labels(api, response_error(response)).inc()
-        if duration_s is not None:
-            self.request_latency.labels(api).observe(duration_s)
+        """A request answered (on the event loop's thread)."""
+        code = response.error_code if type(response) is EncodedResponse else first_error_code(response)
+        self.request_tally.observe(api, code, duration_s)
 
     def observe_loaded(self, group) -> None:
         """A group was loaded: its stored epoch (generation) is not a new one."""
@@ -275,7 +283,10 @@ class DaemonMetrics:
         self.broker_connect_failures.inc()
 
     def observe_offset_commit(self, mode: str) -> None:
-        self.offset_commits.labels(mode).inc()
+        counted = self._commit_counts.get(mode)
+        if counted is None:
+            counted = self._commit_counts[mode] = self.offset_commits.labels(mode)
+        counted.inc()
 
     def observe_forward_refusal(self, error: str) -> None:
         self.forward_refusals.labels(error).inc()
@@ -319,6 +330,54 @@ class DaemonMetrics:
 
 # (group type, member protocol) of zkcoord_members_by_protocol, each always exported
 _MEMBER_PROTOCOLS = (("classic", "classic"), ("consumer", "consumer"), ("consumer", "classic"))
+
+
+class RequestTally:
+    """``zkcoord_requests_total{api,error}`` and
+    ``zkcoord_request_latency_seconds{api}`` (Prometheus' default buckets),
+    counted in plain dicts by the event loop's thread, the one thread that
+    answers requests, and exported as a collector at scrape time. Every
+    request is counted, a heartbeat among them: prometheus_client's own
+    counter and histogram take a lock per value changed (three for a
+    request), more than half the cost of counting it. Both keys are bounded
+    (the served APIs, Kafka's error codes). A scrape, in another thread,
+    copies each dict in one step before reading it."""
+
+    BUCKETS = Histogram.DEFAULT_BUCKETS
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, int], int] = {}
+        self._latencies: dict[str, list] = {}  # api -> [count per bucket..., sum of seconds]
+
+    def observe(self, api: str, code: int, duration_s: float | None) -> None:
+        counts = self._counts
+        key = (api, code)
+        counts[key] = counts.get(key, 0) + 1
+        if duration_s is not None:
+            tally = self._latencies.get(api)
+            if tally is None:
+                tally = self._latencies[api] = [0] * len(self.BUCKETS) + [0.0]
+            tally[bisect_left(self.BUCKETS, duration_s)] += 1  # the first bound >= the duration (+Inf last)
+            tally[-1] += duration_s
+
+    def collect(self):
+        counted = CounterMetricFamily("zkcoord_requests", "Kafka requests answered.", labels=["api", "error"])
+        for (api, code), count in sorted(dict(self._counts).items()):
+            counted.add_metric([api, _error_name(code)], count)
+        yield counted
+        timed = HistogramMetricFamily("zkcoord_request_latency_seconds", "Time to answer a Kafka request.",
+                                      labels=["api"])
+        for api, tally in sorted(dict(self._latencies).items()):
+            tally = list(tally)
+            cumulative, buckets = 0, []
+            for bound, count in zip(self.BUCKETS, tally):
+                cumulative += count
+                buckets.append((floatToGoString(bound), cumulative))
+            timed.add_metric([api], buckets, sum_value=tally[-1])
+        yield timed
+
+    def describe(self):
+        return []
 
 
 class _ScrapeTimeCollector:
@@ -436,6 +495,10 @@ class MetricsServer:
         """:meth:`respond`, for a source whose ``render()`` and ``health()`` are
         coroutines (the supervisor's sum of its workers)."""
         if not inspect.iscoroutinefunction(self.metrics.render):
+            if path.split("?", 1)[0] == "/metrics" and self._refused(method, path) is None:
+                # In a worker thread: the scrape-time gauges walk every owned group (10,000 of
+                # them took 25-60 ms), which on the loop would stall every request meanwhile.
+                return 200, CONTENT_TYPE_LATEST, await off_loop(self.metrics.render)
             return self.respond(method, path)
         refused = self._refused(method, path)
         if refused is not None:

@@ -41,7 +41,7 @@ from typing import Protocol
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.migration import dual_fetch
 from zkcoord.core.offset_fetch import Wanted
-from zkcoord.errors import ServiceUnavailableError
+from zkcoord.errors import NotOwnerError, ServiceUnavailableError
 from zkcoord.kafka.forwarder import KafkaForwarder
 from zkcoord.server.dual_commit import ForwardedOffsets
 from zkcoord.server.group_runtime import GroupUnavailableError
@@ -112,9 +112,15 @@ class ForwardedStorage:
         held = fence()  # NotOwnerError if we were deposed meanwhile
         slot = self.forwarded.order.take(group_id)
 
+        def still_owner() -> None:  # before each try of the forward, in its worker thread
+            if fence() != held:  # NotOwnerError when not owned; another contender: owned again since
+                raise NotOwnerError(f"group {group_id!r} was taken over again since the commit was accepted",
+                                    group_id)
+
         async def written() -> Refused:
             try:
-                return await self.forwarded.commit(forwarder, group_id, self.mode, offsets, slot, held, prepared)
+                return await self.forwarded.commit(forwarder, group_id, self.mode, offsets, slot, held, prepared,
+                                                   still_owner)
             except ServiceUnavailableError as exc:
                 raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
         return written()

@@ -116,6 +116,7 @@ class NodeRegistry:
         self._failure: ZkcoordError | None = None
         self._cache: dict[int, NodeInfo | None] = {}
         self._cache_epoch: dict[int, int] = {}
+        self._reading: dict[int, tuple[int, asyncio.Future]] = {}  # node id -> (cache epoch, its read in flight)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background = Background(log, "node registry")
 
@@ -323,7 +324,22 @@ class NodeRegistry:
         paths.node(node_id)
         if node_id in self._cache:
             return self._cache[node_id]
-        return await self._conn.retry(f"look up node {node_id}", self._inner_node, node_id)
+        # One read at a time per node: a takeover's burst of FindCoordinators asks the same
+        # registration thousands of times before the first answer fills the cache. A read begun
+        # before an invalidation is not joined (it may answer what the watch said has changed).
+        epoch = self._cache_epoch.get(node_id, 0)
+        reading = self._reading.get(node_id)
+        if reading is None or reading[0] != epoch:
+            future = asyncio.ensure_future(self._conn.retry(f"look up node {node_id}", self._inner_node, node_id))
+            self._reading[node_id] = reading = (epoch, future)
+            future.add_done_callback(lambda done: self._read_done(node_id, done))
+        return await asyncio.shield(reading[1])
+
+    def _read_done(self, node_id: int, future: asyncio.Future) -> None:
+        if node_id in self._reading and self._reading[node_id][1] is future:
+            del self._reading[node_id]
+        if not future.cancelled():
+            future.exception()  # retrieved: every waiter may have gone
 
     async def _inner_node(self, node_id: int) -> NodeInfo | None:
         epoch = self._cache_epoch.get(node_id, 0)

@@ -387,8 +387,8 @@ class GroupOwnership(BulkOwnership):
         if ours is None:
             attempt.tried = True
             try:
-                created = await aio.call(client.create_async, f"{owner_dir}/{attempt.prefix}", self._data,
-                                         ephemeral=True, sequence=True)
+                created = await aio.create(client, f"{owner_dir}/{attempt.prefix}", self._data,
+                                           ephemeral=True, sequence=True)
             except NoNodeError:  # a new group: its directories and our contender in one multi
                 ours = await self._create_group(group, attempt.prefix)
                 if ours is not None:
