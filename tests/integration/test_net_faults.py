@@ -582,8 +582,8 @@ def kafka_rewinds(commits: list[tuple[str, int, int]]) -> list[str]:
 
 
 @broken_fences
-@pytest.mark.xfail(reason="a deposed owner's forward to Kafka is not fenced (a gap: docs/testing.md, Broken fences)",
-                   strict=True)
+@pytest.mark.xfail(reason="a deposed owner's try in flight to Kafka is not fenced (a gap: docs/testing.md, Broken "
+                          "fences)", strict=True)
 def test_a_deposed_owners_forward_to_kafka_can_land_after_the_new_owners_commits(
         services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk):
     """Issue 29, ``broker-kill-9`` in ``dual`` storage: what stands between a
@@ -591,12 +591,15 @@ def test_a_deposed_owners_forward_to_kafka_can_land_after_the_new_owners_commits
     ZooKeeper and from the broker at once: the commits it took in before it
     noticed wait in its forward to Kafka (retried for up to the forwarder's
     10 s), it gives its session up, the other daemon takes the group and the
-    members commit there; then the cut is healed while the old forwards still
-    retry. The forward is not fenced (``zkcoord/server/dual_commit.py``): a
-    gap, not a broken fence. It fails while the gap is open (a strict xfail,
-    opt-in with the broken-fence demonstrations): the ZooKeeper side is
-    fenced, so the checker's verdicts hold, but Kafka's ``__consumer_offsets``
-    shows the deposed owner's commits stored after the new owner's, lower."""
+    members commit there; then the cut is healed. The forward asks before
+    each try whether this daemon still holds the group's contender
+    (``zkcoord/server/dual_commit.py``), so no try starts after the daemon
+    gave its session up; but a try sent before it knew (its bytes held up by
+    the cut) still reaches the broker when the cut heals, here 11 s later,
+    after the new owner's commits: a gap, not a broken fence. The test fails while it is open (a strict xfail, opt-in with the
+    broken-fence demonstrations): the ZooKeeper side is fenced, so the
+    checker's verdicts hold, but Kafka's ``__consumer_offsets`` shows the
+    deposed owner's commit stored after the new owner's, lower."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
     from tests.faults.test_fault_run import PARTITIONS, make_dual
