@@ -310,6 +310,10 @@ BROKEN_BREAKS = tuple(b for b in os.environ.get("ZKCOORD_BROKEN_BREAKS", "commit
 # a quorum lost for seconds, a broker killed, a wall clock moved, a daemon cut from its clients):
 # the fences against a deposed owner are never tried, so breaking them cannot show. Their runs are
 # kept as a record (they pass when the checker finds nothing; a violation there would be news).
+# What those kinds do try is broken, one guard at a time, in targeted tests: the clock jump
+# (group-wall-clock, suspension-wall-clock) in tests/integration/test_clock_faults.py and
+# test_net_faults.py, the clients' cut (generation) in test_net_faults.py; the ensemble and broker
+# kinds try no ownership guard (docs/testing.md, "Broken fences").
 DEPOSES_NO_OWNER = {*Faults.ENSEMBLE_KINDS, *Faults.BROKER_KINDS, *Faults.CLOCK_KINDS, "daemon-clients-cut"}
 
 

@@ -18,17 +18,29 @@ done to a daemon's clocks here (:mod:`tests.support.clock_shift`):
   other clock) and a consumer killed afterwards is removed at its session
   time-out (not a month later).
 
+* its **wall clock jumps two hours back just after a consumer was killed**:
+  the dead member's session time-out was set before the jump; on the
+  monotonic clock it still ends 10 s later, its partitions go to the others
+  and every record is consumed. With ``ZKCOORD_TEST_BROKEN_FENCES=1`` the same
+  run against the daemon with its group timers on the wall clock
+  (``group-wall-clock`` of :mod:`tests.support.broken_fence`): the dead
+  member is then kept for two hours, its partitions are never reassigned,
+  and the checker reports the records nobody consumed.
+
 The jumped daemon's own log has shifted times, so the checker's generation
 history comes from the other daemon's log and the monitor's observations.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from collections import Counter
 
 import pytest
 
 from tests.faults.harness import LIVENESS_S
+from tests.support import broken_fence
 from tests.support.clock_shift import WallClock, monotonic_offset, time_namespaces_available
 from tests.support.daemons import wait_for
 from tests.support.group_run import GroupRun, WrappedFleet, assert_clean
@@ -39,6 +51,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 ZK_SESSION_TIMEOUT_MS = 4000
 MEMBER_SESSION_TIMEOUT_MS = 10_000
 MONTH_S = 30 * 86400
+broken_fences = pytest.mark.skipif(os.environ.get("ZKCOORD_TEST_BROKEN_FENCES") != "1",
+                                   reason="the broken-fence demonstrations run with ZKCOORD_TEST_BROKEN_FENCES=1")
 
 
 @pytest.fixture
@@ -107,6 +121,51 @@ def test_wall_clock_jumps_of_the_owner_change_nothing(services, make_fleet, uniq
     assert ahead <= {before[0]}, f"assignments of generations {sorted(ahead)} while the owner's clock was ahead"
     assert {a.generation for a in verdict.log.assignments if back <= a.t < ended} - {before[0]}, \
         "no rebalance after c2 was killed"
+
+
+def dead_member_then_clock_back(services, make_fleet, unique_name, tmp_path, breaks=()):
+    """Consumer c2 killed, and at once the owner's wall clock two hours back;
+    then the run finished (its drain needs c2's partitions reassigned): the
+    verdict, and the generation before the kill. ``breaks``: the owner's
+    fences broken (tests.support.broken_fence)."""
+    clock = WallClock(tmp_path / "wall-clock-offset")
+    group = placed_name(unique_name, "g", ([1, 2], 1))
+    wrap = (lambda argv: broken_fence.wrap(*breaks)(clock.wrap(argv))) if breaks else clock.wrap
+    fleet = make_fleet(wrappers={1: wrap})
+    owner, other = fleet.start_many(1, 2)
+    run = _run(fleet, services, unique_name, tmp_path, group, owner, other)
+    try:
+        run.start()
+        wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon whose clock jumps owns the group")
+        before = _stable_with(run, 3)
+        killed = time.time()
+        run.pool.kill(2)
+        clock.jump(-7200)  # within c2's 10 s session time-out: its deadline was taken before the jump
+        del run.pool.procs[2]  # not restarted: the others must take its partitions
+        # Records c2 never saw: each partition gets some after the kill (which only its successor can consume).
+        wait_for(lambda: len(after := Counter(run.produced_since(killed))) == run.partitions
+                 and min(after.values()) >= 3, LIVENESS_S, "3 records produced to every partition after the kill", 0.2)
+        verdict = run.finish(history_logs=[other.log_path])
+        assert run.owner() == 1, "the owner changed: the clock jump was not what the run tried"
+    finally:
+        run.close()
+    return verdict, before
+
+
+def test_a_member_killed_before_a_clock_jump_back_is_removed_at_its_session_timeout(
+        services, make_fleet, unique_name, tmp_path):
+    verdict, before = dead_member_then_clock_back(services, make_fleet, unique_name, tmp_path)
+    assert_clean(verdict)
+    assert any(s.generation > before[0] and len(s.members) == 2 and not any(m.startswith("c2-") for m in s.members)
+               for s in verdict.log.history), "no generation of c0 and c1 alone: the dead c2 was not removed"
+
+
+@broken_fences
+def test_the_clock_jump_back_catches_group_timers_on_the_wall_clock(services, make_fleet, unique_name, tmp_path):
+    verdict, _ = dead_member_then_clock_back(services, make_fleet, unique_name, tmp_path, ("group-wall-clock",))
+    print(verdict)
+    assert any(v.kind == "not-consumed" for v in verdict.violations), \
+        "the checker found every record consumed though the dead member's partitions were never reassigned"
 
 
 @pytest.mark.slow  # ZKCOORD_TEST_SLOW=1

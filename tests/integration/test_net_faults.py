@@ -54,8 +54,10 @@ import time
 
 import pytest
 
+from tests.faults.checker import check_no_stale_commit
 from tests.faults.harness import LIVENESS_S
 from tests.support import broken_fence, netns
+from tests.support.clock_shift import WallClock
 from tests.support.daemons import wait_for
 from tests.support.fault_proxy import FaultProxy
 from tests.support.group_run import GroupRun, WrappedFleet, assert_clean
@@ -252,10 +254,82 @@ def test_the_zookeeper_cut_catches_a_broken_fence(services, namespaces, make_fle
         assert verdict.violations == []
 
 
+def zookeeper_cut_clock_back(services, namespaces, make_fleet, unique_name, tmp_path, breaks=()):
+    """The owner cut from ZooKeeper and, once its connection is SUSPENDED, its
+    wall clock moved two hours back; then as :func:`zookeeper_cut`. Returns
+    the verdict, why the members did not go on at the other daemon during
+    the cut (None: they did), and whether the cut daemon gave its session up.
+    ``breaks``: that daemon's fences broken (tests.support.broken_fence)."""
+    zk_port = _loopback_port(services.zookeeper)
+    ns = namespaces.create()
+    clock = WallClock(tmp_path / "wall-clock-offset")
+    group = placed_name(unique_name, "g", ([1, 2], 1))
+    launch = (lambda argv: broken_fence.wrap(*breaks)(clock.wrap(argv))) if breaks else clock.wrap
+    fleet = make_fleet(wrappers={1: lambda argv: ns.wrap(launch(argv))})
+    cut = fleet.start(1, listen=ns.listen())
+    other = fleet.start(2)
+    run = _run(fleet, services, unique_name, tmp_path, group, _coordinators(cut, other))
+    try:
+        run.start()
+        wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon in the namespace owns the group")
+        session = _session_of(fleet, 1)
+        suspensions = cut.log(100_000).count("ZooKeeper session suspended")
+
+        cut_at = time.time()
+        ns.cut_to([zk_port])
+        wait_for(lambda: cut.log(100_000).count("ZooKeeper session suspended") > suspensions, LIVENESS_S,
+                 "the cut daemon's connection SUSPENDED", 0.05)
+        clock.jump(-7200)  # the suspension began on the clock before the jump
+        wait_for(lambda: fleet.session_gone(1), LIVENESS_S, "ZooKeeper expired the cut daemon's session")
+        wait_for(lambda: run.owner() == 2, LIVENESS_S, "the other daemon took the group")
+        taken = time.time()
+        try:  # the same bound as zookeeper_cut's
+            wait_for(lambda: run.acked_commits_since(taken) >= 5, ZK_SESSION_TIMEOUT_MS / 1000 + LIVENESS_S,
+                     "commits acknowledged by the other daemon during the cut", 0.2)
+            stalled = None
+        except AssertionError as exc:
+            stalled = str(exc)
+        gave_up = "ZooKeeper session given up" in cut.log(100_000)
+        assert cut.alive()
+        clock.reset()
+        healed_at = time.time()
+        ns.heal()
+
+        wait_for(lambda: _session_of(fleet, 1) not in (None, session), LIVENESS_S,
+                 "the healed daemon registered again, with a new session")
+        run.wait_progress(10, "after the heal")
+        _print_availability(run, cut_at, taken, healed_at)
+        return run.finish(history_logs=[other.log_path]), stalled, gave_up
+    finally:
+        run.close()
+
+
+def test_a_daemon_cut_from_zookeeper_gives_its_session_up_though_its_wall_clock_jumps_back(
+        services, make_fleet, namespaces, unique_name, tmp_path):
+    verdict, stalled, gave_up = zookeeper_cut_clock_back(services, namespaces, make_fleet, unique_name, tmp_path)
+    assert_clean(verdict)
+    assert stalled is None, stalled
+    assert gave_up
+
+
+@broken_fences
+def test_the_zookeeper_cut_with_a_clock_jump_back_catches_a_suspension_timed_on_the_wall_clock(
+        services, namespaces, make_fleet, unique_name, tmp_path):
+    verdict, stalled, gave_up = zookeeper_cut_clock_back(services, namespaces, make_fleet, unique_name, tmp_path,
+                                                         ("suspension-wall-clock",))
+    print(verdict)
+    print(f"members went on at the other daemon during the cut: {stalled or 'yes'}; cut daemon gave up: {gave_up}")
+    # What the break does every time: the cut daemon never gives its session up (its clean twin asserts it does).
+    # Its members then mostly stay with it and nothing is committed until the heal (stalled), unless they leave
+    # by themselves: kafka-python marks a coordinator dead after a session time-out without a successful
+    # heartbeat (seen in 1 run of 6). The checker's verdicts hold either way: its writes are fenced.
+    assert not gave_up, "the cut daemon gave its session up though its suspension was timed on a clock moved back"
+
+
 def clients_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks=()):
     """The daemon owning the group cut from its clients (not from ZooKeeper)
-    until it removed its members, then healed; the verdict.
-    ``breaks``: that daemon's fence broken (tests.support.broken_fence)."""
+    until it removed its members, then healed; the verdict and when the cut
+    began. ``breaks``: that daemon's fence broken (tests.support.broken_fence)."""
     _loopback_port(services.zookeeper)
     ns = namespaces.create()
     group = placed_name(unique_name, "g", ([1, 2], 1))
@@ -270,32 +344,38 @@ def clients_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks=
         before = wait_for(run.stored, LIVENESS_S, "the group's stored state")
         session = _session_of(fleet, 1)
 
+        cut_at = time.time()
         ns.cut_clients([cut.port])
         # Its members cannot reach it; their sessions end there: the group empties, a newer generation.
         wait_for(lambda: (s := run.stored()) is not None and s[0] > before[0] and s[2] == [], LIVENESS_S,
                  "the cut daemon removed the members it no longer hears from", 0.2)
         assert run.owner() == 1 and _session_of(fleet, 1) == session  # it never lost ZooKeeper
+        healed_at = time.time()
         ns.heal()
-
+        print(f"clients cut at {cut_at:.3f}, healed at {healed_at:.3f}")
         wait_for(lambda: len((run.stored() or (0, "", []))[2]) == 3, LIVENESS_S, "the members joined again", 0.2)
         run.wait_progress(10, "after the heal")
-        return run.finish()
+        return run.finish(), cut_at
     finally:
         run.close()
 
 
 def test_a_daemon_cut_from_its_clients_keeps_its_group_and_its_members_come_back(
         services, namespaces, make_fleet, unique_name, tmp_path):
-    assert_clean(clients_cut(services, namespaces, make_fleet, unique_name, tmp_path))
+    assert_clean(clients_cut(services, namespaces, make_fleet, unique_name, tmp_path)[0])
 
 
 @broken_fences
 def test_the_clients_cut_catches_a_broken_generation_check(services, namespaces, make_fleet, unique_name,
                                                            tmp_path):
-    verdict = clients_cut(services, namespaces, make_fleet, unique_name, tmp_path, ("generation",))
+    verdict, cut_at = clients_cut(services, namespaces, make_fleet, unique_name, tmp_path, ("generation",))
     print(verdict)
-    assert any(v.kind == "stale-commit" for v in verdict.violations), \
-        "the checker found no stale commit from members cut off while the daemon accepts any generation"
+    # Stale commits of the members' first rebalances can show with this break too: only those sent once the cut
+    # began count here (a commit held up by the cut, delivered after the daemon removed its sender).
+    of_the_cut = check_no_stale_commit([c for c in verdict.log.commits if c.t_sent >= cut_at], verdict.log.history)
+    print(f"stale commits sent during the cut or after it: {len(of_the_cut)} of "
+          f"{sum(v.kind == 'stale-commit' for v in verdict.violations)}")
+    assert of_the_cut, "the checker found no stale commit from members cut off while the daemon accepts any generation"
 
 
 def member_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks=()):
@@ -450,3 +530,123 @@ def test_a_gateway_cut_from_a_broker_stalls_its_partitions_only_and_recovers(
     finally:
         run.close()
     assert_clean(verdict)
+
+
+def kafka_commit_log(bootstrap: str, group: str) -> list[tuple[str, int, int]]:
+    """Every offset commit of ``group`` stored in Kafka's ``__consumer_offsets``,
+    in the order Kafka stored them: ``[(topic, partition, offset)]`` (a
+    group's commits all go to one partition of it; the key and value layouts
+    are Kafka's OffsetCommitKey v0-1 and OffsetCommitValue, whose offset
+    follows the version in every version)."""
+    import struct
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                             exclude_internal_topics=False, consumer_timeout_ms=2000)
+    try:
+        parts = [TopicPartition("__consumer_offsets", p) for p in consumer.partitions_for_topic("__consumer_offsets")]
+        consumer.assign(parts)
+        consumer.seek_to_beginning()
+        ends = consumer.end_offsets(parts)
+        found: list[tuple[str, int, int]] = []
+        while any(consumer.position(tp) < ends[tp] for tp in parts):
+            for batch in consumer.poll(1000).values():
+                for record in batch:
+                    key, value = record.key, record.value
+                    if key is None or value is None or struct.unpack(">h", key[:2])[0] not in (0, 1):
+                        continue
+                    n = struct.unpack(">h", key[2:4])[0]
+                    if key[4:4 + n].decode() != group:
+                        continue
+                    at = 4 + n
+                    t = struct.unpack(">h", key[at:at + 2])[0]
+                    topic = key[at + 2:at + 2 + t].decode()
+                    partition = struct.unpack(">i", key[at + 2 + t:at + 6 + t])[0]
+                    found.append((topic, partition, struct.unpack(">q", value[2:10])[0]))
+        return found
+    finally:
+        consumer.close()
+
+
+def kafka_rewinds(commits: list[tuple[str, int, int]]) -> list[str]:
+    """Each commit stored in Kafka below an earlier one of its partition."""
+    highest: dict[tuple[str, int], int] = {}
+    found = []
+    for i, (topic, partition, offset) in enumerate(commits):
+        before = highest.get((topic, partition), -1)
+        if offset < before:
+            found.append(f"{topic}-{partition}: commit #{i} stored offset {offset} after {before}")
+        highest[(topic, partition)] = max(before, offset)
+    return found
+
+
+@broken_fences
+@pytest.mark.xfail(reason="a deposed owner's try in flight to Kafka is not fenced (a gap: docs/testing.md, Broken "
+                          "fences)", strict=True)
+def test_a_deposed_owners_forward_to_kafka_can_land_after_the_new_owners_commits(
+        services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk):
+    """Issue 29, ``broker-kill-9`` in ``dual`` storage: what stands between a
+    deposed owner and Kafka. The owner of a ``dual`` group is cut from
+    ZooKeeper and from the broker at once: the commits it took in before it
+    noticed wait in its forward to Kafka (retried for up to the forwarder's
+    10 s), it gives its session up, the other daemon takes the group and the
+    members commit there; then the cut is healed. The forward asks before
+    each try whether this daemon still holds the group's contender
+    (``zkcoord/server/dual_commit.py``), so no try starts after the daemon
+    gave its session up; but a try sent before it knew (its bytes held up by
+    the cut) still reaches the broker when the cut heals, here 11 s later,
+    after the new owner's commits: a gap, not a broken fence. The test fails while it is open (a strict xfail, opt-in with the
+    broken-fence demonstrations): the ZooKeeper side is fenced, so the
+    checker's verdicts hold, but Kafka's ``__consumer_offsets`` shows the
+    deposed owner's commit stored after the new owner's, lower."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from tests.faults.test_fault_run import PARTITIONS, make_dual
+
+    zk_port = _loopback_port(services.zookeeper)
+    broker_port = _loopback_port(services.bootstrap_servers)
+    ns = namespaces.create()
+    group, topic = placed_name(unique_name, "g", ([1, 2], 1)), unique_name("t")
+    admin = KafkaAdminClient(bootstrap_servers=services.bootstrap_servers, request_timeout_ms=30_000)
+    try:
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
+    finally:
+        admin.close()
+    make_dual(zk_hosts, zk, services.bootstrap_servers, group, topic, tmp_path)
+    fleet = make_fleet(wrappers={1: ns.wrap})
+    cut = fleet.start(1, listen=ns.listen())
+    other = fleet.start(2)
+    run = GroupRun(fleet, services.bootstrap_servers, group, topic, tmp_path / "events", partitions=PARTITIONS,
+                   coordinators=_coordinators(cut, other), session_timeout_ms=MEMBER_SESSION_TIMEOUT_MS)
+    try:
+        run.start(create_topic=False)
+        wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon in the namespace owns the group")
+        wait_for(lambda: (s := run.stored()) and s[1] == "Stable" and len(s[2]) == 3 and s, LIVENESS_S,
+                 "the group Stable with its three members")
+        run.wait_progress(5, "before the cut")  # the members commit through the owner: its forwards go on
+        session = _session_of(fleet, 1)
+        cut_at = time.time()
+        ns.cut_to([zk_port, broker_port])
+        wait_for(lambda: fleet.session_gone(1), LIVENESS_S, "ZooKeeper expired the cut daemon's session")
+        wait_for(lambda: run.owner() == 2, LIVENESS_S, "the other daemon took the group")
+        taken = time.time()
+        wait_for(lambda: run.acked_commits_since(taken) >= 5, ZK_SESSION_TIMEOUT_MS / 1000 + LIVENESS_S,
+                 "commits acknowledged by the other daemon during the cut", 0.2)
+        healed_at = time.time()
+        ns.heal()
+        wait_for(lambda: _session_of(fleet, 1) not in (None, session), LIVENESS_S,
+                 "the healed daemon registered again, with a new session")
+        run.wait_progress(10, "after the heal")
+        _print_availability(run, cut_at, taken, healed_at)
+        verdict = run.finish()
+    finally:
+        run.close()
+    print(verdict)
+    stored = kafka_commit_log(services.bootstrap_servers, group)
+    rewinds = kafka_rewinds(stored)
+    print(f"{len(stored)} commits stored in Kafka; below an earlier one: {len(rewinds)}: {rewinds[:5]}")
+    log = cut.log(100_000)
+    print("\n".join(line for line in log.splitlines() if "Kafka stored the commit" in line)[:2000])
+    assert verdict.violations == []
+    assert rewinds == [], f"{len(rewinds)} commit(s) of the deposed owner stored in Kafka after the new owner's"

@@ -27,6 +27,17 @@ as ``python -m`` would::
 * ``generation`` - an offset commit refused for its generation or member
   (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, STALE_MEMBER_EPOCH,
   FENCED_MEMBER_EPOCH) is accepted instead (``decide_commit``).
+* ``group-wall-clock`` - the group timers (members' session time-outs,
+  rebalance deadlines: ``zkcoord.server.group_runtime.monotonic_ms``) read
+  the wall clock instead of the monotonic one. A wall clock moved back
+  (``tests/support/clock_shift.py``) then postpones every deadline: a dead
+  member is never removed and its partitions are never reassigned.
+* ``suspension-wall-clock`` - the suspension rule's clock (how long
+  ZooKeeper has not been heard, :class:`zkcoord.zk.connection.ZkConnection`
+  ``.clock``, rules 6 and 7) is the wall clock instead of the monotonic
+  one. A wall clock moved back during a cut from ZooKeeper then postpones
+  the give-up: the cut daemon keeps its members after ZooKeeper expired its
+  session and another daemon took the group.
 
 :func:`wrap` gives the wrapper for a fleet (``WrappedFleet(wrappers=...)``).
 """
@@ -36,10 +47,11 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-BREAKS = ("commit-fence", "state-fence", "session-loss", "generation")
+BREAKS = ("commit-fence", "state-fence", "session-loss", "generation", "group-wall-clock", "suspension-wall-clock")
 
 
 def wrap(*breaks: str):
@@ -124,13 +136,40 @@ def _break_generation() -> None:
     offset_commit.decide_commit = lenient
 
 
+def _break_group_wall_clock() -> None:
+    import zkcoord.server.group_runtime as group_runtime
+
+    def wall_ms() -> int:
+        return time.time_ns() // 1_000_000  # time.time_ns as moved by clock_shift, read at each call
+
+    # The function object itself is every GroupRuntime's and GroupManager's default clock (bound as a
+    # default argument at import): its code is swapped, so each of those reads the wall clock now.
+    group_runtime.monotonic_ms.__code__ = wall_ms.__code__
+
+
+def _break_suspension_wall_clock() -> None:
+    from zkcoord.zk.connection import ZkConnection
+
+    init = ZkConnection.__init__
+
+    def wall_clocked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.clock = lambda: time.time()  # time.time as moved by clock_shift, read at each call
+
+    ZkConnection.__init__ = wall_clocked
+
+
+_BREAKERS = {"commit-fence": _break_commit_fence, "state-fence": _break_state_fence,
+             "session-loss": _break_session_loss, "generation": _break_generation,
+             "group-wall-clock": _break_group_wall_clock, "suspension-wall-clock": _break_suspension_wall_clock}
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 3 or argv[1] != "-m":
         sys.exit("usage: broken_fence.py BREAKS -m MODULE [ARGS...]")
     breaks, module, rest = argv[0].split(","), argv[2], argv[3:]
     for name in breaks:
-        {"commit-fence": _break_commit_fence, "state-fence": _break_state_fence,
-         "session-loss": _break_session_loss, "generation": _break_generation}[name]()
+        _BREAKERS[name]()
     print(f"broken_fence: {module} runs with broken {', '.join(breaks)}", file=sys.stderr, flush=True)
     sys.argv = [module, *rest]
     sys.path.insert(0, os.getcwd())

@@ -110,12 +110,14 @@ class GroupRun:
         self.monitor_stopped = False
 
     # -- life -----------------------------------------------------------------------------
-    def start(self) -> GroupRun:
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=30_000)
-        try:
-            admin.create_topics([NewTopic(self.topic, self.partitions, 1)])
-        finally:
-            admin.close()
+    def start(self, create_topic: bool = True) -> GroupRun:
+        """``create_topic``: False when the test made the topic (and, say, the group's offsets) itself."""
+        if create_topic:
+            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=30_000)
+            try:
+                admin.create_topics([NewTopic(self.topic, self.partitions, 1)])
+            finally:
+                admin.close()
         self.producer = Producer(self.bootstrap, self.topic, self.partitions,
                                  JsonLines(self.events / "producer.jsonl"), rate=self.rate)
         self.monitor.start()
