@@ -154,7 +154,7 @@ def test_the_first_session_hands_the_archive_to_a_background_maker_of_its_own(ca
     monkeypatch.setattr(spark_cds.subprocess, "Popen", Popen)
     assert archive.make_in_background({"spark.driver.memory": "1g"}) == 4242
     args, kw = started[0]
-    assert args == [sys.executable, "-m", "zkcoord.migrate.spark_cds", "make"]
+    assert args == [sys.executable, "-m", "zkcoord.migrate.spark_cds_maker"]
     assert kw["env"][spark_cds._MAKER] == "1" and json.loads(kw["env"][spark_cds._MAKER_CONF]) == {
         "spark.driver.memory": "1g"}
     assert kw["start_new_session"] and kw["stdout"] == kw["stderr"] == subprocess.DEVNULL  # it outlives the command

@@ -16,8 +16,8 @@ cluster, spark-submit, or a JVM started by somebody else):
   were no archive (recording its classes, ``-XX:ArchiveClassesAtExit``, made a
   first run's JVM spend 3 to 4.5 s more CPU, most of it while the session
   started: measured on the 2-core development machine). As the session ends,
-  it starts a detached process of this module (``python -m
-  zkcoord.migrate.spark_cds make``, :meth:`ClassArchive.make_in_background`,
+  it starts a detached process (``python -m zkcoord.migrate.spark_cds_maker``,
+  :meth:`ClassArchive.make_in_background`,
   at a lower CPU priority) and the command ends without waiting for it. That
   process starts a small local session of its own with the same JVM options
   and ``-XX:ArchiveClassesAtExit=<key>.jsa.<pid>-<random>.tmp``, writes a
@@ -70,7 +70,7 @@ _STALE_TMP_S = 3600  # an unfinished archive this old belongs to a run that died
 _EXIT_WAIT_S = 120.0  # the archive is written while the JVM exits: 10-30 s on 2 cores
 _MAKER = "_ZKCOORD_CDS_MAKER"  # set in the background maker's environment: its session records the archive
 _MAKER_CONF = "_ZKCOORD_CDS_CONF"  # the Spark settings the archive is made for (JSON)
-_MAKER_NICE = 10  # the maker yields the CPU to what the user runs next
+
 
 
 def _cache_root() -> Path:
@@ -179,7 +179,7 @@ class ClassArchive:
             return None
         try:
             maker = subprocess.Popen(
-                [sys.executable, "-m", __name__, "make"],
+                [sys.executable, "-m", "zkcoord.migrate.spark_cds_maker"],
                 env={**os.environ, _MAKER: "1", _MAKER_CONF: json.dumps(conf)}, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
             _saving_marker(self.path).write_text(str(maker.pid))
@@ -314,36 +314,14 @@ def _prune(root: Path) -> None:
         old.unlink(missing_ok=True)
 
 
-def make(conf: dict[str, str]) -> int:
-    """The background maker's work (:meth:`ClassArchive.make_in_background`): a local session
-    started with ``conf`` records its classes (``record`` mode), writes a small report as a job
-    does and ends: :func:`~zkcoord.migrate.spark_session.spark_session` then saves the archive
-    (:meth:`ClassArchive.finish`). 0 when an archive is in place afterwards."""
-    from zkcoord.migrate.spark_session import spark_session
-
-    with contextlib.suppress(OSError):
-        os.nice(_MAKER_NICE)
-    try:
-        with spark_session(None, conf=conf):
-            pass  # the session's end writes a report as a job does, then saves the archive
-    except Exception:
-        log.debug("the background session for the class archive failed", exc_info=True)
-    finally:
-        for marker in _cache_root().glob("*.saving"):
-            with contextlib.suppress(OSError, ValueError):
-                if int(marker.read_text().strip() or 0) == os.getpid():
-                    marker.unlink()
-    return 0 if any(_cache_root().glob("*.jsa")) else 1
+def release(path_root: Path | None = None) -> None:
+    """Remove the ``.saving`` markers naming this process (the maker's end)."""
+    for marker in (path_root or _cache_root()).glob("*.saving"):
+        with contextlib.suppress(OSError, ValueError):
+            if int(marker.read_text().strip() or 0) == os.getpid():
+                marker.unlink()
 
 
-def main(argv: list[str]) -> int:
-    """``python -m zkcoord.migrate.spark_cds make`` (the Spark settings in ``_ZKCOORD_CDS_CONF``):
-    what :meth:`ClassArchive.make_in_background` starts."""
-    if argv != ["make"]:
-        print("usage: python -m zkcoord.migrate.spark_cds make", file=sys.stderr)
-        return 2
-    return make(json.loads(os.environ.get(_MAKER_CONF) or "{}"))
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def archived() -> bool:
+    """Whether an archive is in place in the cache."""
+    return any(_cache_root().glob("*.jsa"))
