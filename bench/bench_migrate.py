@@ -33,10 +33,11 @@ output):
 
    * ``cold``: a fresh cache (``ZKCOORD_CACHE_DIR=<workdir>/cache``): no
      class-data-sharing archive, as on a machine that never ran zkcoord's
-     Spark. The session saves the archive as it ends, in the background
+     Spark. As the session ends it starts a background process that makes
+     the archive with a small session of its own
      (``zkcoord.migrate.spark_cds``): the run's end to end counts the
-     handover, not the writing, which is timed apart (``class archive,
-     written in the background``) and waited for before anything else runs.
+     handover, not the making, which is timed apart (``class archive,
+     made in the background``) and waited for before anything else runs.
    * ``warm``: the same cache, the archive in place (made by a small session
      first when no cold run made it).
    * ``cluster``: ``--spark-master`` (default: the sandbox's 2-worker
@@ -276,8 +277,8 @@ def _class_archive(spark) -> str:
     if "-XX:SharedArchiveFile=" in options:
         return "class archive: used (made by an earlier session)"
     if "-XX:ArchiveClassesAtExit=" in options:
-        return "class archive: none yet (this session makes it, in the background after it)"
-    return "class archive: off"
+        return "class archive: none yet (this session records it)"
+    return "class archive: none (one is made in the background after a first session)"
 
 
 def run_one(services: Services, args: argparse.Namespace, workdir: Path, run: str, cache: Path) -> list[Row]:
@@ -312,9 +313,9 @@ def run_one(services: Services, args: argparse.Namespace, workdir: Path, run: st
                         f"{job['partitions']} Spark partitions; {note}"))
     if out.get("class_archive_handover_s") is not None:
         rows.append(Row(f"{run}: class archive handed over", 0, 0, out["class_archive_handover_s"],
-                        "in the run: close the JVM, start the background saver"))
+                        "in the run: start the background maker"))
     if saving is not None:
-        rows.append(Row(f"{run}: class archive, written in the background", 0, 0, saving,
+        rows.append(Row(f"{run}: class archive, made in the background", 0, 0, saving,
                         "after the run's end, not in it; waited for before anything else"))
     rows.append(Row(f"{run}: {E2E}", groups, 3 * offsets, out["total_s"],
                     f"one process: start + session + plan + apply + verify + end (outside: {wall:.1f} s)"))
@@ -324,14 +325,25 @@ def run_one(services: Services, args: argparse.Namespace, workdir: Path, run: st
 
 
 def wait_for_archive(cache: Path, timeout_s: float = 900.0) -> float | None:
-    """Seconds until the background saver put the class archive in place (or gave up), from now."""
+    """Seconds until the background maker put the class archive in place (or gave up), from now."""
     started = time.perf_counter()
     root = cache / "spark-cds"
     while time.perf_counter() - started < timeout_s:
-        if not list(root.glob("*.saving")):
+        if not [m for m in root.glob("*.saving") if _alive(m)]:
             return time.perf_counter() - started
         time.sleep(0.2)
     return None
+
+
+def _alive(marker: Path) -> bool:
+    """Whether the process a ``.saving`` marker names runs (a maker that ended before its marker was
+    written leaves one behind: later sessions remove it)."""
+    try:
+        pid = int(marker.read_text().strip() or 0)
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, ValueError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def ensure_archive(cache: Path) -> None:

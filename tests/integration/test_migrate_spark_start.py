@@ -33,10 +33,14 @@ def cache(tmp_path, monkeypatch) -> Path:
     return tmp_path / "spark-cds"
 
 
-def test_the_first_session_creates_the_archive_and_later_ones_use_it(cache):
+def test_the_first_session_runs_without_recording_a_background_one_records_later_ones_use_it(cache, monkeypatch):
     first = class_archive("-Xmx1g")
-    assert first.mode == "create" and first.tmp.parent == cache and first.tmp.name.endswith(".tmp")
-    assert f"-XX:ArchiveClassesAtExit={first.tmp}" in first.java_options()
+    assert first.mode == "create" and first.path.parent == cache and first.java_options() == ""  # records nothing
+    monkeypatch.setenv(spark_cds._MAKER, "1")  # the background maker's session (make_in_background)
+    maker = class_archive("-Xmx1g")
+    assert maker.mode == "record" and maker.path == first.path and maker.tmp.parent == cache
+    assert maker.tmp.name.endswith(".tmp") and f"-XX:ArchiveClassesAtExit={maker.tmp}" in maker.java_options()
+    monkeypatch.delenv(spark_cds._MAKER)
     first.path.write_bytes(b"an archive")  # what finish() puts in place
     later = class_archive("-Xmx1g")
     assert later.mode == "use" and later.path == first.path
@@ -66,11 +70,20 @@ def test_turned_off_unknown_or_failed_before_means_no_archive(cache, monkeypatch
     assert class_archive("-Xmx2g").mode == "off"
 
 
-def test_no_second_archive_is_made_while_one_is_saved_in_the_background(cache):
+def test_no_second_archive_is_made_while_one_is_saved_in_the_background(cache, monkeypatch):
     archive = class_archive("-Xmx1g")
     saving = archive.path.with_suffix(".saving")
-    saving.write_text(str(os.getpid()))  # a live finisher
-    assert class_archive("-Xmx1g").mode == "off"
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        saving.write_text(str(live.pid))  # a live maker
+        assert class_archive("-Xmx1g").mode == "off"
+        saving.write_text(str(os.getpid()))  # the maker itself records it
+        monkeypatch.setenv(spark_cds._MAKER, "1")
+        assert class_archive("-Xmx1g").mode == "record"
+        monkeypatch.delenv(spark_cds._MAKER)
+    finally:
+        live.stdin.close()
+        live.wait()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     saving.write_text(str(dead.pid))  # its finisher died: the marker goes, the next session makes one
@@ -110,7 +123,13 @@ def _context(code: int, tmp: Path, content: bytes | None):
     return type("Context", (), {"_gateway": gateway, "_jvm": jvm})
 
 
-def test_finish_puts_a_checked_archive_in_place(cache, monkeypatch):
+@pytest.fixture
+def maker(monkeypatch):
+    """Sessions record their classes, as the background maker's does."""
+    monkeypatch.setenv(spark_cds._MAKER, "1")
+
+
+def test_finish_puts_a_checked_archive_in_place(cache, maker, monkeypatch):
     archive = class_archive("-Xmx1g")
     context = _context(0, archive.tmp, b"archive bytes")
     ran = []
@@ -122,25 +141,29 @@ def test_finish_puts_a_checked_archive_in_place(cache, monkeypatch):
     assert context._gateway is None and context._jvm is None  # a later session starts a JVM of its own
 
 
-def test_the_detached_finisher_waits_for_the_jvm_then_checks_and_places_the_archive(cache, monkeypatch):
+def test_the_first_session_hands_the_archive_to_a_background_maker_of_its_own(cache, monkeypatch):
     archive = class_archive("-Xmx1g")
-    jvm = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.stdin.read(); time.sleep(0.3); "
-                            f"open({str(archive.tmp)!r}, 'wb').write(b'archive bytes')"], stdin=subprocess.PIPE)
-    ran = []
-    monkeypatch.setattr(spark_cds.subprocess, "run",
-                        lambda args, **kw: ran.append(args) or subprocess.CompletedProcess(args, 0))
-    jvm.stdin.close()  # as _close_jvm does: the "JVM" writes its archive as it exits
-    assert spark_cds.finish_detached(jvm.pid, archive.tmp, archive.path, "java", "/nowhere") == 0
-    assert jvm.poll() is not None  # it waited for the exit (a zombie counts as gone)
-    assert archive.path.read_bytes() == b"archive bytes" and not archive.tmp.exists()
-    assert "-Xshare:on" in ran[0]
-    missing = class_archive("-Xmx2g")  # a JVM that exited without writing one
-    assert spark_cds.finish_detached(jvm.pid, missing.tmp, missing.path, "java", "/nowhere") == 1
-    assert missing.path.with_suffix(".failed").exists() and not missing.path.exists()
+    started = []
+
+    class Popen:
+        pid = 4242
+
+        def __init__(self, args, **kw):
+            started.append((args, kw))
+
+    monkeypatch.setattr(spark_cds.subprocess, "Popen", Popen)
+    assert archive.make_in_background({"spark.driver.memory": "1g"}) == 4242
+    args, kw = started[0]
+    assert args == [sys.executable, "-m", "zkcoord.migrate.spark_cds_maker"]
+    assert kw["env"][spark_cds._MAKER] == "1" and json.loads(kw["env"][spark_cds._MAKER_CONF]) == {
+        "spark.driver.memory": "1g"}
+    assert kw["start_new_session"] and kw["stdout"] == kw["stderr"] == subprocess.DEVNULL  # it outlives the command
+    assert archive.path.with_suffix(".saving").read_text() == "4242"  # later sessions make no second one
+    assert ClassArchive("use", archive.path).make_in_background({}) is None  # only a first session hands over
 
 
 @pytest.mark.parametrize("code, content, check", [(0, b"garbage", 1), (1, b"x", 0), (0, None, 0)])
-def test_finish_keeps_no_archive_that_failed(cache, monkeypatch, code, content, check):
+def test_finish_keeps_no_archive_that_failed(cache, maker, monkeypatch, code, content, check):
     archive = class_archive("-Xmx1g")
     monkeypatch.setattr(spark_cds.subprocess, "run", lambda args, **kw: subprocess.CompletedProcess(args, check))
     archive.finish(_context(code, archive.tmp, content))
@@ -201,13 +224,12 @@ def test_off_a_terminal_the_first_run_says_it_saves_the_class_archive_and_the_ti
     first = run_job(zk_hosts, services.bootstrap_servers, cache, tmp_path / "first")
     assert first.returncode == 0, first.stderr
     lines = [line for line in first.stderr.splitlines() if not line.startswith("WARNING: Using incubator")]
-    assert lines[0] == ("starting Spark (local[*]); the first run with this Java and Spark also saves a class "
-                        "archive of the JVM, in the background after the job (once: later runs map it and start "
-                        "faster) ...")
+    assert lines[0] == ("starting Spark (local[*]); the first run with this Java and Spark also has a class "
+                        "archive of the JVM made, in the background after the job (once: later runs map it and "
+                        "start faster) ...")
     assert re.fullmatch(r"Spark started in \d+\.\d s", lines[1])
-    handed = re.fullmatch(r"handing the Spark JVM's class archive (\S+) over to a background process \(the JVM "
-                          r"writes it as it exits; once: later runs with this Java and Spark map it and start "
-                          r"faster\) \.\.\.", lines[2])
+    handed = re.fullmatch(r"handing the making of the Spark JVM's class archive (\S+) over to a background process "
+                          r"\(once: later runs with this Java and Spark map it and start faster\) \.\.\.", lines[2])
     archive = Path(handed.group(1))
     assert archive.parent == cache
     assert re.fullmatch(r"class archive handed over in \d+\.\d s", lines[3]) and len(lines) == 4
@@ -218,7 +240,7 @@ def test_off_a_terminal_the_first_run_says_it_saves_the_class_archive_and_the_ti
         r"in the background after this\)", out[-1]).group(2, 3, 4, 1))
     assert (start, saving) == (float(lines[1].split()[-2]), float(lines[3].split()[-2]))  # the same steps
     assert whole >= start + job + saving - 0.15  # each rounded to 0.1 s: the parts are within the whole
-    # the command has ended; the JVM writes the archive, the background process checks it and puts it in place
+    # the command has ended; the background process's session records the archive, checks it, puts it in place
     wait_for(lambda: archive.exists(), 900, f"the class archive {archive} in place", interval_s=0.5)
     assert list(cache.glob("*.tmp")) == [] and list(cache.glob("*.failed")) == []
 
@@ -230,3 +252,19 @@ def test_off_a_terminal_the_first_run_says_it_saves_the_class_archive_and_the_ti
     timings = json.loads(later.stdout)["timings"]
     assert timings["class_archive_s"] is None and timings["spark_start_s"] > 0 and timings["job_s"] > 0
     assert timings["total_s"] >= timings["spark_start_s"] + timings["job_s"]
+
+
+def test_the_jars_a_job_loads_most_classes_from_come_first_on_the_local_drivers_class_path(tmp_path):
+    from zkcoord.migrate.spark_session import hot_jars_first
+
+    jars = tmp_path / "spark" / "jars"
+    jars.mkdir(parents=True)
+    for name in ("zzz-other-1.0.jar", "netty-transport-classes-epoll-4.2.13.Final.jar", "spark-sql-api_2.13-4.3.0.jar",
+                 "log4j-1.2-api-2.25.4.jar", "spark-core_2.13-4.3.0.jar", "netty-transport-4.2.13.Final.jar",
+                 "spark-sql_2.13-4.3.0.jar", "log4j-core-2.25.4.jar", "spark-catalyst_2.13-4.3.0.jar", "README"):
+        (jars / name).write_bytes(b"")
+    first = [Path(p).name for p in hot_jars_first(tmp_path / "spark").split(os.pathsep)]
+    assert first == ["spark-catalyst_2.13-4.3.0.jar", "spark-core_2.13-4.3.0.jar", "spark-sql_2.13-4.3.0.jar",
+                     "spark-sql-api_2.13-4.3.0.jar", "log4j-core-2.25.4.jar", "netty-transport-4.2.13.Final.jar",
+                     "log4j-1.2-api-2.25.4.jar", "netty-transport-classes-epoll-4.2.13.Final.jar"]  # the others: jars/*
+    assert hot_jars_first(tmp_path / "nowhere") == ""

@@ -3,8 +3,8 @@
 This module owns the command line of :mod:`zkcoord.migrate.spark_job`: its
 options, the progress bar (rich, on stderr, fed by the job's progress
 callback), the session's slow steps (starting Spark; on the first local run,
-handing the JVM's class archive over to the background process that saves
-it after the command ends): a spinner on a
+handing the making of the JVM's class archive over to the background process
+that makes it after the command ends): a spinner on a
 terminal, a line when each starts and ends elsewhere, both on stderr; and
 the summary (text or JSON, on stdout) with where the time went: Spark's
 start, the job, the class archive, the whole run. The per-partition report

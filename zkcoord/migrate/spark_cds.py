@@ -12,22 +12,24 @@ cluster, spark-submit, or a JVM started by somebody else):
   on: the ``java`` that will run, its module image, Spark's jars (names,
   sizes, times), the class path settings and the JVM options; anything
   else installed makes another key, so a stale archive is never asked for.
-* **first run** (no archive for the key): the JVM runs with
-  ``-XX:ArchiveClassesAtExit=<key>.jsa.<pid>-<random>.tmp`` and writes the
-  archive when it exits. The session's end closes the JVM (instead of
-  leaving it to the process's exit) and hands the rest to a detached
-  process of this module (``python -m zkcoord.migrate.spark_cds finish``,
-  :meth:`ClassArchive.finish_in_background`), so the command ends without
-  waiting for it: that process waits for the JVM to exit, checks the file
-  with a ``java -Xshare:on`` run (which refuses an archive it cannot use)
-  and only then renames it into place (atomic), so no JVM ever maps a
-  partial file. A failed check leaves ``<key>.failed`` and later runs do
-  without. While that process works, ``<key>.saving`` (its pid) tells
-  later sessions not to make another one (they run without an archive until
-  it is in place). Writing the archive is 16 s of one core on the 2-core development
-  machine (the JVM dumping 20,000 classes as it exits), all of it now after
-  the command has ended; what the user waits for is the handover, about a
-  second. :meth:`ClassArchive.finish` does the same in the foreground.
+* **first run** (no archive for the key): the session's JVM runs as if there
+  were no archive (recording its classes, ``-XX:ArchiveClassesAtExit``, made a
+  first run's JVM spend 3 to 4.5 s more CPU, most of it while the session
+  started: measured on the 2-core development machine). As the session ends,
+  it starts a detached process (``python -m zkcoord.migrate.spark_cds_maker``,
+  :meth:`ClassArchive.make_in_background`,
+  at a lower CPU priority) and the command ends without waiting for it. That
+  process starts a small local session of its own with the same JVM options
+  and ``-XX:ArchiveClassesAtExit=<key>.jsa.<pid>-<random>.tmp``, writes a
+  two-row report as a job does (the classes a job loads), stops the JVM,
+  which writes the archive as it exits, checks the file with a ``java
+  -Xshare:on`` run (which refuses an archive it cannot use) and only then
+  renames it into place (atomic), so no JVM ever maps a partial file. A
+  failed check leaves ``<key>.failed`` and later runs do without. While that
+  process works, ``<key>.saving`` (its pid) tells later sessions not to make
+  another one (they run without an archive until it is in place). What the
+  user waits for is the handover: starting that process, milliseconds.
+  :meth:`ClassArchive.finish` is the recording session's own end.
 * **later runs**: ``-XX:SharedArchiveFile=<key>.jsa``. The JVM validates the
   archive itself and quietly runs without it when it does not match
   (``-Xshare:auto``, its logging off); a session that fails to start with
@@ -36,11 +38,16 @@ cluster, spark-submit, or a JVM started by somebody else):
 
 Measured on the 2-core development machine (Java 17, Spark 4): session start
 3.3-4.0 s -> 1.6-2.1 s; the first job's JVM CPU about 1.5 s less.
+
+The session start without an archive also depends on the driver's class path
+order; :func:`zkcoord.migrate.spark_session.hot_jars_first` is that part.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import logging
 import os
 import secrets
@@ -61,7 +68,9 @@ _QUIET = "-Xlog:cds=off,cds+dynamic=off"  # the JVM's CDS warnings would go to t
 _KEEP = 3  # archives kept (other Spark or Java installs); the least recently used go first
 _STALE_TMP_S = 3600  # an unfinished archive this old belongs to a run that died
 _EXIT_WAIT_S = 120.0  # the archive is written while the JVM exits: 10-30 s on 2 cores
-_BACKGROUND_WAIT_S = 900.0  # the detached finisher's patience (the machine may be busy)
+_MAKER = "_ZKCOORD_CDS_MAKER"  # set in the background maker's environment: its session records the archive
+_MAKER_CONF = "_ZKCOORD_CDS_CONF"  # the Spark settings the archive is made for (JSON)
+
 
 
 def _cache_root() -> Path:
@@ -118,7 +127,9 @@ def archive_key(java_options: str) -> str | None:
 @dataclass
 class ClassArchive:
     """The archive of one session: ``mode`` ``use`` (map ``path``), ``create``
-    (the JVM writes ``tmp`` at exit) or ``off``."""
+    (none yet: this session runs without one, and a background process makes
+    it after the session, :meth:`make_in_background`), ``record`` (that
+    process's session: the JVM writes ``tmp`` at exit) or ``off``."""
 
     mode: str
     path: Path | None = None
@@ -127,7 +138,7 @@ class ClassArchive:
     def java_options(self) -> str:
         if self.mode == "use":
             return f"-XX:SharedArchiveFile={self.path} {_QUIET}"
-        if self.mode == "create":
+        if self.mode == "record":
             return f"-XX:ArchiveClassesAtExit={self.tmp} {_QUIET}"
         return ""
 
@@ -140,9 +151,9 @@ class ClassArchive:
         self.mode, self.tmp = "off", None
 
     def finish(self, context_class: Any) -> None:
-        """After the session stopped: in ``create`` mode, close the JVM, wait
+        """After the session stopped: in ``record`` mode, close the JVM, wait
         for it to write the archive, check it, put it in place. Never raises."""
-        if self.mode != "create" or self.tmp is None or self.path is None:
+        if self.mode != "record" or self.tmp is None or self.path is None:
             return
         try:
             closed = _close_jvm(context_class)
@@ -159,29 +170,22 @@ class ClassArchive:
         finally:
             self.tmp.unlink(missing_ok=True)
 
-    def finish_in_background(self, context_class: Any) -> int | None:
-        """:meth:`finish` without waiting: close the JVM (it writes the archive as it exits) and
-        start a detached process that waits for it, checks the archive and puts it in place (or
-        leaves the ``.failed`` marker). Its pid, or None when there was nothing to hand over.
+    def make_in_background(self, conf: dict[str, str]) -> int | None:
+        """In ``create`` mode, after this session: start the detached process that makes the
+        archive with a session of its own started with ``conf`` (the Spark settings the key was
+        made from: the same JVM options), and mark the archive as being saved. Its pid, or None.
         Never raises."""
-        if self.mode != "create" or self.tmp is None or self.path is None:
+        if self.mode != "create" or self.path is None:
             return None
         try:
-            closed = _close_jvm(context_class)
-            if closed is None:
-                self.tmp.unlink(missing_ok=True)
-                return None
-            proc, java, classpath = closed
-            saving = _saving_marker(self.path)
-            finisher = subprocess.Popen(
-                [sys.executable, "-m", __name__, "finish", str(proc.pid), str(self.tmp), str(self.path), java],
-                env={**os.environ, "ZKCOORD_CDS_CLASSPATH": classpath}, stdin=subprocess.DEVNULL,
+            maker = subprocess.Popen(
+                [sys.executable, "-m", "zkcoord.migrate.spark_cds_maker"],
+                env={**os.environ, _MAKER: "1", _MAKER_CONF: json.dumps(conf)}, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
-            saving.write_text(str(finisher.pid))
-            return finisher.pid
+            _saving_marker(self.path).write_text(str(maker.pid))
+            return maker.pid
         except Exception:
-            log.debug("the Spark class archive was not handed over", exc_info=True)
-            self.tmp.unlink(missing_ok=True)
+            log.debug("the Spark class archive's maker did not start", exc_info=True)
             return None
 
 
@@ -245,21 +249,6 @@ def _running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def finish_detached(pid: int, tmp: Path, path: Path, java: str, classpath: str) -> int:
-    """The detached finisher's work: wait for the JVM ``pid`` to exit (it writes ``tmp`` as it does),
-    then :func:`_keep_if_sound`. 0 when the archive was put in place."""
-    deadline = time.monotonic() + _BACKGROUND_WAIT_S
-    try:
-        while _running(pid):
-            if time.monotonic() > deadline:
-                return 1
-            time.sleep(0.2)
-        return 0 if _keep_if_sound(tmp, path, java, classpath, None) else 1
-    finally:
-        tmp.unlink(missing_ok=True)
-        _saving_marker(path).unlink(missing_ok=True)
-
-
 def _failed_marker(path: Path) -> Path:
     return path.with_suffix(".failed")
 
@@ -276,6 +265,8 @@ def _being_saved(path: Path) -> bool:
         pid = int(marker.read_text().strip() or 0)
     except (OSError, ValueError):
         return False
+    if pid == os.getpid():  # the maker itself (make_in_background)
+        return False
     if pid and _running(pid):
         return True
     marker.unlink(missing_ok=True)
@@ -285,7 +276,7 @@ def _being_saved(path: Path) -> bool:
 def class_archive(java_options: str) -> ClassArchive:
     """The archive for a local driver JVM started with ``java_options``; ``off``
     when turned off, unknown, not creatable, when creating it failed before, or
-    while a background process is saving it."""
+    while a background process is saving it; ``record`` in that process."""
     if os.environ.get(ENV, "auto").strip().lower() in ("off", "0", "no", "false"):
         return ClassArchive("off")
     try:
@@ -301,7 +292,9 @@ def class_archive(java_options: str) -> ClassArchive:
             return ClassArchive("off")
         root.mkdir(parents=True, exist_ok=True)
         _prune(root)
-        return ClassArchive("create", path, root / f"{key}.jsa.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        if os.environ.get(_MAKER) != "1":
+            return ClassArchive("create", path)
+        return ClassArchive("record", path, root / f"{key}.jsa.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     except OSError as exc:
         log.debug("no Spark class archive: %r", exc)
         return ClassArchive("off")
@@ -321,15 +314,14 @@ def _prune(root: Path) -> None:
         old.unlink(missing_ok=True)
 
 
-def main(argv: list[str]) -> int:
-    """``python -m zkcoord.migrate.spark_cds finish <jvm pid> <tmp> <path> <java>`` (the class path in
-    ``ZKCOORD_CDS_CLASSPATH``): what :meth:`ClassArchive.finish_in_background` starts."""
-    if len(argv) != 5 or argv[0] != "finish" or not argv[1].isdigit():
-        print("usage: python -m zkcoord.migrate.spark_cds finish <jvm pid> <tmp> <path> <java>", file=sys.stderr)
-        return 2
-    return finish_detached(int(argv[1]), Path(argv[2]), Path(argv[3]), argv[4], os.environ.get(
-        "ZKCOORD_CDS_CLASSPATH", ""))
+def release(path_root: Path | None = None) -> None:
+    """Remove the ``.saving`` markers naming this process (the maker's end)."""
+    for marker in (path_root or _cache_root()).glob("*.saving"):
+        with contextlib.suppress(OSError, ValueError):
+            if int(marker.read_text().strip() or 0) == os.getpid():
+                marker.unlink()
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def archived() -> bool:
+    """Whether an archive is in place in the cache."""
+    return any(_cache_root().glob("*.jsa"))
