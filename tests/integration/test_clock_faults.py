@@ -84,6 +84,14 @@ def _stable_with(run: GroupRun, count: int):
                     f"the group Stable with {count} members", 0.2)
 
 
+def _started_stable_at_the_jumping_daemon(run):
+    """Start the run; once node 1 (whose clock jumps) owns the group and it is
+    Stable with its three members, its stored state."""
+    run.start()
+    wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon whose clock jumps owns the group")
+    return _stable_with(run, 3)
+
+
 def test_wall_clock_jumps_of_the_owner_change_nothing(services, make_fleet, unique_name, tmp_path):
     clock = WallClock(tmp_path / "wall-clock-offset")
     group = placed_name(unique_name, "g", ([1, 2], 1))
@@ -91,9 +99,7 @@ def test_wall_clock_jumps_of_the_owner_change_nothing(services, make_fleet, uniq
     owner, other = fleet.start_many(1, 2)
     run = _run(fleet, services, unique_name, tmp_path, group, owner, other)
     try:
-        run.start()
-        wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon whose clock jumps owns the group")
-        before = _stable_with(run, 3)
+        before = _started_stable_at_the_jumping_daemon(run)
         session = fleet.zk.get("/zkcoord/nodes/1")[1].ephemeralOwner
         jumped = time.time()
         clock.jump(3600)  # a deadline taken from the wall clock would expire every member now
@@ -135,9 +141,7 @@ def dead_member_then_clock_back(services, make_fleet, unique_name, tmp_path, bre
     owner, other = fleet.start_many(1, 2)
     run = _run(fleet, services, unique_name, tmp_path, group, owner, other)
     try:
-        run.start()
-        wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon whose clock jumps owns the group")
-        before = _stable_with(run, 3)
+        before = _started_stable_at_the_jumping_daemon(run)
         killed = time.time()
         run.pool.kill(2)
         clock.jump(-7200)  # within c2's 10 s session time-out: its deadline was taken before the jump

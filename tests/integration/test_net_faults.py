@@ -134,6 +134,20 @@ def _session_of(fleet, node_id: int) -> int | None:
         return None
 
 
+def _start_owned_by_the_cut_daemon(run, **start) -> None:
+    """Start the run; return once the daemon in the namespace (node 1) owns its group."""
+    run.start(**start)
+    wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon in the namespace owns the group")
+
+
+def _cut_until_suspended(ns, cut, zk_port: int) -> None:
+    """Cut the daemon in ``ns`` from ZooKeeper; return once it logged its connection SUSPENDED."""
+    suspensions = cut.log(100_000).count("ZooKeeper session suspended")
+    ns.cut_to([zk_port])
+    wait_for(lambda: cut.log(100_000).count("ZooKeeper session suspended") > suspensions, LIVENESS_S,
+             "the cut daemon's connection SUSPENDED", 0.05)
+
+
 def zookeeper_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks=()):
     """The daemon owning the group cut from ZooKeeper until the other took the
     group and went on with it, then healed; the run's verdict, and the cut
@@ -147,8 +161,7 @@ def zookeeper_cut(services, namespaces, make_fleet, unique_name, tmp_path, break
     other = fleet.start(2)
     run = _run(fleet, services, unique_name, tmp_path, group, _coordinators(cut, other))
     try:
-        run.start()
-        wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon in the namespace owns the group")
+        _start_owned_by_the_cut_daemon(run)
         before = wait_for(run.stored, LIVENESS_S, "the group's stored state")
         session = _session_of(fleet, 1)
 
@@ -212,14 +225,10 @@ def test_a_cut_from_zookeeper_shorter_than_the_session_timeout_keeps_the_group(
     other = fleet.start(2)
     run = _run(fleet, services, unique_name, tmp_path, group, _coordinators(cut, other))
     try:
-        run.start()
-        wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon in the namespace owns the group")
+        _start_owned_by_the_cut_daemon(run)
         session = _session_of(fleet, 1)
-        suspensions = cut.log(100_000).count("ZooKeeper session suspended")
-        ns.cut_to([zk_port])
         # Healed as soon as the daemon noticed (a third of the session time-out before it would give up).
-        wait_for(lambda: cut.log(100_000).count("ZooKeeper session suspended") > suspensions, LIVENESS_S,
-                 "the cut daemon's connection SUSPENDED", 0.05)
+        _cut_until_suspended(ns, cut, zk_port)
         ns.heal()
         wait_for(lambda: "ZooKeeper session reconnected" in cut.log(100_000), LIVENESS_S,
                  "the cut daemon reconnected with its session", 0.1)
@@ -270,15 +279,11 @@ def zookeeper_cut_clock_back(services, namespaces, make_fleet, unique_name, tmp_
     other = fleet.start(2)
     run = _run(fleet, services, unique_name, tmp_path, group, _coordinators(cut, other))
     try:
-        run.start()
-        wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon in the namespace owns the group")
+        _start_owned_by_the_cut_daemon(run)
         session = _session_of(fleet, 1)
-        suspensions = cut.log(100_000).count("ZooKeeper session suspended")
 
         cut_at = time.time()
-        ns.cut_to([zk_port])
-        wait_for(lambda: cut.log(100_000).count("ZooKeeper session suspended") > suspensions, LIVENESS_S,
-                 "the cut daemon's connection SUSPENDED", 0.05)
+        _cut_until_suspended(ns, cut, zk_port)
         clock.jump(-7200)  # the suspension began on the clock before the jump
         wait_for(lambda: fleet.session_gone(1), LIVENESS_S, "ZooKeeper expired the cut daemon's session")
         wait_for(lambda: run.owner() == 2, LIVENESS_S, "the other daemon took the group")
@@ -339,8 +344,7 @@ def clients_cut(services, namespaces, make_fleet, unique_name, tmp_path, breaks=
     other = fleet.start(2)
     run = _run(fleet, services, unique_name, tmp_path, group, _coordinators(cut, other))
     try:
-        run.start()
-        wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon in the namespace owns the group")
+        _start_owned_by_the_cut_daemon(run)
         before = wait_for(run.stored, LIVENESS_S, "the group's stored state")
         session = _session_of(fleet, 1)
 
@@ -620,8 +624,7 @@ def test_a_deposed_owners_forward_to_kafka_can_land_after_the_new_owners_commits
     run = GroupRun(fleet, services.bootstrap_servers, group, topic, tmp_path / "events", partitions=PARTITIONS,
                    coordinators=_coordinators(cut, other), session_timeout_ms=MEMBER_SESSION_TIMEOUT_MS)
     try:
-        run.start(create_topic=False)
-        wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon in the namespace owns the group")
+        _start_owned_by_the_cut_daemon(run, create_topic=False)
         wait_for(lambda: (s := run.stored()) and s[1] == "Stable" and len(s[2]) == 3 and s, LIVENESS_S,
                  "the group Stable with its three members")
         run.wait_progress(5, "before the cut")  # the members commit through the owner: its forwards go on
