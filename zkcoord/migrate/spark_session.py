@@ -159,7 +159,7 @@ def _settings(master: str | None, submitted: bool, conf: Mapping[str, str], ship
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import zkcoord and its dependencies
         found.conf.update(LOCAL_CONF)
         found.java_options = f"-Dlog4j2.configurationFile={_log4j2_file()} {_LOCAL_JVM_OPTIONS}"
-        first = conf.get("spark.driver.extraClassPath", hot_jars_first())
+        first = conf["spark.driver.extraClassPath"] if "spark.driver.extraClassPath" in conf else hot_jars_first()
         if first:
             found.conf["spark.driver.extraClassPath"] = first
         if "spark.driver.extraJavaOptions" not in conf:  # the caller's own JVM options: no archive
