@@ -10,6 +10,8 @@ import pickle
 import click
 import pytest
 from click.testing import CliRunner
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KeeperState
 from kazoo.protocol.serialization import SASL, Auth
 from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Id, Permissions, make_digest_acl_credential
 
@@ -317,3 +319,27 @@ def test_run_job_tasks_get_the_login_read_on_the_driver(tmp_path):
     received = pickle.loads(pickle.dumps(spec))
     assert received.zk_security.kazoo_options()["sasl_options"]["password"] == SECRET
     assert SECRET not in repr(received)
+
+
+class _RefusedAtOnce(KazooClient):
+    """kazoo's own client, whose connection says CONNECTED and then, before
+    start() wakes, AUTH_FAILED: the order kazoo's SASL exchange gives when
+    ZooKeeper refuses a login at once (its connection thread runs the
+    exchange after reporting CONNECTED). No socket is opened."""
+
+    def start_async(self):
+        self._session_callback(KeeperState.CONNECTED)
+        self._session_callback(KeeperState.AUTH_FAILED)
+        return self._live
+
+
+def test_a_login_refused_before_start_wakes_is_a_refusal_not_a_time_out():
+    from kazoo.exceptions import AuthFailedError
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from zkcoord.zk.connection import start_short_lived
+
+    with pytest.raises(KazooTimeoutError):  # what kazoo's start() says on its own
+        _RefusedAtOnce(hosts="127.0.0.1:1").start(timeout=1)
+    with pytest.raises(AuthFailedError):
+        start_short_lived(_RefusedAtOnce(hosts="127.0.0.1:1"), 1)

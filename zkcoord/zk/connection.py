@@ -615,6 +615,28 @@ def login_refused(hosts: str, security: ZkSecurity | None, servers: int, elapsed
     return f"ZooKeeper at {hosts} refused the login ({what}): {why}"
 
 
+def start_short_lived(client: KazooClient, timeout_s: float) -> None:
+    """Start ``client``, a short-lived session of a tool or a test, within
+    ``timeout_s``: AuthFailedError if ZooKeeper refused its login. kazoo
+    reports CONNECTED before its SASL exchange, so a refusal answered at
+    once can come between its start() waking and its check of the state:
+    start() then says "Connection time-out" although nothing timed out. A
+    listener notes the refusal as it happens."""
+    refused = threading.Event()
+
+    def note(state: str) -> None:  # kazoo's connection thread: the state is already set
+        if state == KazooState.LOST and client.client_state == KeeperState.AUTH_FAILED:
+            refused.set()
+
+    client.add_listener(note)
+    try:
+        client.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        if refused.is_set():
+            raise AuthFailedError() from None
+        raise
+
+
 def wait_znode_gone(hosts: str, path: str, timeout_s: float = 60.0, security: ZkSecurity | None = None) -> bool:
     """Block, with a short-lived session of its own, until ``path`` does not
     exist in the ZooKeeper at ``hosts`` (an ephemeral registration of a
@@ -625,7 +647,7 @@ def wait_znode_gone(hosts: str, path: str, timeout_s: float = 60.0, security: Zk
     client = KazooClient(hosts=hosts, timeout=10, **(security.kazoo_options() if security is not None else {}))
     started = time.monotonic()
     try:
-        client.start(timeout=30)
+        start_short_lived(client, 30)
         deadline = time.monotonic() + timeout_s
         while client.exists(path):
             if time.monotonic() > deadline:
@@ -638,8 +660,8 @@ def wait_znode_gone(hosts: str, path: str, timeout_s: float = 60.0, security: Zk
         servers = len(parse_hosts(hosts)[0])
         raise AuthenticationError(login_refused(hosts, security, servers, time.monotonic() - started,
                                                 10_000)) from None
-    except (KazooException, OSError) as exc:
-        raise ServiceUnavailableError(f"cannot reach ZooKeeper at {hosts}: {exc}") from None
+    except (KazooException, KazooTimeoutError, OSError) as exc:
+        raise ServiceUnavailableError(f"cannot reach ZooKeeper at {hosts}: {type(exc).__name__} {exc}") from None
     finally:
         client.stop()
         client.close()
@@ -658,8 +680,10 @@ def end_session(hosts: str, session_id: int, password: bytes, timeout_s: float =
     expired = threading.Event()
     client.add_listener(lambda state: expired.set() if state == KazooState.LOST else None)
     try:
-        client.start(timeout=timeout_s)
+        start_short_lived(client, timeout_s)
         attached = not expired.is_set() and client.client_id is not None and client.client_id[0] == session_id
+    except AuthFailedError:
+        raise AuthenticationError(login_refused(hosts, security, len(parse_hosts(hosts)[0]), 0.0, 10_000)) from None
     except (KazooException, KazooTimeoutError, OSError) as exc:
         raise ServiceUnavailableError(f"cannot end ZooKeeper session 0x{session_id:x} at {hosts}: "
                                       f"{type(exc).__name__} {exc}") from None
