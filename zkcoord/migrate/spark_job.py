@@ -75,8 +75,8 @@ from zkcoord.errors import UsageError, ZkcoordError
 from zkcoord.kafka.offsets import check_bootstrap_servers
 from zkcoord.zk.legacy import LegacyOffsets
 from zkcoord.migrate.plan import Selection, select_groups
-from zkcoord.migrate.spark_report import CSV_OPTIONS, ReportPaths, check_report, discard, group_rows, plan_report, \
-    publish, report_schema, write_groups
+from zkcoord.migrate.spark_report import CSV_OPTIONS, GROUPS_COLUMNS, ReportPaths, ReportTargets, check_report, \
+    discard, group_rows, plan_report, publish, report_schema, write_csv_file, write_groups
 from zkcoord.migrate.status import MigrationStore
 from zkcoord.migrate.spark_master import runs_here
 from zkcoord.migrate.spark_session import LOCAL_CONF, Steps, first_line, report_written, spark_session
@@ -136,11 +136,11 @@ class JobConfig:
         self.task_spec()  # validates batch_groups and zk_reads
 
     def task_spec(self, progress_address: tuple[str, int] | None = None, token: str = "",
-                  absent: frozenset[str] = frozenset()) -> TaskSpec:
+                  absent: frozenset[str] = frozenset(), csv_dir: str | None = None) -> TaskSpec:
         return TaskSpec(self.zookeeper, self.bootstrap_servers, self.zk_root, self.mode, self.options,
                         self.allow_active_kafka_members, self.record_verify, self.timeout_ms, self.batch_groups,
                         self.apply_concurrency, self.zk_reads, bool(self.selection.groups), absent,
-                        progress_address, token, self.zk_security, self.kafka_security)
+                        progress_address, token, csv_dir, self.zk_security, self.kafka_security)
 
 
 @dataclass(frozen=True)
@@ -193,41 +193,38 @@ def run_job(config: JobConfig, spark: Any, on_progress: ProgressCallback | None 
     report = plan_report(config.report_dir, sc.master)
     check_report(sc, report, config.overwrite)
     groups, absent = asyncio.run(_list_groups(config))
+    groups = sorted(groups)  # contiguous slices in order: the tasks' rows, part after part, are the CSV's order
     slices = max(1, min(config.spark_partitions or sc.defaultParallelism, len(groups) or 1))
     summary = sc.accumulator(JobSummary(), SummaryParam())
     job_group = f"zkcoord-{config.mode}-{uuid.uuid4().hex[:8]}"
     here = runs_here(sc.master)
     server = _ProgressServer("127.0.0.1" if here else "0.0.0.0")
     address = ("127.0.0.1" if here else sc.getConf().get("spark.driver.host"), server.port)
-    spec = config.task_spec(address, server.token, absent)
+    csv_dir = report.staged[0].staging if report.staged else None  # a local report: the tasks write the CSV
+    spec = config.task_spec(address, server.token, absent, str(csv_dir) if csv_dir else None)
     poller = _Poller(sc, job_group, server, len(groups), on_progress, started)
     done = False
     try:
         server.start()
         poller.start()
         sc.setJobGroup(job_group, f"zkcoord migrate {config.mode} of {len(groups)} group(s)")
-        rows = sc.parallelize(groups, slices).mapPartitions(partial(run_partition, spec, summary))
+        if csv_dir is not None:
+            csv_dir.mkdir(parents=True, exist_ok=True)  # the merge finds it even when no task wrote a part
+        rows = sc.parallelize(groups, slices).mapPartitionsWithIndex(partial(run_partition, spec, summary))
         frame = spark.createDataFrame(rows, report_schema(), verifySchema=False)
         mode = "overwrite" if config.overwrite else "errorifexists"
         _translated(lambda: frame.write.mode(mode).parquet(report.parquet_uri))
         tasks_done = time.monotonic()
         found: JobSummary = summary.value
-        # the two CSV writes are one task each: side by side they use two cores instead of one after the other
-        with ThreadPoolExecutor(1, thread_name_prefix="zkcoord-groups-csv") as pool:
-            groups_csv = pool.submit(_write_groups, spark, found, report.groups_csv_uri, mode)
-            try:
-                written = spark.read.schema(report_schema()).parquet(report.parquet_uri)  # the schema known: no footer read
-                _translated(lambda: written.coalesce(1).sortWithinPartitions("group", "topic", "partition").write
-                            .mode(mode).options(**CSV_OPTIONS).csv(report.csv_uri))
-            finally:
-                csv_done = time.monotonic()
-                wait([groups_csv])
-            groups_csv.result()
-        groups_done = time.monotonic()
+        if csv_dir is not None:
+            _write_groups_here(report, found)
+        else:
+            _write_csvs(spark, report, found, mode)
+        csv_done = time.monotonic()
         publish(report, REPORT_COLUMNS, config.overwrite)
         report_written(spark)
-        log.debug("%s job: tasks + Parquet %.2f s, CSV %.2f s, then groups CSV %.2f s, merge %.2f s", config.mode,
-                  tasks_done - started, csv_done - tasks_done, groups_done - csv_done, time.monotonic() - groups_done)
+        log.debug("%s job: tasks + Parquet %.2f s, CSVs %.2f s, merge %.2f s", config.mode, tasks_done - started,
+                  csv_done - tasks_done, time.monotonic() - csv_done)
         done = True
     finally:
         poller.stop(final=done)
@@ -258,6 +255,31 @@ async def _list_groups(config: JobConfig) -> tuple[list[str], frozenset[str]]:
 
 def _write_groups(spark: Any, found: JobSummary, path: str, mode: str) -> None:
     _translated(lambda: write_groups(spark, group_rows(found.errors, found.notes), path, mode))
+
+
+def _write_groups_here(report: ReportTargets, found: JobSummary) -> None:
+    """A local report: groups.csv's one part written by the driver (the tasks wrote partitions.csv's)."""
+    try:
+        write_csv_file(report.staged[1].staging / "part-00000-zkcoord.csv", GROUPS_COLUMNS,
+                       group_rows(found.errors, found.notes))
+    except OSError as exc:
+        raise ZkcoordError(f"cannot write the report in {report.local_dir}: {exc.strerror or exc}; check its free "
+                           "space and permissions, then run the job again") from None
+
+
+def _write_csvs(spark: Any, report: ReportTargets, found: JobSummary, mode: str) -> None:
+    """A report the driver cannot reach whole (HDFS, S3, a remote cluster's disks): Spark writes both
+    CSVs, partitions.csv from the Parquet files just written, sorted. The two writes are one task each:
+    side by side they use two cores instead of one after the other."""
+    with ThreadPoolExecutor(1, thread_name_prefix="zkcoord-groups-csv") as pool:
+        groups_csv = pool.submit(_write_groups, spark, found, report.groups_csv_uri, mode)
+        try:
+            written = spark.read.schema(report_schema()).parquet(report.parquet_uri)  # the schema known: no footer read
+            _translated(lambda: written.coalesce(1).sortWithinPartitions("group", "topic", "partition").write
+                        .mode(mode).options(**CSV_OPTIONS).csv(report.csv_uri))
+        finally:
+            wait([groups_csv])
+        groups_csv.result()
 
 
 def _result(config: JobConfig, found: JobSummary, selected: int, report: ReportPaths, master: str, slices: int,

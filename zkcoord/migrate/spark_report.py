@@ -36,6 +36,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 import re
 import shutil
@@ -50,13 +51,18 @@ from urllib.request import url2pathname
 from zkcoord.errors import UsageError, ZkcoordError
 from zkcoord.migrate.spark_master import runs_here
 
-__all__ = ["FILE", "PART_FILES", "GROUPS_COLUMNS", "CSV_OPTIONS", "ReportPaths", "ReportTargets", "Staged",
-           "report_schema", "group_rows", "write_groups", "plan_report",
+__all__ = ["FILE", "PART_FILES", "REPORT_COLUMNS", "GROUPS_COLUMNS", "CSV_OPTIONS", "ReportPaths", "ReportTargets",
+           "Staged",
+           "CsvPart", "csv_text", "write_csv_file", "report_schema", "group_rows", "write_groups", "plan_report",
            "check_report", "publish", "discard", "merge_parts", "part_files"]
 
 FILE, PART_FILES = "file", "part-files"
+# partitions.parquet's and partitions.csv's columns (their meaning: zkcoord.migrate.spark_tasks)
+REPORT_COLUMNS = ("group", "topic", "partition", "legacy", "kafka", "log_start", "log_end", "decision", "target",
+                  "note", "status")
 GROUPS_COLUMNS = ("group", "kind", "message")
-# RFC 4180 quoting (what Python's csv reads), values kept as they are (legacy " 25\n" stays that)
+# RFC 4180 quoting (what Python's csv reads), values kept as they are (legacy " 25\n" stays that);
+# CsvPart writes the same bytes as Spark's writer with these options.
 CSV_OPTIONS = {"header": True, "escape": '"', "ignoreLeadingWhiteSpace": False, "ignoreTrailingWhiteSpace": False}
 _COPY_BYTES = 1 << 20
 # part-00003-<uuid>-c000.csv: task 3's first file (Spark numbers a task's files c000, c001, ... when it splits them)
@@ -223,13 +229,82 @@ def merge_parts(parts: Iterable[Path], target: Path, columns: Sequence[str]) -> 
         os.fsync(out.fileno())
 
 
+# ------------------------------------------------------------------ the tasks' own CSV parts
+def csv_text(value: object) -> str:
+    """One field as Spark's CSV writer (:data:`CSV_OPTIONS`) writes it: null empty, an empty string
+    ``""``, a string holding ``,`` ``"`` ``\\n`` or ``\\r`` quoted with its quotes doubled, the rest as it is.
+
+    >>> [csv_text(v) for v in (None, "", 7, " 25\\n", 'a"b', "x\\r", " 7")]
+    ['', '""', '7', '" 25\\n"', '"a""b"', '"x\\r"', ' 7']
+    """
+    if value is None:
+        return ""
+    text = str(value)
+    if text == "" or any(c in text for c in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+class CsvPart:
+    """One task's part of a local report's ``partitions.csv``, written by the task as it yields its
+    rows (the ``file`` layout only: the staging directory is on this machine), in the bytes Spark's
+    CSV writer would write (:func:`csv_text`), header line first, as ``part-<index>-zkcoord.csv``,
+    which :func:`part_files` orders by ``index``. The rows go to a hidden temporary file renamed to
+    that name by :meth:`close`, so a task Spark runs again replaces its earlier attempt's part
+    whole, and an attempt that failed leaves only a hidden file, removed with the staging directory.
+    """
+
+    def __init__(self, directory: str | Path, index: int, columns: Sequence[str]) -> None:
+        folder = Path(directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.final = folder / f"part-{index:05d}-zkcoord.csv"
+        self.temporary = folder / f".part-{index:05d}-{uuid.uuid4().hex[:12]}.tmp"
+        self._file = open(self.temporary, "x", encoding="utf-8", newline="")
+        self._file.write(",".join(columns) + "\n")
+        self._fast = csv.writer(self._file, lineterminator="\n").writerow  # Python's csv: minimal quoting
+
+    def write(self, rows: Iterable[Sequence]) -> None:
+        """Append ``rows``; the four free-text columns of a report row (0, 1, 3, 9: group, topic,
+        legacy value, note) are the only ones that can be empty or hold a carriage return, the two
+        things Python's csv writes differently from Spark's (unquoted): such a row is written field
+        by field."""
+        fast, out = self._fast, self._file
+        for row in rows:
+            group, topic, legacy, note = row[0], row[1], row[3], row[9]
+            if "" in (group, topic, legacy, note) or "\r" in f"{group}{topic}{legacy}{note}":
+                out.write(",".join(csv_text(v) for v in row) + "\n")
+            else:
+                fast(row)
+
+    def close(self) -> None:
+        """The part complete: flushed, closed, renamed to its name."""
+        self._file.close()
+        os.replace(self.temporary, self.final)
+
+    def abort(self) -> None:
+        """The attempt failed: its temporary file removed (never raises)."""
+        with contextlib.suppress(OSError):
+            self._file.close()
+        with contextlib.suppress(OSError):
+            self.temporary.unlink(missing_ok=True)
+
+
+def write_csv_file(path: str | Path, columns: Sequence[str], rows: Iterable[Sequence]) -> None:
+    """A small CSV (groups.csv's rows) written on the driver as one part file at ``path``, field by
+    field in Spark's bytes (:func:`csv_text`), header line first."""
+    folder = Path(path).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(path, "x", encoding="utf-8", newline="") as out:
+        out.write(",".join(columns) + "\n")
+        for row in rows:
+            out.write(",".join(csv_text(v) for v in row) + "\n")
+
+
 # ------------------------------------------------------------------ what Spark writes
 def report_schema():
     """The Spark schema of ``partitions.parquet`` (the columns of
-    :data:`zkcoord.migrate.spark_tasks.REPORT_COLUMNS`)."""
+    :data:`REPORT_COLUMNS`)."""
     from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
-
-    from zkcoord.migrate.spark_tasks import REPORT_COLUMNS
 
     types = {"partition": IntegerType(), "kafka": LongType(), "log_start": LongType(), "log_end": LongType(),
              "target": LongType()}

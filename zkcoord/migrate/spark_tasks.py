@@ -82,6 +82,7 @@ from zkcoord.errors import ServiceUnavailableError, UsageError, ZkcoordError
 from zkcoord.kafka.offsets import KafkaOffsets, LogRange, TopicPartition
 from zkcoord.migrate.apply import Adapters, ApplyOptions, ApplyResult, wall_clock_ms
 from zkcoord.migrate.apply_batch import apply_batch
+from zkcoord.migrate.spark_report import REPORT_COLUMNS, CsvPart  # the report's columns: its module's
 from zkcoord.zk.legacy import LegacyGroup, LegacyOffsets
 from zkcoord.migrate.plan import _plan_one  # the single-group path's facts -> plan step, shared on purpose
 from zkcoord.zk.bulk_reads import MultiReadLegacy, ReaderLegacy, Reads, SelectHandler, SingleReads, reader_for
@@ -99,8 +100,6 @@ __all__ = ["REPORT_COLUMNS", "MODES", "ZK_READS", "TaskSpec", "JobSummary", "Sum
 
 log = logging.getLogger(__name__)
 
-REPORT_COLUMNS = ("group", "topic", "partition", "legacy", "kafka", "log_start", "log_end", "decision", "target",
-                  "note", "status")
 MODES = ("plan", "verify", "apply")
 ZK_READS = ("auto", "multi", "single")
 _MIGRATED_PHASES = frozenset(p.value for p in MIGRATED)
@@ -142,6 +141,7 @@ class TaskSpec:
     absent: frozenset[str] = frozenset()
     progress_address: tuple[str, int] | None = None
     progress_token: str = ""
+    csv_dir: str | None = None  # a local report's partitions.csv staging directory: the task writes its part there
     zk_security: ZkSecurity | None = None  # the ZooKeeper login (its Password pickles; repr hides it)
     # The Kafka login, stores inline (zkcoord.kafka.login.portable): the TLS context is built on the executor.
     kafka_security: KafkaClientSecurity | None = None
@@ -490,12 +490,26 @@ async def _next_batch(run: _PartitionRun, batch: list[str], prefetched: asyncio.
     return rows, summary, len(batch)
 
 
-def run_partition(spec: TaskSpec, summary, groups: Iterable[str]) -> Iterator[tuple]:
-    """``mapPartitions`` entry: the report rows of ``groups``, batch by batch;
-    each batch's :class:`JobSummary` is added to the accumulator ``summary``."""
+def run_partition(spec: TaskSpec, summary, index: int, groups: Iterable[str]) -> Iterator[tuple]:
+    """``mapPartitionsWithIndex`` entry: the report rows of ``groups`` (Spark partition ``index``),
+    batch by batch; each batch's :class:`JobSummary` is added to the accumulator ``summary``. With
+    ``spec.csv_dir`` the rows also go to the task's part of ``partitions.csv`` there
+    (:class:`~zkcoord.migrate.spark_report.CsvPart`), complete when the last row is yielded."""
     chosen = list(groups)
     if not chosen:
         return
+    part = CsvPart(spec.csv_dir, index, REPORT_COLUMNS) if spec.csv_dir else None
+    try:
+        yield from _partition_rows(spec, summary, chosen, part)
+    except BaseException:
+        if part is not None:
+            part.abort()
+        raise
+    if part is not None:
+        part.close()
+
+
+def _partition_rows(spec: TaskSpec, summary, chosen: list[str], part: CsvPart | None) -> Iterator[tuple]:
     thresholds = gc.get_threshold()
     # A task allocates millions of short-lived, acyclic objects (rows, facts, decoded answers) that
     # reference counting frees; CPython's default gen-0 threshold (700) still ran ~1,000 collections per
@@ -516,6 +530,8 @@ def run_partition(spec: TaskSpec, summary, groups: Iterable[str]) -> Iterator[tu
                 rows, found, count = loop.run_until_complete(_next_batch(run, batch, current))
                 summary.add(found)
                 progress.report(count, found.partitions)
+                if part is not None:
+                    part.write(rows)
                 yield from rows
         finally:
             _cancel_pending(loop)
