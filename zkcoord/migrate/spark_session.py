@@ -172,14 +172,27 @@ def _settings(master: str | None, submitted: bool, conf: Mapping[str, str], ship
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         found.conf.update(HERE_CONF)
         found.conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={_log4j2_file()}"
+        _driver_hot_jars(found, conf)
         ours = "spark.pyspark.python" not in conf and "PYSPARK_PYTHON" not in os.environ
         if ours:  # the executors run this interpreter, where zkcoord is installed
             found.conf.update({"spark.pyspark.python": sys.executable, "spark.python.daemon.module": DAEMON_MODULE})
         found.ship = (not ours) if ship_package is None else ship_package
     else:
+        _driver_hot_jars(found, conf)  # client mode: the driver runs here, on this pyspark's jars
         found.ship = True if ship_package is None else ship_package
     found.conf.update(conf)
     return found
+
+
+def _driver_hot_jars(found: _Settings, conf: Mapping[str, str]) -> None:
+    """A cluster's driver, which zkcoord starts here in client mode on the installed pyspark's
+    jars, looks its classes up in the hot jars first, as the local driver does (``hot_jars_first``),
+    unless the caller gave a driver class path of their own. The executors' class path is the
+    cluster's, untouched."""
+    if "spark.driver.extraClassPath" not in conf:
+        first = hot_jars_first()
+        if first:
+            found.conf["spark.driver.extraClassPath"] = first
 
 
 @contextlib.contextmanager
@@ -292,20 +305,17 @@ def _create(builder: Any, local: bool) -> Any:
 
 
 def _exercise_report(spark: Any, workdir: Path) -> None:
-    """A two-row report written as a job writes one (Python rows -> Parquet -> sorted CSV, and a groups
-    CSV), into ``workdir``: before a first session's JVM saves its class archive, so the archive holds
-    the classes a job needs even when that session ran none (or failed early). Never raises."""
-    from zkcoord.migrate.spark_report import CSV_OPTIONS, report_schema, write_groups  # the job's own writes
+    """A two-row report's Parquet written as a local job writes it (Python rows -> Parquet; a local
+    job's CSVs are written by Python, not the JVM), into ``workdir``: before a first session's JVM
+    saves its class archive, so the archive holds the classes a job needs even when that session ran
+    none (or failed early). Never raises."""
+    from zkcoord.migrate.spark_report import report_schema  # the job's own schema
 
     try:
         rows = [("g", "t", p, "1", None, 0, 2, "copy", 1, "", "write") for p in (1, 0)]
         base = (workdir / "warm-up").resolve().as_uri()
         frame = spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), report_schema(), verifySchema=False)
         frame.write.parquet(f"{base}/partitions.parquet")
-        (spark.read.schema(report_schema()).parquet(f"{base}/partitions.parquet").coalesce(1)
-         .sortWithinPartitions("group", "topic", "partition").write.options(**CSV_OPTIONS)
-         .csv(f"{base}/partitions.csv"))
-        write_groups(spark, [("g", "note", "n")], f"{base}/groups.csv", "errorifexists")
     except Exception:
         log.debug("the report exercise before saving the class archive failed", exc_info=True)
 
