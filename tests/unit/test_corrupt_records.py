@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from test_group_support import GROUP_ID, Harness, stable_harness
 
 from zkcoord.core.group import GroupConfig, from_record, load_group, to_record
@@ -39,6 +41,19 @@ def test_offsets_that_are_read(raw, expected):
 def test_values_that_are_not_offsets_say_why(raw, reason):
     assert read_legacy_value(raw) == Unparsable(reason)
     assert parse_legacy_offset(raw if raw is None else raw.decode("utf-8", "replace")) is None
+
+
+@given(st.one_of(st.integers(-2**66, 2**66).map(str), st.integers(0, 10**20).map(lambda n: f"{n:020d}"),
+                 st.text(alphabet="0123456789", max_size=25), st.text(alphabet="0123456789-+ \n\t٣²a", max_size=25),
+                 st.text(max_size=25)))
+def test_text_reads_as_its_bytes_do(text):
+    """A value as text (what the adapters pass, where plain digits take a short path) reads as the same
+    value as bytes (always the whole path), the int or that it is not one."""
+    found, expected = read_legacy_value(text), read_legacy_value(text.encode())
+    if isinstance(expected, int):
+        assert found == expected
+    else:
+        assert isinstance(found, Unparsable)
 
 
 @pytest.mark.parametrize("name, expected", [

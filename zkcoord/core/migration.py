@@ -342,17 +342,20 @@ def plan_group(group: str, facts: Iterable[PartitionFacts], options: Options = O
     ([(0, 'copy'), (1, 'unparsable')], 1, 1)
     """
     rows = []
+    add = rows.append
     for item in facts:
         if item.group != group:
             raise UsageError(f"facts of group {item.group!r} given to the plan of group {group!r}")
-        rows.append(PlanRow(item, decide(item, options)))
-    rows.sort(key=lambda r: (r.facts.topic, r.facts.partition))
-    seen = set()
-    for row in rows:
-        key = (row.facts.topic, row.facts.partition)
-        if key in seen:
-            raise UsageError(f"group {group!r} {key[0]}-{key[1]} is given twice")
-        seen.add(key)
+        add(PlanRow(item, decide(item, options)))
+    keys = [(row.facts.topic, row.facts.partition) for row in rows]
+    rows = [row for _, _, row in sorted(zip(keys, range(len(rows)), rows))]  # by topic, partition; stable
+    if len(set(keys)) != len(keys):
+        seen = set()
+        for row in rows:
+            key = (row.facts.topic, row.facts.partition)
+            if key in seen:
+                raise UsageError(f"group {group!r} {key[0]}-{key[1]} is given twice")
+            seen.add(key)
     notes = list(activity.warnings())
     only = () if isinstance(kafka_only, int) else tuple(sorted((t, p, o) for (t, p), o in kafka_only.items()))
     count = kafka_only if isinstance(kafka_only, int) else len(only)
