@@ -37,12 +37,16 @@ also merges the local ones).
 
 Rules:
 
-1. The tasks run once: the Parquet write is the only action over them; the
-   CSV is written from the Parquet files (then merged into one file on the
-   driver, for a local report), and the totals come from an accumulator
-   filled by those same tasks. A task Spark retries after a
-   failure applies again from where the groups are (apply is resumable);
-   apply refuses speculative execution, which would run a task twice at once.
+1. The tasks run once: the Parquet write is the only action over them, and
+   the totals come from an accumulator filled by those same tasks. For a
+   local report (the ``file`` layout) the tasks also write
+   ``partitions.csv``'s parts as they yield the rows (the groups are sorted
+   and sliced in order, so the parts in task order are the CSV's order) and
+   the driver writes ``groups.csv``; elsewhere Spark writes both, the first
+   from the Parquet files, sorted. A task Spark retries after a failure
+   applies again from where the groups are (apply is resumable) and replaces
+   its CSV part whole; apply refuses speculative execution, which would run
+   a task twice at once.
 2. An existing report is never overwritten without ``overwrite``; this is
    checked before any task runs.
 3. A task's ZkcoordError comes back as the same error class and message;
