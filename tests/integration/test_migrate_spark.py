@@ -34,6 +34,7 @@ from zkcoord.migrate.apply import Adapters
 from zkcoord.zk.legacy import LegacyOffsets
 from zkcoord.migrate.plan import Selection, gather_plan
 from zkcoord.migrate.spark_job import JobConfig, run_job, spark_session
+from zkcoord.migrate.spark_report import CSV_OPTIONS, CsvPart, part_files, report_schema
 from zkcoord.migrate.spark_tasks import REPORT_COLUMNS
 from zkcoord.migrate.verify import verify_group
 
@@ -399,3 +400,21 @@ def test_a_pattern_that_matches_nothing_writes_an_empty_report(zk, zk_hosts, ser
     assert spark.read.parquet(result.report.parquet).count() == 0
     assert csv_rows(result.report.csv) == [] and groups_csv_rows(result.report.groups_csv) == []
     assert_report_files(tmp_path / "r", result)
+
+
+def test_the_tasks_write_the_csv_bytes_sparks_writer_writes(spark, tmp_path):
+    """A local report's partitions.csv comes from the tasks (spark_report.CsvPart), not from Spark's CSV
+    writer, which writes it elsewhere: the same rows give the same bytes, whatever a legacy value or a
+    note holds (the values Python's csv module would write otherwise among them: "" and a carriage return)."""
+    texts = [None, "", " 25\n", 'a"b', "a,b", "x\r", "x\r\ny", " 7", "7 ", "\t8", "é€😀", "a\\b", "#c", '"', "null",
+             "\x00z", "\u2028", "  ", 'a\nb"c']
+    rows = [(f"g{i:02d}", "t" if i % 2 else text, i, text, None if i % 3 else 2**63 - 1, 0, 100, "copy", i, text, "write")
+            for i, text in enumerate(texts)]
+    rows.append(('g,"x', None, None, None, None, None, None, None, None, "the group could not be read", "error"))
+    frame = spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), report_schema(), verifySchema=False)
+    frame.coalesce(1).write.options(**CSV_OPTIONS).csv(str(tmp_path / "spark"))
+    ours = CsvPart(tmp_path / "tasks", 0, REPORT_COLUMNS)
+    ours.write(rows)
+    ours.close()
+    [sparks] = part_files(tmp_path / "spark")
+    assert ours.final.read_bytes() == sparks.read_bytes()

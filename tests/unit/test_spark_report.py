@@ -16,7 +16,10 @@ from zkcoord.errors import UsageError, ZkcoordError
 from zkcoord.migrate.spark_report import (
     FILE,
     PART_FILES,
+    REPORT_COLUMNS,
+    CsvPart,
     ReportPaths,
+    csv_text,
     check_report,
     discard,
     merge_parts,
@@ -223,3 +226,53 @@ def test_discard_removes_what_a_failed_job_staged(tmp_path):
     discard(report)
     discard(report)
     assert os.listdir(tmp_path / "r") == []
+
+
+# -- the tasks' own CSV parts (the bytes Spark writes: tests/integration/test_migrate_spark.py compares them) --
+# Each value as Spark's CSV writer wrote it with CSV_OPTIONS (pyspark 4.3): empty strings and carriage returns
+# are quoted, where Python's csv module would not quote them.
+SPARK_FIELDS = [(None, ""), ("", '""'), (7, "7"), (-5, "-5"), (2**63 - 1, "9223372036854775807"),
+                (" 25\n", '" 25\n"'), ('a"b', '"a""b"'), ("a,b", '"a,b"'), ("x\r", '"x\r"'), (" 7", " 7"),
+                ("\t8", "\t8"), ("é€😀", "é€😀"), ("a\\b", "a\\b"), ("#c", "#c"), ("'q'", "'q'"), ('"', '""""'),
+                ("null", "null"), ("a;b", "a;b"), ("\u2028", "\u2028"), ("  ", "  "), ('a\nb"c', '"a\nb""c"')]
+
+
+@pytest.mark.parametrize("value, written", SPARK_FIELDS)
+def test_a_field_is_written_as_spark_writes_it(value, written):
+    assert csv_text(value) == written
+
+
+def report_row(group: str, text) -> tuple:
+    return (group, text, 3, text, None, 0, 100, "copy", 42, text, "write")
+
+
+def test_a_part_writes_every_row_as_spark_would_whichever_path_it_takes(tmp_path):
+    rows = [report_row(f"g{i}", value) for i, (value, _) in enumerate(SPARK_FIELDS)]
+    rows.append(("g,\"x", None, None, None, None, None, None, None, None, "unreadable", "error"))
+    written = CsvPart(tmp_path / "parts", 3, REPORT_COLUMNS)
+    written.write(rows[:5])
+    written.write(rows[5:])
+    assert list((tmp_path / "parts").iterdir()) == [written.temporary]  # hidden until complete
+    assert written.temporary.name.startswith(".")
+    written.close()
+    assert part_files(tmp_path / "parts") == [tmp_path / "parts" / "part-00003-zkcoord.csv"]
+    expected = ",".join(REPORT_COLUMNS) + "\n" + "".join(",".join(csv_text(v) for v in row) + "\n" for row in rows)
+    assert written.final.read_bytes().decode() == expected
+
+
+def test_parts_of_tasks_are_merged_in_task_order_and_a_failed_attempt_leaves_no_part(tmp_path):
+    folder = tmp_path / "parts"
+    for index in (10, 2):
+        written = CsvPart(folder, index, REPORT_COLUMNS)
+        written.write([report_row(f"g{index}", "t")])
+        written.close()
+    failed = CsvPart(folder, 4, REPORT_COLUMNS)
+    failed.write([report_row("g4", "t")])
+    failed.abort()
+    again = CsvPart(folder, 2, REPORT_COLUMNS)  # the same task run again replaces its part whole
+    again.write([report_row("g2", "u")])
+    again.close()
+    merge_parts(part_files(folder), tmp_path / "out.csv", REPORT_COLUMNS)
+    assert (tmp_path / "out.csv").read_text().splitlines()[1:] == ["g2,u,3,u,,0,100,copy,42,u,write",
+                                                                   "g10,t,3,t,,0,100,copy,42,t,write"]
+    assert sorted(p.name for p in folder.iterdir()) == ["part-00002-zkcoord.csv", "part-00010-zkcoord.csv"]
