@@ -1,11 +1,14 @@
 """What one Spark task of the migration job does with its share of the groups.
 
 This module owns the executor side of :mod:`zkcoord.migrate.spark_job`: the
-report's row layout (:data:`REPORT_COLUMNS`) and statuses, the task entry
-point :func:`run_partition` given to ``mapPartitions``, the summary each task
-adds to the job's accumulator (:class:`JobSummary`) and the progress lines a
-task sends to the driver (:class:`ProgressReporter`). Its ZooKeeper reads
-are in :mod:`zkcoord.zk.bulk_reads`.
+report rows' values and statuses (their columns, :data:`REPORT_COLUMNS`, are
+:mod:`zkcoord.migrate.spark_report`'s), the task entry point
+:func:`run_partition` given to ``mapPartitionsWithIndex``, the summary each
+task adds to the job's accumulator (:class:`JobSummary`) and the progress
+lines a task sends to the driver (:class:`ProgressReporter`). Its ZooKeeper
+reads are in :mod:`zkcoord.zk.bulk_reads`. For a local report a task also
+writes its rows' part of ``partitions.csv``
+(:class:`~zkcoord.migrate.spark_report.CsvPart`) as it yields them.
 
 A task opens ONE :class:`~zkcoord.zk.connection.ZkConnection` and ONE
 :class:`~zkcoord.kafka.offsets.KafkaOffsets` for all its groups, runs one
@@ -494,7 +497,7 @@ def run_partition(spec: TaskSpec, summary, index: int, groups: Iterable[str]) ->
     """``mapPartitionsWithIndex`` entry: the report rows of ``groups`` (Spark partition ``index``),
     batch by batch; each batch's :class:`JobSummary` is added to the accumulator ``summary``. With
     ``spec.csv_dir`` the rows also go to the task's part of ``partitions.csv`` there
-    (:class:`~zkcoord.migrate.spark_report.CsvPart`), complete when the last row is yielded."""
+    (:class:`~zkcoord.migrate.spark_report.CsvPart`), renamed into place once Spark has taken the last row."""
     chosen = list(groups)
     if not chosen:
         return
