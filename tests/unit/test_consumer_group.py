@@ -16,7 +16,9 @@ from zkcoord.core.consumer.config import ConsumerGroupConfig
 from zkcoord.core.consumer.kind import CONSUMER
 from zkcoord.core.consumer.messages import CONSUMER_HEARTBEAT, ConsumerHeartbeatRequest, rebalance_key, session_key
 from zkcoord.core.consumer.model import ConsumerGroup, GroupState, MemberState
-from zkcoord.core.consumer.record import from_records, record_problem
+from zkcoord.core.consumer.record import (
+    from_records, record_problem, target_problem, to_group_record, to_member_record, to_target_record,
+)
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.membership import GroupConfig
 from zkcoord.core.messages import Cancel, Schedule
@@ -274,17 +276,81 @@ def test_records_round_trip_and_a_cut_target_write_is_found():
     s.join("b")
     writes = CONSUMER.writes(groups.new_group("g"), s.group)
     assert writes[0] == ("members", {}, False)  # the members' directory first
-    state = {k: r for k, r, _ in writes}[""]
+    assert [(k, existed) for k, _, existed in writes[-2:]] == [("target", False), ("", False)]  # created, state last
+    records = {k: r for k, r, _ in writes}
+    state, target = records[""], records["target"]
     members = [r for k, r, existed in writes if k.startswith("members/") and not existed]
-    assert record_problem({**state, "members": members}) is None
-    loaded, cut = from_records("g", {**state, "members": members})
+    assert state["v"] == 3 and not any("tg" in m or "te" in m for m in members)  # the target is apart
+    stored = {**state, "members": members, "target": target}
+    assert record_problem(stored) is None
+    loaded, cut = from_records("g", stored)
     assert not cut and loaded.members == s.group.members and loaded.targets == s.group.targets
     assert (loaded.group_epoch, loaded.assignment_epoch, loaded.state) == (3, 3, s.group.state)
-    loaded, cut = from_records("g", {**state, "ae": 2, "members": members})
+    assert not loaded.targets_in_members
+    loaded, cut = from_records("g", {**stored, "ae": 2})  # the target record written, the group record not
     assert cut
-    outcome = CONSUMER.load(CONSUMER.from_record("g", {**state, "ae": 2, "members": members}), s.now, CONFIG)
+    outcome = CONSUMER.load(CONSUMER.from_record("g", {**stored, "ae": 2}), s.now, CONFIG)
     assert outcome.persist and outcome.group.group_epoch == 4
     assert {op.key for op in outcome.timers} >= {session_key("a"), session_key("b")}
+    _, cut = from_records("g", {**state, "members": members})  # version 3 without its target record
+    assert cut
+
+
+def test_a_version_1_record_is_read_and_written_again_as_version_3():
+    """An earlier zkcoord kept each member's target in its member record
+    (``tg``, ``te``): such a group loads with the same targets, and its load
+    writes every member record without them and creates the target record."""
+    s = Scene()
+    s.join("a")
+    s.join("b")
+    state = {**to_group_record(s.group), "v": 1}
+    members = [to_member_record(m, s.group.target(mid), s.group.assignment_epoch)
+               for mid, m in s.group.members.items()]
+    assert all("te" in m for m in members) and any("tg" in m for m in members)
+    assert record_problem({**state, "members": members}) is None
+    stored = CONSUMER.from_record("g", {**state, "members": members})
+    assert stored.targets == s.group.targets and stored.members == s.group.members and stored.targets_in_members
+    outcome = CONSUMER.load(stored, s.now, CONFIG)
+    assert outcome.persist and outcome.group.group_epoch == s.group.group_epoch  # no epoch moves
+    writes = CONSUMER.writes(stored, outcome.group)
+    assert [(k, existed) for k, _, existed in writes] == [("members/a", True), ("members/b", True),
+                                                          ("target", False), ("", True)]
+    records = {k: r for k, r, _ in writes}
+    assert not any("tg" in records[k] or "te" in records[k] for k in ("members/a", "members/b"))
+    assert records[""]["v"] == 3
+    again, cut = from_records("g", {**records[""], "members": [records["members/a"], records["members/b"]],
+                                    "target": records["target"]})
+    assert not cut and again.targets == s.group.targets and not again.targets_in_members
+    s.beat("a", 3, owned=owned(s.member("a")))  # the next write after that one: a set of the target, if any
+    assert ("target", False) not in [(k, e) for k, _, e in CONSUMER.writes(outcome.group, s.group)]
+    assert record_problem({**state, "members": members, "target": records["target"]}) is not None
+
+
+def test_the_target_record_keeps_each_members_partitions_in_order_and_says_what_is_wrong():
+    from zkcoord.core.consumer.model import target_of
+
+    group = s_group_with_targets({"a": {"T1": (5, 0, 1, 2, 3, 9)}, "b": {"T2": (7,), "T1": (4, 6)}, "c": {}})
+    rec = to_target_record(group)
+    assert rec["n"] == 2 and rec["ae"] == group.assignment_epoch and target_problem(rec) is None
+    assert {m: dict(t) for m, t in from_records("g", {**to_group_record(group), "members": [],
+                                                       "target": rec})[0].targets.items()} == {}  # no such members
+    from zkcoord.core.consumer.record import _targets_from
+    assert _targets_from(rec) == {"a": target_of({"T1": (5, 0, 1, 2, 3, 9)}),
+                                  "b": target_of({"T2": (7,), "T1": (4, 6)})}
+    assert list(_targets_from(rec)["b"]) == ["T2", "T1"]  # topics in their order too
+    assert "not an object" in target_problem([])
+    assert "version" in target_problem({**rec, "v": 9})
+    assert "holds 2" in target_problem({**rec, "n": 3})
+    assert "'ae'" in target_problem({**rec, "ae": "1"})
+
+
+def s_group_with_targets(targets):
+    from zkcoord.core.consumer.model import new_consumer_group, target_of
+
+    group = new_consumer_group("g")
+    for member_id, target in targets.items():
+        group = group.with_target(member_id, target_of(target))
+    return group
 
 
 def test_only_changed_members_are_written():
