@@ -374,3 +374,25 @@ def test_a_regex_subscription_is_resolved_after_the_heartbeat_that_sends_it(rege
     assert set(s.group.resolved_regexes[regex].topics) == {"t"} and s.group.group_epoch == 2
     answer, _ = s.beat("a", 1, owned=())
     assert partitions(answer.assignment) == {T: [0, 1, 2, 3]}
+
+
+def test_a_heartbeat_of_a_large_group_whose_target_is_due_is_decided_off_the_loop():
+    """consumer_apis: a group of OFF_LOOP_RECORDS_MEMBERS members or more has its
+    heartbeats decided in a worker thread (the assignor may run over every
+    member and partition), except a settled group's steady heartbeats, which
+    keep the fast path on the event loop."""
+    from zkcoord.core.consumer.model import ConsumerMember, new_consumer_group
+    from zkcoord.server.consumer_apis import _large, _target_due
+    from zkcoord.server.group_runtime import OFF_LOOP_RECORDS_MEMBERS
+
+    def group_of(members: int, group_epoch: int):
+        group = new_consumer_group("g")
+        for m in range(members):
+            group = group.with_member(ConsumerMember(f"m{m}", member_epoch=1, previous_member_epoch=0,
+                                                     rebalance_timeout_ms=30_000, client_id="c", client_host="/h"))
+        return replace(group, group_epoch=group_epoch)
+
+    small, large = OFF_LOOP_RECORDS_MEMBERS - 1, OFF_LOOP_RECORDS_MEMBERS
+    assert [_large(group_of(n, 1)) for n in (small, large)] == [False, True]
+    assert [_target_due(group_of(large, e)) for e in (1, 2)] == [False, True]  # settled; a join moved the epoch
+    assert not _target_due(group_of(small, 2)) and not _large(groups.new_group("classic"))
