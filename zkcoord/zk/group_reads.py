@@ -224,7 +224,7 @@ async def _with_members(conn: ZkConnection, group: str, record: dict) -> tuple[d
     """A consumer group's record with its member records (as the daemon loads it), or what is wrong with them."""
     try:
         members = await read_member_records(conn, group)
-        target = await read_target_record(conn, group) if record.get("v", 1) >= 2 else None
+        target = await read_target_record(conn, group)
     except StateError as exc:
         return None, str(exc)
     loaded = dict(record, **{MEMBERS_KEY: members})

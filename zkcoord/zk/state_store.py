@@ -214,7 +214,7 @@ class GroupStateStore:
                      header["mc"], header["mz"]["b"], header["mz"]["n"], (time.perf_counter() - started) * 1e3)
         if record is not None and record.get("t") == "consumer":  # its members and target are znodes of their own
             record["members"] = await read_member_records(self._conn, group)
-            target = await read_target_record(self._conn, group) if record.get("v", 1) >= 2 else None
+            target = await read_target_record(self._conn, group)
             if target is not None:
                 record[TARGET_KEY] = target
             problem = record_problem(record)

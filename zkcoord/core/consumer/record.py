@@ -283,7 +283,7 @@ def from_records(group_id: str, record: Mapping[str, Any]) -> tuple[ConsumerGrou
             target = targets.get(member.member_id, EMPTY_TARGET)
         group = group.with_member(member).with_target(member.member_id, target)
         cut |= target_epoch > group.assignment_epoch
-    if apart is not None:
+    if apart is not None:  # with a version 1 record: a rewrite cut after the member records, all rewritten
         cut |= apart["ae"] > group.assignment_epoch
     elif record["v"] == 1:
         group = replace(group, targets_in_members=True)
@@ -389,9 +389,7 @@ def record_problem(record: object) -> str | None:
         if rec["id"] in seen:
             return f"member {rec['id']!r} appears twice"
         seen.add(rec["id"])
-    if TARGET_KEY in record:
-        if record["v"] == 1:
-            return "a version 1 record with a target record beside it (version 1 keeps targets in member records)"
+    if TARGET_KEY in record:  # beside a version 1 record: its rewrite as version 3 was cut before the group record
         return target_problem(record[TARGET_KEY])
     return None
 
