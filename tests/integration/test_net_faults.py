@@ -585,25 +585,16 @@ def kafka_rewinds(commits: list[tuple[str, int, int]]) -> list[str]:
     return found
 
 
-@broken_fences
-@pytest.mark.xfail(reason="a deposed owner's try in flight to Kafka is not fenced (a gap: docs/testing.md, Broken "
-                          "fences)", strict=True)
-def test_a_deposed_owners_forward_to_kafka_can_land_after_the_new_owners_commits(
-        services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk):
+def deposed_forward_cut(services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk, breaks=()):
     """Issue 29, ``broker-kill-9`` in ``dual`` storage: what stands between a
     deposed owner and Kafka. The owner of a ``dual`` group is cut from
-    ZooKeeper and from the broker at once: the commits it took in before it
-    noticed wait in its forward to Kafka (retried for up to the forwarder's
-    10 s), it gives its session up, the other daemon takes the group and the
-    members commit there; then the cut is healed. The forward asks before
-    each try whether this daemon still holds the group's contender
-    (``zkcoord/server/dual_commit.py``), so no try starts after the daemon
-    gave its session up; but a try sent before it knew (its bytes held up by
-    the cut) still reaches the broker when the cut heals, here 11 s later,
-    after the new owner's commits: a gap, not a broken fence. The test fails while it is open (a strict xfail, opt-in with the
-    broken-fence demonstrations): the ZooKeeper side is fenced, so the
-    checker's verdicts hold, but Kafka's ``__consumer_offsets`` shows the
-    deposed owner's commit stored after the new owner's, lower."""
+    ZooKeeper and from the broker at once: a commit it took in before it
+    noticed waits in its forward to Kafka (one try, its bytes held up by the
+    cut in the kernel's send queue), it gives its session up, the other
+    daemon takes the group and the members commit there; then the cut is
+    healed, here about 11 s later. Returns the run's verdict, the group's
+    commits as Kafka stored them (``kafka_commit_log``), and the cut daemon's
+    log. ``breaks``: its forwarder broken (tests.support.broken_fence)."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
     from tests.faults.test_fault_run import PARTITIONS, make_dual
@@ -618,7 +609,8 @@ def test_a_deposed_owners_forward_to_kafka_can_land_after_the_new_owners_commits
     finally:
         admin.close()
     make_dual(zk_hosts, zk, services.bootstrap_servers, group, topic, tmp_path)
-    fleet = make_fleet(wrappers={1: ns.wrap})
+    wrap = (lambda argv: ns.wrap(broken_fence.wrap(*breaks)(argv))) if breaks else ns.wrap
+    fleet = make_fleet(wrappers={1: wrap})
     cut = fleet.start(1, listen=ns.listen())
     other = fleet.start(2)
     run = GroupRun(fleet, services.bootstrap_servers, group, topic, tmp_path / "events", partitions=PARTITIONS,
@@ -647,9 +639,39 @@ def test_a_deposed_owners_forward_to_kafka_can_land_after_the_new_owners_commits
         run.close()
     print(verdict)
     stored = kafka_commit_log(services.bootstrap_servers, group)
-    rewinds = kafka_rewinds(stored)
-    print(f"{len(stored)} commits stored in Kafka; below an earlier one: {len(rewinds)}: {rewinds[:5]}")
     log = cut.log(100_000)
-    print("\n".join(line for line in log.splitlines() if "Kafka stored the commit" in line)[:2000])
+    print(f"{len(stored)} commits stored in Kafka; below an earlier one: {kafka_rewinds(stored)[:5]}")
+    print("\n".join(line for line in log.splitlines() if "Kafka connections were aborted" in line
+                    or "Kafka stored the commit" in line)[:2000])
+    return verdict, stored, log
+
+
+def test_a_deposed_owners_forward_to_kafka_is_aborted_and_never_lands_after_the_new_owners_commits(
+        services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk):
+    """The gap this scenario showed is closed: when the cut daemon gives its
+    session up, its commit in flight to Kafka is aborted (the forwarder's
+    connections reset, the kernel's queue dropped: ``zkcoord/kafka/forwarder.py``
+    rule 5), so nothing of it reaches the broker when the cut heals. Kafka's
+    ``__consumer_offsets`` then never goes back on a partition. The daemon's
+    log must show the abort (else no forward was in flight at the give-up and
+    the run proved nothing)."""
+    verdict, stored, log = deposed_forward_cut(services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk)
     assert verdict.violations == []
+    assert "Kafka connections were aborted" in log, "no forward was in flight when the cut daemon gave its session up"
+    rewinds = kafka_rewinds(stored)
     assert rewinds == [], f"{len(rewinds)} commit(s) of the deposed owner stored in Kafka after the new owner's"
+
+
+@broken_fences
+@pytest.mark.parametrize("breaks", [("forward-abort",), ("forward-reset",)], ids=["no-abort", "no-reset"])
+def test_the_deposed_forward_cut_catches_a_forward_that_is_not_aborted(
+        services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk, breaks):
+    """The same cut with the abort broken (no abort, or an abort whose sockets
+    close gracefully): the try held up by the cut reaches the broker at the
+    heal and Kafka stores the deposed owner's commit after the new owner's,
+    lower. The checker's verdicts hold all the same (ZooKeeper's side is
+    fenced; a ``dual`` group's OffsetFetch answers the larger of the two)."""
+    verdict, stored, _ = deposed_forward_cut(services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk,
+                                             breaks)
+    assert verdict.violations == []
+    assert kafka_rewinds(stored), "Kafka stored nothing late although the forward in flight was not aborted"

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
 
 from zkcoord.core.dual_commit import KAFKA_MEMBERSHIP_ERRORS, KafkaMember, KafkaSideMembers, client_error
@@ -124,6 +125,11 @@ class ForwardedOffsets:
         self.order = CommitOrder()
         self.kafka_members = KafkaSideMembers()
         self._metrics_of = metrics_of  # -> DaemonMetrics or None, read when used
+        self._forwarding: Counter[str] = Counter()  # group -> its commits in step 2 (in flight to Kafka)
+
+    def forwarding(self, group: str) -> bool:
+        """A commit of ``group`` is in step 2: its forward to Kafka may be in flight."""
+        return self._forwarding[group] > 0
 
     async def commit(self, forwarder: KafkaForwarder, group: str, mode: str, kept: Mapping, slot: Slot,
                      fence, prepared=None, still_owner: Callable[[], None] | None = None
@@ -139,7 +145,13 @@ class ForwardedOffsets:
         written = None
         try:
             await slot.turn()
-            answer = await forwarder.commit(group, kept, still_owner)
+            self._forwarding[group] += 1
+            try:
+                answer = await forwarder.commit(group, kept, still_owner)
+            finally:
+                self._forwarding[group] -= 1
+                if not self._forwarding[group]:
+                    del self._forwarding[group]
             refused = {tp: _error_code(errno) for tp, errno in answer.items()}
             stored = {tp: om for tp, om in kept.items() if tp not in refused}
             if mode == "dual" and stored:

@@ -111,10 +111,26 @@ class GroupOffsets:
                     self._repair_dual(runtime.group_id), f"repair the dual offsets of group {runtime.group_id}")
 
     def forget(self, group_id: str) -> None:
-        """The group is no longer served here."""
+        """The group is no longer served here (its forward in flight, if any, aborted)."""
+        self.abort_forwards([group_id], "the group is no longer owned here")
         self.forwarded.forget(group_id)
         if self.mode_requests is not None:
             self.mode_requests.unwatch(group_id)
+
+    def abort_forwards(self, group_ids: list[str], why: str) -> None:
+        """Groups this daemon stops owning (synchronously, before anything
+        tells their members): if a commit of one is in flight to Kafka, the
+        forwarder's connections are aborted, so that commit cannot land after
+        the next owner's (:mod:`~zkcoord.server.dual_commit`, "A deposed
+        owner's forward"). Other groups' forwards in flight fail with them
+        (COORDINATOR_NOT_AVAILABLE: their members commit again)."""
+        if self.forwarder is None:
+            return
+        caught = [g for g in group_ids if self.forwarded.forwarding(g)]
+        if caught and self.forwarder.abort(f"{why}: group(s) {', '.join(sorted(caught)[:5])}"):
+            log.warning("%d group(s) %s no longer owned here (%s) with a commit in flight to Kafka: the Kafka "
+                        "connections were aborted, so it cannot be stored after the next owner's commits",
+                        len(caught), sorted(caught)[:10], why)
 
     async def close(self) -> None:
         if self.mode_requests is not None:

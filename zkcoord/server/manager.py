@@ -437,6 +437,7 @@ class GroupManager(TakeoverLoading):
                 batch = loaded[start:start + BATCH]
                 for _, runtime in batch:
                     await runtime.unload("daemon stopping", quiet=True)
+                self.group_offsets.abort_forwards([g for g, _ in batch], "daemon stopping")
                 releases.append(asyncio.ensure_future(self.ownership.release_many([g for g, _ in batch])))
                 await asyncio.sleep(0)  # the multi goes out while the next batch unloads
             unloaded = time.monotonic()
