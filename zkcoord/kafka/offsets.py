@@ -574,16 +574,16 @@ def _reset_and_close(admin: Any, reason: str) -> None:
     waiting callers."""
     import kafka.errors as Errors
 
-    manager = admin._manager  # kafka-python 3.0's KafkaConnectionManager
     error = Errors.KafkaConnectionError(f"connections aborted: {reason}")
 
     def reset_all() -> None:
+        manager = admin._manager  # kafka-python 3.0's KafkaConnectionManager
         for conn in list(manager._conns.values()):
             conn.close(error)
         manager.close()
 
     try:
-        manager.run(reset_all)
+        admin._manager.run(reset_all)
     except Exception:  # the I/O thread already stopped or failed: admin.close() below still closes what is left
         log.debug("resetting the Kafka connections on the client's I/O thread failed", exc_info=True)
     _close_quietly(admin)

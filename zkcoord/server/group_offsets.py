@@ -110,9 +110,9 @@ class GroupOffsets:
                 self.repairs[runtime.group_id] = self._background.spawn(
                     self._repair_dual(runtime.group_id), f"repair the dual offsets of group {runtime.group_id}")
 
-    def forget(self, group_id: str) -> None:
+    def forget(self, group_id: str, why: str = "no longer served here") -> None:
         """The group is no longer served here (its forward in flight, if any, aborted)."""
-        self.abort_forwards([group_id], "the group is no longer owned here")
+        self.abort_forwards([group_id], why)
         self.forwarded.forget(group_id)
         if self.mode_requests is not None:
             self.mode_requests.unwatch(group_id)
@@ -128,8 +128,8 @@ class GroupOffsets:
             return
         caught = [g for g in group_ids if self.forwarded.forwarding(g)]
         if caught and self.forwarder.abort(f"{why}: group(s) {', '.join(sorted(caught)[:5])}"):
-            log.warning("%d group(s) %s no longer owned here (%s) with a commit in flight to Kafka: the Kafka "
-                        "connections were aborted, so it cannot be stored after the next owner's commits",
+            log.warning("%d group(s) %s no longer owned here with a commit in flight to Kafka (%s): the Kafka "
+                        "connections were aborted, so that commit cannot be stored after the next owner's",
                         len(caught), sorted(caught)[:10], why)
 
     async def close(self) -> None:

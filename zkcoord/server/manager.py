@@ -358,7 +358,7 @@ class GroupManager(TakeoverLoading):
     def stepped_down(self, group_id: str) -> None:
         """The group is no longer served here (its runtime stepped down, or it was removed)."""
         self.runtimes.pop(group_id, None)
-        self.group_offsets.forget(group_id)
+        self.group_offsets.forget(group_id, "stepped down")
         if self.topic_watcher is not None:
             self.topic_watcher.untrack(group_id)
         self._forget_handover(group_id)
@@ -405,7 +405,7 @@ class GroupManager(TakeoverLoading):
             for group_id in change.groups:
                 if self.topic_watcher is not None:
                     self.topic_watcher.untrack(group_id)
-                self.group_offsets.forget(group_id)
+                self.group_offsets.forget(group_id, change.reason)
                 self._forget_handover(group_id)
                 runtime = self.runtimes.pop(group_id, None)
                 if runtime is not None:
