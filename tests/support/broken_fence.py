@@ -40,12 +40,14 @@ as ``python -m`` would::
   session and another daemon took the group.
 * ``forward-abort`` - the daemon never aborts its Kafka forwarder's
   connections when it stops owning a group whose commit is in flight to
-  Kafka (``KafkaForwarder.abort`` does nothing): a try sent before it knew
-  it was deposed, held up by a cut, still reaches the broker when the cut
-  heals, after the new owner's commits.
-* ``forward-reset`` - the abort happens, but the forwarder's sockets close
-  gracefully (no ``SO_LINGER`` 0): the kernel keeps what it had not yet
-  delivered and sends it when the cut heals.
+  Kafka (``KafkaForwarder.abort`` does nothing): the try in flight goes on
+  until kafka-python's request time-out ends it.
+* ``forward-reset`` - the forwarder's sockets close gracefully (no
+  ``SO_LINGER`` 0): a closed connection's kernel keeps what it had not yet
+  delivered and sends it when a cut heals. With ``forward-abort`` too, the
+  forwarder is as it was before the abort: a try sent before the daemon
+  knew it was deposed, held up by a cut, still reaches the broker after
+  the cut, after the new owner's commits.
 
 :func:`wrap` gives the wrapper for a fleet (``WrappedFleet(wrappers=...)``).
 """
