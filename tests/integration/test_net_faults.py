@@ -31,11 +31,17 @@ sits on a link and delays or drops. The faults:
 * a gateway (in the namespace) cut from the broker leading some partitions:
   their records wait, the others' flow, nothing rebalances; after the heal
   the gateway serves them again.
+* the owner of a ``dual`` group cut from ZooKeeper and the broker at once,
+  a commit of it held up in its forward to Kafka: when it gives its
+  session up it aborts its Kafka connections, so the held commit never
+  reaches the broker, and Kafka's ``__consumer_offsets`` never goes back
+  on a partition after the heal.
 
 With ``ZKCOORD_TEST_BROKEN_FENCES=1`` the cuts also run against daemons
 whose fence is broken on purpose (:mod:`tests.support.broken_fence`) and
 assert the checker catches it (the ZooKeeper cut: with every layer broken;
-a daemon that only keeps its groups after the expiry is refused by the fence).
+a daemon that only keeps its groups after the expiry is refused by the fence;
+the deposed forward: Kafka stores the held commit late).
 
 How long the group went without commits in the ZooKeeper cut is printed
 (``-s``); what is asserted is that commits resume during the cut, waited
@@ -140,6 +146,13 @@ def _start_owned_by_the_cut_daemon(run, **start) -> None:
     wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon in the namespace owns the group")
 
 
+def _stable_with_its_members(run, members: int = 3) -> tuple[int, str, list[str]]:
+    """The group's stored state once it is Stable with all ``members`` (the
+    initial rebalances done)."""
+    return wait_for(lambda: (s := run.stored()) and s[1] == "Stable" and len(s[2]) == members and s, LIVENESS_S,
+                    f"the group Stable with its {members} members")
+
+
 def _cut_until_suspended(ns, cut, zk_port: int) -> None:
     """Cut the daemon in ``ns`` from ZooKeeper; return once it logged its connection SUSPENDED."""
     suspensions = cut.log(100_000).count("ZooKeeper session suspended")
@@ -162,9 +175,17 @@ def zookeeper_cut(services, namespaces, make_fleet, unique_name, tmp_path, break
     run = _run(fleet, services, unique_name, tmp_path, group, _coordinators(cut, other))
     try:
         _start_owned_by_the_cut_daemon(run)
-        before = wait_for(run.stored, LIVENESS_S, "the group's stored state")
+        first = wait_for(run.stored, LIVENESS_S, "the group's stored state")
+        _stable_with_its_members(run)
         session = _session_of(fleet, 1)
 
+        # Read at the cut: from then on only the other daemon can change it (the cut daemon reaches no ZooKeeper).
+        # Read earlier, an initial rebalance still under way made the broken runs' condition below hold at once,
+        # and the cut was healed before the other daemon had ended the generation the cut daemon's members commit
+        # with: their commits were then not stale, and the checker (rightly) found nothing.
+        before = wait_for(run.stored, LIVENESS_S, "the group's stored state")
+        print(f"stored once the group was owned: generation {first[0]} ({first[1]}, {len(first[2])} members); "
+              f"at the cut: generation {before[0]} ({before[1]}, {len(before[2])} members)")
         cut_at = time.time()
         ns.cut_to([zk_port])
         wait_for(lambda: fleet.session_gone(1), LIVENESS_S, "ZooKeeper expired the cut daemon's session")
@@ -617,8 +638,7 @@ def deposed_forward_cut(services, namespaces, make_fleet, unique_name, tmp_path,
                    coordinators=_coordinators(cut, other), session_timeout_ms=MEMBER_SESSION_TIMEOUT_MS)
     try:
         _start_owned_by_the_cut_daemon(run, create_topic=False)
-        wait_for(lambda: (s := run.stored()) and s[1] == "Stable" and len(s[2]) == 3 and s, LIVENESS_S,
-                 "the group Stable with its three members")
+        _stable_with_its_members(run)
         run.wait_progress(5, "before the cut")  # the members commit through the owner: its forwards go on
         session = _session_of(fleet, 1)
         cut_at = time.time()
