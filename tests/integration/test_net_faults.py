@@ -179,10 +179,10 @@ def zookeeper_cut(services, namespaces, make_fleet, unique_name, tmp_path, break
         _stable_with_its_members(run)
         session = _session_of(fleet, 1)
 
-        # Read at the cut: from then on only the other daemon can change it (the cut daemon reaches no ZooKeeper).
-        # Read earlier, an initial rebalance still under way made the broken runs' condition below hold at once,
-        # and the cut was healed before the other daemon had ended the generation the cut daemon's members commit
-        # with: their commits were then not stale, and the checker (rightly) found nothing.
+        # Read at the cut, the group Stable with its members: from then on only the other daemon can change it
+        # (the cut daemon reaches no ZooKeeper), so the broken runs' wait below is for the other daemon's own
+        # write, never for the end of an initial rebalance of the cut daemon's (read before it ended, the wait
+        # would hold at once and the cut heal before the other daemon ended the cut daemon's generation).
         before = wait_for(run.stored, LIVENESS_S, "the group's stored state")
         print(f"stored once the group was owned: generation {first[0]} ({first[1]}, {len(first[2])} members); "
               f"at the cut: generation {before[0]} ({before[1]}, {len(before[2])} members)")

@@ -217,7 +217,9 @@ class RecordingKafka(Kafka):
         await self.go.wait()
         return await super().commit(group, offsets, before_try)
 
-    def abort(self, reason):
+    def abort(self, reason):  # as KafkaForwarder.abort: False once aborted (until a call connects again)
+        if self.aborts:
+            return False
         self.aborts.append(reason)
         return True
 

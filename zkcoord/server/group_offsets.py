@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from zkcoord.core.errors import ErrorCode
@@ -117,7 +117,7 @@ class GroupOffsets:
         if self.mode_requests is not None:
             self.mode_requests.unwatch(group_id)
 
-    def abort_forwards(self, group_ids: list[str], why: str) -> None:
+    def abort_forwards(self, group_ids: Iterable[str], why: str) -> None:
         """Groups this daemon stops owning (synchronously, before anything
         tells their members): if a commit of one is in flight to Kafka, the
         forwarder's connections are aborted, so that commit cannot land after

@@ -402,6 +402,7 @@ class GroupManager(TakeoverLoading):
         if change.kind is ChangeKind.REJOINED:  # the session given up is back: take over as after an expiry
             self.takeover.rejoined()
         elif change.kind is ChangeKind.LOST:
+            self.group_offsets.abort_forwards(change.groups, change.reason)  # first, and once for all of them
             for group_id in change.groups:
                 if self.topic_watcher is not None:
                     self.topic_watcher.untrack(group_id)
