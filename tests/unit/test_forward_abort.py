@@ -281,3 +281,35 @@ def test_a_group_lost_with_no_commit_in_flight_leaves_the_connections_alone():
 
     asyncio.run(scenario())
     assert kafka.aborts == [] and kafka.commits == [("g", {T0: (5, "")})]
+
+
+def test_a_stopping_daemon_aborts_a_forward_in_flight_before_it_gives_the_group_up():
+    """release_all: the batch's groups unloaded, then their contenders
+    deleted (after which another daemon may take them at once): a commit of
+    one in flight to Kafka is aborted in between, before the release."""
+    kafka = RecordingKafka()
+    steps = []
+
+    class Releasing(Losing):
+        async def release_many(self, groups):
+            steps.append(("release", sorted(groups), list(kafka.aborts)))
+            self.lost.update(groups)
+
+        async def release_all(self):
+            pass
+
+    ownership = Releasing()
+    m = GroupManager(1, GroupConfig(), ownership, Store({"g": {"v": 1, "s": "Empty", "g": 0, "os": "dual"}}),
+                     ZkOffsets(), nodes=None, kafka_forwarder=kafka)
+
+    async def scenario():
+        await m.runtime("g")
+        commit = asyncio.ensure_future(m.group_offsets.commit("g", "", -1, None, [("t", 0, 5, "")]))
+        await kafka.in_flight.wait()
+        await m.release_all()
+        kafka.go.set()
+        return await commit
+
+    assert asyncio.run(scenario()) == [E.NOT_COORDINATOR]
+    assert steps == [("release", ["g"], ["daemon stopping: group(s) g"])]
+    assert kafka.commits == []
