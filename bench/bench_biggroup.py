@@ -483,7 +483,7 @@ async def run_consumer_phases(bench: Bench, owner: int) -> None:
 
 
 async def phase_consumer_state(bench: Bench) -> None:
-    """A consumer group's znodes: its group record and one record per member."""
+    """A consumer group's znodes: its group record, one record per member and its target record."""
     from kazoo.exceptions import NoNodeError
     from zkcoord.zk.connection import ZkConnection
     from zkcoord.zk.state_store import GroupStateStore
@@ -495,8 +495,13 @@ async def phase_consumer_state(bench: Bench) -> None:
     except NoNodeError:
         names = []
     sizes = [len(bench.zk.get(f"{base}/members/{n}")[0]) for n in names]
+    try:
+        target = len(bench.zk.get(f"{base}/target")[0])
+    except NoNodeError:
+        target = 0  # a version 1 record (an earlier zkcoord): the targets are in the member records
     stored = {"state_znode_bytes": len(data), "member_records": len(sizes), "member_bytes": sum(sizes),
-              "largest_member_bytes": max(sizes, default=0), "total_bytes": len(data) + sum(sizes)}
+              "largest_member_bytes": max(sizes, default=0), "target_record_bytes": target,
+              "total_bytes": len(data) + sum(sizes) + target}
     conn = ZkConnection(bench.zookeeper + bench.chroot, session_timeout_ms=30_000, request_timeout_ms=60_000)
     await asyncio.to_thread(conn.start)
     loads = []

@@ -11,9 +11,13 @@ What it starts: ZooKeeper (``zkcoord local up`` in ``<workdir>/sandbox``,
 unless ``--zookeeper`` names one), and two ``zkcoord run`` daemons (node ids 1
 and 2, a ZooKeeper chroot of their own, ``--zk-session-timeout-ms``), as
 processes; their logs are ``<workdir>/daemon-<id>.log``. The load generator
-is this process: one asyncio connection per member (``group_client``'s
+is ``--load-processes`` processes (2 by default), each with every N-th member
+on an asyncio loop of its own, one connection per member (``group_client``'s
 codec: kafka-python's message classes), each group one member, each member
-heartbeating every ``--heartbeat-interval-ms`` on its own connection.
+heartbeating every ``--heartbeat-interval-ms`` on its own connection; this
+process runs the phases and collects what they record (one process with
+10,000 connections was late by 7-13 ms at p99 on its own loop, a latency
+the daemons did not cause).
 
 The phases, in order:
 
@@ -54,12 +58,15 @@ import argparse
 import asyncio
 import gc
 import json
+import multiprocessing
 import os
+import queue
 import random
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -98,6 +105,7 @@ class Settings:
     request_timeout_ms: int = 30_000
     recover_wait_s: float = 180.0
     zookeeper: str = ""
+    load_processes: int = 2
     daemon_args: tuple[str, ...] = ()
 
 
@@ -148,6 +156,7 @@ class Fleet:
         self.daemons: dict[int, Daemon] = {}
         self._sandbox = False
         self.zk = None
+        self.load: LoadHub | None = None  # the load processes, killed by stop() if still running
 
     def start_zookeeper(self) -> None:
         from kazoo.client import KazooClient
@@ -196,6 +205,8 @@ class Fleet:
         return [d.address for d in self.daemons.values() if d.alive()]
 
     def stop(self) -> None:
+        if self.load is not None:
+            self.load.kill()
         for daemon in self.daemons.values():
             if daemon.alive():
                 daemon.proc.send_signal(signal.SIGTERM)
@@ -426,6 +437,229 @@ def usable(conn: KafkaConnection) -> bool:
     return conn._lost is None and conn._transport is not None and not conn._transport.is_closing()
 
 
+# -- the load processes ------------------------------------------------------------------
+# Times are time.perf_counter(): CLOCK_MONOTONIC on Linux, the same clock in every process.
+
+class LoadHub:
+    """The members, in ``--load-processes`` processes of their own: this
+    process tells them the phases and collects what they record (groups
+    created, groups served again after a fault, failures, a window's
+    latencies)."""
+
+    def __init__(self, settings: Settings, versions: dict[str, int], bootstrap: list[tuple[str, int]], run: str):
+        context = multiprocessing.get_context("spawn")  # this process has kazoo's threads: no fork
+        self.created: list[float] = []
+        self.served: dict[str, float] = {}
+        self.failures: dict[str, int] = {}
+        self.errors: list[str] = []
+        self._since: float | None = None
+        self._children = []
+        n = settings.load_processes
+        for share in range(n):
+            ours, theirs = context.Pipe()
+            proc = context.Process(target=load_process, args=(theirs, settings, versions, bootstrap, run, share, n),
+                                   name=f"scale-load-{share}", daemon=True)
+            proc.start()
+            theirs.close()
+            replies: queue.Queue = queue.Queue()
+            threading.Thread(target=self._read, args=(ours, replies), daemon=True).start()
+            self._children.append((proc, ours, replies))
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {f"load-{i}": proc.pid for i, (proc, _, _) in enumerate(self._children)}
+
+    def _read(self, conn, replies: queue.Queue) -> None:
+        failures: dict[str, int] = {}
+        while True:
+            try:
+                kind, *args = conn.recv()
+            except (EOFError, OSError):
+                replies.put(("gone",))
+                return
+            if kind == "created":
+                self.created.extend(args[0])
+            elif kind == "served":
+                since, items = args
+                if since == self._since:
+                    self.served.update(items)
+            elif kind == "failures":
+                for what, count in args[0].items():
+                    self.failures[what] = self.failures.get(what, 0) + count - failures.get(what, 0)
+                failures = dict(args[0])
+            elif kind == "error":
+                self.errors.append(args[0])
+            else:
+                replies.put((kind, *args))
+
+    def _send(self, *command) -> None:
+        for proc, conn, _ in self._children:
+            if self.errors:
+                raise BenchError(f"a load process failed: {self.errors[0]}")
+            conn.send(command)
+
+    async def _gather(self, kind: str) -> list:
+        answers = []
+        for proc, _, replies in self._children:
+            answer = await asyncio.to_thread(replies.get)
+            if answer[0] != kind:
+                raise BenchError(f"load process {proc.pid}: {answer!r} where {kind!r} was expected"
+                                 + (f" ({self.errors[0]})" if self.errors else ""))
+            answers.append(answer[1:])
+        return answers
+
+    def check(self) -> None:
+        if self.errors:
+            raise BenchError(f"a member failed: {self.errors[0]}")
+
+    @property
+    def since(self) -> float | None:
+        return self._since
+
+    @since.setter
+    def since(self, value: float | None) -> None:
+        """The fault being measured was injected at ``value``: served times count from it (None: none)."""
+        self.served = {}
+        self._since = value
+        self._send("since", value)
+
+    def set_bootstrap(self, bootstrap: list[tuple[str, int]]) -> None:
+        self._send("bootstrap", bootstrap)
+
+    def settled(self) -> None:
+        """Every group exists: heartbeats go on (or start), the collector is tuned."""
+        self._send("settled")
+
+    async def window(self, measure) -> tuple[list[float], list[float], list[float]]:
+        """``await measure()`` while the members record their heartbeats'
+        latencies: (latencies, loop lags, collector pauses) of every process."""
+        self._send("window_start")
+        await self._gather("window_started")
+        await measure()
+        self._send("window_end")
+        latencies, lags, pauses = [], [], []
+        for got, lag, paused in await self._gather("window"):
+            latencies += got
+            lags += lag
+            pauses += paused
+        return latencies, lags, pauses
+
+    async def coordinators(self) -> dict[str, int]:
+        """group -> the node id of its coordinator, as each member last found it."""
+        self._send("coordinators")
+        found: dict[str, int] = {}
+        for (answer,) in await self._gather("coordinators"):
+            found.update(answer)
+        return found
+
+    async def stop(self) -> None:
+        self._send("stop")
+        await self._gather("stopped")
+        for proc, conn, _ in self._children:
+            proc.join(10)
+            conn.close()
+
+    def kill(self) -> None:
+        for proc, _, _ in self._children:
+            if proc.is_alive():
+                proc.kill()
+
+
+def load_process(conn, settings: Settings, versions: dict[str, int], bootstrap: list[tuple[str, int]], run: str,
+                 share: int, shares: int) -> None:
+    """One load process: members ``share``, ``share + shares``, ... on an event loop of its own."""
+    try:
+        import uvloop
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+    with runner:
+        runner.run(_load_process(conn, settings, versions, bootstrap, run, share, shares))
+
+
+async def _load_process(conn, settings: Settings, versions: dict[str, int], bootstrap: list[tuple[str, int]],
+                        run: str, share: int, shares: int) -> None:
+    loop = asyncio.get_running_loop()
+    load = Load(settings, versions, list(bootstrap))
+    if settings.create_heartbeats == "on":
+        load.heartbeating.set()
+    members = [ScaleMember(load, f"scale-{run}-{i:05d}", i) for i in range(share, settings.groups, shares)]
+    gate = asyncio.Semaphore(max(1, settings.create_concurrency // shares))
+    tasks = [asyncio.ensure_future(m.live(gate)) for m in members]
+    commands: asyncio.Queue = asyncio.Queue()
+
+    def read_commands() -> None:
+        while True:
+            try:
+                command = conn.recv()
+            except (EOFError, OSError):
+                command = ("stop",)
+            loop.call_soon_threadsafe(commands.put_nowait, command)
+            if command[0] == "stop":
+                return
+
+    threading.Thread(target=read_commands, daemon=True).start()
+    sent = {"created": 0, "served": set()}
+
+    def report() -> None:
+        if len(load.created) > sent["created"]:
+            conn.send(("created", load.created[sent["created"]:]))
+            sent["created"] = len(load.created)
+        fresh = {g: t for g, t in load.served.items() if g not in sent["served"]}
+        if fresh:
+            conn.send(("served", load.since, fresh))
+            sent["served"].update(fresh)
+        conn.send(("failures", dict(load.failures)))
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                conn.send(("error", repr(task.exception())))
+                tasks.remove(task)
+                break
+
+    async def reporting() -> None:
+        while not load.stop.is_set():
+            report()
+            await asyncio.sleep(0.05)
+
+    reporter = asyncio.ensure_future(reporting())
+    lags: list[float] = []
+    lag_stop = asyncio.Event()
+    lagging = None
+    while True:
+        command, *args = await commands.get()
+        if command == "settled":
+            load.heartbeating.set()
+            tune_collector()
+        elif command == "since":
+            load.served, sent["served"] = {}, set()
+            load.since = args[0]
+        elif command == "bootstrap":
+            load.bootstrap[:] = args[0]
+        elif command == "window_start":
+            PAUSES.take()
+            load.latencies, lags, lag_stop = [], [], asyncio.Event()
+            lagging = asyncio.ensure_future(loop_lag(lags, lag_stop))
+            conn.send(("window_started",))
+        elif command == "window_end":
+            latencies, load.latencies = load.latencies or [], None
+            lag_stop.set()
+            if lagging is not None:
+                await lagging
+            conn.send(("window", latencies, lags, PAUSES.take()))
+        elif command == "coordinators":
+            conn.send(("coordinators", {m.group: m.coordinator[0] for m in members if m.coordinator}))
+        elif command == "stop":
+            load.stop.set()
+            for member in members:
+                member.close()
+                member._drop_lookup()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await reporter
+            report()
+            conn.send(("stopped",))
+            return
+
+
 # -- measuring -----------------------------------------------------------------------
 
 def tune_collector() -> None:
@@ -497,27 +731,27 @@ def lag_figures(before: dict[float, float], after: dict[float, float]) -> dict:
             "over_100ms": probes - counts.get(0.1, 0.0)}
 
 
-async def window(load: Load, fleet: Fleet, daemons: list[Daemon], seconds: float, groups: int, title: str) -> dict:
+async def window(load: LoadHub, fleet: Fleet, daemons: list[Daemon], seconds: float, groups: int,
+                 title: str) -> dict:
     """Heartbeat latency, cores and memory per group over ``seconds``."""
     pids = {f"zkcoord-{d.node_id}": d.proc.pid for d in daemons}
-    PAUSES.take()
-    load.latencies = []
-    lags: list[float] = []
-    done = asyncio.Event()
-    lagging = asyncio.ensure_future(loop_lag(lags, done))
-    lag_before = await asyncio.gather(*(asyncio.to_thread(d.loop_lag_buckets) for d in daemons))
-    before = cpu_snapshot(pids)
-    await asyncio.sleep(seconds)
-    after = cpu_snapshot(pids)
-    lag_after = await asyncio.gather(*(asyncio.to_thread(d.loop_lag_buckets) for d in daemons))
-    done.set()
-    await lagging
-    latencies, load.latencies = load.latencies, None
-    cores = cpu_cores(before, after)
+    snapshots = {}
+
+    async def measure() -> None:
+        snapshots["lag_before"] = await asyncio.gather(*(asyncio.to_thread(d.loop_lag_buckets) for d in daemons))
+        snapshots["before"] = cpu_snapshot({**pids, **load.pids})
+        await asyncio.sleep(seconds)
+        snapshots["after"] = cpu_snapshot({**pids, **load.pids})
+        snapshots["lag_after"] = await asyncio.gather(*(asyncio.to_thread(d.loop_lag_buckets) for d in daemons))
+
+    latencies, lags, pauses = await load.window(measure)
+    lag_before, lag_after = snapshots["lag_before"], snapshots["lag_after"]
+    cores = cpu_cores(snapshots["before"], snapshots["after"])
+    client_cores = cores["client"] + sum(cores[name] for name in load.pids)
     grown_kb = sum(d.rss_kb() - d.start_rss_kb for d in daemons)
     figures = {"heartbeats": len(latencies), "p50_ms": percentile(latencies, 50) * 1e3,
                "p99_ms": percentile(latencies, 99) * 1e3, "max_ms": max(latencies, default=float("nan")) * 1e3,
-               "daemon_cores": sum(cores[name] for name in pids), "client_cores": cores["client"],
+               "daemon_cores": sum(cores[name] for name in pids), "client_cores": client_cores,
                "other_cores": cores["other"], "bytes_per_group": grown_kb * 1024 / max(groups, 1),
                "rss_mb": {d.node_id: d.rss_kb() / 1024 for d in daemons}}
     print(f"\n== {title}: {groups:,} groups, a {seconds:g} s window ==")
@@ -526,13 +760,13 @@ async def window(load: Load, fleet: Fleet, daemons: list[Daemon], seconds: float
     figures["daemon_us_per_heartbeat"] = figures["daemon_cores"] * seconds / max(len(latencies), 1) * 1e6
     print(f"cores            daemons {figures['daemon_cores']:.2f}   client {figures['client_cores']:.2f}   "
           f"other {figures['other_cores']:.2f}   (daemons' CPU per heartbeat {figures['daemon_us_per_heartbeat']:.0f} us)")
-    pauses = PAUSES.take()
     figures["client_gc_pauses"] = len(pauses)
     figures["client_gc_max_ms"] = max(pauses, default=0.0) * 1e3
     figures["client_lag_p99_ms"] = percentile(lags, 99) * 1e3
     figures["client_lag_max_ms"] = max(lags, default=0.0) * 1e3
-    print(f"load generator   {len(pauses)} collector passes, the longest {figures['client_gc_max_ms']:.1f} ms; its "
-          f"loop late by p99 {figures['client_lag_p99_ms']:.1f} ms, max {figures['client_lag_max_ms']:.1f} ms")
+    print(f"load generator   {len(load.pids)} process(es): {len(pauses)} collector passes, the longest "
+          f"{figures['client_gc_max_ms']:.1f} ms; their loops late by p99 {figures['client_lag_p99_ms']:.1f} ms, max "
+          f"{figures['client_lag_max_ms']:.1f} ms")
     for daemon, first, last in zip(daemons, lag_before, lag_after):
         lag = lag_figures(first, last)
         figures[f"daemon_{daemon.node_id}_loop_lag"] = lag
@@ -544,13 +778,14 @@ async def window(load: Load, fleet: Fleet, daemons: list[Daemon], seconds: float
     return figures
 
 
-async def wait_served(load: Load, groups: set[str], timeout_s: float) -> None:
+async def wait_served(load: LoadHub, groups: set[str], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and not groups <= load.served.keys():
+        load.check()
         await asyncio.sleep(0.1)
 
 
-def served_figures(load: Load, groups: set[str], title: str, goal_s: float | None) -> dict:
+def served_figures(load: LoadHub, groups: set[str], title: str, goal_s: float | None) -> dict:
     times = [load.served[g] for g in groups if g in load.served]
     missing = len(groups) - len(times)
     figures = {"groups": len(groups), "served": len(times), "p50_s": percentile(times, 50),
@@ -586,28 +821,22 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     conn = await KafkaConnection.open(*first.address, "scale-versions")
     versions = common_versions(await served_versions(conn))
     conn.close()
-    load = Load(settings, versions, fleet.bootstrap())
-    if settings.create_heartbeats == "on":
-        load.heartbeating.set()
     run = uuid.uuid4().hex[:6]
-    members = [ScaleMember(load, f"scale-{run}-{i:05d}", i) for i in range(settings.groups)]
-    gate = asyncio.Semaphore(settings.create_concurrency)
+    load = fleet.load = LoadHub(settings, versions, fleet.bootstrap(), run)
+    groups = {f"scale-{run}-{i:05d}" for i in range(settings.groups)}
 
     print(f"\n== create: {settings.groups:,} groups, {settings.create_concurrency} at a time, two daemons ==",
           flush=True)
     daemon_cpu = lambda: sum(cpu_snapshot({"a": first.proc.pid, "b": second.proc.pid}).procs.values())  # noqa: E731
     marks = [(0, daemon_cpu())]  # (groups created, daemons' CPU seconds) at each FIRST_LAST
     started = time.perf_counter()
-    tasks = [asyncio.ensure_future(m.live(gate)) for m in members]
     while len(load.created) < settings.groups:
         await asyncio.sleep(0.05)
         if len(load.created) >= marks[-1][0] + FIRST_LAST:
             marks.append((len(load.created), daemon_cpu()))
-        for task in tasks:
-            if task.done() and task.exception() is not None:
-                raise BenchError(f"a member failed: {task.exception()!r}")
+        load.check()
     marks.append((len(load.created), daemon_cpu()))
-    created = load.created
+    created = sorted(load.created)
     head = FIRST_LAST / (created[FIRST_LAST - 1] - started)
     tail = FIRST_LAST / (created[-1] - created[-FIRST_LAST - 1])
     cpu_head = (marks[1][1] - marks[0][1]) / marks[1][0] * 1e3
@@ -619,15 +848,14 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     print(f"daemons' CPU per group created (heartbeats of the groups so far included"
           f"{'' if settings.create_heartbeats == 'on' else ': none, --create-heartbeats off'}): first "
           f"{FIRST_LAST:,} {cpu_head:.2f} ms, last ~{FIRST_LAST:,} {cpu_tail:.2f} ms, ratio {cpu_tail / cpu_head:.2f}")
-    load.heartbeating.set()
-    tune_collector()
+    load.settled()
     await asyncio.sleep(settings.heartbeat_interval_ms / 1000)  # every member heartbeats once before measuring
 
     results["steady_two"] = await window(load, fleet, [first, second], settings.window_s, settings.groups,
                                          "steady, two daemons")
     by_node: dict[int, set[str]] = {}
-    for member in members:
-        by_node.setdefault(member.coordinator[0], set()).add(member.group)
+    for group, node_id in (await load.coordinators()).items():
+        by_node.setdefault(node_id, set()).add(group)
     print(f"groups per daemon: {', '.join(f'node {n}: {len(g):,}' for n, g in sorted(by_node.items()))}")
 
     # -- kill -9 ------------------------------------------------------------------------
@@ -638,12 +866,11 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     print(f"\n== kill -9 of node {victim.node_id} ({len(orphans):,} groups); ZooKeeper session timeout "
           f"{settings.zk_session_timeout_ms} ms ==", flush=True)
     overflows = listen_counters()
-    load.served = {}
     load.since = time.perf_counter()
     cpu_before = cpu_snapshot({"survivor": survivor.proc.pid})
     victim.proc.kill()
     victim.proc.wait()
-    load.bootstrap[:] = fleet.bootstrap()
+    load.set_bootstrap(fleet.bootstrap())
     expired_s = await wait_unregistered(fleet, victim.node_id, load.since)
     print(f"its session ended (registration gone) {expired_s:.2f} s after the kill")
     await wait_served(load, orphans, settings.recover_wait_s)
@@ -665,24 +892,23 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
 
     # -- graceful stop ------------------------------------------------------------------
     restarted = fleet.start_daemon(victim.node_id)
-    load.bootstrap[:] = fleet.bootstrap()
+    load.set_bootstrap(fleet.bootstrap())
     print(f"\n== SIGTERM of node {survivor.node_id} ({settings.groups:,} groups; --shutdown-timeout-ms "
           f"{settings.shutdown_timeout_ms}); node {restarted.node_id} started again ==", flush=True)
     overflows = listen_counters()
-    load.served = {}
     load.since = time.perf_counter()
     survivor.proc.send_signal(signal.SIGTERM)
     code = await asyncio.to_thread(survivor.proc.wait)
     exit_s = time.perf_counter() - load.since
-    load.bootstrap[:] = fleet.bootstrap()
+    load.set_bootstrap(fleet.bootstrap())
     print(f"it exited with {code} {exit_s:.2f} s after SIGTERM")
     for line in log_lines(survivor, r"releas|shutdown: could not")[-4:]:
         print(f"  its log: {line[:240]}")
     released = [float(m.group(1)) for line in log_lines(survivor, r"released \d+ groups in")
                 if (m := re.search(r"released \d+ groups in (\d+) ms", line))]
     cut_short = log_lines(survivor, r"shutdown: could not")
-    await wait_served(load, {m.group for m in members}, settings.recover_wait_s)
-    figures = served_figures(load, {m.group for m in members}, "SIGTERM", None)
+    await wait_served(load, groups, settings.recover_wait_s)
+    figures = served_figures(load, groups, "SIGTERM", None)
     after = listen_counters()
     figures.update(exit_s=exit_s, exit_code=code, release_ms=released[-1] if released else None,
                    cut_short=len(cut_short), listen_overflows=after[0] - overflows[0])
@@ -690,11 +916,7 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     results["stop"] = figures
     load.since = None
 
-    load.stop.set()
-    for member in members:
-        member.close()
-        member._drop_lookup()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await load.stop()
     if load.failures:
         print("\nclient-side failures (retried): " + ", ".join(f"{k} x{v}" for k, v in sorted(load.failures.items())))
     summary(results, settings)
@@ -743,6 +965,7 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, Path | None, Path | No
         "request_timeout_ms": "a request unanswered this long closes its connection (Java's request.timeout.ms)",
         "recover_wait_s": "how long to wait for every group to be served again after a fault",
         "zookeeper": "HOST:PORT of a ZooKeeper to use (a chroot of its own) [default: start a sandbox]",
+        "load_processes": "processes the members are spread over (each its own asyncio loop, every N-th member)",
     }
     for name, text in helps.items():
         default = getattr(defaults, name)
@@ -758,6 +981,8 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, Path | None, Path | No
     settings = Settings(**args)
     if settings.groups <= FIRST_LAST:
         parser.error(f"--groups must be above {FIRST_LAST}")
+    if settings.load_processes < 1:
+        parser.error("--load-processes is at least 1")
     if settings.create_heartbeats not in ("on", "off"):
         parser.error("--create-heartbeats is on or off")
     if settings.create_heartbeats == "off":

@@ -98,3 +98,87 @@ def test_kill_the_owner_mid_reconciliation(services, fleet, unique_name):
             await b.close()
 
     asyncio.run(scenario())
+
+
+def as_version_1(zk, group: str) -> None:
+    """Rewrite a stopped group's records as a zkcoord before version 3 of the
+    consumer group record left them: each member's target in its member
+    record (``tg``, ``te``), no target record."""
+    import json
+
+    from zkcoord.core.consumer.record import TARGET_KEY, from_records, to_group_record, to_member_record
+    from zkcoord.zk import paths
+
+    state = json.loads(zk.get(paths.state(group))[0])
+    members = [json.loads(zk.get(paths.member(group, m))[0]) for m in zk.get_children(paths.members_dir(group))]
+    loaded, cut = from_records(group, {**state, "members": members,
+                                       TARGET_KEY: json.loads(zk.get(paths.target(group))[0])})
+    assert state["v"] == 3 and not cut
+    transaction = zk.transaction()
+    for member_id, member in loaded.members.items():
+        record = to_member_record(member, loaded.target(member_id), loaded.assignment_epoch)
+        transaction.set_data(paths.member(group, member_id), json.dumps(record).encode())
+    transaction.delete(paths.target(group))
+    transaction.set_data(paths.state(group), json.dumps({**to_group_record(loaded), "v": 1}).encode())
+    results = transaction.commit()
+    assert not any(isinstance(result, Exception) for result in results), results
+
+
+def test_a_group_stored_by_an_earlier_zkcoord_mid_reconciliation_is_taken_over(services, fleet, unique_name, zk):
+    """A consumer group whose records an earlier zkcoord wrote (targets in the
+    member records, version 1) is loaded by this one with the same targets,
+    written again as version 3 at once (a target record, member records
+    without targets), and its reconciliation goes on: a partition on its way
+    from one member to another is given only after it was released."""
+    import json
+
+    from zkcoord.zk import paths
+
+    topic, group = unique_name("t"), unique_name("g")
+    admin = KafkaAdminClient(bootstrap_servers=services.bootstrap_servers)
+    admin.create_topics([NewTopic(topic, num_partitions=6, replication_factor=1)])
+    admin.close()
+    first = fleet.start(1)
+    address = "%s:%d" % first.address
+
+    async def scenario():
+        a = ConsumerMember(address, group, [topic])
+        b = ConsumerMember(address, group, [topic])
+        try:
+            await until(a.heartbeat, lambda: len(a.partitions()) == 6, "a owns the six partitions")
+            await b.heartbeat()  # b's target: three of a's partitions, which a still owns
+            assert b.partitions() == set()
+            held_by_a = set(a.partitions())
+            first.kill()
+            await asyncio.to_thread(lambda: until_sync(lambda: fleet.session_gone(1), "the session of node 1 gone"))
+            as_version_1(zk, group)
+            second = fleet.start(2)
+            a.addresses = b.addresses = "%s:%d" % second.address  # they find it on their next heartbeat
+            for _ in range(3):
+                await b.heartbeat()
+                no_partition_twice([a, b])
+                assert not (b.partitions() & held_by_a)
+            state = json.loads(zk.get(paths.state(group))[0])
+            assert state["v"] == 3 and zk.exists(paths.target(group)) is not None
+            assert not any("tg" in json.loads(zk.get(paths.member(group, m))[0])
+                           for m in zk.get_children(paths.members_dir(group)))
+            await a.heartbeat()
+            assert len(a.partitions()) == 3, a.owned
+            await a.heartbeat()  # reports the release
+            await until(b.heartbeat, lambda: len(b.partitions()) == 3, "b owns three partitions")
+            no_partition_twice([a, b])
+            assert a.partitions() | b.partitions() == held_by_a
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())
+
+
+def until_sync(condition, what: str) -> None:
+    import time
+
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.1)

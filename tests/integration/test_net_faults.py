@@ -31,11 +31,17 @@ sits on a link and delays or drops. The faults:
 * a gateway (in the namespace) cut from the broker leading some partitions:
   their records wait, the others' flow, nothing rebalances; after the heal
   the gateway serves them again.
+* the owner of a ``dual`` group cut from ZooKeeper and the broker at once,
+  a commit of it held up in its forward to Kafka: when it gives its
+  session up it aborts its Kafka connections, so the held commit never
+  reaches the broker, and Kafka's ``__consumer_offsets`` never goes back
+  on a partition after the heal.
 
 With ``ZKCOORD_TEST_BROKEN_FENCES=1`` the cuts also run against daemons
 whose fence is broken on purpose (:mod:`tests.support.broken_fence`) and
 assert the checker catches it (the ZooKeeper cut: with every layer broken;
-a daemon that only keeps its groups after the expiry is refused by the fence).
+a daemon that only keeps its groups after the expiry is refused by the fence;
+the deposed forward: Kafka stores the held commit late).
 
 How long the group went without commits in the ZooKeeper cut is printed
 (``-s``); what is asserted is that commits resume during the cut, waited
@@ -140,6 +146,13 @@ def _start_owned_by_the_cut_daemon(run, **start) -> None:
     wait_for(lambda: run.owner() == 1, LIVENESS_S, "the daemon in the namespace owns the group")
 
 
+def _stable_with_its_members(run, members: int = 3) -> tuple[int, str, list[str]]:
+    """The group's stored state once it is Stable with all ``members`` (the
+    initial rebalances done)."""
+    return wait_for(lambda: (s := run.stored()) and s[1] == "Stable" and len(s[2]) == members and s, LIVENESS_S,
+                    f"the group Stable with its {members} members")
+
+
 def _cut_until_suspended(ns, cut, zk_port: int) -> None:
     """Cut the daemon in ``ns`` from ZooKeeper; return once it logged its connection SUSPENDED."""
     suspensions = cut.log(100_000).count("ZooKeeper session suspended")
@@ -162,9 +175,17 @@ def zookeeper_cut(services, namespaces, make_fleet, unique_name, tmp_path, break
     run = _run(fleet, services, unique_name, tmp_path, group, _coordinators(cut, other))
     try:
         _start_owned_by_the_cut_daemon(run)
-        before = wait_for(run.stored, LIVENESS_S, "the group's stored state")
+        first = wait_for(run.stored, LIVENESS_S, "the group's stored state")
+        _stable_with_its_members(run)
         session = _session_of(fleet, 1)
 
+        # Read at the cut, the group Stable with its members: from then on only the other daemon can change it
+        # (the cut daemon reaches no ZooKeeper), so the broken runs' wait below is for the other daemon's own
+        # write, never for the end of an initial rebalance of the cut daemon's (read before it ended, the wait
+        # would hold at once and the cut heal before the other daemon ended the cut daemon's generation).
+        before = wait_for(run.stored, LIVENESS_S, "the group's stored state")
+        print(f"stored once the group was owned: generation {first[0]} ({first[1]}, {len(first[2])} members); "
+              f"at the cut: generation {before[0]} ({before[1]}, {len(before[2])} members)")
         cut_at = time.time()
         ns.cut_to([zk_port])
         wait_for(lambda: fleet.session_gone(1), LIVENESS_S, "ZooKeeper expired the cut daemon's session")
@@ -585,25 +606,16 @@ def kafka_rewinds(commits: list[tuple[str, int, int]]) -> list[str]:
     return found
 
 
-@broken_fences
-@pytest.mark.xfail(reason="a deposed owner's try in flight to Kafka is not fenced (a gap: docs/testing.md, Broken "
-                          "fences)", strict=True)
-def test_a_deposed_owners_forward_to_kafka_can_land_after_the_new_owners_commits(
-        services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk):
+def deposed_forward_cut(services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk, breaks=()):
     """Issue 29, ``broker-kill-9`` in ``dual`` storage: what stands between a
     deposed owner and Kafka. The owner of a ``dual`` group is cut from
-    ZooKeeper and from the broker at once: the commits it took in before it
-    noticed wait in its forward to Kafka (retried for up to the forwarder's
-    10 s), it gives its session up, the other daemon takes the group and the
-    members commit there; then the cut is healed. The forward asks before
-    each try whether this daemon still holds the group's contender
-    (``zkcoord/server/dual_commit.py``), so no try starts after the daemon
-    gave its session up; but a try sent before it knew (its bytes held up by
-    the cut) still reaches the broker when the cut heals, here 11 s later,
-    after the new owner's commits: a gap, not a broken fence. The test fails while it is open (a strict xfail, opt-in with the
-    broken-fence demonstrations): the ZooKeeper side is fenced, so the
-    checker's verdicts hold, but Kafka's ``__consumer_offsets`` shows the
-    deposed owner's commit stored after the new owner's, lower."""
+    ZooKeeper and from the broker at once: a commit it took in before it
+    noticed waits in its forward to Kafka (one try, its bytes held up by the
+    cut in the kernel's send queue), it gives its session up, the other
+    daemon takes the group and the members commit there; then the cut is
+    healed some seconds later. Returns the run's verdict, the group's
+    commits as Kafka stored them (``kafka_commit_log``), and the cut daemon's
+    log. ``breaks``: its forwarder broken (tests.support.broken_fence)."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
     from tests.faults.test_fault_run import PARTITIONS, make_dual
@@ -618,15 +630,15 @@ def test_a_deposed_owners_forward_to_kafka_can_land_after_the_new_owners_commits
     finally:
         admin.close()
     make_dual(zk_hosts, zk, services.bootstrap_servers, group, topic, tmp_path)
-    fleet = make_fleet(wrappers={1: ns.wrap})
+    wrap = (lambda argv: ns.wrap(broken_fence.wrap(*breaks)(argv))) if breaks else ns.wrap
+    fleet = make_fleet(wrappers={1: wrap})
     cut = fleet.start(1, listen=ns.listen())
     other = fleet.start(2)
     run = GroupRun(fleet, services.bootstrap_servers, group, topic, tmp_path / "events", partitions=PARTITIONS,
                    coordinators=_coordinators(cut, other), session_timeout_ms=MEMBER_SESSION_TIMEOUT_MS)
     try:
         _start_owned_by_the_cut_daemon(run, create_topic=False)
-        wait_for(lambda: (s := run.stored()) and s[1] == "Stable" and len(s[2]) == 3 and s, LIVENESS_S,
-                 "the group Stable with its three members")
+        _stable_with_its_members(run)
         run.wait_progress(5, "before the cut")  # the members commit through the owner: its forwards go on
         session = _session_of(fleet, 1)
         cut_at = time.time()
@@ -646,10 +658,54 @@ def test_a_deposed_owners_forward_to_kafka_can_land_after_the_new_owners_commits
     finally:
         run.close()
     print(verdict)
+    # What the cut daemon's kernel held for the broker is delivered at its next retransmission after the heal,
+    # seconds later (or was dropped by a reset): Kafka's log is read once nothing is left to deliver.
+    wait_for(lambda: ns.unsent(broker_port) == 0, LIVENESS_S, "nothing left in the cut daemon's kernel for the "
+             "broker", 0.2)
     stored = kafka_commit_log(services.bootstrap_servers, group)
-    rewinds = kafka_rewinds(stored)
-    print(f"{len(stored)} commits stored in Kafka; below an earlier one: {len(rewinds)}: {rewinds[:5]}")
     log = cut.log(100_000)
-    print("\n".join(line for line in log.splitlines() if "Kafka stored the commit" in line)[:2000])
+    print(f"{len(stored)} commits stored in Kafka; below an earlier one: {kafka_rewinds(stored)[:5]}")
+    print("\n".join(line for line in log.splitlines() if "Kafka connections were aborted" in line
+                    or "Kafka stored the commit" in line)[:2000])
+    return verdict, stored, log
+
+
+def test_a_deposed_owners_forward_to_kafka_is_aborted_and_never_lands_after_the_new_owners_commits(
+        services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk):
+    """The gap this scenario showed is closed: when the cut daemon gives its
+    session up, its commit in flight to Kafka is aborted (the forwarder's
+    connections reset, the kernel's queue dropped: ``zkcoord/kafka/forwarder.py``
+    rule 5), so nothing of it reaches the broker when the cut heals. Kafka's
+    ``__consumer_offsets`` then never goes back on a partition. The daemon's
+    log must show the abort (else no forward was in flight at the give-up and
+    the run proved nothing)."""
+    verdict, stored, log = deposed_forward_cut(services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk)
     assert verdict.violations == []
+    assert "Kafka connections were aborted" in log, "no forward was in flight when the cut daemon gave its session up"
+    rewinds = kafka_rewinds(stored)
     assert rewinds == [], f"{len(rewinds)} commit(s) of the deposed owner stored in Kafka after the new owner's"
+
+
+@broken_fences
+@pytest.mark.parametrize("breaks", [("forward-abort", "forward-reset"), ("forward-reset",)],
+                         ids=["no-abort-no-reset", "no-reset"])
+def test_the_deposed_forward_cut_catches_a_forward_that_is_not_aborted(
+        services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk, breaks):
+    """The same cut with the abort broken: not at all (the forwarder as it
+    was before it), or an abort whose sockets close gracefully. The try held
+    up by the cut reaches the broker after the heal and Kafka stores the
+    deposed owner's commit after the new owner's, lower. The checker's
+    verdicts hold all the same (ZooKeeper's side is fenced; a ``dual``
+    group's OffsetFetch answers the larger of the two stores).
+
+    Not asserted: the abort alone broken (``forward-abort``, the sockets
+    still reset on close). The member whose commit is held up waits for
+    it, so its partitions are committed nowhere else until the forward's
+    request time-out (10 s) ends the try, and kafka-python closes the
+    connection then, which with ``SO_LINGER`` 0 drops the held bytes as the
+    abort would: in this scenario that break shows as the member freed at
+    the time-out instead of at the give-up, not as a commit stored late."""
+    verdict, stored, _ = deposed_forward_cut(services, namespaces, make_fleet, unique_name, tmp_path, zk_hosts, zk,
+                                             breaks)
+    assert verdict.violations == []
+    assert kafka_rewinds(stored), "Kafka stored nothing late although the forward in flight was not aborted"

@@ -38,6 +38,16 @@ as ``python -m`` would::
   one. A wall clock moved back during a cut from ZooKeeper then postpones
   the give-up: the cut daemon keeps its members after ZooKeeper expired its
   session and another daemon took the group.
+* ``forward-abort`` - the daemon never aborts its Kafka forwarder's
+  connections when it stops owning a group whose commit is in flight to
+  Kafka (``KafkaForwarder.abort`` does nothing): the try in flight goes on
+  until kafka-python's request time-out ends it.
+* ``forward-reset`` - the forwarder's sockets close gracefully (no
+  ``SO_LINGER`` 0): a closed connection's kernel keeps what it had not yet
+  delivered and sends it when a cut heals. With ``forward-abort`` too, the
+  forwarder is as it was before the abort: a try sent before the daemon
+  knew it was deposed, held up by a cut, still reaches the broker after
+  the cut, after the new owner's commits.
 
 :func:`wrap` gives the wrapper for a fleet (``WrappedFleet(wrappers=...)``).
 """
@@ -51,7 +61,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-BREAKS = ("commit-fence", "state-fence", "session-loss", "generation", "group-wall-clock", "suspension-wall-clock")
+BREAKS = ("commit-fence", "state-fence", "session-loss", "generation", "group-wall-clock", "suspension-wall-clock",
+          "forward-abort", "forward-reset")
 
 
 def wrap(*breaks: str):
@@ -159,9 +170,22 @@ def _break_suspension_wall_clock() -> None:
     ZkConnection.__init__ = wall_clocked
 
 
+def _break_forward_abort() -> None:
+    from zkcoord.kafka.forwarder import KafkaForwarder
+
+    KafkaForwarder.abort = lambda self, reason: False
+
+
+def _break_forward_reset() -> None:
+    import zkcoord.kafka.offsets as offsets
+
+    offsets.RESET_ON_CLOSE_OPTIONS = offsets.RESET_ON_CLOSE_OPTIONS[:1]  # kafka-python's TCP_NODELAY alone
+
+
 _BREAKERS = {"commit-fence": _break_commit_fence, "state-fence": _break_state_fence,
              "session-loss": _break_session_loss, "generation": _break_generation,
-             "group-wall-clock": _break_group_wall_clock, "suspension-wall-clock": _break_suspension_wall_clock}
+             "group-wall-clock": _break_group_wall_clock, "suspension-wall-clock": _break_suspension_wall_clock,
+             "forward-abort": _break_forward_abort, "forward-reset": _break_forward_reset}
 
 
 def main(argv: list[str]) -> None:

@@ -225,6 +225,18 @@ class NetNamespace:
     def cut(self) -> bool:
         return bool(self.rules) or self.link_is_down
 
+    def unsent(self, port: int, host: str = "127.0.0.1") -> int:
+        """Bytes the namespace's kernel still holds to send to ``host:port``:
+        the Send-Q (sent but not acknowledged, or not sent yet) of each of its
+        TCP sockets to it, those its process closed but the kernel still
+        delivers included. 0 once all that was sent there was delivered, or
+        dropped by a reset. After a heal the kernel retransmits only at its
+        next retransmission time-out (backing off: up to about the length of
+        the cut later), so a test waits for this, not for a time."""
+        shown = subprocess.run(["ip", "netns", "exec", self.name, "ss", "-tnH", "state", "all", "dst",
+                                f"{host}:{port}"], capture_output=True, text=True, check=True).stdout
+        return sum(int(line.split()[2]) for line in shown.splitlines() if line.strip())
+
     # -- making and removing -----------------------------------------------------------
     def _routes(self) -> None:
         ip("-n", self.name, "route", "replace", "127.0.0.0/8", "dev", self.ns_if, "scope", "link",

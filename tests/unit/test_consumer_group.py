@@ -16,7 +16,9 @@ from zkcoord.core.consumer.config import ConsumerGroupConfig
 from zkcoord.core.consumer.kind import CONSUMER
 from zkcoord.core.consumer.messages import CONSUMER_HEARTBEAT, ConsumerHeartbeatRequest, rebalance_key, session_key
 from zkcoord.core.consumer.model import ConsumerGroup, GroupState, MemberState
-from zkcoord.core.consumer.record import from_records, record_problem
+from zkcoord.core.consumer.record import (
+    from_records, record_problem, target_problem, to_group_record, to_member_record, to_target_record,
+)
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.membership import GroupConfig
 from zkcoord.core.messages import Cancel, Schedule
@@ -274,17 +276,87 @@ def test_records_round_trip_and_a_cut_target_write_is_found():
     s.join("b")
     writes = CONSUMER.writes(groups.new_group("g"), s.group)
     assert writes[0] == ("members", {}, False)  # the members' directory first
-    state = {k: r for k, r, _ in writes}[""]
+    assert [(k, existed) for k, _, existed in writes[-2:]] == [("target", False), ("", False)]  # created, state last
+    records = {k: r for k, r, _ in writes}
+    state, target = records[""], records["target"]
     members = [r for k, r, existed in writes if k.startswith("members/") and not existed]
-    assert record_problem({**state, "members": members}) is None
-    loaded, cut = from_records("g", {**state, "members": members})
+    assert state["v"] == 3 and not any("tg" in m or "te" in m for m in members)  # the target is apart
+    stored = {**state, "members": members, "target": target}
+    assert record_problem(stored) is None
+    loaded, cut = from_records("g", stored)
     assert not cut and loaded.members == s.group.members and loaded.targets == s.group.targets
     assert (loaded.group_epoch, loaded.assignment_epoch, loaded.state) == (3, 3, s.group.state)
-    loaded, cut = from_records("g", {**state, "ae": 2, "members": members})
+    assert not loaded.targets_in_members
+    loaded, cut = from_records("g", {**stored, "ae": 2})  # the target record written, the group record not
     assert cut
-    outcome = CONSUMER.load(CONSUMER.from_record("g", {**state, "ae": 2, "members": members}), s.now, CONFIG)
+    outcome = CONSUMER.load(CONSUMER.from_record("g", {**stored, "ae": 2}), s.now, CONFIG)
     assert outcome.persist and outcome.group.group_epoch == 4
     assert {op.key for op in outcome.timers} >= {session_key("a"), session_key("b")}
+    _, cut = from_records("g", {**state, "members": members})  # version 3 without its target record
+    assert cut
+
+
+def test_a_version_1_record_is_read_and_written_again_as_version_3():
+    """An earlier zkcoord kept each member's target in its member record
+    (``tg``, ``te``): such a group loads with the same targets, and its load
+    writes every member record without them and creates the target record."""
+    s = Scene()
+    s.join("a")
+    s.join("b")
+    state = {**to_group_record(s.group), "v": 1}
+    members = [to_member_record(m, s.group.target(mid), s.group.assignment_epoch)
+               for mid, m in s.group.members.items()]
+    assert all("te" in m for m in members) and any("tg" in m for m in members)
+    assert record_problem({**state, "members": members}) is None
+    stored = CONSUMER.from_record("g", {**state, "members": members})
+    assert stored.targets == s.group.targets and stored.members == s.group.members and stored.targets_in_members
+    outcome = CONSUMER.load(stored, s.now, CONFIG)
+    assert outcome.persist and outcome.group.group_epoch == s.group.group_epoch  # no epoch moves
+    writes = CONSUMER.writes(stored, outcome.group)
+    assert [(k, existed) for k, _, existed in writes] == [("members/a", True), ("members/b", True),
+                                                          ("target", False), ("", True)]
+    records = {k: r for k, r, _ in writes}
+    assert not any("tg" in records[k] or "te" in records[k] for k in ("members/a", "members/b"))
+    assert records[""]["v"] == 3
+    again, cut = from_records("g", {**records[""], "members": [records["members/a"], records["members/b"]],
+                                    "target": records["target"]})
+    assert not cut and again.targets == s.group.targets and not again.targets_in_members
+    s_targets = s.group.targets
+    s.beat("a", 3, owned=owned(s.member("a")))  # the next write after that one: a set of the target, if any
+    assert ("target", False) not in [(k, e) for k, _, e in CONSUMER.writes(outcome.group, s.group)]
+    # The rewrite cut before its group record (a large group's write in several multis; the owner died):
+    # the member records without targets and the target record landed, the group record is still version 1.
+    cut_upgrade = {**state, "members": [records["members/a"], records["members/b"]], "target": records["target"]}
+    assert record_problem(cut_upgrade) is None
+    loaded = CONSUMER.from_record("g", cut_upgrade)
+    assert loaded.targets == s_targets and not loaded.targets_in_members  # the target record exists: set it
+
+
+def test_the_target_record_keeps_each_members_partitions_in_order_and_says_what_is_wrong():
+    from zkcoord.core.consumer.model import target_of
+
+    group = s_group_with_targets({"a": {"T1": (5, 0, 1, 2, 3, 9)}, "b": {"T2": (7,), "T1": (4, 6)}, "c": {}})
+    rec = to_target_record(group)
+    assert rec["n"] == 2 and rec["ae"] == group.assignment_epoch and target_problem(rec) is None
+    assert {m: dict(t) for m, t in from_records("g", {**to_group_record(group), "members": [],
+                                                       "target": rec})[0].targets.items()} == {}  # no such members
+    from zkcoord.core.consumer.record import _targets_from
+    assert _targets_from(rec) == {"a": target_of({"T1": (5, 0, 1, 2, 3, 9)}),
+                                  "b": target_of({"T2": (7,), "T1": (4, 6)})}
+    assert list(_targets_from(rec)["b"]) == ["T2", "T1"]  # topics in their order too
+    assert "not an object" in target_problem([])
+    assert "version" in target_problem({**rec, "v": 9})
+    assert "holds 2" in target_problem({**rec, "n": 3})
+    assert "'ae'" in target_problem({**rec, "ae": "1"})
+
+
+def s_group_with_targets(targets):
+    from zkcoord.core.consumer.model import new_consumer_group, target_of
+
+    group = new_consumer_group("g")
+    for member_id, target in targets.items():
+        group = group.with_target(member_id, target_of(target))
+    return group
 
 
 def test_only_changed_members_are_written():
@@ -308,3 +380,25 @@ def test_a_regex_subscription_is_resolved_after_the_heartbeat_that_sends_it(rege
     assert set(s.group.resolved_regexes[regex].topics) == {"t"} and s.group.group_epoch == 2
     answer, _ = s.beat("a", 1, owned=())
     assert partitions(answer.assignment) == {T: [0, 1, 2, 3]}
+
+
+def test_a_heartbeat_of_a_large_group_whose_target_is_due_is_decided_off_the_loop():
+    """consumer_apis: a group of OFF_LOOP_RECORDS_MEMBERS members or more has its
+    heartbeats decided in a worker thread (the assignor may run over every
+    member and partition), except a settled group's steady heartbeats, which
+    keep the fast path on the event loop."""
+    from zkcoord.core.consumer.model import ConsumerMember, new_consumer_group
+    from zkcoord.server.consumer_apis import _large, _target_due
+    from zkcoord.server.group_runtime import OFF_LOOP_RECORDS_MEMBERS
+
+    def group_of(members: int, group_epoch: int):
+        group = new_consumer_group("g")
+        for m in range(members):
+            group = group.with_member(ConsumerMember(f"m{m}", member_epoch=1, previous_member_epoch=0,
+                                                     rebalance_timeout_ms=30_000, client_id="c", client_host="/h"))
+        return replace(group, group_epoch=group_epoch)
+
+    small, large = OFF_LOOP_RECORDS_MEMBERS - 1, OFF_LOOP_RECORDS_MEMBERS
+    assert [_large(group_of(n, 1)) for n in (small, large)] == [False, True]
+    assert [_target_due(group_of(large, e)) for e in (1, 2)] == [False, True]  # settled; a join moved the epoch
+    assert not _target_due(group_of(small, 2)) and not _large(groups.new_group("classic"))

@@ -77,7 +77,7 @@ def test_a_changed_share_is_the_target_at_a_new_epoch_revoked_first():
     outcome = shares(s, a=(0,), b=(2, 3))  # the daemon takes partition 1 from a
     assert outcome.persist and outcome.replies == () and outcome.timers == ()
     assert epochs(s.group) == (4, 4) and targets(s.group) == {"a": {T: [0]}, "b": {T: [2, 3]}}
-    assert [k for k, _, _ in CONSUMER.writes(before, s.group)] == ["members/a", ""]  # a's target, the epochs
+    assert [k for k, _, _ in CONSUMER.writes(before, s.group)] == ["target", ""]  # the target, the epochs
     assert consuming(s.group, "a", CONFIG) == tps(0, 1)  # it has not heard yet
     answer, _ = s.beat("a", 3, owned=((T, (0, 1)),))
     a = s.member("a")
@@ -206,8 +206,9 @@ def test_a_steady_heartbeat_in_a_handover_writes_nothing():
 
 def stored(group: ConsumerGroup) -> dict:
     """The group's records as a new owner loads them."""
-    written = CONSUMER.writes(groups.new_group("g"), group)
-    return {**{k: r for k, r, _ in written}[""], "members": [r for k, r, _ in written if k.startswith("members/")]}
+    written = {k: r for k, r, _ in CONSUMER.writes(groups.new_group("g"), group)}
+    return {**written[""], "target": written["target"],
+            "members": [r for k, r in written.items() if k.startswith("members/")]}
 
 
 def test_the_records_keep_the_targets_not_the_shares():

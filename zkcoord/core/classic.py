@@ -60,11 +60,13 @@ class ClassicKind:
 
     def writes(self, before: Any, after: Group) -> list[tuple[str, dict | None, bool]]:
         """The state znode (deleted for a Dead group); a consumer group's
-        member records and their directory go when it becomes classic (an
-        online downgrade)."""
+        member records, their directory and its target record go when it
+        becomes classic (an online downgrade)."""
         changes: list[tuple[str, dict | None, bool]] = []
         if type(before) is not Group:
             changes = [("members/" + m, None, True) for m in before.members] + [("members", None, True)]
+            if not before.targets_in_members:  # a version 3 consumer group record (zkcoord.core.consumer.record)
+                changes.append(("target", None, True))
         return changes + [("", self.to_record(after), True)]
 
     def delete_writes(self, group: Group) -> list[tuple[str, dict | None, bool]]:

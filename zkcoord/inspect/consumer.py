@@ -37,7 +37,7 @@ from zkcoord.core.consumer.config import ConsumerGroupConfig
 from zkcoord.core.consumer.describe import (
     CLASSIC_MEMBER, DescribedConsumerGroup, DescribedMember, DescribedTopic, describe_consumer_group,
 )
-from zkcoord.core.consumer.record import MEMBERS_KEY, from_records
+from zkcoord.core.consumer.record import MEMBERS_KEY, TARGET_KEY, from_records, target_topic_ids
 from zkcoord.core.topics_image import TopicInfo, TopicsImage
 from zkcoord.inspect.model import Assignment, MemberView
 
@@ -75,6 +75,8 @@ def unnamed_topic_ids(record: Mapping, topic_ids: Mapping[str, str]) -> list[str
     named = set(topic_ids.values())
     held = {topic_id for member in record.get(MEMBERS_KEY, ()) for key in ("a", "pr", "tg")
             for topic_id in member.get(key, {})}
+    if TARGET_KEY in record:
+        held |= target_topic_ids(record[TARGET_KEY])
     return sorted(held - named)
 
 

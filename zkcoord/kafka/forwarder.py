@@ -33,12 +33,24 @@ Rules:
    about its own members are never passed on as they are).
 4. :meth:`KafkaForwarder.group` describes the group in Kafka's own
    coordinator, so the daemon can name the members that joined it there.
+5. :meth:`KafkaForwarder.abort` (on the event loop; it does not block)
+   ends the forwarder's Kafka connections at once, for a daemon that stops
+   owning a group while a forward of it may be in flight
+   (:mod:`zkcoord.server.dual_commit`, "A deposed owner's forward"): the
+   client is marked aborted before it returns, so no try starts on it, and
+   a thread of its own resets its connections (every socket has
+   ``SO_LINGER`` 0: what the kernel still holds to send is dropped, not
+   sent when the network comes back) and stops it, without waiting for the
+   call in progress. That call ends at its next try, whose owner check
+   answers first (:meth:`~zkcoord.kafka.offsets.KafkaOffsets.abort`); the
+   next call connects a fresh client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -120,7 +132,8 @@ class KafkaForwarder:
     def __init__(self, bootstrap_servers: str, *, request_timeout_ms: int = 10_000,
                  client_id: str = "zkcoord-daemon", security=None) -> None:
         self.kafka = KafkaGroupOffsets(bootstrap_servers, request_timeout_ms=request_timeout_ms,
-                                       client_id=client_id, security=security)  # validates the address; no I/O
+                                       client_id=client_id, security=security,
+                                       reset_on_close=True)  # validates the address; no I/O (rule 5)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -154,6 +167,17 @@ class KafkaForwarder:
     def _started_call(self, fn, *args: Any) -> Any:
         self.kafka.start()  # once; again after a failed connect
         return fn(*args)
+
+    def abort(self, reason: str) -> bool:
+        """Rule 5: abort the connections now (returns at once); False when
+        there was no client to abort (none yet, or already aborted)."""
+        finish = self.kafka.abort(reason)
+        if finish is None:
+            return False
+        # A thread of its own, not asyncio.to_thread: the default executor's workers may all be calls
+        # blocked in Kafka (the ones being aborted) and the reset would queue behind them.
+        threading.Thread(target=finish, name="zkcoord-kafka-abort", daemon=True).start()
+        return True
 
     async def close(self) -> None:
         await asyncio.to_thread(self.kafka.close)

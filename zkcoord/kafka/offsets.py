@@ -23,12 +23,24 @@ Rules:
    partition is NotFoundError; any other Kafka error a ZkcoordError saying
    what we asked.
 4. Offsets are plain ints; ``None`` means "none" (Kafka's -1).
+5. :meth:`KafkaOffsets.abort` ends the client's connections at once, without
+   waiting for the call in progress (which holds the lock): from the moment
+   it is called no try starts on that client, and the call in progress ends
+   at its next try (``before_try`` is asked first, then the call fails with
+   ServiceUnavailableError); the next :meth:`~KafkaOffsets.start` builds a
+   fresh client. With ``reset_on_close`` every socket of the client has
+   ``SO_LINGER`` on with 0 s (and kafka-python's ``TCP_NODELAY``), so closing
+   a connection resets it and the kernel drops what it still holds to send:
+   a request that has not left this machine never will. The daemon's
+   forwarder uses both (:mod:`zkcoord.kafka.forwarder`, rule 5).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import socket
+import struct
 import threading
 import time
 from collections import Counter, deque
@@ -42,7 +54,7 @@ from zkcoord.errors import (
 )
 
 __all__ = ["KafkaOffsets", "LogRange", "KafkaGroup", "TopicPartition", "check_bootstrap_servers",
-           "security_options", "is_authentication_failure", "login_refused"]
+           "security_options", "is_authentication_failure", "login_refused", "RESET_ON_CLOSE_OPTIONS"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -50,6 +62,10 @@ TopicPartition = tuple[str, int]
 _CHUNK = 100  # groups per OffsetFetch / DescribeGroups request
 _ERROR_NAME = re.compile(r"\s*(?:\[Error -?\d+\]\s*)?(\w+)")
 _NOT_CLASSIC = "is not a classic group"  # Kafka 4.x's GROUP_ID_NOT_FOUND message for a consumer group
+# kafka-python's default socket options plus SO_LINGER on with 0 s: close() resets the connection and the
+# kernel discards the bytes not yet sent (or not yet acknowledged) instead of sending them after the close.
+RESET_ON_CLOSE_OPTIONS = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),
+                          (socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)))
 
 
 @dataclass(frozen=True)
@@ -111,7 +127,7 @@ class KafkaOffsets:
     """Offsets and log ranges of one Kafka cluster. No I/O until :meth:`start`."""
 
     def __init__(self, bootstrap_servers: str, *, request_timeout_ms: int = 15_000,
-                 client_id: str = "zkcoord-migrate", security=None) -> None:
+                 client_id: str = "zkcoord-migrate", security=None, reset_on_close: bool = False) -> None:
         self.bootstrap_servers = check_bootstrap_servers(bootstrap_servers)
         self.security = security  # KafkaClientSecurity (security.protocol, SASL, TLS); None: PLAINTEXT
         if isinstance(request_timeout_ms, bool) or not isinstance(request_timeout_ms, int) \
@@ -119,8 +135,13 @@ class KafkaOffsets:
             raise ConfigError(f"request_timeout_ms must be from 1000 to 3600000, got {request_timeout_ms!r}")
         self.request_timeout_ms = request_timeout_ms
         self.client_id = client_id
+        self.reset_on_close = reset_on_close  # rule 5
         self._admin: Any = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # serializes the calls (held for a whole call, retries included)
+        # Guards _admin and _aborted between a call and abort(); never held while waiting for Kafka.
+        self._state = threading.Lock()
+        self._aborted: Any = None  # the client abort() ended (while it is still _admin); None: none
+        self._abort_reason = ""
 
     # ------------------------------------------------------------ life cycle
     def start(self) -> None:
@@ -131,15 +152,16 @@ class KafkaOffsets:
         from zkcoord.kafka.login import check_login
 
         with self._lock:
-            if self._admin is not None:
+            if self._admin is not None and self._admin is not self._aborted:
                 return
             # kafka-python retries a refused login until its bootstrap time-out: find out at once (login.py)
             check_login(self.bootstrap_servers, self.security, timeout_s=self.request_timeout_ms / 1000)
+            options = {"socket_options": list(RESET_ON_CLOSE_OPTIONS)} if self.reset_on_close else {}
             try:
-                self._admin = KafkaAdminClient(
+                admin = KafkaAdminClient(
                     bootstrap_servers=self.bootstrap_servers, client_id=self.client_id,
                     request_timeout_ms=self.request_timeout_ms, bootstrap_timeout_ms=self.request_timeout_ms,
-                    **security_options(self.security))
+                    **options, **security_options(self.security))
             except (KafkaError, OSError) as exc:
                 if is_authentication_failure(exc):
                     raise login_refused(self.bootstrap_servers, self.security, exc) from None
@@ -149,15 +171,28 @@ class KafkaOffsets:
                 ) from None
             except ValueError as exc:
                 raise ConfigError(f"Kafka bootstrap servers {self.bootstrap_servers!r}: {exc}") from None
+            with self._state:  # no call is in progress (we hold the lock): none can be on the client replaced
+                self._admin, self._aborted = admin, None  # an aborted client replaced is closed by its abort
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._state:
             admin, self._admin = self._admin, None
-        if admin is not None:
-            try:
-                admin.close()
-            except Exception:  # closing must not hide the error that made us close
-                log.debug("closing the Kafka admin client failed", exc_info=True)
+            aborted, self._aborted = admin is self._aborted, None
+        if admin is not None and not aborted:  # an aborted client is closed by its abort
+            _close_quietly(admin)
+
+    def abort(self, reason: str) -> Callable[[], None] | None:
+        """Rule 5: end the client's connections without waiting for the call
+        in progress. Returns at once, the client marked aborted (no try starts
+        on it from now on), with the function that resets its connections and
+        stops it (blocking: it joins kafka-python's I/O thread; run it off the
+        event loop); None when there is no client to abort."""
+        with self._state:
+            admin = self._admin
+            if admin is None or admin is self._aborted:
+                return None
+            self._aborted, self._abort_reason = admin, reason
+        return lambda: _reset_and_close(admin, reason)
 
     def __enter__(self) -> KafkaOffsets:
         self.start()
@@ -459,19 +494,34 @@ class KafkaOffsets:
         deadline = time.monotonic() + self.request_timeout_ms / 1000
         delay = 0.1
         with self._lock:
-            if self._admin is None:
+            admin = self._admin
+            if admin is None:
                 raise RuntimeError("KafkaOffsets.start() has not been called")
             while True:
                 if before_try is not None:
                     before_try()
+                self._not_aborted(admin, what)
                 try:
                     return fn(*args)
-                except (KafkaError, OSError) as exc:
+                except Exception as exc:
+                    if self._aborted is admin:
+                        continue  # aborted under this try (rule 5): before_try, then the abort, end the call
+                    if not isinstance(exc, (KafkaError, OSError)):
+                        raise
                     if not self._retriable(exc) or time.monotonic() + delay > deadline:
                         raise self._translate(exc, what) from None
                     log.debug("retrying %s after %r", what, exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    def _not_aborted(self, admin: Any, what: str) -> None:
+        """Raise ServiceUnavailableError if ``admin`` was aborted (rule 5)."""
+        with self._state:
+            if admin is not self._aborted:
+                return
+            reason = self._abort_reason
+        raise ServiceUnavailableError(f"cannot {what}: the connections to Kafka at {self.bootstrap_servers} were "
+                                      f"aborted ({reason}); the next call connects again")
 
     @staticmethod
     def _retriable(exc: BaseException) -> bool:
@@ -501,6 +551,42 @@ class KafkaOffsets:
 
     def _who(self) -> str:
         return self.security.describe() if self.security is not None else "PLAINTEXT"
+
+
+def _close_quietly(admin: Any) -> None:
+    try:
+        admin.close()
+    except Exception:  # closing must not hide the error that made us close
+        log.debug("closing the Kafka admin client failed", exc_info=True)
+
+
+def _reset_and_close(admin: Any, reason: str) -> None:
+    """Reset every connection of a kafka-python admin client, then close it.
+
+    The resets run on kafka-python's I/O thread (``manager.run``), between two
+    of its own steps, so no request is half-way through being written: each
+    connection is closed *with an error* (its transport aborted: its write
+    buffer dropped, its socket closed, which with ``SO_LINGER`` 0 resets it and
+    drops what the kernel holds; a plain close would first flush the buffer),
+    its pending requests failed; then the connection manager is closed, and a
+    closed manager discards any connection it would still open before anything
+    is sent on it. ``admin.close()`` then stops the I/O thread and fails the
+    waiting callers."""
+    import kafka.errors as Errors
+
+    error = Errors.KafkaConnectionError(f"connections aborted: {reason}")
+
+    def reset_all() -> None:
+        manager = admin._manager  # kafka-python 3.0's KafkaConnectionManager
+        for conn in list(manager._conns.values()):
+            conn.close(error)
+        manager.close()
+
+    try:
+        admin._manager.run(reset_all)
+    except Exception:  # the I/O thread already stopped or failed: admin.close() below still closes what is left
+        log.debug("resetting the Kafka connections on the client's I/O thread failed", exc_info=True)
+    _close_quietly(admin)
 
 
 def _chunks(items: list[str]) -> Iterable[list[str]]:

@@ -19,7 +19,12 @@ ConsumerGroupHeartbeat (``KafkaApis.handleConsumerGroupHeartbeat``, then
    and empty partitions on a join, instance id on a static leave, ...);
 4. the group's owner decides (:func:`zkcoord.core.consumer.heartbeat.handle_consumer_heartbeat`);
    a group nobody has is answered without contending for it unless the
-   heartbeat joins (epoch 0).
+   heartbeat joins (epoch 0). The decision runs in a worker thread when its
+   work grows large: a request with thousands of names or partitions, or a
+   heartbeat of a group of hundreds of members other than a steady one of a
+   settled group (its decision may run the assignor over every member and
+   partition: hundreds of ms at 1,000 members over 100,000 partitions), so
+   that other groups are answered meanwhile.
 
 Topic ids travel as 16 bytes on the wire and as Kafka's text form in the
 core (:mod:`zkcoord.topic_ids`). A member joining at v0 without an id gets
@@ -48,7 +53,7 @@ from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.errors import StateError, StateTooLargeError, ZkcoordError
 from zkcoord.server.authorization import Operation
 from zkcoord.server.bulk_work import pause_every
-from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
+from zkcoord.server.group_runtime import NOT_NOW, OFF_LOOP_RECORDS_MEMBERS, GroupUnavailableError
 from zkcoord.server.manager import UNKNOWN_TOKEN
 from zkcoord.topic_ids import topic_id_text, topic_id_uuid
 from zkcoord.wire.responses import cached_response, encoded_response, response_for
@@ -84,6 +89,19 @@ def _big(r) -> bool:
     for topic in r.topic_partitions or ():
         items += len(topic.partitions)
     return items > BIG_REQUEST_ITEMS
+
+
+def _large(group) -> bool:
+    """A group large enough that a heartbeat's decision may compute a target
+    for hundreds of members (an assignor over every partition): decided in a
+    worker thread unless it is a steady heartbeat of a settled group."""
+    return isinstance(group, ConsumerGroup) and len(group.members) >= OFF_LOOP_RECORDS_MEMBERS
+
+
+def _target_due(group) -> bool:
+    """A large group whose next heartbeat may compute its target (its group
+    epoch is ahead of its target's)."""
+    return _large(group) and group.assignment_epoch < group.group_epoch
 
 
 _JAVA_TRIMMED = "".join(map(chr, range(0x21)))  # what Java's String.trim() removes: every char <= ' '
@@ -176,7 +194,7 @@ class ConsumerGroupApis:
         if r.member_epoch <= 0 or _big(r):
             return None
         runtime = self.manager.serving(r.group_id)
-        if runtime is None or self._refusal(decoded, connection) is not None:
+        if runtime is None or _target_due(runtime.group) or self._refusal(decoded, connection) is not None:
             return None
         token = runtime.next_token()
         request = self._core_request(decoded, connection, token)
@@ -205,7 +223,7 @@ class ConsumerGroupApis:
             request = self._core_request(decoded, connection, token)
             result = await runtime.call(token, lambda g, now: groups.decide(g, request, now, runtime.config),
                                         render=lambda res: encoded_response(decoded, self._answer(decoded, res)),
-                                        big=_big(r), reuse=decoded)
+                                        big=_big(r) or _large(runtime.group), reuse=decoded)
             return result
         except GroupUnavailableError as exc:
             return self._answer(decoded, ConsumerHeartbeatResult.failed(exc.code, str(exc)))

@@ -43,16 +43,56 @@ member told its commit failed and nothing saying the stores differed.
 Order: a commit takes its place in its group's chain (step 0) under the
 group's lock, so a commit validated for generation N reaches Kafka and then
 ZooKeeper before any commit validated after it; the ZooKeeper write is queued
-before the next commit may go to Kafka. Kafka stores a forwarded commit
-with no fencing of its own. The owner checks, before each try of the forward
-(step 2 is retried while Kafka's coordinator moves, for up to the
-forwarder's request time-out), that it still holds the group's contender it
-held at step 0: a daemon that has learnt it was deposed (its contender gone,
-its session expired or given up) sends no more tries. What is left: the try
-in flight when the deposition happens, and a daemon that has not learnt it
-yet (cut from ZooKeeper: it gives its session up at the session time-out,
-when ZooKeeper expires it) can still land in Kafka after the new owner's
-commits, as in ``kafka`` mode; step 4 refuses it in ZooKeeper.
+before the next commit may go to Kafka.
+
+A deposed owner's forward. Kafka stores a forwarded commit with no fencing
+of its own; what keeps a deposed owner's commit from landing there after
+the new owner's:
+
+* The owner check: before each try of step 2 (retried while Kafka's
+  coordinator moves, for up to the forwarder's request time-out) the owner
+  checks that it still holds the group's contender it held at step 0: a
+  daemon that has learnt it was deposed starts no more tries.
+* The abort: the moment this daemon stops owning a group whose commit is in
+  step 2 (:meth:`ForwardedOffsets.forwarding`), the forwarder's connections
+  are aborted (``GroupOffsets.abort_forwards``;
+  :mod:`zkcoord.kafka.forwarder` rule 5), in the same callback that tells
+  it, before its members hear NOT_COORDINATOR: on the ownership's LOST (the
+  session given up at the session time-out, or found expired; the contender
+  deleted, or no longer the lowest after a reconnect), a runtime stepping
+  down after a refused write, a group removed, and the daemon stopping
+  (before its contenders are deleted). The client is marked aborted at
+  once, so no try starts on it; a thread of its own resets its connections,
+  and with ``SO_LINGER`` 0 the kernel drops what they still held, so a try
+  whose bytes a cut holds up never reaches the broker, even once the cut
+  heals (a daemon killed meanwhile: its kernel resets them as it exits).
+  The try in flight fails; the call asks the owner again (NOT_COORDINATOR).
+  Other groups' forwards on that client end COORDINATOR_NOT_AVAILABLE and
+  their members commit again; the next forward connects a fresh client.
+* The race between the two: a try that passed its owner check just before
+  the daemon learnt. Its check of the abort mark and the mark itself are
+  ordered by the client's state lock: after the mark, the try does not
+  start. Before it, the request goes to kafka-python's I/O thread, as does
+  the abort's reset, so it reaches the socket either after the reset
+  (nothing is sent: the connections are closed, and a closed connection
+  manager opens none that carries a request) or before it, when the reset
+  then drops whatever the broker had not yet received.
+
+What is left: bytes the broker had received before the reset. They were
+sent before the daemon learnt (or milliseconds after), over a network that
+delivered them, and the broker stores them as it reads them; they land
+after the new owner's commits only if the broker holds them longer than a
+takeover takes (the session expired or the contender gone, the group
+loaded by the other daemon, its members sent there by this daemon's
+NOT_COORDINATOR, which comes after the abort, and a commit forwarded by the
+new owner). A daemon cut from ZooKeeper that has not yet given its session
+up is still the owner as far as it can know, and forwards as one: no other
+daemon can own the group before ZooKeeper expires the session, which it
+does at about the moment the daemon gives it up
+(:mod:`zkcoord.core.session_loss`); a SUSPENDED daemon aborts nothing,
+for that reason. Should a late commit land all the same, step 4 refuses it
+in ZooKeeper in ``dual`` mode (whose OffsetFetch answers the larger
+offset), and the next commit of the partition corrects Kafka.
 
 Kafka-side members: a refusal with a membership code means the group has
 members in Kafka's own coordinator. The owner then describes the group in
@@ -67,6 +107,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
 
 from zkcoord.core.dual_commit import KAFKA_MEMBERSHIP_ERRORS, KafkaMember, KafkaSideMembers, client_error
@@ -124,6 +165,11 @@ class ForwardedOffsets:
         self.order = CommitOrder()
         self.kafka_members = KafkaSideMembers()
         self._metrics_of = metrics_of  # -> DaemonMetrics or None, read when used
+        self._forwarding: Counter[str] = Counter()  # group -> its commits in step 2 (in flight to Kafka)
+
+    def forwarding(self, group: str) -> bool:
+        """A commit of ``group`` is in step 2: its forward to Kafka may be in flight."""
+        return self._forwarding[group] > 0
 
     async def commit(self, forwarder: KafkaForwarder, group: str, mode: str, kept: Mapping, slot: Slot,
                      fence, prepared=None, still_owner: Callable[[], None] | None = None
@@ -139,7 +185,13 @@ class ForwardedOffsets:
         written = None
         try:
             await slot.turn()
-            answer = await forwarder.commit(group, kept, still_owner)
+            self._forwarding[group] += 1
+            try:
+                answer = await forwarder.commit(group, kept, still_owner)
+            finally:
+                self._forwarding[group] -= 1
+                if not self._forwarding[group]:
+                    del self._forwarding[group]
             refused = {tp: _error_code(errno) for tp, errno in answer.items()}
             stored = {tp: om for tp, om in kept.items() if tp not in refused}
             if mode == "dual" and stored:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from zkcoord.core.errors import ErrorCode
@@ -110,11 +110,27 @@ class GroupOffsets:
                 self.repairs[runtime.group_id] = self._background.spawn(
                     self._repair_dual(runtime.group_id), f"repair the dual offsets of group {runtime.group_id}")
 
-    def forget(self, group_id: str) -> None:
-        """The group is no longer served here."""
+    def forget(self, group_id: str, why: str = "no longer served here") -> None:
+        """The group is no longer served here (its forward in flight, if any, aborted)."""
+        self.abort_forwards([group_id], why)
         self.forwarded.forget(group_id)
         if self.mode_requests is not None:
             self.mode_requests.unwatch(group_id)
+
+    def abort_forwards(self, group_ids: Iterable[str], why: str) -> None:
+        """Groups this daemon stops owning (synchronously, before anything
+        tells their members): if a commit of one is in flight to Kafka, the
+        forwarder's connections are aborted, so that commit cannot land after
+        the next owner's (:mod:`~zkcoord.server.dual_commit`, "A deposed
+        owner's forward"). Other groups' forwards in flight fail with them
+        (COORDINATOR_NOT_AVAILABLE: their members commit again)."""
+        if self.forwarder is None:
+            return
+        caught = [g for g in group_ids if self.forwarded.forwarding(g)]
+        if caught and self.forwarder.abort(f"{why}: group(s) {', '.join(sorted(caught)[:5])}"):
+            log.warning("%d group(s) %s no longer owned here with a commit in flight to Kafka (%s): the Kafka "
+                        "connections were aborted, so that commit cannot be stored after the next owner's",
+                        len(caught), sorted(caught)[:10], why)
 
     async def close(self) -> None:
         if self.mode_requests is not None:

@@ -224,7 +224,7 @@ class GroupRuntime:
             stored = groups.from_record(self.group_id, record)
             outcome = kind_of(stored).load(stored, self._clock(), self.config)
             self.active = True
-            await self._apply(outcome)
+            await self._apply(outcome, stored)  # a write at load changes what is stored: the records read
         if not quiet:
             log.info("group %s loaded (%s): %s", self.group_id, kind_of(self.group).name,
                      kind_of(self.group).summary(self.group))
@@ -452,10 +452,11 @@ class GroupRuntime:
             raise GroupUnavailableError(self.group_id, ErrorCode.NOT_COORDINATOR, "not owned here")
 
     # -- the one place state changes ---------------------------------------------
-    async def _apply(self, outcome: Outcome) -> None:
+    async def _apply(self, outcome: Outcome, stored: Any = None) -> None:
+        """``stored``: what ZooKeeper holds, when it is not ``self.group`` (a load)."""
         rendered = None
         if outcome.persist:
-            rendered = await self._write_rendering(outcome)
+            rendered = await self._write_rendering(outcome, self.group if stored is None else stored)
         elif self._renders and len(outcome.replies) > RENDER_SLICE:
             # Many parked answers at once (a rebalance of a large group ends): made here, a slice at a
             # time, rather than all by their callers in one turn of the event loop.
@@ -478,14 +479,15 @@ class GroupRuntime:
             rendered[reply.token] = made
         return rendered
 
-    async def _write_rendering(self, outcome: Outcome) -> dict[Any, Any] | None:
-        """Step 2, and meanwhile render the replies to parked requests that
-        have a ``render``: {token: rendered}. Nothing is released here."""
+    async def _write_rendering(self, outcome: Outcome, stored: Any) -> dict[Any, Any] | None:
+        """Step 2 (the writes from ``stored`` to the outcome's group), and
+        meanwhile render the replies to parked requests that have a
+        ``render``: {token: rendered}. Nothing is released here."""
         parked = [r for r in outcome.replies if r.token in self._renders] if self._renders else None
         if not parked:
-            await self._write(self.group, outcome.group)
+            await self._write(stored, outcome.group)
             return None
-        write = asyncio.get_running_loop().create_task(self._write(self.group, outcome.group))
+        write = asyncio.get_running_loop().create_task(self._write(stored, outcome.group))
         try:
             await asyncio.sleep(0)  # the write's first step sends it to ZooKeeper
             rendered = await self._render_parked(parked)

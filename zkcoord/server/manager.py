@@ -358,7 +358,7 @@ class GroupManager(TakeoverLoading):
     def stepped_down(self, group_id: str) -> None:
         """The group is no longer served here (its runtime stepped down, or it was removed)."""
         self.runtimes.pop(group_id, None)
-        self.group_offsets.forget(group_id)
+        self.group_offsets.forget(group_id, "stepped down")
         if self.topic_watcher is not None:
             self.topic_watcher.untrack(group_id)
         self._forget_handover(group_id)
@@ -402,10 +402,11 @@ class GroupManager(TakeoverLoading):
         if change.kind is ChangeKind.REJOINED:  # the session given up is back: take over as after an expiry
             self.takeover.rejoined()
         elif change.kind is ChangeKind.LOST:
+            self.group_offsets.abort_forwards(change.groups, change.reason)  # first, and once for all of them
             for group_id in change.groups:
                 if self.topic_watcher is not None:
                     self.topic_watcher.untrack(group_id)
-                self.group_offsets.forget(group_id)
+                self.group_offsets.forget(group_id, change.reason)
                 self._forget_handover(group_id)
                 runtime = self.runtimes.pop(group_id, None)
                 if runtime is not None:
@@ -437,6 +438,7 @@ class GroupManager(TakeoverLoading):
                 batch = loaded[start:start + BATCH]
                 for _, runtime in batch:
                     await runtime.unload("daemon stopping", quiet=True)
+                self.group_offsets.abort_forwards([g for g, _ in batch], "daemon stopping")
                 releases.append(asyncio.ensure_future(self.ownership.release_many([g for g, _ in batch])))
                 await asyncio.sleep(0)  # the multi goes out while the next batch unloads
             unloaded = time.monotonic()

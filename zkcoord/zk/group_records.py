@@ -1,9 +1,11 @@
 """A group's records beyond its state znode: a consumer group's member
 records, read with the state and written with it, fenced.
 
-This module owns ``/coordinators/<group>/members/<member>`` (KIP-848's
-consumer group keeps one record per member, :mod:`zkcoord.core.consumer.record`)
-and the writes of an outcome that touch several znodes:
+This module owns ``/coordinators/<group>/members/<member>`` and
+``/coordinators/<group>/target`` (KIP-848's consumer group keeps one record
+per member and one for its target assignment,
+:mod:`zkcoord.core.consumer.record`) and the writes of an outcome that
+touch several znodes:
 
 1. One outcome is one ZooKeeper multi whenever it fits: ``check`` of this
    daemon's contender (the fence), the member creates / sets / deletes,
@@ -13,10 +15,10 @@ and the writes of an outcome that touch several znodes:
 2. An outcome larger than one multi may carry (a target assignment for
    thousands of members) is written in several, each fenced and each
    checking that the state znode is still at the version read: members
-   first, the state last. A cut in between leaves member records newer
-   than the state's target epoch, which a new owner detects and repairs
-   (:mod:`zkcoord.core.consumer.record`); a retried chunk whose answer was
-   lost is recognised by reading its member records back.
+   first, then the target record, the state last. A cut in between leaves
+   a target record newer than the state's target epoch, which a new owner
+   detects and repairs (:mod:`zkcoord.core.consumer.record`); a retried
+   chunk whose answer was lost is recognised by reading its records back.
 3. A corrupt member record makes the group's load a StateError, for that
    group alone.
 """
@@ -33,11 +35,12 @@ from zkcoord.errors import StateError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.multi_read import GET_DATA, read_many
 
-__all__ = ["MEMBERS_PREFIX", "MEMBERS_DIR_KEY", "MULTI_MAX_BYTES", "Change", "encode_record", "read_member_records",
-           "members_landed", "chunks", "add_ops"]
+__all__ = ["MEMBERS_PREFIX", "MEMBERS_DIR_KEY", "TARGET_KEY", "MULTI_MAX_BYTES", "Change", "encode_record",
+           "read_member_records", "read_target_record", "members_landed", "chunks", "add_ops"]
 
 MEMBERS_PREFIX = "members/"  # a change's key for a member record: "members/<member id>"
 MEMBERS_DIR_KEY = "members"  # a change's key for the members directory: {} ensures it, None deletes it
+TARGET_KEY = "target"  # a change's key for a consumer group's target record
 MULTI_MAX_BYTES = 900_000  # one multi's data, under jute.maxbuffer (1 MiB) with room for paths and headers
 
 
@@ -81,6 +84,20 @@ async def read_member_records(conn, group: str) -> list[dict[str, Any]]:
                              f"{paths.coordinator(group)} to start the group afresh") from None
         records.append(record)
     return records
+
+
+async def read_target_record(conn, group: str) -> dict[str, Any] | None:
+    """A consumer group's target record (None: none stored). StateError
+    naming the znode for one that is not JSON."""
+    try:
+        data, _ = await aio.call(conn.client.get_async, paths.target(group))
+    except NoNodeError:
+        return None
+    try:
+        return json.loads(bytes(data).decode())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StateError(f"target record {paths.target(group)} of group {group!r} is not JSON ({exc}); repair it, "
+                         f"or delete {paths.coordinator(group)} to start the group afresh") from None
 
 
 async def members_landed(conn, changes: list[Change]) -> bool:

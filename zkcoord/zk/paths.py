@@ -226,6 +226,11 @@ def members_dir(group: str) -> str:
     return f"{coordinator(group)}/members"
 
 
+def target(group: str) -> str:
+    """A consumer group's target assignment record (:mod:`zkcoord.core.consumer.record`)."""
+    return f"{coordinator(group)}/target"
+
+
 def member(group: str, member_id: str) -> str:
     """One member's record; the member id named as a group id is (any string)."""
     return f"{members_dir(group)}/{group_name(member_id)}"

@@ -53,14 +53,14 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import ZnodeStat
 
-from zkcoord.core.consumer.record import compact_member_record
+from zkcoord.core.consumer.record import FOLD_OVER_BYTES, compact_member_record
 from zkcoord.core.groups import record_problem
 from zkcoord.core.packed_record import member_count, pack, part_names
 from zkcoord.errors import NotOwnerError, StateError, StateTooLargeError, UsageError, ZkcoordError
 from zkcoord.zk import aio, paths
 from zkcoord.zk.group_records import (
-    MEMBERS_DIR_KEY, MEMBERS_PREFIX, MULTI_MAX_BYTES, Change, add_ops, chunks, encode_record, members_landed,
-    read_member_records,
+    MEMBERS_DIR_KEY, MEMBERS_PREFIX, MULTI_MAX_BYTES, TARGET_KEY, Change, add_ops, chunks, encode_record,
+    members_landed, read_member_records, read_target_record,
 )
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.multi_read import GET_DATA, read_many
@@ -212,8 +212,11 @@ class GroupStateStore:
         if header is not None:
             log.info("group %s: packed state read (%d members, %d bytes in %d part(s)) in %.0f ms", group,
                      header["mc"], header["mz"]["b"], header["mz"]["n"], (time.perf_counter() - started) * 1e3)
-        if record is not None and record.get("t") == "consumer":  # its members are znodes of their own
+        if record is not None and record.get("t") == "consumer":  # its members and target are znodes of their own
             record["members"] = await read_member_records(self._conn, group)
+            target = await read_target_record(self._conn, group)
+            if target is not None:
+                record[TARGET_KEY] = target
             problem = record_problem(record)
             if problem is not None:
                 raise StateError(f"group {group!r}: {problem}; repair it, or delete {paths.coordinator(group)} "
@@ -230,8 +233,9 @@ class GroupStateStore:
                             expected_version: int | None) -> int | None:
         """Write an outcome's records (module :mod:`~zkcoord.zk.group_records`):
         ``(key, record or None to delete, existed)`` with key ``""`` the state
-        znode (last), ``"members/<id>"`` a member record, ``"members"`` the
-        members directory ({} ensures it, None deletes it). Returns the state's
+        znode (last), ``"members/<id>"`` a member record, ``"target"`` a
+        consumer group's target record, ``"members"`` the members directory
+        ({} ensures it, None deletes it). Returns the state's
         new version (None when it was deleted). Raises as :meth:`write`."""
         fence = self._fence(group)
         expected = ABSENT if expected_version is None else expected_version
@@ -245,14 +249,23 @@ class GroupStateStore:
                 drop_dir, ensure_dir = record is None, record is not None
             elif key.startswith(MEMBERS_PREFIX):
                 data = None if record is None else encode_record(group, record)
-                if data is not None and len(data) > self.max_state_bytes:
-                    plain = len(data)  # a member holding tens of thousands of partitions: runs folded
+                if data is not None and len(data) > FOLD_OVER_BYTES:
+                    plain = len(data)  # a member holding thousands of partitions: runs folded
                     data = encode_record(group, compact_member_record(record))
                     if len(data) > self.max_state_bytes:
                         raise StateTooLargeError(
                             f"a member record of group {group!r} is {plain} bytes ({len(data)} with its partition "
                             f"runs folded), over the limit of {self.max_state_bytes} bytes (nothing was written)")
                 members.append(Change(paths.member(group, key[len(MEMBERS_PREFIX):]), data, existed))
+            elif key == TARGET_KEY:
+                data = None if record is None else encode_record(group, record)
+                if data is not None and len(data) > self.max_state_bytes:
+                    raise StateTooLargeError(
+                        f"the target assignment record of group {group!r} is {len(data)} bytes compressed, over the "
+                        f"limit of {self.max_state_bytes} bytes (nothing was written)")
+                members.append(Change(paths.target(group), data, existed))
+            else:
+                raise UsageError(f"an outcome of group {group!r} names an unknown record {key!r}")
         if state is None:
             raise UsageError(f"an outcome of group {group!r} must write its state znode")
         record, _ = state

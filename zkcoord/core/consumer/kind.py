@@ -28,6 +28,7 @@ from zkcoord.core.phases import GroupPhase
 __all__ = ["ConsumerKind", "CONSUMER"]
 
 _WRITES_MEMBER = "members/"
+_WRITES_TARGET = record.TARGET_KEY
 
 
 class ConsumerKind:
@@ -55,33 +56,38 @@ class ConsumerKind:
 
     def writes(self, before: Any, after: ConsumerGroup) -> list[tuple[str, dict | None, bool]]:
         """What ``after`` changes in ZooKeeper, from ``before`` (any kind):
-        ``(key, record or None to delete, existed)``; members first, the group
-        record last (``""``; its target epoch makes a cut write detectable)."""
+        ``(key, record or None to delete, existed)``; members first, then the
+        target record (``"target"``) when the target changed, the group record
+        last (``""``; the target's epoch against the group record's makes a
+        cut write detectable). A group loaded from version 1 records (each
+        member's target in its record) has every member record written again
+        without it, and its target record created."""
         was_consumer = isinstance(before, ConsumerGroup)
         previous = before.members if was_consumer else {}
-        targets = before.targets if was_consumer else {}
         if after.dead:
             return self.delete_writes(before if was_consumer else after)
+        moving = not was_consumer or before.targets_in_members  # the target record does not exist yet
         changes: list[tuple[str, dict | None, bool]] = [] if was_consumer else [("members", {}, False)]
         for member_id, member in after.members.items():
-            target = after.targets.get(member_id)
-            if previous.get(member_id) is not member or targets.get(member_id) is not target:
-                changes.append((_WRITES_MEMBER + member_id,
-                                record.to_member_record(member, target or {}, after.assignment_epoch),
-                                member_id in previous))
+            if moving or previous.get(member_id) is not member:
+                changes.append((_WRITES_MEMBER + member_id, record.to_member_record(member), member_id in previous))
         changes += [(_WRITES_MEMBER + m, None, True) for m in previous if m not in after.members]
+        if moving or before.targets is not after.targets:
+            changes.append((_WRITES_TARGET, record.to_target_record(after), not moving))
         return changes + [("", record.to_group_record(after), was_consumer)]
 
     def delete_writes(self, group: ConsumerGroup) -> list[tuple[str, dict | None, bool]]:
         """Every record of the group goes (DeleteGroups, the cleanup of an empty group)."""
+        target = [] if group.targets_in_members else [(_WRITES_TARGET, None, True)]
         return ([(_WRITES_MEMBER + m, None, True) for m in group.members]
-                + [("members", None, True), ("", None, True)])
+                + [("members", None, True)] + target + [("", None, True)])
 
     def load(self, group: ConsumerGroup, now_ms: int, config) -> Outcome:
         """Taken over after a fail-over (Kafka's ``onLoaded``): every member's
         session starts again; a member with partitions to revoke gets its
         rebalance time-out again. A target whose write was cut moves the
-        group epoch on (:mod:`.record`): written at once. A group in a live
+        group epoch on (:mod:`.record`): written at once, as is a group read
+        from version 1 records (written as version 3). A group in a live
         handover (its record lists legacy consumer ids) takes each member's
         current assignment as its share until the daemon's driver runs
         (:func:`~zkcoord.core.handover.consumer_group.carried_shares`)."""
@@ -94,10 +100,11 @@ class ConsumerKind:
                 epochs[member_id] = member.member_epoch
         if group.handover_ids is not None:
             group = replace(group, handover_shares=FrozenMap(carried_shares(group, config)))
-        persist = group.target_cut
-        if persist:
+        persist = group.target_cut or group.targets_in_members  # a version 1 record is written as version 3
+        if group.target_cut:
             group = replace(group, group_epoch=group.group_epoch + 1, target_cut=False)
-        return Outcome(replace(group, rebalance_epochs=FrozenMap(epochs)), persist, (), tuple(timers))
+        return Outcome(replace(group, rebalance_epochs=FrozenMap(epochs), targets_in_members=False), persist, (),
+                       tuple(timers))
 
     # -- what changes it -----------------------------------------------------------
     def handle_timer(self, group: ConsumerGroup, key: str, now_ms: int, config) -> Outcome:

@@ -212,6 +212,7 @@ class ConsumerGroup:
     regex_resolution_pending: bool = False  # a resolution is scheduled (REGEX_KEY)
     join_timers: frozenset[str] = frozenset()  # classic members whose rejoin time-out runs
     target_cut: bool = False  # loaded with a target write cut in the middle (.record): recompute it
+    targets_in_members: bool = False  # loaded from a version 1 record (.record): the load writes version 2
     # in a live handover: member id -> the (topic name, partition)s the owner daemon holds for it, which are
     # the target instead of the assignor's (zkcoord.core.handover.consumer_group); None: no handover
     handover_shares: Mapping[str, frozenset[tuple[str, int]]] | None = None

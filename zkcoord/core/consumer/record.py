@@ -19,22 +19,39 @@ znode. Compact JSON, short keys, absent values left out::
              "sa": "uniform", "a": {"<topic id>": [[0, 7], [1, 7]]}, "pr": {...},
              "tg": {"<topic id>": [0, 1]}, "te": 7, "cl": {"st": 45000, "p": [["range", "<b64>"]]}}
 
-A member record whose JSON would be over ``--max-state-bytes`` (a member
-holding tens of thousands of partitions: the first member of a group over
-100,000 partitions holds them all until others join) is written with runs
+A member record whose JSON would be over :data:`FOLD_OVER_BYTES` (a member
+holding thousands of partitions: the first member of a group over 100,000
+partitions holds them all until others join) is written with runs
 of consecutive partitions folded (:func:`compact_member_record`): in ``a``
 and ``pr`` an entry ``[p, e, n]`` stands for partitions ``p`` to
 ``p + n - 1``, each at epoch ``e``; in ``tg`` an entry ``[p, n]`` for
 partitions ``p`` to ``p + n - 1``. Reading gives back the same partitions
 in the same order; a record that fits is written as before.
 
+Since version 3 of the group record (2 is a packed classic state's
+header), the target assignment is not in the member records: it is one
+record of its own (``/coordinators/<group>/target``,
+:func:`to_target_record`), written only when the target changes, so that a
+new target for 1,000 members over 100,000 partitions is one write of a few
+hundred KB instead of 1,000 member records, and a member's reconciliation
+step writes that member's record alone::
+
+    target: {"v": 1, "ae": 7, "n": 1000, "z": "<base64 of zlib of {member id: {topic id: [partitions]}}>"}
+
+The partitions keep their order (Kafka's record order, which answers
+follow), with runs of consecutive ones folded as above. A version 1 group
+record (an earlier zkcoord: each member record holds its ``tg`` and ``te``) is
+still read; the owner that loads it writes it again in version 3 at once
+(``targets_in_members``), and a zkcoord that reads only version 1 refuses a
+version 3 record (it would take the missing targets for empty ones).
+
 ``te`` is the assignment epoch a member's target was written at. ``ho`` is
 only there while the group is in a live handover from legacy ZooKeeper
 consumers (the classic group record's ``ho``: :mod:`zkcoord.core.handover`). A target
 computed for many members may need several multi-ops; the group record,
 which holds the target's epoch (``ae``), is written last. A new owner that
-finds a member target newer than ``ae`` (a write cut in the middle) moves
-the group epoch on, so that a fresh target is computed; members' current
+finds a target record (version 1: a member target) newer than ``ae`` (a
+write cut in the middle) moves the group epoch on, so that a fresh target is computed; members' current
 assignments are always whole (each is written with its member), and no
 partition is ever given while another member holds it, so such a cut loses
 no safety.
@@ -47,7 +64,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
+import zlib
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from zkcoord.core.consumer.model import (
@@ -59,15 +79,20 @@ from zkcoord.core.legacy_values import INT32_MAX
 from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.errors import StateError
 
-__all__ = ["KIND_NAME", "RECORD_VERSION", "MEMBERS_KEY", "to_group_record", "to_member_record", "from_records",
-           "record_problem", "member_problem", "compact_member_record"]
+__all__ = ["KIND_NAME", "RECORD_VERSION", "MEMBERS_KEY", "TARGET_KEY", "to_group_record", "to_member_record",
+           "to_target_record", "from_records", "record_problem", "member_problem", "target_problem",
+           "target_topic_ids", "compact_member_record"]
 
 KIND_NAME = "consumer"
-RECORD_VERSION = 1
+RECORD_VERSION = 3  # 3: the target in a record of its own (TARGET_KEY); 1: in each member record
+RECORD_VERSIONS = (1, 3)  # what this zkcoord reads (2 is a packed classic state's header: zkcoord.core.packed_record)
+TARGET_VERSION = 1
 MEMBERS_KEY = "members"  # in a loaded record: the member records read beside it
+TARGET_KEY = "target"  # in a loaded record: the target record read beside it (absent: none stored)
 _INT32_MIN = -(2**31)
 _INT64 = (-(2**63), 2**63 - 1)
 MAX_RUN = 2**24  # the longest run of partitions one folded entry may stand for
+FOLD_OVER_BYTES = 16_384  # a member record larger than this is written with its runs of partitions folded
 
 
 def _int(value: object, low: int = _INT32_MIN, high: int = INT32_MAX) -> bool:
@@ -95,8 +120,36 @@ def _current(current: Current) -> dict[str, list[list[int]]]:
     return {t: [[p, e] for p, e in partitions.items()] for t, partitions in current.items()}
 
 
-def to_member_record(member: ConsumerMember, target: Target, target_epoch: int) -> dict[str, Any]:
-    record: dict[str, Any] = {"v": RECORD_VERSION, "id": member.member_id, "e": member.member_epoch,
+def to_target_record(group: ConsumerGroup) -> dict[str, Any]:
+    """The group's target assignment as one record (the module's format):
+    every member's target, in its order, folded and compressed."""
+    targets = {m: {t: _fold(list(p)) for t, p in target.items() if p} for m, target in group.targets.items()
+               if target}
+    packed = json.dumps(targets, separators=(",", ":"), ensure_ascii=False).encode()
+    return {"v": TARGET_VERSION, "ae": group.assignment_epoch, "n": len(targets),
+            "z": base64.b64encode(zlib.compress(packed, 6)).decode()}
+
+
+def _targets_from(rec: Mapping[str, Any]) -> dict[str, Target]:
+    """member id -> target of a target record (checked by :func:`target_problem`)."""
+    return {m: FrozenMap((t, _partitions(p)) for t, p in target.items() if p) or EMPTY_TARGET
+            for m, target in _unpacked(rec).items()}
+
+
+def target_topic_ids(rec: Mapping[str, Any]) -> set[str]:
+    """The topic ids a (valid) target record assigns."""
+    return {topic_id for target in _unpacked(rec).values() for topic_id in target}
+
+
+def _unpacked(rec: Mapping[str, Any]) -> Any:
+    return json.loads(zlib.decompress(base64.b64decode(rec["z"], validate=True)).decode())
+
+
+def to_member_record(member: ConsumerMember, target: Target | None = None, target_epoch: int = 0) -> dict[str, Any]:
+    """A member's record; ``target`` given: with its target and the target's
+    epoch, as version 1 wrote it (the group's target is a record of its own
+    since version 3: :func:`to_target_record`)."""
+    record: dict[str, Any] = {"v": 1, "id": member.member_id, "e": member.member_epoch,
                               "pe": member.previous_member_epoch, "s": member.state.value,
                               "rt": member.rebalance_timeout_ms, "c": member.client_id, "h": member.client_host}
     optional = (("i", member.instance_id), ("r", member.rack_id), ("rx", member.subscribed_topic_regex or None),
@@ -108,9 +161,10 @@ def to_member_record(member: ConsumerMember, target: Target, target_epoch: int) 
         record["a"] = _current(member.assigned)
     if member.pending_revocation:
         record["pr"] = _current(member.pending_revocation)
-    if target:
-        record["tg"] = {t: list(p) for t, p in target.items()}
-    record["te"] = target_epoch
+    if target is not None:
+        if target:
+            record["tg"] = {t: list(p) for t, p in target.items()}
+        record["te"] = target_epoch
     if member.classic is not None:
         record["cl"] = {"st": member.classic.session_timeout_ms,
                         "p": [[name, base64.b64encode(meta).decode()] for name, meta in member.classic.protocols]}
@@ -221,10 +275,20 @@ def from_records(group_id: str, record: Mapping[str, Any]) -> tuple[ConsumerGrou
                           metadata_hash=record.get("mh", 0), resolved_regexes=regexes,
                           handover_ids=FrozenMap(record["ho"]) if "ho" in record else None)
     cut = False
+    apart = record.get(TARGET_KEY)
+    targets = _targets_from(apart) if apart is not None else {}
     for rec in record.get(MEMBERS_KEY, ()):
         member, target, target_epoch = _member_from(rec)
+        if apart is not None:
+            target = targets.get(member.member_id, EMPTY_TARGET)
         group = group.with_member(member).with_target(member.member_id, target)
         cut |= target_epoch > group.assignment_epoch
+    if apart is not None:  # with a version 1 record: a rewrite cut after the member records, all rewritten
+        cut |= apart["ae"] > group.assignment_epoch
+    elif record["v"] == 1:
+        group = replace(group, targets_in_members=True)
+    else:
+        cut = True  # version 3 without its target record (deleted by hand?): computed again, never taken as empty
     return group.with_assignment_epoch(group.assignment_epoch, group.assignment_timestamp_ms), cut
 
 
@@ -297,9 +361,9 @@ def record_problem(record: object) -> str | None:
     """
     if not isinstance(record, dict):
         return "the record is not an object"
-    if record.get("v") != RECORD_VERSION:
-        return (f"unsupported record version {record.get('v')!r} (this zkcoord reads version {RECORD_VERSION}; "
-                "a newer zkcoord wrote it?)")
+    if record.get("v") not in RECORD_VERSIONS:
+        return (f"unsupported record version {record.get('v')!r} (this zkcoord reads versions "
+                f"{', '.join(map(str, RECORD_VERSIONS))}; a newer zkcoord wrote it?)")
     for key, what in (("ge", "group epoch"), ("ae", "target assignment epoch")):
         if not _int(record.get(key)):
             return f"{what} {key!r} is {record.get(key)!r}, not a 32-bit whole number"
@@ -325,4 +389,37 @@ def record_problem(record: object) -> str | None:
         if rec["id"] in seen:
             return f"member {rec['id']!r} appears twice"
         seen.add(rec["id"])
+    if TARGET_KEY in record:  # beside a version 1 record: its rewrite as version 3 was cut before the group record
+        return target_problem(record[TARGET_KEY])
+    return None
+
+
+def target_problem(rec: object) -> str | None:
+    """What is wrong with a target record, or None.
+
+    >>> target_problem({"v": 1, "ae": 3, "n": 0, "z": "eJyrrgUAAXUA+Q=="}) is None
+    True
+    >>> target_problem({"v": 1, "ae": 3, "n": 0, "z": "not base64"})
+    "the target record's 'z' is not zlib-compressed JSON in base64 (Only base64 data is allowed)"
+    """
+    if not isinstance(rec, dict):
+        return "the target record is not an object"
+    if rec.get("v") != TARGET_VERSION:
+        return (f"unsupported target record version {rec.get('v')!r} (this zkcoord reads version {TARGET_VERSION}; "
+                "a newer zkcoord wrote it?)")
+    if not _int(rec.get("ae")):
+        return f"the target record's epoch 'ae' is {rec.get('ae')!r}, not a 32-bit whole number"
+    if not isinstance(rec.get("z"), str):
+        return "the target record has no packed targets 'z'"
+    try:
+        targets = _unpacked(rec)
+    except (ValueError, TypeError, binascii.Error, zlib.error, UnicodeDecodeError) as exc:
+        return f"the target record's 'z' is not zlib-compressed JSON in base64 ({exc})"
+    if not isinstance(targets, dict):
+        return "the target record's targets are not an object of member id -> target"
+    for member_id, target in targets.items():
+        if problem := _topic_partitions_problem(f"the target of member {member_id!r}", target, False):
+            return problem
+    if rec.get("n") != len(targets):
+        return f"the target record says {rec.get('n')!r} members and holds {len(targets)}"
     return None
