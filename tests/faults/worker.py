@@ -82,17 +82,20 @@ class Worker(RebalanceListener):
                        partitions=sorted(tp.partition for tp in partitions))
 
     # -- work ----------------------------------------------------------------------
-    def commit(self, partitions=None) -> None:
+    def commit(self, partitions=None) -> bool:
+        """Commit the positions of ``partitions`` (default: the assignment);
+        whether that is done (nothing to commit counts as done), so that the
+        caller tries again when it failed."""
         consumer = self.consumer
         try:
             partitions = consumer.assignment() if partitions is None else partitions
             positions = {tp: consumer.position(tp, timeout_ms=5000) for tp in partitions}
         except (ConsumerError, ZkcoordError) as exc:
             self.log.write("error", doing="position", error=repr(exc))
-            return
+            return False
         positions = {tp: o for tp, o in positions.items() if o is not None}
         if not positions:
-            return
+            return True
         before = consumer.membership()
         t_sent = time.time()
         ok, error = True, None
@@ -107,6 +110,7 @@ class Worker(RebalanceListener):
                        offsets={str(tp.partition): o for tp, o in positions.items()}, ok=ok, error=error,
                        t_sent=t_sent, t_done=time.time())
         self.last_commit = time.monotonic()
+        return ok
 
     def run(self) -> int:
         a = self.args
@@ -133,8 +137,9 @@ class Worker(RebalanceListener):
                                recs=[[r.partition, r.offset] for r in records])
                 pending = True
             if pending and time.monotonic() - self.last_commit >= a.commit_interval_ms / 1000:
-                self.commit()
-                pending = False
+                # A failed commit is tried again at the next interval, records or not: the last records'
+                # commit can fail in the last fault, and the run drains only once it is done.
+                pending = not self.commit()
         self.commit()
         try:
             self.consumer.close(autocommit=False)
