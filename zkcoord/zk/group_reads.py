@@ -46,12 +46,12 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
-from zkcoord.core.consumer.record import KIND_NAME as CONSUMER_KIND, MEMBERS_KEY, TARGET_KEY
+from zkcoord.core.consumer.record import KIND_NAME as CONSUMER_KIND, MEMBERS_KEY
 from zkcoord.core.groups import KIND_KEY, record_problem
 from zkcoord.core.legacy_values import partition_number
 from zkcoord.errors import ServiceUnavailableError, StateError, ZkcoordError
 from zkcoord.zk import aio, election, paths
-from zkcoord.zk.group_records import read_member_records, read_target_record
+from zkcoord.zk.group_records import with_consumer_records
 from zkcoord.zk.handover import LegacyRebalanceZk, Reading
 from zkcoord.zk.multi_read import GET_DATA, read_many
 from zkcoord.zk.connection import ZkConnection
@@ -223,13 +223,9 @@ def _record(group: str, outcome: Any) -> tuple[dict | None, str | None]:
 async def _with_members(conn: ZkConnection, group: str, record: dict) -> tuple[dict | None, str | None]:
     """A consumer group's record with its member records (as the daemon loads it), or what is wrong with them."""
     try:
-        members = await read_member_records(conn, group)
-        target = await read_target_record(conn, group)
+        loaded = await with_consumer_records(conn, group, record)
     except StateError as exc:
         return None, str(exc)
-    loaded = dict(record, **{MEMBERS_KEY: members})
-    if target is not None:
-        loaded[TARGET_KEY] = target
     problem = record_problem(loaded)
     if problem is not None:
         return None, (f"group {group!r}: {problem}; repair it, or delete {paths.coordinator(group)} to start the "

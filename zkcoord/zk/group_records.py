@@ -25,6 +25,7 @@ touch several znodes:
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from zkcoord.zk import aio, paths
 from zkcoord.zk.multi_read import GET_DATA, read_many
 
 __all__ = ["MEMBERS_PREFIX", "MEMBERS_DIR_KEY", "TARGET_KEY", "MULTI_MAX_BYTES", "Change", "encode_record",
-           "read_member_records", "read_target_record", "members_landed", "chunks", "add_ops"]
+           "read_member_records", "read_target_record", "with_consumer_records", "members_landed", "chunks", "add_ops"]
 
 MEMBERS_PREFIX = "members/"  # a change's key for a member record: "members/<member id>"
 MEMBERS_DIR_KEY = "members"  # a change's key for the members directory: {} ensures it, None deletes it
@@ -76,13 +77,7 @@ async def read_member_records(conn, group: str) -> list[dict[str, Any]]:
             continue  # removed while we listed
         if isinstance(outcome, BaseException):
             raise outcome
-        path = paths.member(group, member_id)
-        try:
-            record = json.loads(bytes(outcome).decode())
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise StateError(f"member record {path} of group {group!r} is not JSON ({exc}); repair it, or delete "
-                             f"{paths.coordinator(group)} to start the group afresh") from None
-        records.append(record)
+        records.append(_decoded(group, "member record", paths.member(group, member_id), outcome))
     return records
 
 
@@ -93,11 +88,26 @@ async def read_target_record(conn, group: str) -> dict[str, Any] | None:
         data, _ = await aio.call(conn.client.get_async, paths.target(group))
     except NoNodeError:
         return None
+    return _decoded(group, "target record", paths.target(group), data)
+
+
+async def with_consumer_records(conn, group: str, record: dict[str, Any]) -> dict[str, Any]:
+    """A consumer group's state record with what is stored beside it, read
+    at once: its member records under ``"members"``, its target record under
+    ``TARGET_KEY`` (when there is one). StateError as the reads raise it."""
+    members, target = await asyncio.gather(read_member_records(conn, group), read_target_record(conn, group))
+    loaded = dict(record, members=members)
+    if target is not None:
+        loaded[TARGET_KEY] = target
+    return loaded
+
+
+def _decoded(group: str, what: str, path: str, data: bytes) -> Any:
     try:
         return json.loads(bytes(data).decode())
     except (UnicodeDecodeError, ValueError) as exc:
-        raise StateError(f"target record {paths.target(group)} of group {group!r} is not JSON ({exc}); repair it, "
-                         f"or delete {paths.coordinator(group)} to start the group afresh") from None
+        raise StateError(f"{what} {path} of group {group!r} is not JSON ({exc}); repair it, or delete "
+                         f"{paths.coordinator(group)} to start the group afresh") from None
 
 
 async def members_landed(conn, changes: list[Change]) -> bool:

@@ -60,7 +60,7 @@ from zkcoord.errors import NotOwnerError, StateError, StateTooLargeError, UsageE
 from zkcoord.zk import aio, paths
 from zkcoord.zk.group_records import (
     MEMBERS_DIR_KEY, MEMBERS_PREFIX, MULTI_MAX_BYTES, TARGET_KEY, Change, add_ops, chunks, encode_record,
-    members_landed, read_member_records, read_target_record,
+    members_landed, with_consumer_records,
 )
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.multi_read import GET_DATA, read_many
@@ -213,10 +213,7 @@ class GroupStateStore:
             log.info("group %s: packed state read (%d members, %d bytes in %d part(s)) in %.0f ms", group,
                      header["mc"], header["mz"]["b"], header["mz"]["n"], (time.perf_counter() - started) * 1e3)
         if record is not None and record.get("t") == "consumer":  # its members and target are znodes of their own
-            record["members"] = await read_member_records(self._conn, group)
-            target = await read_target_record(self._conn, group)
-            if target is not None:
-                record[TARGET_KEY] = target
+            record = await with_consumer_records(self._conn, group, record)
             problem = record_problem(record)
             if problem is not None:
                 raise StateError(f"group {group!r}: {problem}; repair it, or delete {paths.coordinator(group)} "
