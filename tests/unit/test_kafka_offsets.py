@@ -3,9 +3,12 @@ for kafka-python's, to pin retries and the translation of Kafka's errors."""
 
 from __future__ import annotations
 
+import types
+
 import kafka.errors as Errors
 import pytest
 from kafka import TopicPartition
+from kafka.cluster import ClusterMetadata
 from kafka.structs import OffsetAndMetadata, OffsetAndTimestamp
 
 from zkcoord.errors import AuthorizationError, NotFoundError, ServiceUnavailableError, ZkcoordError
@@ -13,11 +16,14 @@ from zkcoord.kafka.offsets import KafkaGroup, KafkaOffsets, LogRange
 
 
 class ScriptedAdmin:
-    """Answers each method from a list: an exception is raised, anything else returned."""
+    """Answers each method from a list: an exception is raised, anything else
+    returned. Its ``_manager.cluster`` is kafka-python's own metadata, where
+    the client's group coordinators are cached (and forgotten before a retry)."""
 
     def __init__(self, **script) -> None:
         self.script = {name: list(answers) for name, answers in script.items()}
         self.calls: list[tuple[str, tuple]] = []
+        self._manager = types.SimpleNamespace(cluster=ClusterMetadata())
 
     def __getattr__(self, name):
         def call(*args):

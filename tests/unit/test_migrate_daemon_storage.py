@@ -11,6 +11,7 @@ import pytest
 from kafka import TopicPartition
 from kafka.structs import OffsetAndMetadata
 
+from tests.unit.test_kafka_offsets import ScriptedAdmin
 from zkcoord.core.errors import ErrorCode as E
 from zkcoord.core.group import GroupConfig
 from zkcoord.core.offset_fetch import pairs, wanted_by_topic
@@ -327,21 +328,6 @@ def test_merge_dual_takes_the_larger_offset_and_its_metadata():
 
 
 # -- KafkaGroupOffsets --------------------------------------------------------------------------
-
-class ScriptedAdmin:
-    def __init__(self, **script):
-        self.script = {name: list(answers) for name, answers in script.items()}
-        self.calls = []
-
-    def __getattr__(self, name):
-        def call(*args):
-            self.calls.append((name, args))
-            answer = self.script[name].pop(0)
-            if isinstance(answer, BaseException):
-                raise answer
-            return answer
-        return call
-
 
 def kafka_with(admin) -> KafkaGroupOffsets:
     kafka = KafkaGroupOffsets("k1:9092", request_timeout_ms=2000)

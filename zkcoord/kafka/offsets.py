@@ -15,7 +15,9 @@ Rules:
 2. Calls are blocking and serialized by a lock (kafka-python runs its I/O on
    a thread of its own); async callers use ``asyncio.to_thread``.
 3. Retriable Kafka errors (no coordinator yet, leader moving, timeouts) are
-   retried with backoff until ``request_timeout_ms`` has passed, then become
+   retried with backoff until ``request_timeout_ms`` has passed, each retry
+   looking the groups' coordinators up again (kafka-python never forgets
+   one it found: :mod:`zkcoord.kafka.admin_client`), then become
    :class:`~zkcoord.errors.ServiceUnavailableError` naming the bootstrap
    servers. ACL refusals are AuthorizationError (naming what was asked and
    the user), a refused login AuthenticationError (checked before the admin
@@ -52,6 +54,7 @@ from zkcoord.errors import (
     AuthenticationError, AuthorizationError, ConfigError, NotFoundError, ServiceUnavailableError, UsageError,
     ZkcoordError,
 )
+from zkcoord.kafka.admin_client import close_quietly, forget_coordinators, reset_and_close
 
 __all__ = ["KafkaOffsets", "LogRange", "KafkaGroup", "TopicPartition", "check_bootstrap_servers",
            "security_options", "is_authentication_failure", "login_refused", "RESET_ON_CLOSE_OPTIONS"]
@@ -179,7 +182,7 @@ class KafkaOffsets:
             admin, self._admin = self._admin, None
             aborted, self._aborted = admin is self._aborted, None
         if admin is not None and not aborted:  # an aborted client is closed by its abort
-            _close_quietly(admin)
+            close_quietly(admin)
 
     def abort(self, reason: str) -> Callable[[], None] | None:
         """Rule 5: end the client's connections without waiting for the call
@@ -192,7 +195,7 @@ class KafkaOffsets:
             if admin is None or admin is self._aborted:
                 return None
             self._aborted, self._abort_reason = admin, reason
-        return lambda: _reset_and_close(admin, reason)
+        return lambda: reset_and_close(admin, reason)
 
     def __enter__(self) -> KafkaOffsets:
         self.start()
@@ -511,6 +514,7 @@ class KafkaOffsets:
                     if not self._retriable(exc) or time.monotonic() + delay > deadline:
                         raise self._translate(exc, what) from None
                     log.debug("retrying %s after %r", what, exc)
+                    forget_coordinators(admin)  # the group's coordinator may have moved (admin_client.py)
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
@@ -551,42 +555,6 @@ class KafkaOffsets:
 
     def _who(self) -> str:
         return self.security.describe() if self.security is not None else "PLAINTEXT"
-
-
-def _close_quietly(admin: Any) -> None:
-    try:
-        admin.close()
-    except Exception:  # closing must not hide the error that made us close
-        log.debug("closing the Kafka admin client failed", exc_info=True)
-
-
-def _reset_and_close(admin: Any, reason: str) -> None:
-    """Reset every connection of a kafka-python admin client, then close it.
-
-    The resets run on kafka-python's I/O thread (``manager.run``), between two
-    of its own steps, so no request is half-way through being written: each
-    connection is closed *with an error* (its transport aborted: its write
-    buffer dropped, its socket closed, which with ``SO_LINGER`` 0 resets it and
-    drops what the kernel holds; a plain close would first flush the buffer),
-    its pending requests failed; then the connection manager is closed, and a
-    closed manager discards any connection it would still open before anything
-    is sent on it. ``admin.close()`` then stops the I/O thread and fails the
-    waiting callers."""
-    import kafka.errors as Errors
-
-    error = Errors.KafkaConnectionError(f"connections aborted: {reason}")
-
-    def reset_all() -> None:
-        manager = admin._manager  # kafka-python 3.0's KafkaConnectionManager
-        for conn in list(manager._conns.values()):
-            conn.close(error)
-        manager.close()
-
-    try:
-        admin._manager.run(reset_all)
-    except Exception:  # the I/O thread already stopped or failed: admin.close() below still closes what is left
-        log.debug("resetting the Kafka connections on the client's I/O thread failed", exc_info=True)
-    _close_quietly(admin)
 
 
 def _chunks(items: list[str]) -> Iterable[list[str]]:
