@@ -22,6 +22,7 @@ from zkcoord.errors import NotOwnerError, ServiceUnavailableError
 from zkcoord.kafka.forwarder import KafkaForwarder, KafkaGroupOffsets
 from zkcoord.kafka.offsets import RESET_ON_CLOSE_OPTIONS
 from zkcoord.server.manager import GroupManager
+from zkcoord.server.metrics import DaemonMetrics
 from zkcoord.zk.ownership import ChangeKind, OwnershipChange
 
 pytestmark = pytest.mark.timeout(120)  # a call that never ends fails the test instead of hanging the run
@@ -244,6 +245,7 @@ def test_a_group_lost_with_its_commit_in_flight_to_kafka_aborts_the_forwarder(ho
     m = GroupManager(1, GroupConfig(), ownership, Store({"g": {"v": 1, "s": "Empty", "g": 0, "os": "kafka"},
                                                         "h": {"v": 1, "s": "Empty", "g": 0, "os": "kafka"}}),
                      ZkOffsets(), nodes=None, kafka_forwarder=kafka)
+    m.metrics = DaemonMetrics()
 
     async def scenario():
         await m.runtime("g")
@@ -265,12 +267,14 @@ def test_a_group_lost_with_its_commit_in_flight_to_kafka_aborts_the_forwarder(ho
     assert aborted == [("ZooKeeper session given up" if how == "lost" else "stepped down") + ": group(s) g"]
     assert answer == [E.NOT_COORDINATOR]
     assert kafka.commits == []
+    assert m.metrics.registry.get_sample_value("zkcoord_forward_aborts_total") == 1
 
 
 def test_a_group_lost_with_no_commit_in_flight_leaves_the_connections_alone():
     kafka, ownership = RecordingKafka(), Losing()
     m = GroupManager(1, GroupConfig(), ownership, Store({"g": {"v": 1, "s": "Empty", "g": 0, "os": "dual"}}),
                      ZkOffsets(), nodes=None, kafka_forwarder=kafka)
+    m.metrics = DaemonMetrics()
     kafka.go.set()
 
     async def scenario():
@@ -281,6 +285,7 @@ def test_a_group_lost_with_no_commit_in_flight_leaves_the_connections_alone():
 
     asyncio.run(scenario())
     assert kafka.aborts == [] and kafka.commits == [("g", {T0: (5, "")})]
+    assert m.metrics.registry.get_sample_value("zkcoord_forward_aborts_total") == 0
 
 
 def test_a_stopping_daemon_aborts_a_forward_in_flight_before_it_gives_the_group_up():

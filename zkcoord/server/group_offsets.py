@@ -128,6 +128,8 @@ class GroupOffsets:
             return
         caught = [g for g in group_ids if self.forwarded.forwarding(g)]
         if caught and self.forwarder.abort(f"{why}: group(s) {', '.join(sorted(caught)[:5])}"):
+            if self.manager.metrics is not None:
+                self.manager.metrics.observe_forward_abort()
             log.warning("%d group(s) %s no longer owned here with a commit in flight to Kafka (%s): the Kafka "
                         "connections were aborted, so that commit cannot be stored after the next owner's",
                         len(caught), sorted(caught)[:10], why)

@@ -176,6 +176,9 @@ class DaemonMetrics:
                                         "Partitions of forwarded commits Kafka refused.", ["error"], registry=r)
         self.dual_divergences = Counter("zkcoord_dual_commit_divergences_total",
                                         "Dual commits stored in Kafka but not in ZooKeeper.", registry=r)
+        self.forward_aborts = Counter("zkcoord_forward_aborts_total",
+                                      "Times the Kafka connections were aborted because a group stopped being "
+                                      "owned here with a commit in flight to Kafka.", registry=r)
         self.forwarded = Counter("zkcoord_gateway_forwarded_requests_total",
                                  "Requests the gateway passed to a broker.", ["api"], registry=r)
         self.forwarded_bytes = Counter("zkcoord_gateway_forwarded_bytes_total",
@@ -293,6 +296,9 @@ class DaemonMetrics:
 
     def observe_dual_divergence(self) -> None:
         self.dual_divergences.inc()
+
+    def observe_forward_abort(self) -> None:
+        self.forward_aborts.inc()
 
     def on_session_event(self, event: SessionEvent) -> None:
         """ZkConnection listener (may run on kazoo's thread; counters are thread-safe)."""
