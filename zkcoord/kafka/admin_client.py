@@ -4,8 +4,10 @@ This module owns every reach into kafka-python 3.0's private parts that is
 not a request of its own (those stay with their callers in
 :mod:`zkcoord.kafka.offsets`): closing a client quietly, resetting its
 connections for an abort, and forgetting the group coordinators it cached.
-``tests/unit/test_admin_client.py`` fails when an upgrade of kafka-python
-moves what these functions touch.
+An upgrade of kafka-python that moves what they touch fails
+``tests/unit/test_admin_client.py`` (the cache in ``ClusterMetadata``) and
+``tests/faults/test_fault_coordinator_moves.py`` (a real client's path to
+it), ``tests/unit/test_forward_abort.py`` (the resets).
 
 Why forgetting is needed: kafka-python's admin client looks a group's
 coordinator up once (``_find_coordinator_ids``) and keeps the answer in
