@@ -178,7 +178,8 @@ def env(state_dir: Path | None) -> None:
     and errors on stderr, as Kafka's shell scripts give them.
     A secure sandbox adds ZKCOORD_CLIENT_CONFIG_DIR (a <user>.properties and
     <user>.librdkafka.conf per user) and zkcoord's own logins:
-    ZKCOORD_KAFKA_CLIENT_CONFIG (admin) and ZKCOORD_ZOOKEEPER_SASL_JAAS_FILE."""
+    ZKCOORD_KAFKA_CLIENT_CONFIG (admin), ZKCOORD_ZOOKEEPER_SASL_JAAS_FILE and
+    ZKCOORD_ZOOKEEPER_SET_ACL=true (zkcoord's znodes get Kafka's secure ACL)."""
     sandbox = Sandbox(state_dir)
     state = sandbox.load()
     if state is None:

@@ -77,7 +77,7 @@ def _zookeeper_options(func):
 def _selection_options(func):
     options = [
         click.option("--group", "groups", multiple=True, metavar="G", help="A group (repeatable)."),
-        click.option("--all", "all_groups", is_flag=True, help="Every group under --zk-root."),
+        click.option("--all", "all_groups", is_flag=True, help="Every group: under --zk-root (plan, apply, export); with a migration record (verify, finalize, rollback, status)."),
         click.option("--pattern", metavar="REGEX", help="Groups whose whole name matches REGEX."),
     ]
     for option in reversed(options):

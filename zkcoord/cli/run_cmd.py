@@ -102,7 +102,7 @@ def _options(func):
         ("--peer-probe-interval-ms", int, "How often to probe the next daemon's listener: when its port refuses "
          "connections (the process is gone) its ZooKeeper session is ended at once, rather than at its expiry; "
          "0: off [default: 250]."),
-        ("--shutdown-timeout-ms", int, "How long SIGTERM may take before connections are cut [default: 5000]."),
+        ("--shutdown-timeout-ms", int, "On SIGTERM, how long each step of the stop (closing the listener, unregistering, releasing the groups) may take [default: 5000]."),
         ("--workers", int, "Worker processes, each its own node in the group elections, behind the same listener, "
          "gateway and metrics addresses; 0: one per core [default: 0]."),
         ("--zookeeper-sasl-jaas-file", str, "JAAS file whose Client section logs in to ZooKeeper with SASL "

@@ -57,7 +57,7 @@ line and refresh)::
      "errors": [{"group": "nope", "error": "not-found" | "corrupt", "message": "..."}]}
 
 With ``--watch`` each line also has ``"at"`` (local time of the refresh);
-a refresh that failed is ``{"error": "...", "at": "..."}``.
+a refresh that failed is ``{"schema": "...", "error": "...", "at": "..."}``.
 
 ``zkcoord groups --output json``::
 

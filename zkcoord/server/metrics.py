@@ -50,6 +50,9 @@ metric                                     type       meaning
                                                       refused, by Kafka's error name
 ``zkcoord_dual_commit_divergences_total``  counter    dual commits Kafka stored and ZooKeeper did
                                                       not (Kafka ahead; see server.dual_commit)
+``zkcoord_forward_aborts_total``           counter    the forwarder's Kafka connections aborted: a
+                                                      group lost here with a commit in flight to Kafka
+                                                      (server.dual_commit, "A deposed owner's forward")
 ``zkcoord_groups_with_kafka_members``      gauge      owned dual/kafka groups with members in
                                                       Kafka's own coordinator (last seen)
 ``zkcoord_kafka_side_members``             gauge      those members, summed over the groups
@@ -64,6 +67,10 @@ metric                                     type       meaning
                                                       answers to them (``"response"``), frames whole
 ``zkcoord_gateway_broker_connect_failures_total``  counter  client connections closed because no
                                                       broker accepted the gateway's connection
+``zkcoord_sasl_logins_total{mechanism,result}``  counter  SASL logins on the daemon's and its
+                                                      gateway's listeners (``ok``, ``failed``)
+``zkcoord_event_loop_lag_seconds``         histogram  how late the event loop ran a callback due
+                                                      every 50 ms (its stalls)
 =========================================  =========  ==========================================
 
 The group APIs the gateway answers are counted in ``zkcoord_requests_total``

@@ -333,7 +333,7 @@ def mode_request(group: str) -> str:
 # /zkcoord/handovers/<group>      persistent marker: the group is in a handover and its
 #                                 owner holds persistent znodes under /consumers/<group>
 #                                 for its members; a group without an owner is adopted by
-#                                 a live daemon (zkcoord.server.handover.Adoption)
+#                                 a live daemon (zkcoord.server.handover.Handovers)
 HANDOVERS = f"{ROOT}/handovers"
 
 __all__ += ["HANDOVERS", "handover_marker"]
