@@ -205,7 +205,14 @@ def requests_row(builder: d.Dashboard) -> d.Dashboard:
             .with_panel(timeseries("Mean latency by API", "Time to answer, mean.",
                                    [query(f"{rate('zkcoord_request_latency_seconds_sum', 'api')} / "
                                           f"{rate('zkcoord_request_latency_seconds_count', 'api')}", "{{api}}")],
-                                   "s")))
+                                   "s"))
+            .with_panel(timeseries("Event loop lag", "How late each daemon's event loop ran a callback due every "
+                                   "50 ms: a stall (a long callback, a collector pass, the process descheduled) "
+                                   "delays every request it overlaps.",
+                                   quantiles("zkcoord_event_loop_lag_seconds", "instance"), "s"))
+            .with_panel(rate_panel("zkcoord_sasl_logins_total", "mechanism, result", "ops", "SASL logins",
+                                   "SASL logins per second on the daemons' and gateways' listeners, by mechanism "
+                                   "and result (failed: a wrong password, an unknown user, a refused mechanism).")))
 
 
 def quantiles_by_api(q: float) -> list[Dataquery]:
@@ -250,6 +257,10 @@ def offsets_row(builder: d.Dashboard) -> d.Dashboard:
             .with_panel(timeseries("Dual-commit divergences", "Dual commits stored in Kafka and not in ZooKeeper, "
                                    "per interval (Kafka ahead; repaired by the next owner's load).",
                                    [query(increase("zkcoord_dual_commit_divergences_total"), "{{instance}}")]))
+            .with_panel(timeseries("Forward aborts", "Times a daemon aborted its Kafka connections because a "
+                                   "group it stopped owning had a commit in flight to Kafka (so that commit cannot "
+                                   "land after the next owner's), per interval.",
+                                   [query(increase("zkcoord_forward_aborts_total"), "{{instance}}")]))
             .with_panel(timeseries("Members in Kafka's own coordinator", "Owned dual/kafka groups with members in "
                                    "Kafka's own group coordinator, and those members, as last seen.",
                                    [query(f"sum(zkcoord_groups_with_kafka_members{{{SEL}}})", "groups"),

@@ -111,6 +111,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString
 
+from zkcoord.config import SASL_MECHANISMS
 from zkcoord.core.consumer.model import ConsumerGroup
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.groups import KINDS, GroupPhase, kind_of
@@ -195,6 +196,9 @@ class DaemonMetrics:
                               "SASL logins on the daemon's and its gateway's listeners, by mechanism and result "
                               "(ok, failed: a wrong password, an unknown user, a refused mechanism).",
                               ["mechanism", "result"], registry=r)
+        for mechanism in SASL_MECHANISMS:  # exported from the start, at 0 (a dashboard panel reads them)
+            for result in ("ok", "failed"):
+                self.logins.labels(mechanism, result)
         self.broker_connect_failures = Counter(
             "zkcoord_gateway_broker_connect_failures_total",
             "Gateway client connections closed because no broker accepted a connection.", registry=r)
