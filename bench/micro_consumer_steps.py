@@ -95,7 +95,7 @@ for name, fn in [("decode_request", lambda: decode_request(frame)), ("core reque
                  ("decide (groups.decide -> handle_consumer_heartbeat)", decide),
                  ("answer (_answer: response_for)", answer), ("answer + encode", encode),
                  ("cached answer + encode (constant_response-like)", cached),
-                 ("with_member (any step that changes a member: O(members + partitions))",
+                 ("with_member (any step that changes a member: O(members + its partitions))",
                   lambda: group.with_member(replace(group.members[m], client_id="x")))]:
     n = 20000 if not name.startswith('with_member') else 200
     best = min(timeit.Timer(fn, timer=time.process_time).repeat(number=n, repeat=5)) / n * 1e6
