@@ -287,7 +287,7 @@ def test_request_from_kafka_python_client_decodes_exactly(api_key, version):
     assert decoded.immediate_response is None
     assert decoded.response_version == version
     flexible = sent.flexible_version_q(version)
-    assert decoded.header.version == (2 if flexible else 1)
+    assert decoded.header_version == (2 if flexible else 1)
     assert type(decoded.request) is type(sent)
     assert decoded.request.version == version
     assert decoded.request.to_dict() == sent.to_dict()

@@ -105,6 +105,8 @@ class ApiRegistry:
         # The request decoder's cache: a frame's first 4 bytes (api key, version) -> how to decode it
         # (:func:`zkcoord.wire.requests.decode_request`); it never changes what the registry serves.
         self.plans: dict[bytes, object] = {}
+        # Its memo of repeated requests (rule 4 there): a frame but for its correlation id -> what it decoded to.
+        self.memo: dict[bytes, tuple] = {}
 
     def get(self, api_key: int) -> ApiSpec | None:
         return self._by_key.get(api_key)

@@ -25,6 +25,13 @@ Rules:
    found with one dictionary lookup on a frame's first four bytes (api
    key, version: the registry's ``plans``). A null check formats nothing
    unless it finds a null.
+4. A steady member repeats its Heartbeat (and its ConsumerGroupHeartbeat)
+   byte for byte but for the correlation id, a fixed int32 at bytes 4-8 of
+   every request header: such a request is decoded once, and a frame equal
+   to one decoded before but for those bytes reuses its decoded message
+   (``REPEATED_APIS``, at most ``MEMO_MAX_ENTRIES`` frames per registry,
+   forgotten all at once when full). A decoded message is therefore shared:
+   nothing may change one (nothing in the daemon or the gateway does).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields.codecs import Int16
 
-from zkcoord.core.api_keys import API_VERSIONS
+from zkcoord.core.api_keys import API_VERSIONS, CONSUMER_GROUP_HEARTBEAT, HEARTBEAT
 from zkcoord.core.errors import ErrorCode
 from zkcoord.wire.errors import MalformedFrameError, UnsupportedRequestError, api_name
 from zkcoord.wire.messages import api_versions_response
@@ -45,6 +52,8 @@ from zkcoord.wire.registry import COORDINATOR_APIS, ApiRegistry, ApiSpec
 __all__ = ["DecodedRequest", "decode_request", "decode_request_header"]
 
 _NULL_CHECKED_TYPES = frozenset({"string", "bytes", "records"})
+REPEATED_APIS = frozenset({HEARTBEAT, CONSUMER_GROUP_HEARTBEAT})  # rule 4
+MEMO_MAX_ENTRIES = 16_384  # about 0.5 KB each: a memo of heartbeats at most ~8 MB per registry
 
 
 class DecodedRequest:
@@ -53,22 +62,24 @@ class DecodedRequest:
     dataclass).
 
     `request` is the generated message (e.g. `JoinGroupRequest`) decoded at
-    `api_version`. It is None only when the codec answered the request itself:
-    then `immediate_response` holds that answer (the KIP-511 ApiVersions reply)
-    and the handler is not consulted.
+    `api_version`, shared with other requests of the same bytes (rule 4). It
+    is None only when the codec answered the request itself: then
+    `immediate_response` holds that answer (the KIP-511 ApiVersions reply)
+    and the handler is not consulted. `header_version`: the request
+    header's version (1, or 2 when flexible).
     """
 
-    __slots__ = ("api_key", "api_version", "correlation_id", "client_id", "header", "request", "spec",
+    __slots__ = ("api_key", "api_version", "correlation_id", "client_id", "header_version", "request", "spec",
                  "immediate_response")
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int, client_id: str | None,
-                 header: RequestHeader, request: ApiMessage | None, spec: ApiSpec,
+                 header_version: int, request: ApiMessage | None, spec: ApiSpec,
                  immediate_response: ApiMessage | None = None) -> None:
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
         self.client_id = client_id
-        self.header = header
+        self.header_version = header_version
         self.request = request
         self.spec = spec
         self.immediate_response = immediate_response
@@ -97,7 +108,13 @@ def decode_request(frame: bytes, apis: ApiRegistry = COORDINATOR_APIS) -> Decode
         if plan is None:
             plan = apis.plans[head] = _plan(frame, apis)
         if plan:  # a served API at a served version: one lookup gave every decoder (rule 3)
-            spec, api_key, header_decoder, header_version, body_decoder, null_checks = plan
+            spec, api_key, header_decoder, header_version, body_decoder, null_checks, memo = plan
+            if memo is not None:  # rule 4
+                key = head + frame[8:]
+                found = memo.get(key)
+                if found is not None:
+                    return DecodedRequest(api_key, found[0], int.from_bytes(frame[4:8], "big", signed=True),
+                                          found[1], header_version, found[2], spec)
             view = memoryview(frame)
             try:
                 header, offset = header_decoder(view, 0)
@@ -113,15 +130,19 @@ def decode_request(frame: bytes, apis: ApiRegistry = COORDINATOR_APIS) -> Decode
                 raise _malformed_body(spec, header, frame, offset, f"does not decode: {exc!r}") from exc
             if end != len(frame) or null_checks:
                 _check_body(spec, header, frame, offset, end, request, null_checks)
+            if memo is not None:
+                if len(memo) >= MEMO_MAX_ENTRIES:
+                    memo.clear()
+                memo[key] = (header.request_api_version, header.client_id, request)
             return DecodedRequest(api_key, header.request_api_version, header.correlation_id, header.client_id,
-                                  header, request, spec)
+                                  header_version, request, spec)
     return _decode_request(frame, apis)
 
 
 def _plan(frame: bytes, apis: ApiRegistry) -> tuple | bool:
     """What decodes a frame whose first 4 bytes (api key, version) are those
     of ``frame``: (spec, api key, header decoder, its version, body decoder, null
-    checks), or False when the API or version is not served (the general
+    checks, the memo of rule 4 or None), or False when the API or version is not served (the general
     path answers or refuses it). Its api key is read here once: the spec's
     property asks kafka-python's class every time."""
     api_key, _ = Int16.decode_from(frame, 0)
@@ -131,7 +152,8 @@ def _plan(frame: bytes, apis: ApiRegistry) -> tuple | bool:
         return False
     header_version, header_decoder = _HEADER_DECODERS[spec.request_class.flexible_version_q(version)]
     body_decoder, null_checks = _body_decoder(spec, version)
-    return spec, spec.api_key, header_decoder, header_version, body_decoder, null_checks
+    memo = apis.memo if spec.api_key in REPEATED_APIS else None
+    return spec, spec.api_key, header_decoder, header_version, body_decoder, null_checks, memo
 
 
 def _check_body(spec, header, frame, offset, end, request, null_checks) -> None:
@@ -162,7 +184,7 @@ def _decode_request(frame: bytes, apis: ApiRegistry) -> DecodedRequest:
     request = _decode_body(spec, header, frame, offset)
     return DecodedRequest(
         api_key=spec.api_key, api_version=version, correlation_id=header.correlation_id,
-        client_id=header.client_id, header=header, request=request, spec=spec)
+        client_id=header.client_id, header_version=header.version, request=request, spec=spec)
 
 
 # RequestHeader.decode goes through kafka-python's generic (slow) struct
@@ -313,4 +335,4 @@ def _kip511_request(header: RequestHeader, spec: ApiSpec, apis: ApiRegistry) -> 
     return DecodedRequest(
         api_key=spec.api_key, api_version=header.request_api_version,
         correlation_id=header.correlation_id, client_id=header.client_id,
-        header=header, request=None, spec=spec, immediate_response=reply)
+        header_version=header.version, request=None, spec=spec, immediate_response=reply)
