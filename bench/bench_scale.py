@@ -248,7 +248,7 @@ class Load:
     versions: dict[str, int]
     bootstrap: list[tuple[str, int]]
     stop: asyncio.Event = field(default_factory=asyncio.Event)
-    latencies: list[float] | None = None  # heartbeat seconds, while a window records
+    latencies: list[tuple[float, float]] | None = None  # (sent at, seconds) per heartbeat, while a window records
     created: list[float] = field(default_factory=list)  # perf_counter of each group's first SyncGroup
     since: float | None = None  # when the fault being measured was injected
     served: dict[str, float] = field(default_factory=dict)  # group -> seconds from `since` to served again
@@ -394,36 +394,49 @@ class ScaleMember:
                 code = DISCONNECTED
             if code == NONE:
                 if self.load.latencies is not None:
-                    self.load.latencies.append(time.perf_counter() - started)
+                    self.load.latencies.append((started, time.perf_counter() - started))
                 self._served()
-                await asyncio.sleep(interval)
+                # The next one is due an interval after this one was sent, as Java's consumer times it
+                # (Heartbeat.sentHeartbeat resets its timer at the send): a late answer does not move the
+                # member's phase. (Sleeping the interval after the answer did: the members answered together
+                # after any stall sent together from then on, and the bunches only grew.)
+                await asyncio.sleep(max(0.0, started + interval - time.perf_counter()))
                 continue
-            await self.recover(code)
+            sent = await self.recover(code)
+            await asyncio.sleep(max(0.0, sent + interval - time.perf_counter()))
 
-    async def recover(self, code: int) -> None:
+    async def recover(self, code: int) -> float:
         """What a Java consumer does when its coordinator fails it: look it up again
-        (with backoff), connect, heartbeat; rejoin when told."""
+        (with backoff), connect, heartbeat; rejoin when told. Returns when the
+        heartbeat that succeeded was sent (or the rejoin ended): the next is due
+        an interval after (a heartbeat held while the group was taken over does
+        not move the member's phase to the moment it was answered)."""
         if self.lost_since is None:
             self.lost_since = self.load.since
         backoff = Backoff()
+        sent = time.perf_counter()
         while not self.load.stop.is_set():
             try:
                 if code in (DISCONNECTED, NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE) or self.conn is None:
                     await self.connect()
+                    sent = time.perf_counter()
                     code = (await self._call(self.conn, self.heartbeat)).error_code
                 elif code in REJOIN_CODES:
                     code = await self.join_and_sync()
+                    sent = time.perf_counter()
                 else:
+                    sent = time.perf_counter()
                     code = (await self._call(self.conn, self.heartbeat)).error_code
             except (ConnectionError, OSError):
                 self.close()
                 code = DISCONNECTED
             if code == NONE:
                 self._served()
-                return
+                return sent
             if code == UNKNOWN_MEMBER_ID:
                 self.member_id = ""
             await backoff.sleep()
+        return sent
 
     def _served(self) -> None:
         if self.lost_since is not None:
@@ -744,7 +757,8 @@ async def window(load: LoadHub, fleet: Fleet, daemons: list[Daemon], seconds: fl
         snapshots["after"] = cpu_snapshot({**pids, **load.pids})
         snapshots["lag_after"] = await asyncio.gather(*(asyncio.to_thread(d.loop_lag_buckets) for d in daemons))
 
-    latencies, lags, pauses = await load.window(measure)
+    sent, lags, pauses = await load.window(measure)
+    latencies = [latency for _, latency in sent]
     lag_before, lag_after = snapshots["lag_before"], snapshots["lag_after"]
     cores = cpu_cores(snapshots["before"], snapshots["after"])
     client_cores = cores["client"] + sum(cores[name] for name in load.pids)
@@ -758,6 +772,10 @@ async def window(load: LoadHub, fleet: Fleet, daemons: list[Daemon], seconds: fl
     print(f"heartbeats       {figures['heartbeats']:,} ({figures['heartbeats'] / seconds:,.0f}/s)   "
           f"p50 {figures['p50_ms']:.2f} ms   p99 {figures['p99_ms']:.2f} ms   max {figures['max_ms']:.1f} ms")
     figures["daemon_us_per_heartbeat"] = figures["daemon_cores"] * seconds / max(len(latencies), 1) * 1e6
+    figures.update(arrival_figures(sent, seconds))
+    print(f"arrivals         busiest 10 ms: {figures['busiest_10ms']} heartbeats (mean {figures['mean_10ms']:.1f}); "
+          f"{figures['burst_share'] * 100:.0f}% of them sent in 10 ms slots of over twice the mean, p99 "
+          f"{figures['burst_p99_ms']:.2f} ms there, {figures['calm_p99_ms']:.2f} ms in the others")
     print(f"cores            daemons {figures['daemon_cores']:.2f}   client {figures['client_cores']:.2f}   "
           f"other {figures['other_cores']:.2f}   (daemons' CPU per heartbeat {figures['daemon_us_per_heartbeat']:.0f} us)")
     figures["client_gc_pauses"] = len(pauses)
@@ -776,6 +794,23 @@ async def window(load: LoadHub, fleet: Fleet, daemons: list[Daemon], seconds: fl
     print(f"memory per group {figures['bytes_per_group'] / 1024:.1f} KB (RSS growth since start over the groups; "
           f"RSS now {', '.join(f'node {n}: {mb:.0f} MB' for n, mb in figures['rss_mb'].items())})")
     return figures
+
+
+def arrival_figures(sent: list[tuple[float, float]], seconds: float, slot_s: float = 0.01) -> dict:
+    """How bunched the heartbeats were when sent (by every load process, one
+    clock): the busiest 10 ms slot, and the p99 latency of the heartbeats sent
+    in slots of over twice the mean against the rest."""
+    slots: dict[int, int] = {}
+    for started, _ in sent:
+        slot = int(started / slot_s)
+        slots[slot] = slots.get(slot, 0) + 1
+    mean = len(sent) / max(seconds / slot_s, 1)
+    burst = [latency for started, latency in sent if slots[int(started / slot_s)] > 2 * mean]
+    calm = [latency for started, latency in sent if slots[int(started / slot_s)] <= 2 * mean]
+    return {"busiest_10ms": max(slots.values(), default=0), "mean_10ms": mean,
+            "burst_share": len(burst) / max(len(sent), 1),
+            "burst_p99_ms": percentile(burst, 99) * 1e3 if burst else float("nan"),
+            "calm_p99_ms": percentile(calm, 99) * 1e3 if calm else float("nan")}
 
 
 async def wait_served(load: LoadHub, groups: set[str], timeout_s: float) -> None:

@@ -148,7 +148,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self._transport = transport
-        self.peer = tuple(transport.get_extra_info("peername")[:2])  # (host, port) connected to
+        peer = transport.get_extra_info("peername")  # None: reset before it was made (a reconnect storm)
+        self.peer = tuple(peer[:2]) if peer else ("?", 0)  # (host, port) connected to
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
