@@ -121,7 +121,8 @@ def run_cli(zk_hosts: str, bootstrap: str, mode: str, pattern: str, report: Path
             "--spark-partitions", "2", "--batch-groups", "3", "--output", "json", "--no-progress", *extra]
     if master is not None:
         argv += ["--spark-master", master]
-    env = {k: v for k, v in os.environ.items() if k != "ZKCOORD_SPARK_MASTER"}
+    # A new user's environment: no PYSPARK_PYTHON (an earlier local[*] session of this process sets it).
+    env = {k: v for k, v in os.environ.items() if k != "ZKCOORD_SPARK_MASTER" and not k.startswith("PYSPARK_")}
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
 

@@ -13,8 +13,9 @@ runs on) and the choices it makes for each kind of master:
   modules once (:mod:`zkcoord.migrate.spark_daemon`). Fits a 2-core machine.
 * **a standalone master on this machine** (``spark://127.0.0.1:<port>``,
   ``localhost``: the sandbox's ``local up --spark-workers N``): the executors
-  run here, so they run this interpreter too (``spark.pyspark.python``,
-  unless ``spark.pyspark.python`` or ``PYSPARK_PYTHON`` says otherwise),
+  run here, so they run this interpreter too (``PYSPARK_PYTHON``, which
+  pyspark names the executors' Python from, and ``spark.pyspark.python``,
+  unless either is set already),
   where zkcoord and its dependencies are installed: nothing is shipped by
   default, and their Python workers fork from the same daemon as locally.
   The driver listens on loopback (``spark.driver.host``), and the report's
@@ -175,6 +176,9 @@ def _settings(master: str | None, submitted: bool, conf: Mapping[str, str], ship
         _driver_hot_jars(found, conf)
         ours = "spark.pyspark.python" not in conf and "PYSPARK_PYTHON" not in os.environ
         if ours:  # the executors run this interpreter, where zkcoord is installed
+            # pyspark names the executors' Python from PYSPARK_PYTHON alone (``SparkContext.pythonExec``;
+            # the conf is spark-submit's): without it they ran the workers' ``python3``, which has no zkcoord.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             found.conf.update({"spark.pyspark.python": sys.executable, "spark.python.daemon.module": DAEMON_MODULE})
         found.ship = (not ours) if ship_package is None else ship_package
     else:
