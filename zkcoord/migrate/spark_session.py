@@ -185,6 +185,9 @@ def _settings(master: str | None, submitted: bool, conf: Mapping[str, str], ship
         _driver_hot_jars(found, conf)  # client mode: the driver runs here, on this pyspark's jars
         found.ship = True if ship_package is None else ship_package
     found.conf.update(conf)
+    python = conf.get("spark.pyspark.python")
+    if python and not submitted:  # what spark-submit does with it, which pyspark itself does not
+        os.environ["PYSPARK_PYTHON"] = python  # the executors' Python (SparkContext.pythonExec)
     return found
 
 
