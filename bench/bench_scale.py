@@ -823,12 +823,17 @@ async def wait_served(load: LoadHub, groups: set[str], timeout_s: float) -> None
 def served_figures(load: LoadHub, groups: set[str], title: str, goal_s: float | None) -> dict:
     times = [load.served[g] for g in groups if g in load.served]
     missing = len(groups) - len(times)
+    slots: dict[int, int] = {}
+    for t in times:
+        slots[int(t / 0.01)] = slots.get(int(t / 0.01), 0) + 1
     figures = {"groups": len(groups), "served": len(times), "p50_s": percentile(times, 50),
-               "max_s": max(times, default=float("nan"))}
+               "max_s": max(times, default=float("nan")), "busiest_10ms": max(slots.values(), default=0),
+               "busiest_10ms_at_s": max(slots, key=slots.get, default=0) * 0.01}
     line = (f"{title}: {len(times):,} of {len(groups):,} groups served again, p50 {figures['p50_s']:.2f} s, "
             f"max {figures['max_s']:.2f} s")
     if missing:
         line += f", {missing:,} NOT served within the wait"
+    line += f" (the most in 10 ms: {figures['busiest_10ms']:,}, at {figures['busiest_10ms_at_s']:.2f} s)"
     if goal_s is not None:
         met = not missing and figures["max_s"] <= goal_s
         line += f"; goal <= {goal_s:g} s: {'met' if met else 'MISSED'}"

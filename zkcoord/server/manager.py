@@ -322,6 +322,8 @@ class GroupManager(TakeoverLoading):
             raise GroupUnavailableError(group_id, loading_code, "loading or ZooKeeper suspended")
         if not self.ownership.is_owned(group_id):
             await self._take(group_id)
+            if loading_code is E.NONE and group_id in self._loading:
+                return None  # reserved by the takeover it waited for: answered now, as a loading group is
             if self.ownership.is_suspended(group_id):
                 raise GroupUnavailableError(group_id, loading_code if loading_code is not E.NONE
                                             else E.COORDINATOR_LOAD_IN_PROGRESS, "ZooKeeper suspended")
