@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import asyncio
 
+from test_migrate_daemon_storage import Ownership, Store, ZkOffsets
+
+from zkcoord.core.errors import ErrorCode
+from zkcoord.core.group import GroupConfig
+from zkcoord.server.manager import GroupManager
+
 
 def run(coroutine):
     return asyncio.run(coroutine)
 
 
-class Unowned:
+class Unowned(Ownership):
     """Ownership of a daemon that owns nothing and contends for nothing yet."""
 
     def is_owned(self, group):
-        return False
-
-    def is_suspended(self, group):
         return False
 
     def is_contending(self, group):
@@ -29,12 +32,6 @@ def test_a_heartbeat_that_waited_for_the_reservation_of_its_group_is_answered_wi
     it is answered as a loading group's heartbeat is (None: NONE), not held
     until the group's batch is loaded (the answers of a batch of 500 groups
     going out in the same instant)."""
-    from test_migrate_daemon_storage import Store, ZkOffsets
-
-    from zkcoord.core.errors import ErrorCode
-    from zkcoord.core.group import GroupConfig
-    from zkcoord.server.manager import GroupManager
-
     async def scenario():
         manager = GroupManager(1, GroupConfig(), Unowned(), Store({}), ZkOffsets(), nodes=None)
         manager.takeover._changed()  # a daemon left: the round lists its groups
