@@ -107,3 +107,11 @@ def test_the_memo_is_bounded(apis, monkeypatch):
         frame, = frames(heartbeat(generation=generation))
         assert decode_request(frame, apis).request.generation_id == generation
         assert len(apis.memo) <= 5
+
+
+def test_a_large_heartbeat_is_decoded_every_time_and_never_kept(apis):
+    big = HeartbeatRequest(version=4, group_id="group-a", generation_id=7, member_id="m" * 2000,
+                           group_instance_id=None)
+    a, b = (decode_request(f, apis) for f in frames(big, big))
+    assert a.request is not b.request and b.request.member_id == "m" * 2000
+    assert apis.memo == {}

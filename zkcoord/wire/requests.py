@@ -29,9 +29,11 @@ Rules:
    byte for byte but for the correlation id, a fixed int32 at bytes 4-8 of
    every request header: such a request is decoded once, and a frame equal
    to one decoded before but for those bytes reuses its decoded message
-   (``REPEATED_APIS``, at most ``MEMO_MAX_ENTRIES`` frames per registry,
-   forgotten all at once when full). A decoded message is therefore shared:
-   nothing may change one (nothing in the daemon or the gateway does).
+   (``REPEATED_APIS``, frames of at most ``MEMO_MAX_FRAME_BYTES``, at most
+   ``MEMO_MAX_ENTRIES`` of them per registry, forgotten all at once when
+   full: a client sending distinct or large heartbeats costs the memo at
+   most ~16 MB). A decoded message is therefore shared: nothing may change
+   one (nothing in the daemon or the gateway does).
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ __all__ = ["DecodedRequest", "decode_request", "decode_request_header"]
 
 _NULL_CHECKED_TYPES = frozenset({"string", "bytes", "records"})
 REPEATED_APIS = frozenset({HEARTBEAT, CONSUMER_GROUP_HEARTBEAT})  # rule 4
-MEMO_MAX_ENTRIES = 16_384  # about 0.5 KB each: a memo of heartbeats at most ~8 MB per registry
+MEMO_MAX_ENTRIES = 16_384  # a steady heartbeat's frame is 60-200 bytes: at most ~16 MB per registry
+MEMO_MAX_FRAME_BYTES = 1024  # larger frames (a Heartbeat may be up to group_request_max_bytes) are not kept
 
 
 class DecodedRequest:
@@ -109,6 +112,8 @@ def decode_request(frame: bytes, apis: ApiRegistry = COORDINATOR_APIS) -> Decode
             plan = apis.plans[head] = _plan(frame, apis)
         if plan:  # a served API at a served version: one lookup gave every decoder (rule 3)
             spec, api_key, header_decoder, header_version, body_decoder, null_checks, memo = plan
+            if memo is not None and len(frame) > MEMO_MAX_FRAME_BYTES:
+                memo = None
             if memo is not None:  # rule 4
                 key = head + frame[8:]
                 found = memo.get(key)
