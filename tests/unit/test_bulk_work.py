@@ -47,3 +47,27 @@ def test_a_collector_disabled_before_stays_disabled(clock):
     gc.disable()
     asyncio.run(bulk_work.off_loop(lambda: None))
     assert not gc.isenabled()
+
+
+def test_a_time_slice_yields_once_its_budget_has_passed_and_not_before(monkeypatch):
+    """A takeover loads groups in slices of time (zkcoord.server.bulk_work.TimeSlice):
+    it yields to the event loop once 5 ms of work have passed, so requests that
+    come meanwhile are answered as they came, not together after a batch."""
+    now = [100.0]
+    yields = []
+    real_sleep = asyncio.sleep
+
+    async def counting_sleep(delay, *args):
+        yields.append(now[0])
+        return await real_sleep(delay, *args)
+
+    async def scenario():
+        monkeypatch.setattr(bulk_work.asyncio, "sleep", counting_sleep)
+        slice_ = bulk_work.TimeSlice(5.0, clock=lambda: now[0])  # whole numbers: exact sums
+        for _ in range(10):  # a fifth of the budget a step: a yield every 5
+            now[0] += 1.0
+            await slice_.pause()
+        await slice_.pause()  # no time passed: no yield
+
+    asyncio.run(scenario())
+    assert len(yields) == 2

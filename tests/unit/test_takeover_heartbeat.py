@@ -45,3 +45,4 @@ def test_a_heartbeat_that_waited_for_the_reservation_of_its_group_is_answered_wi
         return answer
 
     assert run(scenario()) is None
+
