@@ -908,6 +908,7 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     overflows = listen_counters()
     load.since = time.perf_counter()
     cpu_before = cpu_snapshot({"survivor": survivor.proc.pid})
+    lag_before = await asyncio.to_thread(survivor.loop_lag_buckets)
     victim.proc.kill()
     victim.proc.wait()
     load.set_bootstrap(fleet.bootstrap())
@@ -922,6 +923,11 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     print(f"after the session's end: the last group served {figures['max_s'] - expired_s:.2f} s later; survivor "
           f"{cores['survivor']:.2f} cores meanwhile; ListenOverflows +{figures['listen_overflows']:,}, "
           f"ListenDrops +{figures['listen_drops']:,} (machine-wide)")
+    lag = lag_figures(lag_before, await asyncio.to_thread(survivor.loop_lag_buckets))
+    figures["survivor_loop_lag"] = lag
+    print(f"survivor's loop late meanwhile (probe every 50 ms, {lag['probes']:.0f} probes): p99 <= "
+          f"{lag['p99_bound_ms']:g} ms; later than 10 ms: {lag['over_10ms']:.0f}, than 50 ms: {lag['over_50ms']:.0f}, "
+          f"than 100 ms: {lag['over_100ms']:.0f}")
     for line in log_lines(survivor, r"took over|taking over")[-3:]:
         print(f"  survivor's log: {line[:200]}")
     results["kill"] = figures
