@@ -81,11 +81,34 @@ def session_password(session_id: int) -> bytes:
 
 def expire_session(zk_address: str, session_id: int) -> None:
     """Attach to session ``session_id`` and close it: ZooKeeper ends it and
-    deletes its ephemeral nodes; its owner sees it expired on reconnect."""
+    deletes its ephemeral nodes; its owner sees it expired on reconnect.
+
+    The close can miss: attaching moves the session to the intruder's
+    connection and drops its owner's, and an owner that reconnects and
+    attaches again before the close takes the session back (the intruder's
+    close then fails as SESSION_MOVED, which kazoo's stop does not report).
+    Callers check that the session ended (:func:`expire_session_until`)."""
     intruder = KazooClient(hosts=zk_address, client_id=(session_id, session_password(session_id)), timeout=10)
     intruder.start(timeout=30)
     intruder.stop()
     intruder.close()
+
+
+def expire_session_until(zk_address: str, session_id: int, ended, timeout_s: float = LIVENESS_S,
+                         attempt_s: float = 10.0) -> None:
+    """:func:`expire_session` again until ``ended()`` (the session is gone:
+    its ephemeral node owned by another session, or its process gone), each
+    attempt given ``attempt_s`` to show; AssertionError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        expire_session(zk_address, session_id)
+        tried = time.monotonic() + attempt_s
+        while time.monotonic() < tried:
+            if ended():
+                return
+            time.sleep(0.05)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g} s: session 0x{session_id:x} ended")
 
 
 # -- logs ------------------------------------------------------------------------------------
@@ -378,7 +401,6 @@ class Faults:
         daemon = self._daemon()
         path = f"/zkcoord/nodes/{daemon.node_id}"
         session = self.fleet.zk.get(path)[1].ephemeralOwner
-        expire_session(self.zk_address, session)
 
         def renewed():
             try:
@@ -386,7 +408,7 @@ class Faults:
             except (NoNodeError, KazooException):
                 return False
 
-        wait_for(lambda: renewed() or not daemon.alive(), LIVENESS_S, f"daemon {daemon.node_id} has a new session")
+        expire_session_until(self.zk_address, session, lambda: renewed() or not daemon.alive())
         self._wait_registered(daemon.node_id)
         return f"daemon {daemon.node_id}'s session 0x{session:x} expired by ZooKeeper"
 
