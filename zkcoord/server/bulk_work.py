@@ -9,8 +9,7 @@ whose items cost a lot each (a takeover loading groups: a third of a
 millisecond a group) yields by time instead (:class:`TimeSlice`): every
 :data:`LOOP_SLICE_S` of work. Requests that come meanwhile wait at most that
 long, and are answered spread as they came, not together after a long slice
-(the members a takeover's clients were would otherwise heartbeat in step
-from then on).
+(members answered together would heartbeat in step from then on).
 
 An 8 MiB request names up to two million partitions; decoding it, and
 building and encoding its answer, make millions of objects. That work runs in
