@@ -236,35 +236,11 @@ class GroupStateStore:
         new version (None when it was deleted). Raises as :meth:`write`."""
         fence = self._fence(group)
         expected = ABSENT if expected_version is None else expected_version
-        state: tuple[dict | None, bool] | None = None
-        members: list[Change] = []
-        drop_dir = ensure_dir = False
-        for key, record, existed in changes:
-            if key == "":
-                state = (record, existed)
-            elif key == MEMBERS_DIR_KEY:
-                drop_dir, ensure_dir = record is None, record is not None
-            elif key.startswith(MEMBERS_PREFIX):
-                data = None if record is None else encode_record(group, record)
-                if data is not None and len(data) > FOLD_OVER_BYTES:
-                    plain = len(data)  # a member holding thousands of partitions: runs folded
-                    data = encode_record(group, compact_member_record(record))
-                    if len(data) > self.max_state_bytes:
-                        raise StateTooLargeError(
-                            f"a member record of group {group!r} is {plain} bytes ({len(data)} with its partition "
-                            f"runs folded), over the limit of {self.max_state_bytes} bytes (nothing was written)")
-                members.append(Change(paths.member(group, key[len(MEMBERS_PREFIX):]), data, existed))
-            elif key == TARGET_KEY:
-                data = None if record is None else encode_record(group, record)
-                if data is not None and len(data) > self.max_state_bytes:
-                    raise StateTooLargeError(
-                        f"the target assignment record of group {group!r} is {len(data)} bytes compressed, over the "
-                        f"limit of {self.max_state_bytes} bytes (nothing was written)")
-                members.append(Change(paths.target(group), data, existed))
-            else:
-                raise UsageError(f"an outcome of group {group!r} names an unknown record {key!r}")
-        if state is None:
-            raise UsageError(f"an outcome of group {group!r} must write its state znode")
+        args = (group, changes, self.max_state_bytes)
+        if len(changes) >= OFF_LOOP_MEMBERS:  # a join of many members: their records encoded off the loop
+            state, members, drop_dir, ensure_dir = await asyncio.to_thread(_encode_changes, *args)
+        else:
+            state, members, drop_dir, ensure_dir = _encode_changes(*args)
         record, _ = state
         stored = None if record is None else await self._encode(group, record)
         if ensure_dir:
@@ -465,3 +441,40 @@ class GroupStateStore:
             if isinstance(outcome, BaseException):
                 raise outcome
         return sorted(g for g, stat in zip(children, outcomes) if isinstance(stat, ZnodeStat))
+
+
+def _encode_changes(group: str, changes: list[tuple[str, dict | None, bool]], max_state_bytes: int):
+    """:meth:`GroupStateStore.write_changes`' records as znode changes:
+    (the state's (record, existed), the other znodes' changes, drop the
+    members directory, ensure it). Pure: run in a worker thread for many
+    records. Raises StateTooLargeError, UsageError."""
+    state: tuple[dict | None, bool] | None = None
+    members: list[Change] = []
+    drop_dir = ensure_dir = False
+    for key, record, existed in changes:
+        if key == "":
+            state = (record, existed)
+        elif key == MEMBERS_DIR_KEY:
+            drop_dir, ensure_dir = record is None, record is not None
+        elif key.startswith(MEMBERS_PREFIX):
+            data = None if record is None else encode_record(group, record)
+            if data is not None and len(data) > FOLD_OVER_BYTES:
+                plain = len(data)  # a member holding thousands of partitions: runs folded
+                data = encode_record(group, compact_member_record(record))
+                if len(data) > max_state_bytes:
+                    raise StateTooLargeError(
+                        f"a member record of group {group!r} is {plain} bytes ({len(data)} with its partition "
+                        f"runs folded), over the limit of {max_state_bytes} bytes (nothing was written)")
+            members.append(Change(paths.member(group, key[len(MEMBERS_PREFIX):]), data, existed))
+        elif key == TARGET_KEY:
+            data = None if record is None else encode_record(group, record)
+            if data is not None and len(data) > max_state_bytes:
+                raise StateTooLargeError(
+                    f"the target assignment record of group {group!r} is {len(data)} bytes compressed, over the "
+                    f"limit of {max_state_bytes} bytes (nothing was written)")
+            members.append(Change(paths.target(group), data, existed))
+        else:
+            raise UsageError(f"an outcome of group {group!r} names an unknown record {key!r}")
+    if state is None:
+        raise UsageError(f"an outcome of group {group!r} must write its state znode")
+    return state, members, drop_dir, ensure_dir
