@@ -112,7 +112,7 @@ def decode_request(frame: bytes, apis: ApiRegistry = COORDINATOR_APIS) -> Decode
             plan = apis.plans[head] = _plan(frame, apis)
         if plan:  # a served API at a served version: one lookup gave every decoder (rule 3)
             spec, api_key, header_decoder, header_version, body_decoder, null_checks, memo = plan
-            if memo is not None and len(frame) > MEMO_MAX_FRAME_BYTES:
+            if memo is not None and len(frame) > MEMO_MAX_FRAME_BYTES:  # rule 4: not kept
                 memo = None
             if memo is not None:  # rule 4
                 key = head + frame[8:]

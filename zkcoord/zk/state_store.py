@@ -236,13 +236,12 @@ class GroupStateStore:
         new version (None when it was deleted). Raises as :meth:`write`."""
         fence = self._fence(group)
         expected = ABSENT if expected_version is None else expected_version
-        args = (group, changes, self.max_state_bytes)
-        if len(changes) >= OFF_LOOP_MEMBERS:  # a join of many members: their records encoded off the loop
-            state, members, drop_dir, ensure_dir = await asyncio.to_thread(_encode_changes, *args)
+        args = (group, changes, self.max_state_bytes, self.max_group_state_bytes)
+        state = next((record for key, record, _ in changes if key == ""), None)
+        if len(changes) >= OFF_LOOP_MEMBERS or (state is not None and member_count(state) >= OFF_LOOP_MEMBERS):
+            stored, members, drop_dir, ensure_dir = await asyncio.to_thread(_encode_outcome, *args)  # one hop
         else:
-            state, members, drop_dir, ensure_dir = _encode_changes(*args)
-        record, _ = state
-        stored = None if record is None else await self._encode(group, record)
+            stored, members, drop_dir, ensure_dir = _encode_outcome(*args)
         if ensure_dir:
             await self._conn.retry(f"create the members directory of group {group!r}", self._ensure_dir,
                                    paths.members_dir(group))
@@ -443,11 +442,12 @@ class GroupStateStore:
         return sorted(g for g, stat in zip(children, outcomes) if isinstance(stat, ZnodeStat))
 
 
-def _encode_changes(group: str, changes: list[tuple[str, dict | None, bool]], max_state_bytes: int):
-    """:meth:`GroupStateStore.write_changes`' records as znode changes:
-    (the state's (record, existed), the other znodes' changes, drop the
-    members directory, ensure it). Pure: run in a worker thread for many
-    records. Raises StateTooLargeError, UsageError."""
+def _encode_outcome(group: str, changes: list[tuple[str, dict | None, bool]], max_state_bytes: int,
+                    max_group_state_bytes: int):
+    """:meth:`GroupStateStore.write_changes`' records encoded, all of them:
+    (the state znode's stored form or None to delete it, the other znodes'
+    changes, drop the members directory, ensure it). Pure: run in a worker
+    thread, once, for many records. Raises StateTooLargeError, UsageError."""
     state: tuple[dict | None, bool] | None = None
     members: list[Change] = []
     drop_dir = ensure_dir = False
@@ -477,4 +477,6 @@ def _encode_changes(group: str, changes: list[tuple[str, dict | None, bool]], ma
             raise UsageError(f"an outcome of group {group!r} names an unknown record {key!r}")
     if state is None:
         raise UsageError(f"an outcome of group {group!r} must write its state znode")
-    return state, members, drop_dir, ensure_dir
+    record, _ = state
+    stored = None if record is None else encode_group_state(group, record, max_state_bytes, max_group_state_bytes)
+    return stored, members, drop_dir, ensure_dir
