@@ -93,6 +93,7 @@ class DaemonConfig:
     group_consumer_migration_policy: str = "bidirectional"
     group_consumer_regex_refresh_interval_ms: int = 600_000
     group_consumer_assignment_interval_ms: int = 1_000
+    group_consumer_assignor_offload_enable: bool = True
     # Request limits (zkcoord.core.limits): Kafka's names and defaults where Kafka has one.
     socket_request_max_bytes: int = limits.DEFAULT_SOCKET_REQUEST_MAX_BYTES  # any frame; once max_frame_bytes
     group_request_max_bytes: int = limits.DEFAULT_GROUP_REQUEST_MAX_BYTES  # OffsetCommit/Fetch, Join/SyncGroup
@@ -228,7 +229,8 @@ class DaemonConfig:
             assignors=tuple(a.strip() for a in self.group_consumer_assignors.split(",") if a.strip()),
             migration_policy=self.group_consumer_migration_policy.strip().lower(),
             regex_refresh_interval_ms=self.group_consumer_regex_refresh_interval_ms,
-            assignment_interval_ms=self.group_consumer_assignment_interval_ms)
+            assignment_interval_ms=self.group_consumer_assignment_interval_ms,
+            assignor_offload=self.group_consumer_assignor_offload_enable)
 
     def _check_gateway(self) -> None:
         from zkcoord.core.gateway import parse_broker_ids

@@ -88,6 +88,9 @@ def test_consumer_protocol_settings_reach_the_core():
     consumer = config.consumer_group_config
     assert consumer.default_assignor == "range" and consumer.session_timeout_ms == 30000
     assert consumer.migration_policy == "upgrade" and consumer.upgrade_enabled and not consumer.downgrade_enabled
+    assert consumer.assignor_offload
+    off = build_config({"group_consumer_assignor_offload_enable": "false"}, None, environ={"ZKCOORD_ZOOKEEPER": "zk:1"})
+    assert not off.consumer_group_config.assignor_offload
     assert config.rebalance_protocols == {"classic", "consumer"}
     assert DaemonConfig(zookeeper="zk:1", group_coordinator_rebalance_protocols="classic").rebalance_protocols == {
         "classic"}
@@ -105,3 +108,10 @@ def test_consumer_protocol_settings_reach_the_core():
 def test_bad_consumer_protocol_settings_name_the_setting(settings, message):
     with pytest.raises(ConfigError, match=message):
         DaemonConfig(zookeeper="zk:1", **settings)
+
+
+def test_a_bad_offload_switch_names_the_setting():
+    with pytest.raises(ConfigError, match="group_consumer_assignor_offload_enable from .* must be true or false"):
+        build_config({"group_consumer_assignor_offload_enable": "sometimes"}, None,
+                     environ={"ZKCOORD_ZOOKEEPER": "zk:1"})
+

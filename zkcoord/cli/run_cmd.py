@@ -41,6 +41,9 @@ def _options(func):
          "resolved again [default: 600000]."),
         ("--group-consumer-assignment-interval-ms", int, "Shortest time between two target assignments of a "
          "consumer group [default: 1000]."),
+        ("--group-consumer-assignor-offload-enable", str, "true: a large consumer group's target assignment "
+         "is computed in a worker thread, its members answered from the last one meanwhile; false: in the "
+         "heartbeat that needs it [default: true]."),
         ("--socket-request-max-bytes", int, "Largest request frame accepted, Kafka's socket.request.max.bytes; "
          "the gateway forwards frames up to this size [default: 104857600]."),
         ("--max-frame-bytes", int, "Old name of --socket-request-max-bytes."),

@@ -48,7 +48,7 @@ from zkcoord.core.classic import CLASSIC, ClassicKind
 from zkcoord.core.consumer.kind import CONSUMER
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.membership import GroupConfig
-from zkcoord.core.messages import Outcome
+from zkcoord.core.messages import Offloaded, Outcome
 from zkcoord.core.phases import GroupPhase
 from zkcoord.errors import StateError
 
@@ -77,7 +77,7 @@ class GroupKind(Protocol):
     def delete_writes(self, group: Any) -> list[tuple[str, dict | None, bool]]: ...  # every record of it goes
     def load(self, group: Any, now_ms: int, config: GroupConfig) -> Outcome: ...  # taken over by this daemon
 
-    def handle_timer(self, group: Any, key: str, now_ms: int, config: GroupConfig) -> Outcome: ...
+    def handle_timer(self, group: Any, key: str, now_ms: int, config: GroupConfig) -> Outcome | Offloaded: ...
     def handle_unload(self, group: Any) -> Outcome: ...  # this daemon stops serving it: answer what is parked
     def handle_delete(self, group: Any, token: Hashable, exists: bool) -> Outcome: ...
     def handle_metadata_change(self, group: Any, now_ms: int, config: GroupConfig) -> Outcome: ...

@@ -21,13 +21,16 @@ Timer keys are plain strings: ``session:<member id>``, ``pending:<member
 id>``, ``join`` and ``sync``. When a deadline passes the runtime calls
 ``handle_timer(group, key, now_ms, config)``; a timer that fires late or after
 being superseded is harmless because handlers check the deadline they stored.
+An expiry whose work grows with the group may return :class:`Offloaded`
+instead: its computation runs off the event loop, and its Outcome is decided
+afterwards against the group as it is then.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
 
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.frozenmap import FrozenMap
@@ -56,6 +59,7 @@ __all__ = [
     "Cancel",
     "TimerOp",
     "Outcome",
+    "Offloaded",
     "JOIN",
     "SYNC",
     "HEARTBEAT",
@@ -274,3 +278,19 @@ class Outcome:
     def timer(self, key: str) -> TimerOp | None:
         """The operation on timer ``key``, if any."""
         return next((t for t in self.timers if t.key == key), None)
+
+
+@dataclass(frozen=True)
+class Offloaded:
+    """What a timer's expiry returns instead of an Outcome when its work
+    grows with the group (a large consumer group's target assignment): the
+    runtime runs ``compute()`` in a worker thread, without the group's lock
+    (it reads only the immutable values it was made from), so the group's
+    own requests and every other group's are answered meanwhile; then, under
+    the lock, ``finish(group, result, now_ms)`` decides the Outcome against
+    the group as it is by then. ``result`` is what ``compute`` returned, or
+    the exception it raised: ``finish`` always runs (unless the group is no
+    longer served here)."""
+
+    compute: Callable[[], Any]
+    finish: Callable[[Any, Any, int], Outcome]

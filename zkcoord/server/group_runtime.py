@@ -22,7 +22,9 @@ A write refused because this daemon no longer owns the group makes the
 runtime *step down*: parked requests get NOT_COORDINATOR, timers stop, and
 the manager is told, so it drops the group. Timers are keyed deadlines
 (:class:`KeyedTimers`) whose expiry runs ``handle_timer`` through the same
-three steps.
+three steps; an expiry that hands back :class:`~zkcoord.core.messages.Offloaded`
+has its computation run in a worker thread with the lock released, and its
+Outcome decided under the lock once it is done.
 
 Heartbeats are the hot path: a request answered by its own outcome (every
 heartbeat, most requests) gets its reply straight from that outcome, and a
@@ -48,9 +50,9 @@ from zkcoord.core import groups
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.groups import GroupPhase, kind_of
 from zkcoord.core.membership import GroupConfig
-from zkcoord.core.messages import Outcome, Reply, Schedule
+from zkcoord.core.messages import Offloaded, Outcome, Reply, Schedule
 from zkcoord.tasks import Background
-from zkcoord.errors import NotOwnerError, StateError, ZkcoordError
+from zkcoord.errors import GroupRequestError, NotOwnerError, StateError, ZkcoordError
 from zkcoord.server.bulk_work import off_loop
 
 log = logging.getLogger(__name__)
@@ -564,6 +566,18 @@ class GroupRuntime:
                 future.set_result(_Unrendered(reply.payload))
 
     # -- timers ------------------------------------------------------------------
+    async def _compute(self, key: str, offloaded: Offloaded) -> Any:
+        """What an expiry's offloaded computation gave (or raised), run in a
+        worker thread without the group's lock."""
+        try:
+            return await off_loop(offloaded.compute)
+        except GroupRequestError as exc:  # the core's refusal (an assignor that cannot assign)
+            log.error("group %s: timer %s: %s", self.group_id, key, exc)
+            return exc
+        except Exception as exc:  # a bug: logged, and handed to finish, which must still run
+            log.exception("group %s: timer %s: the computation failed", self.group_id, key)
+            return exc
+
     def _fire(self, key: str) -> None:
         self._background.spawn(self._run_timer(key), f"timer {key} of group {self.group_id}")
 
@@ -574,10 +588,17 @@ class GroupRuntime:
                     return
                 before = self.group
                 kind = kind_of(before)
-                await self._apply(kind.handle_timer(before, key, self._clock(), self.config))
-                note = kind.expiry_note(key, before, self.group) if type(self.group) is type(before) else None
-                if note is not None:
-                    log.info("group %s: %s", self.group_id, note)
+                decided = kind.handle_timer(before, key, self._clock(), self.config)
+                if not isinstance(decided, Offloaded):
+                    await self._apply(decided)
+                    note = kind.expiry_note(key, before, self.group) if type(self.group) is type(before) else None
+                    if note is not None:
+                        log.info("group %s: %s", self.group_id, note)
+                    return
+            result = await self._compute(key, decided)
+            async with self._lock:
+                if self.active:
+                    await self._apply(decided.finish(self.group, result, self._clock()))
         except GroupUnavailableError:
             pass  # stepped down; already logged
         except ZkcoordError as exc:

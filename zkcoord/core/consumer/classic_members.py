@@ -44,7 +44,7 @@ from zkcoord.core.consumer.heartbeat import (
 from zkcoord.core.consumer.messages import join_key, session_key, sync_key
 from zkcoord.core.consumer.model import ClassicMetadata, ConsumerGroup, ConsumerMember, MemberState
 from zkcoord.core.consumer.protocol import MalformedProtocolError
-from zkcoord.core.consumer.target import assignment_for
+from zkcoord.core.consumer.target import assignment_for, pending_timers
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.frozenmap import FrozenMap
 from zkcoord.core.messages import (
@@ -209,6 +209,7 @@ def _join_consumer_group(group: ConsumerGroup, req: JoinRequest, now_ms: int, co
     if downgrade:
         return _downgrade_at_join(group, updated, owned, bump, req, now_ms, config)
     target_epoch, target, group = assignment_for(group, member, updated, now_ms, config.image, c)
+    timers += pending_timers(before, group, now_ms)
     nxt = maybe_reconcile(group, updated, target_epoch, target, config.image, bump, owned)
     if nxt is not member or member.member_id not in group.members:
         group = group.with_member(nxt)

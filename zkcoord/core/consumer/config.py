@@ -23,7 +23,11 @@ class ConsumerGroupConfig:
     to members, the group's size limit, the server-side assignors (the first
     is the default), the online migration policy between the classic and the
     consumer protocol, how often regular expressions are resolved again,
-    and the shortest time between two target assignments."""
+    the shortest time between two target assignments, and whether a large
+    group's target assignment is computed off the event loop
+    (``assignor_offload``, Kafka's ``group.consumer.assignor.offload.enable``;
+    ``offload_min_size``: members plus subscribed partitions from which a
+    group counts as large, :mod:`.target`)."""
 
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
@@ -32,6 +36,8 @@ class ConsumerGroupConfig:
     migration_policy: str = "bidirectional"
     regex_refresh_interval_ms: int = 600_000
     assignment_interval_ms: int = 1_000
+    assignor_offload: bool = True
+    offload_min_size: int = 2_000
 
     def __post_init__(self) -> None:
         for name in ("session_timeout_ms", "heartbeat_interval_ms", "regex_refresh_interval_ms"):

@@ -17,7 +17,8 @@ One heartbeat, in Kafka's order:
    topics are resolved), or a changed preferred assignor, bumps the group
    epoch; so does a change in the subscribed topics' metadata.
 4. The target assignment is computed again when the group epoch is ahead of
-   it, at most every ``assignment_interval_ms`` (:mod:`.target`).
+   it, at most every ``assignment_interval_ms``; a large group's off the
+   event loop, after the heartbeat (:mod:`.target`).
 5. The member takes its next step toward its target (:mod:`.reconcile`).
 6. Its session time-out restarts; its rebalance time-out runs while it has
    partitions to revoke.
@@ -46,7 +47,7 @@ from zkcoord.core.consumer.model import (
     current_partitions, new_consumer_group,
 )
 from zkcoord.core.consumer.reconcile import reconcile
-from zkcoord.core.consumer.target import assignment_for, metadata_hash, preferred_assignor
+from zkcoord.core.consumer.target import assignment_for, metadata_hash, pending_timers, preferred_assignor
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.frozenmap import FrozenMap
 from zkcoord.core.messages import Cancel, Outcome, Reply, Schedule, TimerOp
@@ -114,6 +115,7 @@ def _heartbeat(original: Any, req: ConsumerHeartbeatRequest, now_ms: int, config
     if bump or group.has_metadata_expired(now_ms):
         group = update_subscription_metadata(group, bump, member, updated, now_ms, config.image)
     target_epoch, target, group = assignment_for(group, member, updated, now_ms, config.image, c)
+    timers += pending_timers(original, group, now_ms)
     next_member = maybe_reconcile(group, updated, target_epoch, target, config.image,
                                   names_changed or regex.status is not regex_rules.Status.NO_CHANGE, req.owned)
     if next_member is not member or member.member_id not in group.members:

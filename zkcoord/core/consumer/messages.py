@@ -16,7 +16,7 @@ from zkcoord.core.errors import ErrorCode
 
 __all__ = [
     "CONSUMER_HEARTBEAT", "ConsumerHeartbeatRequest", "ConsumerHeartbeatResult",
-    "session_key", "rebalance_key", "join_key", "sync_key", "REGEX_KEY", "parse_key",
+    "session_key", "rebalance_key", "join_key", "sync_key", "REGEX_KEY", "ASSIGN_KEY", "parse_key",
 ]
 
 CONSUMER_HEARTBEAT = "consumer-heartbeat"  # the reply kind
@@ -24,6 +24,7 @@ CONSUMER_HEARTBEAT = "consumer-heartbeat"  # the reply kind
 _SESSION, _REBALANCE = "consumer-session:", "consumer-rebalance:"
 _JOIN, _SYNC = "consumer-join:", "consumer-sync:"  # a classic member's: rejoin and SyncGroup in time
 REGEX_KEY = "consumer-regex"  # resolve the group's regular expressions (Kafka does it off the request)
+ASSIGN_KEY = "consumer-assign"  # compute a large group's target assignment off the event loop (.target)
 
 
 def session_key(member_id: str) -> str:

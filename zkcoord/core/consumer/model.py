@@ -214,6 +214,7 @@ class ConsumerGroup:
     metadata_refresh_deadline_ms: int = 0
     metadata_refresh_epoch: int = 0
     regex_resolution_pending: bool = False  # a resolution is scheduled (REGEX_KEY)
+    target_pending: bool = False  # a target assignment is being computed off the event loop (ASSIGN_KEY)
     join_timers: frozenset[str] = frozenset()  # classic members whose rejoin time-out runs
     target_cut: bool = False  # loaded with a target write cut in the middle (.record): recompute it
     targets_in_members: bool = False  # loaded from a version 1 record (.record): the load writes version 2

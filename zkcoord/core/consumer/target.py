@@ -13,6 +13,20 @@ coordinator gives them (:mod:`zkcoord.core.assignors`), so the target is
 Kafka's for the same group. Only the members whose target changed get a
 new record, and the target's epoch becomes the group epoch.
 
+A large group's target (members plus subscribed partitions at least
+``offload_min_size``, with ``assignor_offload``: Kafka's
+``group.consumer.assignor.offload.enable``) is not computed in the
+heartbeat that needs it: that heartbeat marks the group ``target_pending``
+and is answered from the last target, as every heartbeat is until the new
+one lands. The ``ASSIGN_KEY`` timer's expiry (:func:`assign_later`) hands
+the runtime the computation on a snapshot of the group, which it runs off
+the event loop; :func:`finish_target` then writes the result into the group
+as it is by then. A member of the snapshot gone since gets nothing (a static
+member's target goes to the member that took its instance id, as
+``replaceMember`` hands it on); a member that came since keeps its target.
+Whatever changed since the snapshot moved the group epoch past the target's
+epoch, so the next heartbeat after the interval computes it again.
+
 While the group is in a live handover from legacy ZooKeeper consumers
 (``handover_shares`` set), the target is the owner daemon's shares instead
 of the assignor's, computed at once
@@ -31,14 +45,17 @@ from dataclasses import replace
 from zkcoord.core.assignors import GroupSpec, MemberSpec, PartitionAssignorError, SubscriptionType, TopicSpec, assign
 from zkcoord.core.assignors.java_hash import STRING_KEYS, inserted_order
 from zkcoord.core.consumer.config import ConsumerGroupConfig
+from zkcoord.core.consumer.messages import ASSIGN_KEY
 from zkcoord.core.consumer.model import EMPTY_TARGET, ConsumerGroup, ConsumerMember, Target
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.frozenmap import FrozenMap
 from zkcoord.core.handover.consumer_group import share_targets
+from zkcoord.core.messages import Offloaded, Outcome, Schedule, TimerOp
 from zkcoord.core.topics_image import TopicsImage
 from zkcoord.errors import GroupRequestError
 
-__all__ = ["assignment_for", "compute_target", "group_topic_names", "metadata_hash", "preferred_assignor", "subscription_type"]
+__all__ = ["assignment_for", "compute_target", "group_topic_names", "metadata_hash", "preferred_assignor",
+           "subscription_type", "assign_later", "finish_target", "pending_timers"]
 
 
 def _assignor_counts(group: ConsumerGroup, old: ConsumerMember | None, new: ConsumerMember | None) -> dict:
@@ -147,8 +164,11 @@ def assignment_for(group: ConsumerGroup, member: ConsumerMember, updated: Consum
         group = share_targets(group.with_member(updated), group, now_ms, image)
         return group.assignment_epoch, group.target(updated.member_id), group
     last = group.assignment_timestamp_ms
-    if last != 0 and c.assignment_interval_ms != 0 and now_ms < last + c.assignment_interval_ms:
+    if group.target_pending or (last != 0 and c.assignment_interval_ms != 0
+                                and now_ms < last + c.assignment_interval_ms):
         return group.assignment_epoch, _member_target(group, updated), group
+    if c.assignor_offload and _size(group.with_member(updated), image) >= c.offload_min_size:
+        return group.assignment_epoch, _member_target(group, updated), replace(group, target_pending=True)
     assignor = preferred_assignor(group, c, member, updated)
     group = compute_target(group.with_member(updated), group, assignor, now_ms, image)
     return group.assignment_epoch, group.target(updated.member_id), group
@@ -175,6 +195,65 @@ def compute_target(view: ConsumerGroup, group: ConsumerGroup, assignor: str, now
             targets[member_id] = FrozenMap(result.record_order(member_id)) if new else EMPTY_TARGET
     grouped = replace(group, targets=FrozenMap(targets), group_epoch=view.group_epoch)
     return grouped.with_assignment_epoch(view.group_epoch, now_ms)
+
+
+def _size(group: ConsumerGroup, image: TopicsImage) -> int:
+    """Members plus the partitions of the subscribed topics: what the
+    computation of the group's target grows with."""
+    return group.size + sum(image.by_name[name].partitions for name in _subscribed_names(group)
+                            if name in image.by_name)
+
+
+def pending_timers(before: object, after: ConsumerGroup, now_ms: int) -> list[TimerOp]:
+    """The ASSIGN_KEY timer, due now, when ``after`` is the first group of
+    the change to wait for a target computed off the event loop."""
+    if after.target_pending and not (isinstance(before, ConsumerGroup) and before.target_pending):
+        return [Schedule(ASSIGN_KEY, now_ms)]
+    return []
+
+
+def assign_later(group: ConsumerGroup, now_ms: int, config) -> Outcome | Offloaded:
+    """The ASSIGN_KEY expiry: the computation of the group's target, on the
+    group as it is now, for the runtime to run off the event loop (nothing,
+    when no target is pending or one is no longer needed)."""
+    if not group.target_pending:
+        return Outcome(group)
+    if group.assignment_epoch >= group.group_epoch or group.handover_shares is not None or not group.members:
+        return Outcome(replace(group, target_pending=False))
+    assignor = preferred_assignor(group, config.consumer)
+    image = config.image
+    return Offloaded(compute=lambda: compute_target(group, group, assignor, now_ms, image),
+                     finish=lambda current, result, finish_ms: finish_target(current, group, result, finish_ms))
+
+
+def finish_target(group: object, view: ConsumerGroup, computed: ConsumerGroup | BaseException,
+                  now_ms: int) -> Outcome:
+    """The target ``computed`` from the snapshot ``view`` written into
+    ``group`` (the module's rules). A computation that failed (the assignor
+    could not assign) leaves the target as it was and is tried again after
+    the assignment interval; so is one made stale by a newer target."""
+    if not isinstance(group, ConsumerGroup) or not group.target_pending:
+        return Outcome(group)  # converted to a classic group, or deleted, meanwhile
+    idle = replace(group, target_pending=False)
+    if isinstance(computed, BaseException) or group.assignment_epoch >= view.group_epoch \
+            or group.handover_shares is not None:
+        return Outcome(replace(idle, assignment_timestamp_ms=now_ms) if isinstance(computed, BaseException)
+                       else idle, isinstance(computed, BaseException))
+    targets = _thawed_targets(group.targets)
+    for member_id, member in view.members.items():
+        new = computed.targets.get(member_id)
+        if new is view.targets.get(member_id):
+            continue  # unchanged by the computation
+        holder = member_id if member_id in group.members else group.static_members.get(member.instance_id) \
+            if member.instance_id is not None else None
+        if holder is not None:
+            targets[holder] = new if new is not None else EMPTY_TARGET
+    written = replace(idle, targets=FrozenMap(targets))
+    return Outcome(written.with_assignment_epoch(view.group_epoch, now_ms), True)
+
+
+def _thawed_targets(targets: Mapping[str, Target]) -> dict[str, Target]:
+    return targets.thaw() if isinstance(targets, FrozenMap) else dict(targets)
 
 
 def _as_sets(target: Target) -> dict[str, frozenset[int]]:

@@ -10,6 +10,8 @@ key                             on expiry
                                 timer was armed for: fenced
 ``consumer-regex``              the group's regular expressions are resolved;
                                 changed topics move the group epoch on
+``consumer-assign``             a large group's target assignment is computed
+                                off the event loop (:func:`.target.assign_later`)
 ``consumer-join:<member>``      a classic member told to rejoin did not within
                                 its rebalance time-out: fenced
 ``consumer-sync:<member>``      a classic member did not send its SyncGroup
@@ -27,19 +29,21 @@ from dataclasses import replace
 
 from zkcoord.core.consumer import regexes
 from zkcoord.core.consumer.heartbeat import INT32_MAX_MS, fence_members
-from zkcoord.core.consumer.messages import REGEX_KEY, parse_key
+from zkcoord.core.consumer.messages import ASSIGN_KEY, REGEX_KEY, parse_key
 from zkcoord.core.consumer.model import ConsumerGroup
-from zkcoord.core.consumer.target import metadata_hash
-from zkcoord.core.messages import Outcome
+from zkcoord.core.consumer.target import assign_later, metadata_hash
+from zkcoord.core.messages import Offloaded, Outcome
 
 __all__ = ["handle_consumer_timer", "expiry_note"]
 
 
-def handle_consumer_timer(group: ConsumerGroup, key: str, now_ms: int, config) -> Outcome:
+def handle_consumer_timer(group: ConsumerGroup, key: str, now_ms: int, config) -> Outcome | Offloaded:
     if group.dead:
         return Outcome(group)
     if key == REGEX_KEY:
         return _resolve(group, now_ms, config)
+    if key == ASSIGN_KEY:
+        return assign_later(group, now_ms, config)
     parsed = parse_key(key)
     if parsed is None:
         return Outcome(group)
