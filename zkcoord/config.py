@@ -94,6 +94,7 @@ class DaemonConfig:
     group_consumer_regex_refresh_interval_ms: int = 600_000
     group_consumer_assignment_interval_ms: int = 1_000
     group_consumer_assignor_offload_enable: bool = True
+    group_consumer_assignor_offload_min_size: int = 2_000
     # Request limits (zkcoord.core.limits): Kafka's names and defaults where Kafka has one.
     socket_request_max_bytes: int = limits.DEFAULT_SOCKET_REQUEST_MAX_BYTES  # any frame; once max_frame_bytes
     group_request_max_bytes: int = limits.DEFAULT_GROUP_REQUEST_MAX_BYTES  # OffsetCommit/Fetch, Join/SyncGroup
@@ -222,6 +223,8 @@ class DaemonConfig:
             _check_range(name, getattr(self, name), 1, 2**31 - 1)
         _check_range("group_consumer_assignment_interval_ms", self.group_consumer_assignment_interval_ms,
                      0, 2**31 - 1)
+        _check_range("group_consumer_assignor_offload_min_size", self.group_consumer_assignor_offload_min_size,
+                     0, 2**31 - 1)
         return ConsumerGroupConfig(
             session_timeout_ms=self.group_consumer_session_timeout_ms,
             heartbeat_interval_ms=self.group_consumer_heartbeat_interval_ms,
@@ -230,7 +233,8 @@ class DaemonConfig:
             migration_policy=self.group_consumer_migration_policy.strip().lower(),
             regex_refresh_interval_ms=self.group_consumer_regex_refresh_interval_ms,
             assignment_interval_ms=self.group_consumer_assignment_interval_ms,
-            assignor_offload=self.group_consumer_assignor_offload_enable)
+            assignor_offload=self.group_consumer_assignor_offload_enable,
+            offload_min_size=self.group_consumer_assignor_offload_min_size)
 
     def _check_gateway(self) -> None:
         from zkcoord.core.gateway import parse_broker_ids

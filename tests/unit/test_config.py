@@ -88,9 +88,10 @@ def test_consumer_protocol_settings_reach_the_core():
     consumer = config.consumer_group_config
     assert consumer.default_assignor == "range" and consumer.session_timeout_ms == 30000
     assert consumer.migration_policy == "upgrade" and consumer.upgrade_enabled and not consumer.downgrade_enabled
-    assert consumer.assignor_offload
-    off = build_config({"group_consumer_assignor_offload_enable": "false"}, None, environ={"ZKCOORD_ZOOKEEPER": "zk:1"})
-    assert not off.consumer_group_config.assignor_offload
+    assert consumer.assignor_offload and consumer.offload_min_size == 2_000
+    off = build_config({"group_consumer_assignor_offload_enable": "false",
+                        "group_consumer_assignor_offload_min_size": 10}, None, environ={"ZKCOORD_ZOOKEEPER": "zk:1"})
+    assert not off.consumer_group_config.assignor_offload and off.consumer_group_config.offload_min_size == 10
     assert config.rebalance_protocols == {"classic", "consumer"}
     assert DaemonConfig(zookeeper="zk:1", group_coordinator_rebalance_protocols="classic").rebalance_protocols == {
         "classic"}
@@ -104,6 +105,7 @@ def test_consumer_protocol_settings_reach_the_core():
     ({"group_consumer_heartbeat_interval_ms": 45000}, "must be below"),
     ({"group_consumer_session_timeout_ms": 0}, "group_consumer_session_timeout_ms=0 is out of range"),
     ({"group_consumer_assignment_interval_ms": -1}, "group_consumer_assignment_interval_ms=-1"),
+    ({"group_consumer_assignor_offload_min_size": -1}, "group_consumer_assignor_offload_min_size=-1 is out of range"),
 ])
 def test_bad_consumer_protocol_settings_name_the_setting(settings, message):
     with pytest.raises(ConfigError, match=message):
