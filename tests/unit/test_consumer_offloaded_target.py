@@ -149,11 +149,10 @@ def test_a_target_made_stale_or_no_longer_pending_changes_nothing():
 
 
 def test_only_a_large_group_is_computed_off_the_loop():
-    """Members plus subscribed partitions from ``offload_min_size`` (2,000 by
-    default); below it, and with the offload off, in the heartbeat."""
-    wide = TopicsImage.of([TopicInfo("t", T, 1_999)])
-    for partitions_, offload, pending in ((1_998, True, False), (1_999, True, True), (1_999, False, False)):
-        image = TopicsImage.of([TopicInfo("t", T, partitions_)]) if partitions_ != 1_999 else wide
+    """Subscribed partitions plus 8 per member from ``offload_min_size`` (2,000
+    by default); below it, and with the offload off, in the heartbeat."""
+    for partitions_, offload, pending in ((1_991, True, False), (1_992, True, True), (1_992, False, False)):
+        image = TopicsImage.of([TopicInfo("t", T, partitions_)])
         s = Scene(replace(CONFIG, image=image, consumer=ConsumerGroupConfig(assignment_interval_ms=0,
                                                                            assignor_offload=offload)))
         answer, _ = s.join("a")

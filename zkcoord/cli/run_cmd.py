@@ -44,8 +44,8 @@ def _options(func):
         ("--group-consumer-assignor-offload-enable", str, "true: a large consumer group's target assignment "
          "is computed in a worker thread, its members answered from the last one meanwhile; false: in the "
          "heartbeat that needs it [default: true]."),
-        ("--group-consumer-assignor-offload-min-size", int, "Members plus subscribed partitions from which a "
-         "consumer group's target assignment is offloaded [default: 2000]."),
+        ("--group-consumer-assignor-offload-min-size", int, "Subscribed partitions plus 8 per member from which "
+         "a consumer group's target assignment is offloaded [default: 2000]."),
         ("--socket-request-max-bytes", int, "Largest request frame accepted, Kafka's socket.request.max.bytes; "
          "the gateway forwards frames up to this size [default: 104857600]."),
         ("--max-frame-bytes", int, "Old name of --socket-request-max-bytes."),

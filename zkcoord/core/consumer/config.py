@@ -26,8 +26,8 @@ class ConsumerGroupConfig:
     the shortest time between two target assignments, and whether a large
     group's target assignment is computed off the event loop
     (``assignor_offload``, Kafka's ``group.consumer.assignor.offload.enable``;
-    ``offload_min_size``: members plus subscribed partitions from which a
-    group counts as large, :mod:`.target`)."""
+    ``offload_min_size``: subscribed partitions plus 8 per member from
+    which a group counts as large, :mod:`.target`)."""
 
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
