@@ -71,9 +71,15 @@ def java_host():
         yield host
 
 
+# Every group's target assignment computed off the daemons' event loops, as a large group's is.
+OFFLOADED = {"group_consumer_assignor_offload_min_size": 0}
+
+
 @pytest.fixture
-def fleet(services, zk_hosts, zk, tmp_path):
-    with gateway_fleet(zk_hosts, zk, tmp_path / "logs", services.bootstrap_servers, 1, 2, **FLEET_OPTIONS) as fleet:
+def fleet(request, services, zk_hosts, zk, tmp_path):
+    """Two daemons with FLEET_OPTIONS (and a test's own, ``indirect`` parameters)."""
+    options = {**FLEET_OPTIONS, **getattr(request, "param", {})}
+    with gateway_fleet(zk_hosts, zk, tmp_path / "logs", services.bootstrap_servers, 1, 2, **options) as fleet:
         yield fleet
 
 
@@ -295,10 +301,13 @@ def describe_group(bootstrap: str, group: str):
 
 # -- 1. six members of two client libraries split a topic ---------------------------------
 
+@pytest.mark.parametrize("fleet", [{}, OFFLOADED], indirect=True, ids=["in-heartbeat", "offloaded"])
 def test_librdkafka_and_java_members_split_a_topic(services, fleet, members, zk, unique_name):
     """Three librdkafka and three Kafka 4.4 Java members, group.protocol=consumer,
     one group on 12 partitions: two partitions each, every record consumed,
-    every commit kept, no partition with two owners at once by their own callbacks."""
+    every commit kept, no partition with two owners at once by their own callbacks.
+    Also with the target computed off the event loop (a large group's way):
+    the members then learn each new target at a later heartbeat."""
     topic, group = unique_name("t"), unique_name("g")
     create_topic(services.bootstrap_servers, topic, 12)
     everything = partitions_of(topic, 12)
@@ -407,6 +416,7 @@ def test_rolling_upgrade_and_downgrade_under_a_producer(services, fleet, members
 REVOKE_DELAY_MS = 2000  # each member takes this long to give partitions up: the reconciliation spans heartbeats
 
 
+@pytest.mark.parametrize("fleet", [{}, OFFLOADED], indirect=True, ids=["in-heartbeat", "offloaded"])
 def test_kill_9_of_the_owner_mid_reconciliation(services, fleet, members, zk, unique_name):
     """Three Java members on 24 partitions, each taking two seconds to give
     partitions up; a fourth joins and the owner daemon is killed (-9) as the
