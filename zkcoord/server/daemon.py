@@ -23,18 +23,13 @@ the ones before it, last first):
    manager.
 5. ``_serve``: hand the listeners their handlers; the gateway serves.
 
-Stop (SIGTERM / SIGINT), as Kafka's controlled shutdown moves leadership
-before the broker goes: contend for nothing more (FindCoordinator names
-only the other daemons from then on), unregister, unload every owned group
-and delete its election node (in multis), the listener still open: the
-other daemons take each group over as soon as it is free
-(:mod:`zkcoord.server.takeover`), and each client, answered NOT_COORDINATOR
-at its next request, looks its coordinator up again on its own time. Then
-close the listener, and the connections still open at a pace
-(``STOP_CLOSES_PER_S``), so that they do not all reconnect to the next
-daemon at once; the gateway; close the ZooKeeper session, exit 0, each step
-within ``shutdown_timeout_ms``; a step that fails or runs out of time is
-logged with its cause (how many groups were still held).
+Stop (SIGTERM / SIGINT): close the listener and every connection (the
+clients look their coordinators up again), unregister, unload every owned
+group and delete its election node (in multis): the other daemons take each
+group over as soon as it is free (:mod:`zkcoord.server.takeover`); close
+the ZooKeeper session, exit 0, each step within ``shutdown_timeout_ms``; a
+step that fails or runs out of time is logged with its cause (how many
+groups were still held).
 
 With ``metrics_listen`` set, an HTTP endpoint serves Prometheus ``/metrics``
 and ``/health`` (:mod:`zkcoord.server.metrics`); it is bound right after the
@@ -79,7 +74,6 @@ from zkcoord.zk.state_store import GroupStateStore
 from zkcoord.zk.topics import TopicRegistry
 
 log = logging.getLogger("zkcoord.daemon")
-STOP_CLOSES_PER_S = 5_000  # a graceful stop closes its remaining connections this fast (the next daemon accepts them)
 
 
 @dataclass
@@ -328,11 +322,10 @@ class Daemon:
         timeout_s = self.config.shutdown_timeout_ms / 1000
         steps = [
             ("stop probing the next daemon", self.peers and self._stop_peers),
-            ("stop taking groups", self.manager and self.manager.begin_stop),
+            ("close the listener", self.server and self.server.stop),
+            ("close the gateway", self.gateway and self.gateway.stop),
             ("unregister", self.nodes and self.nodes.unregister),
             ("release groups", self.manager and self.manager.release_all),
-            ("close the listener", self.server and self._stop_listener),
-            ("close the gateway", self.gateway and self.gateway.stop),
             ("close the metrics endpoint", self.metrics_server and self._stop_metrics),
             ("stop offset batching", self.offsets and self.offsets.stop),
             ("stop topic watches", self.topics and self.topics.stop),
@@ -342,9 +335,6 @@ class Daemon:
             await self._stop_step(what, step, timeout_s)
         await asyncio.to_thread(self.conn.stop)
         log.info("zkcoord daemon stopped")
-
-    async def _stop_listener(self) -> None:
-        await self.server.stop(closes_per_s=STOP_CLOSES_PER_S)
 
     async def _stop_peers(self) -> None:
         self.peers.stop()

@@ -184,9 +184,6 @@ class GroupManager(TakeoverLoading):
             if owner is None:
                 return await self._choose(group_id, eligible)
             if owner == self.node_id:
-                if self._stopping:  # released in a moment: then the next owner is named
-                    raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE,
-                                                f"node {self.node_id} is stopping")
                 if self.ownership.is_suspended(group_id):
                     raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, "ZooKeeper suspended")
                 await self._ensure_loaded(group_id)
@@ -205,8 +202,7 @@ class GroupManager(TakeoverLoading):
         if live is None:
             live = await self.nodes.nodes(on_change=self._nodes_changed)
             self._live = live
-        candidates = {n: info for n, info in live.items() if (eligible is None or eligible(info))
-                      and not (self._stopping and n == self.node_id)}
+        candidates = {n: info for n, info in live.items() if eligible is None or eligible(info)}
         chosen = choose_node(group_id, candidates)
         if chosen is None:
             raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, "no live zkcoord daemon registered")
@@ -422,25 +418,17 @@ class GroupManager(TakeoverLoading):
         """Take over the groups of daemons that leave, at once (:mod:`zkcoord.server.takeover`)."""
         self.takeover.start()
 
-    async def begin_stop(self) -> None:
-        """The first step of a graceful stop: contend for nothing more and
-        name only the other daemons in FindCoordinator (a group still held
-        here is COORDINATOR_NOT_AVAILABLE until it is released: the client
-        asks again, and finds the next owner). Safe to call twice."""
+    async def release_all(self) -> None:
+        """Graceful stop: contend for nothing more, unload every group and give
+        up its election node: the runtimes unloaded :data:`BATCH` at a time,
+        each batch's election nodes deleted (one multi) while the next is
+        unloaded. Logs how long it took."""
         self._stopping = True
-        self._live = None
         self.takeover.stop()
         self.admin.stop_cleanup()
         if self._adoption is not None:
             self._adoption.cancel()
             self._adoption = None
-
-    async def release_all(self) -> None:
-        """Graceful stop: :meth:`begin_stop`, then unload every group and give
-        up its election node: the runtimes unloaded :data:`BATCH` at a time,
-        each batch's election nodes deleted (one multi) while the next is
-        unloaded. Logs how long it took."""
-        await self.begin_stop()
         started = time.monotonic()
         runtimes, self.runtimes = self.runtimes, {}
         if self.handovers is not None:

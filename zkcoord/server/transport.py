@@ -54,10 +54,7 @@ Rules:
    cannot queue is dropped (``ListenOverflows``) and its client, which saw
    the handshake complete, waits for answers the daemon never reads: up to
    its request time-out, or minutes of retransmissions. The queue must hold
-   a storm for as long as the event loop takes to accept it. The daemon's
-   own graceful stop makes no storm: it closes its connections at a pace
-   (:meth:`KafkaProtocolServer.stop`), after its groups went to the other
-   daemons and most clients followed them on their own.
+   a storm for as long as the event loop takes to accept it.
 9. Security (:mod:`zkcoord.wire.listener_security`): with an SSL context
    the listener speaks TLS (the handshake is done before a connection is
    seen). On a SASL listener a connection's login answers its
@@ -101,7 +98,6 @@ from .bulk_work import off_loop
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
-CLOSE_SLICE = 50  # connections a paced stop closes together
 SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
 
 
@@ -200,12 +196,8 @@ class KafkaProtocolServer:
         log.info("serving the Kafka protocol (%s) on %s:%d (listen backlog %d)", self.security.protocol, self._host,
                  self.bound_port, self.backlog)
 
-    async def stop(self, closes_per_s: float | None = None) -> None:
-        """Close the listener and every connection. Safe to call twice.
-        ``closes_per_s``: the connections are closed at that pace, in slices
-        (a graceful stop's: thousands of clients closed at once would all
-        reconnect to the next daemon at once and overflow its listen queue);
-        cancelled meanwhile, the rest are closed at once."""
+    async def stop(self) -> None:
+        """Close the listener and every connection. Safe to call twice."""
         if self._stopping:
             return
         self._stopping = True
@@ -217,16 +209,8 @@ class KafkaProtocolServer:
         if self._shared is not None:
             self._shared.close()
         connections = list(self._connections.values())
-        try:
-            if closes_per_s:
-                for start in range(0, len(connections), CLOSE_SLICE):
-                    if start:
-                        await asyncio.sleep(CLOSE_SLICE / closes_per_s)
-                    for connection in connections[start:start + CLOSE_SLICE]:
-                        connection.shut()
-        finally:
-            for connection in connections:
-                connection.shut()
+        for connection in connections:
+            connection.shut()
         await asyncio.gather(*(c.closed for c in connections), return_exceptions=True)
         if self._shared is not None:
             await self._shared.wait_closed()
