@@ -15,6 +15,12 @@ describe, list, delete, cleanup).
   gateway). A daemon that owns nothing for this group answers itself only
   when it is that choice. A FindCoordinator of many keys looks the owners up
   together (:meth:`GroupManager.find_owners`).
+  A group in transit while a takeover's rounds are due (held by a daemon
+  that is no longer registered, its release under way; or free, placed
+  here, and not reserved yet) is answered when a round finds it free, at
+  most :data:`~zkcoord.server.takeover.PARK_S` later
+  (:meth:`~zkcoord.server.takeover.Takeover.released`), not at once with
+  COORDINATOR_NOT_AVAILABLE or a name its members would contend at alone.
 * A request for a group nobody owns (JoinGroup, OffsetCommit, ... whatever
   comes first): this daemon contends, and if it wins loads the group and
   serves the request; if another daemon wins, or the group has an owner
@@ -84,6 +90,12 @@ BROKEN_RECHECK_MS = 5_000  # a group whose state could not be loaded is read aga
 UNKNOWN_TOKEN = 0  # the token of a request answered for a group that exists nowhere (runtimes count from 1)
 
 
+class OwnerGoneError(GroupUnavailableError):
+    """The group's owner is a daemon no longer registered (stopping: its
+    release under way; or its session ending): COORDINATOR_NOT_AVAILABLE,
+    unless a takeover round finds the group free first (:meth:`GroupManager.find_owners`)."""
+
+
 class GroupManager(TakeoverLoading):
     def __init__(self, node_id: int, group_config: GroupConfig, ownership, store, offsets, nodes,
                  topic_watcher=None, *, conn=None, kafka_forwarder: KafkaForwarder | None = None,
@@ -142,7 +154,7 @@ class GroupManager(TakeoverLoading):
             raise found
         return found
 
-    async def find_owners(self, group_ids: list[str], eligible=None) -> dict:
+    async def find_owners(self, group_ids: list[str], eligible=None, park: bool = True) -> dict:
         """:meth:`find_owner` of distinct ids: {id: NodeInfo or the
         GroupUnavailableError it would raise}. The owners are looked up
         together (:meth:`~zkcoord.zk.ownership.GroupOwnership.current_owners`),
@@ -156,6 +168,7 @@ class GroupManager(TakeoverLoading):
         if given_up is not None:  # names nobody, itself least of all: the client asks again (retriable)
             return {g: GroupUnavailableError(g, E.COORDINATOR_NOT_AVAILABLE, given_up) for g in group_ids}
         await self.takeover.settled()  # a daemon just left: its groups placed here are named at once when reserved
+        transit = []  # groups in transit (module docstring): answered when a round finds them free
         for start in range(0, len(group_ids), SLICE):
             if start:
                 await asyncio.sleep(0)
@@ -175,7 +188,22 @@ class GroupManager(TakeoverLoading):
                     answers[group_id] = await self._owner_info(group_id, owners[group_id], eligible)
                 except GroupUnavailableError as exc:
                     answers[group_id] = exc
+                if park and self._in_transit(group_id, answers[group_id]):
+                    transit.append(group_id)
+        if transit and self.takeover.expecting:
+            await self.takeover.released(transit)
+            answers.update(await self.find_owners(transit, eligible, park=False))
         return answers
+
+    def _in_transit(self, group_id: str, answer) -> bool:
+        """Is the group, answered ``answer``, in transit: held by a daemon no
+        longer registered, or free, placed here and not reserved (its
+        members sent here now would contend for it one at a time, between
+        the takeover's rounds)?"""
+        if isinstance(answer, OwnerGoneError):
+            return True
+        return (not isinstance(answer, BaseException) and answer.node_id == self.node_id
+                and group_id not in self._taking and self.takeable(group_id))
 
     async def _owner_info(self, group_id: str, owner: int | None, eligible):
         try:
@@ -193,7 +221,7 @@ class GroupManager(TakeoverLoading):
         except ZkcoordError as exc:
             raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
         if info is None:
-            raise GroupUnavailableError(group_id, E.COORDINATOR_NOT_AVAILABLE, f"owner {owner} not registered")
+            raise OwnerGoneError(group_id, E.COORDINATOR_NOT_AVAILABLE, f"owner {owner} not registered")
         return info
 
     async def _choose(self, group_id: str, eligible):

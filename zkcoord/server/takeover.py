@@ -33,6 +33,13 @@ Groups still held by a daemon that left (a stopping daemon unregisters
 first and then releases its groups, batch by batch; a release cut short
 leaves election nodes until its session closes) are looked at again every
 :data:`RESCAN_S` until none is left, so each is taken as soon as it is free.
+A round does not wait for the groups it reserved to be loaded before the
+next looks: their loads go on in the background (:data:`BATCHES_AT_ONCE`
+batches in flight across all rounds), so a group released while an
+earlier round loads thousands is reserved within a rescan, not after that
+load. (Before, the 2,500 groups a stopping daemon released after the first
+round's listing waited the 10 s of its load, and their members, told to
+come here meanwhile, contended for them one at a time.)
 
 Meanwhile a request for one of these groups waits for its step (a
 heartbeat of a group loading is answered at once, as Kafka answers it). A
@@ -40,6 +47,17 @@ request for a group nobody owns that comes between the live daemons'
 change and the reservation waits for the reservation (:meth:`Takeover.settled`)
 rather than contend for the group alone: in a reconnect storm thousands of
 them would otherwise each take a group one at a time.
+
+A FindCoordinator for a group in transit (still held by a daemon that left,
+or released and placed here but not reserved yet) waits too, while rounds
+are due, for the round that finds the group free (:meth:`Takeover.released`,
+at most :data:`PARK_S`), and then names its new owner. Answered
+COORDINATOR_NOT_AVAILABLE at once instead, as before, each of a stopping
+daemon's members asked again every 100 ms to 1 s (KIP-580's backoff) until
+its group was free: 10,000 members looking up tens of thousands of times
+while this daemon took their groups over, its CPU per group taken five
+times what it is after a kill -9. Parked, each asks once, and is told to
+come here when its group is reserved (its heartbeat then answered at once).
 A takeover that fails (ZooKeeper trouble) is tried again a second later;
 groups it did not get are still taken when their members ask, as before.
 """
@@ -68,6 +86,9 @@ RESCAN_S = 0.5  # while groups of daemons that left are still held, look again t
 BATCHES_AT_ONCE = 2  # a takeover's batches in flight: one contends or reads while the other loads
 RESCANS = 240  # at most this many times (2 minutes): a stopping daemon's release, a session's expiry
 SETTLE_WAIT_S = 10.0  # the longest requests wait for a takeover's reservation
+# The longest a FindCoordinator for a group in transit waits for a round to find it free: a stopping
+# daemon releases 10,000 groups in about 1.5 s, and a round looks again RESCAN_S after the last one ended.
+PARK_S = 3.0
 
 
 class Takeover:
@@ -80,6 +101,10 @@ class Takeover:
         self._next_round: asyncio.Future | None = None  # settled when the next round has reserved its groups
         self._task: asyncio.Task | None = None
         self._rejoined = False  # rejoined(): the next round is due whatever the live daemons did
+        self._rescans = 0  # rounds left while groups of daemons that left are still held (their release under way)
+        self._leaving = 0  # how many groups the last round found held by daemons not live
+        self._parked: dict[str, list[asyncio.Future]] = {}  # group in transit -> its lookups waiting (released())
+        self._slots: asyncio.Semaphore | None = None  # the batches in flight, across the rounds' loads
         self._background = Background(log, "takeover")
 
     def start(self) -> None:
@@ -87,10 +112,11 @@ class Takeover:
             self._task = self._background.spawn(self._watch(), "take over the groups of daemons that left")
 
     def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        self._background.cancel_all()  # the watch, and the rounds' loads under way
+        self._task = None
+        self._rescans = 0
         self._round_reserved(pending=False)
+        self._unpark(list(self._parked))
 
     @property
     def pending(self) -> bool:
@@ -112,6 +138,64 @@ class Takeover:
             loop.call_later(SETTLE_WAIT_S, lambda: future.done() or future.set_result(None))  # one timer for all
         await asyncio.shield(self._next_round)
 
+    @property
+    def expecting(self) -> bool:
+        """A round here is under way or due: a daemon just left, or groups of
+        daemons that left are still held and are looked at again soon."""
+        return self._task is not None and (self._pending or self._rescans > 0)
+
+    async def released(self, group_ids: list[str], timeout_s: float = PARK_S) -> None:
+        """While rounds are due (:attr:`expecting`), wait for one that finds
+        each of ``group_ids`` free (nobody owns it: reserved here if placed
+        here, or left to the daemon placement names), at most ``timeout_s``
+        in all: a FindCoordinator for a group still held by a daemon that
+        left, or released but not reserved yet, names its new owner then
+        rather than COORDINATOR_NOT_AVAILABLE or this daemon now (module
+        docstring). Returns at once when no round is due."""
+        if not self.expecting or not group_ids:
+            return
+        loop = asyncio.get_running_loop()
+        waiting = []
+        for i, group_id in enumerate(group_ids):
+            await pause_every(i)
+            future = loop.create_future()
+            self._parked.setdefault(group_id, []).append(future)
+            waiting.append((group_id, future))
+        try:
+            await asyncio.wait([f for _, f in waiting], timeout=timeout_s)
+        finally:  # (cut short by a cancellation, what is left is dropped when its group is free, or at stop)
+            for i, (group_id, future) in enumerate(waiting):
+                await pause_every(i)
+                parked = self._parked.get(group_id)
+                if parked is not None and future in parked:
+                    parked.remove(future)
+                    if not parked:
+                        del self._parked[group_id]
+
+    def _unpark(self, group_ids) -> None:
+        """Wake the lookups parked on ``group_ids`` (:meth:`released`)."""
+        for group_id in group_ids:
+            for future in self._parked.pop(group_id, ()):
+                if not future.done():
+                    future.set_result(None)
+
+    async def _unpark_free(self, unowned: list[str]) -> None:
+        """Wake the lookups parked on the groups a round found free; the
+        list is walked a slice at a time (it may name every group)."""
+        if not self._parked:
+            return
+        if len(unowned) <= len(self._parked):
+            for i, group_id in enumerate(unowned):
+                await pause_every(i)
+                if group_id in self._parked:
+                    self._unpark([group_id])
+        else:
+            free = set(unowned)
+            for i, group_id in enumerate(list(self._parked)):
+                await pause_every(i)
+                if group_id in free:
+                    self._unpark([group_id])
+
     def _round_reserved(self, pending: bool) -> None:
         self._pending = pending
         waiting, self._next_round = self._next_round, None
@@ -131,17 +215,16 @@ class Takeover:
     async def _watch(self) -> None:
         node_id = self._manager.node_id
         known: set[int] | None = None
-        rescans = 0  # rounds left while groups of daemons that left are still held (their release under way)
         while True:
             self._wake.clear()
             try:
                 live = set(await self._manager.nodes.nodes(on_change=self._changed))
                 if takeover_due(known, live, node_id) or (self._rejoined and node_id in live):
-                    rescans = RESCANS
+                    self._rescans = RESCANS
                 self._rejoined = False
-                if rescans:
-                    leaving = await self.take_orphans(live, gone=(known or set()) - live)
-                    rescans = rescans - 1 if leaving else 0
+                if self._rescans:
+                    leaving = await self.take_orphans(live, gone=(known or set()) - live, wait=False)
+                    self._rescans = self._rescans - 1 if leaving else 0
                 known = live
             except ZkcoordError as exc:
                 log.warning("takeover: %s; trying again in %g s", exc, RETRY_S)
@@ -149,7 +232,9 @@ class Takeover:
                 await asyncio.sleep(RETRY_S)
                 continue  # ``known`` unchanged: the same change is looked at again
             self._round_reserved(pending=self._wake.is_set())  # a change came meanwhile: its round is next
-            if rescans:
+            if not self.expecting:
+                self._unpark(list(self._parked))  # no round is due: the parked lookups answer what is
+            if self._rescans:
                 try:
                     async with asyncio.timeout(RESCAN_S):
                         await self._wake.wait()
@@ -158,11 +243,13 @@ class Takeover:
             else:
                 await self._wake.wait()
 
-    async def take_orphans(self, live: set[int], gone: set[int] = frozenset()) -> int:
+    async def take_orphans(self, live: set[int], gone: set[int] = frozenset(), wait: bool = True) -> int:
         """Take every group nobody owns that the placement over ``live``
         names this daemon for (``gone``: the daemons that left, for the
         log). Returns how many groups are still held by daemons not live
-        (their release or their session's end is under way: look again soon)."""
+        (their release or their session's end is under way: look again soon).
+        ``wait`` False: return once the groups are reserved, their loads
+        going on in the background (the watch's rounds: module docstring)."""
         manager, ownership = self._manager, self._manager.ownership
         started, cpu = time.monotonic(), time.process_time()
         self._pending = True  # requests for groups nobody owns wait for this round's reservation
@@ -170,22 +257,53 @@ class Takeover:
         mine = [g for g in groups_to_take(orphans.unowned, live, manager.node_id) if manager.takeable(g)]
         reserved = manager.reserve_many(mine)
         self._round_reserved(pending=False)  # requests for these now wait for their load; the others go on
+        await self._unpark_free(orphans.unowned)  # their lookups: this daemon (reserved) or the one placement names
         listed = time.monotonic()
-        loaded, others = await manager.take_reserved(reserved) if reserved else ([], {})
-        taken = time.monotonic()
-        leaving = await ownership.leaving(orphans, live) if orphans.held else 0
-        if not reserved:
+        if reserved and not wait:  # loaded in the background, whatever the rest of this round meets
+            self._background.spawn(self._load(reserved, len(orphans.unowned), gone, started, cpu, listed),
+                                   f"load the {len(reserved)} groups a takeover reserved")
+        taken = await self._manager.take_reserved(reserved) if reserved and wait else None
+        self._leaving = await ownership.leaving(orphans, live) if orphans.held else 0
+        if taken is not None:
+            self._log_round(reserved, taken, len(orphans.unowned), gone, started, cpu, listed)
+        elif not reserved:
             log.info("takeover (node(s) %s gone): none of the %d groups nobody owns is placed here; %d held by "
-                     "daemons not live", _names(gone), len(orphans.unowned), leaving)
-            return leaving
+                     "daemons not live", _names(gone), len(orphans.unowned), self._leaving)
+        return self._leaving
+
+    async def _load(self, reserved: dict, unowned: int, gone: set[int], started: float, cpu: float,
+                    listed: float) -> None:
+        """A round's groups contended for and loaded in the background
+        (``take_orphans(wait=False)``), and its log line. A failure of
+        ZooKeeper is logged; the groups not taken are looked at again a
+        second later."""
+        try:
+            taken = await self._manager.take_reserved(reserved)
+        except ZkcoordError as exc:
+            log.warning("takeover: %s; the groups not taken are looked at again in %g s", exc, RETRY_S)
+            self._rescans = max(self._rescans, 1)
+            asyncio.get_running_loop().call_later(RETRY_S, self._wake.set)
+            return
+        self._log_round(reserved, taken, unowned, gone, started, cpu, listed)
+
+    def _log_round(self, reserved: dict, taken: tuple[list[str], dict], unowned: int, gone: set[int],
+                   started: float, cpu: float, listed: float) -> None:
+        loaded, others = taken
         failed = [g for g, answer in others.items() if isinstance(answer, BaseException)]
         log.info("took over %d groups (node(s) %s gone) in %.0f ms (%.0f ms of CPU, the daemon's, serving meanwhile "
                  "included): %d of the %d groups nobody owned are placed here (listed in %.0f ms, all loaded after "
                  "%.0f ms), %d served, %d lost to another daemon, %d failed%s; %d held by daemons not live",
                  len(loaded), _names(gone), (time.monotonic() - started) * 1e3, (time.process_time() - cpu) * 1e3,
-                 len(reserved), len(orphans.unowned), (listed - started) * 1e3, (taken - started) * 1e3, len(loaded),
-                 len(others) - len(failed), len(failed), f" (first: {others[failed[0]]})" if failed else "", leaving)
-        return leaving
+                 len(reserved), unowned, (listed - started) * 1e3, (time.monotonic() - started) * 1e3, len(loaded),
+                 len(others) - len(failed), len(failed), f" (first: {others[failed[0]]})" if failed else "",
+                 self._leaving)
+
+    def batch_slots(self) -> asyncio.Semaphore:
+        """The :data:`BATCHES_AT_ONCE` slots every round's batches share:
+        rounds loading at once do not multiply the batches in flight."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(BATCHES_AT_ONCE)
+        return self._slots
 
 
 def _names(nodes: set[int]) -> str:
@@ -243,7 +361,7 @@ class TakeoverLoading:
         registrations and mode requests looked at in bulk). Returns (the ids
         now served here, {id: the winner's node id or the error} of the others)."""
         served, others = [], {}
-        slots = asyncio.Semaphore(BATCHES_AT_ONCE)
+        slots = self.takeover.batch_slots()  # shared by the rounds loading at once
 
         async def take(batch: list[str]) -> None:
             async with slots:

@@ -1,0 +1,164 @@
+"""Groups in transit from a daemon that left (zkcoord.server.takeover):
+a FindCoordinator for one waits for the takeover round that finds it free
+and names its new owner, and a round does not wait for an earlier round's
+loads before it reserves what was released meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from test_migrate_daemon_storage import Store, ZkOffsets
+
+from zkcoord.core.errors import ErrorCode
+from zkcoord.core.group import GroupConfig
+from zkcoord.server import takeover
+from zkcoord.server.group_runtime import GroupUnavailableError
+from zkcoord.server.manager import GroupManager
+from zkcoord.zk.nodes import NodeInfo
+from zkcoord.zk.ownership import Orphans
+
+HERE, LEFT = 2, 1  # this daemon, and the stopping one: unregistered, its groups released one by one
+
+
+def info(node_id: int) -> NodeInfo:
+    return NodeInfo(node_id, "127.0.0.1", 9000 + node_id, "test", 0, 0)
+
+
+class Nodes:
+    """The registrations under /zkcoord/nodes; ``leave`` fires the watches."""
+
+    def __init__(self, registered: set[int]) -> None:
+        self.registered = set(registered)
+        self.watches = []
+        self.listed = asyncio.Event()
+
+    async def nodes(self, on_change=None):
+        if on_change is not None:
+            self.watches.append(on_change)
+        self.listed.set()
+        return {n: info(n) for n in sorted(self.registered)}
+
+    async def node(self, node_id):
+        return info(node_id) if node_id in self.registered else None
+
+    def leave(self, node_id: int) -> None:
+        self.registered.discard(node_id)
+        watches, self.watches = self.watches, []
+        for watch in watches:
+            watch()
+
+
+class Elections:
+    """Who holds each group's election; contentions never end (the loads
+    they would start are not what these tests look at)."""
+
+    def __init__(self, held: dict[str, int]) -> None:
+        self.held = dict(held)
+        self.contended: list[str] = []
+
+    def is_owned(self, group):
+        return self.held.get(group) == HERE
+
+    def is_contending(self, group):
+        return False
+
+    def is_suspended(self, group):
+        return False
+
+    async def current_owners(self, groups):
+        return {g: self.held.get(g) for g in groups}
+
+    async def current_owner(self, group):
+        return self.held.get(group)
+
+    async def orphans(self):
+        return Orphans([g for g, n in self.held.items() if n is None], [g for g, n in self.held.items() if n])
+
+    async def leaving(self, orphans, live):
+        return sum(1 for n in self.held.values() if n is not None and n not in live)
+
+    async def contend_many(self, groups):
+        self.contended.extend(groups)
+        await asyncio.get_running_loop().create_future()  # never answered
+
+
+def manager_after_leaving(held: dict[str, int]) -> tuple[GroupManager, Nodes, Elections]:
+    elections, nodes = Elections(held), Nodes({LEFT, HERE})
+    return GroupManager(HERE, GroupConfig(), elections, Store({}), ZkOffsets(), nodes), nodes, elections
+
+
+async def until(condition, timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+@pytest.fixture(autouse=True)
+def quick_rescans(monkeypatch):
+    monkeypatch.setattr(takeover, "RESCAN_S", 0.02)
+
+
+def test_a_lookup_for_a_group_its_stopping_owner_still_holds_is_answered_when_a_round_reserves_it():
+    """The group's owner has unregistered (stopping) and not released it
+    yet: the FindCoordinator waits, rather than answer COORDINATOR_NOT_AVAILABLE
+    (its member would ask again every 100 ms to 1 s, thousands of members
+    at once), and once a round finds the group free and reserves it here,
+    names this daemon."""
+    async def scenario():
+        manager, nodes, elections = manager_after_leaving({"g": LEFT})
+        manager.start_takeover()
+        await nodes.listed.wait()
+        nodes.leave(LEFT)
+        await until(lambda: not manager.takeover.pending)  # the first round: "g" still held
+        lookup = asyncio.create_task(manager.find_owners(["g"]))
+        await asyncio.sleep(0.1)  # rounds come and go: "g" is still held
+        assert not lookup.done()
+        elections.held["g"] = None  # released
+        answer = (await asyncio.wait_for(lookup, 5))["g"]
+        assert "g" in manager._taking  # reserved by a round, its load (contention) under way
+        manager.takeover.stop()
+        return answer
+
+    answer = asyncio.run(scenario())
+    assert not isinstance(answer, GroupUnavailableError), answer
+    assert answer.node_id == HERE
+
+
+def test_a_lookup_waits_at_most_park_s_then_answers_coordinator_not_available():
+    """The group is never released within the wait (here 0.1 s, not
+    PARK_S): the lookup answers what it found, COORDINATOR_NOT_AVAILABLE,
+    and its client asks again after its backoff."""
+    async def scenario():
+        manager, nodes, _ = manager_after_leaving({"g": LEFT})
+        manager.start_takeover()
+        await nodes.listed.wait()
+        nodes.leave(LEFT)
+        await until(lambda: not manager.takeover.pending)  # the first round: "g" still held
+        manager.takeover.released = lambda groups: takeover.Takeover.released(manager.takeover, groups, 0.1)
+        answer = (await asyncio.wait_for(manager.find_owners(["g"]), 5))["g"]
+        manager.takeover.stop()
+        return answer
+
+    answer = asyncio.run(scenario())
+    assert isinstance(answer, GroupUnavailableError) and answer.code is ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def test_a_round_reserves_what_was_released_while_an_earlier_round_still_loads():
+    """The first round reserved "a" and loads it (here: forever); "b",
+    released after that round's listing, is reserved by the next round,
+    not after the first round's load."""
+    async def scenario():
+        manager, nodes, elections = manager_after_leaving({"a": LEFT, "b": LEFT})
+        manager.start_takeover()
+        await nodes.listed.wait()
+        elections.held["a"] = None
+        nodes.leave(LEFT)
+        await until(lambda: "a" in manager._taking)
+        elections.held["b"] = None
+        await until(lambda: "b" in manager._taking, timeout_s=5)
+        reserved = set(manager._taking)
+        manager.takeover.stop()
+        return reserved
+
+    assert asyncio.run(scenario()) == {"a", "b"}
