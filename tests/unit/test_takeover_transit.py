@@ -135,13 +135,34 @@ def test_a_lookup_waits_at_most_park_s_then_answers_coordinator_not_available():
         await nodes.listed.wait()
         nodes.leave(LEFT)
         await until(lambda: not manager.takeover.pending)  # the first round: "g" still held
-        manager.takeover.released = lambda groups: takeover.Takeover.released(manager.takeover, groups, 0.1)
+        manager.takeover.released = lambda held, free: takeover.Takeover.released(manager.takeover, held, free, 0.1)
         answer = (await asyncio.wait_for(manager.find_owners(["g"]), 5))["g"]
         manager.takeover.stop()
         return answer
 
     answer = asyncio.run(scenario())
     assert isinstance(answer, GroupUnavailableError) and answer.code is ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def test_a_lookup_for_a_new_group_placed_here_waits_for_the_next_round_only():
+    """While rounds are due, a lookup for a group nobody owns placed here
+    waits for the next round's reservation; a new group (no election
+    directory: no round lists it) is then named at once, not after PARK_S."""
+    async def scenario():
+        manager, nodes, _ = manager_after_leaving({"g": LEFT})
+        manager.start_takeover()
+        await nodes.listed.wait()
+        nodes.leave(LEFT)
+        await until(lambda: not manager.takeover.pending)  # the first round: "g" still held
+        started = asyncio.get_running_loop().time()
+        answer = (await asyncio.wait_for(manager.find_owners(["new"]), 5))["new"]
+        waited = asyncio.get_running_loop().time() - started
+        manager.takeover.stop()
+        return answer, waited
+
+    answer, waited = asyncio.run(scenario())
+    assert answer.node_id == HERE
+    assert waited < takeover.PARK_S / 2
 
 
 def test_a_round_reserves_what_was_released_while_an_earlier_round_still_loads():

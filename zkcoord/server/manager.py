@@ -191,7 +191,8 @@ class GroupManager(TakeoverLoading):
                 if park and self._in_transit(group_id, answers[group_id]):
                     transit.append(group_id)
         if transit and self.takeover.expecting:
-            await self.takeover.released(transit)
+            held = [g for g in transit if isinstance(answers[g], OwnerGoneError)]
+            await self.takeover.released(held, [g for g in transit if not isinstance(answers[g], OwnerGoneError)])
             answers.update(await self.find_owners(transit, eligible, park=False))
         return answers
 

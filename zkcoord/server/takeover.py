@@ -48,10 +48,11 @@ change and the reservation waits for the reservation (:meth:`Takeover.settled`)
 rather than contend for the group alone: in a reconnect storm thousands of
 them would otherwise each take a group one at a time.
 
-A FindCoordinator for a group in transit (still held by a daemon that left,
-or released and placed here but not reserved yet) waits too, while rounds
-are due, for the round that finds the group free (:meth:`Takeover.released`,
-at most :data:`PARK_S`), and then names its new owner. Answered
+A FindCoordinator for a group in transit waits too, while rounds are due
+(:meth:`Takeover.released`, at most :data:`PARK_S`): one still held by a
+daemon that left, for the round that finds it free; one nobody owns that
+is placed here and not reserved yet, for the next round's reservation.
+Then it names the group's new owner. Answered
 COORDINATOR_NOT_AVAILABLE at once instead, as before, each of a stopping
 daemon's members asked again every 100 ms to 1 s (KIP-580's backoff) until
 its group was free: 10,000 members looking up tens of thousands of times
@@ -104,6 +105,7 @@ class Takeover:
         self._rescans = 0  # rounds left while groups of daemons that left are still held (their release under way)
         self._leaving = 0  # how many groups the last round found held by daemons not live
         self._parked: dict[str, list[asyncio.Future]] = {}  # group in transit -> its lookups waiting (released())
+        self._next_listing: asyncio.Future | None = None  # settled when the next round has reserved (released())
         self._slots: asyncio.Semaphore | None = None  # the batches in flight, across the rounds' loads
         self._background = Background(log, "takeover")
 
@@ -116,7 +118,7 @@ class Takeover:
         self._task = None
         self._rescans = 0
         self._round_reserved(pending=False)
-        self._unpark(list(self._parked))
+        self._unpark_all()
 
     @property
     def pending(self) -> bool:
@@ -144,23 +146,31 @@ class Takeover:
         daemons that left are still held and are looked at again soon."""
         return self._task is not None and (self._pending or self._rescans > 0)
 
-    async def released(self, group_ids: list[str], timeout_s: float = PARK_S) -> None:
-        """While rounds are due (:attr:`expecting`), wait for one that finds
-        each of ``group_ids`` free (nobody owns it: reserved here if placed
-        here, or left to the daemon placement names), at most ``timeout_s``
-        in all: a FindCoordinator for a group still held by a daemon that
-        left, or released but not reserved yet, names its new owner then
-        rather than COORDINATOR_NOT_AVAILABLE or this daemon now (module
-        docstring). Returns at once when no round is due."""
-        if not self.expecting or not group_ids:
+    async def released(self, held: list[str], free_here: list[str] = (), timeout_s: float = PARK_S) -> None:
+        """While rounds are due (:attr:`expecting`), wait at most
+        ``timeout_s`` in all for a round that finds each of ``held`` free
+        (nobody owns it: reserved here if placed here, or left to the daemon
+        placement names), and for the next round's reservation if there are
+        ``free_here`` (groups nobody owns, placed here, not reserved: the
+        next round reserves those it lists; one it does not, a group with
+        no election directory yet, is new and is not waited for again).
+        A FindCoordinator for a group still held by a daemon that left, or
+        released but not reserved yet, names its new owner then rather than
+        COORDINATOR_NOT_AVAILABLE or this daemon now (module docstring).
+        Returns at once when no round is due."""
+        if not self.expecting or not (held or free_here):
             return
         loop = asyncio.get_running_loop()
         waiting = []
-        for i, group_id in enumerate(group_ids):
+        for i, group_id in enumerate(held):
             await pause_every(i)
             future = loop.create_future()
             self._parked.setdefault(group_id, []).append(future)
             waiting.append((group_id, future))
+        if free_here:
+            if self._next_listing is None:
+                self._next_listing = loop.create_future()
+            waiting.append((None, self._next_listing))
         try:
             await asyncio.wait([f for _, f in waiting], timeout=timeout_s)
         finally:  # (cut short by a cancellation, what is left is dropped when its group is free, or at stop)
@@ -179,9 +189,21 @@ class Takeover:
                 if not future.done():
                     future.set_result(None)
 
+    def _unpark_all(self) -> None:
+        self._unpark(list(self._parked))
+        self._listed()
+
+    def _listed(self) -> None:
+        """A round has reserved what it listed: the lookups waiting for that wake."""
+        listing, self._next_listing = self._next_listing, None
+        if listing is not None and not listing.done():
+            listing.set_result(None)
+
     async def _unpark_free(self, unowned: list[str]) -> None:
-        """Wake the lookups parked on the groups a round found free; the
-        list is walked a slice at a time (it may name every group)."""
+        """Wake the lookups parked on the groups a round found free, and
+        those waiting for its reservation; the list is walked a slice at a
+        time (it may name every group)."""
+        self._listed()
         if not self._parked:
             return
         if len(unowned) <= len(self._parked):
@@ -233,7 +255,7 @@ class Takeover:
                 continue  # ``known`` unchanged: the same change is looked at again
             self._round_reserved(pending=self._wake.is_set())  # a change came meanwhile: its round is next
             if not self.expecting:
-                self._unpark(list(self._parked))  # no round is due: the parked lookups answer what is
+                self._unpark_all()  # no round is due: the parked lookups answer what is
             if self._rescans:
                 try:
                     async with asyncio.timeout(RESCAN_S):
