@@ -177,6 +177,13 @@ class GroupManager(TakeoverLoading):
                 here = await self._taken_here(chunk, eligible)
                 answers.update(dict.fromkeys(here, await self.nodes.node(self.node_id)) if here else {})
                 chunk = [g for g in chunk if g not in here]
+            if park and self.takeover.expecting:  # held by a daemon that left, as the last round found: no read
+                held = [g for g in chunk if self.takeover.held_by_gone(g)]
+                for group_id in held:
+                    answers[group_id] = OwnerGoneError(group_id, E.COORDINATOR_NOT_AVAILABLE,
+                                                       "held by a daemon no longer registered")
+                transit.extend(held)
+                chunk = [g for g in chunk if g not in answers] if held else chunk
             try:
                 owners = await self.ownership.current_owners(chunk)
             except ZkcoordError as exc:

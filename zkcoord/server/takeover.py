@@ -52,13 +52,17 @@ A FindCoordinator for a group in transit waits too, while rounds are due
 (:meth:`Takeover.released`, at most :data:`PARK_S`): one still held by a
 daemon that left, for the round that finds it free; one nobody owns that
 is placed here and not reserved yet, for the next round's reservation.
-Then it names the group's new owner. Answered
-COORDINATOR_NOT_AVAILABLE at once instead, as before, each of a stopping
-daemon's members asked again every 100 ms to 1 s (KIP-580's backoff) until
-its group was free: 10,000 members looking up tens of thousands of times
-while this daemon took their groups over, its CPU per group taken five
-times what it is after a kill -9. Parked, each asks once, and is told to
-come here when its group is reserved (its heartbeat then answered at once).
+Then it names the group's new owner. (Answered COORDINATOR_NOT_AVAILABLE
+at once, as before, each of a stopping daemon's members asked again every
+100 ms to 1 s, KIP-580's backoff, until its group was free: 10,000 members
+looking up tens of thousands of times while this daemon took their groups
+over, its CPU per group five times what it is after a kill -9. Parked,
+each asks once, and is told to come here when its group is reserved, its
+heartbeat then answered at once.) A group the last round found held by a
+daemon that left is known to be in transit without a read
+(:meth:`Takeover.held_by_gone`): a daemon just started would otherwise
+read each group's election to learn it.
+
 A takeover that fails (ZooKeeper trouble) is tried again a second later;
 groups it did not get are still taken when their members ask, as before.
 """
@@ -104,6 +108,7 @@ class Takeover:
         self._rejoined = False  # rejoined(): the next round is due whatever the live daemons did
         self._rescans = 0  # rounds left while groups of daemons that left are still held (their release under way)
         self._leaving = 0  # how many groups the last round found held by daemons not live
+        self._gone_held: set[str] = set()  # those groups, while rounds are due (held_by_gone())
         self._parked: dict[str, list[asyncio.Future]] = {}  # group in transit -> its lookups waiting (released())
         self._next_listing: asyncio.Future | None = None  # settled when the next round has reserved (released())
         self._slots: asyncio.Semaphore | None = None  # the batches in flight, across the rounds' loads
@@ -190,8 +195,29 @@ class Takeover:
                     future.set_result(None)
 
     def _unpark_all(self) -> None:
+        self._gone_held = set()
         self._unpark(list(self._parked))
         self._listed()
+
+    def held_by_gone(self, group_id: str) -> bool:
+        """Did the last round find ``group_id`` held by a daemon that left
+        (while rounds are due)? A lookup for it then waits for the round
+        that finds it free (:meth:`released`) without reading who owns it
+        first: thousands of members look their groups up while a stopping
+        daemon releases them, and this daemon (just started, maybe) would
+        read each group's election three times to learn what the round
+        already knows."""
+        return group_id in self._gone_held and self.expecting
+
+    async def _still_held(self, groups: list[str]) -> None:
+        """A round found ``groups`` held by daemons that left: remember them
+        for :meth:`held_by_gone`, and wake the lookups parked on any other
+        group (free, or owned by a live daemon now: their answer is known)."""
+        self._leaving, self._gone_held = len(groups), set(groups)
+        for i, group_id in enumerate(list(self._parked)):
+            await pause_every(i)
+            if group_id not in self._gone_held:
+                self._unpark([group_id])
 
     def _listed(self) -> None:
         """A round has reserved what it listed: the lookups waiting for that wake."""
@@ -285,7 +311,7 @@ class Takeover:
             self._background.spawn(self._load(reserved, len(orphans.unowned), gone, started, cpu, listed),
                                    f"load the {len(reserved)} groups a takeover reserved")
         taken = await self._manager.take_reserved(reserved) if reserved and wait else None
-        self._leaving = await ownership.leaving(orphans, live) if orphans.held else 0
+        await self._still_held(await ownership.leaving(orphans, live) if orphans.held else [])
         if taken is not None:
             self._log_round(reserved, taken, len(orphans.unowned), gone, started, cpu, listed)
         elif not reserved:

@@ -60,6 +60,7 @@ class Orphans:
 
     unowned: list[str]  # groups nobody contends for
     held: list[str]  # the election node owning each other group
+    held_groups: list[str] = field(default_factory=list)  # the group of each of ``held``, in the same order
 
 
 @dataclass
@@ -96,23 +97,26 @@ class BulkOwnership:
         lowest = [(g, election.ordered(children)[:1]) for g, children in
                   zip(groups, await self._inner_list_owner_dirs(groups))]
         return Orphans([g for g, first in lowest if not first],
-                       [paths.contender(g, first[0]) for g, first in lowest if first])
+                       [paths.contender(g, first[0]) for g, first in lowest if first],
+                       [g for g, first in lowest if first])
 
-    async def leaving(self, orphans: Orphans, live: Collection[int]) -> int:
-        """Of the groups ``orphans`` found owned, how many are held by a
-        daemon that is not ``live`` (their contenders read in multiReads):
-        they go with its session, or as its stop releases them."""
-        return await self._conn.retry("read who holds the groups", self._inner_leaving, orphans.held, live)
+    async def leaving(self, orphans: Orphans, live: Collection[int]) -> list[str]:
+        """Of the groups ``orphans`` found owned, those held by a daemon
+        that is not ``live`` (their contenders read in multiReads): they go
+        with its session, or as its stop releases them."""
+        return await self._conn.retry("read who holds the groups", self._inner_leaving, orphans, live)
 
-    async def _inner_leaving(self, held: list[str], live: Collection[int]) -> int:
-        leaving = 0
-        for outcome in await read_many(self._conn, [(GET_DATA, path) for path in held]):
+    async def _inner_leaving(self, orphans: Orphans, live: Collection[int]) -> list[str]:
+        leaving = []
+        outcomes = await read_many(self._conn, [(GET_DATA, path) for path in orphans.held])
+        for group, outcome in zip(orphans.held_groups, outcomes):
             if isinstance(outcome, NoNodeError):
-                leaving += 1  # gone as we looked: read again
+                leaving.append(group)  # gone as we looked: read again
             elif isinstance(outcome, BaseException):
                 raise outcome
             elif (holder := partition_number(outcome.decode("ascii", "replace").strip())) is not None:
-                leaving += holder not in live and holder != TOOL_NODE_ID
+                if holder not in live and holder != TOOL_NODE_ID:
+                    leaving.append(group)
         return leaving
 
     async def contend_many(self, groups: Iterable[str]) -> dict[str, int | BaseException]:
