@@ -121,6 +121,7 @@ async def until(condition, timeout_s: float = 10.0) -> None:
 @pytest.fixture(autouse=True)
 def quick_rescans(monkeypatch):
     monkeypatch.setattr(takeover, "RESCAN_S", 0.02)
+    monkeypatch.setattr(takeover, "WAKE_SPREAD_S", 0.0)  # the spread is tested on its own below
 
 
 def test_a_lookup_for_a_group_its_stopping_owner_still_holds_is_answered_when_a_round_reserves_it():
@@ -181,3 +182,28 @@ def test_a_round_reserves_what_was_released_while_an_earlier_round_still_loads()
         return reserved
 
     assert asyncio.run(scenario()) == {"a", "b"}
+
+
+def test_lookups_a_round_releases_together_are_answered_each_after_its_own_spread(monkeypatch):
+    """Lookups parked on groups a round frees are answered each after a
+    random part of WAKE_SPREAD_S, not in one instant: members answered
+    together would heartbeat together ever after."""
+    spreads = []
+
+    async def spread():
+        spreads.append(asyncio.current_task())
+
+    monkeypatch.setattr(takeover, "_spread", spread)
+
+    async def scenario():
+        manager, elections = await after_the_first_round({"a": LEFT, "b": LEFT})
+        lookups = [asyncio.create_task(manager.find_owners([g])) for g in ("a", "b")]
+        await asyncio.sleep(0)
+        before = len(spreads)
+        elections.held["a"] = elections.held["b"] = None  # released: the next round frees both
+        await asyncio.wait_for(asyncio.gather(*lookups), 30)
+        manager.takeover.stop()
+        return before, set(spreads[before:]), set(lookups)
+
+    before, spread_by, lookups = asyncio.run(scenario())
+    assert lookups <= spread_by  # each lookup waited its own spread once woken

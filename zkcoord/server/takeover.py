@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from typing import Any
 
@@ -94,6 +95,10 @@ SETTLE_WAIT_S = 10.0  # the longest requests wait for a takeover's reservation
 # The longest a FindCoordinator for a group in transit waits for a round to find it free: a stopping
 # daemon releases 10,000 groups in about 1.5 s, and a round looks again RESCAN_S after the last one ended.
 PARK_S = 3.0
+# Requests a round releases together (parked lookups, requests waiting for its reservation) are answered
+# each after a random part of this: members answered in the same instant heartbeat in the same instant ever
+# after (the next heartbeat is timed from the last one sent), thousands of them in a few milliseconds.
+WAKE_SPREAD_S = 1.0
 
 
 class Takeover:
@@ -144,6 +149,7 @@ class Takeover:
             self._next_round = future = loop.create_future()
             loop.call_later(SETTLE_WAIT_S, lambda: future.done() or future.set_result(None))  # one timer for all
         await asyncio.shield(self._next_round)
+        await _spread()
 
     @property
     def expecting(self) -> bool:
@@ -178,6 +184,7 @@ class Takeover:
             waiting.append((None, self._next_listing))
         try:
             await asyncio.wait([f for _, f in waiting], timeout=timeout_s)
+            await _spread()
         finally:  # (cut short by a cancellation, what is left is dropped when its group is free, or at stop)
             for i, (group_id, future) in enumerate(waiting):
                 await pause_every(i)
@@ -352,6 +359,11 @@ class Takeover:
         if self._slots is None:
             self._slots = asyncio.Semaphore(BATCHES_AT_ONCE)
         return self._slots
+
+
+async def _spread() -> None:
+    """Wait a random part of :data:`WAKE_SPREAD_S` (see there)."""
+    await asyncio.sleep(random.uniform(0, WAKE_SPREAD_S))
 
 
 def _names(nodes: set[int]) -> str:
