@@ -282,6 +282,14 @@ class ConsumerGroup:
     def with_target(self, member_id: str, target: Target) -> ConsumerGroup:
         return replace(self, targets=_set(self.targets, member_id, target))
 
+    def with_targets(self, targets: Mapping[str, Target]) -> ConsumerGroup:
+        """Several members' targets set at once (one copy of the map, not one per member)."""
+        if not targets:
+            return self
+        updated = _thawed(self.targets)
+        updated.update(targets)
+        return replace(self, targets=FrozenMap(updated))
+
     def without_target(self, member_id: str) -> ConsumerGroup:
         if member_id not in self.targets:
             return self

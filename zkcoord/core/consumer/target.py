@@ -167,10 +167,11 @@ def assignment_for(group: ConsumerGroup, member: ConsumerMember, updated: Consum
     if group.target_pending or (last != 0 and c.assignment_interval_ms != 0
                                 and now_ms < last + c.assignment_interval_ms):
         return group.assignment_epoch, _member_target(group, updated), group
-    if c.assignor_offload and _size(group.with_member(updated), image) >= c.offload_min_size:
+    view = group.with_member(updated)
+    if c.assignor_offload and _size(view, image) >= c.offload_min_size:
         return group.assignment_epoch, _member_target(group, updated), replace(group, target_pending=True)
     assignor = preferred_assignor(group, c, member, updated)
-    group = compute_target(group.with_member(updated), group, assignor, now_ms, image)
+    group = compute_target(view, group, assignor, now_ms, image)
     return group.assignment_epoch, group.target(updated.member_id), group
 
 
@@ -239,11 +240,11 @@ def finish_target(group: object, view: ConsumerGroup, computed: ConsumerGroup | 
     if not isinstance(group, ConsumerGroup) or not group.target_pending:
         return Outcome(group)  # converted to a classic group, or deleted, meanwhile
     idle = replace(group, target_pending=False)
-    if isinstance(computed, BaseException) or group.assignment_epoch >= view.group_epoch \
-            or group.handover_shares is not None:
-        return Outcome(replace(idle, assignment_timestamp_ms=now_ms) if isinstance(computed, BaseException)
-                       else idle, isinstance(computed, BaseException))
-    targets = _thawed_targets(group.targets)
+    if isinstance(computed, BaseException):  # tried again after the interval: its timestamp is now
+        return Outcome(replace(idle, assignment_timestamp_ms=now_ms), True)
+    if group.assignment_epoch >= view.group_epoch or group.handover_shares is not None:
+        return Outcome(idle)
+    targets = {}
     for member_id, member in view.members.items():
         new = computed.targets.get(member_id)
         if new is view.targets.get(member_id):
@@ -252,12 +253,7 @@ def finish_target(group: object, view: ConsumerGroup, computed: ConsumerGroup | 
             if member.instance_id is not None else None
         if holder is not None:
             targets[holder] = new if new is not None else EMPTY_TARGET
-    written = replace(idle, targets=FrozenMap(targets))
-    return Outcome(written.with_assignment_epoch(view.group_epoch, now_ms), True)
-
-
-def _thawed_targets(targets: Mapping[str, Target]) -> dict[str, Target]:
-    return targets.thaw() if isinstance(targets, FrozenMap) else dict(targets)
+    return Outcome(idle.with_targets(targets).with_assignment_epoch(view.group_epoch, now_ms), True)
 
 
 def _as_sets(target: Target) -> dict[str, frozenset[int]]:
