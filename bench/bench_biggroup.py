@@ -120,7 +120,7 @@ class Bench:
             for node_id, proc in self.daemons.items():
                 self.profilers.append(subprocess.Popen(
                     [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(proc.pid), "--rate", "200",
-                     "--format", "speedscope", "--idle", "--nonblocking",
+                     "--format", "speedscope", "--idle", "--nonblocking", "--subprocesses",
                      "--output", str(self.workdir / f"py-spy-{node_id}.json")],
                     stdout=subprocess.DEVNULL, stderr=open(self.workdir / f"py-spy-{node_id}.log", "wb")))
 

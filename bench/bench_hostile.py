@@ -24,6 +24,9 @@ sending its request again as soon as the last is answered:
   so it is refused each time after the coordinator's work);
 * ``consumer-owned``: ConsumerGroupHeartbeat of a joined member claiming
   ~250,000 partitions it owns (1 MiB).
+* ``pipelined``: a member of a group of its own sends 16,000 Heartbeats in
+  one write (1 MiB, each a request the daemon answers at once), then reads
+  their answers, again and again.
 
 The daemon serves ``--metrics-listen`` as every sandbox daemon does (each
 answer's error is counted); ``--no-metrics`` runs it without.
@@ -59,7 +62,8 @@ from zkcoord.schemas import ConsumerGroupHeartbeatRequest  # noqa: E402
 GOAL_P99_MS = 50.0
 SETTLE_S = 5.0
 KINDS = ("describe", "describe-same", "delete", "commit", "fetch", "metadata", "find", "find-same",
-         "consumer-join", "consumer-owned")
+         "consumer-join", "consumer-owned", "pipelined")
+PIPELINED = 16_000  # Heartbeats of ~65 bytes sent in one write: 1 MiB
 HOSTILE_MEMBER = "hostileAAAAAAAAAAAAAAA"  # a KIP-848 member id: 22 characters
 Topic = OffsetCommitRequest.OffsetCommitRequestTopic
 Partition = Topic.OffsetCommitRequestPartition
@@ -137,6 +141,9 @@ async def hostile(kind: str, host: str, port: int) -> None:
             version=1, group_id="hostile", member_id=HOSTILE_MEMBER, member_epoch=0, rebalance_timeout_ms=30_000,
             subscribed_topic_names=["hostile-topic"], topic_partitions=[]))
         epoch = joined.member_epoch
+    if kind == "pipelined":
+        await pipelined(wire)
+        return
     protocol = KafkaProtocol(client_id="hostile")
     protocol.send_request(hostile_request(kind, epoch))
     frame = protocol.send_bytes()
@@ -147,11 +154,25 @@ async def hostile(kind: str, host: str, port: int) -> None:
         await wire.reader.readexactly(size)
 
 
-async def heartbeats(address: tuple[str, int], seconds: float) -> list[float]:
-    """Latencies (ms) of back-to-back heartbeats of a fresh member of a victim group."""
-    group = f"victim-{time.monotonic_ns()}"
-    wire = await Wire.connect(*address, "victim")
-    await wire.call(FindCoordinatorRequest(version=3, key=group, key_type=0))
+async def pipelined(wire: Wire) -> None:
+    """A member of a group of its own, then its Heartbeats, PIPELINED in one write each round."""
+    member_id, generation = await join_alone(wire, "hostile")
+    request = HeartbeatRequest(version=3, group_id="hostile", generation_id=generation, member_id=member_id,
+                               group_instance_id=None)
+    protocol = KafkaProtocol(client_id="hostile")
+    for _ in range(PIPELINED):
+        protocol.send_request(request)
+    frames = protocol.send_bytes()
+    print(f"hostile pipelined: {PIPELINED} Heartbeats in one {len(frames)}-byte write", flush=True)
+    while True:
+        wire.writer.write(frames)
+        for _ in range(PIPELINED):
+            size = int.from_bytes(await wire.reader.readexactly(4), "big")
+            await wire.reader.readexactly(size)
+
+
+async def join_alone(wire: Wire, group: str) -> tuple[str, int]:
+    """(member id, generation) of a member that joined and synced ``group`` alone."""
     protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
 
     def join(member_id):
@@ -163,7 +184,16 @@ async def heartbeats(address: tuple[str, int], seconds: float) -> list[float]:
     joined = await wire.call(join(member_id))
     await wire.call(SyncGroupRequest(version=3, group_id=group, generation_id=joined.generation_id,
                                      member_id=member_id, group_instance_id=None, assignments=[]))
-    request = HeartbeatRequest(version=3, group_id=group, generation_id=joined.generation_id, member_id=member_id,
+    return member_id, joined.generation_id
+
+
+async def heartbeats(address: tuple[str, int], seconds: float) -> list[float]:
+    """Latencies (ms) of back-to-back heartbeats of a fresh member of a victim group."""
+    group = f"victim-{time.monotonic_ns()}"
+    wire = await Wire.connect(*address, "victim")
+    await wire.call(FindCoordinatorRequest(version=3, key=group, key_type=0))
+    member_id, generation = await join_alone(wire, group)
+    request = HeartbeatRequest(version=3, group_id=group, generation_id=generation, member_id=member_id,
                                group_instance_id=None)
     latencies = []
     end = time.perf_counter() + seconds

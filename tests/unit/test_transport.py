@@ -26,7 +26,7 @@ from kafka.protocol.parser import KafkaProtocol
 from kafka.protocol.schemas.fields.codecs import Int32
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from zkcoord.server.transport import KafkaProtocolServer
+from zkcoord.server.transport import FRAMES_PER_TURN, KafkaProtocolServer
 from zkcoord.wire.messages import api_versions_response, build_message, build_response
 from zkcoord.wire.registry import COORDINATOR_APIS, ApiSpec
 from zkcoord.wire.responses import response_for
@@ -347,6 +347,49 @@ async def test_handle_now_answers_in_order_with_awaited_requests_on_the_same_con
         (4, "HeartbeatResponse"), (5, "HeartbeatResponse")]
     assert recorder.now == [1, 2, 4]
     assert [s[2] for s in recorder.seen] == [3, 5]  # awaited: only what handle_now declined
+
+
+class TickingRecorder(FastRecorder):
+    """A FastRecorder that, at the first request it answers at once, schedules
+    a callback (``loop.call_soon``) that notes "tick" among the answers: the
+    frames noted before it were handled in the same callback as the first."""
+
+    def handle_now(self, decoded, info):
+        if not self.now:
+            asyncio.get_running_loop().call_soon(self.now.append, "tick")
+        return super().handle_now(decoded, info)
+
+
+@asyncio_test
+async def test_a_connection_sending_many_requests_at_once_lets_other_callbacks_run_between_turns():
+    recorder = TickingRecorder()
+    count = 3 * FRAMES_PER_TURN + 5
+    async with serving(recorder) as server:
+        client = await Client.connect(server.bound_port)
+        await send_together(client, [(i, heartbeat("fast")) for i in range(1, count + 1)])
+        answers = [await client.receive() for _ in range(count)]
+        await client.close()
+
+    # The first turn handles FRAMES_PER_TURN frames; the rest wait for a callback of their own.
+    assert recorder.now.index("tick") == FRAMES_PER_TURN
+    assert [n for n in recorder.now if n != "tick"] == list(range(1, count + 1))
+    assert [(cid, type(r).__name__, r.error_code) for cid, r in answers] == [
+        (i, "HeartbeatResponse", 0) for i in range(1, count + 1)]
+
+
+@asyncio_test
+async def test_requests_sent_ahead_of_an_end_of_input_are_all_answered_over_several_turns():
+    recorder = FastRecorder()
+    count = 2 * FRAMES_PER_TURN + 3
+    async with serving(recorder) as server:
+        client = await Client.connect(server.bound_port)
+        await send_together(client, [(i, heartbeat("fast")) for i in range(1, count + 1)])
+        client.writer.write_eof()
+        answers = [await client.receive() for _ in range(count)]
+        assert await client.closed_by_server()
+        await client.close()
+
+    assert [cid for cid, _ in answers] == list(range(1, count + 1))
 
 
 @asyncio_test
