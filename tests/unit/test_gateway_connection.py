@@ -19,7 +19,7 @@ from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.producer import ProduceRequest
 from kafka.protocol.schemas.fields.codecs import Int32
 
-from zkcoord.core.limits import RequestLimits
+from zkcoord.core.limits import FRAMES_PER_TURN, RequestLimits
 from zkcoord.gateway import connection as gc
 from zkcoord.gateway.connection import ClientConnection
 from zkcoord.wire.listener_security import PLAINTEXT_LISTENER
@@ -363,3 +363,27 @@ async def test_unfinished_requests_of_all_connections_are_capped_together(scene)
     first.writer.close()
     while gateway.partial_bytes > len(part):  # a closed connection's bytes no longer count
         await asyncio.sleep(0.01)
+
+
+@in_scene
+async def test_many_group_requests_in_one_write_are_answered_in_turns(scene):
+    broker, gateway, connect = scene
+    handled = []
+    answer = gateway.handler.handle_now
+
+    def ticking(decoded, info):  # the first schedules a callback: "tick" lands where that callback ran
+        if not handled:
+            asyncio.get_running_loop().call_soon(handled.append, "tick")
+        handled.append(decoded.correlation_id)
+        return answer(decoded, info)
+
+    gateway.handler.handle_now = ticking
+    client = await connect()
+    count = 3 * FRAMES_PER_TURN + 5
+    await client.send(*[_message(HeartbeatRequest[0](group_id="g", generation_id=1, member_id="m"), i)
+                        for i in range(1, count + 1)], _frame(LIST_OFFSETS, 5, count + 1))
+    assert [(await client.answer())[0] for _ in range(count + 1)] == list(range(1, count + 2))
+    # One turn answers FRAMES_PER_TURN group requests; the rest wait for callbacks of their own.
+    assert handled.index("tick") == FRAMES_PER_TURN
+    assert [n for n in handled if n != "tick"] == list(range(1, count + 1))
+    assert broker.received == [count + 1]

@@ -26,7 +26,8 @@ from kafka.protocol.parser import KafkaProtocol
 from kafka.protocol.schemas.fields.codecs import Int32
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from zkcoord.server.transport import FRAMES_PER_TURN, KafkaProtocolServer
+from zkcoord.core.limits import FRAMES_PER_TURN
+from zkcoord.server.transport import KafkaProtocolServer
 from zkcoord.wire.messages import api_versions_response, build_message, build_response
 from zkcoord.wire.registry import COORDINATOR_APIS, ApiSpec
 from zkcoord.wire.responses import response_for

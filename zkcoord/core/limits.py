@@ -68,6 +68,10 @@ DEFAULT_PARTIAL_REQUESTS_MAX_BYTES = 64 * 1024 * 1024
 # Decoding this many bytes inline costs at most about 30 ms (1.7 µs per byte of the densest request,
 # DescribeGroups of empty ids); larger frames are decoded in a worker thread.
 INLINE_DECODE_BYTES = 16 * 1024
+# Requests of one connection answered in one callback, at most: a client may send thousands in one write
+# (a Heartbeat is 60 bytes), each answered at once for 10-50 µs; the rest wait for a callback of their own,
+# after the other connections' (the transport's rule 10).
+FRAMES_PER_TURN = 16
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka's Topic.MAX_NAME_LENGTH
 
 # Requests that grow with partitions or members.

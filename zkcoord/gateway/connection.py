@@ -56,6 +56,10 @@ Rules:
    the daemon's own port. The connection notes when it last read from or
    wrote to its client and when its unfinished frame started, for the
    gateway's idle sweep; it is busy while any answer is owed.
+9. **Turns**: at most ``FRAMES_PER_TURN`` group requests of one read are
+   answered in one callback; the connection then stops reading and goes on
+   in a callback of its own, after the other connections' (as the daemon's
+   own port does: :mod:`zkcoord.server.transport`, rule 10).
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ import socket
 from typing import Protocol
 
 from zkcoord.core.gateway import Route, route_of
-from zkcoord.core.limits import RequestLimits
+from zkcoord.core.limits import FRAMES_PER_TURN, RequestLimits
 from zkcoord.gateway.answer_order import AnswerOrder, Slot
 from zkcoord.gateway.routing import FORWARD, HANDLE, LOGIN, RefusedRequestError, Router
 from zkcoord.gateway.upstream import BrokerLink, Expected
@@ -129,6 +133,8 @@ class ClientConnection(asyncio.Protocol):
         self._local: asyncio.Task | None = None  # the request in flight: the handler's, the login's, ApiVersions'
         self._upstream_full = False
         self._reading = True
+        self._handled = 0  # group requests answered in this callback (rule 9)
+        self._turn: asyncio.Handle | None = None  # the next turn (rule 9)
         self.last_active_ms = now_ms()  # last read from or write to the client
         self.partial_since_ms: int | None = None  # when the unfinished request frame started
         self.closed = False
@@ -210,10 +216,16 @@ class ClientConnection(asyncio.Protocol):
 
     # -- requests ------------------------------------------------------------------
     def _process(self) -> None:
-        """Route every buffered request until one must be awaited (rule 3)."""
+        """Route every buffered request until one must be awaited (rule 3)
+        or this turn's group requests are answered (rule 9)."""
+        self._handled = 0
         try:
             while (not self.closed and self._local is None and self._answers.waiting < MAX_IN_FLIGHT
                    and self._link.held < MAX_IN_FLIGHT):
+                if self._handled >= FRAMES_PER_TURN:
+                    if self._frames.buffered_bytes and self._turn is None:
+                        self._turn = asyncio.get_running_loop().call_soon(self._next_turn)
+                    break
                 frame = self._frames.next_frame()
                 if frame is None:
                     break
@@ -227,6 +239,10 @@ class ClientConnection(asyncio.Protocol):
             self._link.push()  # the forwarded requests of this read, in one write
             self._account()
         self._update_reading()
+
+    def _next_turn(self) -> None:
+        self._turn = None
+        self._process()
 
     def _route(self, frame: bytes) -> None:
         api_key, version, correlation_id = request_prefix(frame)
@@ -272,6 +288,7 @@ class ClientConnection(asyncio.Protocol):
     # -- the daemon's handler (rule 3) ---------------------------------------------
     def _handle(self, decoded: DecodedRequest) -> None:
         """A group request, answered by the daemon's handler."""
+        self._handled += 1
         try:
             response = self._gateway.handler.handle_now(decoded, self.info)
         except Exception:
@@ -456,8 +473,8 @@ class ClientConnection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self.closed or self._transport is None:
             return
-        reading = (self._local is None and not self._upstream_full and self._answers.waiting < MAX_IN_FLIGHT
-                   and self._link.held < MAX_IN_FLIGHT)  # acks=0 Produces wait without a slot
+        reading = (self._local is None and self._turn is None and not self._upstream_full
+                   and self._answers.waiting < MAX_IN_FLIGHT and self._link.held < MAX_IN_FLIGHT)  # acks=0 Produces wait without a slot
         if reading != self._reading:
             self._reading = reading
             if reading:

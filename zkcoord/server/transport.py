@@ -87,7 +87,9 @@ from pathlib import Path
 from kafka.protocol.api_message import ApiMessage
 
 from zkcoord.core.api_keys import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
-from zkcoord.core.limits import DEFAULT_CONNECTIONS_MAX_IDLE_MS, DEFAULT_PARTIAL_REQUESTS_MAX_BYTES, INLINE_DECODE_BYTES
+from zkcoord.core.limits import (
+    DEFAULT_CONNECTIONS_MAX_IDLE_MS, DEFAULT_PARTIAL_REQUESTS_MAX_BYTES, FRAMES_PER_TURN, INLINE_DECODE_BYTES,
+)
 from zkcoord.wire.connections import ConnectionInfo, IdleSweep
 from zkcoord.wire.connections import now_ms as _now_ms
 from zkcoord.wire.errors import (
@@ -118,7 +120,6 @@ def default_backlog() -> int:
     except (OSError, ValueError, IndexError):
         return socket.SOMAXCONN
 _ANSWERED, _AWAITED, _FAILED = object(), object(), object()  # what became of one frame (_handle_frame)
-FRAMES_PER_TURN = 16  # rule 10
 
 
 Handler = Callable[[DecodedRequest, ConnectionInfo], Awaitable[ApiMessage]]
