@@ -530,15 +530,19 @@ class ApiHandler:
                                          r.member_id, r.generation_id_or_member_epoch, instance, wanted, version)
         if self.members is not None and r.member_id and instance is None and E.NONE in errors:
             self.members.seen(r.group_id, r.member_id, connection.connection_id)
-        answered = iter(errors)
-        codes = [(name if name is not None else t.topic_id, t.topic_id if by_id is not None else None,
-                  p.partition_index, int(next(answered) if name is not None else E.UNKNOWN_TOPIC_ID))
-                 for t, name in named for p in t.partitions]
 
-        if len(codes) > SMALL_COMMIT_PARTITIONS:
-            return await _answer(decoded, len(codes), **_commit_fields(codes))
+        def codes_of() -> list[tuple]:
+            answered = iter(errors)
+            return [(name if name is not None else t.topic_id, t.topic_id if by_id is not None else None,
+                     p.partition_index, int(next(answered) if name is not None else E.UNKNOWN_TOPIC_ID))
+                    for t, name in named for p in t.partitions]
+
+        count = sum(len(t.partitions) for t, _ in named)
+        if count > SMALL_COMMIT_PARTITIONS:  # the codes too are made where the answer is (a worker thread if big)
+            return await _answer(decoded, count, lambda: _commit_fields(codes_of()))
         # The answer is a function of (topic, partition, error) in order: the same for every commit of those
         # partitions, so it is encoded once.
+        codes = codes_of()
         return cached_response(decoded, tuple(codes), lambda: _commit_fields(codes))
 
     async def offset_fetch(self, decoded, connection):

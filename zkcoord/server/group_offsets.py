@@ -183,6 +183,8 @@ class GroupOffsets:
                 if decision.writes and manager.metrics is not None:
                     manager.metrics.observe_offset_commit(decision.mode)
                 refused = {**(refused or {}), **refused_early}
+                if not refused:  # every partition committed: no lookup per partition (a commit may name 100,000)
+                    return [E.NONE] * len(wanted)
                 return [refused.get((t, p), E.NONE) for t, p, _, _ in wanted]
             code = decision.error
         except GroupUnavailableError as exc:
