@@ -474,7 +474,8 @@ class ClientConnection(asyncio.Protocol):
         if self.closed or self._transport is None:
             return
         reading = (self._local is None and self._turn is None and not self._upstream_full
-                   and self._answers.waiting < MAX_IN_FLIGHT and self._link.held < MAX_IN_FLIGHT)  # acks=0 Produces wait without a slot
+                   and self._answers.waiting < MAX_IN_FLIGHT
+                   and self._link.held < MAX_IN_FLIGHT)  # acks=0 Produces wait without a slot
         if reading != self._reading:
             self._reading = reading
             if reading:

@@ -29,22 +29,15 @@ Rules:
    reset, or a bad frame), the handler's `connection_closed(connection)`, if
    it has one, is called once, synchronously; it must not block.
 6. The per-request path is the daemon's hottest code. Each connection is an
-   `asyncio.Protocol`: every frame of one read is handled in that callback,
-   and a handler with a synchronous `handle_now(decoded, connection)` answers
+   `asyncio.Protocol`: the frames of one read are handled in that callback
+   (at most sixteen: rule 10), and a handler with a synchronous
+   `handle_now(decoded, connection)` answers
    without a task when it can (it returns None to take the awaited path).
    A handler with ``handle_soon(decoded, connection, reply)`` may then take
    the request and answer it later by calling ``reply(response)`` (an
    OffsetCommit waiting for its ZooKeeper write): the answer is written in
    that call, still without a task, and the connection reads nothing
    meanwhile (rule 1). The answers to one read go out in one write.
-10. Turns. A client may send many requests in one write (a Heartbeat is 60
-   bytes: 16,000 of them in one MiB), and each one answered at once costs
-   10-50 us. One connection handles at most :data:`FRAMES_PER_TURN` frames
-   in a callback; then it stops reading, and handles the rest in a callback
-   of its own (``loop.call_soon``), after the other connections that are
-   ready. Without turns, one client pipelining Heartbeats made another
-   group's wait 150 ms (``bench/bench_hostile.py --kinds pipelined``); a
-   Kafka broker reads one request per connection at a time.
 7. Limits (:mod:`zkcoord.core.limits`): a frame above its API's limit
    (``request_max_bytes(api_key)``) closes the connection as soon as its
    size and api key are read, before the rest is buffered. A frame above
@@ -73,6 +66,14 @@ Rules:
    principal the handler sees on
    :class:`~zkcoord.wire.connections.ConnectionInfo` is set when the login
    completes.
+10. Turns. A client may send many requests in one write (a Heartbeat is 60
+   bytes: 16,000 of them in one MiB), and each one answered at once costs
+   10-50 us. One connection handles at most :data:`FRAMES_PER_TURN` frames
+   in a callback; then it stops reading, and handles the rest in a callback
+   of its own (``loop.call_soon``), after the other connections that are
+   ready. Without turns, one client pipelining Heartbeats made another
+   group's wait 150 ms (``bench/bench_hostile.py --kinds pipelined``); a
+   Kafka broker reads one request per connection at a time.
 """
 
 from __future__ import annotations
