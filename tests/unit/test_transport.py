@@ -361,15 +361,26 @@ class TickingRecorder(FastRecorder):
         return super().handle_now(decoded, info)
 
 
+async def pipelined_heartbeats(recorder, count, then_eof=False) -> list:
+    """The answers to ``count`` heartbeats of group "fast" sent in one write
+    (then the end of input, after which the server must close)."""
+    async with serving(recorder) as server:
+        client = await Client.connect(server.bound_port)
+        await send_together(client, [(i, heartbeat("fast")) for i in range(1, count + 1)])
+        if then_eof:
+            client.writer.write_eof()
+        answers = [await client.receive() for _ in range(count)]
+        if then_eof:
+            assert await client.closed_by_server()
+        await client.close()
+    return answers
+
+
 @asyncio_test
 async def test_a_connection_sending_many_requests_at_once_lets_other_callbacks_run_between_turns():
     recorder = TickingRecorder()
     count = 3 * FRAMES_PER_TURN + 5
-    async with serving(recorder) as server:
-        client = await Client.connect(server.bound_port)
-        await send_together(client, [(i, heartbeat("fast")) for i in range(1, count + 1)])
-        answers = [await client.receive() for _ in range(count)]
-        await client.close()
+    answers = await pipelined_heartbeats(recorder, count)
 
     # The first turn handles FRAMES_PER_TURN frames; the rest wait for a callback of their own.
     assert recorder.now.index("tick") == FRAMES_PER_TURN
@@ -380,16 +391,8 @@ async def test_a_connection_sending_many_requests_at_once_lets_other_callbacks_r
 
 @asyncio_test
 async def test_requests_sent_ahead_of_an_end_of_input_are_all_answered_over_several_turns():
-    recorder = FastRecorder()
     count = 2 * FRAMES_PER_TURN + 3
-    async with serving(recorder) as server:
-        client = await Client.connect(server.bound_port)
-        await send_together(client, [(i, heartbeat("fast")) for i in range(1, count + 1)])
-        client.writer.write_eof()
-        answers = [await client.receive() for _ in range(count)]
-        assert await client.closed_by_server()
-        await client.close()
-
+    answers = await pipelined_heartbeats(FastRecorder(), count, then_eof=True)
     assert [cid for cid, _ in answers] == list(range(1, count + 1))
 
 
