@@ -244,6 +244,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--no-metrics", action="store_true", help="run the daemon without --metrics-listen")
+    parser.add_argument("--workdir", type=Path, help="keep the sandbox's and the daemon's logs here [a temp dir, removed]")
     parser.add_argument("--hostile", nargs=2, metavar=("KIND", "HOST:PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.hostile:
@@ -256,15 +257,23 @@ def main() -> int:
         return 0
     from bench_env import Environment
 
+    daemon_args = () if args.no_metrics else ("--metrics-listen", "127.0.0.1:0")
+    if args.workdir is not None:  # kept, with the daemon's log
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        run(Environment(args.workdir, topic="t", topic_partitions=1, daemon_args=daemon_args), args)
+        print(f"logs in {args.workdir}")
+        return 0
     with tempfile.TemporaryDirectory(prefix="zkcoord-bench-hostile-") as workdir:
-        daemon_args = () if args.no_metrics else ("--metrics-listen", "127.0.0.1:0")
-        env = Environment(Path(workdir), topic="t", topic_partitions=1, daemon_args=daemon_args)
-        try:
-            env.start()
-            measure(env, args.kinds.split(","), args.seconds)
-        finally:
-            env.stop()
+        run(Environment(Path(workdir), topic="t", topic_partitions=1, daemon_args=daemon_args), args)
     return 0
+
+
+def run(env, args) -> None:
+    try:
+        env.start()
+        measure(env, args.kinds.split(","), args.seconds)
+    finally:
+        env.stop()
 
 
 if __name__ == "__main__":

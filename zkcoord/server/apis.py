@@ -65,7 +65,7 @@ from zkcoord.server.authorization import (
     OPEN, UNKNOWN_OPERATIONS, GroupAccess, Operation, commit_authorized, fetch_authorized, with_refused,
 )
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
-from zkcoord.server.bulk_work import off_loop, pause_every
+from zkcoord.server.bulk_work import SLICE, off_loop, pause_every
 from zkcoord.server.consumer_apis import ConsumerGroupApis
 from zkcoord.server.consumer_apis import new_member_id as consumer_member_id
 from zkcoord.topic_ids import topic_id_text, topic_id_uuid
@@ -523,8 +523,7 @@ class ApiHandler:
         # are UNKNOWN_TOPIC_ID, as Kafka answers them.
         by_id = TopicNames(self.manager.group_config.image) if version >= 10 else None
         named = [(t, t.name if by_id is None else by_id.name(t.topic_id)) for t in r.topics]
-        wanted = [(name, p.partition_index, p.committed_offset, p.committed_metadata)
-                  for t, name in named if name is not None for p in t.partitions]
+        wanted = await _commit_items(named)
         instance = getattr(r, "group_instance_id", None) if version >= 7 else None
         errors = await commit_authorized(self.access, self.manager.group_offsets, connection, r.group_id,
                                          r.member_id, r.generation_id_or_member_epoch, instance, wanted, version)
@@ -721,6 +720,26 @@ def _join_response(decoded, result: core.JoinResult) -> EncodedResponse:
         leader=result.leader_id, skip_assignment=result.skip_assignment, member_id=result.member_id,
         members=[{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
                  for m in result.members]))
+
+
+async def _commit_items(named) -> list[tuple]:
+    """``(topic, partition, offset, metadata)`` of every partition of an
+    OffsetCommit's ``(topic, name)`` pairs whose name is known, in slices
+    between yields to the event loop (one request may name 460,000)."""
+    wanted: list[tuple] = []
+    since_yield = 0
+    for t, name in named:
+        if name is None:
+            continue
+        partitions = t.partitions
+        for start in range(0, len(partitions), SLICE):
+            if since_yield >= SLICE:
+                await asyncio.sleep(0)
+                since_yield = 0
+            part = partitions[start:start + SLICE]
+            wanted += [(name, p.partition_index, p.committed_offset, p.committed_metadata) for p in part]
+            since_yield += len(part)
+    return wanted
 
 
 def _commit_fields(codes) -> dict:

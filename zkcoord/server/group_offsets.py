@@ -54,7 +54,7 @@ from zkcoord.core.offset_commit import CommitRequest, after_commit, decide_commi
 from zkcoord.core.offset_fetch import FetchAnswer, Wanted
 from zkcoord.errors import NotOwnerError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
-from zkcoord.server.bulk_work import pause_every
+from zkcoord.server.bulk_work import SLICE
 from zkcoord.server.dual_commit import ForwardedOffsets
 from zkcoord.server.group_runtime import NOT_NOW, GroupRuntime, GroupUnavailableError
 from zkcoord.server.offset_storage import OffsetStorages
@@ -165,8 +165,8 @@ class GroupOffsets:
         try:
             runtime = await manager.runtime(group_id, allow_empty=True)
             exists = generation_id < 0 or await manager.exists(runtime)
-            missing = await self._missing_partitions(wanted)
-            kept, refused_early = await self._sort_commit(wanted, missing)
+            counts = await self._partition_counts(wanted)
+            kept, refused_early = await self._sort_commit(wanted, counts)
             prepared = await self.zookeeper.prepare(group_id, kept) if kept else None
             request = CommitRequest(member_id, generation_id, instance_id, kept, api_version)
 
@@ -182,10 +182,7 @@ class GroupOffsets:
             if decision.error is E.NONE:
                 if decision.writes and manager.metrics is not None:
                     manager.metrics.observe_offset_commit(decision.mode)
-                refused = {**(refused or {}), **refused_early}
-                if not refused:  # every partition committed: no lookup per partition (a commit may name 100,000)
-                    return [E.NONE] * len(wanted)
-                return [refused.get((t, p), E.NONE) for t, p, _, _ in wanted]
+                return await self._answer_of(wanted, refused or {}, refused_early)
             code = decision.error
         except GroupUnavailableError as exc:
             code = exc.code
@@ -214,10 +211,10 @@ class GroupOffsets:
         if group.offset_storage != "zookeeper" or (generation_id >= 0 and runtime.version is None
                                                    and group.size == 0):
             return False  # another store's path, or Kafka's "does the group exist" needs a read
-        missing = self._missing_now(wanted)
-        if missing is None:
+        counts = self._counts_now(wanted)
+        if counts is None:
             return False
-        kept, refused_early = self._sort_now(wanted, missing)
+        kept, refused_early = self._sort_now(wanted, counts)
         request = CommitRequest(member_id, generation_id, instance_id, kept, api_version)
         answer = [refused_early.get((t, p), E.NONE) for t, p, _, _ in wanted] if refused_early \
             else [E.NONE] * len(wanted)
@@ -278,62 +275,60 @@ class GroupOffsets:
         return E.COORDINATOR_LOAD_IN_PROGRESS if self.manager.ownership.is_suspended(group_id) \
             else E.UNKNOWN_SERVER_ERROR
 
-    def _missing_now(self, wanted) -> set[tuple[str, int]] | None:
-        """:meth:`_missing_partitions` from memory; None when it would ask."""
+    def _counts_now(self, wanted) -> dict | None:
+        """:meth:`_partition_counts` from memory; None when it would ask."""
         watcher = self.manager.topic_watcher
         if watcher is None:
-            return set()
-        counts = watcher.partition_counts_now({t for t, _, _, _ in wanted})
-        if counts is None:
-            return None
-        return {(t, p) for t, p, _, _ in wanted
-                if t in counts and (counts[t] is None or not 0 <= p < counts[t])}
+            return {}
+        return watcher.partition_counts_now({t for t, _, _, _ in wanted})
 
-    def _sort_now(self, wanted, missing) -> tuple[dict, dict]:
+    async def _partition_counts(self, wanted) -> dict:
+        """The partition count of each topic of an OffsetCommit the cluster
+        knows (None: a topic it does not have); {} without topic metadata.
+        Kafka answers UNKNOWN_TOPIC_OR_PARTITION for a partition it does not
+        have and commits the rest (:func:`_sort_into`)."""
+        watcher = self.manager.topic_watcher
+        if watcher is None:
+            return {}
+        topics = set()
+        for start in range(0, len(wanted), SLICE):  # a commit may name 460,000 partitions
+            if start:
+                await asyncio.sleep(0)
+            topics.update(w[0] for w in wanted[start:start + SLICE])
+        return await watcher.partition_counts(topics, wait_s=COMMIT_TOPIC_CHECK_WAIT_S)
+
+    def _sort_now(self, wanted, counts: dict) -> tuple[dict, dict]:
         """:meth:`_sort_commit` of a small commit, without yielding."""
         kept, refused = {}, {}
-        limit = self.offset_metadata_max_bytes
-        for t, p, o, m in wanted:
-            if (t, p) in missing:
-                refused[(t, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            code = offset_commit_error(t, m, limit)
-            if code is not E.NONE:
-                refused[(t, p)] = code
-                kept.pop((t, p), None)  # a partition named twice: the last one counts
-            else:
-                kept[(t, p)] = (o, m or "")
-                refused.pop((t, p), None)
+        _sort_into(kept, refused, wanted, counts, self.offset_metadata_max_bytes)
         return kept, refused
 
-    async def _sort_commit(self, wanted, missing) -> tuple[dict, dict]:
+    async def _sort_commit(self, wanted, counts: dict) -> tuple[dict, dict]:
         """``({(topic, partition): (offset, metadata)} to write, {(topic,
-        partition): error} refused before any write)`` of an OffsetCommit."""
+        partition): error} refused before any write)`` of an OffsetCommit,
+        in slices between yields to the event loop."""
         kept, refused = {}, {}
-        limit = self.offset_metadata_max_bytes
-        for i, (t, p, o, m) in enumerate(wanted):
-            await pause_every(i)
-            if (t, p) in missing:
-                refused[(t, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            code = offset_commit_error(t, m, limit)
-            if code is not E.NONE:
-                refused[(t, p)] = code
-                kept.pop((t, p), None)  # a partition named twice: the last one counts
-            else:
-                kept[(t, p)] = (o, m or "")
-                refused.pop((t, p), None)
+        for start in range(0, len(wanted), SLICE):
+            if start:
+                await asyncio.sleep(0)
+            _sort_into(kept, refused, wanted[start:start + SLICE], counts, self.offset_metadata_max_bytes)
         return kept, refused
 
-    async def _missing_partitions(self, wanted) -> set[tuple[str, int]]:
-        """Partitions of an OffsetCommit that the cluster does not have (Kafka
-        answers UNKNOWN_TOPIC_OR_PARTITION for those and commits the rest)."""
-        watcher = self.manager.topic_watcher
-        if watcher is None:
-            return set()
-        counts = await watcher.partition_counts({t for t, _, _, _ in wanted}, wait_s=COMMIT_TOPIC_CHECK_WAIT_S)
-        return {(t, p) for t, p, _, _ in wanted
-                if t in counts and (counts[t] is None or not 0 <= p < counts[t])}
+    @staticmethod
+    async def _answer_of(wanted, refused: dict, refused_early: dict) -> list[ErrorCode]:
+        """Each partition's error in request order: refused before any write
+        (``refused_early``) or by the decision (``refused``), else NONE; in
+        slices between yields to the event loop."""
+        if not refused and not refused_early:  # every partition committed (a commit may name 100,000)
+            return [E.NONE] * len(wanted)
+        answer = []
+        for start in range(0, len(wanted), SLICE):
+            if start:
+                await asyncio.sleep(0)
+            for t, p, _, _ in wanted[start:start + SLICE]:
+                code = refused_early.get((t, p))
+                answer.append(code if code is not None else refused.get((t, p), E.NONE))
+        return answer
 
     # -- OffsetFetch -----------------------------------------------------------------------
     async def fetch(self, group_id: str, wanted: Wanted | None, member_id: str | None = None,
@@ -378,3 +373,23 @@ class GroupOffsets:
         await runtime.apply(switch)
         if before != mode:
             log.info("group %s: offset storage %s -> %s", group_id, before, mode)
+
+
+def _sort_into(kept: dict, refused: dict, wanted, counts: dict, metadata_max_bytes: int) -> None:
+    """Sort an OffsetCommit's ``(topic, partition, offset, metadata)`` into
+    ``kept`` (to write) and ``refused`` (an error before any write): a
+    partition the cluster does not have (``counts``: topic -> partition
+    count, None for a topic it does not have; a topic not in it is not
+    checked), or metadata over the limit. A partition named twice: the last
+    one counts."""
+    for t, p, o, m in wanted:
+        if t in counts and ((count := counts[t]) is None or not 0 <= p < count):
+            refused[(t, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
+            continue
+        code = offset_commit_error(t, m, metadata_max_bytes)
+        if code is not E.NONE:
+            refused[(t, p)] = code
+            kept.pop((t, p), None)
+        else:
+            kept[(t, p)] = (o, m or "")
+            refused.pop((t, p), None)
