@@ -33,10 +33,10 @@ import asyncio
 import gc
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["off_loop", "SLICE", "LOOP_SLICE_S", "TimeSlice", "pause_every"]
+__all__ = ["off_loop", "SLICE", "LOOP_SLICE_S", "TimeSlice", "in_slices", "pause_every"]
 
 SLICE = 500  # partitions or groups a handler works through between two yields to the event loop
 LOOP_SLICE_S = 0.005  # the most a TimeSlice works before it yields to the event loop
@@ -78,6 +78,14 @@ def _without_collector(fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
     finally:
         _end()
+
+
+async def in_slices(items: Sequence[T], size: int = SLICE) -> AsyncIterator[Sequence[T]]:
+    """``items`` in slices of ``size``, with a yield to the event loop between two."""
+    for start in range(0, len(items), size):
+        if start:
+            await asyncio.sleep(0)
+        yield items[start:start + size]
 
 
 async def pause_every(index: int) -> None:

@@ -54,7 +54,7 @@ from zkcoord.core.offset_commit import CommitRequest, after_commit, decide_commi
 from zkcoord.core.offset_fetch import FetchAnswer, Wanted
 from zkcoord.errors import NotOwnerError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
-from zkcoord.server.bulk_work import SLICE
+from zkcoord.server.bulk_work import in_slices
 from zkcoord.server.dual_commit import ForwardedOffsets
 from zkcoord.server.group_runtime import NOT_NOW, GroupRuntime, GroupUnavailableError
 from zkcoord.server.offset_storage import OffsetStorages
@@ -291,10 +291,8 @@ class GroupOffsets:
         if watcher is None:
             return {}
         topics = set()
-        for start in range(0, len(wanted), SLICE):  # a commit may name 460,000 partitions
-            if start:
-                await asyncio.sleep(0)
-            topics.update(w[0] for w in wanted[start:start + SLICE])
+        async for part in in_slices(wanted):  # a commit may name 460,000 partitions
+            topics.update(w[0] for w in part)
         return await watcher.partition_counts(topics, wait_s=COMMIT_TOPIC_CHECK_WAIT_S)
 
     def _sort_now(self, wanted, counts: dict) -> tuple[dict, dict]:
@@ -308,10 +306,8 @@ class GroupOffsets:
         partition): error} refused before any write)`` of an OffsetCommit,
         in slices between yields to the event loop."""
         kept, refused = {}, {}
-        for start in range(0, len(wanted), SLICE):
-            if start:
-                await asyncio.sleep(0)
-            _sort_into(kept, refused, wanted[start:start + SLICE], counts, self.offset_metadata_max_bytes)
+        async for part in in_slices(wanted):
+            _sort_into(kept, refused, part, counts, self.offset_metadata_max_bytes)
         return kept, refused
 
     @staticmethod
@@ -322,10 +318,8 @@ class GroupOffsets:
         if not refused and not refused_early:  # every partition committed (a commit may name 100,000)
             return [E.NONE] * len(wanted)
         answer = []
-        for start in range(0, len(wanted), SLICE):
-            if start:
-                await asyncio.sleep(0)
-            for t, p, _, _ in wanted[start:start + SLICE]:
+        async for part in in_slices(wanted):
+            for t, p, _, _ in part:
                 code = refused_early.get((t, p))
                 answer.append(code if code is not None else refused.get((t, p), E.NONE))
         return answer

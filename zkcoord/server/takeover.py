@@ -189,8 +189,9 @@ class Takeover:
                 self._next_listing = loop.create_future()
             waiting.append((None, self._next_listing))
         try:
-            await asyncio.wait([f for _, f in waiting], timeout=timeout_s)
-            await _spread()
+            done, _ = await asyncio.wait([f for _, f in waiting], timeout=timeout_s)
+            if done:  # released by a round, with others: spread (a wait that ran out was released by nobody)
+                await _spread()
         finally:  # (cut short by a cancellation, what is left is dropped when its group is free, or at stop)
             for i, (group_id, future) in enumerate(waiting):
                 await pause_every(i)
