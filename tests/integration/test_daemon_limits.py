@@ -6,6 +6,7 @@ clients are served meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 
 import pytest
@@ -326,3 +327,61 @@ def test_a_list_groups_filter_holding_a_null_is_answered(zk_hosts, zk, unique_na
     stable, typed = asyncio.run(scenario())
     assert stable.error_code == E_NONE and [g.group_id for g in stable.groups] == [group]
     assert typed.error_code == E_NONE and [g.group_id for g in typed.groups] == [group]
+
+
+def test_a_fetch_of_every_offset_is_answered_with_the_collector_paused_throughout(zk_hosts, zk, unique_name,
+                                                                                  monkeypatch):
+    """A fetch of every offset (a small request, an answer of 100,000 partitions
+    for the largest group) holds the cyclic collector's pause from its first
+    read to its encoded answer, so its objects are freed before the collector
+    runs again (zkcoord.server.bulk_work); its big answer is encoded in a worker
+    thread and still right."""
+    import gc
+
+    from zkcoord.server import apis, bulk_work
+
+    group = unique_name("g")
+    partitions = {p: "" for p in range(apis.BIG_ANSWER_ITEMS + 500)}  # a big answer: encoded off the loop
+    holds = []
+
+    @contextlib.contextmanager
+    def watched():
+        with bulk_work.collector_paused():
+            holds.append(["open", gc.isenabled()])
+            yield
+            holds[-1][0] = "closed"
+
+    monkeypatch.setattr(apis, "collector_paused", watched)
+
+    async def scenario():
+        daemon, running = await running_daemon(zk_hosts)
+        client = await WireClient.connect(*running.advertised, "c")
+        try:
+            assert (await client.call(FindCoordinatorRequest(version=3, key=group, key_type=0))).error_code == 0
+            committed = await client.call(commit(group, partitions))
+            assert {p.error_code for t in committed.topics for p in t.partitions} == {E_NONE}
+            named = await client.call(OffsetFetchRequest(version=5, group_id=group, topics=[
+                OffsetFetchRequest.OffsetFetchRequestTopic(name="orders", partition_indexes=[0, 1])]))
+            held_by_named = len(holds)
+            every = await client.call(OffsetFetchRequest(version=5, group_id=group, topics=None))
+            grouped = await client.call(OffsetFetchRequest(version=8, groups=[
+                OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group, topics=None)], require_stable=False))
+            return named, held_by_named, every, grouped
+        finally:
+            await client.close()
+            await daemon.stop()
+
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        named, held_by_named, every, grouped = asyncio.run(scenario())
+        assert gc.isenabled()  # the pause ended with the fetches
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert held_by_named == 0  # partitions named: no hold
+    assert holds == [["closed", False], ["closed", False]]  # each fetch of every offset held it
+    expected = [(p, p + 10) for p in partitions]
+    for topics in (every.topics, grouped.groups[0].topics):
+        assert [t.name for t in topics] == ["orders"]
+        assert [(p.partition_index, p.committed_offset) for p in topics[0].partitions] == expected
+    assert [p.committed_offset for p in named.topics[0].partitions] == [10, 11]

@@ -71,3 +71,36 @@ def test_a_time_slice_yields_once_its_budget_has_passed_and_not_before(monkeypat
 
     asyncio.run(scenario())
     assert len(yields) == 2
+
+
+def test_a_held_pause_spans_awaits_and_ends_with_the_block(clock):
+    """A fetch of every offset holds the pause across its awaits, so that what it
+    makes is freed before the collector runs again."""
+    async def fetch():
+        with bulk_work.collector_paused():
+            await asyncio.sleep(0)
+            seen = gc.isenabled()
+            await bulk_work.off_loop(lambda: None)  # a piece of work inside joins the held pause
+            return seen, gc.isenabled()
+
+    assert asyncio.run(fetch()) == (False, False)
+    assert gc.isenabled()
+
+
+def test_a_pause_held_past_max_pause_ends_at_the_next_piece_of_work(clock):
+    with bulk_work.collector_paused():
+        clock[0] += bulk_work.MAX_PAUSE_S + 1
+        assert not gc.isenabled()  # nothing began or ended yet
+        asyncio.run(bulk_work.off_loop(lambda: None))  # does not join: the collector runs again
+        assert gc.isenabled()
+    assert gc.isenabled()
+    with bulk_work.collector_paused():  # the next hold starts a new pause
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_held_pause_ends_when_the_block_raises(clock):
+    with pytest.raises(RuntimeError):
+        with bulk_work.collector_paused():
+            raise RuntimeError("the fetch failed")
+    assert gc.isenabled()

@@ -599,6 +599,20 @@ def test_a_response_encoded_ahead_is_sent_as_encoded_and_only_for_its_request():
         encode_response(other, ahead)
 
 
+def test_a_big_answer_encoded_ahead_keeps_only_its_bytes_and_its_error():
+    """The daemon's big answers are encoded in a worker thread without keeping
+    the message: its objects (100,000 partitions) are freed there."""
+    import gc
+
+    _, decoded = client_send(REQUESTS[14](5))
+    response = response_for(decoded, **RESPONSES[14])
+    expected = encode_response(decoded, response)
+    ahead = encoded_response(decoded, response, keep_message=False)
+    assert ahead.message is None and not any(r is response for r in gc.get_referents(ahead))
+    assert encode_response(decoded, ahead) == expected
+    assert ahead.error_code == RESPONSES[14].get("error_code", 0)
+
+
 def test_cached_responses_with_nested_fields_are_encoded_once_and_stay_right_when_the_cache_empties(monkeypatch):
     import zkcoord.wire.responses as codec
 

@@ -65,7 +65,7 @@ from zkcoord.server.authorization import (
     OPEN, UNKNOWN_OPERATIONS, GroupAccess, Operation, commit_authorized, fetch_authorized, with_refused,
 )
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
-from zkcoord.server.bulk_work import SLICE, off_loop, pause_every
+from zkcoord.server.bulk_work import SLICE, collector_paused, off_loop, pause_every
 from zkcoord.server.consumer_apis import ConsumerGroupApis
 from zkcoord.server.consumer_apis import new_member_id as consumer_member_id
 from zkcoord.topic_ids import topic_id_text, topic_id_uuid
@@ -546,6 +546,15 @@ class ApiHandler:
 
     async def offset_fetch(self, decoded, connection):
         r = decoded.request
+        if r.topics is None if decoded.api_version < 8 else any(g.topics is None for g in r.groups):
+            # A fetch of every offset: a small request whose answer may be 100,000 partitions. Its objects
+            # are freed before the cyclic collector runs again (bulk_work.collector_paused).
+            with collector_paused():
+                return await self._offset_fetch(decoded, connection)
+        return await self._offset_fetch(decoded, connection)
+
+    async def _offset_fetch(self, decoded, connection):
+        r = decoded.request
         version = decoded.api_version
         if version >= 8:
             by_id = TopicNames(self.manager.group_config.image) if version >= 10 else None
@@ -645,7 +654,8 @@ async def _answer(decoded, items: int, build=None, /, **fields):
 
     if items <= BIG_ANSWER_ITEMS:
         return answer()
-    return await off_loop(lambda: encoded_response(decoded, answer()))
+    # Only the bytes are kept: the answer's objects (100,000 partitions) are freed in the worker thread.
+    return await off_loop(lambda: encoded_response(decoded, answer(), keep_message=False))
 
 
 def _wanted(topics, names=None) -> dict[str, list[int]] | None:

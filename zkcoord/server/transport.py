@@ -102,7 +102,7 @@ from zkcoord.wire.listener_security import (
 )
 from zkcoord.wire.registry import COORDINATOR_APIS, ApiRegistry
 from zkcoord.wire.requests import DecodedRequest, decode_request
-from zkcoord.wire.responses import encode_response
+from zkcoord.wire.responses import EncodedResponse, encode_response
 
 from .bulk_work import off_loop
 
@@ -277,8 +277,10 @@ class KafkaProtocolServer:
 
 
 def _error_code(response) -> int:
-    """A response's top-level error code (an encoded response carries its message)."""
-    return getattr(getattr(response, "message", response), "error_code", 0) or 0
+    """A response's top-level error code (an encoded response found it when it was encoded)."""
+    if type(response) is EncodedResponse:
+        return response.error_code
+    return getattr(response, "error_code", 0) or 0
 
 
 def _log_handler_failure(decoded: DecodedRequest, info: ConnectionInfo, error: BaseException | None = None) -> None:

@@ -45,22 +45,24 @@ __all__ = ["EncodedResponse", "encoded_response", "encode_response", "encode_res
 @dataclass(frozen=True, slots=True)
 class EncodedResponse:
     """A response encoded ahead of time by `encoded_response`; `encode_response`
-    hands back its frame. `message` is what was encoded; `error_code` is its
-    error (:mod:`.response_errors`), found where it was encoded, so
+    hands back its frame. `message` is what was encoded (None when it was not
+    kept: a big answer's objects are then freed once encoded); `error_code` is
+    its error (:mod:`.response_errors`), found where it was encoded, so
     that an answer encoded in a worker thread is not walked again on the
     event loop."""
 
-    message: ApiMessage
+    message: ApiMessage | None
     correlation_id: int
     frame: bytes
     error_code: int = 0
 
 
-def encoded_response(decoded: DecodedRequest, response: ApiMessage) -> EncodedResponse:
+def encoded_response(decoded: DecodedRequest, response: ApiMessage, keep_message: bool = True) -> EncodedResponse:
     """`response` encoded now for `decoded` (so that the encoding can happen
-    while the daemon waits for something else)."""
-    return EncodedResponse(response, decoded.correlation_id, encode_response(decoded, response),
-                           first_error_code(response))
+    while the daemon waits for something else); without `keep_message`, the
+    encoded response does not hold `response`."""
+    return EncodedResponse(response if keep_message else None, decoded.correlation_id,
+                           encode_response(decoded, response), first_error_code(response))
 
 
 def encode_response(decoded: DecodedRequest, response: ApiMessage | EncodedResponse) -> bytes:
