@@ -190,3 +190,13 @@ def test_targets_refuse_what_cannot_be_a_partition(bad):
     targets("g", "t", 1)  # cached: a bool must not hit it as 1
     with pytest.raises(UsageError):
         targets("g", "t", bad)
+
+
+def test_targets_of_a_big_commit_are_made_without_being_cached():
+    """A commit of 100,000 partitions makes its targets and drops them: cached,
+    they would live on and be walked by the cyclic collector (zk/offsets.py)."""
+    targets = Targets(paths.OffsetPaths(), OpCodec())
+    made = targets("g", "t", 1, keep=False)
+    assert targets("g", "t", 1, keep=False) is not made  # nothing kept
+    kept = targets("g", "t", 1)
+    assert (kept.opath, kept.mpath) == (made.opath, made.mpath) and targets("g", "t", 1) is kept and targets("g", "t", 1, keep=False) is kept

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 from contextlib import asynccontextmanager
 
@@ -167,6 +168,44 @@ async def test_request_round_trip_gives_handler_the_decoded_request_and_peer():
     info, = recorder.infos
     assert (info.peer_host, info.peer_port, info.client_host) == (
         "127.0.0.1", client.local_port, "/127.0.0.1")
+
+
+class CollectorWatcher(Recorder):
+    """Records whether the cyclic collector ran while each request was handled."""
+
+    def __init__(self):
+        super().__init__()
+        self.collector = []
+
+    async def __call__(self, decoded, info):
+        self.collector.append(gc.isenabled())
+        await asyncio.sleep(0)
+        self.collector.append(gc.isenabled())
+        return await super().__call__(decoded, info)
+
+
+@asyncio_test
+async def test_a_frame_too_big_to_decode_inline_is_answered_with_the_collector_paused_until_then():
+    """A big request's objects (460,000 partitions) are freed before the cyclic
+    collector runs again, not walked by it while the request is served (rule 7)."""
+    from zkcoord.core.limits import INLINE_DECODE_BYTES
+
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        recorder = CollectorWatcher()
+        async with serving(recorder) as server:
+            client = await Client.connect(server.bound_port)
+            await client.send(heartbeat(group_id="g" * (INLINE_DECODE_BYTES + 1)))  # decoded in a worker thread
+            _, big = await client.receive()
+            await client.send(heartbeat())
+            _, small = await client.receive()
+            await client.close()
+            after = gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert (big.error_code, small.error_code) == (0, 0)
+    assert recorder.collector == [False, False, True, True] and after
 
 
 @asyncio_test

@@ -28,17 +28,18 @@ garbage the rest of the daemon made meanwhile is then collected). A pause
 that has lasted longer than that ends at the next piece of work that begins
 or ends, even while others still hold it.
 
-A fetch of every offset of a group holds the pause for its whole life, not
-only for the pieces that run in a worker thread (:func:`collector_paused`,
-around the daemon's OffsetFetch of every offset): a small request whose
-answer may be 100,000 partitions, about half a million objects that live for
-a second or two and then die. With the collector running meanwhile, young
-collections walked them, and one such collection stopped the daemon for
-106-113 ms. Held for the fetch's life, they are freed by reference counting
-before the collector runs again. A big OffsetCommit does not hold it: what
-it leaves behind (each partition's cached znode paths, 100,000 objects that
-live on) would be walked in one collection when the pause ends (85-130 ms,
-measured) instead of a little at each young collection while it runs.
+Two kinds of big request hold the pause for their whole life, not only for
+the pieces that run in a worker thread (:func:`collector_paused`): a frame
+too big to decode inline (the transport's rule 7: an OffsetCommit of 460,000
+partitions), from its decoding until it is answered, and a fetch of every
+offset of a group (a small request whose answer may be 100,000 partitions).
+Their objects (half a million to a million) live for seconds and then die.
+With the collector running meanwhile, young collections walked them again
+and again: single collections of 106-186 ms stopped the daemon. Held for the
+request's life, they are freed by reference counting before the collector
+runs again, and no collection walks them. What such a request leaves behind
+is walked when the pause ends, in one collection: so a big commit does not
+cache its partitions' znode paths (``zk/offsets.py``).
 """
 
 from __future__ import annotations

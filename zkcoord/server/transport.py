@@ -42,7 +42,9 @@ Rules:
    (``request_max_bytes(api_key)``) closes the connection as soon as its
    size and api key are read, before the rest is buffered. A frame above
    ``INLINE_DECODE_BYTES`` is decoded in a worker thread while the
-   connection waits, so the loop keeps answering others. A connection with
+   connection waits, so the loop keeps answering others, and the cyclic
+   collector stays paused until it is answered
+   (:func:`zkcoord.server.bulk_work.collector_paused`). A connection with
    no request in flight that read and wrote nothing for
    ``connections_max_idle_ms``, or whose unfinished frame started that
    long ago, is closed (:class:`zkcoord.wire.connections.IdleSweep`). The
@@ -104,7 +106,7 @@ from zkcoord.wire.registry import COORDINATOR_APIS, ApiRegistry
 from zkcoord.wire.requests import DecodedRequest, decode_request
 from zkcoord.wire.responses import EncodedResponse, encode_response
 
-from .bulk_work import off_loop
+from .bulk_work import collector_paused, off_loop
 
 log = logging.getLogger(__name__)
 
@@ -557,6 +559,15 @@ class _Connection(asyncio.Protocol):
         self._send(pending.decoded, response)
 
     async def _answer(self, decoded: DecodedRequest | None, frame: bytes | None = None) -> None:
+        if decoded is not None:
+            await self._respond(decoded, None)
+            return
+        # A frame too big to decode inline holds the collector's pause until it is answered and its objects
+        # are freed (rule 7): _respond's locals are gone when the pause ends.
+        with collector_paused():
+            await self._respond(None, frame)
+
+    async def _respond(self, decoded: DecodedRequest | None, frame: bytes | None) -> None:
         response = None
         if decoded is None:
             try:
@@ -566,7 +577,6 @@ class _Connection(asyncio.Protocol):
                 log.warning("closing %s: %s", self.info, exc)
                 self._close()
                 return
-            del frame
             response = decoded.immediate_response
         close_after = False
         if decoded.api_key == SASL_HANDSHAKE or decoded.api_key == SASL_AUTHENTICATE:

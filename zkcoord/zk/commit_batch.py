@@ -90,8 +90,9 @@ class Targets:
         self._max = max_cached
         self._found: dict[tuple[str, str, int], Target] = {}
 
-    def __call__(self, group: str, topic: str, partition: int) -> Target:
-        """UsageError for a topic or partition that cannot be a znode name."""
+    def __call__(self, group: str, topic: str, partition: int, keep: bool = True) -> Target:
+        """UsageError for a topic or partition that cannot be a znode name.
+        Without ``keep``, a target not cached yet is made and not cached."""
         key = (group, topic, partition)
         found = self._found.get(key)
         if found is not None and type(partition) is int:  # True == 1 as a key
@@ -101,6 +102,8 @@ class Targets:
         name = paths.partition_name(partition)
         target = Target(topic, partition, name, odir, mdir, self.codec.path(f"{odir}/{name}"),
                         self.codec.path(f"{mdir}/{name}"))
+        if not keep:
+            return target
         if len(self._found) >= self._max:
             self._found.clear()
         self._found[key] = target
