@@ -334,11 +334,12 @@ def test_a_fetch_of_every_offset_is_answered_with_the_collector_paused_throughou
     """A fetch of every offset (a small request, an answer of 100,000 partitions
     for the largest group) holds the cyclic collector's pause from its first
     read to its encoded answer, so its objects are freed before the collector
-    runs again (zkcoord.server.bulk_work); its big answer is encoded in a worker
+    runs again (zkcoord.wire.bulk_work); its big answer is encoded in a worker
     thread and still right."""
     import gc
 
-    from zkcoord.server import apis, bulk_work
+    from zkcoord.server import apis
+    from zkcoord.wire import bulk_work
 
     group = unique_name("g")
     partitions = {p: "" for p in range(apis.BIG_ANSWER_ITEMS + 500)}  # a big answer: encoded off the loop

@@ -1,4 +1,4 @@
-"""server/bulk_work: the cyclic collector is paused while big work runs, for a bounded time."""
+"""wire/bulk_work: the cyclic collector is paused while big work runs, for a bounded time."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from zkcoord.server import bulk_work
+from zkcoord.wire import bulk_work
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_a_collector_disabled_before_stays_disabled(clock):
 
 
 def test_a_time_slice_yields_once_its_budget_has_passed_and_not_before(monkeypatch):
-    """A takeover loads groups in slices of time (zkcoord.server.bulk_work.TimeSlice):
+    """A takeover loads groups in slices of time (zkcoord.wire.bulk_work.TimeSlice):
     it yields to the event loop once 5 ms of work have passed, so requests that
     come meanwhile are answered as they came, not together after a batch."""
     now = [100.0]

@@ -387,3 +387,48 @@ async def test_many_group_requests_in_one_write_are_answered_in_turns(scene):
     assert handled.index("tick") == FRAMES_PER_TURN
     assert [n for n in handled if n != "tick"] == list(range(1, count + 1))
     assert broker.received == [count + 1]
+
+
+@in_scene
+async def test_a_group_request_too_big_to_decode_inline_is_decoded_off_the_loop_and_answered_in_order(scene):
+    """A group request above INLINE_DECODE_BYTES (an OffsetCommit of 460,000
+    partitions is 8 MiB) is decoded in a worker thread while the loop serves
+    others, then answered by the handler's awaited path with the cyclic
+    collector paused (zkcoord.wire.bulk_work); the requests after it wait for
+    it."""
+    import gc as collector
+
+    from zkcoord.core.limits import INLINE_DECODE_BYTES
+
+    broker, gateway, connect = scene
+
+    class Watched(Handler):
+        def __init__(self):
+            super().__init__()
+            self.awaited = []
+
+        def handle_now(self, decoded, info):
+            return self._answer(decoded)
+
+        async def __call__(self, decoded, info):
+            self.awaited.append((decoded.correlation_id, collector.isenabled()))
+            await asyncio.sleep(0)
+            return self._answer(decoded)
+
+    gateway.handler = Watched()
+    was = collector.isenabled()
+    collector.enable()
+    try:
+        client = await connect()
+        big = _message(HeartbeatRequest[0](group_id="g" * (INLINE_DECODE_BYTES + 1), generation_id=1,
+                                           member_id="m"), 1)
+        await client.send(big, _message(HeartbeatRequest[0](group_id="g", generation_id=1, member_id="m"), 2),
+                          _frame(LIST_OFFSETS, 5, 3))
+        answers = [await client.answer() for _ in range(3)]
+        enabled_after = collector.isenabled()
+    finally:
+        (collector.enable if was else collector.disable)()
+    assert [a[0] for a in answers] == [1, 2, 3]
+    assert [HeartbeatResponse.decode(a[1], version=0).error_code for a in answers[:2]] == [0, 0]
+    assert gateway.handler.awaited == [(1, False)] and enabled_after  # only the big one: awaited, paused
+    assert broker.received == [3]

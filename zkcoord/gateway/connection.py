@@ -53,7 +53,10 @@ Rules:
    the login's user (on SSL, the client certificate's).
 8. **Limits** (:mod:`zkcoord.core.limits`): a group request the gateway
    decodes is refused (the connection closes) above its API's limit, as on
-   the daemon's own port. The connection notes when it last read from or
+   the daemon's own port; one above ``INLINE_DECODE_BYTES`` is decoded in a
+   worker thread and answered by the handler's awaited path, as there (an
+   OffsetCommit of 460,000 partitions took the event loop for its whole
+   decoding before). The connection notes when it last read from or
    wrote to its client and when its unfinished frame started, for the
    gateway's idle sweep; it is busy while any answer is owed.
 9. **Turns**: at most ``FRAMES_PER_TURN`` group requests of one read are
@@ -72,9 +75,12 @@ from typing import Protocol
 from zkcoord.core.gateway import Route, route_of
 from zkcoord.core.limits import FRAMES_PER_TURN, RequestLimits
 from zkcoord.gateway.answer_order import AnswerOrder, Slot
-from zkcoord.gateway.routing import FORWARD, HANDLE, LOGIN, RefusedRequestError, Router
+from zkcoord.gateway.routing import (
+    DECODE, FORWARD, HANDLE, LOGIN, RefusedRequestError, Router, after_decoding, decode_group_request,
+)
 from zkcoord.gateway.upstream import BrokerLink, Expected
 from zkcoord.gateway.versions import versions_answer
+from zkcoord.wire.bulk_work import collector_paused, off_loop
 from zkcoord.wire.connections import ConnectionInfo, now_ms
 from zkcoord.wire.errors import WireProtocolError
 from zkcoord.wire.framing import RequestFrames, request_prefix
@@ -255,6 +261,9 @@ class ClientConnection(asyncio.Protocol):
             self._forward(frame, correlation_id, api_key, version, decision.rewrite, decision.answered)
         elif action == HANDLE:
             self._handle(decision.decoded)
+        elif action == DECODE:
+            self._handled += 1
+            self._local = asyncio.get_running_loop().create_task(self._answer_big(frame, api_key, version))
         elif action == LOGIN:
             self._local = asyncio.get_running_loop().create_task(self._log_in(frame, decision.decoded))
         else:
@@ -344,6 +353,31 @@ class ClientConnection(asyncio.Protocol):
         slot.data = data
         self._answers.flush()
         self._process()
+
+    async def _answer_big(self, frame: bytes, api_key: int, version: int) -> None:
+        """A group request too big to decode inline (rule 8): decoded in a worker
+        thread, then answered by the handler's awaited path (or forwarded), the
+        cyclic collector paused until then (:func:`zkcoord.wire.bulk_work.collector_paused`)."""
+        with collector_paused():
+            await self._decode_and_answer(frame, api_key, version)  # its objects are freed when it returns
+
+    async def _decode_and_answer(self, frame: bytes, api_key: int, version: int) -> None:
+        try:
+            decoded = await off_loop(decode_group_request, frame)
+        except WireProtocolError as exc:
+            log.warning("closing gateway %s: %s", self.info, exc)
+            self._local = None
+            self.close()
+            return
+        decision = after_decoding(decoded)
+        if decision.action == FORWARD:
+            self._local = None
+            if not self.closed:
+                self._forward(frame, decoded.correlation_id, api_key, version, decision.rewrite, True)
+                self._link.push()
+                self._process()
+            return
+        await self._answer(decoded, self._answers.reserve())
 
     async def _local_step(self, step, what: str, decoded: DecodedRequest):
         """``await step`` for the request in flight (rule 3); None when the

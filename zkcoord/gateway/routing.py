@@ -23,8 +23,9 @@ from typing import NamedTuple, Protocol
 from kafka.protocol.producer import ProduceRequest
 from kafka.protocol.schemas.fields.codecs import Int16, UnsignedVarInt32
 
-from zkcoord.core.api_keys import PRODUCE
+from zkcoord.core.api_keys import FIND_COORDINATOR, PRODUCE
 from zkcoord.core.gateway import Route, VersionTable, needs_rewrite, route_of
+from zkcoord.core.limits import INLINE_DECODE_BYTES
 from zkcoord.wire.errors import MalformedFrameError, WireProtocolError
 from zkcoord.wire.framing import FRAME_SIZE_PREFIX_BYTES
 from zkcoord.wire.registry import COORDINATOR_APIS, ApiRegistry
@@ -33,7 +34,7 @@ from zkcoord.wire.requests import DecodedRequest, decode_request, decode_request
 __all__ = ["Router", "Decision", "RefusedRequestError", "produce_expects_response",
            "FORWARD", "HANDLE", "VERSIONS", "LOGIN"]
 
-FORWARD, HANDLE, VERSIONS, LOGIN = "forward", "handle", "versions", "login"
+FORWARD, HANDLE, VERSIONS, LOGIN, DECODE = "forward", "handle", "versions", "login", "decode"
 
 
 class RefusedRequestError(WireProtocolError):
@@ -42,8 +43,11 @@ class RefusedRequestError(WireProtocolError):
 
 class Decision(NamedTuple):
     """What to do with one request: ``action`` (FORWARD, HANDLE, VERSIONS,
-    LOGIN); a forwarded one's answer is ``rewrite``-n, and ``answered`` at
-    all; HANDLE and LOGIN carry the request ``decoded``."""
+    LOGIN, DECODE); a forwarded one's answer is ``rewrite``-n, and ``answered`` at
+    all; HANDLE and LOGIN carry the request ``decoded``. DECODE: a group
+    request too big to decode on the event loop (``INLINE_DECODE_BYTES``):
+    decode it in a worker thread (:func:`decode_group_request`), then
+    :func:`after_decoding` says what to do."""
 
     action: str
     rewrite: bool = False
@@ -54,6 +58,7 @@ class Decision(NamedTuple):
 _FORWARDS = tuple(tuple(Decision(FORWARD, rewrite, answered) for answered in (False, True))
                   for rewrite in (False, True))  # [rewrite][answered]: one of four, made once
 _VERSIONS = Decision(VERSIONS)
+_DECODE = Decision(DECODE)
 
 
 class BrokerVersions(Protocol):
@@ -86,13 +91,10 @@ class Router:
             self._check_upstream_api(api_key, version)
             answered = api_key != PRODUCE or produce_expects_response(frame, version)
             return _FORWARDS[route is Route.REWRITE and needs_rewrite(api_key, version)][answered]
-        if route is Route.LOCAL:
-            return Decision(HANDLE, decoded=_decoded(frame, COORDINATOR_APIS))
-        if route is Route.COORDINATOR:
-            decoded = _decoded(frame, COORDINATOR_APIS)
-            if (getattr(decoded.request, "key_type", 0) or 0) == 0:
-                return Decision(HANDLE, decoded=decoded)
-            return _FORWARDS[True][True]  # transaction ids (and any future key type): the brokers' coordinators
+        if route is Route.LOCAL or route is Route.COORDINATOR:
+            if len(frame) - FRAME_SIZE_PREFIX_BYTES > INLINE_DECODE_BYTES:
+                return _DECODE
+            return after_decoding(_decoded(frame, COORDINATOR_APIS))
         if route is Route.VERSIONS:
             return _VERSIONS
         if route is Route.LOGIN and self._login_apis is not None:
@@ -112,6 +114,20 @@ class Router:
 
 def _decoded(frame: bytes, apis: ApiRegistry) -> DecodedRequest:
     return decode_request(memoryview(frame)[FRAME_SIZE_PREFIX_BYTES:], apis)
+
+
+def decode_group_request(frame: bytes) -> DecodedRequest:
+    """A group request's frame (size prefix included) decoded; the wire's errors when it does not decode."""
+    return _decoded(frame, COORDINATOR_APIS)
+
+
+def after_decoding(decoded: DecodedRequest) -> Decision:
+    """What to do with a decoded group request: HANDLE it, or (a FindCoordinator
+    of transaction ids, or any future key type) FORWARD it to the brokers'
+    coordinators."""
+    if decoded.api_key == FIND_COORDINATOR and (getattr(decoded.request, "key_type", 0) or 0) != 0:
+        return _FORWARDS[True][True]
+    return Decision(HANDLE, decoded=decoded)
 
 
 def produce_expects_response(frame: bytes, api_version: int) -> bool:

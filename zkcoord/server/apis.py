@@ -65,12 +65,12 @@ from zkcoord.server.authorization import (
     OPEN, UNKNOWN_OPERATIONS, GroupAccess, Operation, commit_authorized, fetch_authorized, with_refused,
 )
 from zkcoord.server.group_runtime import NOT_NOW, GroupUnavailableError
-from zkcoord.server.bulk_work import SLICE, collector_paused, off_loop, pause_every
 from zkcoord.server.consumer_apis import ConsumerGroupApis
 from zkcoord.server.consumer_apis import new_member_id as consumer_member_id
 from zkcoord.topic_ids import topic_id_text, topic_id_uuid
 from zkcoord.server.manager import UNKNOWN_TOKEN
 from zkcoord.server.member_connections import MemberConnections
+from zkcoord.wire.bulk_work import SLICE, collector_paused, off_loop, pause_every
 from zkcoord.wire.connections import ConnectionInfo
 from zkcoord.wire.messages import api_versions_response
 from zkcoord.wire.registry import COORDINATOR_APIS

@@ -52,10 +52,10 @@ from zkcoord.core.consumer.model import ConsumerGroup, LEAVE_EPOCH, STATIC_LEAVE
 from zkcoord.core.errors import ErrorCode, validate_group_id
 from zkcoord.errors import StateError, StateTooLargeError, ZkcoordError
 from zkcoord.server.authorization import Operation
-from zkcoord.server.bulk_work import pause_every
 from zkcoord.server.group_runtime import NOT_NOW, OFF_LOOP_RECORDS_MEMBERS, GroupUnavailableError
 from zkcoord.server.manager import UNKNOWN_TOKEN
 from zkcoord.topic_ids import topic_id_text, topic_id_uuid
+from zkcoord.wire.bulk_work import pause_every
 from zkcoord.wire.responses import cached_response, encoded_response, response_for
 
 if TYPE_CHECKING:

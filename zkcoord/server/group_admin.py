@@ -30,9 +30,9 @@ from zkcoord.core.errors import ErrorCode
 from zkcoord.core.group import describe_missing
 from zkcoord.core.groups import kind_of
 from zkcoord.errors import ZkcoordError
-from zkcoord.server.bulk_work import SLICE, pause_every
 from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
 from zkcoord.tasks import Background
+from zkcoord.wire.bulk_work import SLICE, pause_every
 
 if TYPE_CHECKING:
     from zkcoord.server.manager import GroupManager

@@ -22,7 +22,7 @@ A commit follows the rule every write follows (:mod:`zkcoord.core.offset_commit`
    member is answered, per partition.
 
 A request with thousands of partitions is worked through in slices of
-:data:`~zkcoord.server.bulk_work.SLICE`, yielding to the event loop between
+:data:`~zkcoord.wire.bulk_work.SLICE`, yielding to the event loop between
 them; an OffsetFetch keeps its partitions per topic as asked
 (:mod:`zkcoord.core.offset_fetch`) and the store reads only those with a
 committed offset.
@@ -54,11 +54,11 @@ from zkcoord.core.offset_commit import CommitRequest, after_commit, decide_commi
 from zkcoord.core.offset_fetch import FetchAnswer, Wanted
 from zkcoord.errors import NotOwnerError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
-from zkcoord.server.bulk_work import in_slices
 from zkcoord.server.dual_commit import ForwardedOffsets
 from zkcoord.server.group_runtime import NOT_NOW, GroupRuntime, GroupUnavailableError
 from zkcoord.server.offset_storage import OffsetStorages
 from zkcoord.tasks import Background
+from zkcoord.wire.bulk_work import in_slices
 from zkcoord.zk.modes import ModeRequestWatch
 
 if TYPE_CHECKING:

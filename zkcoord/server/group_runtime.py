@@ -53,7 +53,7 @@ from zkcoord.core.membership import GroupConfig
 from zkcoord.core.messages import Offloaded, Outcome, Reply, Schedule
 from zkcoord.tasks import Background
 from zkcoord.errors import GroupRequestError, NotOwnerError, StateError, ZkcoordError
-from zkcoord.server.bulk_work import off_loop
+from zkcoord.wire.bulk_work import off_loop
 
 log = logging.getLogger(__name__)
 RENDER_SLICE = 100  # parked answers rendered between two yields to the event loop

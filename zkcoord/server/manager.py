@@ -70,13 +70,13 @@ from zkcoord.core.membership import GroupConfig
 from zkcoord.core.placement import choose_node
 from zkcoord.errors import StateError, ZkcoordError
 from zkcoord.kafka.forwarder import KafkaForwarder
-from zkcoord.server.bulk_work import SLICE
 from zkcoord.server.group_admin import GroupAdmin
 from zkcoord.server.group_offsets import GroupOffsets
 from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError, monotonic_ms
 from zkcoord.server.handover import Handovers
 from zkcoord.server.takeover import Takeover, TakeoverLoading
 from zkcoord.tasks import Background, retrieve
+from zkcoord.wire.bulk_work import SLICE
 from zkcoord.zk import paths
 from zkcoord.zk.group_reads import unknown_groups
 from zkcoord.zk.handover import LegacyRebalanceZk

@@ -117,7 +117,7 @@ from zkcoord.core.errors import ErrorCode
 from zkcoord.core.groups import KINDS, GroupPhase, kind_of
 from zkcoord.core.membership import OFFSET_STORAGES
 from zkcoord.core.peer_probe import END_RESULTS, Outcome
-from zkcoord.server.bulk_work import off_loop
+from zkcoord.wire.bulk_work import off_loop
 from zkcoord.wire.response_errors import first_error_code
 from zkcoord.wire.responses import EncodedResponse
 from zkcoord.zk.connection import SessionEvent

@@ -84,9 +84,9 @@ from typing import Any
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.placement import groups_to_take, takeover_due
 from zkcoord.errors import ZkcoordError
-from zkcoord.server.bulk_work import TimeSlice, pause_every
 from zkcoord.server.group_runtime import GroupRuntime, GroupUnavailableError
 from zkcoord.tasks import Background, retrieve
+from zkcoord.wire.bulk_work import TimeSlice, pause_every
 from zkcoord.zk.ownership import BATCH
 
 __all__ = ["Takeover", "TakeoverLoading"]

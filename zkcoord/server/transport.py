@@ -44,7 +44,7 @@ Rules:
    ``INLINE_DECODE_BYTES`` is decoded in a worker thread while the
    connection waits, so the loop keeps answering others, and the cyclic
    collector stays paused until it is answered
-   (:func:`zkcoord.server.bulk_work.collector_paused`). A connection with
+   (:func:`zkcoord.wire.bulk_work.collector_paused`). A connection with
    no request in flight that read and wrote nothing for
    ``connections_max_idle_ms``, or whose unfinished frame started that
    long ago, is closed (:class:`zkcoord.wire.connections.IdleSweep`). The
@@ -93,6 +93,7 @@ from zkcoord.core.api_keys import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAK
 from zkcoord.core.limits import (
     DEFAULT_CONNECTIONS_MAX_IDLE_MS, DEFAULT_PARTIAL_REQUESTS_MAX_BYTES, FRAMES_PER_TURN, INLINE_DECODE_BYTES,
 )
+from zkcoord.wire.bulk_work import collector_paused, off_loop
 from zkcoord.wire.connections import ConnectionInfo, IdleSweep
 from zkcoord.wire.connections import now_ms as _now_ms
 from zkcoord.wire.errors import (
@@ -105,8 +106,6 @@ from zkcoord.wire.listener_security import (
 from zkcoord.wire.registry import COORDINATOR_APIS, ApiRegistry
 from zkcoord.wire.requests import DecodedRequest, decode_request
 from zkcoord.wire.responses import EncodedResponse, encode_response
-
-from .bulk_work import collector_paused, off_loop
 
 log = logging.getLogger(__name__)
 
