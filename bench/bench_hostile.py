@@ -29,7 +29,10 @@ sending its request again as soon as the last is answered:
   their answers, again and again.
 
 The daemon serves ``--metrics-listen`` as every sandbox daemon does (each
-answer's error is counted); ``--no-metrics`` runs it without.
+answer's error is counted); ``--no-metrics`` runs it without. With
+``--gateway`` the daemon also runs its gateway, and the hostile client and
+the victim both go through it (the gateway decodes the group requests and
+hands them to the daemon's handler in the same process).
 
 Prints per kind the heartbeat p50/p99/max, the p99 ratio to the quiet run,
 and whether the p99 meets the 50 ms goal. Run by hand:
@@ -213,10 +216,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(env, kinds: list[str], seconds: float) -> None:
+def measure(env, kinds: list[str], seconds: float, gateway: bool = False) -> None:
     from bench_env import cpu_snapshot  # noqa: F401 - the same environment as the other benchmarks
 
-    address = env.daemon_address
+    address = env.gateway_address if gateway else env.daemon_address
     quiet = asyncio.run(heartbeats(address, seconds))
     rows = [("none", quiet)]
     for kind in kinds:
@@ -230,7 +233,8 @@ def measure(env, kinds: list[str], seconds: float) -> None:
             time.sleep(SETTLE_S)  # the daemon finishes the request it was serving before the next row
     base = percentile(quiet, 0.99)
     metrics = "with" if "--metrics-listen" in env.daemon_args else "without"
-    print(f"\nheartbeat latency of another group on the same daemon ({metrics} metrics), {seconds:g} s per row "
+    where = "through the daemon's gateway" if gateway else "on the same daemon"
+    print(f"\nheartbeat latency of another group {where} ({metrics} metrics), {seconds:g} s per row "
           f"(goal: p99 under {GOAL_P99_MS:g} ms)")
     print(f"{'hostile':<13} {'beats':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'p99/quiet':>10}  goal")
     for kind, values in rows:
@@ -244,6 +248,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--no-metrics", action="store_true", help="run the daemon without --metrics-listen")
+    parser.add_argument("--gateway", action="store_true",
+                        help="the hostile client and the victim go through the daemon's gateway")
     parser.add_argument("--workdir", type=Path, help="keep the sandbox's and the daemon's logs here [a temp dir, removed]")
     parser.add_argument("--hostile", nargs=2, metavar=("KIND", "HOST:PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -260,18 +266,20 @@ def main() -> int:
     daemon_args = () if args.no_metrics else ("--metrics-listen", "127.0.0.1:0")
     if args.workdir is not None:  # kept, with the daemon's log
         args.workdir.mkdir(parents=True, exist_ok=True)
-        run(Environment(args.workdir, topic="t", topic_partitions=1, daemon_args=daemon_args), args)
+        run(Environment(args.workdir, topic="t", topic_partitions=1, daemon_args=daemon_args, gateway=args.gateway),
+            args)
         print(f"logs in {args.workdir}")
         return 0
     with tempfile.TemporaryDirectory(prefix="zkcoord-bench-hostile-") as workdir:
-        run(Environment(Path(workdir), topic="t", topic_partitions=1, daemon_args=daemon_args), args)
+        run(Environment(Path(workdir), topic="t", topic_partitions=1, daemon_args=daemon_args,
+                        gateway=args.gateway), args)
     return 0
 
 
 def run(env, args) -> None:
     try:
         env.start()
-        measure(env, args.kinds.split(","), args.seconds)
+        measure(env, args.kinds.split(","), args.seconds, args.gateway)
     finally:
         env.stop()
 
