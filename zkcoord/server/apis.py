@@ -545,10 +545,9 @@ class ApiHandler:
         return cached_response(decoded, tuple(codes), lambda: _commit_fields(codes))
 
     async def offset_fetch(self, decoded, connection):
-        r = decoded.request
-        if r.topics is None if decoded.api_version < 8 else any(g.topics is None for g in r.groups):
-            # A fetch of every offset: a small request whose answer may be 100,000 partitions. Its objects
-            # are freed before the cyclic collector runs again (bulk_work.collector_paused).
+        if _fetches_every_offset(decoded):
+            # A small request whose answer may be 100,000 partitions: its objects are freed before the cyclic
+            # collector runs again (bulk_work.collector_paused).
             with collector_paused():
                 return await self._offset_fetch(decoded, connection)
         return await self._offset_fetch(decoded, connection)
@@ -656,6 +655,14 @@ async def _answer(decoded, items: int, build=None, /, **fields):
         return answer()
     # Only the bytes are kept: the answer's objects (100,000 partitions) are freed in the worker thread.
     return await off_loop(lambda: encoded_response(decoded, answer(), keep_message=False))
+
+
+def _fetches_every_offset(decoded) -> bool:
+    """An OffsetFetch of every offset of a group (or, v8+, of more than SLICE groups)."""
+    r = decoded.request
+    if decoded.api_version < 8:
+        return r.topics is None
+    return len(r.groups) > SLICE or any(g.topics is None for g in r.groups)
 
 
 def _wanted(topics, names=None) -> dict[str, list[int]] | None:
