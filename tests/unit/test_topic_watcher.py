@@ -60,3 +60,42 @@ def test_an_observed_count_updates_the_image():
 
     grown, deleted = asyncio.run(scenario())
     assert grown.partitions_of(A) == 6 and deleted.id_of("a") is None
+
+
+def test_tracking_names_the_topics_a_group_did_not_track_before():
+    async def scenario():
+        w, _ = watcher()
+        return [await w.track("g", frozenset({"a"})), await w.track("g", frozenset({"a"})),
+                await w.track("g", frozenset({"a", "b"})), await w.track("g", frozenset({"b"}))]
+
+    assert asyncio.run(scenario()) == [frozenset({"a"}), frozenset(), frozenset({"b"}), frozenset()]
+
+
+def test_a_consumer_group_looks_at_its_topics_again_once_they_are_tracked(monkeypatch):
+    """The race of a topic created just before a member subscribes: the group's
+    decision read the image without it, the image changed while the group's
+    state was written (naming no group: it was not tracked yet), and the group is
+    tracked after. It must look at the image again, or it never sees the topic."""
+    from zkcoord.core.consumer.model import ConsumerGroup
+    from zkcoord.core.group import Group, GroupConfig
+    from zkcoord.server import subscriptions
+    from zkcoord.server.manager import GroupManager
+
+    async def scenario():
+        w, _ = watcher()
+        m = GroupManager(1, GroupConfig(), None, None, None, nodes=None, topic_watcher=w)
+        looked = []
+
+        async def metadata_changed(group_id, from_image=False):
+            looked.append((group_id, from_image))
+
+        m.metadata_changed = metadata_changed
+        monkeypatch.setattr(subscriptions, "subscribed_topics", lambda group: frozenset({"t"}))
+        await w._set_image({"t": (A, 4)})  # the image changes before the group is tracked
+        consumer = ConsumerGroup(group_id="cg")
+        await m._track(consumer)
+        await m._track(consumer)  # nothing newly tracked: no second look
+        await m._track(Group(group_id="classic"))  # a classic group's clients assign: they learn it otherwise
+        return looked
+
+    assert asyncio.run(scenario()) == [("cg", True)]

@@ -416,10 +416,20 @@ class GroupManager(TakeoverLoading):
         """Watch the partition counts of what the group's members subscribe to."""
         if self.topic_watcher is None:
             return
+        self._background.spawn(self._track(group), f"watch the topics of group {group.group_id}")
+
+    async def _track(self, group) -> None:
+        """Track the group's topics; a group assigning from the topics image looks
+        at newly tracked ones again. Its decision read the image before its state
+        was written, and it is tracked only after: an image that changed in
+        between (a topic created just before the member subscribed) named no
+        group, and the group would never have seen the topic (Kafka 4.x refreshes
+        a consumer group's metadata only when the image changes)."""
         from zkcoord.server.subscriptions import subscribed_topics
 
-        self._background.spawn(self.topic_watcher.track(group.group_id, subscribed_topics(group)),
-                               f"watch the topics of group {group.group_id}")
+        added = await self.topic_watcher.track(group.group_id, subscribed_topics(group))
+        if added and kind_of(group).assigns_from_image:
+            await self.metadata_changed(group.group_id, from_image=True)
 
     async def metadata_changed(self, group_id: str, from_image: bool = False) -> None:
         """A subscribed topic changed: in the topics image (``from_image``:

@@ -94,11 +94,13 @@ class TopicWatcher:
         if self._kafka is not None:
             self._kafka.close()
 
-    async def track(self, group_id: str, topics: frozenset[str]) -> None:
-        """The group now subscribes to ``topics`` (replacing what it had)."""
+    async def track(self, group_id: str, topics: frozenset[str]) -> frozenset[str]:
+        """The group now subscribes to ``topics`` (replacing what it had); the
+        topics it did not track before. A change of those in the image before
+        now named no group: the caller asks the group to look again."""
         old = self._topics.get(group_id, frozenset())
         if topics == old:
-            return
+            return frozenset()
         self._topics[group_id] = topics
         for topic in old - topics:
             self._groups.get(topic, set()).discard(group_id)
@@ -110,6 +112,7 @@ class TopicWatcher:
                         topic, lambda count, t=topic: self._observed(t, count))
                 except ZkcoordError as exc:
                     log.warning("cannot watch topic %s: %s", topic, exc)
+        return topics - old
 
     def untrack(self, group_id: str) -> None:
         for topic in self._topics.pop(group_id, frozenset()):
