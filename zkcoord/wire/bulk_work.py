@@ -20,18 +20,18 @@ another group's heartbeats measured up to 1 s late (``bench/bench_hostile.py``,
 OffsetFetch of 2M partitions). Decoded requests and encoded answers hold no
 reference cycles, so reference counting frees them; the cyclic collector is
 paused while such work runs, counted, so overlapping work keeps it paused
-until the last ends, and only if it was enabled before. A pause lasts at most
-about ``MAX_PAUSE_S`` plus one piece of work: work that starts later, while
-others still hold the pause, does not join it, so the collector runs again
-once those end even under a steady flood of big requests (whatever cyclic
-garbage the rest of the daemon made meanwhile is then collected). A pause
-that has lasted longer than that ends at the next piece of work that begins
-or ends, even while others still hold it.
+until the last ends, and only if it was enabled before. A pause is bounded
+by ``MAX_PAUSE_S``: work that starts later, while others still hold the
+pause, does not join it, and the pause ends at the next piece of work that
+begins or ends, even while others still hold it; so the collector runs again
+even under a steady flood of big requests (whatever cyclic garbage the rest
+of the daemon made meanwhile is then collected).
 
 Two kinds of big request hold the pause for their whole life, not only for
 the pieces that run in a worker thread (:func:`collector_paused`): a frame
-too big to decode inline (the transport's rule 7: an OffsetCommit of 460,000
-partitions), from its decoding until it is answered, and a fetch of every
+too big to decode inline (the transport's rule 7, and the gateway's rule 8:
+an OffsetCommit of 460,000 partitions), from its decoding until it is
+answered, and a fetch of every
 offset of a group (a small request whose answer may be 100,000 partitions).
 Their objects (half a million to a million) live for seconds and then die.
 With the collector running meanwhile, young collections walked them again
