@@ -31,8 +31,8 @@ from zkcoord.wire.framing import FRAME_SIZE_PREFIX_BYTES
 from zkcoord.wire.registry import COORDINATOR_APIS, ApiRegistry
 from zkcoord.wire.requests import DecodedRequest, decode_request, decode_request_header
 
-__all__ = ["Router", "Decision", "RefusedRequestError", "produce_expects_response",
-           "FORWARD", "HANDLE", "VERSIONS", "LOGIN"]
+__all__ = ["Router", "Decision", "RefusedRequestError", "produce_expects_response", "decode_group_request",
+           "after_decoding", "FORWARD", "HANDLE", "VERSIONS", "LOGIN", "DECODE"]
 
 FORWARD, HANDLE, VERSIONS, LOGIN, DECODE = "forward", "handle", "versions", "login", "decode"
 

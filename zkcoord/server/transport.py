@@ -542,8 +542,8 @@ class _Connection(asyncio.Protocol):
     def _await(self, decoded: DecodedRequest | None, frame: bytes | None = None) -> None:
         """Answer ``decoded`` in a task; with ``frame`` instead, decode it in
         a worker thread first (rule 7)."""
-        self._task = asyncio.get_running_loop().create_task(
-            self._answer(decoded, frame), name=f"kafka-{self.info.connection_id}")
+        step = self._answer(decoded, None) if frame is None else self._answer_big(frame)
+        self._task = asyncio.get_running_loop().create_task(step, name=f"kafka-{self.info.connection_id}")
 
     def _answered(self, pending: _Pending, response: object) -> None:
         """A request taken by ``handle_soon`` is answered (an exception: the handler failed)."""
@@ -557,16 +557,14 @@ class _Connection(asyncio.Protocol):
             return
         self._send(pending.decoded, response)
 
-    async def _answer(self, decoded: DecodedRequest | None, frame: bytes | None = None) -> None:
-        if decoded is not None:
-            await self._respond(decoded, None)
-            return
-        # A frame too big to decode inline holds the collector's pause until it is answered and its objects
-        # are freed (rule 7): _respond's locals are gone when the pause ends.
+    async def _answer_big(self, frame: bytes) -> None:
+        """A frame too big to decode inline: it holds the collector's pause until it
+        is answered and its objects are freed (rule 7): _answer's locals are gone
+        when the pause ends."""
         with collector_paused():
-            await self._respond(None, frame)
+            await self._answer(None, frame)
 
-    async def _respond(self, decoded: DecodedRequest | None, frame: bytes | None) -> None:
+    async def _answer(self, decoded: DecodedRequest | None, frame: bytes | None) -> None:
         response = None
         if decoded is None:
             try:
