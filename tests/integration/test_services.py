@@ -18,7 +18,22 @@ pytestmark = pytest.mark.integration
 
 
 def create_topic(admin, name: str, partitions: int) -> None:
-    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    """The topic created; the sandbox's broker is shared, and a test of another
+    worker may be restarting it: its CreateTopics then answers UNKNOWN_SERVER_ERROR
+    (seen in CI), so a transient error is retried for up to 60 s."""
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+            return
+        except TopicAlreadyExistsError:
+            return  # an earlier try landed after all
+        except KafkaError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):
