@@ -232,6 +232,7 @@ class ZkConnection:
         self.fail_when_refused = fail_when_refused  # a command's: rule 4 of the module docstring
         self.retry = aio.AsyncRetry(self.hosts, self.request_timeout_ms / 1000)
         self._client: KazooClient | None = None
+        self._peer_of: tuple[Any, tuple[str, int] | None] = (None, None)  # kazoo's socket, its peer's address
         self._listeners: dict[Listener, asyncio.AbstractEventLoop | None] = {}
         self._session_id: int | None = None
         self._suspended = False
@@ -275,6 +276,24 @@ class ZkConnection:
     @property
     def connected(self) -> bool:
         return self._client is not None and self._client.connected and not self._stopping
+
+    def current_server(self) -> tuple[str, int] | None:
+        """The address (host, port) of the server the session is connected to
+        now; None while not connected. Read off kazoo's socket, the peer's
+        address looked up again only when kazoo has a new socket."""
+        client = self._client
+        if client is None or self._stopping or not client.connected:
+            return None
+        sock = getattr(getattr(client, "_connection", None), "_socket", None)
+        if sock is None:
+            return None
+        if sock is not self._peer_of[0]:
+            try:
+                peer = sock.getpeername()
+            except (OSError, AttributeError):
+                return None
+            self._peer_of = (sock, (peer[0], peer[1]))
+        return self._peer_of[1]
 
     def start(self) -> None:
         """Connect, or raise ServiceUnavailableError naming address and time-out

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from kazoo.exceptions import EXCEPTIONS, ZookeeperError
 from kazoo.security import OPEN_ACL_UNSAFE
 
-__all__ = ["OpCodec", "EncodedMulti", "MultiRefused", "refusal"]
+__all__ = ["OpCodec", "EncodedMulti", "MultiRefused", "refusal", "exception_of"]
 
 _INT = struct.Struct("!i")
 _HEADER = struct.Struct("!iBi")  # MultiHeader: type, done, err
@@ -151,7 +151,8 @@ class EncodedMulti:
         return f"EncodedMulti({self.ops} ops, {len(self.payload)} bytes)"
 
 
-def _exception(err: int) -> BaseException:
+def exception_of(err: int) -> BaseException:
+    """kazoo's exception for a ZooKeeper error code (a plain ZookeeperError for an unknown one)."""
     known = EXCEPTIONS.get(err)  # not EXCEPTIONS[err]: its default raises
     return known() if known is not None else ZookeeperError(f"ZooKeeper error code {err}")
 
@@ -163,9 +164,9 @@ def refusal(buf: bytes, offset: int) -> MultiRefused:
     while True:
         op_type, done, _ = _HEADER.unpack_from(buf, offset)
         if done or op_type != _ERROR:
-            return MultiRefused(-1, _exception(_RUNTIME_INCONSISTENCY))
+            return MultiRefused(-1, exception_of(_RUNTIME_INCONSISTENCY))
         err = _INT.unpack_from(buf, offset + _HEADER.size)[0]
         offset += _HEADER.size + _INT.size
         if err not in (_ROLLED_BACK, _RUNTIME_INCONSISTENCY):
-            return MultiRefused(index, _exception(err))
+            return MultiRefused(index, exception_of(err))
         index += 1

@@ -68,6 +68,7 @@ from zkcoord.zk import aio, paths
 from zkcoord.zk.auth import OPEN_ACL
 from zkcoord.zk.commit_batch import OP_OVERHEAD_BYTES, Batch, Callback, CommitQueue, Entry, QueuedCommit, Targets
 from zkcoord.zk.jute import EncodedMulti, OpCodec
+from zkcoord.zk.multi_session import MultiSession, usable
 from zkcoord.zk.multi_read import GET_DATA, read_many
 from zkcoord.zk.connection import ZkConnection
 from zkcoord.zk.ownership import Fence
@@ -225,6 +226,9 @@ class OffsetStore:
         self._watchdog: asyncio.TimerHandle | None = None  # fails commits past their deadline
         self._client = None  # the kazoo client the encodings below are for (its chroot and ACL)
         self._targets: Targets | None = None
+        # The commits' multis go on a session of the event loop's own (zk/multi_session.py), not through kazoo's
+        # thread; with a SASL login, through kazoo.
+        self._multis = MultiSession(conn) if usable(conn.security) else None
         self._commits = CommitQueue(OpCodec(), max_ops=max_ops_per_multi, max_bytes=max_multi_bytes,
                                     describe=lambda exc, what: aio.translate(exc, what, conn.hosts),
                                     on_deposed=on_deposed)
@@ -383,6 +387,8 @@ class OffsetStore:
         self._commits.drain(ServiceUnavailableError("the offset store was stopped; the commit may or may not "
                                                     "have landed"))
         self._commits.in_flight = None
+        if self._multis is not None:
+            await self._multis.close()
 
     def forget(self, group: str) -> None:
         """Drop what is cached about ``group`` (e.g. when we stop owning it)."""
@@ -429,7 +435,10 @@ class OffsetStore:
             self.stats.multis += 1
             self.stats.ops += len(ops)
             sent = True
-            answer = await aio.call_request(self._conn.client, EncodedMulti(ops))
+            if self._multis is not None:
+                answer = await self._multis.multi(EncodedMulti(ops))
+            else:
+                answer = await aio.call_request(self._conn.client, EncodedMulti(ops))
         except ConnectionClosedError as exc:
             commits.failed(batch, aio.translate(exc, "commit offsets", self._conn.hosts))
             return False

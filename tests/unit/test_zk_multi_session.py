@@ -1,0 +1,214 @@
+"""zk/multi_session.py against a scripted peer on a local socket: what a server that misbehaves
+gets (silence, a broken stream, an error header, a refused session or login), and the frames the
+session sends (the connect handshake, the login, pings). The real ZooKeeper's side is in
+tests/integration/test_zk_multi_session.py."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from dataclasses import dataclass
+
+import pytest
+from kazoo.exceptions import AuthFailedError, ConnectionLoss, NoNodeError
+
+from zkcoord.zk.auth import ZkSecurity
+from zkcoord.zk.jute import EncodedMulti, OpCodec
+from zkcoord.zk.multi_session import MultiSession
+
+_INT = struct.Struct("!i")
+_REPLY = struct.Struct("!iqi")
+
+
+@dataclass
+class _Conn:
+    server: tuple[str, int] | None
+    security: ZkSecurity | None = None
+    session_timeout_ms: int = 30_000
+    connect_timeout_ms: int = 5_000
+
+    def current_server(self):
+        return self.server
+
+
+class _Peer:
+    """A scripted server: reads frames, answers with ``script(kind, frame)``."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+        self.frames: list[bytes] = []
+        self.server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> tuple[str, int]:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[:2]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                length = _INT.unpack(await reader.readexactly(4))[0]
+                frame = await reader.readexactly(length)
+                self.frames.append(frame)
+                out = self.answer(len(self.frames), frame)
+                if out is None:
+                    continue
+                if out == b"CLOSE":
+                    writer.close()
+                    return
+                writer.write(out)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+
+    async def stop(self) -> None:
+        self.server.close()
+
+
+def _framed(body: bytes) -> bytes:
+    return _INT.pack(len(body)) + body
+
+
+def _connected(timeout_ms: int = 30_000, session_id: int = 0x77) -> bytes:
+    return _framed(struct.pack("!iiq", 0, timeout_ms, session_id) + _INT.pack(16) + bytes(16) + b"\0")
+
+
+def _reply(frame: bytes, err: int = 0, body: bytes = b"") -> bytes:
+    xid = _INT.unpack_from(frame)[0]
+    return _framed(_REPLY.pack(xid, 5, err) + body)
+
+
+_APPLIED = struct.pack("!iBi", 5, False, 0) + bytes(68) + struct.pack("!iBi", -1, True, -1)  # one setData's result
+
+
+def _multi() -> EncodedMulti:
+    return EncodedMulti([OpCodec().set_data("/a", b"1")])
+
+
+def _run(answer, scenario, **conn):
+    async def main():
+        peer = _Peer(answer)
+        address = await peer.start()
+        session = MultiSession(_Conn(address, **conn))
+        try:
+            return await scenario(session, peer)
+        finally:
+            await session.close()
+            await peer.stop()
+    return asyncio.run(main())
+
+
+def test_the_handshake_then_a_multi_applied():
+    def answer(n, frame):
+        return _connected() if n == 1 else _reply(frame, body=_APPLIED)
+
+    async def scenario(session, peer):
+        assert await session.multi(_multi()) == []
+        assert session.session_id == 0x77
+        connect = peer.frames[0]
+        # protocolVersion 0, lastZxidSeen 0, the time-out asked for, session 0, a 16-byte password, not read-only
+        assert struct.unpack_from("!iqiq", connect) == (0, 0, 30_000, 0) and len(connect) == 45
+        xid, op = struct.unpack_from("!ii", peer.frames[1])
+        assert (xid, op) == (1, 14) and peer.frames[1][8:] == _multi().payload
+    _run(answer, scenario)
+
+
+def test_an_error_in_the_answers_header_is_kazoos_exception_and_the_session_stays():
+    def answer(n, frame):
+        if n == 1:
+            return _connected()
+        return _reply(frame, err=-101) if n == 2 else _reply(frame, body=_APPLIED)
+
+    async def scenario(session, _peer):
+        with pytest.raises(NoNodeError):
+            await session.multi(_multi())
+        assert await asyncio.wait_for(session.multi(_multi()), 30) == []
+        assert session.sessions_opened == 1
+    _run(answer, scenario)
+
+
+def test_a_silent_server_is_dropped_and_the_multi_fails_with_connection_loss():
+    def answer(n, frame):
+        return _connected(timeout_ms=300) if n == 1 else None  # then never a word, not even to pings
+
+    async def scenario(session, peer):
+        with pytest.raises(ConnectionLoss):
+            await asyncio.wait_for(session.multi(_multi()), 30)
+        assert any(struct.unpack_from("!ii", f) == (-2, 11) for f in peer.frames[1:])  # it pinged first
+    _run(answer, scenario)
+
+
+def test_a_broken_stream_drops_the_connection():
+    def answer(n, frame):
+        return _connected() if n == 1 else _framed(b"\x00\x00")  # shorter than a reply header
+
+    async def scenario(session, _peer):
+        with pytest.raises(ConnectionLoss):
+            await asyncio.wait_for(session.multi(_multi()), 30)
+        assert session.session_id is None
+    _run(answer, scenario)
+
+
+def test_an_answer_out_of_order_drops_the_connection():
+    def answer(n, frame):
+        return _connected() if n == 1 else _framed(_REPLY.pack(999, 5, 0) + _APPLIED)
+
+    async def scenario(session, _peer):
+        with pytest.raises(ConnectionLoss):
+            await asyncio.wait_for(session.multi(_multi()), 30)
+    _run(answer, scenario)
+
+
+def test_a_server_that_closes_fails_the_multi_and_the_next_opens_a_new_session():
+    def answer(n, frame):
+        if n in (1, 3):
+            return _connected(session_id=n)
+        return b"CLOSE" if n == 2 else _reply(frame, body=_APPLIED)
+
+    async def scenario(session, _peer):
+        with pytest.raises(ConnectionLoss):
+            await asyncio.wait_for(session.multi(_multi()), 30)
+        assert await asyncio.wait_for(session.multi(_multi()), 30) == []
+        assert session.session_id == 3 and session.sessions_opened == 1 + 1
+    _run(answer, scenario)
+
+
+def test_a_refused_session_is_a_connection_loss():
+    async def scenario(session, _peer):
+        with pytest.raises(ConnectionLoss, match="refused a new session"):
+            await asyncio.wait_for(session.multi(_multi()), 30)
+    _run(lambda n, f: _connected(timeout_ms=0), scenario)
+
+
+def test_the_digest_login_is_sent_and_its_refusal_is_an_auth_failure():
+    def answer(n, frame):
+        if n == 1:
+            return _connected()
+        assert struct.unpack_from("!iii", frame) == (-4, 100, 0)
+        return _framed(_REPLY.pack(-4, 0, -115))
+
+    async def scenario(session, peer):
+        with pytest.raises(AuthFailedError):
+            await asyncio.wait_for(session.multi(_multi()), 30)
+        login = peer.frames[1][12:]
+        assert login == _INT.pack(6) + b"digest" + _INT.pack(8) + b"u:secret"
+    _run(answer, scenario, security=ZkSecurity(digest="u:secret"))
+
+
+def test_without_a_server_for_kazoo_there_is_no_multi():
+    async def main():
+        session = MultiSession(_Conn(None))
+        with pytest.raises(ConnectionLoss, match="not connected"):
+            await session.multi(_multi())
+    asyncio.run(main())
+
+
+def test_nothing_listening_is_a_connection_loss():
+    async def main():
+        probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        address = probe.sockets[0].getsockname()[:2]
+        probe.close()
+        await probe.wait_closed()
+        session = MultiSession(_Conn(address))
+        with pytest.raises(ConnectionLoss, match="cannot open"):
+            await session.multi(_multi())
+    asyncio.run(main())

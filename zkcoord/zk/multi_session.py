@@ -1,0 +1,312 @@
+"""A ZooKeeper session of the event loop's own, for the offset commits' multis.
+
+Why: every other ZooKeeper request of a daemon goes through kazoo, whose
+connection thread sends and reads it. Under load that thread and the event
+loop's take the interpreter lock from each other dozens of times per multi
+(issue 27: about 46 futex calls per multi, 0.2 of a core in kazoo's thread
+and as much again on the loop's side). Commits are the one request that
+comes thousands of times a second, so the offset store sends its multis on
+a session whose socket is the event loop's, with nothing but bytes between
+them: :class:`MultiSession`.
+
+What it speaks, with ZooKeeper's wire format (jute, as kazoo's
+``protocol/serialization.py`` writes it): the connect handshake, a digest
+login (``auth``, the daemon's ``--zookeeper-digest``), ``multi`` (the bytes
+:class:`~zkcoord.zk.jute.EncodedMulti` builds), ``ping`` and
+``closeSession``. It sets no watches and creates nothing ephemeral: losing
+the session loses nothing, so a dropped connection is not resumed; the next
+multi opens a new session.
+
+Rules:
+
+1. **Fencing is unchanged.** A commit's multi checks its group's election
+   node (the znode the daemon's kazoo session owns) as before; a check is a
+   version test of that znode, whichever session sends it, so a deposed
+   owner's commits are refused here exactly as through kazoo.
+2. **Read-your-writes.** ZooKeeper serves a read from the server the
+   reading session is connected to, and orders writes of one session only.
+   So this session is opened on the server kazoo's session is connected to
+   (:meth:`~zkcoord.zk.connection.ZkConnection.current_server`), and opened
+   again there when kazoo moves: a read through kazoo after a commit's
+   answer is served by the server that answered the commit, which had
+   applied it. While kazoo has no server, a multi fails with ConnectionLoss
+   (the offset store sends it again, after a pause).
+3. **Errors are kazoo's.** A connection that cannot be opened, drops, or
+   stays silent for two thirds of the negotiated session time-out (pings go
+   every third of it while idle) fails what is in flight with
+   ``ConnectionLoss`` (the multi may have landed: the offset store sends it
+   again, as it does after kazoo's ConnectionLoss); an error in an answer's
+   header is kazoo's exception for that code; a refused login is
+   ``AuthFailedError``.
+4. **Not with SASL.** A SASL login (a JAAS file) stays with kazoo:
+   :func:`usable` is False and the offset store sends its multis through
+   kazoo, as before.
+5. **One owner, the event loop.** Every method runs on the loop the
+   session was first used on; :meth:`close` ends the session (a
+   ``closeSession``, then the socket); a multi after it opens another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.exceptions import AuthFailedError, ConnectionLoss
+
+from zkcoord.zk.jute import EncodedMulti, exception_of
+
+__all__ = ["MultiSession", "usable"]
+
+log = logging.getLogger(__name__)
+
+_LENGTH = struct.Struct("!i")
+_REQUEST_HEADER = struct.Struct("!iii")  # frame length, xid, type
+_REPLY_HEADER = struct.Struct("!iqi")  # xid, zxid, err
+_CONNECT = struct.Struct("!iiqiq")  # frame length, protocolVersion, lastZxidSeen, timeOut, sessionId
+_CONNECTED = struct.Struct("!iiq")  # protocolVersion, timeOut, sessionId
+_WATCH_XID, _PING_XID, _AUTH_XID = -1, -2, -4
+_PING, _AUTH, _CLOSE, _MULTI = 11, 100, -11, 14
+_PASSWORD = bytes(16)  # a new session's
+_MAX_FRAME = 64 * 1024 * 1024  # far beyond jute.maxbuffer: a length past it is a broken stream
+
+
+def usable(security: Any) -> bool:
+    """Whether multis may go through a :class:`MultiSession` (rule 4)."""
+    return security is None or (not security.sasl_jaas_file and security.sasl is None)
+
+
+def _string(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return _LENGTH.pack(len(data)) + data
+
+
+class _Wire(asyncio.Protocol):
+    """One connection: frames in, answers to the futures waiting in order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.inbox = bytearray()
+        self.pending: collections.deque[tuple[int, asyncio.Future, Callable[[bytes, int], Any]]] = \
+            collections.deque()
+        self.handshake: asyncio.Future = loop.create_future()  # the connect answer's body
+        self.login: asyncio.Future | None = None  # the auth answer's error code
+        self.open = False  # the handshake was answered
+        self.closed = False
+        self.last_read = self.last_sent = loop.time()
+
+    def connection_made(self, transport) -> None:  # noqa: D102 (asyncio's)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:  # noqa: D102 (asyncio's)
+        self.last_read = self.loop.time()
+        inbox = self.inbox
+        inbox += data
+        start = 0
+        try:
+            while len(inbox) - start >= 4:
+                length = _LENGTH.unpack_from(inbox, start)[0]
+                if not 0 <= length <= _MAX_FRAME:
+                    raise ValueError(f"a frame of {length} bytes")
+                if len(inbox) - start - 4 < length:
+                    break
+                self._frame(bytes(inbox[start + 4:start + 4 + length]))
+                start += 4 + length
+        except (ValueError, struct.error) as exc:
+            log.warning("ZooKeeper session for commits: a broken answer (%s); connection closed", exc)
+            self.abort()
+            return
+        if start:
+            del inbox[:start]
+
+    def _frame(self, frame: bytes) -> None:
+        if not self.open:
+            self.open = True
+            if not self.handshake.done():
+                self.handshake.set_result(frame)
+            return
+        xid, _zxid, err = _REPLY_HEADER.unpack_from(frame)
+        if xid in (_PING_XID, _WATCH_XID):
+            return
+        if xid == _AUTH_XID:
+            if self.login is not None and not self.login.done():
+                self.login.set_result(err)
+            return
+        if not self.pending:
+            raise ValueError(f"an answer (xid {xid}) to no request")
+        expected, future, decode = self.pending[0]
+        if xid != expected:  # left waiting, as when its answer cannot be read: the connection's end fails it
+            raise ValueError(f"an answer with xid {xid} where {expected} was next")
+        value = None if err else decode(frame, _REPLY_HEADER.size)
+        self.pending.popleft()
+        if future.done():
+            return
+        if err:
+            future.set_exception(exception_of(err))
+        else:
+            future.set_result(value)
+
+    def send(self, xid: int, op: int, body: bytes) -> None:
+        self.transport.writelines((_REQUEST_HEADER.pack(len(body) + 8, xid, op), body))
+        self.last_sent = self.loop.time()
+
+    def abort(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+    def connection_lost(self, exc: BaseException | None) -> None:  # noqa: D102 (asyncio's)
+        self.closed = True
+        lost = ConnectionLoss(f"connection to ZooKeeper lost ({exc!r})" if exc else "connection to ZooKeeper closed")
+        for waiting in (self.handshake, self.login):
+            if waiting is not None and not waiting.done():
+                waiting.set_exception(lost)
+        while self.pending:
+            _, future, _ = self.pending.popleft()
+            if not future.done():
+                future.set_exception(lost)
+
+
+class MultiSession:
+    """Multis on a ZooKeeper session of the event loop's own (module docstring).
+
+    ``conn``: the daemon's :class:`~zkcoord.zk.connection.ZkConnection`
+    (which server, the session time-out, the digest login).
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._wire: _Wire | None = None
+        self._server: tuple[str, int] | None = None
+        self._session_id = 0
+        self._timeout_ms = 0  # negotiated
+        self._xid = 0
+        self._opening: asyncio.Future | None = None  # a connect under way, shared by callers meanwhile
+        self._ticker: asyncio.TimerHandle | None = None
+        self.sessions_opened = 0
+
+    @property
+    def session_id(self) -> int | None:
+        """The live session's id; None without one."""
+        return self._session_id if self._live() else None
+
+    def _live(self) -> bool:
+        return self._wire is not None and self._wire.open and not self._wire.closed
+
+    async def multi(self, request: EncodedMulti) -> list:
+        """Send ``request``; its answer as kazoo gives it (``[]`` applied, ``[MultiRefused]``
+        refused). ConnectionLoss when it could not be sent or its answer was lost."""
+        wire = await self._ready()
+        self._xid = self._xid % 2_147_483_647 + 1
+        future = wire.loop.create_future()
+        wire.pending.append((self._xid, future, EncodedMulti.deserialize))
+        wire.send(self._xid, _MULTI, request.payload)
+        return await future
+
+    async def _ready(self) -> _Wire:
+        server = self._conn.current_server()
+        if server is None:
+            raise ConnectionLoss("not connected to ZooKeeper")
+        if self._live() and server == self._server:
+            return self._wire
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(self._open(server))
+        opening = self._opening
+        try:
+            return await asyncio.shield(opening)
+        finally:
+            if opening.done() and self._opening is opening:
+                self._opening = None
+
+    async def _open(self, server: tuple[str, int]) -> _Wire:
+        self._drop()
+        loop = asyncio.get_running_loop()
+        timeout_s = self._conn.connect_timeout_ms / 1000
+        wire = _Wire(loop)
+        try:
+            await asyncio.wait_for(loop.create_connection(lambda: wire, server[0], server[1]), timeout_s)
+            wanted = self._conn.session_timeout_ms
+            wire.transport.write(_CONNECT.pack(_CONNECT.size - 4 + 4 + len(_PASSWORD) + 1, 0, 0, wanted, 0)
+                                 + _LENGTH.pack(len(_PASSWORD)) + _PASSWORD + b"\0")
+            answer = await asyncio.wait_for(wire.handshake, timeout_s)
+            _version, timeout_ms, session_id = _CONNECTED.unpack_from(answer)
+            if timeout_ms <= 0:
+                raise ConnectionLoss(f"ZooKeeper at {server[0]}:{server[1]} refused a new session")
+            digest = self._digest()
+            if digest is not None:
+                wire.login = loop.create_future()
+                wire.send(_AUTH_XID, _AUTH, _LENGTH.pack(0) + _string("digest") + _string(digest))
+                err = await asyncio.wait_for(wire.login, timeout_s)
+                if err:
+                    raise AuthFailedError(f"ZooKeeper at {server[0]}:{server[1]} refused the digest login "
+                                          f"(error {err})")
+        except (OSError, asyncio.TimeoutError, struct.error) as exc:
+            wire.abort()
+            raise ConnectionLoss(f"cannot open a ZooKeeper session for commits at {server[0]}:{server[1]}: "
+                                 f"{type(exc).__name__} {exc}") from None
+        except BaseException:
+            wire.abort()
+            raise
+        self._wire, self._server = wire, server
+        self._session_id, self._timeout_ms = session_id, timeout_ms
+        self.sessions_opened += 1
+        log.debug("ZooKeeper session for commits 0x%x open at %s:%s (time-out %d ms)", session_id, *server,
+                  timeout_ms)
+        self._tick()
+        return wire
+
+    def _digest(self) -> str | None:
+        security = getattr(self._conn, "security", None)
+        digest = getattr(security, "digest", None)
+        return digest.value if digest is not None else None
+
+    def _tick(self) -> None:
+        """Every sixth of the session time-out: a ping when idle for a third of
+        it, the connection dropped when silent for two thirds (rule 3)."""
+        self._ticker = None
+        wire = self._wire
+        if wire is None or wire.closed:
+            return
+        now = wire.loop.time()
+        timeout_s = self._timeout_ms / 1000
+        if now - wire.last_read > timeout_s * 2 / 3:
+            log.info("ZooKeeper session for commits 0x%x: nothing heard for %.1f s; connection dropped",
+                     self._session_id, now - wire.last_read)
+            wire.abort()
+            return
+        if now - wire.last_sent >= timeout_s / 3:
+            wire.send(_PING_XID, _PING, b"")
+        self._ticker = wire.loop.call_later(timeout_s / 6, self._tick)
+
+    def _drop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        if self._wire is not None:
+            self._end(self._wire)
+            self._wire = None
+
+    @staticmethod
+    def _end(wire: _Wire) -> None:
+        """closeSession, then the socket (what is in flight fails with ConnectionLoss)."""
+        if wire.closed or wire.transport is None:
+            return
+        if wire.open:
+            wire.send(1, _CLOSE, b"")  # xid: any; its answer is not waited for
+            wire.transport.close()
+        else:
+            wire.abort()
+
+    async def close(self) -> None:
+        """End the session (rule 5); what is in flight fails with ConnectionLoss. A later multi opens another."""
+        if self._opening is not None:
+            self._opening.cancel()
+            try:
+                await self._opening
+            except BaseException:  # noqa: BLE001 (cancelled or failed: either way not open)
+                pass
+            self._opening = None
+        self._drop()
