@@ -38,7 +38,7 @@ def test_a_multi_lands_on_a_session_of_its_own_at_kazoos_server(zk_hosts, zk):
             # read through kazoo's session right after the answer: the same server, which applied it
             assert (await asyncio.to_thread(conn.client.get, "/m/a"))[0] == b"2"
             assert session.session_id not in (None, conn.session_id)
-            assert session._server == conn.current_server()
+            assert session._link == conn.current_link() and session._link.number == 1
             await session.multi(EncodedMulti([codec.set_data("/m/a", b"3")]))
             assert session.sessions_opened == 1  # one session serves every multi
             await session.close()
@@ -78,7 +78,8 @@ def test_a_dropped_connection_fails_the_multi_in_flight_and_the_next_opens_a_new
             with pytest.raises(ConnectionLoss):
                 await session.multi(EncodedMulti([codec.set_data("/d/a", b"2")]))
             proxy.resume()
-            await eventually(lambda: conn.current_server() is not None, "kazoo connected again")
+            await eventually(lambda: conn.current_link() is not None, "kazoo connected again")
+            assert conn.current_link().number == 2
             assert await session.multi(EncodedMulti([codec.set_data("/d/a", b"3")])) == []
             assert session.session_id not in (None, first) and session.sessions_opened == 2
             assert zk.get("/d/a")[0] == b"3"
@@ -99,18 +100,18 @@ def test_the_session_follows_kazoo_to_another_server(services, zk_chroot, zk):
             codec = _codec(conn)
             zk.create("/f/a", b"0", makepath=True)
             await session.multi(EncodedMulti([codec.set_data("/f/a", b"1")]))
-            before = conn.current_server()
-            assert session._server == before
-            cut = next(p for p in proxies if p.port == before[1])
+            before = conn.current_link()
+            assert session._link == before
+            cut = next(p for p in proxies if p.port == before.port)
             cut.cut()  # kazoo moves to the other proxy; this session's connection is dropped too
-            await eventually(lambda: conn.current_server() not in (None, before), "kazoo on the other server")
+            await eventually(lambda: conn.current_link() not in (None, before), "kazoo on the other server")
             for _ in range(3):  # the first try may still meet the dropped connection
                 try:
                     assert await session.multi(EncodedMulti([codec.set_data("/f/a", b"2")])) == []
                     break
                 except ConnectionLoss:
                     await asyncio.sleep(0.05)
-            assert session._server == conn.current_server() != before
+            assert session._link == conn.current_link() and session._link.number == 1 != before
             assert zk.get("/f/a")[0] == b"2"
             await session.close()
     try:

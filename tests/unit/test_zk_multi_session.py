@@ -13,6 +13,7 @@ import pytest
 from kazoo.exceptions import AuthFailedError, ConnectionLoss, NoNodeError
 
 from zkcoord.zk.auth import ZkSecurity
+from zkcoord.zk.connection import ServerLink
 from zkcoord.zk.jute import EncodedMulti, OpCodec
 from zkcoord.zk.multi_session import MultiSession
 
@@ -26,9 +27,10 @@ class _Conn:
     security: ZkSecurity | None = None
     session_timeout_ms: int = 30_000
     connect_timeout_ms: int = 5_000
+    number: int = 1  # kazoo's connection: a new number when it connects again
 
-    def current_server(self):
-        return self.server
+    def current_link(self):
+        return ServerLink(self.number, *self.server) if self.server is not None else None
 
 
 class _Peer:
@@ -172,6 +174,22 @@ def test_a_server_that_closes_fails_the_multi_and_the_next_opens_a_new_session()
     _run(answer, scenario)
 
 
+def test_when_kazoo_connects_again_the_session_is_closed_and_another_opened():
+    def answer(n, frame):
+        if len(frame) == 45:  # a connect request
+            return _connected(session_id=n)
+        if struct.unpack_from("!ii", frame)[1] == -11:  # closeSession: not answered
+            return None
+        return _reply(frame, body=_APPLIED)
+
+    async def scenario(session, peer):
+        assert await session.multi(_multi()) == []
+        session._conn.number = 2
+        assert await session.multi(_multi()) == [] and session.sessions_opened == 2
+        assert any(struct.unpack_from("!ii", f)[1] == -11 for f in peer.frames if len(f) == 8)
+    _run(answer, scenario)
+
+
 def test_a_refused_session_is_a_connection_loss():
     async def scenario(session, _peer):
         with pytest.raises(ConnectionLoss, match="refused a new session"):
@@ -202,13 +220,18 @@ def test_without_a_server_for_kazoo_there_is_no_multi():
     asyncio.run(main())
 
 
-def test_nothing_listening_is_a_connection_loss():
+def test_nothing_listening_is_a_connection_loss_said_once_per_streak(caplog):
     async def main():
         probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
         address = probe.sockets[0].getsockname()[:2]
         probe.close()
         await probe.wait_closed()
         session = MultiSession(_Conn(address))
-        with pytest.raises(ConnectionLoss, match="cannot open"):
-            await session.multi(_multi())
-    asyncio.run(main())
+        for _ in range(2):
+            with pytest.raises(ConnectionLoss, match="cannot open"):
+                await session.multi(_multi())
+        return address
+    with caplog.at_level("WARNING", logger="zkcoord.zk.multi_session"):
+        address = asyncio.run(main())
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and f"{address[0]}:{address[1]}" in warnings[0] and "maxClientCnxns" in warnings[0]

@@ -74,7 +74,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -210,6 +210,14 @@ def _fileno(obj) -> int:
     return obj if isinstance(obj, int) else obj.fileno()
 
 
+class ServerLink(NamedTuple):
+    """One connection of kazoo's (:meth:`ZkConnection.current_link`)."""
+
+    number: int  # 1, 2, ...: a new one each time kazoo connects again
+    host: str
+    port: int
+
+
 class ZkConnection:
     """A started KazooClient plus session events. No I/O until :meth:`start`.
 
@@ -232,7 +240,7 @@ class ZkConnection:
         self.fail_when_refused = fail_when_refused  # a command's: rule 4 of the module docstring
         self.retry = aio.AsyncRetry(self.hosts, self.request_timeout_ms / 1000)
         self._client: KazooClient | None = None
-        self._peer_of: tuple[Any, tuple[str, int] | None] = (None, None)  # kazoo's socket, its peer's address
+        self._link_of: tuple[Any, ServerLink | None] = (None, None)  # kazoo's socket, and what current_link says
         self._listeners: dict[Listener, asyncio.AbstractEventLoop | None] = {}
         self._session_id: int | None = None
         self._suspended = False
@@ -277,23 +285,24 @@ class ZkConnection:
     def connected(self) -> bool:
         return self._client is not None and self._client.connected and not self._stopping
 
-    def current_server(self) -> tuple[str, int] | None:
-        """The address (host, port) of the server the session is connected to
-        now; None while not connected. Read off kazoo's socket, the peer's
-        address looked up again only when kazoo has a new socket."""
+    def current_link(self) -> ServerLink | None:
+        """kazoo's connection now: a number that changes with each new one,
+        and the address of its server; None while not connected. Read off
+        kazoo's socket, the address looked up only for a new socket."""
         client = self._client
         if client is None or self._stopping or not client.connected:
             return None
         sock = getattr(getattr(client, "_connection", None), "_socket", None)
         if sock is None:
             return None
-        if sock is not self._peer_of[0]:
+        if sock is not self._link_of[0]:
             try:
                 peer = sock.getpeername()
             except (OSError, AttributeError):
                 return None
-            self._peer_of = (sock, (peer[0], peer[1]))
-        return self._peer_of[1]
+            number = self._link_of[1].number + 1 if self._link_of[1] is not None else 1
+            self._link_of = (sock, ServerLink(number, peer[0], peer[1]))
+        return self._link_of[1]
 
     def start(self) -> None:
         """Connect, or raise ServiceUnavailableError naming address and time-out

@@ -26,11 +26,13 @@ Rules:
 2. **Read-your-writes.** ZooKeeper serves a read from the server the
    reading session is connected to, and orders writes of one session only.
    So this session is opened on the server kazoo's session is connected to
-   (:meth:`~zkcoord.zk.connection.ZkConnection.current_server`), and opened
-   again there when kazoo moves: a read through kazoo after a commit's
-   answer is served by the server that answered the commit, which had
-   applied it. While kazoo has no server, a multi fails with ConnectionLoss
-   (the offset store sends it again, after a pause).
+   (:meth:`~zkcoord.zk.connection.ZkConnection.current_link`), and opened
+   again each time kazoo connects again (its old connection broke, and so,
+   likely, did this one; it may be to another server): a read through kazoo
+   after a commit's answer is served by the server that answered the
+   commit, which had applied it. While kazoo has no connection, a multi
+   fails with ConnectionLoss (the offset store sends it again, after a
+   pause).
 3. **Errors are kazoo's.** A connection that cannot be opened, drops, or
    stays silent for two thirds of the negotiated session time-out (pings go
    every third of it while idle) fails what is in flight with
@@ -180,12 +182,13 @@ class MultiSession:
     def __init__(self, conn: Any) -> None:
         self._conn = conn
         self._wire: _Wire | None = None
-        self._server: tuple[str, int] | None = None
+        self._link: Any = None  # kazoo's connection (ZkConnection.current_link) this session was opened beside
         self._session_id = 0
         self._timeout_ms = 0  # negotiated
         self._xid = 0
         self._opening: asyncio.Future | None = None  # a connect under way, shared by callers meanwhile
         self._ticker: asyncio.TimerHandle | None = None
+        self._failing = False  # the last open failed: said once, until one succeeds
         self.sessions_opened = 0
 
     @property
@@ -207,13 +210,13 @@ class MultiSession:
         return await future
 
     async def _ready(self) -> _Wire:
-        server = self._conn.current_server()
-        if server is None:
+        link = self._conn.current_link()
+        if link is None:
             raise ConnectionLoss("not connected to ZooKeeper")
-        if self._live() and server == self._server:
+        if self._live() and link == self._link:
             return self._wire
         if self._opening is None:
-            self._opening = asyncio.ensure_future(self._open(server))
+            self._opening = asyncio.ensure_future(self._open(link))
         opening = self._opening
         try:
             return await asyncio.shield(opening)
@@ -221,8 +224,9 @@ class MultiSession:
             if opening.done() and self._opening is opening:
                 self._opening = None
 
-    async def _open(self, server: tuple[str, int]) -> _Wire:
+    async def _open(self, link: Any) -> _Wire:
         self._drop()
+        server = (link.host, link.port)
         loop = asyncio.get_running_loop()
         timeout_s = self._conn.connect_timeout_ms / 1000
         wire = _Wire(loop)
@@ -245,18 +249,32 @@ class MultiSession:
                                           f"(error {err})")
         except (OSError, asyncio.TimeoutError, struct.error) as exc:
             wire.abort()
-            raise ConnectionLoss(f"cannot open a ZooKeeper session for commits at {server[0]}:{server[1]}: "
-                                 f"{type(exc).__name__} {exc}") from None
+            raise self._failed(ConnectionLoss(f"cannot open a ZooKeeper session for commits at "
+                                              f"{server[0]}:{server[1]}: {type(exc).__name__} {exc}")) from None
+        except (ConnectionLoss, AuthFailedError) as exc:
+            wire.abort()
+            raise self._failed(exc) from None
         except BaseException:
             wire.abort()
             raise
-        self._wire, self._server = wire, server
+        if self._failing:
+            log.info("ZooKeeper session for commits open again at %s:%s", *server)
+            self._failing = False
+        self._wire, self._link = wire, link
         self._session_id, self._timeout_ms = session_id, timeout_ms
         self.sessions_opened += 1
         log.debug("ZooKeeper session for commits 0x%x open at %s:%s (time-out %d ms)", session_id, *server,
                   timeout_ms)
         self._tick()
         return wire
+
+    def _failed(self, exc: BaseException) -> BaseException:
+        """``exc``, logged as a warning when it is the first of a streak (the offset store retries quietly)."""
+        if not self._failing:
+            self._failing = True
+            log.warning("%s; commits wait and are sent again (each daemon worker holds two ZooKeeper sessions: "
+                        "its own and this one, which ZooKeeper's maxClientCnxns counts)", exc)
+        return exc
 
     def _digest(self) -> str | None:
         security = getattr(self._conn, "security", None)

@@ -29,7 +29,10 @@ Rules:
    ops are bytes encoded once per partition (:mod:`zkcoord.zk.jute`), and a
    commit's waiter is a future, or (``submit(on_done=...)``) a function the
    batcher calls in place when ZooKeeper answered, a deadline
-   (``request_timeout_ms``) failing it in either form.
+   (``request_timeout_ms``) failing it in either form. The multis go on a
+   ZooKeeper session of the event loop's own
+   (:mod:`zkcoord.zk.multi_session`), not through kazoo's thread; with a
+   SASL login, through kazoo. Every other request here goes through kazoo.
 4. What exists is known per (group, topic) directory from one
    ``get_children`` (not one read per partition), parents are ensured once,
    and both are corrected when a multi proves them wrong.
