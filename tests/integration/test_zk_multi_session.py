@@ -25,43 +25,47 @@ def _codec(conn: ZkConnection) -> OpCodec:
     return OpCodec(conn.client.chroot, conn.client.default_acl)
 
 
-def test_a_multi_lands_on_a_session_of_its_own_at_kazoos_server(zk_hosts, zk):
+def _with_session(hosts: str, body) -> None:
+    """``await body(conn, session, codec)`` with a connection like a daemon's and a session beside it."""
     async def scenario():
-        async with connection(zk_hosts) as conn:
+        async with connection(hosts) as conn:
             session = MultiSession(conn)
-            codec = _codec(conn)
-            zk.create("/m/a", b"1", makepath=True)
-            answer = await session.multi(EncodedMulti([codec.check("/m/a", 0), codec.set_data("/m/a", b"2"),
-                                                       codec.create("/m/b", b"new")]))
-            assert answer == []
-            assert zk.get("/m/a")[0] == b"2" and zk.get("/m/b")[0] == b"new"
-            # read through kazoo's session right after the answer: the same server, which applied it
-            assert (await asyncio.to_thread(conn.client.get, "/m/a"))[0] == b"2"
-            assert session.session_id not in (None, conn.session_id)
-            assert session._link == conn.current_link() and session._link.number == 1
-            await session.multi(EncodedMulti([codec.set_data("/m/a", b"3")]))
-            assert session.sessions_opened == 1  # one session serves every multi
-            await session.close()
-            assert session.session_id is None
-            assert await session.multi(EncodedMulti([codec.set_data("/m/a", b"4")])) == []  # opens another
-            assert session.sessions_opened == 2 and zk.get("/m/a")[0] == b"4"
-            await session.close()
+            try:
+                await body(conn, session, _codec(conn))
+            finally:
+                await session.close()
     asyncio.run(scenario())
+
+
+def test_a_multi_lands_on_a_session_of_its_own_at_kazoos_server(zk_hosts, zk):
+    async def body(conn, session, codec):
+        zk.create("/m/a", b"1", makepath=True)
+        answer = await session.multi(EncodedMulti([codec.check("/m/a", 0), codec.set_data("/m/a", b"2"),
+                                                   codec.create("/m/b", b"new")]))
+        assert answer == []
+        assert zk.get("/m/a")[0] == b"2" and zk.get("/m/b")[0] == b"new"
+        # read through kazoo's session right after the answer: the same server, which applied it
+        assert (await asyncio.to_thread(conn.client.get, "/m/a"))[0] == b"2"
+        assert session.session_id not in (None, conn.session_id)
+        assert session._link == conn.current_link() and session._link.number == 1
+        await session.multi(EncodedMulti([codec.set_data("/m/a", b"3")]))
+        assert session.sessions_opened == 1  # one session serves every multi
+        await session.close()
+        assert session.session_id is None
+        assert await session.multi(EncodedMulti([codec.set_data("/m/a", b"4")])) == []  # opens another
+        assert session.sessions_opened == 2 and zk.get("/m/a")[0] == b"4"
+    _with_session(zk_hosts, body)
 
 
 def test_a_refused_multi_names_the_op_and_writes_nothing(zk_hosts, zk):
-    async def scenario():
-        async with connection(zk_hosts) as conn:
-            session = MultiSession(conn)
-            codec = _codec(conn)
-            zk.create("/r/a", b"1", makepath=True)
-            answer = await session.multi(EncodedMulti([codec.set_data("/r/a", b"2"), codec.check("/r/a", 7),
-                                                       codec.create("/r/b", b"x")]))
-            assert len(answer) == 1 and isinstance(answer[0], MultiRefused)
-            assert answer[0].index == 1 and isinstance(answer[0].error, BadVersionError)
-            assert zk.get("/r/a")[0] == b"1" and zk.exists("/r/b") is None
-            await session.close()
-    asyncio.run(scenario())
+    async def body(conn, session, codec):
+        zk.create("/r/a", b"1", makepath=True)
+        answer = await session.multi(EncodedMulti([codec.set_data("/r/a", b"2"), codec.check("/r/a", 7),
+                                                   codec.create("/r/b", b"x")]))
+        assert len(answer) == 1 and isinstance(answer[0], MultiRefused)
+        assert answer[0].index == 1 and isinstance(answer[0].error, BadVersionError)
+        assert zk.get("/r/a")[0] == b"1" and zk.exists("/r/b") is None
+    _with_session(zk_hosts, body)
 
 
 def test_a_dropped_connection_fails_the_multi_in_flight_and_the_next_opens_a_new_session(services, zk_chroot, zk):
@@ -111,7 +115,8 @@ def test_the_session_follows_kazoo_to_another_server(services, zk_chroot, zk):
                     break
                 except ConnectionLoss:
                     await asyncio.sleep(0.05)
-            assert session._link == conn.current_link() and session._link.number == 1 != before
+            now = conn.current_link()
+            assert session._link == now and now.port != before.port and now.number > before.number
             assert zk.get("/f/a")[0] == b"2"
             await session.close()
     try:
