@@ -236,6 +236,16 @@ def zookeeper_row(builder: d.Dashboard) -> d.Dashboard:
                                    [query(increase("zkcoord_zookeeper_session_expiries_total"), "{{instance}}"),
                                     query(increase("zkcoord_zookeeper_sessions_given_up_total"),
                                           "{{instance}} given up")]))
+            .with_panel(timeseries("Offset commits' session", "1 while the session the offset commits go on is "
+                                   "open (each daemon worker opens it at its first commit, beside its own; 0 with "
+                                   "a SASL login, whose commits use the daemon's session). Opened: sessions opened "
+                                   "per interval (again after each reconnect). Failed: attempts to open it per "
+                                   "interval (commits wait meanwhile; often ZooKeeper's maxClientCnxns).",
+                                   [query(f"zkcoord_zookeeper_commit_session_connected{{{SEL}}}", "{{instance}}"),
+                                    query(increase("zkcoord_zookeeper_commit_sessions_opened_total"),
+                                          "{{instance}} opened"),
+                                    query(increase("zkcoord_zookeeper_commit_session_open_failures_total"),
+                                          "{{instance}} failed")]))
             .with_panel(rate_panel("zkcoord_peer_probes_total", "outcome", "ops", "Probes of the next daemon",
                                    "Probes of the next live daemon's listener per second, by outcome: refused "
                                    "means nothing listens there (its process is gone)."))
@@ -251,6 +261,13 @@ def offsets_row(builder: d.Dashboard) -> d.Dashboard:
     return (builder.with_row(d.Row("Offsets and migration"))
             .with_panel(rate_panel("zkcoord_offset_commits_total", "mode", "ops", "Offset commits by storage mode",
                                    "OffsetCommits stored per second, by the group's offset storage mode."))
+            .with_panel(timeseries("Offset commit multis", "ZooKeeper multis the offset commits sent per second "
+                                   "(the commits of every owned group share them: commits per multi is the "
+                                   "batching), and those refused or whose answer was lost.",
+                                   [query(f"sum by (instance) (rate(zkcoord_zookeeper_offset_multis_total{{{SEL}}}"
+                                          f"[{RATE}]))", "{{instance}}"),
+                                    query(f"sum by (instance) (rate(zkcoord_zookeeper_offset_multis_failed_total"
+                                          f"{{{SEL}}}[{RATE}]))", "{{instance}} failed")], "ops"))
             .with_panel(rate_panel("zkcoord_forwarded_commit_refusals_total", "error", "ops",
                                    "Forwarded commit refusals", "Partitions of dual/kafka commits Kafka refused, "
                                    "per second, by Kafka's error name."))

@@ -73,6 +73,12 @@ def test_metrics_and_health_after_join_sync_heartbeat_commit(zk_hosts, zk, uniqu
             assert got[("zkcoord_requests_total", (("api", "OffsetCommit"), ("error", "NONE")))] == 1
             assert got[("zkcoord_request_latency_seconds_count", (("api", "JoinGroup"),))] == 2
             assert got[("zkcoord_offset_commits_total", (("mode", "zookeeper"),))] == 1
+            # The commit went on the commits' own ZooKeeper session, opened for it, in one multi.
+            assert got[("zkcoord_zookeeper_commit_session_connected", ())] == 1
+            assert got[("zkcoord_zookeeper_commit_sessions_opened_total", ())] == 1
+            assert got[("zkcoord_zookeeper_commit_session_open_failures_total", ())] == 0
+            assert got[("zkcoord_zookeeper_offset_multis_total", ())] == 1
+            assert got[("zkcoord_zookeeper_offset_multis_failed_total", ())] == 0
             assert got[("zkcoord_rebalances_total", ())] == 1
             assert got[("zkcoord_rebalance_duration_seconds_count", ())] == 1
 

@@ -24,6 +24,12 @@ def test_metrics_responder_404_405_and_unhealthy_without_zookeeper():
             assert status == 503 and json.loads(body)["reason"] == "ZooKeeper not connected"
             status, body = await http_get(server.bound_port, "/metrics")
             assert status == 200 and b"zkcoord_zookeeper_connected 0.0" in body
+            for family in (b"zkcoord_zookeeper_commit_session_connected 0.0",  # no offset store yet: at 0
+                           b"zkcoord_zookeeper_commit_sessions_opened_total 0.0",
+                           b"zkcoord_zookeeper_commit_session_open_failures_total 0.0",
+                           b"zkcoord_zookeeper_offset_multis_total 0.0",
+                           b"zkcoord_zookeeper_offset_multis_failed_total 0.0"):
+                assert family in body
         finally:
             await server.stop()
         assert server.respond("POST", "/metrics")[0] == 405
@@ -202,6 +208,29 @@ def test_forwarded_requests_and_bytes_by_api_and_direction():
     assert value("zkcoord_gateway_forwarded_requests_total", {"api": "Fetch"}) == 2
     assert value("zkcoord_gateway_forwarded_bytes_total", {"api": "Fetch", "direction": "request"}) == 200
     assert value("zkcoord_gateway_forwarded_bytes_total", {"api": "Fetch", "direction": "response"}) == 5000
+
+
+def test_the_commits_session_and_multis_are_read_from_the_offset_store_at_scrape_time():
+    from types import SimpleNamespace
+
+    from zkcoord.zk.offsets import OffsetStats
+
+    class Session:
+        connected, sessions_opened, open_failures = True, 3, 2
+
+    stats = OffsetStats(multis=40, failed_multis=1)
+    metrics = DaemonMetrics()
+    metrics.offsets = SimpleNamespace(commit_session=Session(), stats=stats)
+    value = metrics.registry.get_sample_value
+    assert value("zkcoord_zookeeper_commit_session_connected") == 1
+    assert value("zkcoord_zookeeper_commit_sessions_opened_total") == 3
+    assert value("zkcoord_zookeeper_commit_session_open_failures_total") == 2
+    assert (value("zkcoord_zookeeper_offset_multis_total"), value("zkcoord_zookeeper_offset_multis_failed_total")) \
+        == (40, 1)
+    metrics.offsets = SimpleNamespace(commit_session=None, stats=stats)  # a SASL login: multis through kazoo
+    assert value("zkcoord_zookeeper_commit_session_connected") == 0
+    assert value("zkcoord_zookeeper_commit_sessions_opened_total") == 0
+    assert value("zkcoord_zookeeper_offset_multis_total") == 40
 
 
 def test_zookeeper_suspensions_and_expiries_are_counted_apart():

@@ -104,8 +104,10 @@ def test_the_handshake_then_a_multi_applied():
         return _connected() if n == 1 else _reply(frame, body=_APPLIED)
 
     async def scenario(session, peer):
+        assert not session.connected  # opened by the first multi
         assert await session.multi(_multi()) == []
-        assert session.session_id == 0x77
+        assert session.session_id == 0x77 and session.connected
+        assert (session.sessions_opened, session.open_failures) == (1, 0)
         connect = peer.frames[0]
         # protocolVersion 0, lastZxidSeen 0, the time-out asked for, session 0, a 16-byte password, not read-only
         assert struct.unpack_from("!iqiq", connect) == (0, 0, 30_000, 0) and len(connect) == 45
@@ -194,6 +196,7 @@ def test_a_refused_session_is_a_connection_loss():
     async def scenario(session, _peer):
         with pytest.raises(ConnectionLoss, match="refused a new session"):
             await asyncio.wait_for(session.multi(_multi()), 30)
+        assert (session.connected, session.sessions_opened, session.open_failures) == (False, 0, 1)
     _run(lambda n, f: _connected(timeout_ms=0), scenario)
 
 
@@ -230,6 +233,7 @@ def test_nothing_listening_is_a_connection_loss_said_once_per_streak(caplog):
         for _ in range(2):
             with pytest.raises(ConnectionLoss, match="cannot open"):
                 await session.multi(_multi())
+        assert session.open_failures == 2  # each counted, though said once
         return address
     with caplog.at_level("WARNING", logger="zkcoord.zk.multi_session"):
         address = asyncio.run(main())

@@ -278,6 +278,7 @@ class Daemon:
         security = self.security
         if self.metrics is not None:
             self.metrics.manager = self.manager
+            self.metrics.offsets = self.offsets
             self.manager.metrics = self.metrics
             if security.credentials is not None:
                 security.credentials.on_login = self.metrics.observe_login

@@ -40,6 +40,19 @@ metric                                     type       meaning
 ``zkcoord_zookeeper_sessions_given_up_total``  counter  suspensions that lasted the session time-out:
                                                       the session treated as lost, every group
                                                       given up (zkcoord.core.session_loss)
+``zkcoord_zookeeper_commit_session_connected``  gauge  1 while the offset commits' own ZooKeeper
+                                                      session is open (zkcoord.zk.multi_session;
+                                                      opened at the first commit; always 0 with a
+                                                      SASL login, whose commits use the daemon's)
+``zkcoord_zookeeper_commit_sessions_opened_total``  counter  those sessions opened (again after each
+                                                      reconnect of the daemon's session)
+``zkcoord_zookeeper_commit_session_open_failures_total``  counter  attempts to open one that failed
+                                                      (no connection, ZooKeeper's maxClientCnxns,
+                                                      a refused login): commits wait meanwhile
+``zkcoord_zookeeper_offset_multis_total``  counter    multis the offset commits sent (the commits of
+                                                      every owned group share them)
+``zkcoord_zookeeper_offset_multis_failed_total``  counter  of those, refused or with their answer lost
+                                                      (their commits sent again or failed)
 ``zkcoord_peer_probes_total{outcome}``     counter    probes of the next daemon's listener (accepted,
                                                       refused, no-answer: zkcoord.core.peer_probe)
 ``zkcoord_peer_sessions_ended_total{outcome}``  counter  dead daemons' sessions this one ended (ended,
@@ -211,6 +224,7 @@ class DaemonMetrics:
         self._probe_due = 0.0
         self._forwarded_by_key: dict[int, tuple] = {}  # api key -> (requests, request bytes, answer bytes)
         self.gateway = None  # the daemon's Gateway, read at scrape time; None without one
+        self.offsets = None  # the daemon's OffsetStore, read at scrape time
         r.register(_ScrapeTimeCollector(self))
         self._generations: dict[str, int] = {}  # group -> last generation seen
         self._preparing: dict[str, float] = {}  # group -> when its PreparingRebalance began
@@ -456,12 +470,36 @@ class _ScrapeTimeCollector:
                                 value=len(handovers) if handovers is not None else 0)
         yield GaugeMetricFamily("zkcoord_zookeeper_connected", "1 while the ZooKeeper session is connected.",
                                 value=1 if self.metrics.zookeeper_connected() else 0)
+        yield from self._commit_session()
         gateway = self.metrics.gateway
         if gateway is not None:
             yield GaugeMetricFamily("zkcoord_gateway_connections", "Client connections open on the gateway.",
                                     value=gateway.connection_count)
             yield GaugeMetricFamily("zkcoord_gateway_brokers", "Brokers the gateway has a port for.",
                                     value=gateway.broker_count)
+
+    def _commit_session(self):
+        """The offset commits' own ZooKeeper session and their multis (0 before the store exists)."""
+        store = self.metrics.offsets
+        session = store.commit_session if store is not None else None
+        stats = store.stats if store is not None else None
+        yield GaugeMetricFamily("zkcoord_zookeeper_commit_session_connected",
+                                "1 while the offset commits' own ZooKeeper session is open (opened at the first "
+                                "commit; 0 with a SASL login, whose commits go on the daemon's session).",
+                                value=1 if session is not None and session.connected else 0)
+        yield CounterMetricFamily("zkcoord_zookeeper_commit_sessions_opened",
+                                  "Sessions opened for the offset commits (again after each reconnect).",
+                                  value=session.sessions_opened if session is not None else 0)
+        yield CounterMetricFamily("zkcoord_zookeeper_commit_session_open_failures",
+                                  "Attempts to open the offset commits' session that failed (no connection, "
+                                  "ZooKeeper's maxClientCnxns, a refused login): commits wait meanwhile.",
+                                  value=session.open_failures if session is not None else 0)
+        yield CounterMetricFamily("zkcoord_zookeeper_offset_multis",
+                                  "Multis the offset commits sent to ZooKeeper (shared by every owned group).",
+                                  value=stats.multis if stats is not None else 0)
+        yield CounterMetricFamily("zkcoord_zookeeper_offset_multis_failed",
+                                  "Offset commit multis refused, or whose answer was lost.",
+                                  value=stats.failed_multis if stats is not None else 0)
 
     def describe(self):
         return []

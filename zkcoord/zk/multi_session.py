@@ -189,12 +189,18 @@ class MultiSession:
         self._opening: asyncio.Future | None = None  # a connect under way, shared by callers meanwhile
         self._ticker: asyncio.TimerHandle | None = None
         self._failing = False  # the last open failed: said once, until one succeeds
-        self.sessions_opened = 0
+        self.sessions_opened = 0  # counted for the daemon's metrics, as is:
+        self.open_failures = 0  # opens that failed (no connection, a refused session or login)
 
     @property
     def session_id(self) -> int | None:
         """The live session's id; None without one."""
         return self._session_id if self._live() else None
+
+    @property
+    def connected(self) -> bool:
+        """Whether a session is open now (one is opened at the first multi)."""
+        return self._live()
 
     def _live(self) -> bool:
         return self._wire is not None and self._wire.open and not self._wire.closed
@@ -270,6 +276,7 @@ class MultiSession:
 
     def _failed(self, exc: BaseException) -> BaseException:
         """``exc``, logged as a warning when it is the first of a streak (the offset store retries quietly)."""
+        self.open_failures += 1
         if not self._failing:
             self._failing = True
             log.warning("%s; commits wait and are sent again (each daemon worker holds two ZooKeeper sessions: "

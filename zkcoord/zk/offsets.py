@@ -236,6 +236,11 @@ class OffsetStore:
                                     describe=lambda exc, what: aio.translate(exc, what, conn.hosts),
                                     on_deposed=on_deposed)
 
+    @property
+    def commit_session(self) -> MultiSession | None:
+        """The session the multis go on; None when they go through kazoo (a SASL login)."""
+        return self._multis
+
     # ------------------------------------------------------------ commits
     async def commit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]],
                      fence: Fence | None = None) -> None:
