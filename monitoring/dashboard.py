@@ -237,10 +237,12 @@ def zookeeper_row(builder: d.Dashboard) -> d.Dashboard:
                                     query(increase("zkcoord_zookeeper_sessions_given_up_total"),
                                           "{{instance}} given up")]))
             .with_panel(timeseries("Offset commits' session", "1 while the session the offset commits go on is "
-                                   "open (each daemon worker opens it at its first commit, beside its own; 0 with "
+                                   "open (each daemon worker opens it in the background at its first commit, "
+                                   "beside its own; 0 with "
                                    "a SASL login, whose commits use the daemon's session). Opened: sessions opened "
                                    "per interval (again after each reconnect). Failed: attempts to open it per "
-                                   "interval (commits wait meanwhile; often ZooKeeper's maxClientCnxns).",
+                                   "interval (commits go through the daemon's own session meanwhile; often ZooKeeper's "
+                                   "maxClientCnxns).",
                                    [query(f"zkcoord_zookeeper_commit_session_connected{{{SEL}}}", "{{instance}}"),
                                     query(increase("zkcoord_zookeeper_commit_sessions_opened_total"),
                                           "{{instance}} opened"),

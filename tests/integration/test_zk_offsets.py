@@ -198,6 +198,41 @@ def test_bad_input_is_a_usage_error(zk_hosts):
     asyncio.run(scenario())
 
 
+def test_commits_go_through_kazoo_while_their_own_session_cannot_be_opened(services, zk_chroot, zk):
+    """ZooKeeper past maxClientCnxns refuses the commits' own session: the commits still land, through
+    the daemon's session, without waiting; once the session can be opened, they go on it."""
+    async def scenario():
+        proxy = CuttableProxy(services.zookeeper)
+        try:
+            async with connection(proxy.hosts(zk_chroot)) as conn:
+                proxy.refuse_new()  # kazoo's connection stays; every new one is closed at once
+                store = OffsetStore(conn)
+                session = store.commit_session
+                for offset in range(3):
+                    await store.commit("g", {("t", 0): (offset, "")})
+                assert zk.get("/consumers/g/offsets/t/0")[0] == b"2" and store.stats.multis == 3
+                await eventually(lambda: session.open_failures >= 1, "the refused open counted")
+                assert not session.connected and session._xid == 0  # no multi went on it
+                proxy.resume()
+                session._retry_at = 0.0  # the back-off is not waited for in a test
+                offset = 3
+                for _ in range(3000):  # each commit asks for the session; none waits for it
+                    if session.ready_now():
+                        break
+                    await store.commit("g", {("t", 0): (offset, "")})
+                    offset += 1
+                    await asyncio.sleep(0.01)
+                else:
+                    pytest.fail("the commits' session was not opened once ZooKeeper took new connections")
+                await store.commit("g", {("t", 0): (offset, "m")})
+                assert session._xid == 1 and session.sessions_opened == 1  # this one went on the session
+                assert await store.fetch("g") == {("t", 0): (offset, "m")}
+                await store.stop()
+        finally:
+            proxy.close()
+    asyncio.run(scenario())
+
+
 def test_a_commit_during_a_connection_drop_lands_after_the_reconnect(services, zk_chroot, zk):
     async def scenario():
         proxy = CuttableProxy(services.zookeeper)

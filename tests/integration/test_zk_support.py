@@ -112,6 +112,11 @@ class CuttableProxy:
     def resume(self) -> None:
         self._refusing = False
 
+    def refuse_new(self) -> None:
+        """Close each new connection as soon as it is accepted, as ZooKeeper does past
+        ``maxClientCnxns``; the connections open stay, until ``resume()``."""
+        self._refusing = True
+
     def close(self) -> None:
         self._closed = True
         self.cut()

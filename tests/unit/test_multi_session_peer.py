@@ -239,3 +239,38 @@ def test_nothing_listening_is_a_connection_loss_said_once_per_streak(caplog):
         address = asyncio.run(main())
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and f"{address[0]}:{address[1]}" in warnings[0] and "maxClientCnxns" in warnings[0]
+
+
+def test_open_soon_opens_in_the_background_and_a_refusal_puts_the_next_try_off():
+    connects = []
+
+    def answer(n, frame):
+        if len(frame) == 45 and struct.unpack_from("!iqiq", frame)[:2] == (0, 0):  # a connect request
+            connects.append(n)
+            return _connected(timeout_ms=0 if len(connects) == 1 else 30_000)  # the first refused
+        return _reply(frame, body=_APPLIED)
+
+    async def scenario(session, peer):
+        loop = asyncio.get_running_loop()
+        assert not session.ready_now()
+        before = loop.time()
+        session.open_soon()  # returns at once: nothing is waited for
+        session.open_soon()  # one attempt at a time
+        while session._opening is not None:
+            await asyncio.sleep(0.01)
+        assert (session.ready_now(), session.open_failures, len(connects)) == (False, 1, 1)
+        # The next try 1 s after the failure, the one after it 2 s: the clock is not waited for in a test.
+        assert before + 1.0 <= session._retry_at <= loop.time() + 1.0 and session._backoff == 2.0
+        session._retry_at = loop.time() + 60.0
+        session.open_soon()  # within the back-off: no new attempt
+        assert session._opening is None and len(connects) == 1
+        session._retry_at = loop.time()  # the back-off over
+        session.open_soon()
+        while session._opening is not None:
+            await asyncio.sleep(0.01)
+        assert session.ready_now() and session.sessions_opened == 1 and len(connects) == 2
+        assert session._backoff == 1.0  # a success starts the back-off over
+        assert await session.multi(_multi()) == []
+        session._conn.number += 1  # kazoo connected again: the session is no longer on its server
+        assert not session.ready_now()
+    _run(answer, scenario)

@@ -48,7 +48,8 @@ metric                                     type       meaning
                                                       reconnect of the daemon's session)
 ``zkcoord_zookeeper_commit_session_open_failures_total``  counter  attempts to open one that failed
                                                       (no connection, ZooKeeper's maxClientCnxns,
-                                                      a refused login): commits wait meanwhile
+                                                      a refused login): commits go through the
+                                                      daemon's own session meanwhile, slower
 ``zkcoord_zookeeper_offset_multis_total``  counter    multis the offset commits sent (the commits of
                                                       every owned group share them)
 ``zkcoord_zookeeper_offset_multis_failed_total``  counter  of those, refused or with their answer lost
@@ -484,15 +485,17 @@ class _ScrapeTimeCollector:
         session = store.commit_session if store is not None else None
         stats = store.stats if store is not None else None
         yield GaugeMetricFamily("zkcoord_zookeeper_commit_session_connected",
-                                "1 while the offset commits' own ZooKeeper session is open (opened at the first "
-                                "commit; 0 with a SASL login, whose commits go on the daemon's session).",
+                                "1 while the offset commits' own ZooKeeper session is open (opened in the "
+                                "background at the first commit; 0 with a SASL login, whose commits go on the "
+                                "daemon's session).",
                                 value=1 if session is not None and session.connected else 0)
         yield CounterMetricFamily("zkcoord_zookeeper_commit_sessions_opened",
                                   "Sessions opened for the offset commits (again after each reconnect).",
                                   value=session.sessions_opened if session is not None else 0)
         yield CounterMetricFamily("zkcoord_zookeeper_commit_session_open_failures",
                                   "Attempts to open the offset commits' session that failed (no connection, "
-                                  "ZooKeeper's maxClientCnxns, a refused login): commits wait meanwhile.",
+                                  "ZooKeeper's maxClientCnxns, a refused login): commits go through the daemon's "
+                                  "own session meanwhile.",
                                   value=session.open_failures if session is not None else 0)
         yield CounterMetricFamily("zkcoord_zookeeper_offset_multis",
                                   "Multis the offset commits sent to ZooKeeper (shared by every owned group).",

@@ -46,6 +46,16 @@ Rules:
 5. **One owner, the event loop.** Every method runs on the loop the
    session was first used on; :meth:`close` ends the session (a
    ``closeSession``, then the socket); a multi after it opens another.
+6. **Never waited for.** The offset store sends a multi here only while a
+   session is open on kazoo's current server (:meth:`ready_now`);
+   otherwise (the first commit, after a drop, after kazoo moved, or while
+   the session cannot be opened: ZooKeeper's ``maxClientCnxns``, a server
+   that does not answer) it sends the multi through kazoo and asks for the
+   session in the background (:meth:`open_soon`). After a failed open the
+   next try waits a back-off (1 s, doubled up to 30 s). The store keeps one
+   multi in flight, so a multi sent through kazoo is answered before the
+   next goes out here: a partition's writes stay in order across the two
+   sessions.
 """
 
 from __future__ import annotations
@@ -74,6 +84,7 @@ _WATCH_XID, _PING_XID, _AUTH_XID = -1, -2, -4
 _PING, _AUTH, _CLOSE, _MULTI = 11, 100, -11, 14
 _PASSWORD = bytes(16)  # a new session's
 _MAX_FRAME = 64 * 1024 * 1024  # far beyond jute.maxbuffer: a length past it is a broken stream
+FIRST_RETRY_S, MAX_RETRY_S = 1.0, 30.0  # the back-off after a failed open (rule 6)
 
 
 def usable(security: Any) -> bool:
@@ -189,6 +200,8 @@ class MultiSession:
         self._opening: asyncio.Future | None = None  # a connect under way, shared by callers meanwhile
         self._ticker: asyncio.TimerHandle | None = None
         self._failing = False  # the last open failed: said once, until one succeeds
+        self._retry_at = 0.0  # loop time before which open_soon does not try again (rule 6)
+        self._backoff = FIRST_RETRY_S
         self.sessions_opened = 0  # counted for the daemon's metrics, as is:
         self.open_failures = 0  # opens that failed (no connection, a refused session or login)
 
@@ -204,6 +217,27 @@ class MultiSession:
 
     def _live(self) -> bool:
         return self._wire is not None and self._wire.open and not self._wire.closed
+
+    def ready_now(self) -> bool:
+        """Whether a multi sent now goes out at once: a session open on kazoo's current server."""
+        return self._live() and self._link == self._conn.current_link()
+
+    def open_soon(self) -> None:
+        """Open a session in the background (rule 6), unless one is opening, kazoo
+        has no server, or the last attempt failed less than the back-off ago."""
+        if self._opening is not None or self.ready_now():
+            return
+        link = self._conn.current_link()
+        if link is None or asyncio.get_running_loop().time() < self._retry_at:
+            return
+        opening = self._opening = asyncio.ensure_future(self._open(link))
+        opening.add_done_callback(self._opened)
+
+    def _opened(self, opening: asyncio.Future) -> None:
+        if self._opening is opening:
+            self._opening = None
+        if not opening.cancelled():
+            opening.exception()  # retrieved: a failure was counted and logged by _failed
 
     async def multi(self, request: EncodedMulti) -> list:
         """Send ``request``; its answer as kazoo gives it (``[]`` applied, ``[MultiRefused]``
@@ -266,6 +300,7 @@ class MultiSession:
         if self._failing:
             log.info("ZooKeeper session for commits open again at %s:%s", *server)
             self._failing = False
+        self._retry_at, self._backoff = 0.0, FIRST_RETRY_S
         self._wire, self._link = wire, link
         self._session_id, self._timeout_ms = session_id, timeout_ms
         self.sessions_opened += 1
@@ -275,12 +310,16 @@ class MultiSession:
         return wire
 
     def _failed(self, exc: BaseException) -> BaseException:
-        """``exc``, logged as a warning when it is the first of a streak (the offset store retries quietly)."""
+        """``exc``, logged as a warning when it is the first of a streak (the offset store retries quietly),
+        and the next try put off by the back-off (rule 6)."""
         self.open_failures += 1
+        self._retry_at = asyncio.get_running_loop().time() + self._backoff
+        self._backoff = min(self._backoff * 2, MAX_RETRY_S)
         if not self._failing:
             self._failing = True
-            log.warning("%s; commits wait and are sent again (each daemon worker holds two ZooKeeper sessions: "
-                        "its own and this one, which ZooKeeper's maxClientCnxns counts)", exc)
+            log.warning("%s; meanwhile commits go through the daemon's own ZooKeeper session, and this one is "
+                        "tried again later (each daemon worker holds two ZooKeeper sessions: its own and this "
+                        "one, which ZooKeeper's maxClientCnxns counts)", exc)
         return exc
 
     def _digest(self) -> str | None:

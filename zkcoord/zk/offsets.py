@@ -31,8 +31,10 @@ Rules:
    batcher calls in place when ZooKeeper answered, a deadline
    (``request_timeout_ms``) failing it in either form. The multis go on a
    ZooKeeper session of the event loop's own
-   (:mod:`zkcoord.zk.multi_session`), not through kazoo's thread; with a
-   SASL login, through kazoo. Every other request here goes through kazoo.
+   (:mod:`zkcoord.zk.multi_session`), not through kazoo's thread, while
+   that session is open; through kazoo until it is (it is opened in the
+   background, never waited for) and with a SASL login. Every other
+   request here goes through kazoo.
 4. What exists is known per (group, topic) directory from one
    ``get_children`` (not one read per partition), parents are ensured once,
    and both are corrected when a multi proves them wrong.
@@ -443,9 +445,12 @@ class OffsetStore:
             self.stats.multis += 1
             self.stats.ops += len(ops)
             sent = True
-            if self._multis is not None:
-                answer = await self._multis.multi(EncodedMulti(ops))
-            else:
+            multis = self._multis
+            if multis is not None and multis.ready_now():
+                answer = await multis.multi(EncodedMulti(ops))
+            else:  # no session of its own open yet (or SASL): through kazoo, never waiting for one
+                if multis is not None:
+                    multis.open_soon()
                 answer = await aio.call_request(self._conn.client, EncodedMulti(ops))
         except ConnectionClosedError as exc:
             commits.failed(batch, aio.translate(exc, "commit offsets", self._conn.hosts))
