@@ -42,8 +42,9 @@ metric                                     type       meaning
                                                       given up (zkcoord.core.session_loss)
 ``zkcoord_zookeeper_commit_session_connected``  gauge  1 while the offset commits' own ZooKeeper
                                                       session is open (zkcoord.zk.multi_session;
-                                                      opened at the first commit; always 0 with a
-                                                      SASL login, whose commits use the daemon's)
+                                                      opened in the background at the first commit;
+                                                      always 0 with a SASL login, whose commits use
+                                                      the daemon's)
 ``zkcoord_zookeeper_commit_sessions_opened_total``  counter  those sessions opened (again after each
                                                       reconnect of the daemon's session)
 ``zkcoord_zookeeper_commit_session_open_failures_total``  counter  attempts to open one that failed

@@ -212,7 +212,7 @@ class MultiSession:
 
     @property
     def connected(self) -> bool:
-        """Whether a session is open now (one is opened at the first multi)."""
+        """Whether a session is open now (the offset store asks for one at its first multi)."""
         return self._live()
 
     def _live(self) -> bool:
