@@ -274,3 +274,13 @@ def test_open_soon_opens_in_the_background_and_a_refusal_puts_the_next_try_off()
         session._conn.number += 1  # kazoo connected again: the session is no longer on its server
         assert not session.ready_now()
     _run(answer, scenario)
+
+
+def test_a_connection_closed_before_the_session_is_open_names_the_server():
+    async def scenario(session, peer):  # as ZooKeeper past maxClientCnxns: accepted, then closed
+        server = session._conn.server
+        with pytest.raises(ConnectionLoss, match=f"cannot open a ZooKeeper session for commits at "
+                                                 f"{server[0]}:{server[1]}: "):
+            await asyncio.wait_for(session.multi(_multi()), 30)
+        assert (session.connected, session.open_failures) == (False, 1)
+    _run(lambda n, f: b"CLOSE", scenario)

@@ -291,7 +291,12 @@ class MultiSession:
             wire.abort()
             raise self._failed(ConnectionLoss(f"cannot open a ZooKeeper session for commits at "
                                               f"{server[0]}:{server[1]}: {type(exc).__name__} {exc}")) from None
-        except (ConnectionLoss, AuthFailedError) as exc:
+        except ConnectionLoss as exc:  # closed before the session was open (as past maxClientCnxns), or refused
+            wire.abort()
+            where = f"{server[0]}:{server[1]}"
+            raise self._failed(exc if where in str(exc) else ConnectionLoss(
+                f"cannot open a ZooKeeper session for commits at {where}: {exc}")) from None
+        except AuthFailedError as exc:
             wire.abort()
             raise self._failed(exc) from None
         except BaseException:
