@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from kazoo.exceptions import EXCEPTIONS, ZookeeperError
 from kazoo.security import OPEN_ACL_UNSAFE
 
-__all__ = ["OpCodec", "EncodedMulti", "MultiRefused", "refusal", "exception_of"]
+__all__ = ["OpCodec", "EncodedMulti", "MultiRefused", "refusal", "exception_of", "string"]
 
 _INT = struct.Struct("!i")
 _HEADER = struct.Struct("!iBi")  # MultiHeader: type, done, err
@@ -47,7 +47,8 @@ _DONE = _HEADER.pack(-1, True, -1)
 _ROLLED_BACK, _RUNTIME_INCONSISTENCY = 0, -2  # the errors of the ops a refused multi did not blame
 
 
-def _string(text: str) -> bytes:
+def string(text: str) -> bytes:
+    """A jute ustring: its UTF-8 length, then its bytes."""
     data = text.encode("utf-8")
     return _INT.pack(len(data)) + data
 
@@ -55,7 +56,7 @@ def _string(text: str) -> bytes:
 def _acl_bytes(acls) -> bytes:
     out = bytearray(_INT.pack(len(acls)))
     for acl in acls:
-        out += _INT.pack(acl.perms) + _string(acl.id.scheme) + _string(acl.id.id)
+        out += _INT.pack(acl.perms) + string(acl.id.scheme) + string(acl.id.id)
     return bytes(out)
 
 
@@ -87,7 +88,7 @@ class OpCodec:
         if found is None:
             if len(self._paths) >= self._max:
                 self._paths.clear()
-            found = self._paths[path] = _string(_prefix_root(self.chroot, path))
+            found = self._paths[path] = string(_prefix_root(self.chroot, path))
         return found
 
     @staticmethod

@@ -69,7 +69,7 @@ from typing import Any
 
 from kazoo.exceptions import AuthFailedError, ConnectionLoss
 
-from zkcoord.zk.jute import EncodedMulti, exception_of
+from zkcoord.zk.jute import EncodedMulti, exception_of, string
 
 __all__ = ["MultiSession", "usable"]
 
@@ -91,10 +91,6 @@ def usable(security: Any) -> bool:
     """Whether multis may go through a :class:`MultiSession` (rule 4)."""
     return security is None or (not security.sasl_jaas_file and security.sasl is None)
 
-
-def _string(text: str) -> bytes:
-    data = text.encode("utf-8")
-    return _LENGTH.pack(len(data)) + data
 
 
 class _Wire(asyncio.Protocol):
@@ -230,6 +226,10 @@ class MultiSession:
         link = self._conn.current_link()
         if link is None or asyncio.get_running_loop().time() < self._retry_at:
             return
+        self._begin_open(link)
+
+    def _begin_open(self, link: Any) -> None:
+        """Start opening a session beside ``link``, shared by every caller until it is done."""
         opening = self._opening = asyncio.ensure_future(self._open(link))
         opening.add_done_callback(self._opened)
 
@@ -237,7 +237,7 @@ class MultiSession:
         if self._opening is opening:
             self._opening = None
         if not opening.cancelled():
-            opening.exception()  # retrieved: a failure was counted and logged by _failed
+            opening.exception()  # retrieved: a failure was counted and logged by _failed, and raised to waiters
 
     async def multi(self, request: EncodedMulti) -> list:
         """Send ``request``; its answer as kazoo gives it (``[]`` applied, ``[MultiRefused]``
@@ -256,13 +256,8 @@ class MultiSession:
         if self._live() and link == self._link:
             return self._wire
         if self._opening is None:
-            self._opening = asyncio.ensure_future(self._open(link))
-        opening = self._opening
-        try:
-            return await asyncio.shield(opening)
-        finally:
-            if opening.done() and self._opening is opening:
-                self._opening = None
+            self._begin_open(link)
+        return await asyncio.shield(self._opening)
 
     async def _open(self, link: Any) -> _Wire:
         self._drop()
@@ -282,7 +277,7 @@ class MultiSession:
             digest = self._digest()
             if digest is not None:
                 wire.login = loop.create_future()
-                wire.send(_AUTH_XID, _AUTH, _LENGTH.pack(0) + _string("digest") + _string(digest))
+                wire.send(_AUTH_XID, _AUTH, _LENGTH.pack(0) + string("digest") + string(digest))
                 err = await asyncio.wait_for(wire.login, timeout_s)
                 if err:
                     raise AuthFailedError(f"ZooKeeper at {server[0]}:{server[1]} refused the digest login "
