@@ -29,6 +29,14 @@ revocation followed by a commit, which also held while A was already in the
 but not yet logged: the event then appeared after SIGCONT, after B's
 commits, and looked like a stale resume (seen once under load; an injected
 sleep before the log line reproduced it every time).
+
+C is stopped, and A armed, only once the group is Stable and both were
+assigned in its generation. C's arrival starts a rebalance, and A, the
+leader, starts another when it sees C's topic; the test used to go on as
+soon as the stored group counted two members. Once (a CI run) C was
+stopped before it rejoined A's second round, which then waited for C
+while A had already revoked, unarmed; B joined that same round, and A,
+given one partition, never revoked again nor stopped.
 """
 
 from __future__ import annotations
@@ -64,6 +72,20 @@ def stopped(pid: int) -> bool:
     return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T"
 
 
+def settled(group, *logs) -> bool:
+    """Whether ``group`` (the stored record) is Stable with as many members
+    as ``logs``, and each log's last assignment is of its generation: no
+    rebalance is under way or owed (C's arrival starts one, and A, the
+    leader, starts another once it sees C's topic), so the next one is
+    the one B's arrival starts. Stopping C in a round it has not rejoined
+    yet would let B join that round, which A revoked for before it was armed:
+    A would then never stop."""
+    if group is None or group.state.value != "Stable" or len(group.members) != len(logs):
+        return False
+    last = [[e for e in log if e["ev"] == "assigned"][-1:] for log in logs]
+    return all(found and found[0]["gen"] == group.generation_id for found in last)
+
+
 def test_a_member_back_from_a_missed_generation_resumes_from_the_committed_offsets(fault_sandbox, fault_chroot,
                                                                                    tmp_path):
     hosts, zk = fault_chroot
@@ -81,9 +103,13 @@ def test_a_member_back_from_a_missed_generation_resumes_from_the_committed_offse
                 found[p] = int(zk.get(path)[0])
         return found
 
-    def members():
+    def stored():
         data = quiet(lambda: zk.get(f"/coordinators/{group}/state")[0])
-        return sorted(from_record(group, json.loads(data)).members) if data else []
+        return from_record(group, json.loads(data)) if data else None
+
+    def members():
+        found = stored()
+        return sorted(found.members) if found else []
 
     def events(index: int) -> list[dict]:
         return [e for path in sorted(tmp_path.glob(f"consumer-{index}-*.jsonl"))
@@ -100,9 +126,10 @@ def test_a_member_back_from_a_missed_generation_resumes_from_the_committed_offse
             pool.start(0, stop_after_revoke=arm)  # A consumes both partitions of the topic
             wait_for(lambda: offsets() == {0: 10, 1: 10}, LIVENESS_S, "A committed 10 on both partitions", 0.1)
             pool.start(1, topic=other)  # C, of another topic: A keeps both partitions
-            wait_for(lambda: len(members()) == 2, LIVENESS_S, "A and C in the group", 0.1)
+            wait_for(lambda: settled(stored(), events(0), events(1)), LIVENESS_S,
+                     "A (with both partitions) and C in a Stable group, both assigned in its generation", 0.1)
             pool.procs[1].send_signal(signal.SIGSTOP)  # C will not rejoin: the next JoinGroup round waits for it
-            arm.touch()  # A's next revocation (B joining, or A's own rejoin as leader) stops A after its commit
+            arm.touch()  # A's next revocation (B joining) stops A after its commit
             pool.start(2)  # B joins: A revokes, commits and stops itself before its JoinGroup
             wait_for(lambda: stopped(pool.procs[0].pid), LIVENESS_S, "A stopped itself after revoking", 0.01)
             arm.unlink()
