@@ -10,6 +10,7 @@ import json
 import pytest
 from test_zk_support import CuttableProxy, connection, eventually
 
+from tests.support.secure_zookeeper import start_secure_zookeeper
 from zkcoord.errors import NotOwnerError, UsageError
 from zkcoord.zk.connection import SessionEvent
 from zkcoord.zk.offsets import OffsetStore
@@ -231,6 +232,30 @@ def test_commits_go_through_kazoo_while_their_own_session_cannot_be_opened(servi
         finally:
             proxy.close()
     asyncio.run(scenario())
+
+
+def test_past_a_real_zookeepers_connection_limit_the_commits_go_through_kazoo(tmp_path):
+    """A ZooKeeper 3.8 taking one connection per client address (maxClientCnxns=1), kazoo's: it closes
+    the commits' own session's connection itself (the proxy above stands in for this); the commits land
+    through the daemon's session all the same, the refusal is counted, and ZooKeeper says why."""
+    server = start_secure_zookeeper(tmp_path / "zookeeper", {}, max_client_cnxns=1)
+
+    async def scenario():
+        async with connection(server.hosts) as conn:
+            store = OffsetStore(conn)
+            session = store.commit_session
+            for offset in range(3):
+                await store.commit("g", {("t", 0): (offset, "m" if offset == 2 else "")})
+            assert store.stats.multis == 3
+            await eventually(lambda: session.open_failures >= 1, "the refused open counted")
+            assert not session.connected and session.sessions_opened == 0 and session._xid == 0
+            assert await store.fetch("g") == {("t", 0): (2, "m")}
+            await store.stop()
+    try:
+        asyncio.run(scenario())
+        assert "Too many connections from /127.0.0.1 - max is 1" in server.log_file.read_text(errors="replace")
+    finally:
+        server.stop()
 
 
 def test_a_commit_during_a_connection_drop_lands_after_the_reconnect(services, zk_chroot, zk):

@@ -1,4 +1,5 @@
-"""A private ZooKeeper 3.8 that takes SASL logins, for the ZooKeeper security tests.
+"""A private ZooKeeper 3.8 that takes SASL logins, for the ZooKeeper security tests
+(and one with a connection limit, for the commits' session).
 
 This module owns starting one ZooKeeper server (the sandbox's cached jars,
 :mod:`zkcoord.local.jars`) with SASL DIGEST-MD5 users in its JAAS ``Server``
@@ -60,10 +61,13 @@ class SecureZooKeeper:
         procs.stop(self.pid, process_marker(), grace_s=10)
 
 
-def start_secure_zookeeper(home: Path, users: Mapping[str, str], require_auth: bool = False) -> SecureZooKeeper:
+def start_secure_zookeeper(home: Path, users: Mapping[str, str], require_auth: bool = False,
+                           max_client_cnxns: int = 0) -> SecureZooKeeper:
     """Start the server in ``home`` with these SASL users (name -> password;
-    none: a server without SASL, to see a SASL login go unanswered); wait
-    until it answers ``ruok``. Stops it again if it does not come up."""
+    none: a server without SASL, to see a SASL login go unanswered), taking
+    at most ``max_client_cnxns`` connections from one address (0: any
+    number); wait until it answers ``ruok``. Stops it again if it does not
+    come up."""
     home.mkdir(parents=True, exist_ok=True)
     (home / "data").mkdir(exist_ok=True)
     port = procs.free_port()
@@ -72,7 +76,8 @@ def start_secure_zookeeper(home: Path, users: Mapping[str, str], require_auth: b
     if secrets:
         jaas.write_text(config_files.zookeeper_server_jaas(secrets).value)
     (home / "zoo.cfg").write_text(config_files.zoo_cfg(home / "data", port, sasl=bool(secrets),
-                                                       require_auth=require_auth))
+                                                       require_auth=require_auth,
+                                                       max_client_cnxns=max_client_cnxns))
     (home / "logback.xml").write_text(config_files.LOGBACK_XML)
     dist = jars.zookeeper_distribution()
     login = [f"-Djava.security.auth.login.config={jaas}"] if secrets else []

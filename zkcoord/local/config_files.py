@@ -62,7 +62,7 @@ DIGEST_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 
 
 def zoo_cfg(data_dir: Path, port: int, *, sasl: bool = False, require_auth: bool = False,
-            peers: Sequence[ensemble.Peer] = ()) -> str:
+            peers: Sequence[ensemble.Peer] = (), max_client_cnxns: int = 0) -> str:
     """``sasl``: take SASL logins (:func:`zoo_cfg_sasl_lines`); ``require_auth``:
     and close the session of a client that sends a request without one.
     ``peers``: the members of an ensemble, this server among them (its own
@@ -72,7 +72,8 @@ def zoo_cfg(data_dir: Path, port: int, *, sasl: bool = False, require_auth: bool
     answer the leader (5 s) than a standalone server's defaults: six JVMs
     share two cores here, and a follower missing ``syncLimit`` drops out of
     the quorum. A killed leader is noticed at once all the same (its
-    sockets close)."""
+    sockets close). ``max_client_cnxns``: connections taken from one client
+    address (0, the sandbox's: no limit; ZooKeeper's own default is 60)."""
     limits = ["initLimit=20", "syncLimit=10"] if peers else ["initLimit=10", "syncLimit=5"]
     return "\n".join([
         "tickTime=500",
@@ -83,7 +84,7 @@ def zoo_cfg(data_dir: Path, port: int, *, sasl: bool = False, require_auth: bool
         f"dataDir={data_dir}",
         f"clientPort={port}",
         "clientPortAddress=127.0.0.1",
-        "maxClientCnxns=0",
+        f"maxClientCnxns={max_client_cnxns}",
         "admin.enableServer=false",
         "4lw.commands.whitelist=*",
         "autopurge.purgeInterval=1",
