@@ -103,6 +103,7 @@ class Settings:
     targets: tuple[str, ...] = TARGETS
     profile: str = ""  # "", "cprofile" or "pyinstrument": run the daemon under it; "py-spy": sample each load run
     load_processes: int = 1  # 1: the members' requests from this process; N: from N processes of their own
+    load_rounds: int = 1  # heartbeat and commit runs: every target this many times, alternating
 
     def __post_init__(self) -> None:
         if self.members < self.groups or self.members % self.groups:
@@ -110,6 +111,8 @@ class Settings:
         unknown = set(self.only) - {"heartbeat", "commit", "rebalance"} | set(self.targets) - set(TARGETS)
         if unknown:
             raise SystemExit(f"unknown scenario or target: {', '.join(sorted(unknown))}")
+        if self.load_rounds < 1:
+            raise SystemExit(f"--load-rounds {self.load_rounds} must be at least 1")
         if self.notice not in ("on", "off"):
             raise SystemExit(f"--notice {self.notice!r} must be on or off")
 
@@ -135,6 +138,7 @@ class LoadResult:
     errors: dict[int, int]
     cpu: dict[str, float]
     zk_txns: int = 0
+    round: int = 0  # of --load-rounds, from 0
 
     @property
     def rate(self) -> float:
@@ -328,13 +332,21 @@ async def load(scenario: str, target: Target, members: list[Member], env: Enviro
 
 
 async def steady_state(target: Target, versions: dict[str, int], env: Environment,
-                       settings: Settings) -> list[LoadResult]:
-    """Heartbeats and commits from members of ``--groups`` Stable groups."""
-    groups = [f"bench-{target.name}-{i}" for i in range(settings.groups)]
+                       settings: Settings, round_index: int = 0) -> list[LoadResult]:
+    """Heartbeats and commits from members of ``--groups`` Stable groups
+    (new ones in each round)."""
+    groups = [f"bench-{target.name}-{i}" + (f"-r{round_index}" if round_index else "") for i in range(settings.groups)]
     per_group = settings.members // settings.groups
     members = await open_members(target, groups, per_group, COMMIT_TOPIC, per_group * settings.commit_partitions,
                                  versions, settings)
     results = []
+
+    async def measure(scenario: str, paced_rate: int | None = None) -> None:
+        result = await load(scenario, target, members, env, settings, paced_rate=paced_rate)
+        result.round = round_index
+        results.append(result)
+        _progress(result, settings.load_rounds)
+
     try:
         stop = asyncio.Event()
         tasks = maintain(members, stop, settings)
@@ -344,21 +356,18 @@ async def steady_state(target: Target, versions: dict[str, int], env: Environmen
         print(f"  {target.name}: {len(groups)} groups of {per_group} Stable; FindCoordinator on "
               f"{target.address[0]}:{target.address[1]} answered {target.describe_coordinators(groups)}", flush=True)
         if "heartbeat" in settings.only:
-            results.append(await load("heartbeat max", target, members, env, settings))
-            _progress(results[-1])
-            results.append(await load(f"heartbeat @{settings.paced_rate}/s", target, members, env, settings,
-                                      paced_rate=settings.paced_rate))
-            _progress(results[-1])
+            await measure("heartbeat max")
+            await measure(f"heartbeat @{settings.paced_rate}/s", paced_rate=settings.paced_rate)
         if "commit" in settings.only:
-            results.append(await load("commit max", target, members, env, settings))
-            _progress(results[-1])
+            await measure("commit max")
     finally:
         await close_members(members)
     return results
 
 
-def _progress(result: LoadResult) -> None:
-    print(f"  {result.target}: {result.scenario}: {result.rate:,.0f}/s, p99 {result.p99_ms:.1f} ms", flush=True)
+def _progress(result: LoadResult, rounds: int = 1) -> None:
+    of = f" (round {result.round + 1} of {rounds})" if rounds > 1 else ""
+    print(f"  {result.target}: {result.scenario}: {result.rate:,.0f}/s, p99 {result.p99_ms:.1f} ms{of}", flush=True)
 
 
 def _last(member: Member, what: str, since: float, generation: int | None = None) -> float | None:
@@ -445,9 +454,10 @@ async def run(env: Environment, settings: Settings) -> tuple[list[LoadResult], l
     print(f"API versions used for {', '.join(settings.targets)}: "
           + ", ".join(f"{k} v{v}" for k, v in versions.items()), flush=True)
     loads, rounds = [], []
-    for target in targets:
-        if {"heartbeat", "commit"} & set(settings.only):
-            loads += await steady_state(target, versions, env, settings)
+    if {"heartbeat", "commit"} & set(settings.only):
+        for round_index in range(settings.load_rounds):  # alternating: a slow spell of the machine hits both
+            for target in targets:
+                loads += await steady_state(target, versions, env, settings, round_index)
     if "rebalance" in settings.only:
         for target in targets:
             rounds += await rebalance(target, versions, env, settings)
@@ -463,16 +473,48 @@ def _goal(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
-def report(loads: list[LoadResult], rounds: list[RebalanceRound], settings: Settings) -> None:
-    print("\n== load (closed loop: every connection has one request in flight) ==")
-    print(f"{'scenario':<22} {'target':<8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} "
+def median_results(loads: list[LoadResult]) -> list[LoadResult]:
+    """One result per (scenario, target), in the order first run: each
+    figure the median of its rounds' (errors summed), ``round`` -1."""
+    grouped: dict[tuple[str, str], list[LoadResult]] = {}
+    for r in loads:
+        grouped.setdefault((r.scenario, r.target), []).append(r)
+    out = []
+    for (scenario, target), runs in grouped.items():
+        if len(runs) == 1:
+            out.append(runs[0])
+            continue
+        errors: collections.Counter = collections.Counter()
+        for r in runs:
+            errors.update(r.errors)
+        cpu_keys = dict.fromkeys(k for r in runs for k in r.cpu)
+        out.append(LoadResult(scenario, target, round(statistics.median(r.requests for r in runs)), runs[0].duration_s,
+                              statistics.median(r.p50_ms for r in runs), statistics.median(r.p99_ms for r in runs),
+                              dict(errors), {k: statistics.median(r.cpu.get(k, 0.0) for r in runs) for k in cpu_keys},
+                              round(statistics.median(r.zk_txns for r in runs)), round=-1))
+    return out
+
+
+def _load_table(loads: list[LoadResult], rounds: int) -> None:
+    print(f"{'scenario':<22} {'target':<8} " + (f"{'round':>5} " if rounds > 1 else "")
+          + f"{'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} "
           f"{'zk txn/s':>9} {'server us/req':>14}   cores: server    zk client other")
     for r in loads:
         errors = sum(r.errors.values())
-        print(f"{r.scenario:<22} {r.target:<8} {r.rate:>9,.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {errors:>7} "
+        which = (f"{'med' if r.round < 0 else r.round + 1:>5} " if rounds > 1 else "")
+        print(f"{r.scenario:<22} {r.target:<8} {which}{r.rate:>9,.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {errors:>7} "
               f"{r.zk_txns / r.duration_s:>9,.0f} {r.server_us_per_request:>14.0f}   {'':>6}{_fmt_cpu(r.cpu, r.server)}")
         if r.errors:
             print(f"{'':<31}error codes: {r.errors}")
+
+
+def report(loads: list[LoadResult], rounds: list[RebalanceRound], settings: Settings) -> None:
+    print("\n== load (closed loop: every connection has one request in flight) ==")
+    _load_table(loads, settings.load_rounds)
+    medians = median_results(loads)
+    if settings.load_rounds > 1:
+        print(f"\n== load: medians of {settings.load_rounds} rounds (each figure on its own) ==")
+        _load_table(medians, settings.load_rounds)
     if rounds:
         print(f"\n== rebalance: {settings.rebalance_members} members + 1 joining, {settings.partitions} partitions, "
               f"heartbeat every {settings.heartbeat_interval_ms} ms (all targets) ==")
@@ -482,17 +524,27 @@ def report(loads: list[LoadResult], rounds: list[RebalanceRound], settings: Sett
             print(f"{r.target:<8} {f'{r.members_before}->{r.members_before + 1}':>9} {r.total_ms:>9.0f} "
                   f"{r.noticed_ms:>11.0f} {r.joined_ms:>10.0f} {r.zk_txns:>8} {r.znode_writes:>13} "
                   f"{'-' if r.state_versions is None else r.state_versions:>15}")
-    _ratios(loads, rounds, settings)
+    _ratios(medians, rounds, settings, loads)
 
 
-def _ratios(loads: list[LoadResult], rounds: list[RebalanceRound], settings: Settings) -> None:
-    print("\n== ratios zkcoord / kafka, and goals ==")
+def _ratios(loads: list[LoadResult], rounds: list[RebalanceRound], settings: Settings,
+            every_round: list[LoadResult] = ()) -> None:
+    """The ratios and goals of ``loads`` (one per scenario and target: the
+    medians of several rounds), with each round's own ratios after them."""
+    print("\n== ratios zkcoord / kafka, and goals" + (f" (medians of {settings.load_rounds} rounds)"
+                                                    if settings.load_rounds > 1 else "") + " ==")
     by = {(r.scenario, r.target): r for r in loads}
+    each = {(r.scenario, r.target, r.round): r for r in every_round}
     for scenario in dict.fromkeys(r.scenario for r in loads):
         z, k = by.get((scenario, "zkcoord")), by.get((scenario, "kafka"))
         if z and k:
             print(f"{scenario:<22} rate {z.rate / k.rate:5.2f}x   p50 {z.p50_ms / k.p50_ms:5.2f}x   "
                   f"p99 {z.p99_ms / k.p99_ms:5.2f}x")
+            pairs = [(each[(scenario, "zkcoord", i)], each[(scenario, "kafka", i)]) for i in range(settings.load_rounds)
+                     if (scenario, "zkcoord", i) in each and (scenario, "kafka", i) in each]
+            if len(pairs) > 1:
+                print(f"{'':<22} each round: rate {', '.join(f'{a.rate / b.rate:.2f}x' for a, b in pairs)}; "
+                      f"p99 {', '.join(f'{a.p99_ms / b.p99_ms:.2f}x' for a, b in pairs)}")
     z_max, z_paced = by.get(("heartbeat max", "zkcoord")), by.get((f"heartbeat @{settings.paced_rate}/s", "zkcoord"))
     if z_max:
         print(f"goal heartbeats >= 10,000/s: {z_max.rate:,.0f}/s, {_goal(z_max.rate >= 10_000)} "
@@ -604,6 +656,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None, Pa
         "session_timeout_ms": "members' session time-out", "rebalance_timeout_ms": "members' rebalance time-out",
         "duration_s": "measured seconds per load run", "warmup_s": "unmeasured seconds before each",
         "join_phase_seed": "seed of each rebalance round's join moment within a heartbeat interval",
+        "load_rounds": "heartbeat and commit runs: every target this many times, alternating (new groups each "
+                       "time); the ratios and goals are judged on each figure's median, each round's ratios "
+                       "printed too",
         "load_processes": "heartbeat and commit runs: 1 sends every member's requests from this process; N "
                           "from N processes of their own (bench/load_procs.py), when one process cannot keep "
                           "up with the server",
