@@ -239,8 +239,9 @@ def zookeeper_row(builder: d.Dashboard) -> d.Dashboard:
             .with_panel(timeseries("Offset commits' session", "1 while the session the offset commits go on is "
                                    "open (each daemon worker opens it in the background at its first commit, "
                                    "beside its own; 0 with "
-                                   "a SASL login, whose commits use the daemon's session). Opened: sessions opened "
-                                   "per interval (again after each reconnect). Failed: attempts to open it per "
+                                   "a SASL login, whose commits use the daemon's session). Opened: its connections "
+                                   "opened per interval (a new session, or the same one reattached: after each "
+                                   "reconnect, and after a lost connection). Failed: attempts to open it per "
                                    "interval (commits go through the daemon's own session meanwhile; often ZooKeeper's "
                                    "maxClientCnxns).",
                                    [query(f"zkcoord_zookeeper_commit_session_connected{{{SEL}}}", "{{instance}}"),

@@ -234,6 +234,42 @@ def test_commits_go_through_kazoo_while_their_own_session_cannot_be_opened(servi
     asyncio.run(scenario())
 
 
+def test_a_lost_commit_delivered_late_cannot_move_the_offset_back(services, zk_chroot, zk):
+    """A network cut holds a multi on the commits' session: the daemon drops that connection (as after
+    two thirds of the session time-out without a word) and sends the commit again. The held bytes may
+    still reach ZooKeeper when the network heals, after newer commits: applied then, they would move the
+    offset back (seen in a CI run of test_net_faults). So the same session is reattached first, which
+    makes ZooKeeper close the held connection, and nothing arriving on it is applied any more."""
+    async def scenario():
+        proxy = CuttableProxy(services.zookeeper)
+        try:
+            async with connection(proxy.hosts(zk_chroot), session_timeout_ms=20_000) as conn:
+                store = OffsetStore(conn)
+                session = store.commit_session
+                await store.commit("g", {("t", 0): (1, "")})  # through kazoo; the session opens meanwhile
+                await eventually(session.ready_now, "the commits' session open")
+                first = session.session_id
+                await store.commit("g", {("t", 0): (2, "")})
+                assert session._xid == 1 and len(proxy.pairs) == 2  # kazoo's connection, then the session's
+                proxy.hold(1)
+                late = asyncio.ensure_future(store.commit("g", {("t", 0): (3, "")}))
+                await eventually(lambda: proxy.pairs[1].kept, "the commit held by the cut")
+                session._wire.abort()  # what the silence check does after two thirds of the time-out
+                await late  # sent again, once the session was reattached
+                await store.commit("g", {("t", 0): (4, "")})
+                assert session.session_id == first and not session.unsettled
+                await eventually(lambda: proxy.pairs[1].upstream_ended,
+                                 "ZooKeeper closed the held connection when its session was reattached")
+                proxy.release(1)  # the held commit (3) reaches ZooKeeper now, if anything still reads it
+                await store.commit("g", {("t", 1): (9, "")})  # a later write through the same path
+                assert zk.get("/consumers/g/offsets/t/0")[0] == b"4"
+                assert await store.fetch("g") == {("t", 0): (4, ""), ("t", 1): (9, "")}
+                await store.stop()
+        finally:
+            proxy.close()
+    asyncio.run(scenario())
+
+
 def test_past_a_real_zookeepers_connection_limit_the_commits_go_through_kazoo(tmp_path):
     """A ZooKeeper 3.8 taking one connection per client address (maxClientCnxns=1), kazoo's: it closes
     the commits' own session's connection itself (the proxy above stands in for this); the commits land

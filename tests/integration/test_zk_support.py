@@ -50,10 +50,25 @@ async def eventually_equal(coro_fn, expected, what: str, timeout_s: float = 30.0
         await asyncio.sleep(0.02)
 
 
+class _Pair:
+    """One proxied connection: its client and upstream sockets; while ``held``, what the client sends
+    is kept in ``kept`` (not forwarded) and what ZooKeeper sends is dropped, as in a network cut."""
+
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
+        self.client, self.upstream = client, upstream
+        self.held = False
+        self.kept = bytearray()
+        self.upstream_ended = False  # ZooKeeper closed its end
+
+
 class CuttableProxy:
     """A TCP proxy to ZooKeeper. ``cut()`` drops every connection and refuses
     new ones until ``resume()``: the client sees SUSPENDED, and reconnects
-    with the same session after ``resume()`` (if it did not expire)."""
+    with the same session after ``resume()`` (if it did not expire).
+    ``hold(n)`` cuts the n-th connection (from 0, in the order accepted) the
+    way a network does: nothing goes through and nothing is closed; what the
+    client sent meanwhile reaches ZooKeeper at ``release(n)``, as a kernel's
+    retransmissions do when the network heals."""
 
     def __init__(self, upstream: str, port: int = 0) -> None:
         host, _, upstream_port = upstream.rpartition(":")
@@ -62,6 +77,7 @@ class CuttableProxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
+        self.pairs: list[_Pair] = []
         self._refusing = False
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -84,21 +100,40 @@ class CuttableProxy:
                 client.close()
                 continue
             upstream.settimeout(None)
+            pair = _Pair(client, upstream)
             with self._lock:
                 self._sockets += [client, upstream]
+                self.pairs.append(pair)
             for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+                threading.Thread(target=self._pump, args=(src, dst, pair), daemon=True).start()
 
     @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(src: socket.socket, dst: socket.socket, pair: _Pair) -> None:
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                if not pair.held:
+                    dst.sendall(data)
+                elif src is pair.client:
+                    pair.kept += data
         except OSError:
             pass
+        if src is pair.upstream:
+            pair.upstream_ended = True
+        if pair.held:
+            return  # a cut network closes nothing
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+
+    def hold(self, n: int) -> None:
+        self.pairs[n].held = True
+
+    def release(self, n: int) -> None:
+        """Send what connection ``n`` kept to ZooKeeper (if it still takes it), and pass bytes again."""
+        pair = self.pairs[n]
+        with contextlib.suppress(OSError):
+            pair.upstream.sendall(bytes(pair.kept))
+        pair.held = False
 
     def cut(self) -> None:
         self._refusing = True

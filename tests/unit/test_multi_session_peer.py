@@ -66,6 +66,15 @@ class _Peer:
         self.server.close()
 
 
+async def eventually_true(predicate, timeout_s: float = 30.0) -> None:
+    """Yield to the loop until ``predicate()`` holds (the scripted peer runs on it too)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not predicate():
+        assert loop.time() < end, "not within the bound"
+        await asyncio.sleep(0.01)
+
+
 def _framed(body: bytes) -> bytes:
     return _INT.pack(len(body)) + body
 
@@ -162,24 +171,83 @@ def test_an_answer_out_of_order_drops_the_connection():
     _run(answer, scenario)
 
 
-def test_a_server_that_closes_fails_the_multi_and_the_next_opens_a_new_session():
+def _asked_session(frame: bytes) -> tuple[int, bytes]:
+    """A connect request's session id (0: a new session) and password."""
+    session_id = struct.unpack_from("!q", frame, 16)[0]
+    length = _INT.unpack_from(frame, 24)[0]
+    return session_id, frame[28:28 + length]
+
+
+_SECRET = b"s3cret-password!"
+
+
+def _connected_as(session_id: int, password: bytes = _SECRET, timeout_ms: int = 30_000) -> bytes:
+    return _framed(struct.pack("!iiq", 0, timeout_ms, session_id) + _INT.pack(len(password)) + password + b"\0")
+
+
+def test_a_lost_multi_leaves_the_session_unsettled_until_it_is_reattached_with_its_password():
+    """A multi whose answer was lost may still land (a cut network delivers it later): the same session is
+    reattached on a new connection (ZooKeeper then fences the old one) before anything else is written."""
+    asked = []
+
     def answer(n, frame):
-        if n in (1, 3):
-            return _connected(session_id=n)
+        if len(frame) == 45:  # a connect request
+            asked.append(_asked_session(frame))
+            return _connected_as(0x77)
+        return b"CLOSE" if n == 2 else _reply(frame, body=_APPLIED)
+
+    async def scenario(session, _peer):
+        assert not session.unsettled
+        with pytest.raises(ConnectionLoss):
+            await asyncio.wait_for(session.multi(_multi()), 30)
+        assert session.unsettled
+        await asyncio.wait_for(session.settle(), 30)
+        assert not session.unsettled and session.ready_now()
+        assert asked == [(0, bytes(16)), (0x77, _SECRET)]  # new, then the same session with its password
+        assert await asyncio.wait_for(session.multi(_multi()), 30) == []
+        assert session.session_id == 0x77 and session.sessions_opened == 2
+    _run(answer, scenario)
+
+
+def test_a_lost_multi_of_an_expired_session_settles_on_a_new_session():
+    asked = []
+
+    def answer(n, frame):
+        if len(frame) == 45:
+            asked.append(_asked_session(frame)[0])
+            if asked[-1] == 0x77:  # expired: ZooKeeper answers a time-out of 0 and closes
+                return _connected_as(0, bytes(16), timeout_ms=0)
+            return _connected_as(0x77 if len(asked) == 1 else 0x99)
         return b"CLOSE" if n == 2 else _reply(frame, body=_APPLIED)
 
     async def scenario(session, _peer):
         with pytest.raises(ConnectionLoss):
             await asyncio.wait_for(session.multi(_multi()), 30)
-        assert await asyncio.wait_for(session.multi(_multi()), 30) == []
-        assert session.session_id == 3 and session.sessions_opened == 1 + 1
+        await asyncio.wait_for(session.settle(), 30)
+        assert not session.unsettled and asked == [0, 0x77, 0] and session.session_id == 0x99
+        assert session.open_failures == 0  # an expired session is not a failure
     _run(answer, scenario)
 
 
-def test_when_kazoo_connects_again_the_session_is_closed_and_another_opened():
+def test_a_lost_multi_stays_unsettled_while_the_session_cannot_be_reattached():
+    async def scenario(session, peer):
+        with pytest.raises(ConnectionLoss):
+            await asyncio.wait_for(session.multi(_multi()), 30)
+        await peer.stop()
+        session._retry_at = 0.0
+        with pytest.raises(ConnectionLoss):
+            await asyncio.wait_for(session.settle(), 30)
+        assert session.unsettled and not session.ready_now()
+    _run(lambda n, f: _connected_as(0x77) if n == 1 else b"CLOSE", scenario)
+
+
+def test_when_kazoo_connects_again_the_session_is_reattached_beside_it():
+    asked = []
+
     def answer(n, frame):
         if len(frame) == 45:  # a connect request
-            return _connected(session_id=n)
+            asked.append(_asked_session(frame)[0])
+            return _connected_as(0x77)
         if struct.unpack_from("!ii", frame)[1] == -11:  # closeSession: not answered
             return None
         return _reply(frame, body=_APPLIED)
@@ -188,7 +256,10 @@ def test_when_kazoo_connects_again_the_session_is_closed_and_another_opened():
         assert await session.multi(_multi()) == []
         session._conn.number = 2
         assert await session.multi(_multi()) == [] and session.sessions_opened == 2
-        assert any(struct.unpack_from("!ii", f)[1] == -11 for f in peer.frames if len(f) == 8)
+        assert asked == [0, 0x77] and not session.unsettled
+        assert not any(struct.unpack_from("!ii", f)[1] == -11 for f in peer.frames if len(f) == 8)
+        await session.close()  # the end of the session: closeSession
+        await eventually_true(lambda: any(struct.unpack_from("!ii", f)[1] == -11 for f in peer.frames if len(f) == 8))
     _run(answer, scenario)
 
 

@@ -45,8 +45,10 @@ metric                                     type       meaning
                                                       opened in the background at the first commit;
                                                       always 0 with a SASL login, whose commits use
                                                       the daemon's)
-``zkcoord_zookeeper_commit_sessions_opened_total``  counter  those sessions opened (again after each
-                                                      reconnect of the daemon's session)
+``zkcoord_zookeeper_commit_sessions_opened_total``  counter  connections of that session opened: a new
+                                                      session, or the same one reattached (after
+                                                      each reconnect of the daemon's session, and
+                                                      after a lost connection)
 ``zkcoord_zookeeper_commit_session_open_failures_total``  counter  attempts to open one that failed
                                                       (no connection, ZooKeeper's maxClientCnxns,
                                                       a refused login): commits go through the
@@ -491,7 +493,9 @@ class _ScrapeTimeCollector:
                                 "daemon's session).",
                                 value=1 if session is not None and session.connected else 0)
         yield CounterMetricFamily("zkcoord_zookeeper_commit_sessions_opened",
-                                  "Sessions opened for the offset commits (again after each reconnect).",
+                                  "Connections of the offset commits' session opened: a new session, or the same one "
+                                  "reattached (after each reconnect of the daemon's session, and after a lost "
+                                  "connection).",
                                   value=session.sessions_opened if session is not None else 0)
         yield CounterMetricFamily("zkcoord_zookeeper_commit_session_open_failures",
                                   "Attempts to open the offset commits' session that failed (no connection, "

@@ -13,9 +13,7 @@ What it speaks, with ZooKeeper's wire format (jute, as kazoo's
 ``protocol/serialization.py`` writes it): the connect handshake, a digest
 login (``auth``, the daemon's ``--zookeeper-digest``), ``multi`` (the bytes
 :class:`~zkcoord.zk.jute.EncodedMulti` builds), ``ping`` and
-``closeSession``. It sets no watches and creates nothing ephemeral: losing
-the session loses nothing, so a dropped connection is not resumed; the next
-multi opens a new session.
+``closeSession``. It sets no watches and creates nothing ephemeral.
 
 Rules:
 
@@ -40,6 +38,21 @@ Rules:
    again, as it does after kazoo's ConnectionLoss); an error in an answer's
    header is kazoo's exception for that code; a refused login is
    ``AuthFailedError``.
+3a. **A lost multi is fenced before anything else is written.** A multi
+   whose answer was lost may still be on its way: the connection may only
+   look dead (a network cut: the kernel keeps sending the bytes after the
+   socket is closed, and delivers them when the network heals). Landing
+   after a newer commit, it would move the committed offsets back (seen:
+   a cut from ZooKeeper shorter than the session time-out, the old multi
+   applied half a second after the newer ones). ZooKeeper fences what
+   arrives on a session's old connection once the session is reattached
+   on a new one (it closes the old connection, or answers its requests
+   SESSIONMOVED), and refuses everything of an expired session. So a
+   connection is always opened again with the same session (its id and
+   password, as kazoo does), a new session only when ZooKeeper says the
+   old one expired; and after a lost multi (:attr:`unsettled`) the offset
+   store sends nothing, through kazoo either, until :meth:`settle` has
+   reattached the session or learnt that it expired.
 4. **Not with SASL.** A SASL login (a JAAS file) stays with kazoo:
    :func:`usable` is False and the offset store sends its multis through
    kazoo, as before.
@@ -51,7 +64,8 @@ Rules:
    otherwise (the first commit, after a drop, after kazoo moved, or while
    the session cannot be opened: ZooKeeper's ``maxClientCnxns``, a server
    that does not answer) it sends the multi through kazoo and asks for the
-   session in the background (:meth:`open_soon`). After a failed open the
+   session in the background (:meth:`open_soon`), unless a multi was lost
+   (rule 3a: then nothing is sent until :meth:`settle`). After a failed open the
    next try waits a back-off (1 s, doubled up to 30 s). The store keeps one
    multi in flight, so a multi sent through kazoo is answered before the
    next goes out here: a partition's writes stay in order across the two
@@ -79,7 +93,7 @@ _LENGTH = struct.Struct("!i")
 _REQUEST_HEADER = struct.Struct("!iii")  # frame length, xid, type
 _REPLY_HEADER = struct.Struct("!iqi")  # xid, zxid, err
 _CONNECT = struct.Struct("!iiqiq")  # frame length, protocolVersion, lastZxidSeen, timeOut, sessionId
-_CONNECTED = struct.Struct("!iiq")  # protocolVersion, timeOut, sessionId
+_CONNECTED = struct.Struct("!iiqi")  # protocolVersion, timeOut, sessionId, the password's length
 _WATCH_XID, _PING_XID, _AUTH_XID = -1, -2, -4
 _PING, _AUTH, _CLOSE, _MULTI = 11, 100, -11, 14
 _PASSWORD = bytes(16)  # a new session's
@@ -96,8 +110,9 @@ def usable(security: Any) -> bool:
 class _Wire(asyncio.Protocol):
     """One connection: frames in, answers to the futures waiting in order."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, seq: int = 0) -> None:
         self.loop = loop
+        self.seq = seq  # the session's connections, counted from 1
         self.transport: asyncio.Transport | None = None
         self.inbox = bytearray()
         self.pending: collections.deque[tuple[int, asyncio.Future, Callable[[bytes, int], Any]]] = \
@@ -190,8 +205,12 @@ class MultiSession:
         self._conn = conn
         self._wire: _Wire | None = None
         self._link: Any = None  # kazoo's connection (ZkConnection.current_link) this session was opened beside
-        self._session_id = 0
+        self._session_id = 0  # kept after a connection ends: the next one reattaches it (rule 3a)
+        self._password = _PASSWORD
         self._timeout_ms = 0  # negotiated
+        self._wires = 0  # connections made (each _Wire's seq)
+        self._lost_on = 0  # the last connection on which a multi's answer was lost
+        self._fenced_upto = 0  # connections ZooKeeper fences: reattached after them, or their session expired
         self._xid = 0
         self._opening: asyncio.Future | None = None  # a connect under way, shared by callers meanwhile
         self._ticker: asyncio.TimerHandle | None = None
@@ -213,6 +232,25 @@ class MultiSession:
 
     def _live(self) -> bool:
         return self._wire is not None and self._wire.open and not self._wire.closed
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether a multi's answer was lost on a connection ZooKeeper does not
+        fence yet: nothing may be written until :meth:`settle` (rule 3a)."""
+        return self._lost_on > self._fenced_upto
+
+    async def settle(self) -> None:
+        """Reattach the session on kazoo's current server (or learn that it
+        expired), so that a lost multi can no longer land (rule 3a).
+        ConnectionLoss (or the login's AuthFailedError) when that cannot be
+        done now: the caller tries again later, writing nothing meanwhile."""
+        while self.unsettled:
+            link = self._conn.current_link()
+            if link is None:
+                raise ConnectionLoss("not connected to ZooKeeper")
+            if self._opening is None:
+                self._begin_open(link)
+            await asyncio.shield(self._opening)
 
     def ready_now(self) -> bool:
         """Whether a multi sent now goes out at once: a session open on kazoo's current server."""
@@ -247,7 +285,11 @@ class MultiSession:
         future = wire.loop.create_future()
         wire.pending.append((self._xid, future, EncodedMulti.deserialize))
         wire.send(self._xid, _MULTI, request.payload)
-        return await future
+        try:
+            return await future
+        except ConnectionLoss:
+            self._lost_on = max(self._lost_on, wire.seq)  # it may still land: fence it first (rule 3a)
+            raise
 
     async def _ready(self) -> _Wire:
         link = self._conn.current_link()
@@ -260,20 +302,51 @@ class MultiSession:
         return await asyncio.shield(self._opening)
 
     async def _open(self, link: Any) -> _Wire:
-        self._drop()
+        self._drop(end_session=False)  # the session is reattached on the new connection (rule 3a)
         server = (link.host, link.port)
+        wire = None
+        if self._session_id:
+            wire = await self._connect(server, self._session_id, self._password)
+            if wire is None:  # expired: nothing of it can land any more
+                log.info("ZooKeeper session for commits 0x%x expired; opening another", self._session_id)
+                self._session_id, self._password = 0, _PASSWORD
+        if wire is None:
+            wire = await self._connect(server, 0, _PASSWORD)
+        self._fenced_upto = wire.seq - 1  # every older connection: reattached, or of an expired session
+        if self._failing:
+            log.info("ZooKeeper session for commits open again at %s:%s", *server)
+            self._failing = False
+        self._retry_at, self._backoff = 0.0, FIRST_RETRY_S
+        self._wire, self._link = wire, link
+        self.sessions_opened += 1
+        log.debug("ZooKeeper session for commits 0x%x open at %s:%s (time-out %d ms)", self._session_id, *server,
+                  self._timeout_ms)
+        self._tick()
+        return wire
+
+    async def _connect(self, server: tuple[str, int], session_id: int, password: bytes) -> _Wire | None:
+        """A connection to ``server`` with session ``session_id`` (0: a new
+        one), logged in; None when ZooKeeper says that session expired."""
         loop = asyncio.get_running_loop()
         timeout_s = self._conn.connect_timeout_ms / 1000
-        wire = _Wire(loop)
+        self._wires += 1
+        wire = _Wire(loop, self._wires)
         try:
             await asyncio.wait_for(loop.create_connection(lambda: wire, server[0], server[1]), timeout_s)
             wanted = self._conn.session_timeout_ms
-            wire.transport.write(_CONNECT.pack(_CONNECT.size - 4 + 4 + len(_PASSWORD) + 1, 0, 0, wanted, 0)
-                                 + _LENGTH.pack(len(_PASSWORD)) + _PASSWORD + b"\0")
+            wire.transport.write(_CONNECT.pack(_CONNECT.size - 4 + 4 + len(password) + 1, 0, 0, wanted, session_id)
+                                 + _LENGTH.pack(len(password)) + password + b"\0")
             answer = await asyncio.wait_for(wire.handshake, timeout_s)
-            _version, timeout_ms, session_id = _CONNECTED.unpack_from(answer)
+            _version, timeout_ms, answered_id, length = _CONNECTED.unpack_from(answer)
             if timeout_ms <= 0:
+                if session_id:
+                    wire.abort()
+                    return None
                 raise ConnectionLoss(f"ZooKeeper at {server[0]}:{server[1]} refused a new session")
+            if not 0 <= length <= len(answer) - _CONNECTED.size:
+                raise struct.error(f"a session password of {length} bytes")
+            self._session_id, self._timeout_ms = answered_id, timeout_ms
+            self._password = bytes(answer[_CONNECTED.size:_CONNECTED.size + length])
             digest = self._digest()
             if digest is not None:
                 wire.login = loop.create_future()
@@ -297,16 +370,6 @@ class MultiSession:
         except BaseException:
             wire.abort()
             raise
-        if self._failing:
-            log.info("ZooKeeper session for commits open again at %s:%s", *server)
-            self._failing = False
-        self._retry_at, self._backoff = 0.0, FIRST_RETRY_S
-        self._wire, self._link = wire, link
-        self._session_id, self._timeout_ms = session_id, timeout_ms
-        self.sessions_opened += 1
-        log.debug("ZooKeeper session for commits 0x%x open at %s:%s (time-out %d ms)", session_id, *server,
-                  timeout_ms)
-        self._tick()
         return wire
 
     def _failed(self, exc: BaseException) -> BaseException:
@@ -345,20 +408,22 @@ class MultiSession:
             wire.send(_PING_XID, _PING, b"")
         self._ticker = wire.loop.call_later(timeout_s / 6, self._tick)
 
-    def _drop(self) -> None:
+    def _drop(self, end_session: bool = True) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
             self._ticker = None
         if self._wire is not None:
-            self._end(self._wire)
+            self._end(self._wire, end_session)
             self._wire = None
+        if end_session:
+            self._session_id, self._password = 0, _PASSWORD
 
     @staticmethod
-    def _end(wire: _Wire) -> None:
-        """closeSession, then the socket (what is in flight fails with ConnectionLoss)."""
+    def _end(wire: _Wire, end_session: bool) -> None:
+        """closeSession (``end_session``), then the socket (what is in flight fails with ConnectionLoss)."""
         if wire.closed or wire.transport is None:
             return
-        if wire.open:
+        if wire.open and end_session:
             wire.send(1, _CLOSE, b"")  # xid: any; its answer is not waited for
             wire.transport.close()
         else:

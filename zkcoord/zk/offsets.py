@@ -439,13 +439,17 @@ class OffsetStore:
         """Send one batch as one multi; True if the connection was the trouble."""
         commits = self._commits
         sent = False
+        multis = self._multis
         try:
+            if multis is not None and multis.unsettled:
+                # A lost multi may still land: nothing goes anywhere until ZooKeeper fences it (multi_session
+                # rule 3a); ConnectionLoss meanwhile, and the batch waits.
+                await multis.settle()
             await self._learn_dirs(batch)
             ops = commits.build(batch)
             self.stats.multis += 1
             self.stats.ops += len(ops)
             sent = True
-            multis = self._multis
             if multis is not None and multis.ready_now():
                 answer = await multis.multi(EncodedMulti(ops))
             else:  # no session of its own open yet (or SASL): through kazoo, never waiting for one
