@@ -137,6 +137,61 @@ def test_a_second_member_waits_for_the_first_to_revoke_before_it_gets_a_partitio
     assert s.member("b").state is MemberState.STABLE and s.group.state is GroupState.STABLE
 
 
+def test_a_heartbeat_that_reports_nothing_yet_does_not_free_what_the_member_may_still_take():
+    """Kafka's Java consumer answered partitions of a topic it cannot name
+    yet acknowledges them owning nothing, then takes them once its metadata
+    names the topic, from that same answer. If a rebalance came in between,
+    Kafka's coordinator frees them on the acknowledgment (it does not report
+    them) and gives them to the newcomer: two owners (a CI run saw it).
+    zkcoord asks the member to revoke them and frees them only on a later
+    heartbeat, sent after it was asked."""
+    s = Scene()
+    s.join("a")  # answered all four at epoch 2 (the Java consumer cannot name t yet)
+    s.join("b")  # the target moves on: half of a's four are b's
+    target_b = sorted(s.group.target("b")[T])
+    answer, _ = s.beat("a", 2, owned=())  # a's acknowledgment: it owns nothing yet
+    a = s.member("a")
+    assert (answer.member_epoch, a.state) == (2, MemberState.UNREVOKED_PARTITIONS)
+    assert sorted(a.pending_revocation[T]) == target_b
+    assert partitions(answer.assignment) == {T: sorted({0, 1, 2, 3} - set(target_b))}
+    answer, _ = s.beat("b", 3, owned=())
+    assert not partitions(answer.assignment)  # meanwhile a took all four, from epoch 2's answer
+    s.beat("a", 2, owned=((T, (0, 1, 2, 3)),))
+    answer, _ = s.beat("b", 3, owned=())
+    assert not partitions(answer.assignment)
+    kept = ((T, tuple(sorted({0, 1, 2, 3} - set(target_b)))),)
+    answer, _ = s.beat("a", 2, owned=kept)  # revoked after it was asked: now they are free
+    assert (answer.member_epoch, s.member("a").state) == (3, MemberState.STABLE)
+    answer, _ = s.beat("b", 3, owned=())
+    assert partitions(answer.assignment) == {T: target_b}
+
+
+def test_a_member_that_never_takes_them_is_freed_by_its_next_report():
+    """The same acknowledgment when the member never names the topic: asked to
+    revoke, it acknowledges the new answer owning nothing, and moves on."""
+    s = Scene()
+    s.join("a")
+    s.join("b")
+    s.beat("a", 2, owned=())
+    answer, _ = s.beat("a", 2, owned=())
+    assert (answer.member_epoch, s.member("a").state) == (3, MemberState.STABLE)
+    answer, _ = s.beat("b", 3, owned=())
+    assert partitions(answer.assignment) == {T: sorted(s.group.target("b")[T])}
+
+
+def test_a_static_members_replacement_owns_nothing_and_is_not_asked_to_revoke():
+    s = Scene()
+    s.join("s1", instance="i")  # all four
+    s.beat("s1", 2, instance="i")
+    s.beat("s1", -2, instance="i")  # leaves for a while; its partitions kept for it
+    s.join("b")  # half of them are b's now: held by s1 until it gives them up
+    answer, _ = s.join("s2", instance="i")  # a new process holding nothing: Kafka's rule, no revocation
+    assert (answer.error, s.member("s2").state) == (E.NONE, MemberState.STABLE)
+    assert answer.member_epoch == s.group.assignment_epoch
+    answer, _ = s.beat("b", 3, owned=())
+    assert partitions(answer.assignment) == {T: sorted(s.group.target("b")[T])}
+
+
 def test_no_partition_is_held_by_two_members_at_any_step():
     s = Scene()
     for name in "abcd":

@@ -159,3 +159,20 @@ def test_a_classic_member_is_told_to_rejoin_while_it_has_partitions_to_revoke():
     if c1.state is MemberState.UNREVOKED_PARTITIONS:
         assert s.classic_heartbeat("c1", c1.member_epoch).error is E.REBALANCE_IN_PROGRESS
     assert s.classic_heartbeat("c1", 99).error is E.ILLEGAL_GENERATION
+
+
+def test_a_classic_member_that_joins_owning_nothing_is_not_asked_to_revoke():
+    """An eager classic member gives everything up before it rejoins: its
+    JoinGroup's owned list is the truth, so it moves to the target at once
+    (Kafka's rule; a consumer-protocol member is asked first, zkcoord's
+    stricter rule in zkcoord/core/consumer/reconcile.py)."""
+    s = Scene()
+    s.stable_classic_group()
+    s.consumer_beat("n", 0, subscribed_topic_names=("t",), owned=(), rebalance_timeout_ms=30_000)
+    giving = [m for m in ("c1", "c2") if set(s.group.members[m].assigned[T]) - set(s.group.target(m).get(T, ()))]
+    assert giving  # some of n's partitions are a classic member's
+    s.classic_join(giving[0], owned=[])
+    member = s.group.members[giving[0]]
+    assert member.state is MemberState.STABLE and not member.pending_revocation
+    assert member.member_epoch == s.group.assignment_epoch
+    assert sorted(member.assigned.get(T, {})) == sorted(s.group.target(giving[0]).get(T, ()))

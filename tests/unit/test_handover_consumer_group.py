@@ -124,7 +124,9 @@ def test_a_member_absent_from_the_shares_gets_nothing_and_a_join_asks_no_assigno
 def test_a_member_leaving_keeps_the_others_on_their_shares():
     s = two_members()
     shares(s, a=(0,), b=(2, 3))
-    s.beat("a", 3, owned=((T, (0,)),))
+    s.beat("a", 3, owned=((T, (0,)),))  # told to give 1 up (it already has: zkcoord asks anyway)
+    s.beat("a", 3, owned=((T, (0,)),))  # gone after it was asked: a moves on
+    assert s.member("a").member_epoch == 4
     answer, _ = s.beat("b", -1)  # leaves
     assert answer.error is E.NONE and list(s.group.members) == ["a"] and epochs(s.group) == (5, 4)
     answer, _ = s.beat("a", 4, owned=((T, (0,)),))

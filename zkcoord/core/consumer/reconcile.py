@@ -24,6 +24,22 @@ member still holds (a partition an old owner has not released yet waits:
 UNRELEASED_PARTITIONS). So a partition never has two owners. A partition
 newly assigned carries the target epoch as its assignment epoch.
 
+One rule is stricter than Kafka's. Kafka skips a revocation when the
+heartbeat that reveals it does not report the partitions as owned
+(``ownsRevokedPartitions``). That heartbeat was sent before the member knew
+of the revocation, and a consumer-protocol member may still be taking those
+partitions: Kafka's Java consumer acknowledges an assignment whose topics it
+cannot name yet with the partitions it owns (none), then takes them once its
+metadata names the topics, from the assignment it was answered before. Freed
+at once, the partitions could go to another member while it takes them. So a
+consumer-protocol member is always asked to revoke, and freed only by a later
+heartbeat, sent after it learnt of the revocation, that does not report
+them. (Kafka's rule stays for a join, epoch 0: a static member's
+replacement is a new process that holds nothing; for a classic member
+inside the group, whose JoinGroup lists what it owns after its own
+revocation; and for a subscription change, whose revoked topics the member
+gave up before it sent it.)
+
 Pure: :func:`reconcile` takes the member, the target and the group's view of
 who holds what, and returns the member's next value (the same value when
 nothing changes).
@@ -119,6 +135,13 @@ class _Step:
                 return True
         return False
 
+    def may_be_taking(self) -> bool:
+        """May the member still be taking partitions it was given, whatever
+        this heartbeat reports? (The module's stricter rule: a
+        consumer-protocol member past its join. A join, epoch 0, is a new
+        process, a static member's replacement, that holds nothing.)"""
+        return not self.member.uses_classic_protocol and self.member.member_epoch > 0
+
     def subscribed_ids(self) -> frozenset[str]:
         return subscribed_topic_ids(self.member, self.regexes, self.image)
 
@@ -174,7 +197,7 @@ class _Step:
                 new_revoking[topic_id] = revoking
             if assign:
                 to_assign[topic_id] = assign
-        if new_revoking and self.owns_any(new_revoking):
+        if new_revoking and (self.owns_any(new_revoking) or self.may_be_taking()):
             return member.with_epoch(epoch, state=MemberState.UNREVOKED_PARTITIONS, assigned=_freeze(new_assigned),
                                      pending_revocation=_freeze(new_revoking))
         for topic_id, partitions in to_assign.items():
