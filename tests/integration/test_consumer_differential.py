@@ -167,6 +167,26 @@ async def second_member_joins(run: ConsumerRun) -> None:
     await run.call("describe stable", a.client, cg_describe(g))
 
 
+@scenario(topics={"t": 4}, xfail="deliberate: a heartbeat that does not report the partitions a member must give "
+          "up frees them on Kafka 4.4 at once (ownsRevokedPartitions); zkcoord asks the member to revoke them and "
+          "frees them at its next heartbeat, since Kafka's Java consumer may still be taking them (docs/protocol.md)")
+async def acknowledged_owning_nothing_while_the_target_moves(run: ConsumerRun) -> None:
+    """Kafka's Java consumer, answered partitions of a topic its metadata
+    cannot name yet, acknowledges owning nothing; if the target moved
+    meanwhile, Kafka frees what that member must give up, though the
+    consumer may take it a moment later from the answer it had."""
+    t = run.n("t")
+    a = await member(run, "member-a")
+    await a.join("a joins: all four", topics=[t])
+    b = await member(run, "member-b", client_id="b")
+    await b.join("b joins: its partitions are a's still", topics=[t])
+    await a.heartbeat("a acknowledges owning nothing", owning={})
+    await b.heartbeat("b heartbeats")
+    await a.heartbeat("a reports owning nothing again", owning={})
+    await b.heartbeat("b heartbeats again")
+    await settle([a, b], "both settle")
+
+
 @scenario(topics={"t": 6})
 async def members_leave(run: ConsumerRun) -> None:
     g = run.group
