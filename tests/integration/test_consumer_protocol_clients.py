@@ -195,8 +195,11 @@ def split_evenly(group_members, partitions: frozenset[TopicPartition]):
 
 
 def assert_no_double_owner(changes) -> None:
+    changes = list(changes)
     overlaps = double_owners(changes)
-    assert overlaps == [], "partitions with two owners at once:\n" + "\n".join(map(str, overlaps))
+    assert overlaps == [], "partitions with two owners at once:\n" + "\n".join(map(str, overlaps)) + \
+        "\nevery member's callbacks (ns, kind, partitions):\n" + "\n".join(
+            f"  {c.member} {c.ts_ms} {c.kind} {sorted(p for _, p in c.partitions)}" for c in changes)
 
 
 def zk_offsets(zk, group: str, topic: str) -> dict[TopicPartition, int]:
