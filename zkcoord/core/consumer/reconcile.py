@@ -197,7 +197,7 @@ class _Step:
                 new_revoking[topic_id] = revoking
             if assign:
                 to_assign[topic_id] = assign
-        if new_revoking and (self.owns_any(new_revoking) or self.may_be_taking()):
+        if new_revoking and (self.may_be_taking() or self.owns_any(new_revoking)):
             return member.with_epoch(epoch, state=MemberState.UNREVOKED_PARTITIONS, assigned=_freeze(new_assigned),
                                      pending_revocation=_freeze(new_revoking))
         for topic_id, partitions in to_assign.items():
