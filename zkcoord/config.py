@@ -105,6 +105,9 @@ class DaemonConfig:
     # Connections the kernel queues for the listener until the daemon accepts them (a reconnect storm after a
     # fail-over brings thousands at once); 0: the operating system's maximum (net.core.somaxconn).
     listen_backlog: int = 0
+    # The listener's sockets on its port (SO_REUSEPORT, Linux): each queues listen_backlog connections, so a storm
+    # of this many times the backlog is held for the loop to accept (zkcoord.server.transport rule 8).
+    listen_sockets: int = 4
     max_state_bytes: int = 1_000_000  # the largest znode of a group's state (its JSON, or each packed part)
     max_group_state_bytes: int = 8_000_000  # a packed state, all its znodes together (zkcoord.core.packed_record)
     shutdown_timeout_ms: int = 5_000
@@ -193,6 +196,7 @@ class DaemonConfig:
         _check_range("connections_max_idle_ms", self.connections_max_idle_ms, 100, 2**31 - 1)
         _check_range("partial_requests_max_bytes", self.partial_requests_max_bytes, 1024, 2**40)
         _check_range("listen_backlog", self.listen_backlog, 0, 65535)
+        _check_range("listen_sockets", self.listen_sockets, 1, 64)
         _check_range("peer_probe_interval_ms", self.peer_probe_interval_ms, 0, 60_000)
         _check_range("max_state_bytes", self.max_state_bytes, 1024, 1_048_576 - 1024)
         _check_range("max_group_state_bytes", self.max_group_state_bytes, 1024, 2**31 - 1)

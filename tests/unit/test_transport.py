@@ -8,9 +8,14 @@ the server to show a kafka-python client negotiates versions with us.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import gc
 import logging
+import select
+import socket
+import threading
+import time
 from contextlib import asynccontextmanager
 
 import pytest
@@ -28,7 +33,7 @@ from kafka.protocol.schemas.fields.codecs import Int32
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from zkcoord.core.limits import FRAMES_PER_TURN
-from zkcoord.server.transport import KafkaProtocolServer
+from zkcoord.server.transport import KafkaProtocolServer, reuse_port_spreads
 from zkcoord.wire.messages import api_versions_response, build_message, build_response
 from zkcoord.wire.registry import COORDINATOR_APIS, ApiSpec
 from zkcoord.wire.responses import response_for
@@ -621,3 +626,80 @@ async def test_kafka_python_admin_client_negotiates_versions_and_round_trips(cap
     remove, = results["remove"].items()
     assert remove == ("member-9", UnknownMemberIdError)
     assert results["delete"] == {"group-a": "OK", "group-b": "GroupIdNotFoundError"}
+
+
+# -- the listener's sockets (rule 8) ----------------------------------------------
+
+def _connect_while_the_loop_is_blocked(port: int, clients: int, wanted: int, deadline_s: float) -> int:
+    """From another thread while the caller blocks the server's loop (nothing is
+    accepted): start ``clients`` connections at once and return how many the
+    kernel completed (queued for accept) once ``wanted`` did, or at the deadline."""
+    sockets = []
+    try:
+        for _ in range(clients):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            sockets.append(sock)
+        end = time.monotonic() + deadline_s
+        connected: set = set()
+        while len(connected) < wanted and time.monotonic() < end:
+            _, writable, _ = select.select([], [s for s in sockets if s not in connected], [], 0.05)
+            connected.update(s for s in writable if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0)
+        return len(connected)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@pytest.mark.skipif(not reuse_port_spreads(), reason="SO_REUSEPORT spreads connections on Linux only")
+@asyncio_test
+async def test_the_listener_is_several_sockets_on_one_port_and_queues_more_than_one_backlog():
+    async with serving(Recorder(), backlog=1, listen_sockets=4) as server:
+        sockets = server.listening_sockets
+        assert len(sockets) == 4
+        assert {s.getsockname() for s in sockets} == {("127.0.0.1", server.bound_port)}
+        assert all(s.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) for s in sockets)
+        # One socket with backlog 1 queues 2 connections and drops the next SYNs (ListenOverflows);
+        # 64 connections spread over 4 such queues complete more than 2 while the loop accepts none.
+        result = []
+        thread = threading.Thread(target=lambda: result.append(
+            _connect_while_the_loop_is_blocked(server.bound_port, 64, 3, TIMEOUT_S)))
+        thread.start()
+        thread.join()  # blocks the loop: nothing is accepted meanwhile
+        assert result[0] >= 3
+        client = await Client.connect(server.bound_port)  # and the listener still serves
+        await client.send(heartbeat())
+        assert (await client.receive())[1].error_code == 0
+        await client.close()
+
+
+@asyncio_test
+async def test_one_listener_socket_is_bound_without_reuse_port():
+    async with serving(Recorder(), listen_sockets=1) as server:
+        (sock,) = server.listening_sockets
+        assert not sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT)
+
+
+@pytest.mark.parametrize("other_reuses_port", [False, True], ids=["plain", "reuse-port"])
+@asyncio_test
+async def test_a_port_another_socket_listens_on_is_refused_never_shared(other_reuses_port):
+    other = socket.socket()
+    try:
+        if other_reuses_port:  # as another daemon's listener would be: the kernel would let ours join it
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen(8)
+        server = KafkaProtocolServer(Recorder(), "127.0.0.1", other.getsockname()[1], listen_sockets=4)
+        with pytest.raises(OSError) as refused:
+            await server.start()
+        assert refused.value.errno == errno.EADDRINUSE
+        assert "127.0.0.1" in str(refused.value)
+        await server.stop()
+    finally:
+        other.close()
+
+
+def test_listen_sockets_must_be_at_least_one():
+    with pytest.raises(ValueError, match="listen_sockets"):
+        KafkaProtocolServer(Recorder, "127.0.0.1", 0, listen_sockets=0)

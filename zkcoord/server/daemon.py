@@ -162,7 +162,7 @@ class Daemon:
             request_max_bytes=limits.request_max_bytes, request_limit_setting=limits.setting_of,
             connections_max_idle_ms=config.connections_max_idle_ms,
             partial_requests_max_bytes=config.partial_requests_max_bytes, security=self.security.listener,
-            shared_port=shared, backlog=config.listen_backlog)
+            shared_port=shared, backlog=config.listen_backlog, listen_sockets=config.listen_sockets)
         undo.push_async_callback(_undo, "close the listener", self.server.stop)
         await self.server.start()
         await self._start_metrics()

@@ -57,7 +57,17 @@ Rules:
    cannot queue is dropped (``ListenOverflows``) and its client, which saw
    the handshake complete, waits for answers the daemon never reads: up to
    its request time-out, or minutes of retransmissions. The queue must hold
-   a storm for as long as the event loop takes to accept it.
+   a storm for as long as the event loop takes to accept it. One socket's
+   queue is capped at ``net.core.somaxconn`` (4096 on current kernels),
+   and a storm of 10,000 clients comes faster than a loop can accept it
+   (30-50 us each): on Linux the listener is ``listen_sockets`` sockets
+   bound to the same port with ``SO_REUSEPORT`` (default
+   :data:`DEFAULT_LISTEN_SOCKETS`), among which the kernel spreads the
+   connections, each with its own queue, all accepted by the same loop.
+   Before binding them the port is bound once without ``SO_REUSEPORT``
+   and released: a port another process holds is refused as a single
+   socket would be, never silently shared (the workers' shared port is
+   meant to be shared, and is not checked).
 9. Security (:mod:`zkcoord.wire.listener_security`): with an SSL context
    the listener speaks TLS (the handshake is done before a connection is
    seen). On a SASL listener a connection's login answers its
@@ -84,6 +94,7 @@ import asyncio
 import itertools
 import logging
 import socket
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -111,6 +122,34 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
+
+
+DEFAULT_LISTEN_SOCKETS = 4  # rule 8: 4 x somaxconn (16,384 on current kernels) queued for the loop to accept
+
+
+def reuse_port_spreads() -> bool:
+    """Does this system spread one port's connections over several
+    ``SO_REUSEPORT`` listeners (Linux)? Elsewhere one socket listens."""
+    return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+
+
+async def _check_port_free(host: str | None, port: int) -> None:
+    """OSError (EADDRINUSE), as binding one listener would raise it, when
+    anything is bound to ``port`` on an address ``host`` names: the
+    ``SO_REUSEPORT`` sockets of rule 8 would otherwise join another
+    process's. The probe is bound, not listening, and closed at once."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    for family, kind, proto, _, address in dict.fromkeys(infos):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio binds: TIME_WAIT is no owner
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise OSError(exc.errno, f"error while attempting to bind on address {address!r}: "
+                                         f"{exc.strerror.lower() if exc.strerror else exc}") from None
 
 
 def default_backlog() -> int:
@@ -149,7 +188,7 @@ class KafkaProtocolServer:
                  connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
                  partial_requests_max_bytes: int = DEFAULT_PARTIAL_REQUESTS_MAX_BYTES,
                  security: ListenerSecurity = PLAINTEXT_LISTENER, shared_port: int | None = None,
-                 backlog: int = 0) -> None:
+                 backlog: int = 0, listen_sockets: int = DEFAULT_LISTEN_SOCKETS) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port {port} is not in 0..65535 (0 picks a free port)")
         if max_frame_bytes <= 0:
@@ -161,6 +200,9 @@ class KafkaProtocolServer:
             raise ValueError("connections_max_idle_ms and partial_requests_max_bytes must be positive")
         self._max_frame_bytes = max_frame_bytes
         self.backlog = backlog or default_backlog()  # 0: the kernel's maximum (rule 8)
+        if listen_sockets < 1:
+            raise ValueError(f"listen_sockets must be at least 1, got {listen_sockets}")
+        self.listen_sockets = listen_sockets if reuse_port_spreads() else 1  # rule 8
         self.security = security
         self._apis = security.apis if security.sasl and apis is COORDINATOR_APIS else apis
         self._request_max_bytes = request_max_bytes or (lambda api_key: max_frame_bytes)
@@ -173,9 +215,9 @@ class KafkaProtocolServer:
         self._sweeper = IdleSweep(lambda: self._connections.values(), lambda connection: connection.shut(),
                                   connections_max_idle_ms, log)
         self._server: asyncio.Server | None = None
+        self._more: list[asyncio.Server] = []  # the listener's other sockets on its port, and the shared port's (rule 8)
         # A worker of several (zkcoord.core.workers) also serves the port all workers share (SO_REUSEPORT).
         self._shared_port = shared_port
-        self._shared: asyncio.Server | None = None
         self._stopping = False
         self._connections: dict[int, _Connection] = {}
         self._connection_ids = itertools.count(1)
@@ -187,26 +229,54 @@ class KafkaProtocolServer:
             raise RuntimeError("the server is not listening; await start() first")
         return self._server.sockets[0].getsockname()[1]
 
+    @property
+    def listening_sockets(self) -> list[socket.socket]:
+        """Every socket listening for this server: its port's (rule 8), then the workers' shared port's."""
+        servers = [self._server, *self._more] if self._server is not None else []
+        return [sock for server in servers for sock in server.sockets]
+
     async def start(self) -> None:
         if self._server is not None or self._stopping:
             raise RuntimeError("KafkaProtocolServer.start() may be called once")
-        loop = asyncio.get_running_loop()
-        tls = {} if self.security.ssl_context is None else {
-            "ssl": self.security.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
-        self._server = await loop.create_server(lambda: _Connection(self), self._host, self._port,
-                                                backlog=self.backlog, **tls)
+        own = await self._bind(self._port, shared=False)
+        self._server, self._more = own[0], own[1:]
         if self._shared_port is not None:
             try:
-                self._shared = await loop.create_server(lambda: _Connection(self), self._host, self._shared_port,
-                                                        reuse_port=True, backlog=self.backlog, **tls)
+                self._more += await self._bind(self._shared_port, shared=True)
             except OSError:
-                self._server.close()
+                for server in own:
+                    server.close()
                 raise
             log.info("serving the Kafka protocol (%s) on the workers' shared port %s:%d too", self.security.protocol,
                      self._host, self._shared_port)
         self._sweeper.start("kafka-idle-sweep")
-        log.info("serving the Kafka protocol (%s) on %s:%d (listen backlog %d)", self.security.protocol, self._host,
-                 self.bound_port, self.backlog)
+        log.info("serving the Kafka protocol (%s) on %s:%d (listen backlog %d, %d socket%s)", self.security.protocol,
+                 self._host, self.bound_port, self.backlog, len(own), "" if len(own) == 1 else "s")
+
+    async def _bind(self, port: int, *, shared: bool) -> list[asyncio.Server]:
+        """The listening sockets of one port (rule 8): ``listen_sockets`` of
+        them with SO_REUSEPORT (one without, where the system does not spread
+        connections over them and the port is not the workers' shared one)."""
+        loop = asyncio.get_running_loop()
+        tls = {} if self.security.ssl_context is None else {
+            "ssl": self.security.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
+        count = self.listen_sockets
+        reuse = shared or count > 1
+        if reuse and not shared and port != 0:
+            await _check_port_free(self._host, port)
+        servers = [await loop.create_server(lambda: _Connection(self), self._host, port, reuse_port=reuse,
+                                            backlog=self.backlog, **tls)]
+        ports = {sock.getsockname()[1] for sock in servers[0].sockets}
+        if count > 1 and len(ports) == 1:  # port 0 on a host of several addresses got one port per address
+            try:
+                for _ in range(count - 1):
+                    servers.append(await loop.create_server(lambda: _Connection(self), self._host, next(iter(ports)),
+                                                            reuse_port=True, backlog=self.backlog, **tls))
+            except OSError:
+                for server in servers:
+                    server.close()
+                raise
+        return servers
 
     async def stop(self) -> None:
         """Close the listener and every connection. Safe to call twice."""
@@ -218,14 +288,14 @@ class KafkaProtocolServer:
         if server is not None:
             port = self.bound_port
             server.close()
-        if self._shared is not None:
-            self._shared.close()
+        for more in self._more:
+            more.close()
         connections = list(self._connections.values())
         for connection in connections:
             connection.shut()
         await asyncio.gather(*(c.closed for c in connections), return_exceptions=True)
-        if self._shared is not None:
-            await self._shared.wait_closed()
+        for more in self._more:
+            await more.wait_closed()
         if server is not None:
             await server.wait_closed()
             log.info("stopped serving the Kafka protocol on %s:%d", self._host, port)
