@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 
 import pytest
@@ -566,6 +567,30 @@ def test_node_id_in_use_is_one_clear_error_line(fleet):
     assert errors[0].startswith(f"error: node id 1 is in use by the daemon at 127.0.0.1:{d1.port} (pid {d1.pid}")
     assert "--node-id" in errors[0]
     assert d1.alive() and fleet.registration(1)["pid"] == d1.pid
+
+
+@pytest.mark.parametrize("other_reuses_port", [False, True], ids=["plain", "reuse-port"])
+def test_a_listen_port_another_process_holds_is_one_clear_error_line(fleet, other_reuses_port):
+    # The listener binds several SO_REUSEPORT sockets (transport rule 8): a port another daemon's listener
+    # holds must be refused, not joined (the kernel lets one user's reuse-port sockets share a port).
+    other = socket.socket()
+    try:
+        if other_reuses_port:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen(8)
+        port = other.getsockname()[1]
+        result = fleet.run_to_exit(1, listen=f"127.0.0.1:{port}")
+    finally:
+        other.close()
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.rstrip().splitlines()
+    errors = [line for line in lines if line.startswith("error:") or " ERROR " in line or " CRITICAL " in line]
+    assert errors == lines[-1:], result.stderr
+    assert errors[0].startswith(f"error: listen: cannot listen on 127.0.0.1:{port}: ")
+    assert "address already in use" in errors[0].lower()
+    assert fleet.registration(1) is None
 
 
 # -- 8. a corrupt state znode ----------------------------------------------------------------

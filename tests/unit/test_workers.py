@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -127,3 +130,28 @@ def test_the_splicer_moves_exactly_the_answers_bytes_and_leaves_the_next_to_the_
             sink.transport.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+@pytest.mark.parametrize("other_reuses_port", [False, True], ids=["plain", "reuse-port"])
+def test_a_shared_port_another_process_listens_on_is_refused_not_joined(other_reuses_port):
+    # The supervisor holds the workers' shared port with SO_REUSEPORT: without its check, that socket would
+    # join another process's reuse-port listener there and the two would split its clients. The port is
+    # refused before anything else starts (no ZooKeeper is needed to see it).
+    other = socket.socket()
+    try:
+        if other_reuses_port:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen(8)
+        port = other.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ZKCOORD_")}
+        result = subprocess.run([sys.executable, "-m", "zkcoord", "run", "--zookeeper", "127.0.0.1:1", "--listen",
+                                 f"127.0.0.1:{port}", "--node-id", "7", "--workers", "2"],
+                                capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+    finally:
+        other.close()
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr
+    assert f"error: listen: cannot listen on 127.0.0.1:{port}: " in result.stderr
+    assert "address already in use" in result.stderr.lower()
+    assert "worker 1 started" not in result.stderr

@@ -52,7 +52,7 @@ from typing import NoReturn
 from zkcoord.config import DaemonConfig
 from zkcoord.core.group import GroupConfig
 from zkcoord.core.workers import WorkerPlan
-from zkcoord.errors import NodeIdInUseError, ZkcoordError
+from zkcoord.errors import ConfigError, NodeIdInUseError, ZkcoordError
 from zkcoord.gateway.gateway import Gateway, GatewaySettings
 from zkcoord.gateway.login import PassthroughLogin
 from zkcoord.kafka.forwarder import KafkaForwarder
@@ -164,7 +164,10 @@ class Daemon:
             partial_requests_max_bytes=config.partial_requests_max_bytes, security=self.security.listener,
             shared_port=shared, backlog=config.listen_backlog, listen_sockets=config.listen_sockets)
         undo.push_async_callback(_undo, "close the listener", self.server.stop)
-        await self.server.start()
+        try:
+            await self.server.start()
+        except OSError as exc:
+            raise ConfigError(f"listen: cannot listen on {host}:{port}: {exc}") from None
         await self._start_metrics()
         undo.push_async_callback(_undo, "close the metrics endpoint", self._stop_metrics)
 

@@ -58,6 +58,7 @@ from zkcoord.config import DaemonConfig, parse_listener
 from zkcoord.core.workers import WorkerPlan
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.server.metrics import MetricsServer
+from zkcoord.server.transport import check_port_free
 from zkcoord.server.worker import WorkerSpec
 from zkcoord.server.worker_metrics import WorkerEndpoint, WorkersMetrics
 
@@ -140,6 +141,8 @@ class Supervisor:
     def _reserve(self, host: str, port: int, setting: str) -> int:
         """Bind (not listen) the shared port: held across worker restarts; 0 resolved."""
         try:
+            if port:  # SO_REUSEPORT would join another process's listener there: refuse it as a plain bind would
+                check_port_free(host, port)
             family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                                  flags=socket.AI_PASSIVE)[0]
             sock = socket.socket(family, kind, proto)

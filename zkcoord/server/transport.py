@@ -133,14 +133,14 @@ def reuse_port_spreads() -> bool:
     return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
 
 
-async def _check_port_free(host: str | None, port: int) -> None:
+def check_port_free(host: str | None, port: int) -> None:
     """OSError (EADDRINUSE), as binding one listener would raise it, when
-    anything is bound to ``port`` on an address ``host`` names: the
-    ``SO_REUSEPORT`` sockets of rule 8 would otherwise join another
-    process's. The probe is bound, not listening, and closed at once."""
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    for family, kind, proto, _, address in dict.fromkeys(infos):
+    anything is bound to ``port`` on an address ``host`` names: a
+    ``SO_REUSEPORT`` socket (rule 8, the workers' shared ports) would
+    otherwise join another process's listener of the same user, and share
+    its clients. The probe is bound, never listening, and closed at once."""
+    for family, kind, proto, _, address in dict.fromkeys(
+            socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)):
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio binds: TIME_WAIT is no owner
             if family == socket.AF_INET6:
@@ -148,8 +148,8 @@ async def _check_port_free(host: str | None, port: int) -> None:
             try:
                 probe.bind(address)
             except OSError as exc:
-                raise OSError(exc.errno, f"error while attempting to bind on address {address!r}: "
-                                         f"{exc.strerror.lower() if exc.strerror else exc}") from None
+                reason = exc.strerror.lower() if exc.strerror else str(exc)
+                raise OSError(exc.errno, f"error while attempting to bind on address {address!r}: {reason}") from None
 
 
 def default_backlog() -> int:
@@ -263,7 +263,7 @@ class KafkaProtocolServer:
         count = self.listen_sockets
         reuse = shared or count > 1
         if reuse and not shared and port != 0:
-            await _check_port_free(self._host, port)
+            check_port_free(self._host, port)
         servers = [await loop.create_server(lambda: _Connection(self), self._host, port, reuse_port=reuse,
                                             backlog=self.backlog, **tls)]
         ports = {sock.getsockname()[1] for sock in servers[0].sockets}
