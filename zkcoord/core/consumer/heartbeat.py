@@ -117,7 +117,8 @@ def _heartbeat(original: Any, req: ConsumerHeartbeatRequest, now_ms: int, config
     target_epoch, target, group = assignment_for(group, member, updated, now_ms, config.image, c)
     timers += pending_timers(original, group, now_ms)
     next_member = maybe_reconcile(group, updated, target_epoch, target, config.image,
-                                  names_changed or regex.status is not regex_rules.Status.NO_CHANGE, req.owned)
+                                  names_changed or regex.status is not regex_rules.Status.NO_CHANGE, req.owned,
+                                  reported_epoch=req.member_epoch, full_report=req.is_full)
     if next_member is not member or member.member_id not in group.members:
         group = group.with_member(next_member)
     timers += _rebalance_timers(group, updated, next_member, now_ms)
@@ -268,12 +269,16 @@ def update_subscription_metadata(group: ConsumerGroup, bump: bool, member: Consu
 
 
 def maybe_reconcile(group: ConsumerGroup, member: ConsumerMember, target_epoch: int, target, image: TopicsImage,
-                    subscription_changed: bool, owned) -> ConsumerMember:
-    """Kafka's ``maybeReconcile``: the member's next step, unless it is at its target already."""
+                    subscription_changed: bool, owned, reported_epoch: int | None = None,
+                    full_report: bool = False) -> ConsumerMember:
+    """Kafka's ``maybeReconcile``: the member's next step, unless it is at its target already
+    (``reported_epoch``, ``full_report``: the member epoch its heartbeat reports, and whether it is a
+    full one: :func:`~zkcoord.core.consumer.reconcile.reconcile`)."""
     if not subscription_changed and member.is_reconciled_to(target_epoch):
         return member
     nxt = reconcile(member, target_epoch, target, image=image, partition_epoch=group.partition_epoch,
-                    owned=owned, subscription_changed=subscription_changed, regexes=group.resolved_regexes)
+                    owned=owned, subscription_changed=subscription_changed, regexes=group.resolved_regexes,
+                    reported_epoch=reported_epoch, full_report=full_report)
     return member if nxt == member else nxt
 
 

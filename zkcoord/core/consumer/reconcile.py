@@ -37,8 +37,12 @@ heartbeat, sent after it learnt of the revocation, that does not report
 them. (Kafka's rule stays for a join, epoch 0: a static member's
 replacement is a new process that holds nothing; for a classic member
 inside the group, whose JoinGroup lists what it owns after its own
-revocation; and for a subscription change, whose revoked topics the member
-gave up before it sent it.)
+revocation; for a subscription change, whose revoked topics the member
+gave up before it sent it; and for a full heartbeat, or a partition given
+at an epoch later than the one the heartbeat reports: after a lost answer
+the member may be asked to give back partitions it never heard of, and an
+answer that takes back only those changes nothing it has, so it would
+never report again.)
 
 Pure: :func:`reconcile` takes the member, the target and the group's view of
 who holds what, and returns the member's next value (the same value when
@@ -81,11 +85,15 @@ def subscribed_topic_ids(member: ConsumerMember, regexes: Mapping[str, ResolvedR
 def reconcile(member: ConsumerMember, target_epoch: int, target: Target, *, image: TopicsImage,
               partition_epoch: Callable[[str, int], int], owned: Owned,
               subscription_changed: bool = False,
-              regexes: Mapping[str, ResolvedRegex] = FrozenMap()) -> ConsumerMember:
-    """The member's next value (the module's table). GroupRequestError
+              regexes: Mapping[str, ResolvedRegex] = FrozenMap(), reported_epoch: int | None = None,
+              full_report: bool = False) -> ConsumerMember:
+    """The member's next value (the module's table). ``reported_epoch``: the
+    member epoch its heartbeat reports (None: unknown); ``full_report``: the
+    heartbeat is a full one (every field set: after an error, a lost answer
+    or a reconnection). GroupRequestError
     FENCED_MEMBER_EPOCH for a member in an unknown state that still reports
     partitions."""
-    step = _Step(member, target_epoch, target, image, partition_epoch, owned, regexes)
+    step = _Step(member, target_epoch, target, image, partition_epoch, owned, regexes, reported_epoch, full_report)
     state = member.state
     if state is MemberState.STABLE:
         if member.member_epoch != target_epoch:
@@ -115,8 +123,11 @@ class _Step:
     """The inputs of one reconciliation step."""
 
     def __init__(self, member: ConsumerMember, target_epoch: int, target: Target, image: TopicsImage,
-                 partition_epoch: Callable[[str, int], int], owned: Owned, regexes: Mapping[str, ResolvedRegex]):
+                 partition_epoch: Callable[[str, int], int], owned: Owned, regexes: Mapping[str, ResolvedRegex],
+                 reported_epoch: int | None = None, full_report: bool = False):
         self.member = member
+        self.reported_epoch = reported_epoch
+        self.full_report = full_report
         self.target_epoch = target_epoch
         self.target = target
         self.image = image
@@ -135,12 +146,25 @@ class _Step:
                 return True
         return False
 
-    def may_be_taking(self) -> bool:
-        """May the member still be taking partitions it was given, whatever
-        this heartbeat reports? (The module's stricter rule: a
-        consumer-protocol member past its join. A join, epoch 0, is a new
-        process, a static member's replacement, that holds nothing.)"""
-        return not self.member.uses_classic_protocol and self.member.member_epoch > 0
+    def may_be_taking(self, revoking: Current) -> bool:
+        """May the member still be taking a partition of ``revoking``,
+        whatever this heartbeat reports? (The module's stricter rule: a
+        consumer-protocol member past its join, told of that partition. A
+        join, epoch 0, is a new process, a static member's replacement, that
+        holds nothing. A full heartbeat, sent after an error or a lost
+        answer, reports all the member holds, as Kafka trusts it: the answer
+        it lost may have named partitions it never heard of, and an answer
+        that takes only those back changes nothing it has, so it would never
+        report again. For the same reason a partition given at an epoch
+        later than the one the heartbeat reports, in an answer the member
+        never received, is not waited for.)"""
+        member = self.member
+        if member.uses_classic_protocol or member.member_epoch <= 0 or self.full_report:
+            return False
+        reported = self.reported_epoch
+        if reported is None:
+            return True
+        return any(epoch <= reported for partitions in revoking.values() for epoch in partitions.values())
 
     def subscribed_ids(self) -> frozenset[str]:
         return subscribed_topic_ids(self.member, self.regexes, self.image)
@@ -197,7 +221,7 @@ class _Step:
                 new_revoking[topic_id] = revoking
             if assign:
                 to_assign[topic_id] = assign
-        if new_revoking and (self.may_be_taking() or self.owns_any(new_revoking)):
+        if new_revoking and (self.may_be_taking(new_revoking) or self.owns_any(new_revoking)):
             return member.with_epoch(epoch, state=MemberState.UNREVOKED_PARTITIONS, assigned=_freeze(new_assigned),
                                      pending_revocation=_freeze(new_revoking))
         for topic_id, partitions in to_assign.items():
