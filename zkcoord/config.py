@@ -105,8 +105,8 @@ class DaemonConfig:
     # Connections the kernel queues for the listener until the daemon accepts them (a reconnect storm after a
     # fail-over brings thousands at once); 0: the operating system's maximum (net.core.somaxconn).
     listen_backlog: int = 0
-    # The listener's sockets on its port (SO_REUSEPORT, Linux): each queues listen_backlog connections, so a storm
-    # of this many times the backlog is held for the loop to accept (zkcoord.server.transport rule 8).
+    # The sockets of the listener's port and of each gateway port (SO_REUSEPORT, Linux): each queues listen_backlog
+    # connections, so a storm of this many times the backlog is held for the loop to accept (zkcoord.wire.listening).
     listen_sockets: int = 4
     max_state_bytes: int = 1_000_000  # the largest znode of a group's state (its JSON, or each packed part)
     max_group_state_bytes: int = 8_000_000  # a packed state, all its znodes together (zkcoord.core.packed_record)

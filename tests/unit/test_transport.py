@@ -33,7 +33,8 @@ from kafka.protocol.schemas.fields.codecs import Int32
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from zkcoord.core.limits import FRAMES_PER_TURN
-from zkcoord.server.transport import KafkaProtocolServer, reuse_port_spreads
+from zkcoord.server.transport import KafkaProtocolServer
+from zkcoord.wire.listening import reuse_port_spreads
 from zkcoord.wire.messages import api_versions_response, build_message, build_response
 from zkcoord.wire.registry import COORDINATOR_APIS, ApiSpec
 from zkcoord.wire.responses import response_for

@@ -61,7 +61,7 @@ def _options(func):
          "hold; the connection going over it is closed [default: 67108864]."),
         ("--listen-backlog", int, "Connections the kernel queues for the Kafka listener until the daemon accepts "
          "them, capped by net.core.somaxconn; 0: that maximum [default: 0]."),
-        ("--listen-sockets", int, "Sockets the Kafka listener binds to its port (SO_REUSEPORT, Linux), each with "
+        ("--listen-sockets", int, "Sockets the Kafka listener and each gateway port bind (SO_REUSEPORT, Linux), each with "
          "its own queue of --listen-backlog connections, for the reconnect storm after a fail-over [default: 4]."),
         ("--max-state-bytes", int, "Largest znode of a group's state: its JSON record, or each part of a "
          "larger record, packed [default: 1000000]."),

@@ -46,6 +46,7 @@ from zkcoord.gateway.upstream import Expected
 from zkcoord.tasks import Background
 from zkcoord.wire.connections import IdleSweep
 from zkcoord.wire.listener_security import PLAINTEXT_LISTENER, TLS_HANDSHAKE_TIMEOUT_S, ListenerSecurity
+from zkcoord.wire.listening import DEFAULT_LISTEN_SOCKETS, listening_sockets
 from zkcoord.wire.responses import decode_response_frame, encode_response_frame
 
 __all__ = ["Gateway", "GatewaySettings"]
@@ -58,7 +59,6 @@ log = logging.getLogger(__name__)
 DECODABLE = {METADATA: (0, MetadataResponse.max_version), DESCRIBE_CLUSTER: (0, DescribeClusterResponse.max_version)}
 LEADER_HINTS_DECODABLE = {**DECODABLE, FETCH: (FetchResponse.valid_versions[0], FetchResponse.max_version),
                           PRODUCE: (ProduceResponse.valid_versions[0], ProduceResponse.max_version)}
-LISTEN_BACKLOG = 1024
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,8 @@ class GatewaySettings:
     worker_port: int | None = None
     worker_advertised_port: int = 0  # 0: the bound worker port
     kernel_ports: bool | None = None  # every port the kernel's (None: when listen_port is 0)
+    listen_backlog: int = 0  # each listening socket's (0: the kernel's maximum), as the daemon's listener
+    listen_sockets: int = DEFAULT_LISTEN_SOCKETS  # sockets per port (zkcoord.wire.listening)
 
     @property
     def picks_ports(self) -> bool:
@@ -121,7 +123,8 @@ class GatewaySettings:
         return cls(host, port, adv_host, adv_port, BrokerPorts(low, high), bootstrap,
                    config.topic_metadata_refresh_ms, config.socket_request_max_bytes,
                    config.gateway_leader_hints == "on", config.connections_max_idle_ms, config.request_limits,
-                   config.partial_requests_max_bytes, **security)
+                   config.partial_requests_max_bytes, listen_backlog=config.listen_backlog,
+                   listen_sockets=config.listen_sockets, **security)
 
 
 class Gateway:
@@ -145,9 +148,9 @@ class Gateway:
         self._own_versions = settings.security.apis.version_table()  # what the gateway answers itself
         # ... while the daemon does not serve KIP-848's consumer protocol (its handler says, once ready)
         self._classic_versions = settings.security.apis.classic_only().version_table()
-        self._own: socket.socket | None = None
+        self._own: list[socket.socket] | None = None  # the own port's sockets (zkcoord.wire.listening)
         self._bound_port = 0
-        self._worker_sock: socket.socket | None = None  # a worker's own port (settings.worker_port)
+        self._worker_sock: list[socket.socket] | None = None  # a worker's own port (settings.worker_port)
         self._worker_bound_port = 0
         self._broker_ports: dict[int, int] = {}  # broker id -> bound port
         self._servers: list[asyncio.Server] = []
@@ -172,10 +175,10 @@ class Gateway:
         port; the address to register (:attr:`node_address`)."""
         worker = self.settings.worker_port is not None
         self._own = self._listen_socket(self.settings.listen_port, shared=worker)
-        self._bound_port = self._own.getsockname()[1]
+        self._bound_port = self._own[0].getsockname()[1]
         if worker:
             self._worker_sock = self._listen_socket(self.settings.worker_port)
-            self._worker_bound_port = self._worker_sock.getsockname()[1]
+            self._worker_bound_port = self._worker_sock[0].getsockname()[1]
         return self.node_address
 
     @property
@@ -320,8 +323,8 @@ class Gateway:
             server.close()
         for sock in list(self._unserved):
             sock.close()
-        for sock in (self._own, self._worker_sock):
-            if sock is not None:
+        for sockets in (self._own, self._worker_sock):
+            for sock in sockets or ():
                 sock.close()
         connections = list(self._connections.values())
         for connection in connections:
@@ -335,28 +338,22 @@ class Gateway:
             await server.wait_closed()
 
     # -- listeners -----------------------------------------------------------------------
-    def _listen_socket(self, port: int, shared: bool = False) -> socket.socket:
-        """A listening socket; ``shared``: a port every worker binds (SO_REUSEPORT)."""
+    def _listen_socket(self, port: int, shared: bool = False) -> list[socket.socket]:
+        """A port's listening sockets (:func:`zkcoord.wire.listening.listening_sockets`: the
+        daemon's backlog and socket count); ``shared``: a port every worker binds (SO_REUSEPORT)."""
         host = self.settings.listen_host
         try:
-            family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                                 flags=socket.AI_PASSIVE)[0]
-            sock = socket.socket(family, kind, proto)
+            return listening_sockets(host, port, count=self.settings.listen_sockets,
+                                     backlog=self.settings.listen_backlog, shared=shared)
         except OSError as exc:
             raise ConfigError(f"gateway_listen: cannot listen on {host}:{port}: {exc}") from None
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if shared:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind(address)
-            sock.listen(LISTEN_BACKLOG)
-            sock.setblocking(False)
-        except OSError as exc:
-            sock.close()
-            raise ConfigError(f"gateway: cannot listen on {host}:{port}: {exc}") from None
-        return sock
 
-    async def _serve(self, sock: socket.socket, broker_id: int | None) -> None:
+    async def _serve(self, sockets: list[socket.socket], broker_id: int | None) -> None:
+        """Serve each of a port's sockets."""
+        for sock in sockets:
+            await self._serve_one(sock, broker_id)
+
+    async def _serve_one(self, sock: socket.socket, broker_id: int | None) -> None:
         self._unserved.add(sock)
         try:
             tls = {} if self.security.ssl_context is None else {
@@ -387,17 +384,17 @@ class Gateway:
         kernel = self.settings.picks_ports
         port = 0 if kernel else self.settings.listen_port + offset
         try:
-            sock = self._listen_socket(port, shared=self.settings.worker_port is not None and not kernel)
+            sockets = self._listen_socket(port, shared=self.settings.worker_port is not None and not kernel)
         except ConfigError as exc:
             if broker_id not in self._warned:
                 self._warned.add(broker_id)
                 log.error("gateway: no port for broker %d: %s", broker_id, exc)
             return
-        self._broker_ports[broker_id] = sock.getsockname()[1]
+        self._broker_ports[broker_id] = sockets[0].getsockname()[1]
         collisions = colliding_broker_ids([broker_id], (n.node_id for n in self._nodes.values()))
         if collisions:
             log.error("gateway: broker id %d collides with a zkcoord gateway node id", broker_id)
-        self._background.spawn(self._serve(sock, broker_id), f"serve broker {broker_id}'s port")
+        self._background.spawn(self._serve(sockets, broker_id), f"serve broker {broker_id}'s port")
         log.info("gateway: broker %d on port %d", broker_id, self._broker_ports[broker_id])
 
     # -- the daemons' gateways -------------------------------------------------------------

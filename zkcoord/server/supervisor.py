@@ -58,7 +58,7 @@ from zkcoord.config import DaemonConfig, parse_listener
 from zkcoord.core.workers import WorkerPlan
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.server.metrics import MetricsServer
-from zkcoord.server.transport import check_port_free
+from zkcoord.wire.listening import check_port_free
 from zkcoord.server.worker import WorkerSpec
 from zkcoord.server.worker_metrics import WorkerEndpoint, WorkersMetrics
 

@@ -51,23 +51,13 @@ Rules:
    bytes of unanswered frames of all connections together stay under
    ``partial_requests_max_bytes``: the connection whose read would go over
    is closed.
-8. The listen backlog (``backlog``; default :func:`default_backlog`, the
-   kernel's ``net.core.somaxconn``, not asyncio's 100): after a fail-over
-   thousands of clients connect within a second. A connection the kernel
-   cannot queue is dropped (``ListenOverflows``) and its client, which saw
-   the handshake complete, waits for answers the daemon never reads: up to
-   its request time-out, or minutes of retransmissions. The queue must hold
-   a storm for as long as the event loop takes to accept it. One socket's
-   queue is capped at ``net.core.somaxconn`` (4096 on current kernels),
-   and a storm of 10,000 clients comes faster than a loop can accept it
-   (30-50 us each): on Linux the listener is ``listen_sockets`` sockets
-   bound to the same port with ``SO_REUSEPORT`` (default
-   :data:`DEFAULT_LISTEN_SOCKETS`), among which the kernel spreads the
-   connections, each with its own queue, all accepted by the same loop.
-   Before binding them the port is bound once without ``SO_REUSEPORT``
-   and released: a port another process holds is refused as a single
-   socket would be, never silently shared (the workers' shared port is
-   meant to be shared, and is not checked).
+8. The listen backlog and sockets (:mod:`zkcoord.wire.listening`): the
+   kernel's maximum backlog (``backlog``, default ``net.core.somaxconn``)
+   on each of ``listen_sockets`` sockets bound to the port with
+   ``SO_REUSEPORT`` (Linux), so a reconnect storm of more clients than one
+   queue holds waits for the loop to accept it instead of being dropped; a
+   port another process holds is refused, never shared. The workers'
+   shared port gets as many sockets per worker.
 9. Security (:mod:`zkcoord.wire.listener_security`): with an SSL context
    the listener speaks TLS (the handshake is done before a connection is
    seen). On a SASL listener a connection's login answers its
@@ -94,9 +84,7 @@ import asyncio
 import itertools
 import logging
 import socket
-import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 from kafka.protocol.api_message import ApiMessage
 
@@ -111,6 +99,7 @@ from zkcoord.wire.errors import (
     FrameSizeError, MalformedFrameError, RequestTooLargeError, ResponseEncodingError, UnsupportedRequestError,
 )
 from zkcoord.wire.framing import API_KEY_END, FRAME_SIZE_PREFIX_BYTES, api_key_at, frame_size
+from zkcoord.wire.listening import DEFAULT_LISTEN_SOCKETS, check_port_free, default_backlog, reuse_port_spreads
 from zkcoord.wire.listener_security import (
     PLAINTEXT_LISTENER, SASL_MAX_RECEIVE_BYTES, TLS_HANDSHAKE_TIMEOUT_S, ListenerSecurity, LoginGate, login_gate,
 )
@@ -121,45 +110,8 @@ from zkcoord.wire.responses import EncodedResponse, encode_response
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
-SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
 
 
-DEFAULT_LISTEN_SOCKETS = 4  # rule 8: 4 x somaxconn (16,384 on current kernels) queued for the loop to accept
-
-
-def reuse_port_spreads() -> bool:
-    """Does this system spread one port's connections over several
-    ``SO_REUSEPORT`` listeners (Linux)? Elsewhere one socket listens."""
-    return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
-
-
-def check_port_free(host: str | None, port: int) -> None:
-    """OSError (EADDRINUSE), as binding one listener would raise it, when
-    anything is bound to ``port`` on an address ``host`` names: a
-    ``SO_REUSEPORT`` socket (rule 8, the workers' shared ports) would
-    otherwise join another process's listener of the same user, and share
-    its clients. The probe is bound, never listening, and closed at once."""
-    for family, kind, proto, _, address in dict.fromkeys(
-            socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)):
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio binds: TIME_WAIT is no owner
-            if family == socket.AF_INET6:
-                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            try:
-                probe.bind(address)
-            except OSError as exc:
-                reason = exc.strerror.lower() if exc.strerror else str(exc)
-                raise OSError(exc.errno, f"error while attempting to bind on address {address!r}: {reason}") from None
-
-
-def default_backlog() -> int:
-    """The most connections the kernel queues for a listener (Linux's
-    ``net.core.somaxconn``; elsewhere the C library's SOMAXCONN): asking for
-    more is capped to it, asking for less wastes it (rule 8)."""
-    try:
-        return max(1, int(SOMAXCONN.read_text().split()[0]))
-    except (OSError, ValueError, IndexError):
-        return socket.SOMAXCONN
 _ANSWERED, _AWAITED, _FAILED = object(), object(), object()  # what became of one frame (_handle_frame)
 
 
