@@ -349,8 +349,11 @@ class Gateway:
             raise ConfigError(f"gateway_listen: cannot listen on {host}:{port}: {exc}") from None
 
     async def _serve(self, sockets: list[socket.socket], broker_id: int | None) -> None:
-        """Serve each of a port's sockets."""
+        """Serve each of a port's sockets (those not served yet are closed by a stop meanwhile)."""
+        self._unserved.update(sockets)
         for sock in sockets:
+            if self._stopping:
+                return
             await self._serve_one(sock, broker_id)
 
     async def _serve_one(self, sock: socket.socket, broker_id: int | None) -> None:

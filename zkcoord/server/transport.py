@@ -219,7 +219,7 @@ class KafkaProtocolServer:
         servers = [await loop.create_server(lambda: _Connection(self), self._host, port, reuse_port=reuse,
                                             backlog=self.backlog, **tls)]
         ports = {sock.getsockname()[1] for sock in servers[0].sockets}
-        if count > 1 and len(ports) == 1:  # port 0 on a host of several addresses got one port per address
+        if count > 1 and len(ports) == 1:  # (port 0 on a host of several addresses: one port each, one socket)
             try:
                 for _ in range(count - 1):
                     servers.append(await loop.create_server(lambda: _Connection(self), self._host, next(iter(ports)),
