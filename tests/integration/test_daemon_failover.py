@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 
 import pytest
@@ -50,6 +49,7 @@ from kazoo.exceptions import NoNodeError
 from tests.support.daemons import DaemonProcess, logged_fleet, wait_for
 from tests.support.members import Ledger, Member, close_all, converge
 from tests.support.placement import placed_name
+from tests.support.ports import foreign_listener
 from tests.support.wire import WireClient
 from zkcoord.core.errors import ErrorCode
 from zkcoord.core.group import from_record
@@ -557,15 +557,9 @@ def test_sigterm_releases_groups_at_once_for_another_daemon(fleet, zk, unique_na
 
 def test_node_id_in_use_is_one_clear_error_line(fleet):
     d1 = fleet.start(1)
-    result = fleet.run_to_exit(1)
-    assert result.returncode == 2, result
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.rstrip().splitlines()
-    # INFO log lines of the start-up may precede it; the error is one line, the last.
-    errors = [line for line in lines if line.startswith("error:") or " ERROR " in line or " CRITICAL " in line]
-    assert errors == lines[-1:], result.stderr
-    assert errors[0].startswith(f"error: node id 1 is in use by the daemon at 127.0.0.1:{d1.port} (pid {d1.pid}")
-    assert "--node-id" in errors[0]
+    error = _the_one_error_line(fleet.run_to_exit(1))
+    assert error.startswith(f"error: node id 1 is in use by the daemon at 127.0.0.1:{d1.port} (pid {d1.pid}")
+    assert "--node-id" in error
     assert d1.alive() and fleet.registration(1)["pid"] == d1.pid
 
 
@@ -573,24 +567,23 @@ def test_node_id_in_use_is_one_clear_error_line(fleet):
 def test_a_listen_port_another_process_holds_is_one_clear_error_line(fleet, other_reuses_port):
     # The listener binds several SO_REUSEPORT sockets (transport rule 8): a port another daemon's listener
     # holds must be refused, not joined (the kernel lets one user's reuse-port sockets share a port).
-    other = socket.socket()
-    try:
-        if other_reuses_port:
-            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        other.bind(("127.0.0.1", 0))
-        other.listen(8)
+    with foreign_listener(other_reuses_port) as other:
         port = other.getsockname()[1]
-        result = fleet.run_to_exit(1, listen=f"127.0.0.1:{port}")
-    finally:
-        other.close()
+        error = _the_one_error_line(fleet.run_to_exit(1, listen=f"127.0.0.1:{port}"))
+    assert error.startswith(f"error: listen: cannot listen on 127.0.0.1:{port}: ")
+    assert "address already in use" in error.lower()
+    assert fleet.registration(1) is None
+
+
+def _the_one_error_line(result) -> str:
+    """A ``zkcoord run`` that refused to start: exit 2, no traceback, and one
+    error line, the last (INFO lines of the start-up may precede it)."""
     assert result.returncode == 2, result
     assert "Traceback" not in result.stderr
     lines = result.stderr.rstrip().splitlines()
     errors = [line for line in lines if line.startswith("error:") or " ERROR " in line or " CRITICAL " in line]
     assert errors == lines[-1:], result.stderr
-    assert errors[0].startswith(f"error: listen: cannot listen on 127.0.0.1:{port}: ")
-    assert "address already in use" in errors[0].lower()
-    assert fleet.registration(1) is None
+    return errors[0]
 
 
 # -- 8. a corrupt state znode ----------------------------------------------------------------

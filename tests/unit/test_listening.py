@@ -8,18 +8,10 @@ import socket
 
 import pytest
 
+from tests.support.ports import foreign_listener
 from zkcoord.wire.listening import DEFAULT_LISTEN_SOCKETS, check_port_free, listening_sockets, reuse_port_spreads
 
 linux_only = pytest.mark.skipif(not reuse_port_spreads(), reason="SO_REUSEPORT spreads connections on Linux only")
-
-
-def _listener(reuse_port: bool) -> socket.socket:
-    sock = socket.socket()
-    if reuse_port:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-    return sock
 
 
 @linux_only
@@ -45,7 +37,7 @@ def test_one_socket_is_bound_without_reuse_port():
 
 @pytest.mark.parametrize("other_reuses_port", [False, True], ids=["plain", "reuse-port"])
 def test_a_port_another_socket_holds_is_refused_and_nothing_is_left_open(other_reuses_port):
-    with _listener(other_reuses_port) as other:
+    with foreign_listener(other_reuses_port) as other:
         port = other.getsockname()[1]
         with pytest.raises(OSError) as refused:
             check_port_free("127.0.0.1", port)
@@ -58,7 +50,7 @@ def test_a_port_another_socket_holds_is_refused_and_nothing_is_left_open(other_r
 
 @linux_only
 def test_a_shared_port_joins_the_other_workers_sockets_unchecked():
-    with _listener(True) as worker_one:  # another worker's socket on the port they share
+    with foreign_listener(True) as worker_one:  # another worker's socket on the port they share
         port = worker_one.getsockname()[1]
         sockets = listening_sockets("127.0.0.1", port, count=2, shared=True)
         try:

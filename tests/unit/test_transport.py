@@ -32,6 +32,7 @@ from kafka.protocol.parser import KafkaProtocol
 from kafka.protocol.schemas.fields.codecs import Int32
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
+from tests.support.ports import foreign_listener
 from zkcoord.core.limits import FRAMES_PER_TURN
 from zkcoord.server.transport import KafkaProtocolServer
 from zkcoord.wire.listening import reuse_port_spreads
@@ -685,20 +686,13 @@ async def test_one_listener_socket_is_bound_without_reuse_port():
 @pytest.mark.parametrize("other_reuses_port", [False, True], ids=["plain", "reuse-port"])
 @asyncio_test
 async def test_a_port_another_socket_listens_on_is_refused_never_shared(other_reuses_port):
-    other = socket.socket()
-    try:
-        if other_reuses_port:  # as another daemon's listener would be: the kernel would let ours join it
-            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        other.bind(("127.0.0.1", 0))
-        other.listen(8)
+    with foreign_listener(other_reuses_port) as other:
         server = KafkaProtocolServer(Recorder(), "127.0.0.1", other.getsockname()[1], listen_sockets=4)
         with pytest.raises(OSError) as refused:
             await server.start()
         assert refused.value.errno == errno.EADDRINUSE
         assert "127.0.0.1" in str(refused.value)
         await server.stop()
-    finally:
-        other.close()
 
 
 def test_listen_sockets_must_be_at_least_one():

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
+from tests.support.ports import foreign_listener
 from zkcoord.config import DaemonConfig
 from zkcoord.core.workers import WorkerPlan, highest_port, worker_count
 from zkcoord.errors import ConfigError
@@ -137,19 +137,12 @@ def test_a_shared_port_another_process_listens_on_is_refused_not_joined(other_re
     # The supervisor holds the workers' shared port with SO_REUSEPORT: without its check, that socket would
     # join another process's reuse-port listener there and the two would split its clients. The port is
     # refused before anything else starts (no ZooKeeper is needed to see it).
-    other = socket.socket()
-    try:
-        if other_reuses_port:
-            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        other.bind(("127.0.0.1", 0))
-        other.listen(8)
+    with foreign_listener(other_reuses_port) as other:
         port = other.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ZKCOORD_")}
         result = subprocess.run([sys.executable, "-m", "zkcoord", "run", "--zookeeper", "127.0.0.1:1", "--listen",
                                  f"127.0.0.1:{port}", "--node-id", "7", "--workers", "2"],
                                 capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
-    finally:
-        other.close()
     assert result.returncode == 2, result
     assert "Traceback" not in result.stderr
     assert f"error: listen: cannot listen on 127.0.0.1:{port}: " in result.stderr
