@@ -40,13 +40,18 @@ def fleet(zk_hosts, zk, tmp_path):
 
 def accept_queue(port: int) -> int:
     """Connections the kernel holds for the listener on ``port`` that its
-    process has not accepted (a LISTEN socket's receive queue in /proc)."""
+    process has not accepted: the receive queues of every LISTEN socket on
+    the port in /proc (the daemon's listener is several, zkcoord.wire.listening)."""
+    queued, listening = 0, False
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                return int(fields[4].split(":")[1], 16)  # tx_queue:rx_queue; a listener's rx: its accept queue
-    raise AssertionError(f"no listening socket on port {port}")
+                listening = True
+                queued += int(fields[4].split(":")[1], 16)  # tx_queue:rx_queue; a listener's rx: its accept queue
+    if not listening:
+        raise AssertionError(f"no listening socket on port {port}")
+    return queued
 
 
 def test_end_session_ends_a_live_session_and_says_when_it_had_expired(zk_hosts, zk):
@@ -70,9 +75,12 @@ def test_kill_9_of_an_owner_ends_its_session_at_once_and_its_group_is_served_by_
     first, second = fleet.start_many(1, 2)
     group = placed_name(unique_name, "g", ([1, 2], 1), ([2], 2))
 
-    # Each daemon records its session beside its registration: the id is the registration's owner.
+    # Each daemon records its session beside its registration (written just after it): the id is the
+    # registration's owner.
     for daemon in (first, second):
         _, stat = zk.get(paths.node(daemon.node_id))
+        wait_for(lambda: zk.exists(paths.node_session(daemon.node_id)) is not None, WAIT_S,
+                 f"daemon {daemon.node_id}'s session record")
         record = json.loads(zk.get(paths.node_session(daemon.node_id))[0])
         assert int(record["session_id"], 16) == stat.ephemeralOwner
         assert len(bytes.fromhex(record["password"])) == 16
