@@ -820,6 +820,17 @@ async def wait_served(load: LoadHub, groups: set[str], timeout_s: float) -> None
         await asyncio.sleep(0.1)
 
 
+async def wait_taken_over(load: LoadHub, survivor: Daemon, gone_node: int, timeout_s: float) -> float:
+    """Seconds from ``load.since`` until the survivor's log says its takeover of ``gone_node``'s groups
+    ended (at most ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    pattern = rf"took over \d+ groups \(node\(s\) [\d, ]*\b{gone_node}\b[\d, ]* gone\)"
+    while time.monotonic() < deadline and not log_lines(survivor, pattern):
+        load.check()
+        await asyncio.sleep(0.1)
+    return time.perf_counter() - load.since
+
+
 def served_figures(load: LoadHub, groups: set[str], title: str, goal_s: float | None) -> dict:
     times = [load.served[g] for g in groups if g in load.served]
     missing = len(groups) - len(times)
@@ -928,6 +939,12 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     print(f"survivor's loop late meanwhile (probe every 50 ms, {lag['probes']:.0f} probes): p99 <= "
           f"{lag['p99_bound_ms']:g} ms; later than 10 ms: {lag['over_10ms']:.0f}, than 50 ms: {lag['over_50ms']:.0f}, "
           f"than 100 ms: {lag['over_100ms']:.0f}")
+    # The survivor answers a loading group's heartbeats at once, so every member can be served again
+    # while its takeover still loads the last groups: the steady window starts once that is done.
+    finished_s = await wait_taken_over(load, survivor, victim.node_id, settings.recover_wait_s)
+    figures["takeover_done_s"] = finished_s
+    print(f"survivor's takeover finished {finished_s:.2f} s after the kill ({finished_s - figures['max_s']:+.2f} s "
+          f"after the last group was served again); the steady window starts then")
     for line in log_lines(survivor, r"took over|taking over")[-3:]:
         print(f"  survivor's log: {line[:200]}")
     results["kill"] = figures
