@@ -40,7 +40,10 @@ The phases, in order:
    counters of /proc/net/netstat: other processes' listeners count too).
 4. **steady, one daemon**: the survivor now has every group: the same window
    figures ("10,000 groups on one daemon": memory per group is its RSS
-   growth since it started, over the groups).
+   growth since it started, over the groups). The window starts once the
+   survivor's log says its takeover ended: it answers a loading group's
+   heartbeats at once, so the last member can be served while the last
+   batches still load, and that tail is the fail-over's, not steady state.
 5. **graceful stop**: the killed daemon is started again, and the survivor
    gets SIGTERM: how long it took to exit (its groups released within
    ``--shutdown-timeout-ms``?), what its log says about the release, and
