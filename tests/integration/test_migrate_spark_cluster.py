@@ -285,6 +285,8 @@ def test_a_worker_killed_mid_apply_its_tasks_run_again_and_finish(zk, zk_hosts, 
         wait_both_held(zk, held, proc)
         # each worker has one core: each runs one of the two tasks; either one dies with its worker
         spark_cluster.kill_worker(sandbox, spark_cluster.worker_name(1))
+        # what the killed worker's executor left is in the sandbox (removed by `down`), not in /tmp
+        assert list((sandbox.state_dir / spark_cluster.worker_name(1) / "local").glob("spark-*/executor-*"))
         for contender in contenders:
             zk.delete(contender)
         document = finished(proc)

@@ -6,6 +6,9 @@ Owns, in the sandbox's state directory::
 
     spark-worker-<i>/work/   a worker's work directory (each application's
                              executors log there: app-*/<executor id>/stderr)
+    spark-worker-<i>/local/  its scratch (``SPARK_LOCAL_DIRS``: its executors'
+                             blocks and shuffle files; Spark's default is
+                             /tmp, where a killed worker's would stay)
     logs/spark-master.log, logs/spark-worker-<i>.log
 
 and how they start: the command Spark's own ``bin/spark-class`` would run
@@ -153,9 +156,13 @@ def launch_command(main_class: str, args: list[str], env: dict[str, str]) -> lis
     return argv
 
 
-def _spawn(sandbox: Sandbox, server: Server, main_class: str, args: list[str]) -> None:
+def _spawn(sandbox: Sandbox, server: Server, main_class: str, args: list[str],
+           scratch: Path | None = None) -> None:
     (sandbox.state_dir / "spark-conf").mkdir(parents=True, exist_ok=True)
     env = _environment(sandbox, server.name)
+    if scratch is not None:
+        scratch.mkdir(parents=True, exist_ok=True)
+        env["SPARK_LOCAL_DIRS"] = str(scratch)
     argv = launch_command(main_class, args, env)
     server.pid = procs.spawn(argv, sandbox.log_file(server.name), cwd=sandbox.state_dir, env=env)
 
@@ -185,7 +192,8 @@ def start_missing(sandbox: Sandbox, state: SandboxState) -> list[str]:
                     f"{WORKER_MEMORY} for executors)")
         _spawn(sandbox, worker, "org.apache.spark.deploy.worker.Worker",
                ["--host", "127.0.0.1", "--port", str(worker.port), "--webui-port", str(worker.ui_port),
-                "--cores", str(cores), "--memory", WORKER_MEMORY, "--work-dir", str(work), master_url(state)])
+                "--cores", str(cores), "--memory", WORKER_MEMORY, "--work-dir", str(work), master_url(state)],
+               scratch=sandbox.state_dir / worker.name / "local")
         started.append(worker.name)
     return started
 
