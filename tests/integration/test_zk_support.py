@@ -155,4 +155,6 @@ class CuttableProxy:
     def close(self) -> None:
         self._closed = True
         self.cut()
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread (a close alone does not)
         self._listener.close()

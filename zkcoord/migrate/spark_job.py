@@ -59,6 +59,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import secrets
@@ -334,9 +335,11 @@ class _ProgressServer:
         self._lock = threading.Lock()
         self.groups = self.offsets = 0
         self._closed = False
+        self._acceptor: threading.Thread | None = None
 
     def start(self) -> None:
-        threading.Thread(target=self._accept, name="zkcoord-progress", daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, name="zkcoord-progress", daemon=True)
+        self._acceptor.start()
 
     def _accept(self) -> None:
         while not self._closed:
@@ -362,8 +365,16 @@ class _ProgressServer:
             return self.groups, self.offsets
 
     def close(self) -> None:
+        """Stop listening and end the accepting thread. Closing the socket
+        alone would not wake an ``accept`` blocked in that thread (Linux): it
+        would go on listening, and the thread would live as long as the
+        process (one per job)."""
         self._closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept (EINVAL)
         self._sock.close()
+        if self._acceptor is not None:
+            self._acceptor.join(timeout=5)
 
 
 class _Poller:
