@@ -39,6 +39,9 @@ def test_a_forward_follows_its_groups_coordinator_when_that_broker_is_killed(fau
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
     admin.create_topics([NewTopic(topic, 1, replicas(bootstrap))])
     admin.close()
+    # Every broker knows the topic before the first commit: the group's coordinator may be a broker the
+    # controller has not told yet, which answers UNKNOWN_TOPIC_OR_PARTITION (a CI run got it).
+    cluster.wait_partition_leader(topic, 0)
     forwarder = KafkaForwarder(bootstrap, request_timeout_ms=30_000)  # the daemon's, as `zkcoord run` makes it
     tp = (topic, 0)
 

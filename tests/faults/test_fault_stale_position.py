@@ -37,6 +37,12 @@ soon as the stored group counted two members. Once (a CI run) C was
 stopped before it rejoined A's second round, which then waited for C
 while A had already revoked, unarmed; B joined that same round, and A,
 given one partition, never revoked again nor stopped.
+
+Both topics are known to every broker before a consumer starts. Once (a
+run of the whole suite) A, as the leader, assigned C nothing: the broker
+A asked did not know C's just-created topic yet. The group looked
+settled; A's next metadata, finding the topic, started the rebalance the
+paragraph above describes, and A never stopped.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from tests.faults.checker import read_jsonl
 from tests.faults.harness import LIVENESS_S, ConsumerPool, quiet, replicas
+from tests.support.cluster_faults import ClusterFaults
 from tests.support.daemons import DaemonFleet, wait_for
 from zkcoord.core.group import from_record
 
@@ -74,7 +81,8 @@ def stopped(pid: int) -> bool:
 
 def settled(group, *logs) -> bool:
     """Whether ``group`` (the stored record) is Stable with as many members
-    as ``logs``, and each log's last assignment is of its generation: no
+    as ``logs``, and each log's last assignment is of its generation and
+    not empty: no
     rebalance is under way or owed (C's arrival starts one, and A, the
     leader, starts another once it sees C's topic), so the next one is
     the one B's arrival starts. Stopping C in a round it has not rejoined
@@ -83,7 +91,8 @@ def settled(group, *logs) -> bool:
     if group is None or group.state.value != "Stable" or len(group.members) != len(logs):
         return False
     last = [[e for e in log if e["ev"] == "assigned"][-1:] for log in logs]
-    return all(found and found[0]["gen"] == group.generation_id for found in last)
+    # each one given partitions: an empty assignment is a leader that did not see the member's topic yet
+    return all(found and found[0]["gen"] == group.generation_id and found[0]["partitions"] for found in last)
 
 
 def test_a_member_back_from_a_missed_generation_resumes_from_the_committed_offsets(fault_sandbox, fault_chroot,
@@ -94,6 +103,13 @@ def test_a_member_back_from_a_missed_generation_resumes_from_the_committed_offse
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
     admin.create_topics([NewTopic(topic, 2, replicas(bootstrap)), NewTopic(other, 1, replicas(bootstrap))])
     admin.close()
+    # Every broker knows both topics before a consumer starts. A, the leader, assigns from the metadata
+    # it has: a broker not told of C's topic yet gave C nothing, and A's later metadata, finding the
+    # topic, started another rebalance, after the group had looked settled (a run saw A never stop).
+    cluster = ClusterFaults(fault_sandbox.sandbox, timeout_s=LIVENESS_S, say=print)
+    for name, partitions in ((topic, 2), (other, 1)):
+        for partition in range(partitions):
+            cluster.wait_partition_leader(name, partition)
 
     def offsets():
         found = {}
