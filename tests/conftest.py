@@ -39,6 +39,28 @@ from tests.support.kafka_ready import wait_group_coordinator
 from zkcoord.local.sandbox import Sandbox
 
 
+def _private_random_for_client_threads() -> None:
+    """kazoo's connection thread draws from the global ``random`` on every
+    turn of its loop (a jitter per ping), and kafka-python's I/O thread when
+    it picks a node: a session-wide client (``zk_root``) does so in the middle
+    of whatever test is running. A hypothesis test then saw the global state
+    change during its draws and warned "Do not use the random module inside
+    strategies" (2 to 6 such warnings per ``make test``, in whichever
+    property test ran at the time). Their threads get a generator of their own."""
+    import random
+
+    import kafka.cluster
+    import kafka.net.manager
+    import kazoo.protocol.connection
+    import kazoo.retry
+
+    for module in (kazoo.protocol.connection, kazoo.retry, kafka.cluster, kafka.net.manager):
+        module.random = random.Random()
+
+
+_private_random_for_client_threads()
+
+
 def pytest_configure(config) -> None:
     """Each pytest-xdist worker (``make test`` runs two) keeps its sandboxes
     under ``<ZKCOORD_TEST_STATE_DIR>-<worker>`` (its own ZooKeeper, brokers,
