@@ -41,7 +41,7 @@ def test_a_forward_follows_its_groups_coordinator_when_that_broker_is_killed(fau
     admin.close()
     # Every broker knows the topic before the first commit: the group's coordinator may be a broker the
     # controller has not told yet, which answers UNKNOWN_TOPIC_OR_PARTITION (a CI run got it).
-    cluster.wait_partition_leader(topic, 0)
+    cluster.wait_topic(topic, 1)
     forwarder = KafkaForwarder(bootstrap, request_timeout_ms=30_000)  # the daemon's, as `zkcoord run` makes it
     tp = (topic, 0)
 

@@ -184,6 +184,7 @@ def fault_run(fault_sandbox, fault_chroot, tmp_path, faults_wanted: int, kinds: 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
     admin.create_topics([NewTopic(topic, PARTITIONS, replication_factor(sandbox))])
     admin.close()
+    ClusterFaults(sandbox, timeout_s=LIVENESS_S, say=print).wait_topic(topic, PARTITIONS)  # before make_dual commits
     events = tmp_path / "events"
     events.mkdir()
     if storage == "dual":

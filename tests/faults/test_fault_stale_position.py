@@ -107,9 +107,8 @@ def test_a_member_back_from_a_missed_generation_resumes_from_the_committed_offse
     # it has: a broker not told of C's topic yet gave C nothing, and A's later metadata, finding the
     # topic, started another rebalance, after the group had looked settled (a run saw A never stop).
     cluster = ClusterFaults(fault_sandbox.sandbox, timeout_s=LIVENESS_S, say=print)
-    for name, partitions in ((topic, 2), (other, 1)):
-        for partition in range(partitions):
-            cluster.wait_partition_leader(name, partition)
+    cluster.wait_topic(topic, 2)
+    cluster.wait_topic(other, 1)
 
     def offsets():
         found = {}

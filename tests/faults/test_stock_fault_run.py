@@ -118,6 +118,7 @@ def test_stock_clients_under_random_faults(fault_sandbox, fault_chroot, tmp_path
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
     admin.create_topics([NewTopic(topic, PARTITIONS, replicas(bootstrap))])
     admin.close()
+    ClusterFaults(fault_sandbox.sandbox, timeout_s=LIVENESS_S, say=print).wait_topic(topic, PARTITIONS)
     ports = {n: free_port() for n in (1, 2, 3)}
     options = dict(zk_session_timeout_ms=ZK_SESSION_TIMEOUT_MS, group_initial_rebalance_delay_ms=0,
                    bootstrap_servers=bootstrap, gateway_listen="127.0.0.1:0", topic_metadata_refresh_ms=1000,

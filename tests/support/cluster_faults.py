@@ -309,6 +309,15 @@ class ClusterFaults:
         views = set(self.partition_views(topic, partition).values())
         return views.pop() if len(views) == 1 else None
 
+    def wait_topic(self, topic: str, partitions: int) -> None:
+        """Until every running broker knows ``topic`` (each of its
+        ``partitions`` with the same leader everywhere). A topic just created
+        is known to the controller first: a group's coordinator broker not
+        told yet refuses a commit of it (UNKNOWN_TOPIC_OR_PARTITION), and a
+        consumer's metadata from it lacks the topic."""
+        for partition in range(partitions):
+            self.wait_partition_leader(topic, partition)
+
     def wait_partition_leader(self, topic: str, partition: int, not_: int | None = None) -> int:
         """Until every running broker names the same leader of
         ``topic``-``partition`` (other than ``not_``); its id."""
