@@ -828,7 +828,10 @@ async def wait_taken_over(load: LoadHub, survivor: Daemon, gone_node: int, timeo
     ended (at most ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
     pattern = rf"took over \d+ groups \(node\(s\) [\d, ]*\b{gone_node}\b[\d, ]* gone\)"
-    while time.monotonic() < deadline and not log_lines(survivor, pattern):
+    while not log_lines(survivor, pattern):
+        if time.monotonic() > deadline:
+            print(f"the survivor's log did not say its takeover ended within {timeout_s:g} s")
+            break
         load.check()
         await asyncio.sleep(0.1)
     return time.perf_counter() - load.since
