@@ -184,7 +184,8 @@ def fault_run(fault_sandbox, fault_chroot, tmp_path, faults_wanted: int, kinds: 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
     admin.create_topics([NewTopic(topic, PARTITIONS, replication_factor(sandbox))])
     admin.close()
-    ClusterFaults(sandbox, timeout_s=LIVENESS_S, say=print).wait_topic(topic, PARTITIONS)  # before make_dual commits
+    cluster = ClusterFaults(sandbox, timeout_s=LIVENESS_S, say=print)
+    cluster.wait_topic(topic, PARTITIONS)  # before make_dual commits to it
     events = tmp_path / "events"
     events.mkdir()
     if storage == "dual":
@@ -224,7 +225,6 @@ def fault_run(fault_sandbox, fault_chroot, tmp_path, faults_wanted: int, kinds: 
         producer = Producer(bootstrap, topic, PARTITIONS, JsonLines(events / "producer.jsonl"))
         pool = ConsumerPool(CONSUMERS, events, coordinators=coordinators, bootstrap=bootstrap, group=group,
                             topic=topic)
-        cluster = ClusterFaults(sandbox, timeout_s=LIVENESS_S, say=print)
         faults = Faults(rng, sandbox, fleet, ports, pool, group, fault_sandbox.zookeeper, run, kinds=kinds,
                         cluster=cluster, net=net, clocks=clocks, topic=topic, partitions=PARTITIONS, listen=listen)
         drained, exits, unexpected, kafka_final = None, {}, [], None

@@ -4,19 +4,10 @@ spark_tasks), over real loopback sockets: no Spark."""
 from __future__ import annotations
 
 import socket
-import time
 
+from tests.support.daemons import wait_for
 from zkcoord.migrate.spark_job import _ProgressServer
 from zkcoord.migrate.spark_tasks import ProgressReporter
-
-
-def _until(condition, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def test_counts_the_lines_of_this_runs_token_and_ignores_others():
@@ -28,7 +19,7 @@ def test_counts_the_lines_of_this_runs_token_and_ignores_others():
         ours.report(3, 40)
         ours.report(2, 5)
         stranger.report(100, 1000)
-        assert _until(lambda: server.counts() == (5, 45))
+        wait_for(lambda: server.counts() == (5, 45), 10, "the server counted our two lines", 0.01)
         ours.close()
         stranger.close()
     finally:
