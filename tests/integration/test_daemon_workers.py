@@ -17,6 +17,9 @@ What is checked, with real processes and the test cluster:
 * SIGTERM to the supervisor stops every worker: exit 0, no worker process
   left, no registration, no election node.
 * The supervisor's /metrics has every worker's samples, labelled.
+* A gateway broker port another process listens on (with SO_REUSEPORT) is
+  left to it: no worker's socket joins it (connections to it all reach that
+  process), the broker is not advertised on it, and the log says why.
 """
 
 from __future__ import annotations
@@ -25,16 +28,20 @@ import asyncio
 import json
 import os
 import signal
+import socket
+import time
 
 import pytest
 from kafka import KafkaProducer
 from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
+from kafka.protocol.metadata import MetadataRequest
 
 from tests.integration.test_gateway_clients import PythonMember, create_topic, log_ends, zk_offsets
 from tests.support.daemons import DaemonFleet, start_worker_daemon, wait_for
 from tests.support.placement import placed_name
-from tests.support.wire import WireClient, find_coordinator
-from zkcoord.local.procs import http_get
+from tests.support.ports import foreign_listener
+from tests.support.wire import WireClient, find_coordinator, parse_addresses
+from zkcoord.local.procs import free_port_range, http_get
 
 pytestmark = pytest.mark.integration
 
@@ -213,3 +220,44 @@ def test_the_supervisor_serves_every_workers_metrics_and_health(daemon):
         assert f'zkcoord_zookeeper_connected{{worker="{index}"}} 1.0' in text
     assert 'zkcoord_workers{state="ready"} 2.0' in text
     assert text.count("# TYPE zkcoord_groups_owned gauge") == 1
+
+
+async def _brokers(address: tuple[str, int]) -> dict[int, tuple[str, int]]:
+    client = await WireClient.connect(*address)
+    try:
+        metadata = await client.call(MetadataRequest(version=9, topics=[], allow_auto_topic_creation=False,
+                                                     include_topic_authorized_operations=False))
+    finally:
+        await client.close()
+    return {b.node_id: (b.host, b.port) for b in metadata.brokers}
+
+
+def test_a_broker_port_another_process_listens_on_is_left_to_it_not_joined(services, fleet):
+    # Every worker binds the gateway's broker ports with SO_REUSEPORT, so a plain bind cannot tell another
+    # process's reuse-port listener from a sibling worker's: without the supervisor's check at the start, the
+    # workers' sockets joined that listener and the kernel split its clients between the two processes.
+    broker_id = min(asyncio.run(_brokers(parse_addresses(services.bootstrap_servers)[0])))
+    assert 0 <= broker_id <= 2, broker_id  # within the gateway_broker_ids below
+    gateway = free_port_range(1 + 3 + 2)  # G, brokers 0-2 on G+1..G+3, the two workers' own gateway ports
+    port = gateway + 1 + broker_id
+    with foreign_listener(True, port) as other:
+        daemon = start_worker_daemon(fleet, 2, 1, avoid=frozenset(range(gateway, gateway + 6)),
+                                     gateway_listen=f"127.0.0.1:{gateway}", gateway_broker_ids="0-2")
+        assert f"broker {broker_id} will have no gateway port: cannot listen on 127.0.0.1:{port}" in daemon.log(400)
+        refusal = f"no port for broker {broker_id}: port {port} is taken by another process"
+        wait_for(lambda: all(any(refusal in line and f"[worker {k}]" in line for line in daemon.log(400).splitlines())
+                             for k in (1, 2)), WAIT_S, "both workers saw the broker and left its port alone")
+        advertised = asyncio.run(_brokers(("127.0.0.1", gateway)))
+        assert broker_id not in advertised and port not in {p for _, p in advertised.values()}, advertised
+
+        other.setblocking(False)
+        for _ in range(32):  # one at a time: the other listener's backlog is small
+            with socket.create_connection(("127.0.0.1", port), timeout=10):
+                deadline = time.monotonic() + WAIT_S
+                while True:  # a connection a worker had taken would never reach the other process
+                    try:
+                        other.accept()[0].close()
+                        break
+                    except BlockingIOError:
+                        assert time.monotonic() < deadline, "a connection to the port did not reach its listener"
+                        time.sleep(0.01)

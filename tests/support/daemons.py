@@ -325,18 +325,20 @@ class WorkerDaemon:
 
 
 def start_worker_daemon(fleet: DaemonFleet, workers: int, node_id: int, timeout_s: float = 60.0,
-                        **options) -> WorkerDaemon:
+                        avoid: frozenset[int] = frozenset(), **options) -> WorkerDaemon:
     """``zkcoord run --workers <workers> --node-id <node_id>`` in the fleet's
     chroot, on fixed free ports (listener P and P+1..P+N, metrics M and
     M+1..M+N, with ``gateway_broker_ids`` LOW-HIGH a gateway G, G+1.. for
     brokers and its workers' own ports after them); returned once every
     worker is registered with a pid of the supervisor's children and the
-    supervisor's /health answers 200. The fleet kills it at its close."""
+    supervisor's /health answers 200; ``avoid``: ports the listener and
+    metrics ranges must not take (a gateway port given in ``options``). The
+    fleet kills it at its close."""
     from zkcoord.core.gateway import parse_broker_ids
     from zkcoord.local.procs import free_port_range, http_status
 
-    listen = free_port_range(1 + workers)
-    metrics = free_port_range(1 + workers, avoid=frozenset(range(listen, listen + 1 + workers)))
+    listen = free_port_range(1 + workers, avoid=avoid)
+    metrics = free_port_range(1 + workers, avoid=avoid | frozenset(range(listen, listen + 1 + workers)))
     settings = {"listen": f"127.0.0.1:{listen}", "metrics_listen": f"127.0.0.1:{metrics}", "workers": workers,
                 **options}
     gateway = None

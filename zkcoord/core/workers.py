@@ -39,14 +39,17 @@ def worker_count(configured: int, cpus: int) -> int:
 class WorkerPlan:
     """Worker ``index`` (1-based) of ``count``. ``listen_port`` and
     ``gateway_port``: the shared ports as bound (the supervisor's pick when
-    configured as 0); ``broker_span``: HIGH - LOW + 1 of ``--gateway-broker-ids``.
-    The own ports are computed from the configured ports (0: the kernel's)."""
+    configured as 0); ``broker_span``: HIGH - LOW + 1 of ``--gateway-broker-ids``;
+    ``refused_broker_ports``: the shared broker ports another process was
+    found bound to, which no worker binds. The own ports are computed from
+    the configured ports (0: the kernel's)."""
 
     index: int
     count: int
     listen_port: int = 0
     gateway_port: int | None = None
     broker_span: int = 0
+    refused_broker_ports: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if not 1 <= self.index <= self.count <= MAX_WORKERS:

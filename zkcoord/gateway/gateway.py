@@ -85,6 +85,7 @@ class GatewaySettings:
     # (SO_REUSEPORT), and the worker has a port of its own (0: the kernel's), the one it registers.
     worker_port: int | None = None
     worker_advertised_port: int = 0  # 0: the bound worker port
+    refused_broker_ports: frozenset[int] = frozenset()  # shared broker ports another process holds: not bound
     kernel_ports: bool | None = None  # every port the kernel's (None: when listen_port is 0)
     listen_backlog: int = 0  # each listening socket's (0: the kernel's maximum), as the daemon's listener
     listen_sockets: int = DEFAULT_LISTEN_SOCKETS  # sockets per port (zkcoord.wire.listening)
@@ -118,6 +119,7 @@ class GatewaySettings:
                           for s in config.bootstrap_servers.split(",") if s.strip())
         if worker is not None:  # the configured port 0: the kernel picks every port
             security.update(worker_port=worker.own_gateway_port(port), kernel_ports=port == 0,
+                            refused_broker_ports=worker.refused_broker_ports,
                             worker_advertised_port=worker.own_gateway_port(adv_port or port) if port else 0)
             port = worker.gateway_port  # the shared port, as the supervisor bound it
         return cls(host, port, adv_host, adv_port, BrokerPorts(low, high), bootstrap,
@@ -386,6 +388,12 @@ class Gateway:
             return
         kernel = self.settings.picks_ports
         port = 0 if kernel else self.settings.listen_port + offset
+        if port in self.settings.refused_broker_ports:  # the supervisor found another process bound there
+            if broker_id not in self._warned:
+                self._warned.add(broker_id)
+                log.error("gateway: no port for broker %d: port %d is taken by another process (the supervisor "
+                          "found it so at the start)", broker_id, port)
+            return
         try:
             sockets = self._listen_socket(port, shared=self.settings.worker_port is not None and not kernel)
         except ConfigError as exc:

@@ -115,16 +115,19 @@ class Supervisor:
         config = self.config
         _, host, port = parse_listener(config.listen, "listen")
         listen_port = self._reserve(host, port, "listen")
-        gateway_port, span = None, 0
+        gateway_port, span, refused = None, 0, frozenset()
         if config.gateway_listen:
-            from zkcoord.core.gateway import parse_broker_ids
+            from zkcoord.core.gateway import BrokerPorts, parse_broker_ids
 
             _, gateway_host, gateway_configured = parse_listener(config.gateway_listen, "gateway_listen")
             gateway_port = self._reserve(gateway_host, gateway_configured, "gateway_listen")
-            low, high = parse_broker_ids(config.gateway_broker_ids)
-            span = high - low + 1
+            brokers = BrokerPorts(*parse_broker_ids(config.gateway_broker_ids))
+            span = brokers.count
+            if gateway_configured:
+                refused = self._refused_broker_ports(gateway_host, gateway_port, brokers)
         for worker in self.workers:
-            self._plans[worker.index] = WorkerPlan(worker.index, self.count, listen_port, gateway_port, span)
+            self._plans[worker.index] = WorkerPlan(worker.index, self.count, listen_port, gateway_port, span,
+                                                   refused)
         await self._start_metrics()
         log.info("zkcoord run: %d workers, listener %s:%d shared (each worker's own port registered), ZooKeeper %s",
                  self.count, host, listen_port, config.zookeeper)
@@ -153,6 +156,24 @@ class Supervisor:
             raise ConfigError(f"{setting}: cannot listen on {host}:{port}: {exc}") from None
         self._sockets.append(sock)
         return sock.getsockname()[1]
+
+    @staticmethod
+    def _refused_broker_ports(host: str, gateway_port: int, brokers) -> frozenset[int]:
+        """The gateway's broker ports (``gateway_port`` + 1 ..) another process
+        is bound to. No worker binds them: with SO_REUSEPORT a worker's socket
+        would join that process's listener and the two would split its clients.
+        The broker there has no gateway port, as a single process's gateway
+        leaves it. (Checked, not held: up to 1,024 of them.)"""
+        refused = set()
+        for broker_id in range(brokers.low_id, brokers.high_id + 1):
+            port = gateway_port + brokers.offset(broker_id)
+            try:
+                check_port_free(host, port)
+            except OSError as exc:
+                refused.add(port)
+                log.error("gateway: broker %d will have no gateway port: cannot listen on %s:%d: %s; free the port "
+                          "and restart, or choose another --gateway-listen port", broker_id, host, port, exc)
+        return frozenset(refused)
 
     async def _start_metrics(self) -> None:
         address = self.config.metrics_address
