@@ -6,11 +6,16 @@ against, and never asserts::
     python bench/bench_scale.py                                   # its own sandbox, 10,000 groups
     python bench/bench_scale.py --zookeeper 127.0.0.1:2181        # an existing ZooKeeper (a chroot of its own)
     python bench/bench_scale.py --groups 2000 --window-s 15       # quicker
+    python bench/bench_scale.py --daemon-workers 2                # each daemon two workers (the default on 2 cores)
 
 What it starts: ZooKeeper (``zkcoord local up`` in ``<workdir>/sandbox``,
 unless ``--zookeeper`` names one), and two ``zkcoord run`` daemons (node ids 1
 and 2, a ZooKeeper chroot of their own, ``--zk-session-timeout-ms``), as
-processes; their logs are ``<workdir>/daemon-<id>.log``. The load generator
+processes, ``--workers 1`` each unless ``--daemon-workers N`` (then each
+daemon is N worker processes, N nodes in the elections, under a supervisor:
+its figures are the sum of them, its loop lateness each worker's, and the
+kill -9 is of the supervisor, its workers dying with it); their logs are
+``<workdir>/daemon-<id>.log``. The load generator
 is ``--load-processes`` processes (2 by default), each with every N-th member
 on an asyncio loop of its own, one connection per member (``group_client``'s
 codec: kafka-python's message classes), each group one member, each member
@@ -87,7 +92,7 @@ from group_client import (  # noqa: E402
 from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest  # noqa: E402
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription  # noqa: E402
 from kafka.protocol.metadata import FindCoordinatorRequest  # noqa: E402
-from zkcoord.local.procs import free_port  # noqa: E402
+from zkcoord.local.procs import free_port, free_port_range  # noqa: E402
 
 TOPIC = "scale-topic"
 DISCONNECTED = -1  # a member's "error code" for a connection that failed or a request that timed out
@@ -109,6 +114,7 @@ class Settings:
     recover_wait_s: float = 180.0
     zookeeper: str = ""
     load_processes: int = 2
+    daemon_workers: int = 1
     daemon_args: tuple[str, ...] = ()
 
 
@@ -116,37 +122,63 @@ class Settings:
 
 @dataclass
 class Daemon:
+    """One ``zkcoord run``: ``node_id`` is its ``--node-id`` (its first worker's);
+    ``nodes``: every worker's node id -> the worker's pid (with ``--workers 1``
+    the one process's)."""
+
     node_id: int
     port: int
     proc: subprocess.Popen
     log_path: Path
     metrics_port: int = 0
     start_rss_kb: int = 0
+    nodes: dict[int, int] = field(default_factory=dict)
 
     @property
     def address(self) -> tuple[str, int]:
         return "127.0.0.1", self.port
 
+    @property
+    def name(self) -> str:
+        return f"node {self.node_id}" if len(self.nodes) < 2 else \
+            f"daemon {self.node_id} (nodes {', '.join(map(str, sorted(self.nodes)))})"
+
+    def pids(self) -> dict[str, int]:
+        """Its processes by name: the supervisor's and every worker's (one with ``--workers 1``)."""
+        found = {f"zkcoord-{self.node_id}": self.proc.pid}
+        for node, pid in self.nodes.items():
+            if pid != self.proc.pid:
+                found[f"zkcoord-{self.node_id}-worker-{node}"] = pid
+        return found
+
     def rss_kb(self) -> int:
-        try:
-            text = Path(f"/proc/{self.proc.pid}/status").read_text()
-        except OSError:
-            return 0
-        found = re.search(r"VmRSS:\s+(\d+) kB", text)
-        return int(found.group(1)) if found else 0
+        total = 0
+        for pid in self.pids().values():
+            try:
+                text = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            found = re.search(r"VmRSS:\s+(\d+) kB", text)
+            total += int(found.group(1)) if found else 0
+        return total
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def loop_lag_buckets(self) -> dict[float, float]:
-        """The daemon's ``zkcoord_event_loop_lag_seconds`` histogram now: {upper bound: cumulative count}."""
+    def loop_lag_buckets(self) -> dict[str, dict[float, float]]:
+        """Each worker's ``zkcoord_event_loop_lag_seconds`` histogram now (the
+        supervisor's endpoint labels them ``worker="k"``; one process: key ""):
+        {worker: {upper bound: cumulative count}}."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as answer:
                 text = answer.read().decode()
         except OSError:
             return {}
-        return {float(bound): float(count) for bound, count in
-                re.findall(r'^zkcoord_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)$', text, re.M)}
+        found: dict[str, dict[float, float]] = {}
+        for labels, count in re.findall(r'^zkcoord_event_loop_lag_seconds_bucket\{([^}]*)\} (\S+)$', text, re.M):
+            pairs = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+            found.setdefault(pairs.get("worker", ""), {})[float(pairs["le"])] = float(count)
+        return found
 
 
 class Fleet:
@@ -172,14 +204,19 @@ class Fleet:
         self.zk.ensure_path(self.chroot)
 
     def start_daemon(self, node_id: int) -> Daemon:
-        port, metrics_port = free_port(), free_port()
         s = self.settings
+        workers = s.daemon_workers
+        if workers == 1:
+            port, metrics_port = free_port(), free_port()
+        else:  # the shared ports and, after them, each worker's own
+            port = free_port_range(1 + workers)
+            metrics_port = free_port_range(1 + workers, avoid=frozenset(range(port, port + 1 + workers)))
         command = [sys.executable, "-m", "zkcoord", "run", "--zookeeper", self.zookeeper + self.chroot,
                    "--listen", f"127.0.0.1:{port}", "--node-id", str(node_id),
                    "--metrics-listen", f"127.0.0.1:{metrics_port}",
                    "--group-initial-rebalance-delay-ms", "0", "--zk-session-timeout-ms", str(s.zk_session_timeout_ms),
                    "--shutdown-timeout-ms", str(s.shutdown_timeout_ms),
-                   "--workers", "1",  # one process per daemon: its pid, its RSS and its groups are the node's
+                   "--workers", str(workers),  # 1: one process, its pid, RSS and groups the node's
                    *s.daemon_args]
         log_path = self.workdir / f"daemon-{node_id}.log"
         with open(log_path, "ab") as log:  # a session of its own: Ctrl-C reaches only us
@@ -187,13 +224,29 @@ class Fleet:
         daemon = Daemon(node_id, port, proc, log_path, metrics_port)
         self.daemons[node_id] = daemon
         deadline = time.monotonic() + 60
-        while self.registered_pid(node_id) != proc.pid:
+        while len(daemon.nodes) < workers:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise BenchError(f"daemon {node_id} did not start; see {log_path}")
             time.sleep(0.1)
+            daemon.nodes = self.registered_nodes({proc.pid} | child_pids(proc.pid))
         time.sleep(1.0)  # let it settle before its starting RSS is read
         daemon.start_rss_kb = daemon.rss_kb()
         return daemon
+
+    def registered_nodes(self, pids: set[int]) -> dict[int, int]:
+        """The registered node ids whose pid is one of ``pids`` -> that pid."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            children = self.zk.get_children(f"{self.chroot}/zkcoord/nodes")
+        except NoNodeError:
+            return {}
+        found = {}
+        for child in children:
+            pid = self.registered_pid(int(child))
+            if pid in pids:
+                found[int(child)] = pid
+        return found
 
     def registered_pid(self, node_id: int) -> int | None:
         from kazoo.exceptions import NoNodeError
@@ -228,6 +281,13 @@ class Fleet:
         if self._sandbox:
             print("stopping the sandbox ...", flush=True)
             zkcoord_cli("local", "down", "--state-dir", str(self.workdir / "sandbox"), check=False)
+
+
+def child_pids(pid: int) -> set[int]:
+    try:
+        return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    except OSError:
+        return set()
 
 
 # -- the members ---------------------------------------------------------------------
@@ -532,12 +592,14 @@ class LoadHub:
     def since(self) -> float | None:
         return self._since
 
-    @since.setter
-    def since(self, value: float | None) -> None:
-        """The fault being measured was injected at ``value``: served times count from it (None: none)."""
+    async def set_since(self, value: float | None) -> None:
+        """The fault being measured is injected at ``value``: served times count
+        from it (None: none). Returns once every load process has it, so a member
+        that loses its coordinator to the fault injected next counts from it."""
         self.served = {}
         self._since = value
         self._send("since", value)
+        await self._gather("since_set")
 
     def set_bootstrap(self, bootstrap: list[tuple[str, int]]) -> None:
         self._send("bootstrap", bootstrap)
@@ -649,6 +711,7 @@ async def _load_process(conn, settings: Settings, versions: dict[str, int], boot
         elif command == "since":
             load.served, sent["served"] = {}, set()
             load.since = args[0]
+            conn.send(("since_set",))
         elif command == "bootstrap":
             load.bootstrap[:] = args[0]
         elif command == "window_start":
@@ -750,7 +813,7 @@ def lag_figures(before: dict[float, float], after: dict[float, float]) -> dict:
 async def window(load: LoadHub, fleet: Fleet, daemons: list[Daemon], seconds: float, groups: int,
                  title: str) -> dict:
     """Heartbeat latency, cores and memory per group over ``seconds``."""
-    pids = {f"zkcoord-{d.node_id}": d.proc.pid for d in daemons}
+    pids = {name: pid for d in daemons for name, pid in d.pids().items()}
     snapshots = {}
 
     async def measure() -> None:
@@ -789,11 +852,13 @@ async def window(load: LoadHub, fleet: Fleet, daemons: list[Daemon], seconds: fl
           f"{figures['client_gc_max_ms']:.1f} ms; their loops late by p99 {figures['client_lag_p99_ms']:.1f} ms, max "
           f"{figures['client_lag_max_ms']:.1f} ms")
     for daemon, first, last in zip(daemons, lag_before, lag_after):
-        lag = lag_figures(first, last)
-        figures[f"daemon_{daemon.node_id}_loop_lag"] = lag
-        print(f"daemon {daemon.node_id} loop   late (probe every 50 ms, {lag['probes']:.0f} probes): p99 <= "
-              f"{lag['p99_bound_ms']:g} ms; later than 10 ms: {lag['over_10ms']:.0f}, than 50 ms: "
-              f"{lag['over_50ms']:.0f}, than 100 ms: {lag['over_100ms']:.0f}")
+        for worker in sorted(last):
+            lag = lag_figures(first.get(worker, {}), last[worker])
+            key = f"daemon_{daemon.node_id}_loop_lag" + (f"_worker_{worker}" if worker else "")
+            figures[key] = lag
+            print(f"daemon {daemon.node_id}{f' worker {worker}' if worker else ''} loop   late (probe every 50 ms, "
+                  f"{lag['probes']:.0f} probes): p99 <= {lag['p99_bound_ms']:g} ms; later than 10 ms: "
+                  f"{lag['over_10ms']:.0f}, than 50 ms: {lag['over_50ms']:.0f}, than 100 ms: {lag['over_100ms']:.0f}")
     print(f"memory per group {figures['bytes_per_group'] / 1024:.1f} KB (RSS growth since start over the groups; "
           f"RSS now {', '.join(f'node {n}: {mb:.0f} MB' for n, mb in figures['rss_mb'].items())})")
     return figures
@@ -823,12 +888,25 @@ async def wait_served(load: LoadHub, groups: set[str], timeout_s: float) -> None
         await asyncio.sleep(0.1)
 
 
-async def wait_taken_over(load: LoadHub, survivor: Daemon, gone_node: int, timeout_s: float) -> float:
-    """Seconds from ``load.since`` until the survivor's log says its takeover of ``gone_node``'s groups
-    ended (at most ``timeout_s``)."""
+async def wait_taken_over(load: LoadHub, survivor: Daemon, gone: set[int], timeout_s: float) -> float:
+    """Seconds from ``load.since`` until the survivor's log says the takeover
+    of every node in ``gone`` ended, in each of its workers (at most ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
-    pattern = rf"took over \d+ groups \(node\(s\) [\d, ]*\b{gone_node}\b[\d, ]* gone\)"
-    while not log_lines(survivor, pattern):
+    workers = [""] if len(survivor.nodes) < 2 else [f"[worker {k}] " for k in range(1, len(survivor.nodes) + 1)]
+
+    def ended() -> bool:
+        lines = log_lines(survivor, r"took over \d+ groups \(node\(s\) |takeover \(node\(s\) .* gone\): none ")
+        for worker in workers:
+            named: set[int] = set()
+            for line in lines:
+                found = re.search(r"node\(s\) ([\d, ]+) gone", line)
+                if worker in line and found:
+                    named |= {int(n) for n in found.group(1).replace(",", " ").split()}
+            if not gone <= named:
+                return False
+        return True
+
+    while not ended():
         if time.monotonic() > deadline:
             print(f"the survivor's log did not say its takeover ended within {timeout_s:g} s")
             break
@@ -849,13 +927,30 @@ def served_figures(load: LoadHub, groups: set[str], title: str, goal_s: float | 
     line = (f"{title}: {len(times):,} of {len(groups):,} groups served again, p50 {figures['p50_s']:.2f} s, "
             f"max {figures['max_s']:.2f} s")
     if missing:
-        line += f", {missing:,} NOT served within the wait"
+        unserved = sorted(g for g in groups if g not in load.served)
+        line += (f", {missing:,} NOT served within the wait ({', '.join(unserved[:5])}"
+                 f"{', ...' if missing > 5 else ''})")
     line += f" (the most in 10 ms: {figures['busiest_10ms']:,}, at {figures['busiest_10ms_at_s']:.2f} s)"
     if goal_s is not None:
         met = not missing and figures["max_s"] <= goal_s
         line += f"; goal <= {goal_s:g} s: {'met' if met else 'MISSED'}"
     print(line)
     return figures
+
+
+async def explain_unserved(fleet: Fleet, load: LoadHub, groups: set[str], at_most: int = 5) -> None:
+    """For a few groups not served again: who contends for them in ZooKeeper, and whom their member last found."""
+    unserved = sorted(g for g in groups if g not in load.served)[:at_most]
+    if not unserved:
+        return
+    found = await load.coordinators()
+    for group in unserved:
+        try:
+            contenders = await asyncio.to_thread(fleet.zk.get_children, f"{fleet.chroot}/coordinators/{group}")
+        except Exception as exc:  # noqa: BLE001 (a diagnostic)
+            contenders = [repr(exc)]
+        print(f"  not served: {group}: contenders {sorted(contenders)}; its member last found node "
+              f"{found.get(group)}")
 
 
 async def wait_unregistered(fleet: Fleet, node_id: int, since: float) -> float:
@@ -884,7 +979,7 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
 
     print(f"\n== create: {settings.groups:,} groups, {settings.create_concurrency} at a time, two daemons ==",
           flush=True)
-    daemon_cpu = lambda: sum(cpu_snapshot({"a": first.proc.pid, "b": second.proc.pid}).procs.values())  # noqa: E731
+    daemon_cpu = lambda: sum(cpu_snapshot({**first.pids(), **second.pids()}).procs.values())  # noqa: E731
     marks = [(0, daemon_cpu())]  # (groups created, daemons' CPU seconds) at each FIRST_LAST
     started = time.perf_counter()
     while len(load.created) < settings.groups:
@@ -913,48 +1008,55 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     by_node: dict[int, set[str]] = {}
     for group, node_id in (await load.coordinators()).items():
         by_node.setdefault(node_id, set()).add(group)
-    print(f"groups per daemon: {', '.join(f'node {n}: {len(g):,}' for n, g in sorted(by_node.items()))}")
+    print(f"groups per node: {', '.join(f'node {n}: {len(g):,}' for n, g in sorted(by_node.items()))}")
 
     # -- kill -9 ------------------------------------------------------------------------
-    victim = max((first, second), key=lambda d: len(by_node.get(d.node_id, ())))
+    held = {d.node_id: set().union(*(by_node.get(n, set()) for n in d.nodes)) for d in (first, second)}
+    victim = max((first, second), key=lambda d: len(held[d.node_id]))
     survivor = second if victim is first else first
-    orphans = by_node.get(victim.node_id, set())
+    orphans = held[victim.node_id]
     goal_s = settings.zk_session_timeout_ms / 1000 + 2
-    print(f"\n== kill -9 of node {victim.node_id} ({len(orphans):,} groups); ZooKeeper session timeout "
+    print(f"\n== kill -9 of {victim.name} ({len(orphans):,} groups); ZooKeeper session timeout "
           f"{settings.zk_session_timeout_ms} ms ==", flush=True)
     overflows = listen_counters()
-    load.since = time.perf_counter()
-    cpu_before = cpu_snapshot({"survivor": survivor.proc.pid})
+    await load.set_since(time.perf_counter())
+    survivor_pids = survivor.pids()
+    cpu_before = cpu_snapshot(survivor_pids)
     lag_before = await asyncio.to_thread(survivor.loop_lag_buckets)
-    victim.proc.kill()
+    victim.proc.kill()  # its workers die with it (PR_SET_PDEATHSIG)
     victim.proc.wait()
     load.set_bootstrap(fleet.bootstrap())
-    expired_s = await wait_unregistered(fleet, victim.node_id, load.since)
-    print(f"its session ended (registration gone) {expired_s:.2f} s after the kill")
+    expired_s = max([await wait_unregistered(fleet, node, load.since) for node in victim.nodes])
+    print(f"its session{'s' if len(victim.nodes) > 1 else ''} ended (registration gone) {expired_s:.2f} s after "
+          "the kill")
     await wait_served(load, orphans, settings.recover_wait_s)
-    cores = cpu_cores(cpu_before, cpu_snapshot({"survivor": survivor.proc.pid}))
+    used = cpu_cores(cpu_before, cpu_snapshot(survivor_pids))
+    survivor_cores = sum(used[name] for name in survivor_pids)
     after = listen_counters()
     figures = served_figures(load, orphans, "kill -9", goal_s)
+    await explain_unserved(fleet, load, orphans)
     figures.update(expired_s=expired_s, listen_overflows=after[0] - overflows[0], listen_drops=after[1] - overflows[1],
-                   survivor_cores=cores["survivor"])
+                   survivor_cores=survivor_cores)
     print(f"after the session's end: the last group served {figures['max_s'] - expired_s:.2f} s later; survivor "
-          f"{cores['survivor']:.2f} cores meanwhile; ListenOverflows +{figures['listen_overflows']:,}, "
+          f"{survivor_cores:.2f} cores meanwhile; ListenOverflows +{figures['listen_overflows']:,}, "
           f"ListenDrops +{figures['listen_drops']:,} (machine-wide)")
-    lag = lag_figures(lag_before, await asyncio.to_thread(survivor.loop_lag_buckets))
-    figures["survivor_loop_lag"] = lag
-    print(f"survivor's loop late meanwhile (probe every 50 ms, {lag['probes']:.0f} probes): p99 <= "
-          f"{lag['p99_bound_ms']:g} ms; later than 10 ms: {lag['over_10ms']:.0f}, than 50 ms: {lag['over_50ms']:.0f}, "
-          f"than 100 ms: {lag['over_100ms']:.0f}")
+    lag_after = await asyncio.to_thread(survivor.loop_lag_buckets)
+    for worker in sorted(lag_after):
+        lag = lag_figures(lag_before.get(worker, {}), lag_after[worker])
+        figures["survivor_loop_lag" + (f"_worker_{worker}" if worker else "")] = lag
+        print(f"survivor's{f' worker {worker}' if worker else ''} loop late meanwhile (probe every 50 ms, "
+              f"{lag['probes']:.0f} probes): p99 <= {lag['p99_bound_ms']:g} ms; later than 10 ms: "
+              f"{lag['over_10ms']:.0f}, than 50 ms: {lag['over_50ms']:.0f}, than 100 ms: {lag['over_100ms']:.0f}")
     # The survivor answers a loading group's heartbeats at once, so every member can be served again
     # while its takeover still loads the last groups: the steady window starts once that is done.
-    finished_s = await wait_taken_over(load, survivor, victim.node_id, settings.recover_wait_s)
+    finished_s = await wait_taken_over(load, survivor, set(victim.nodes), settings.recover_wait_s)
     figures["takeover_done_s"] = finished_s
     print(f"survivor's takeover finished {finished_s:.2f} s after the kill ({finished_s - figures['max_s']:+.2f} s "
           f"after the last group was served again); the steady window starts then")
     for line in log_lines(survivor, r"took over|taking over")[-3:]:
         print(f"  survivor's log: {line[:200]}")
     results["kill"] = figures
-    load.since = None
+    await load.set_since(None)
 
     results["steady_one"] = await window(load, fleet, [survivor], settings.window_s, settings.groups,
                                          "steady, one daemon (every group on the survivor)")
@@ -962,28 +1064,29 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     # -- graceful stop ------------------------------------------------------------------
     restarted = fleet.start_daemon(victim.node_id)
     load.set_bootstrap(fleet.bootstrap())
-    print(f"\n== SIGTERM of node {survivor.node_id} ({settings.groups:,} groups; --shutdown-timeout-ms "
-          f"{settings.shutdown_timeout_ms}); node {restarted.node_id} started again ==", flush=True)
+    print(f"\n== SIGTERM of {survivor.name} ({settings.groups:,} groups; --shutdown-timeout-ms "
+          f"{settings.shutdown_timeout_ms}); {restarted.name} started again ==", flush=True)
     overflows = listen_counters()
-    load.since = time.perf_counter()
+    await load.set_since(time.perf_counter())
     survivor.proc.send_signal(signal.SIGTERM)
     code = await asyncio.to_thread(survivor.proc.wait)
     exit_s = time.perf_counter() - load.since
     load.set_bootstrap(fleet.bootstrap())
     print(f"it exited with {code} {exit_s:.2f} s after SIGTERM")
-    for line in log_lines(survivor, r"releas|shutdown: could not")[-4:]:
+    for line in log_lines(survivor, r"releas|shutdown: could not")[-4 * len(survivor.nodes):]:
         print(f"  its log: {line[:240]}")
     released = [float(m.group(1)) for line in log_lines(survivor, r"released \d+ groups in")
                 if (m := re.search(r"released \d+ groups in (\d+) ms", line))]
     cut_short = log_lines(survivor, r"shutdown: could not")
     await wait_served(load, groups, settings.recover_wait_s)
     figures = served_figures(load, groups, "SIGTERM", None)
+    await explain_unserved(fleet, load, groups)
     after = listen_counters()
-    figures.update(exit_s=exit_s, exit_code=code, release_ms=released[-1] if released else None,
+    figures.update(exit_s=exit_s, exit_code=code, release_ms=max(released) if released else None,  # its workers' slowest
                    cut_short=len(cut_short), listen_overflows=after[0] - overflows[0])
     print(f"ListenOverflows +{figures['listen_overflows']:,} (machine-wide)")
     results["stop"] = figures
-    load.since = None
+    await load.set_since(None)
 
     await load.stop()
     if load.failures:
@@ -1035,6 +1138,8 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, Path | None, Path | No
         "recover_wait_s": "how long to wait for every group to be served again after a fault",
         "zookeeper": "HOST:PORT of a ZooKeeper to use (a chroot of its own) [default: start a sandbox]",
         "load_processes": "processes the members are spread over (each its own asyncio loop, every N-th member)",
+        "daemon_workers": "each daemon's --workers (1: one process, a node per daemon; N: the kill -9 and the "
+                          "SIGTERM are of a daemon's N workers at once)",
     }
     for name, text in helps.items():
         default = getattr(defaults, name)
@@ -1052,6 +1157,8 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, Path | None, Path | No
         parser.error(f"--groups must be above {FIRST_LAST}")
     if settings.load_processes < 1:
         parser.error("--load-processes is at least 1")
+    if settings.daemon_workers < 1:
+        parser.error("--daemon-workers is at least 1")
     if settings.create_heartbeats not in ("on", "off"):
         parser.error("--create-heartbeats is on or off")
     if settings.create_heartbeats == "off":
