@@ -144,16 +144,13 @@ class Daemon:
             f"daemon {self.node_id} (nodes {', '.join(map(str, sorted(self.nodes)))})"
 
     def pids(self) -> dict[str, int]:
-        """Its processes by name: the supervisor's and every worker's (one with ``--workers 1``)."""
-        found = {f"zkcoord-{self.node_id}": self.proc.pid}
-        for node, pid in self.nodes.items():
-            if pid != self.proc.pid:
-                found[f"zkcoord-{self.node_id}-worker-{node}"] = pid
-        return found
+        """Its process by name, for ``cpu_snapshot`` (which counts a supervisor's live workers with it)."""
+        return {f"zkcoord-{self.node_id}": self.proc.pid}
 
     def rss_kb(self) -> int:
+        """The resident memory of its process, and of its workers' under a supervisor."""
         total = 0
-        for pid in self.pids().values():
+        for pid in {self.proc.pid, *self.nodes.values()}:
             try:
                 text = Path(f"/proc/{pid}/status").read_text()
             except OSError:
