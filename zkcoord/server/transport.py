@@ -99,7 +99,7 @@ from zkcoord.wire.errors import (
     FrameSizeError, MalformedFrameError, RequestTooLargeError, ResponseEncodingError, UnsupportedRequestError,
 )
 from zkcoord.wire.framing import API_KEY_END, FRAME_SIZE_PREFIX_BYTES, api_key_at, frame_size
-from zkcoord.wire.listening import DEFAULT_LISTEN_SOCKETS, check_port_free, default_backlog, reuse_port_spreads
+from zkcoord.wire.listening import DEFAULT_LISTEN_SOCKETS, default_backlog, reuse_port_spreads, socket_plan
 from zkcoord.wire.listener_security import (
     PLAINTEXT_LISTENER, SASL_MAX_RECEIVE_BYTES, TLS_HANDSHAKE_TIMEOUT_S, ListenerSecurity, LoginGate, login_gate,
 )
@@ -212,10 +212,7 @@ class KafkaProtocolServer:
         loop = asyncio.get_running_loop()
         tls = {} if self.security.ssl_context is None else {
             "ssl": self.security.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
-        count = self.listen_sockets
-        reuse = shared or count > 1
-        if reuse and not shared and port != 0:
-            check_port_free(self._host, port)
+        count, reuse = socket_plan(self._host, port, self.listen_sockets, shared)
         servers = [await loop.create_server(lambda: _Connection(self), self._host, port, reuse_port=reuse,
                                             backlog=self.backlog, **tls)]
         ports = {sock.getsockname()[1] for sock in servers[0].sockets}

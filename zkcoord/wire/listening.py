@@ -30,7 +30,8 @@ import socket
 import sys
 from pathlib import Path
 
-__all__ = ["DEFAULT_LISTEN_SOCKETS", "default_backlog", "reuse_port_spreads", "check_port_free", "listening_sockets"]
+__all__ = ["DEFAULT_LISTEN_SOCKETS", "default_backlog", "reuse_port_spreads", "check_port_free", "socket_plan",
+           "listening_sockets"]
 
 DEFAULT_LISTEN_SOCKETS = 4  # rule 2: 4 x somaxconn (16,384 on current kernels) queued for the loop to accept
 SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
@@ -74,6 +75,18 @@ def check_port_free(host: str | None, port: int) -> None:
                 raise _bind_error(exc, address) from None
 
 
+def socket_plan(host: str | None, port: int, count: int, shared: bool) -> tuple[int, bool]:
+    """(how many sockets, whether with ``SO_REUSEPORT``) for ``count`` wanted
+    on ``port``: one where the system does not spread connections over
+    several (rule 2), reuse-port for several or for the workers' ``shared``
+    port; a port another process holds is refused here (rule 3): OSError."""
+    count = count if reuse_port_spreads() else 1
+    reuse = shared or count > 1
+    if reuse and not shared and port:
+        check_port_free(host, port)
+    return count, reuse
+
+
 def listening_sockets(host: str | None, port: int, *, count: int = DEFAULT_LISTEN_SOCKETS, backlog: int = 0,
                       shared: bool = False) -> list[socket.socket]:
     """Bound, listening, non-blocking sockets on ``host``'s first address
@@ -82,10 +95,7 @@ def listening_sockets(host: str | None, port: int, *, count: int = DEFAULT_LISTE
     else one (rules 2 and 3). ``shared``: a port the workers share, bound
     with ``SO_REUSEPORT`` and not checked. OSError when one cannot be bound
     (nothing is left open)."""
-    count = count if reuse_port_spreads() else 1
-    reuse = shared or count > 1
-    if reuse and not shared and port:
-        check_port_free(host, port)
+    count, reuse = socket_plan(host, port, count, shared)
     family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                                          flags=socket.AI_PASSIVE)[0]
     sockets: list[socket.socket] = []
