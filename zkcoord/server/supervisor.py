@@ -53,6 +53,7 @@ import subprocess
 import sys
 import time
 from contextlib import suppress
+from typing import TYPE_CHECKING
 
 from zkcoord.config import DaemonConfig, parse_listener
 from zkcoord.core.workers import WorkerPlan
@@ -61,6 +62,9 @@ from zkcoord.server.metrics import MetricsServer
 from zkcoord.wire.listening import check_port_free
 from zkcoord.server.worker import WorkerSpec
 from zkcoord.server.worker_metrics import WorkerEndpoint, WorkersMetrics
+
+if TYPE_CHECKING:
+    from zkcoord.core.gateway import BrokerPorts
 
 __all__ = ["Supervisor", "run_supervisor"]
 
@@ -158,7 +162,7 @@ class Supervisor:
         return sock.getsockname()[1]
 
     @staticmethod
-    def _refused_broker_ports(host: str, gateway_port: int, brokers) -> frozenset[int]:
+    def _refused_broker_ports(host: str, gateway_port: int, brokers: BrokerPorts) -> frozenset[int]:
         """The gateway's broker ports (``gateway_port`` + 1 ..) another process
         is bound to. No worker binds them: with SO_REUSEPORT a worker's socket
         would join that process's listener and the two would split its clients.
