@@ -892,7 +892,7 @@ async def wait_taken_over(load: LoadHub, survivor: Daemon, gone: set[int], timeo
     workers = [""] if len(survivor.nodes) < 2 else [f"[worker {k}] " for k in range(1, len(survivor.nodes) + 1)]
 
     def ended() -> bool:
-        lines = log_lines(survivor, r"took over \d+ groups \(node\(s\) |takeover \(node\(s\) .* gone\): none ")
+        lines = log_lines(survivor, r"took over \d+ groups \(node\(s\) ")
         for worker in workers:
             named: set[int] = set()
             for line in lines:
