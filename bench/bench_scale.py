@@ -7,6 +7,7 @@ against, and never asserts::
     python bench/bench_scale.py --zookeeper 127.0.0.1:2181        # an existing ZooKeeper (a chroot of its own)
     python bench/bench_scale.py --groups 2000 --window-s 15       # quicker
     python bench/bench_scale.py --daemon-workers 2                # each daemon two workers (the default on 2 cores)
+    python bench/bench_scale.py --target kafka                    # the peer: the same members on Kafka's coordinator
 
 What it starts: ZooKeeper (``zkcoord local up`` in ``<workdir>/sandbox``,
 unless ``--zookeeper`` names one), and two ``zkcoord run`` daemons (node ids 1
@@ -78,6 +79,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,6 +117,7 @@ class Settings:
     zookeeper: str = ""
     load_processes: int = 2
     daemon_workers: int = 1
+    target: str = "zkcoord"
     daemon_args: tuple[str, ...] = ()
 
 
@@ -187,6 +190,7 @@ class Fleet:
         self.zookeeper = settings.zookeeper
         self.daemons: dict[int, Daemon] = {}
         self._sandbox = False
+        self.env: dict[str, str] = {}  # the sandbox's `local env`, when the benchmark started one
         self.zk = None
         self.load: LoadHub | None = None  # the load processes, killed by stop() if still running
 
@@ -195,7 +199,8 @@ class Fleet:
 
         if not self.zookeeper:
             self._sandbox = True
-            self.zookeeper = sandbox_up(self.workdir / "sandbox")["ZKCOORD_ZOOKEEPER"]
+            self.env = sandbox_up(self.workdir / "sandbox")
+            self.zookeeper = self.env["ZKCOORD_ZOOKEEPER"]
         self.zk = KazooClient(hosts=self.zookeeper)
         self.zk.start(timeout=15)
         self.zk.ensure_path(self.chroot)
@@ -964,7 +969,84 @@ def log_lines(daemon: Daemon, pattern: str) -> list[str]:
 
 # -- the run -------------------------------------------------------------------------
 
+async def create_groups(load: LoadHub, settings: Settings, server_cpu: Callable[[], float], where: str) -> dict:
+    """The create phase: the rate and the servers' CPU per group over the first and the last 1,000."""
+    print(f"\n== create: {settings.groups:,} groups, {settings.create_concurrency} at a time, {where} ==", flush=True)
+    marks = [(0, server_cpu())]  # (groups created, the servers' CPU seconds) at each FIRST_LAST
+    started = time.perf_counter()
+    while len(load.created) < settings.groups:
+        await asyncio.sleep(0.05)
+        if len(load.created) >= marks[-1][0] + FIRST_LAST:
+            marks.append((len(load.created), server_cpu()))
+        load.check()
+    marks.append((len(load.created), server_cpu()))
+    created = sorted(load.created)
+    head = FIRST_LAST / (created[FIRST_LAST - 1] - started)
+    tail = FIRST_LAST / (created[-1] - created[-FIRST_LAST - 1])
+    cpu_head = (marks[1][1] - marks[0][1]) / marks[1][0] * 1e3
+    cpu_tail = (marks[-1][1] - marks[-2][1]) / max(marks[-1][0] - marks[-2][0], 1) * 1e3
+    print(f"groups created/s first {FIRST_LAST:,}: {head:,.0f}   last {FIRST_LAST:,}: {tail:,.0f}   "
+          f"ratio last/first {tail / head:.2f} (goal: about 1.0)   all in {created[-1] - started:.1f} s")
+    print(f"the servers' CPU per group created ({where}; heartbeats of the groups so far included"
+          f"{'' if settings.create_heartbeats == 'on' else ': none, --create-heartbeats off'}): first "
+          f"{FIRST_LAST:,} {cpu_head:.2f} ms, last ~{FIRST_LAST:,} {cpu_tail:.2f} ms, ratio {cpu_tail / cpu_head:.2f}")
+    return {"first_per_s": head, "last_per_s": tail, "total_s": created[-1] - started,
+            "cpu_ms_first": cpu_head, "cpu_ms_last": cpu_tail}
+
+
+class Broker:
+    """The sandbox's Kafka broker as :func:`window` measures a daemon (no loop-lateness probe)."""
+
+    def __init__(self, pid: int) -> None:
+        self.node_id, self.pid = 0, pid
+        self.start_rss_kb = self.rss_kb()  # the JVM's, its heap reserved ahead: memory per group means little
+
+    def pids(self) -> dict[str, int]:
+        return {"kafka": self.pid}
+
+    def rss_kb(self) -> int:
+        try:
+            found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{self.pid}/status").read_text())
+        except OSError:
+            return 0
+        return int(found.group(1)) if found else 0
+
+    def loop_lag_buckets(self) -> dict:
+        return {}
+
+
+async def kafka_scenario(fleet: Fleet, settings: Settings) -> dict:
+    """``--target kafka``: the same members against the sandbox broker's own
+    group coordinator (Kafka 3.9, one broker), the create phase and one steady
+    window: the peer's heartbeat p99 on this machine under the same load."""
+    host, _, port = fleet.env["ZKCOORD_BOOTSTRAP_SERVERS"].split(",")[0].rpartition(":")
+    address = (host, int(port))
+    found = subprocess.run(["pgrep", "-f", f"zkcoord.sandbox={fleet.workdir / 'sandbox' / 'kafka-0'}"],
+                           capture_output=True, text=True).stdout.split()
+    if not found:
+        raise BenchError("the sandbox's broker process was not found")
+    broker = Broker(int(found[0]))
+    conn = await KafkaConnection.open(*address, "scale-versions")
+    versions = common_versions(await served_versions(conn))
+    conn.close()
+    run = uuid.uuid4().hex[:6]
+    load = fleet.load = LoadHub(settings, versions, [address], run)
+    broker_cpu = lambda: sum(cpu_snapshot(broker.pids()).procs.values())  # noqa: E731
+    results = {"create": await create_groups(load, settings, broker_cpu, "Kafka's coordinator")}
+    load.settled()
+    await asyncio.sleep(settings.heartbeat_interval_ms / 1000)  # every member heartbeats once before measuring
+    results["steady_kafka"] = await window(load, fleet, [broker], settings.window_s, settings.groups,
+                                           "steady, Kafka's coordinator (one broker)")
+    await load.stop()
+    print(f"\n== the peer ({settings.groups:,} groups) ==\nheartbeat p99, every group on Kafka 3.9's coordinator, every "
+          f"{settings.heartbeat_interval_ms} ms: {results['steady_kafka']['p99_ms']:.2f} ms (zkcoord's goal: < 10 ms "
+          "on one daemon; its memory per group here is the broker's JVM, not comparable)")
+    return results
+
+
 async def scenario(fleet: Fleet, settings: Settings) -> dict:
+    if settings.target == "kafka":
+        return await kafka_scenario(fleet, settings)
     results: dict = {}
     first, second = fleet.start_daemon(1), fleet.start_daemon(2)
     conn = await KafkaConnection.open(*first.address, "scale-versions")
@@ -974,29 +1056,8 @@ async def scenario(fleet: Fleet, settings: Settings) -> dict:
     load = fleet.load = LoadHub(settings, versions, fleet.bootstrap(), run)
     groups = {f"scale-{run}-{i:05d}" for i in range(settings.groups)}
 
-    print(f"\n== create: {settings.groups:,} groups, {settings.create_concurrency} at a time, two daemons ==",
-          flush=True)
     daemon_cpu = lambda: sum(cpu_snapshot({**first.pids(), **second.pids()}).procs.values())  # noqa: E731
-    marks = [(0, daemon_cpu())]  # (groups created, daemons' CPU seconds) at each FIRST_LAST
-    started = time.perf_counter()
-    while len(load.created) < settings.groups:
-        await asyncio.sleep(0.05)
-        if len(load.created) >= marks[-1][0] + FIRST_LAST:
-            marks.append((len(load.created), daemon_cpu()))
-        load.check()
-    marks.append((len(load.created), daemon_cpu()))
-    created = sorted(load.created)
-    head = FIRST_LAST / (created[FIRST_LAST - 1] - started)
-    tail = FIRST_LAST / (created[-1] - created[-FIRST_LAST - 1])
-    cpu_head = (marks[1][1] - marks[0][1]) / marks[1][0] * 1e3
-    cpu_tail = (marks[-1][1] - marks[-2][1]) / max(marks[-1][0] - marks[-2][0], 1) * 1e3
-    results["create"] = {"first_per_s": head, "last_per_s": tail, "total_s": created[-1] - started,
-                         "cpu_ms_first": cpu_head, "cpu_ms_last": cpu_tail}
-    print(f"groups created/s first {FIRST_LAST:,}: {head:,.0f}   last {FIRST_LAST:,}: {tail:,.0f}   "
-          f"ratio last/first {tail / head:.2f} (goal: about 1.0)   all in {created[-1] - started:.1f} s")
-    print(f"daemons' CPU per group created (heartbeats of the groups so far included"
-          f"{'' if settings.create_heartbeats == 'on' else ': none, --create-heartbeats off'}): first "
-          f"{FIRST_LAST:,} {cpu_head:.2f} ms, last ~{FIRST_LAST:,} {cpu_tail:.2f} ms, ratio {cpu_tail / cpu_head:.2f}")
+    results["create"] = await create_groups(load, settings, daemon_cpu, "two daemons")
     load.settled()
     await asyncio.sleep(settings.heartbeat_interval_ms / 1000)  # every member heartbeats once before measuring
 
@@ -1135,6 +1196,8 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, Path | None, Path | No
         "recover_wait_s": "how long to wait for every group to be served again after a fault",
         "zookeeper": "HOST:PORT of a ZooKeeper to use (a chroot of its own) [default: start a sandbox]",
         "load_processes": "processes the members are spread over (each its own asyncio loop, every N-th member)",
+        "target": "zkcoord: two daemons and every phase; kafka: the same members against the sandbox broker's own "
+                  "coordinator (Kafka 3.9), the create phase and one steady window, the peer's p99 here",
         "daemon_workers": "each daemon's --workers (1: one process, a node per daemon; N: the kill -9 and the "
                           "SIGTERM are of a daemon's N workers at once)",
     }
@@ -1156,6 +1219,10 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, Path | None, Path | No
         parser.error("--load-processes is at least 1")
     if settings.daemon_workers < 1:
         parser.error("--daemon-workers is at least 1")
+    if settings.target not in ("zkcoord", "kafka"):
+        parser.error("--target is zkcoord or kafka")
+    if settings.target == "kafka" and settings.zookeeper:
+        parser.error("--target kafka measures the broker of the benchmark's own sandbox: leave out --zookeeper")
     if settings.create_heartbeats not in ("on", "off"):
         parser.error("--create-heartbeats is on or off")
     if settings.create_heartbeats == "off":
