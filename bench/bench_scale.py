@@ -152,15 +152,7 @@ class Daemon:
 
     def rss_kb(self) -> int:
         """The resident memory of its process, and of its workers' under a supervisor."""
-        total = 0
-        for pid in {self.proc.pid, *self.nodes.values()}:
-            try:
-                text = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            found = re.search(r"VmRSS:\s+(\d+) kB", text)
-            total += int(found.group(1)) if found else 0
-        return total
+        return sum(rss_kb(pid) for pid in {self.proc.pid, *self.nodes.values()})
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -283,6 +275,15 @@ class Fleet:
         if self._sandbox:
             print("stopping the sandbox ...", flush=True)
             zkcoord_cli("local", "down", "--state-dir", str(self.workdir / "sandbox"), check=False)
+
+
+def rss_kb(pid: int) -> int:
+    """A process's resident memory (0 when it is gone)."""
+    try:
+        found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    except OSError:
+        return 0
+    return int(found.group(1)) if found else 0
 
 
 def child_pids(pid: int) -> set[int]:
@@ -929,7 +930,7 @@ def served_figures(load: LoadHub, groups: set[str], title: str, goal_s: float | 
     line = (f"{title}: {len(times):,} of {len(groups):,} groups served again, p50 {figures['p50_s']:.2f} s, "
             f"max {figures['max_s']:.2f} s")
     if missing:
-        unserved = sorted(g for g in groups if g not in load.served)
+        unserved = unserved_groups(load, groups)
         line += (f", {missing:,} NOT served within the wait ({', '.join(unserved[:5])}"
                  f"{', ...' if missing > 5 else ''})")
     line += f" (the most in 10 ms: {figures['busiest_10ms']:,}, at {figures['busiest_10ms_at_s']:.2f} s)"
@@ -940,9 +941,13 @@ def served_figures(load: LoadHub, groups: set[str], title: str, goal_s: float | 
     return figures
 
 
+def unserved_groups(load: LoadHub, groups: set[str]) -> list[str]:
+    return sorted(g for g in groups if g not in load.served)
+
+
 async def explain_unserved(fleet: Fleet, load: LoadHub, groups: set[str], at_most: int = 5) -> None:
     """For a few groups not served again: who contends for them in ZooKeeper, and whom their member last found."""
-    unserved = sorted(g for g in groups if g not in load.served)[:at_most]
+    unserved = unserved_groups(load, groups)[:at_most]
     if not unserved:
         return
     found = await load.coordinators()
@@ -1005,11 +1010,7 @@ class Broker:
         return {"kafka": self.pid}
 
     def rss_kb(self) -> int:
-        try:
-            found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{self.pid}/status").read_text())
-        except OSError:
-            return 0
-        return int(found.group(1)) if found else 0
+        return rss_kb(self.pid)
 
     def loop_lag_buckets(self) -> dict:
         return {}
