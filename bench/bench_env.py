@@ -29,7 +29,7 @@ from zkcoord.local.sandbox import zk_four_letter
 DAEMON_NODE_ID = 1
 
 
-def _proc_cpu_s(pid: int | None) -> float:
+def process_cpu_s(pid: int | None) -> float:
     """CPU seconds (all threads) of a process and its live children (a
     ``zkcoord run --workers N``'s workers); 0 when it is gone."""
     try:
@@ -41,7 +41,7 @@ def _proc_cpu_s(pid: int | None) -> float:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         children = []
-    return own + sum(_proc_cpu_s(int(child)) for child in children)
+    return own + sum(process_cpu_s(int(child)) for child in children)
 
 
 def _machine_busy_s() -> float:
@@ -59,7 +59,7 @@ class CpuSnapshot:
 
 def cpu_snapshot(pids: dict[str, int]) -> CpuSnapshot:
     return CpuSnapshot(time.perf_counter(), time.process_time(), _machine_busy_s(),
-                       {name: _proc_cpu_s(pid) for name, pid in pids.items()})
+                       {name: process_cpu_s(pid) for name, pid in pids.items()})
 
 
 def cpu_cores(a: CpuSnapshot, b: CpuSnapshot) -> dict[str, float]:

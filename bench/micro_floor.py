@@ -24,10 +24,17 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import socket
 import struct
+import sys
 import time
+from pathlib import Path
 
 import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_env import process_cpu_s  # noqa: E402
 
 REQUEST = struct.pack("!i", 60) + bytes(60)
 ANSWER = struct.pack("!i", 24) + bytes(24)
@@ -106,18 +113,11 @@ def _load(port: int, connections: int, seconds: float, results) -> None:
     loop.run_until_complete(run())
 
 
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure(work_us: float, processes: int, connections: int, seconds: float) -> str:
     ctx = multiprocessing.get_context("fork")
-    listener_probe = __import__("socket").socket()
-    listener_probe.bind(("127.0.0.1", 0))
-    port = listener_probe.getsockname()[1]
-    listener_probe.close()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     ready, results = ctx.Event(), ctx.Queue()
     server = ctx.Process(target=_serve, args=(port, work_us / 1e6, ready), daemon=True)
     server.start()
@@ -129,9 +129,9 @@ def measure(work_us: float, processes: int, connections: int, seconds: float) ->
         for load in loads:
             load.start()
         time.sleep(1.0)
-        server_a, loads_a = _cpu_s(server.pid), sum(_cpu_s(p.pid) for p in loads)
+        server_a, loads_a = process_cpu_s(server.pid), sum(process_cpu_s(p.pid) for p in loads)
         time.sleep(seconds)
-        server_b, loads_b = _cpu_s(server.pid), sum(_cpu_s(p.pid) for p in loads)
+        server_b, loads_b = process_cpu_s(server.pid), sum(process_cpu_s(p.pid) for p in loads)
         answered = sum(results.get(timeout=30) for _ in loads)
         for load in loads:
             load.join(10)
