@@ -8,7 +8,11 @@ Owns, in the sandbox's state directory::
                              executors log there: app-*/<executor id>/stderr)
     spark-worker-<i>/local/  its scratch (``SPARK_LOCAL_DIRS``: its executors'
                              blocks and shuffle files; Spark's default is
-                             /tmp, where a killed worker's would stay)
+                             /tmp, where a killed worker's would stay), and
+                             in local/tmp/ the worker's and its executors'
+                             temporary files (``java.io.tmpdir`` through
+                             ``JAVA_TOOL_OPTIONS``: the native libraries
+                             lz4 and snappy unpack)
     logs/spark-master.log, logs/spark-worker-<i>.log
 
 and how they start: the command Spark's own ``bin/spark-class`` would run
@@ -161,8 +165,12 @@ def _spawn(sandbox: Sandbox, server: Server, main_class: str, args: list[str],
     (sandbox.state_dir / "spark-conf").mkdir(parents=True, exist_ok=True)
     env = _environment(sandbox, server.name)
     if scratch is not None:
-        scratch.mkdir(parents=True, exist_ok=True)
+        (scratch / "tmp").mkdir(parents=True, exist_ok=True)
         env["SPARK_LOCAL_DIRS"] = str(scratch)
+        # The executors' temporary files too (the native libraries lz4 and snappy unpack): executors get
+        # the worker's environment, not its JVM options.
+        env["JAVA_TOOL_OPTIONS"] = " ".join(
+            filter(None, (env.get("JAVA_TOOL_OPTIONS", ""), f"-Djava.io.tmpdir={scratch / 'tmp'}")))
     argv = launch_command(main_class, args, env)
     server.pid = procs.spawn(argv, sandbox.log_file(server.name), cwd=sandbox.state_dir, env=env)
 

@@ -45,7 +45,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import threading
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
@@ -55,6 +54,7 @@ from typing import Any
 
 import zkcoord
 from zkcoord import errors
+from zkcoord.migrate import spark_scratch
 from zkcoord.migrate.spark_cds import ClassArchive, class_archive
 from zkcoord.migrate.spark_master import is_local, runs_here
 from zkcoord.migrate.spark_tasks import no_rows
@@ -146,7 +146,8 @@ class _Settings:
     java_options: str = ""  # the local driver JVM's, without the class archive's
     archive: ClassArchive = field(default_factory=lambda: ClassArchive("off"))
     archive_conf: dict[str, str] = field(default_factory=dict)  # what a background session makes it with
-    local: bool = False  # local[*] started here: the workers warmed up, the scratch in the session's folder
+    jvm_temp: str = ""  # the driver JVM's java.io.tmpdir option (spark_scratch), when zkcoord starts that JVM
+    local: bool = False  # local[*] started here: the workers warmed up, the scratch in the process's folder
     ship: bool = False  # zip zkcoord and addPyFile it
 
 
@@ -223,10 +224,17 @@ def spark_session(master: str | None = None, *, app_name: str = "zkcoord-migrate
     builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
     if master is not None or not submitted:
         builder = builder.master(master or LOCAL_MASTER)
-    workdir = Path(tempfile.mkdtemp(prefix="zkcoord-spark-"))
+    workdir = spark_scratch.session_folder()
     if settings.local and "spark.local.dir" not in settings.conf:
-        # Spark's scratch (spark-*, blockmgr-*) inside the session's own folder, removed with it.
-        settings.conf["spark.local.dir"] = str(workdir / "local")
+        # Spark's scratch (spark-*, blockmgr-*) in the process's folder, not the session's: a JVM keeps
+        # the local directories of its first SparkContext for its life (spark_scratch).
+        settings.conf["spark.local.dir"] = str(spark_scratch.process_folder() / "local")
+    if not submitted and "spark.driver.extraJavaOptions" not in (conf or {}):
+        # The driver JVM's temporary files (artifacts-*, a cluster driver's scratch, native libraries)
+        # in the process's folder too: removed at exit, or by a later session after a kill.
+        settings.jvm_temp = spark_scratch.jvm_temp_option()
+        settings.conf["spark.driver.extraJavaOptions"] = _joined(
+            settings.conf.get("spark.driver.extraJavaOptions", ""), settings.jvm_temp)
     for key, value in settings.conf.items():
         builder = builder.config(key, value)
     try:
@@ -240,6 +248,10 @@ def spark_session(master: str | None = None, *, app_name: str = "zkcoord-migrate
             _stop(spark, settings, workdir, steps)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _joined(*options: str) -> str:
+    return " ".join(option for option in options if option)
 
 
 def _started(builder: Any, master: str | None, settings: _Settings, steps: Steps) -> Any:
@@ -256,8 +268,8 @@ def _started(builder: Any, master: str | None, settings: _Settings, steps: Steps
                 if archive.mode != "use":
                     raise
                 archive.discard()  # a damaged archive must not keep Spark from starting
-                return _create(builder.config("spark.driver.extraJavaOptions", settings.java_options),
-                               settings.local)
+                return _create(builder.config("spark.driver.extraJavaOptions",
+                                              _joined(settings.java_options, settings.jvm_temp)), settings.local)
     except Exception as exc:
         raise errors.ServiceUnavailableError(
             f"cannot start Spark (master {master or LOCAL_MASTER}): {first_line(exc)}; check the master URL "
