@@ -58,6 +58,13 @@ def test_a_pid_used_again_by_another_process_is_not_taken_for_the_owner(temp):
     assert spark_scratch.sweep() == 1 and not reused.exists()
 
 
+def test_a_folder_made_in_another_pid_namespace_is_left_alone(temp):
+    elsewhere = folder_of(temp, "container", f"{gone_process().split()[0]} 1 pid:[1]")  # not our namespace
+    if spark_scratch._pid_namespace() == "pid:[1]":
+        pytest.skip("this process is in that namespace")
+    assert spark_scratch.sweep() == 0 and elsewhere.exists()
+
+
 def test_one_folder_per_process_its_sessions_inside_and_older_dead_ones_removed_first(temp):
     dead = folder_of(temp, "dead", gone_process())
     first = spark_scratch.process_folder()

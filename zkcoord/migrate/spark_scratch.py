@@ -21,10 +21,12 @@ process and reads its scratch locations once:
 
 The folder is removed when the process exits. A process killed (``kill
 -9``, a crash) cannot remove it: its ``owner`` file names the process (pid
-and, on Linux, its start time, so a pid used again is not taken for it), and
-the next session of any process removes the folders whose owner is gone
-(:func:`sweep`). Folders without an ``owner`` file (another program's, or
-one being made) are left alone.
+and, on Linux, its start time, so a pid used again is not taken for it, and
+its pid namespace), and the next session of any process removes the folders
+whose owner is gone (:func:`sweep`). Folders without an ``owner`` file
+(another program's, or one being made) and folders made in another pid
+namespace (a container sharing the temporary folder: its pids are not ours
+to look up) are left alone.
 """
 
 from __future__ import annotations
@@ -55,18 +57,27 @@ def _start_ticks(pid: int) -> str | None:
         return None
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace ("-" where it cannot be read): pids name processes only in it."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "-"
+
+
 def _identity(pid: int) -> str:
-    return f"{pid} {_start_ticks(pid) or '-'}"
+    return f"{pid} {_start_ticks(pid) or '-'} {_pid_namespace()}"
 
 
 def _alive(owner: str) -> bool:
-    """Is the process an ``owner`` file names still running (True when it cannot be told)?"""
+    """Is the process an ``owner`` file names still running (True when it cannot be told: a
+    folder made in another pid namespace, as by a container sharing the temporary folder)?"""
     try:
-        pid_text, _, ticks = owner.strip().partition(" ")
+        pid_text, ticks, namespace = (owner.split() + ["", ""])[:3]
         pid = int(pid_text)
     except ValueError:
         return True  # not ours to judge
-    if pid <= 0:
+    if pid <= 0 or (namespace and namespace != _pid_namespace()):
         return True
     if ticks and ticks != "-" and Path("/proc/self/stat").exists():
         return _start_ticks(pid) == ticks
