@@ -44,11 +44,13 @@ def test_only_the_folders_of_processes_that_are_gone_are_removed(temp):
     alive = folder_of(temp, "alive", spark_scratch._identity(os.getpid()))
     foreign = folder_of(temp, "foreign", None)  # no owner file: another program's, or one being made
     unreadable = folder_of(temp, "garbage", "not a pid")
+    binary = folder_of(temp, "binary", None)
+    (binary / "owner").write_bytes(b"\xff\xfe")
     other = temp / "spark-123"  # not ours by its name
     other.mkdir()
     assert spark_scratch.sweep() == 1
     assert not dead.exists()
-    assert alive.exists() and foreign.exists() and unreadable.exists() and other.exists()
+    assert alive.exists() and foreign.exists() and unreadable.exists() and binary.exists() and other.exists()
 
 
 def test_a_pid_used_again_by_another_process_is_not_taken_for_the_owner(temp):

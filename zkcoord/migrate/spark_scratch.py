@@ -101,8 +101,8 @@ def sweep(root: Path | None = None) -> int:
     for folder in candidates:
         try:
             owner = (folder / _OWNER).read_text()
-        except OSError:
-            continue  # no owner file: not one of ours, or one being made
+        except (OSError, ValueError):
+            continue  # no owner file (not one of ours, or one being made), or not one we wrote
         if _alive(owner):
             continue
         shutil.rmtree(folder, ignore_errors=True)
