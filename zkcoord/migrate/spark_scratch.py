@@ -22,8 +22,8 @@ process and reads its scratch locations once:
 The folder is removed when the process exits. A process killed (``kill
 -9``, a crash) cannot remove it: its ``owner`` file names the process (pid
 and, on Linux, its start time, so a pid used again is not taken for it, and
-its pid namespace), and the next session of any process removes the folders
-whose owner is gone (:func:`sweep`). Folders without an ``owner`` file
+its pid namespace), and the first session of any later process removes the
+folders whose owner is gone (:func:`sweep`). Folders without an ``owner`` file
 (another program's, or one being made) and folders made in another pid
 namespace (a container sharing the temporary folder: its pids are not ours
 to look up) are left alone.
