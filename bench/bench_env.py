@@ -191,6 +191,19 @@ def sandbox_up(state_dir: Path, *up_args: str) -> dict[str, str]:
     return dict(re.findall(r"export (\w+)=(\S+)", zkcoord_cli("local", "env", "--state-dir", str(state_dir))))
 
 
+def sandbox_state(state_dir: Path) -> dict:
+    """The sandbox's ``sandbox.json`` (its servers, their names and pids)."""
+    return json.loads((state_dir / "sandbox.json").read_text())
+
+
+def sandbox_pids(state: dict) -> dict[str, int]:
+    """The pids of its first broker (``kafka``), its ZooKeeper and, when it has one, its Kafka 4.x node."""
+    pids = {"kafka": state["brokers"][0]["pid"], "zookeeper": state["zookeeper"]["pid"]}
+    if state.get("kafka4"):
+        pids["kafka4"] = state["kafka4"]["pid"]
+    return pids
+
+
 class Environment:
     """The sandbox, the bench chroot, the commit topic and the zkcoord daemon.
 
@@ -269,12 +282,10 @@ class Environment:
         self.zk_port = int(zookeeper.rsplit(":", 1)[1])
         host, port = bootstrap.rsplit(":", 1)
         self.kafka_address = (host, int(port))
-        state = json.loads((self.state_dir / "sandbox.json").read_text())
-        self.pids = {"kafka": state["brokers"][0]["pid"], "zookeeper": state["zookeeper"]["pid"]}
+        self.pids = sandbox_pids(sandbox_state(self.state_dir))
         if env.get("ZKCOORD_KAFKA4_BOOTSTRAP_SERVERS"):
             host, port = env["ZKCOORD_KAFKA4_BOOTSTRAP_SERVERS"].split(",")[0].rsplit(":", 1)
             self.kafka4_address = (host, int(port))
-            self.pids["kafka4"] = state["kafka4"]["pid"]
         self._prepare_zookeeper(zookeeper)
         if self.topic is not None:
             self._create_topics(bootstrap)

@@ -49,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support.java_tools
 
-from bench_env import cpu_snapshot, sandbox_up, zkcoord_cli  # noqa: E402
+from bench_env import cpu_snapshot, sandbox_pids, sandbox_state, sandbox_up, zkcoord_cli  # noqa: E402
 from group_client import BenchError, KafkaConnection, served_versions  # noqa: E402
 from tests.support import java_tools  # noqa: E402
 from tests.support.daemons import process_marker  # noqa: E402
@@ -126,9 +126,9 @@ class GatewayEnvironment:
         zookeeper, bootstrap = env["ZKCOORD_ZOOKEEPER"], env["ZKCOORD_BOOTSTRAP_SERVERS"].split(",")[0]
         host, port = bootstrap.rsplit(":", 1)
         self.kafka_address = (host, int(port))
-        state = json.loads((self.state_dir / "sandbox.json").read_text())
+        state = sandbox_state(self.state_dir)
         self.broker_id = int(state["brokers"][0]["name"].split("-", 1)[1])
-        self.pids = {"kafka": state["brokers"][0]["pid"], "zookeeper": state["zookeeper"]["pid"]}
+        self.pids = sandbox_pids(state)
         self._create_topics()
         self._start_daemon(zookeeper)
 

@@ -85,7 +85,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_env import bench_main, cpu_cores, cpu_snapshot, sandbox_up, zkcoord_cli  # noqa: E402
+from bench_env import (  # noqa: E402
+    bench_main, cpu_cores, cpu_snapshot, sandbox_pids, sandbox_state, sandbox_up, zkcoord_cli,
+)
 from group_client import (  # noqa: E402
     COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, ILLEGAL_GENERATION, MEMBER_ID_REQUIRED, NONE,
     NOT_COORDINATOR, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID, BenchError, KafkaConnection, RequestTemplate,
@@ -1022,11 +1024,7 @@ async def kafka_scenario(fleet: Fleet, settings: Settings) -> dict:
     window: the peer's heartbeat p99 on this machine under the same load."""
     host, _, port = fleet.env["ZKCOORD_BOOTSTRAP_SERVERS"].split(",")[0].rpartition(":")
     address = (host, int(port))
-    found = subprocess.run(["pgrep", "-f", f"zkcoord.sandbox={fleet.workdir / 'sandbox' / 'kafka-0'}"],
-                           capture_output=True, text=True).stdout.split()
-    if not found:
-        raise BenchError("the sandbox's broker process was not found")
-    broker = Broker(int(found[0]))
+    broker = Broker(sandbox_pids(sandbox_state(fleet.workdir / "sandbox"))["kafka"])
     conn = await KafkaConnection.open(*address, "scale-versions")
     versions = common_versions(await served_versions(conn))
     conn.close()
